@@ -1,0 +1,35 @@
+# MoonTesting.cmake - helpers registering CUnit executables with CTest (STYLE §13).
+
+set(MOON_TEST_TIMEOUT 300 CACHE STRING "default CTest timeout, seconds")
+
+# moon_add_test(NAME SOURCES... LIBS libs... LABELS labels... [TIMEOUT s])
+# One CUnit executable per file, run directly.
+function(moon_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE moon_test_support ${T_LIBS})
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT ${MOON_TEST_TIMEOUT})
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()
+
+# moon_add_mpi_test(NAME NP n SOURCES... LIBS... LABELS... [ARGS...] [ENV...])
+# Runs under mpirun exactly as users launch it (as root on CI: env vars below).
+function(moon_add_mpi_test name)
+  cmake_parse_arguments(T "" "NP;TIMEOUT;TARGET" "SOURCES;LIBS;LABELS;ARGS;ENV;MPIARGS" ${ARGN})
+  if(NOT T_TARGET)
+    set(T_TARGET ${name})
+    add_executable(${name} ${T_SOURCES})
+    target_link_libraries(${name} PRIVATE moon_test_support ${T_LIBS})
+  endif()
+  add_test(NAME ${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${T_NP} ${T_MPIARGS}
+                   $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT ${MOON_TEST_TIMEOUT})
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl=self,vader;OMPI_MCA_oob_tcp_if_include=lo;OMPI_MCA_rmaps_base_oversubscribe=1;UCX_NET_DEVICES=lo;${T_ENV}")
+endfunction()

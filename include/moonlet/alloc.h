@@ -1,0 +1,23 @@
+/* moonlet/alloc.h - the heap functions every Moonlet module allocates through,
+ * so tests can fail the N-th allocation and walk error paths (SQLite
+ * faultsim). Thread-safe. Outside tests they are plain malloc/calloc/free. */
+#ifndef MOONLET_ALLOC_H
+#define MOONLET_ALLOC_H
+
+#include "moonlet/defs.h"
+
+MOON_API void *moon_malloc(size_t bytes);
+MOON_API void *moon_calloc(size_t n, size_t bytes);
+MOON_API void *moon_realloc(void *ptr, size_t bytes);
+MOON_API void *moon_aligned_alloc(size_t alignment, size_t bytes); /* free with moon_free */
+MOON_API char *moon_strdup(const char *s);
+MOON_API void  moon_free(void *ptr);
+
+/* Fault injection: the n-th moon_* allocation from now (1 = the next) and every
+ * later one return NULL until moon_fault_reset(); n = 0 disarms. Counted across
+ * threads. moon_fault_count() tells how many allocations happened since arming. */
+MOON_API void     moon_fault_fail_after(uint64_t n);
+MOON_API void     moon_fault_reset(void);
+MOON_API uint64_t moon_fault_count(void);
+
+#endif /* MOONLET_ALLOC_H */

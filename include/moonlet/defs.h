@@ -1,0 +1,22 @@
+/* moonlet/defs.h - compiler helpers shared by every Moonlet module: symbol
+ * visibility, branch hints, cache-line alignment. No state, no threads. */
+#ifndef MOONLET_DEFS_H
+#define MOONLET_DEFS_H
+
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOON_API            __attribute__((visibility("default")))
+#define MOON_LIKELY(_x)     __builtin_expect(!!(_x), 1)
+#define MOON_UNLIKELY(_x)   __builtin_expect(!!(_x), 0)
+#define MOON_NOINLINE       __attribute__((noinline))
+#define MOON_PRINTF(_f, _a) __attribute__((format(printf, _f, _a)))
+#define MOON_CACHE_LINE     64
+#define MOON_ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
+#define MOON_MIN(_a, _b)    ((_a) < (_b) ? (_a) : (_b))
+#define MOON_MAX(_a, _b)    ((_a) > (_b) ? (_a) : (_b))
+#define MOON_CONTAINER_OF(_ptr, _type, _member)                                                    \
+    ((_type *)((char *)(_ptr) - offsetof(_type, _member)))
+
+#endif /* MOONLET_DEFS_H */

@@ -1,0 +1,65 @@
+/* moonlet/log.h - levelled logging with a rank/thread/actor prefix, and the
+ * panic/assert macros (STYLE §8, §9). Thread-safe: each line is one write(2).
+ * The level check happens before the arguments are evaluated. */
+#ifndef MOONLET_LOG_H
+#define MOONLET_LOG_H
+
+#include "moonlet/defs.h"
+
+typedef enum {
+    MOON_LOG_ERROR = 1, /* can't go on as normal */
+    MOON_LOG_WARN  = 2,
+    MOON_LOG_INFO  = 3, /* once per object */
+    MOON_LOG_DEBUG = 4,
+    MOON_LOG_TRACE = 5, /* per message; compiled out of release builds */
+} moon_log_level_t;
+
+#ifndef MOON_LOG_MAX_LEVEL
+#define MOON_LOG_MAX_LEVEL MOON_LOG_TRACE
+#endif
+
+/* Current threshold; initialised from MOON_LOG_LEVEL (error|warn|info|debug|trace
+ * or 1..5), default warn. Written rarely, read racily on purpose. */
+MOON_API extern int moon_log_level;
+
+MOON_API void moon_log_emit(int level, const char *file, int line, const char *fmt, ...)
+    MOON_PRINTF(4, 5);
+MOON_API void moon_log_set_level(int level);
+/* Parses "error".."trace" or "1".."5"; returns -1 on anything else. */
+MOON_API int  moon_log_parse_level(const char *text);
+
+/* The prefix identity of this process and of the calling thread. The name is
+ * borrowed: it must outlive its use (actor names live in static ops tables). */
+MOON_API void moon_log_set_rank(int rank);
+MOON_API void moon_log_set_thread_actor(const char *name, uint64_t addr);
+
+/* Redirects log lines (tests capture them); NULL restores stderr. The sink is
+ * called with the whole line, newline included, from any thread. */
+typedef void (*moon_log_sink_fn)(int level, const char *line, void *arg);
+MOON_API void moon_log_set_sink(moon_log_sink_fn sink, void *arg);
+
+#define MOON_LOG(_lvl, ...)                                                                        \
+    do {                                                                                           \
+        if ((_lvl) <= MOON_LOG_MAX_LEVEL && (_lvl) <= moon_log_level) {                            \
+            moon_log_emit((_lvl), __FILE__, __LINE__, __VA_ARGS__);                                \
+        }                                                                                          \
+    } while (0)
+#define MOON_ERROR(...) MOON_LOG(MOON_LOG_ERROR, __VA_ARGS__)
+#define MOON_WARN(...)  MOON_LOG(MOON_LOG_WARN, __VA_ARGS__)
+#define MOON_INFO(...)  MOON_LOG(MOON_LOG_INFO, __VA_ARGS__)
+#define MOON_DEBUG_LOG(...) MOON_LOG(MOON_LOG_DEBUG, __VA_ARGS__)
+#define MOON_TRACE(...) MOON_LOG(MOON_LOG_TRACE, __VA_ARGS__)
+
+_Noreturn MOON_API void moon_panic(const char *file, int line, const char *fmt, ...)
+    MOON_PRINTF(3, 4);
+
+/* Always on: use where carrying on would corrupt data. */
+#define MOON_CHECK(_e)                                                                             \
+    ((_e) ? (void)0 : moon_panic(__FILE__, __LINE__, "check failed: %s", #_e))
+#ifdef MOON_DEBUG
+#define MOON_ASSERT(_e) MOON_CHECK(_e)
+#else
+#define MOON_ASSERT(_e) ((void)0)
+#endif
+
+#endif /* MOONLET_LOG_H */

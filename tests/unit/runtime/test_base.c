@@ -1,0 +1,93 @@
+/* tests/unit/runtime/test_base.c - status strings, log levels, fault injection. */
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "moonlet/status.h"
+
+#include "moon_test.h"
+
+#include <string.h>
+
+static void test_status_str_never_null(void)
+{
+    for (int s = -40; s <= 2; s++) {
+        CU_ASSERT_PTR_NOT_NULL(moon_status_str((moon_status_t)s));
+    }
+    CU_ASSERT_STRING_EQUAL(moon_status_str(MOON_OK), "ok");
+    CU_ASSERT_STRING_EQUAL(moon_status_str(MOON_ERR_PEER_LOST), "peer lost");
+    CU_ASSERT(moon_status_is_peer(MOON_ERR_PEER_LOST));
+    CU_ASSERT(!moon_status_is_peer(MOON_ERR_NO_MEMORY));
+}
+
+static void test_log_parse_level(void)
+{
+    CU_ASSERT_EQUAL(moon_log_parse_level("debug"), MOON_LOG_DEBUG);
+    CU_ASSERT_EQUAL(moon_log_parse_level("ERROR"), MOON_LOG_ERROR);
+    CU_ASSERT_EQUAL(moon_log_parse_level("5"), MOON_LOG_TRACE);
+    CU_ASSERT_EQUAL(moon_log_parse_level("6"), -1);
+    CU_ASSERT_EQUAL(moon_log_parse_level("loud"), -1);
+    CU_ASSERT_EQUAL(moon_log_parse_level(NULL), -1);
+}
+
+static char captured[2048];
+static void capture(int level, const char *line, void *arg)
+{
+    (void)level;
+    (void)arg;
+    strncat(captured, line, sizeof(captured) - strlen(captured) - 1);
+}
+
+static void test_log_prefix_and_threshold(void)
+{
+    int saved = moon_log_level;
+
+    captured[0] = '\0';
+    moon_log_set_sink(capture, NULL);
+    moon_log_set_rank(3);
+    moon_log_set_thread_actor("decode", 0x42);
+    moon_log_set_level(MOON_LOG_WARN);
+    MOON_INFO("hidden %d", 1);
+    CU_ASSERT_EQUAL(captured[0], '\0');
+    MOON_WARN("shown %d", 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(captured, "[r3 t"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(captured, "decode@42"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(captured, "warn test_base.c:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(captured, "shown 2\n"));
+    moon_log_set_thread_actor(NULL, 0);
+    moon_log_set_sink(NULL, NULL);
+    moon_log_set_level(saved);
+}
+
+static void test_fault_injection_fails_nth_allocation(void)
+{
+    void *a, *b, *c;
+
+    moon_fault_fail_after(3);
+    a = moon_malloc(8);
+    b = moon_calloc(1, 8);
+    c = moon_malloc(8);
+    CU_ASSERT_PTR_NOT_NULL(a);
+    CU_ASSERT_PTR_NOT_NULL(b);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_PTR_NULL(moon_strdup("x"));
+    CU_ASSERT_EQUAL(moon_fault_count(), 4);
+    moon_fault_reset();
+    c = moon_strdup("abc");
+    CU_ASSERT_STRING_EQUAL(c, "abc");
+    moon_free(a);
+    moon_free(b);
+    moon_free(c);
+}
+
+static CU_TestInfo tests[] = {
+    {"status_str_never_null", test_status_str_never_null},
+    {"log_parse_level", test_log_parse_level},
+    {"log_prefix_and_threshold", test_log_prefix_and_threshold},
+    {"fault_injection_fails_nth_allocation", test_fault_injection_fails_nth_allocation},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"base", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void)
+{
+    return moon_test_run(suites);
+}
