@@ -1,0 +1,113 @@
+/* benchmarks/bench_util.c - see bench_util.h. */
+#include "bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+uint64_t moon_bench_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double moon_bench_peak_rss_mib(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is KiB on Linux */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+double moon_bench_percentile(double *samples, size_t n, double p)
+{
+    size_t idx;
+
+    if (n == 0) {
+        return 0.0;
+    }
+    qsort(samples, n, sizeof(*samples), cmp_double);
+    idx = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+    return samples[idx < n ? idx : n - 1];
+}
+
+static void json_raw(moon_bench_json_t *j, const char *fmt, const char *key, const char *val)
+{
+    int n;
+
+    if (j->len >= sizeof(j->buf)) {
+        return;
+    }
+    n = snprintf(j->buf + j->len, sizeof(j->buf) - j->len, fmt, j->len > 1 ? ", " : "", key,
+                 val);
+    if (n > 0) {
+        j->len += (size_t)n;
+    }
+}
+
+void moon_bench_json_begin(moon_bench_json_t *j)
+{
+    j->buf[0] = '{';
+    j->buf[1] = '\0';
+    j->len    = 1;
+}
+
+void moon_bench_json_str(moon_bench_json_t *j, const char *key, const char *val)
+{
+    json_raw(j, "%s\"%s\": \"%s\"", key, val);
+}
+
+void moon_bench_json_int(moon_bench_json_t *j, const char *key, int64_t val)
+{
+    char num[32];
+
+    snprintf(num, sizeof(num), "%lld", (long long)val);
+    json_raw(j, "%s\"%s\": %s", key, num);
+}
+
+void moon_bench_json_num(moon_bench_json_t *j, const char *key, double val)
+{
+    char num[48];
+
+    snprintf(num, sizeof(num), "%.6g", val);
+    json_raw(j, "%s\"%s\": %s", key, num);
+}
+
+void moon_bench_json_end(moon_bench_json_t *j)
+{
+    printf("%.*s}\n", (int)j->len, j->buf);
+    fflush(stdout);
+}
+
+const char *moon_bench_arg_str(int argc, char **argv, const char *name, const char *dflt)
+{
+    size_t      len = strlen(name);
+    const char *env;
+
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
+            argv[i][2 + len] == '=') {
+            return argv[i] + 3 + len;
+        }
+    }
+    env = getenv(name);
+    return env != NULL ? env : dflt;
+}
+
+int64_t moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt)
+{
+    const char *s = moon_bench_arg_str(argc, argv, name, NULL);
+
+    return s != NULL ? strtoll(s, NULL, 0) : dflt;
+}
