@@ -1,0 +1,1223 @@
+/* kvstore/shard.c - one KV store shard (moonlet/kv_shard.h): slot arena with a
+ * free-slot stack, open-addressing key index over a preallocated entry table,
+ * intrusive lists (free, reservations by deadline, DRAM LRU, SSD LRU), a lease
+ * table, and the SSD tier. Single-threaded: the owner's thread only.
+ *
+ * Invariants: an entry is in exactly one list or in none. The DRAM LRU holds
+ * exactly the evictable blocks (committed, unleased, unpinned, indexed), so
+ * eviction pops its head in O(1). Reserved entries sit in the reservation list
+ * (deadlines ascend because the timeout is fixed and time never goes back).
+ * Leased or pinned entries sit in no list. A removed entry that is still
+ * leased is an orphan: out of the index, freed when its last lease ends. */
+#include "moonlet/kv_shard.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "ssd.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define NIL ((uint32_t)UINT32_MAX)
+
+#define DEFAULT_HIGH_WATERMARK     0.90
+#define DEFAULT_LOW_WATERMARK      0.85
+#define DEFAULT_RESERVE_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
+#define MAX_ENTRIES                (1u << 30)
+
+enum { ST_FREE = 0, ST_RESERVED = 1, ST_COMMITTED = 2, ST_SPILLED = 3 };
+enum { L_NONE = 0, L_FREE, L_RESERVED, L_DRAM, L_SSD, L_LEASE_IDLE };
+enum { F_PINNED = 1, F_ORPHAN = 2 };
+
+typedef struct {
+    uint32_t prev, next;
+} link_t;
+
+typedef struct {
+    uint32_t head, tail; /* head: oldest */
+    uint32_t n;
+} list_t;
+
+typedef struct {
+    link_t        link;        /* first: lists address entries and leases alike */
+    moon_kv_key_t key;
+    moon_kv_tag_t tag;
+    uint64_t      checksum;    /* COMMITTED, SPILLED */
+    uint64_t      client_id;   /* RESERVED: the writer */
+    uint64_t      deadline_ns; /* RESERVED */
+    uint32_t      slot;        /* RESERVED, COMMITTED: DRAM slot; SPILLED: SSD slot */
+    uint32_t      n_bytes;
+    uint32_t      n_leases;
+    uint32_t      gen;         /* bumped at each free; half of a put token */
+    uint8_t       state;
+    uint8_t       flags;
+    uint8_t       list;
+} entry_t;
+
+typedef struct {
+    link_t   link;
+    uint64_t client_id;
+    uint64_t last_ns;     /* last acquire, renew or transfer end */
+    uint32_t entry;       /* NIL: free */
+    uint32_t gen;
+    uint32_t n_transfers; /* in flight: never expires, ends at the last transfer_end */
+    uint8_t  list;
+    uint8_t  ending;      /* released or dropped during a transfer */
+} lease_t;
+
+typedef struct {
+    uint32_t entry; /* NIL: empty */
+    uint32_t frag;  /* high half of the key hash, to skip most entry loads */
+} bucket_t;
+
+struct moon_kv_shard {
+    uint32_t         shard_id;
+    size_t           slot_bytes;
+    uint32_t         n_slots;
+    char            *arena;
+    int              own_arena;
+    uint32_t         high_slots, low_slots;
+    uint64_t         reserve_timeout_ns;
+    int              verify_on_commit, verify_on_get;
+    moon_kv_event_fn on_event;
+    void            *event_arg;
+
+    uint32_t *free_slots; /* stack */
+    uint32_t  n_free_slots;
+
+    entry_t *entries; /* (max_entries) */
+    uint32_t max_entries;
+    list_t   free_entries, reserved, dram_lru, ssd_lru;
+
+    bucket_t *buckets; /* (bucket_mask + 1), linear probing, backward-shift delete */
+    uint64_t  bucket_mask;
+
+    lease_t *leases; /* (max_leases) */
+    uint32_t max_leases;
+    list_t   free_leases, idle_leases;
+    uint32_t n_leases;
+
+    int           has_ssd;
+    moon_kv_ssd_t ssd;
+    uint32_t     *free_ssd; /* stack */
+    uint32_t      n_free_ssd;
+
+    uint32_t              n_pinned;
+    moon_kv_shard_stats_t counters; /* the uint64 counters only */
+};
+
+/* ---- intrusive lists over the entry and lease tables ---- */
+
+static link_t *link_at(void *base, size_t stride, uint32_t i)
+{
+    return (link_t *)((char *)base + (size_t)i * stride);
+}
+
+static void list_init(list_t *l)
+{
+    l->head = l->tail = NIL;
+    l->n              = 0;
+}
+
+static void list_push_tail(list_t *l, void *base, size_t stride, uint32_t i)
+{
+    link_t *ln = link_at(base, stride, i);
+
+    ln->prev = l->tail;
+    ln->next = NIL;
+    if (l->tail != NIL) {
+        link_at(base, stride, l->tail)->next = i;
+    } else {
+        l->head = i;
+    }
+    l->tail = i;
+    l->n++;
+}
+
+static void list_unlink(list_t *l, void *base, size_t stride, uint32_t i)
+{
+    link_t *ln = link_at(base, stride, i);
+
+    if (ln->prev != NIL) {
+        link_at(base, stride, ln->prev)->next = ln->next;
+    } else {
+        l->head = ln->next;
+    }
+    if (ln->next != NIL) {
+        link_at(base, stride, ln->next)->prev = ln->prev;
+    } else {
+        l->tail = ln->prev;
+    }
+    ln->prev = ln->next = NIL;
+    l->n--;
+}
+
+static list_t *entry_list(moon_kv_shard_t *shard, uint8_t list)
+{
+    switch (list) {
+    case L_FREE:
+        return &shard->free_entries;
+    case L_RESERVED:
+        return &shard->reserved;
+    case L_DRAM:
+        return &shard->dram_lru;
+    case L_SSD:
+        return &shard->ssd_lru;
+    default:
+        return NULL;
+    }
+}
+
+static void entry_link(moon_kv_shard_t *shard, uint32_t e, uint8_t list)
+{
+    MOON_ASSERT(shard->entries[e].list == L_NONE);
+    list_push_tail(entry_list(shard, list), shard->entries, sizeof(entry_t), e);
+    shard->entries[e].list = list;
+}
+
+static void entry_unlink(moon_kv_shard_t *shard, uint32_t e)
+{
+    list_t *l = entry_list(shard, shard->entries[e].list);
+
+    if (l != NULL) {
+        list_unlink(l, shard->entries, sizeof(entry_t), e);
+        shard->entries[e].list = L_NONE;
+    }
+}
+
+/* ---- key index ---- */
+
+static int64_t index_find(const moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    uint64_t h    = moon_kv_key_hash(key);
+    uint32_t frag = (uint32_t)(h >> 32);
+    uint64_t pos  = h & shard->bucket_mask;
+
+    /* Load <= 2/3 and backward-shift deletes: the probe ends at an empty bucket. */
+    for (;;) {
+        const bucket_t *b = &shard->buckets[pos];
+
+        if (b->entry == NIL) {
+            return -1;
+        }
+        if (b->frag == frag && moon_kv_key_eq(shard->entries[b->entry].key, key)) {
+            return (int64_t)pos;
+        }
+        pos = (pos + 1) & shard->bucket_mask;
+    }
+}
+
+static uint32_t index_lookup(const moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    int64_t pos = index_find(shard, key);
+
+    return pos < 0 ? NIL : shard->buckets[pos].entry;
+}
+
+static void index_insert(moon_kv_shard_t *shard, uint32_t e)
+{
+    uint64_t h   = moon_kv_key_hash(shard->entries[e].key);
+    uint64_t pos = h & shard->bucket_mask;
+
+    while (shard->buckets[pos].entry != NIL) {
+        pos = (pos + 1) & shard->bucket_mask;
+    }
+    shard->buckets[pos].entry = e;
+    shard->buckets[pos].frag  = (uint32_t)(h >> 32);
+}
+
+static void index_delete_at(moon_kv_shard_t *shard, uint64_t pos)
+{
+    uint64_t mask = shard->bucket_mask;
+    uint64_t hole = pos;
+    uint64_t j    = pos;
+
+    /* Backward shift (Knuth 6.4 algorithm R): move later members of the run
+     * into the hole unless their home lies cyclically in (hole, j]. */
+    for (;;) {
+        uint64_t home;
+
+        j = (j + 1) & mask;
+        if (shard->buckets[j].entry == NIL) {
+            break;
+        }
+        home = moon_kv_key_hash(shard->entries[shard->buckets[j].entry].key) & mask;
+        if ((hole <= j) ? (home > hole && home <= j) : (home > hole || home <= j)) {
+            continue;
+        }
+        shard->buckets[hole] = shard->buckets[j];
+        hole                 = j;
+    }
+    shard->buckets[hole].entry = NIL;
+}
+
+static void index_delete(moon_kv_shard_t *shard, uint32_t e)
+{
+    int64_t pos = index_find(shard, shard->entries[e].key);
+
+    MOON_CHECK(pos >= 0 && shard->buckets[pos].entry == e);
+    index_delete_at(shard, (uint64_t)pos);
+}
+
+/* ---- slots, entries, events ---- */
+
+static uint32_t slot_take(moon_kv_shard_t *shard)
+{
+    return shard->n_free_slots == 0 ? NIL : shard->free_slots[--shard->n_free_slots];
+}
+
+static void slot_give(moon_kv_shard_t *shard, uint32_t slot)
+{
+    MOON_ASSERT(shard->n_free_slots < shard->n_slots);
+    shard->free_slots[shard->n_free_slots++] = slot;
+}
+
+static uint32_t ssd_take(moon_kv_shard_t *shard)
+{
+    return shard->n_free_ssd == 0 ? NIL : shard->free_ssd[--shard->n_free_ssd];
+}
+
+static void ssd_give(moon_kv_shard_t *shard, uint32_t slot)
+{
+    shard->free_ssd[shard->n_free_ssd++] = slot;
+}
+
+static char *slot_ptr(const moon_kv_shard_t *shard, uint32_t slot)
+{
+    return shard->arena + (size_t)slot * shard->slot_bytes;
+}
+
+static void entry_free(moon_kv_shard_t *shard, uint32_t e)
+{
+    entry_t *ent = &shard->entries[e];
+
+    if (ent->flags & F_PINNED) {
+        shard->n_pinned--;
+    }
+    ent->state    = ST_FREE;
+    ent->flags    = 0;
+    ent->n_leases = 0;
+    ent->gen      = ent->gen + 1 == 0 ? 1 : ent->gen + 1; /* stale tokens never match */
+    entry_link(shard, e, L_FREE);
+}
+
+static void emit(moon_kv_shard_t *shard, moon_kv_event_kind_t kind, const entry_t *ent)
+{
+    moon_kv_event_t ev;
+
+    if (shard->on_event == NULL) {
+        return;
+    }
+    ev.kind     = kind;
+    ev.shard_id = shard->shard_id;
+    ev.key      = ent->key;
+    ev.tag      = ent->tag;
+    shard->on_event(&ev, shard->event_arg);
+}
+
+static int tag_eq(const moon_kv_tag_t *a, const moon_kv_tag_t *b)
+{
+    return a->model_id == b->model_id && a->weight_version == b->weight_version;
+}
+
+/* Drops an SSD-resident block entirely (SSD LRU victim or failed read). */
+static void drop_spilled(moon_kv_shard_t *shard, uint32_t e, moon_kv_event_kind_t kind)
+{
+    entry_t *ent = &shard->entries[e];
+
+    entry_unlink(shard, e);
+    index_delete(shard, e);
+    ssd_give(shard, ent->slot);
+    emit(shard, kind, ent);
+    entry_free(shard, e);
+}
+
+/* Evicts the DRAM LRU head: spills it to the SSD tier if there is one (making
+ * room there by dropping the SSD LRU head), else drops it. Returns 0 when
+ * nothing is evictable. */
+static int evict_one(moon_kv_shard_t *shard)
+{
+    uint32_t e = shard->dram_lru.head;
+    entry_t *ent;
+
+    if (e == NIL) {
+        return 0;
+    }
+    ent = &shard->entries[e];
+    entry_unlink(shard, e);
+    if (shard->has_ssd) {
+        uint32_t ssd_slot = ssd_take(shard);
+
+        if (ssd_slot == NIL && shard->ssd_lru.head != NIL) {
+            drop_spilled(shard, shard->ssd_lru.head, MOON_KV_EVENT_EVICTED);
+            shard->counters.n_evicted++;
+            ssd_slot = ssd_take(shard);
+        }
+        if (ssd_slot != NIL) {
+            if (moon_kv_ssd_write(&shard->ssd, ssd_slot, slot_ptr(shard, ent->slot),
+                                  ent->n_bytes) == MOON_OK) {
+                slot_give(shard, ent->slot);
+                ent->slot  = ssd_slot;
+                ent->state = ST_SPILLED;
+                entry_link(shard, e, L_SSD);
+                shard->counters.n_spills++;
+                emit(shard, MOON_KV_EVENT_SPILLED, ent);
+                return 1;
+            }
+            ssd_give(shard, ssd_slot);
+            shard->counters.n_io_errors++;
+        }
+    }
+    index_delete(shard, e);
+    slot_give(shard, ent->slot);
+    shard->counters.n_evicted++;
+    emit(shard, MOON_KV_EVENT_EVICTED, ent);
+    entry_free(shard, e);
+    return 1;
+}
+
+/* After a slot was taken: above the high watermark, evict down to the low one. */
+static void enforce_watermark(moon_kv_shard_t *shard)
+{
+    if (shard->n_slots - shard->n_free_slots <= shard->high_slots) {
+        return;
+    }
+    while (shard->n_slots - shard->n_free_slots > shard->low_slots && evict_one(shard)) {
+    }
+}
+
+/* Takes a DRAM slot, evicting one block if none is free. NIL: all slots are
+ * reserved, leased or pinned. */
+static uint32_t slot_take_evicting(moon_kv_shard_t *shard)
+{
+    if (shard->n_free_slots == 0) {
+        evict_one(shard);
+    }
+    return slot_take(shard);
+}
+
+/* Drops a readable block from the index (remove, failed check). A leased one
+ * becomes an orphan that keeps its slot until its last lease ends. */
+static void drop_block(moon_kv_shard_t *shard, uint32_t e, moon_kv_event_kind_t kind)
+{
+    entry_t *ent = &shard->entries[e];
+
+    if (ent->state == ST_SPILLED) {
+        drop_spilled(shard, e, kind);
+        return;
+    }
+    entry_unlink(shard, e);
+    index_delete(shard, e);
+    emit(shard, kind, ent);
+    if (ent->flags & F_PINNED) {
+        ent->flags &= (uint8_t)~F_PINNED;
+        shard->n_pinned--;
+    }
+    if (ent->n_leases > 0) {
+        ent->flags |= F_ORPHAN;
+        return;
+    }
+    slot_give(shard, ent->slot);
+    entry_free(shard, e);
+}
+
+/* Brings a spilled block back into a DRAM slot. On success the entry is
+ * COMMITTED and in no list (the caller leases, pins or links it). */
+static moon_status_t promote(moon_kv_shard_t *shard, uint32_t e)
+{
+    entry_t      *ent = &shard->entries[e];
+    uint32_t      slot;
+    moon_status_t status;
+
+    entry_unlink(shard, e); /* out of the SSD LRU: making room must not drop it */
+    slot = slot_take_evicting(shard);
+    if (slot == NIL) {
+        entry_link(shard, e, L_SSD);
+        return MOON_ERR_NO_RESOURCE;
+    }
+    status = moon_kv_ssd_read(&shard->ssd, ent->slot, slot_ptr(shard, slot), ent->n_bytes);
+    if (status != MOON_OK) {
+        slot_give(shard, slot);
+        shard->counters.n_io_errors++;
+        shard->counters.n_removed++;
+        drop_spilled(shard, e, MOON_KV_EVENT_REMOVED);
+        return status;
+    }
+    ssd_give(shard, ent->slot);
+    ent->slot  = slot;
+    ent->state = ST_COMMITTED;
+    shard->counters.n_promotes++;
+    emit(shard, MOON_KV_EVENT_PROMOTED, ent);
+    enforce_watermark(shard);
+    return MOON_OK;
+}
+
+static void revoke_entry(moon_kv_shard_t *shard, uint32_t e)
+{
+    entry_unlink(shard, e);
+    index_delete(shard, e);
+    slot_give(shard, shard->entries[e].slot);
+    entry_free(shard, e);
+}
+
+/* ---- leases ---- */
+
+static void entry_unlease(moon_kv_shard_t *shard, uint32_t e)
+{
+    entry_t *ent = &shard->entries[e];
+
+    MOON_ASSERT(ent->n_leases > 0);
+    if (--ent->n_leases > 0) {
+        return;
+    }
+    if (ent->flags & F_ORPHAN) {
+        slot_give(shard, ent->slot);
+        entry_free(shard, e);
+    } else if (!(ent->flags & F_PINNED)) {
+        entry_link(shard, e, L_DRAM); /* a use: most recently used */
+    }
+}
+
+static void lease_end(moon_kv_shard_t *shard, uint32_t l)
+{
+    lease_t *ls = &shard->leases[l];
+    uint32_t e  = ls->entry;
+
+    if (ls->list == L_LEASE_IDLE) {
+        list_unlink(&shard->idle_leases, shard->leases, sizeof(lease_t), l);
+    }
+    ls->entry       = NIL;
+    ls->gen         = ls->gen + 1 == 0 ? 1 : ls->gen + 1;
+    ls->n_transfers = 0;
+    ls->ending      = 0;
+    ls->list        = L_FREE;
+    list_push_tail(&shard->free_leases, shard->leases, sizeof(lease_t), l);
+    shard->n_leases--;
+    entry_unlease(shard, e);
+}
+
+static void lease_touch(moon_kv_shard_t *shard, uint32_t l, uint64_t now_ns)
+{
+    lease_t *ls = &shard->leases[l];
+
+    if (ls->list == L_LEASE_IDLE) {
+        list_unlink(&shard->idle_leases, shard->leases, sizeof(lease_t), l);
+    }
+    ls->last_ns = now_ns;
+    list_push_tail(&shard->idle_leases, shard->leases, sizeof(lease_t), l);
+    ls->list = L_LEASE_IDLE;
+}
+
+static moon_status_t lease_find(const moon_kv_shard_t *shard, uint64_t lease, uint32_t *l_p)
+{
+    uint32_t l   = (uint32_t)lease;
+    uint32_t gen = (uint32_t)(lease >> 32);
+
+    if (gen == 0 || l >= shard->max_leases) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (shard->leases[l].gen != gen || shard->leases[l].entry == NIL) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    *l_p = l;
+    return MOON_OK;
+}
+
+static moon_status_t token_find(const moon_kv_shard_t *shard, uint64_t token, uint32_t *e_p)
+{
+    uint32_t e   = (uint32_t)token;
+    uint32_t gen = (uint32_t)(token >> 32);
+
+    if (gen == 0 || e >= shard->max_entries) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (shard->entries[e].gen != gen || shard->entries[e].state != ST_RESERVED) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    *e_p = e;
+    return MOON_OK;
+}
+
+/* ---- lifecycle ---- */
+
+void moon_kv_shard_config_init(moon_kv_shard_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->high_watermark     = DEFAULT_HIGH_WATERMARK;
+    cfg->low_watermark      = DEFAULT_LOW_WATERMARK;
+    cfg->reserve_timeout_ns = DEFAULT_RESERVE_TIMEOUT_NS;
+    cfg->verify_on_commit   = 1;
+    cfg->verify_on_get      = 1;
+}
+
+static uint64_t next_pow2(uint64_t v)
+{
+    uint64_t p = 1;
+
+    while (p < v) {
+        p <<= 1;
+    }
+    return p;
+}
+
+moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_shard_t **shard_p)
+{
+    moon_kv_shard_t *shard;
+    moon_status_t    status;
+    double           high, low;
+    uint64_t         ssd_slots = 0, max_entries, n_buckets, max_leases;
+    size_t           arena_bytes;
+    long             page = sysconf(_SC_PAGESIZE);
+
+    if (cfg == NULL || shard_p == NULL || cfg->slot_bytes == 0 ||
+        cfg->slot_bytes > UINT32_MAX || cfg->n_slots == 0 || cfg->n_slots == NIL ||
+        cfg->slot_bytes > SIZE_MAX / cfg->n_slots) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    high = cfg->high_watermark == 0 ? DEFAULT_HIGH_WATERMARK : cfg->high_watermark;
+    low  = cfg->low_watermark == 0 ? DEFAULT_LOW_WATERMARK : cfg->low_watermark;
+    if (!(low > 0 && low <= high && high <= 1.0)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    arena_bytes = cfg->slot_bytes * cfg->n_slots;
+    if (cfg->arena != NULL && cfg->arena_bytes < arena_bytes) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (cfg->ssd_path != NULL) {
+        ssd_slots = MOON_MIN(cfg->ssd_bytes / cfg->slot_bytes, (uint64_t)NIL - 1);
+        if (ssd_slots == 0) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    max_entries = cfg->max_entries != 0 ? cfg->max_entries : cfg->n_slots + ssd_slots;
+    max_leases  = cfg->max_leases != 0 ? cfg->max_leases : 4ull * cfg->n_slots;
+    if (max_entries > MAX_ENTRIES || max_leases > MAX_ENTRIES) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    n_buckets = next_pow2(max_entries + max_entries / 2 + 1); /* load <= 2/3 */
+
+    shard = moon_calloc(1, sizeof(*shard));
+    if (shard == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    shard->ssd.fd             = -1;
+    shard->shard_id           = cfg->shard_id;
+    shard->slot_bytes         = cfg->slot_bytes;
+    shard->n_slots            = cfg->n_slots;
+    shard->high_slots         = (uint32_t)(high * cfg->n_slots);
+    shard->low_slots          = (uint32_t)(low * cfg->n_slots);
+    shard->reserve_timeout_ns = cfg->reserve_timeout_ns != 0 ? cfg->reserve_timeout_ns
+                                                             : DEFAULT_RESERVE_TIMEOUT_NS;
+    shard->verify_on_commit   = cfg->verify_on_commit;
+    shard->verify_on_get      = cfg->verify_on_get;
+    shard->on_event           = cfg->on_event;
+    shard->event_arg          = cfg->event_arg;
+    shard->max_entries        = (uint32_t)max_entries;
+    shard->max_leases         = (uint32_t)max_leases;
+    shard->bucket_mask        = n_buckets - 1;
+
+    status = MOON_ERR_NO_MEMORY;
+    if (cfg->arena != NULL) {
+        shard->arena = cfg->arena;
+    } else {
+        size_t rounded = (arena_bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+
+        shard->arena = moon_aligned_alloc((size_t)page, rounded);
+        if (shard->arena == NULL) {
+            goto err_free;
+        }
+        shard->own_arena = 1;
+    }
+    shard->free_slots = moon_malloc(sizeof(uint32_t) * cfg->n_slots);
+    shard->entries    = moon_malloc(sizeof(entry_t) * max_entries);
+    shard->buckets    = moon_malloc(sizeof(bucket_t) * n_buckets);
+    shard->leases     = moon_malloc(sizeof(lease_t) * max_leases);
+    if (shard->free_slots == NULL || shard->entries == NULL || shard->buckets == NULL ||
+        shard->leases == NULL) {
+        goto err_free;
+    }
+    if (ssd_slots > 0) {
+        shard->free_ssd = moon_malloc(sizeof(uint32_t) * ssd_slots);
+        if (shard->free_ssd == NULL) {
+            goto err_free;
+        }
+        status = moon_kv_ssd_open(&shard->ssd, cfg->ssd_path, cfg->slot_bytes,
+                                  (uint32_t)ssd_slots);
+        if (status != MOON_OK) {
+            goto err_free;
+        }
+        shard->has_ssd = 1;
+        /* Stack order: slot 0 is taken first. */
+        for (uint32_t i = 0; i < ssd_slots; i++) {
+            shard->free_ssd[i] = (uint32_t)ssd_slots - 1 - i;
+        }
+        shard->n_free_ssd = (uint32_t)ssd_slots;
+    }
+
+    for (uint32_t i = 0; i < cfg->n_slots; i++) {
+        shard->free_slots[i] = cfg->n_slots - 1 - i;
+    }
+    shard->n_free_slots = cfg->n_slots;
+    list_init(&shard->free_entries);
+    list_init(&shard->reserved);
+    list_init(&shard->dram_lru);
+    list_init(&shard->ssd_lru);
+    list_init(&shard->free_leases);
+    list_init(&shard->idle_leases);
+    for (uint32_t i = 0; i < max_entries; i++) {
+        memset(&shard->entries[i], 0, sizeof(entry_t));
+        shard->entries[i].gen = 1;
+        entry_link(shard, i, L_FREE);
+    }
+    for (uint64_t i = 0; i < n_buckets; i++) {
+        shard->buckets[i].entry = NIL;
+    }
+    for (uint32_t i = 0; i < max_leases; i++) {
+        memset(&shard->leases[i], 0, sizeof(lease_t));
+        shard->leases[i].entry = NIL;
+        shard->leases[i].gen   = 1;
+        shard->leases[i].list  = L_FREE;
+        list_push_tail(&shard->free_leases, shard->leases, sizeof(lease_t), i);
+    }
+    MOON_DEBUG_LOG("kv shard %u: %u slots of %zu bytes, %u entries, %llu ssd slots",
+                   shard->shard_id, shard->n_slots, shard->slot_bytes, shard->max_entries,
+                   (unsigned long long)ssd_slots);
+    *shard_p = shard;
+    return MOON_OK;
+
+err_free:
+    moon_free(shard->free_ssd);
+    moon_free(shard->leases);
+    moon_free(shard->buckets);
+    moon_free(shard->entries);
+    moon_free(shard->free_slots);
+    if (shard->own_arena) {
+        moon_free(shard->arena);
+    }
+    moon_free(shard);
+    return status;
+}
+
+void moon_kv_shard_destroy(moon_kv_shard_t *shard)
+{
+    if (shard == NULL) {
+        return;
+    }
+    moon_kv_ssd_close(&shard->ssd);
+    moon_free(shard->free_ssd);
+    moon_free(shard->leases);
+    moon_free(shard->buckets);
+    moon_free(shard->entries);
+    moon_free(shard->free_slots);
+    if (shard->own_arena) {
+        moon_free(shard->arena);
+    }
+    moon_free(shard);
+}
+
+void *moon_kv_shard_arena(const moon_kv_shard_t *shard, size_t *bytes_p)
+{
+    if (bytes_p != NULL) {
+        *bytes_p = shard->slot_bytes * shard->n_slots;
+    }
+    return shard->arena;
+}
+
+/* ---- puts ---- */
+
+moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
+                                    moon_kv_key_t key, size_t n_bytes, uint64_t client_id,
+                                    uint64_t now_ns, moon_kv_put_t *put_p)
+{
+    uint32_t e, slot;
+    entry_t *ent;
+
+    if (shard == NULL || tag == NULL || put_p == NULL || n_bytes == 0 ||
+        n_bytes > shard->slot_bytes) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (index_find(shard, key) >= 0) {
+        return MOON_ERR_EXISTS;
+    }
+    /* Decide before changing anything: a slot must be free or evictable. */
+    if (shard->n_free_slots == 0 && shard->dram_lru.n == 0) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    if (shard->free_entries.n == 0) {
+        /* Entry table full (max_entries below slots + SSD slots): drop the
+         * coldest block, SSD first, to reuse its entry. */
+        if (shard->ssd_lru.head != NIL) {
+            drop_spilled(shard, shard->ssd_lru.head, MOON_KV_EVENT_EVICTED);
+            shard->counters.n_evicted++;
+        } else if (shard->dram_lru.head != NIL) {
+            uint32_t victim = shard->dram_lru.head;
+
+            entry_unlink(shard, victim);
+            index_delete(shard, victim);
+            slot_give(shard, shard->entries[victim].slot);
+            shard->counters.n_evicted++;
+            emit(shard, MOON_KV_EVENT_EVICTED, &shard->entries[victim]);
+            entry_free(shard, victim);
+        } else {
+            return MOON_ERR_NO_RESOURCE;
+        }
+    }
+    slot = slot_take_evicting(shard);
+    MOON_CHECK(slot != NIL); /* guaranteed by the checks above */
+    e = shard->free_entries.head;
+    entry_unlink(shard, e);
+    ent              = &shard->entries[e];
+    ent->key         = key;
+    ent->tag         = *tag;
+    ent->checksum    = 0;
+    ent->client_id   = client_id;
+    ent->deadline_ns = now_ns + shard->reserve_timeout_ns;
+    ent->slot        = slot;
+    ent->n_bytes     = (uint32_t)n_bytes;
+    ent->n_leases    = 0;
+    ent->state       = ST_RESERVED;
+    ent->flags       = 0;
+    index_insert(shard, e);
+    entry_link(shard, e, L_RESERVED);
+    enforce_watermark(shard);
+
+    put_p->token     = (uint64_t)ent->gen << 32 | e;
+    put_p->offset    = (uint64_t)slot * shard->slot_bytes;
+    put_p->ptr       = slot_ptr(shard, slot);
+    put_p->max_bytes = shard->slot_bytes;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_commit(moon_kv_shard_t *shard, uint64_t token, size_t n_bytes,
+                                   uint64_t checksum)
+{
+    moon_status_t status;
+    uint32_t      e;
+    entry_t      *ent;
+
+    if (shard == NULL || n_bytes == 0 || n_bytes > shard->slot_bytes) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = token_find(shard, token, &e);
+    if (status != MOON_OK) {
+        return status;
+    }
+    ent = &shard->entries[e];
+    if (shard->verify_on_commit &&
+        moon_kv_checksum(slot_ptr(shard, ent->slot), n_bytes) != checksum) {
+        shard->counters.n_corrupt++;
+        return MOON_ERR_CORRUPT;
+    }
+    entry_unlink(shard, e);
+    ent->state    = ST_COMMITTED;
+    ent->n_bytes  = (uint32_t)n_bytes;
+    ent->checksum = checksum;
+    entry_link(shard, e, L_DRAM);
+    shard->counters.n_puts++;
+    emit(shard, MOON_KV_EVENT_STORED, ent);
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_revoke(moon_kv_shard_t *shard, uint64_t token)
+{
+    moon_status_t status;
+    uint32_t      e;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = token_find(shard, token, &e);
+    if (status != MOON_OK) {
+        return status;
+    }
+    revoke_entry(shard, e);
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_put(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
+                                moon_kv_key_t key, const void *bytes, size_t n_bytes,
+                                uint64_t client_id, uint64_t now_ns)
+{
+    moon_kv_put_t put;
+    moon_status_t status;
+
+    if (bytes == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = moon_kv_shard_reserve(shard, tag, key, n_bytes, client_id, now_ns, &put);
+    if (status != MOON_OK) {
+        return status;
+    }
+    memcpy(put.ptr, bytes, n_bytes);
+    status = moon_kv_shard_commit(shard, put.token, n_bytes, moon_kv_checksum(bytes, n_bytes));
+    MOON_CHECK(status == MOON_OK); /* the bytes were just copied in */
+    return MOON_OK;
+}
+
+/* ---- gets and leases ---- */
+
+moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
+                                moon_kv_key_t key, uint64_t client_id, uint64_t now_ns,
+                                moon_kv_get_t *get_p)
+{
+    moon_status_t status;
+    uint32_t      e, l;
+    entry_t      *ent;
+    lease_t      *ls;
+
+    if (shard == NULL || tag == NULL || get_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = index_lookup(shard, key);
+    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
+        shard->counters.n_get_misses++;
+        return MOON_ERR_NOT_FOUND;
+    }
+    ent = &shard->entries[e];
+    if (!tag_eq(&ent->tag, tag)) {
+        shard->counters.n_tag_mismatch++;
+        shard->counters.n_get_misses++;
+        return MOON_ERR_NOT_FOUND;
+    }
+    if (shard->free_leases.n == 0) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    if (ent->state == ST_SPILLED) {
+        status = promote(shard, e);
+        if (status != MOON_OK) {
+            return status;
+        }
+        /* Readable and in no list: the lease below keeps it from eviction. */
+    }
+    if (shard->verify_on_get &&
+        moon_kv_checksum(slot_ptr(shard, ent->slot), ent->n_bytes) != ent->checksum) {
+        MOON_WARN("kv shard %u: block %016llx%016llx failed its checksum; dropped",
+                  shard->shard_id, (unsigned long long)key.hi, (unsigned long long)key.lo);
+        shard->counters.n_corrupt++;
+        shard->counters.n_removed++;
+        drop_block(shard, e, MOON_KV_EVENT_REMOVED);
+        return MOON_ERR_CORRUPT;
+    }
+    if (ent->list == L_DRAM) {
+        entry_unlink(shard, e); /* leased: not evictable */
+    }
+    ent->n_leases++;
+    l = shard->free_leases.head;
+    list_unlink(&shard->free_leases, shard->leases, sizeof(lease_t), l);
+    ls              = &shard->leases[l];
+    ls->list        = L_NONE;
+    ls->entry       = e;
+    ls->client_id   = client_id;
+    ls->n_transfers = 0;
+    ls->ending      = 0;
+    lease_touch(shard, l, now_ns);
+    shard->n_leases++;
+    shard->counters.n_gets++;
+
+    get_p->lease    = (uint64_t)ls->gen << 32 | l;
+    get_p->offset   = (uint64_t)ent->slot * shard->slot_bytes;
+    get_p->ptr      = slot_ptr(shard, ent->slot);
+    get_p->n_bytes  = ent->n_bytes;
+    get_p->checksum = ent->checksum;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_release(moon_kv_shard_t *shard, uint64_t lease)
+{
+    moon_status_t status;
+    uint32_t      l;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = lease_find(shard, lease, &l);
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (shard->leases[l].ending) {
+        return MOON_ERR_NOT_FOUND; /* already released; ends at transfer_end */
+    }
+    if (shard->leases[l].n_transfers > 0) {
+        shard->leases[l].ending = 1;
+        return MOON_OK;
+    }
+    lease_end(shard, l);
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_lease_transfer_begin(moon_kv_shard_t *shard, uint64_t lease)
+{
+    moon_status_t status;
+    uint32_t      l;
+    lease_t      *ls;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = lease_find(shard, lease, &l);
+    if (status != MOON_OK) {
+        return status;
+    }
+    ls = &shard->leases[l];
+    if (ls->ending || ls->n_transfers == UINT32_MAX) {
+        return ls->ending ? MOON_ERR_NOT_FOUND : MOON_ERR_INVALID_PARAM;
+    }
+    if (ls->list == L_LEASE_IDLE) {
+        list_unlink(&shard->idle_leases, shard->leases, sizeof(lease_t), l);
+        ls->list = L_NONE; /* in flight: out of reach of the expiry sweep */
+    }
+    ls->n_transfers++;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_lease_transfer_end(moon_kv_shard_t *shard, uint64_t lease,
+                                               uint64_t now_ns)
+{
+    moon_status_t status;
+    uint32_t      l;
+    lease_t      *ls;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = lease_find(shard, lease, &l);
+    if (status != MOON_OK) {
+        return status;
+    }
+    ls = &shard->leases[l];
+    if (ls->n_transfers == 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (--ls->n_transfers > 0) {
+        return MOON_OK;
+    }
+    if (ls->ending) {
+        lease_end(shard, l);
+    } else {
+        lease_touch(shard, l, now_ns);
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_lease_renew(moon_kv_shard_t *shard, uint64_t lease, uint64_t now_ns)
+{
+    moon_status_t status;
+    uint32_t      l;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = lease_find(shard, lease, &l);
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (shard->leases[l].ending) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    if (shard->leases[l].n_transfers == 0) {
+        lease_touch(shard, l, now_ns);
+    } else {
+        shard->leases[l].last_ns = now_ns;
+    }
+    return MOON_OK;
+}
+
+void moon_kv_shard_expire(moon_kv_shard_t *shard, uint64_t now_ns, uint64_t lease_timeout_ns,
+                          uint64_t *n_expired_p)
+{
+    uint64_t n = 0;
+
+    while (shard->reserved.head != NIL &&
+           shard->entries[shard->reserved.head].deadline_ns <= now_ns) {
+        uint32_t e = shard->reserved.head;
+
+        MOON_DEBUG_LOG("kv shard %u: reservation of client %llu expired", shard->shard_id,
+                       (unsigned long long)shard->entries[e].client_id);
+        revoke_entry(shard, e);
+        shard->counters.n_expired_reservations++;
+        n++;
+    }
+    while (lease_timeout_ns > 0 && shard->idle_leases.head != NIL) {
+        uint32_t l    = shard->idle_leases.head;
+        uint64_t last = shard->leases[l].last_ns;
+
+        if (now_ns < last || now_ns - last < lease_timeout_ns) {
+            break;
+        }
+        lease_end(shard, l);
+        shard->counters.n_expired_leases++;
+        n++;
+    }
+    if (n_expired_p != NULL) {
+        *n_expired_p = n;
+    }
+}
+
+uint64_t moon_kv_shard_drop_client(moon_kv_shard_t *shard, uint64_t client_id)
+{
+    uint64_t n = 0;
+    uint32_t e = shard->reserved.head;
+
+    while (e != NIL) {
+        uint32_t next = shard->entries[e].link.next;
+
+        if (shard->entries[e].client_id == client_id) {
+            revoke_entry(shard, e);
+            n++;
+        }
+        e = next;
+    }
+    for (uint32_t l = 0; l < shard->max_leases; l++) {
+        lease_t *ls = &shard->leases[l];
+
+        if (ls->entry == NIL || ls->client_id != client_id || ls->ending) {
+            continue;
+        }
+        if (ls->n_transfers > 0) {
+            ls->ending = 1; /* the shard's own transfer still reads the slot */
+        } else {
+            lease_end(shard, l);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* ---- queries, remove, pin ---- */
+
+static int readable(const moon_kv_shard_t *shard, const moon_kv_tag_t *tag, moon_kv_key_t key)
+{
+    uint32_t e = index_lookup(shard, key);
+
+    return e != NIL && shard->entries[e].state != ST_RESERVED &&
+           tag_eq(&shard->entries[e].tag, tag);
+}
+
+moon_status_t moon_kv_shard_exists(const moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
+                                   const moon_kv_key_t *keys, size_t n, uint8_t *present)
+{
+    if (shard == NULL || tag == NULL || (n > 0 && (keys == NULL || present == NULL))) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        present[i] = (uint8_t)readable(shard, tag, keys[i]);
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard,
+                                           const moon_kv_tag_t *tag, const moon_kv_key_t *keys,
+                                           size_t n, size_t *n_hit_p)
+{
+    size_t i = 0;
+
+    if (shard == NULL || tag == NULL || n_hit_p == NULL || (n > 0 && keys == NULL)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    while (i < n && readable(shard, tag, keys[i])) {
+        i++;
+    }
+    *n_hit_p = i;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_remove(moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    uint32_t e;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = index_lookup(shard, key);
+    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    shard->counters.n_removed++;
+    drop_block(shard, e, MOON_KV_EVENT_REMOVED);
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_pin(moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    moon_status_t status;
+    uint32_t      e;
+    entry_t      *ent;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = index_lookup(shard, key);
+    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    ent = &shard->entries[e];
+    if (ent->state == ST_SPILLED) {
+        status = promote(shard, e);
+        if (status != MOON_OK) {
+            return status;
+        }
+    }
+    if (ent->flags & F_PINNED) {
+        return MOON_OK;
+    }
+    entry_unlink(shard, e); /* out of the DRAM LRU if it was there */
+    ent->flags |= F_PINNED;
+    shard->n_pinned++;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_shard_unpin(moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    uint32_t e;
+    entry_t *ent;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = index_lookup(shard, key);
+    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    ent = &shard->entries[e];
+    if (!(ent->flags & F_PINNED)) {
+        return MOON_OK;
+    }
+    ent->flags &= (uint8_t)~F_PINNED;
+    shard->n_pinned--;
+    if (ent->n_leases == 0) {
+        entry_link(shard, e, L_DRAM);
+    }
+    return MOON_OK;
+}
+
+moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_kv_key_t key)
+{
+    uint32_t e = index_lookup(shard, key);
+
+    if (e == NIL) {
+        return MOON_KV_STATE_ABSENT;
+    }
+    switch (shard->entries[e].state) {
+    case ST_RESERVED:
+        return MOON_KV_STATE_RESERVED;
+    case ST_COMMITTED:
+        return MOON_KV_STATE_COMMITTED;
+    default:
+        return MOON_KV_STATE_SPILLED;
+    }
+}
+
+void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats)
+{
+    *stats                = shard->counters;
+    stats->n_slots        = shard->n_slots;
+    stats->used_slots     = shard->n_slots - shard->n_free_slots;
+    stats->ssd_slots      = shard->has_ssd ? shard->ssd.n_slots : 0;
+    stats->ssd_used_slots = shard->has_ssd ? shard->ssd.n_slots - shard->n_free_ssd : 0;
+    stats->n_reserved     = shard->reserved.n;
+    stats->n_spilled      = shard->ssd_lru.n;
+    stats->n_committed    = shard->max_entries - shard->free_entries.n - shard->reserved.n -
+                         shard->ssd_lru.n;
+    stats->n_pinned       = shard->n_pinned;
+    stats->n_leases       = shard->n_leases;
+}
