@@ -1,0 +1,60 @@
+/* moonlet/runtime.h - one actor runtime per (simulated) rank: its actor table,
+ * its executor (worker threads pinned with hwloc, or the deterministic
+ * single-threaded executor with a virtual clock), timers and names.
+ * create/destroy from one thread; run from one thread; shutdown from any. */
+#ifndef MOONLET_RUNTIME_H
+#define MOONLET_RUNTIME_H
+
+#include "moonlet/actor.h"
+
+/* Called for every message dispatched (before its handler), on the dispatching
+ * thread: the deterministic executor's trace, debugging. */
+typedef void (*moon_trace_fn)(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg,
+                              moon_addr_t dst);
+
+typedef struct {
+    uint32_t      n_workers;      /* 0: one per core (hwloc) */
+    int           pin_workers;    /* bind worker i to core i (hwloc) */
+    uint32_t      batch;          /* max messages per actor turn (default 100) */
+    uint32_t      mailbox_bound;  /* depth that marks an actor overloaded (default 1024) */
+    uint32_t      max_actors;     /* actor table size (default 1 << 20) */
+    uint32_t      rank;           /* this runtime's rank in addresses */
+    int           deterministic;  /* 1: seeded single-thread executor, virtual clock */
+    uint64_t      seed;           /* deterministic executor's seed */
+    uint64_t      sim_max_ns;     /* deterministic: stop when virtual time passes this (0: never) */
+    moon_trace_fn trace;          /* optional */
+    void         *trace_arg;
+} moon_runtime_config_t;
+
+MOON_API void moon_runtime_config_default(moon_runtime_config_t *cfg);
+
+/* Creates a runtime (no thread started yet). Registers the runtime's message
+ * types. MOON_ERR_INVALID_PARAM for a bad config. */
+MOON_API moon_status_t moon_runtime_create(const moon_runtime_config_t *cfg, moon_runtime_t **rt_p);
+/* Stops workers if running, ends every actor (fini runs), frees everything. */
+MOON_API void moon_runtime_destroy(moon_runtime_t *rt);
+
+/* Runs actors until moon_runtime_shutdown() or until no actor is alive.
+ * Threaded: starts the workers and blocks; deterministic: runs the seeded
+ * loop on the calling thread (also stopping when nothing is runnable and no
+ * timer is pending). Returns the shutdown code (0 when actors ran out). */
+MOON_API int moon_runtime_run(moon_runtime_t *rt);
+/* Threaded only: start workers and return; moon_runtime_wait blocks like run. */
+MOON_API moon_status_t moon_runtime_start(moon_runtime_t *rt);
+MOON_API int           moon_runtime_wait(moon_runtime_t *rt);
+/* Makes run/wait return with code; any thread, also from handlers. */
+MOON_API void moon_runtime_shutdown(moon_runtime_t *rt, int code);
+
+/* Deterministic only: runs at most n dispatches (0: until idle); returns how
+ * many ran. Lets tests step a schedule. */
+MOON_API uint64_t moon_runtime_step(moon_runtime_t *rt, uint64_t n);
+
+typedef struct {
+    uint64_t n_actors_alive;
+    uint64_t n_dead_letters;   /* messages for actors that had ended */
+    uint64_t n_dispatched;
+    uint32_t n_workers;
+} moon_runtime_stats_t;
+MOON_API void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p);
+
+#endif /* MOONLET_RUNTIME_H */

@@ -1,0 +1,482 @@
+/* runtime/msg_codec.c - msgpack encode/decode of registered message types,
+ * driven by the field tables the schema macros generate.
+ *
+ * Encoding uses msgpack-c's packer. Decoding uses a small bounds-checked reader
+ * instead of msgpack-c's unpacker: input comes from the wire and may be
+ * hostile, and the unpacker sizes its zone from the counts the input claims
+ * (a 5-byte header can ask for gigabytes). The reader validates everything
+ * against the descriptor first, allocates once, then fills. */
+#include "msg_internal.h"
+
+#include "moonlet/log.h"
+
+#include <msgpack.h>
+#include <string.h>
+
+#define HDR_ITEMS 4 /* type, flags, src, seq */
+
+/* ---- encode --------------------------------------------------------------- */
+typedef struct {
+    char  *buf;
+    size_t cap, len;
+    int    overflow;
+} out_buf_t;
+
+static int out_write(void *data, const char *bytes, size_t len)
+{
+    out_buf_t *o = data;
+
+    if (o->overflow || len > o->cap - o->len) {
+        o->overflow = 1;
+        return -1;
+    }
+    memcpy(o->buf + o->len, bytes, len);
+    o->len += len;
+    return 0;
+}
+
+static int span_ok(const moon_msg_hdr_t *msg, moon_span_t span, uint64_t elem_bytes)
+{
+    return (uint64_t)span.off + (uint64_t)span.n * elem_bytes <= msg->size_bytes &&
+           (span.n == 0 || span.off >= sizeof(moon_msg_hdr_t));
+}
+
+size_t moon_msg_encoded_bound(const moon_msg_hdr_t *msg)
+{
+    const moon_msg_desc_t *d     = moon_msg_desc(msg->type);
+    size_t                 bound = 5 + HDR_ITEMS * 9;
+
+    if (d == NULL) {
+        return bound;
+    }
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
+
+        switch (d->fields[i].kind) {
+        case MOON_FIELD_str:
+        case MOON_FIELD_bytes: bound += 5 + span->n; break;
+        case MOON_FIELD_u32s: bound += 5 + (size_t)span->n * 5; break;
+        case MOON_FIELD_u64s: bound += 5 + (size_t)span->n * 9; break;
+        default: bound += 9; break;
+        }
+    }
+    return bound;
+}
+
+moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, size_t *len_p)
+{
+    const moon_msg_desc_t *d = moon_msg_desc(msg->type);
+    out_buf_t              o = {buf, cap, 0, 0};
+    msgpack_packer         pk;
+
+    if (d == NULL) {
+        MOON_ERROR("encode: message type %u is not registered", msg->type);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    msgpack_packer_init(&pk, &o, out_write);
+    msgpack_pack_array(&pk, HDR_ITEMS + d->n_fields);
+    msgpack_pack_uint16(&pk, msg->type);
+    msgpack_pack_uint16(&pk, msg->flags);
+    msgpack_pack_uint64(&pk, msg->src);
+    msgpack_pack_uint64(&pk, msg->seq);
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const char        *f    = (const char *)msg + d->fields[i].offset;
+        const moon_span_t *span = (const moon_span_t *)f;
+        const char        *data = (const char *)msg + span->off;
+
+        switch (d->fields[i].kind) {
+        case MOON_FIELD_u8: msgpack_pack_uint8(&pk, *(const uint8_t *)f); break;
+        case MOON_FIELD_u16: msgpack_pack_uint16(&pk, *(const uint16_t *)f); break;
+        case MOON_FIELD_u32: msgpack_pack_uint32(&pk, *(const uint32_t *)f); break;
+        case MOON_FIELD_u64:
+        case MOON_FIELD_addr: msgpack_pack_uint64(&pk, *(const uint64_t *)f); break;
+        case MOON_FIELD_i32: msgpack_pack_int32(&pk, *(const int32_t *)f); break;
+        case MOON_FIELD_i64: msgpack_pack_int64(&pk, *(const int64_t *)f); break;
+        case MOON_FIELD_f32: msgpack_pack_float(&pk, *(const float *)f); break;
+        case MOON_FIELD_f64: msgpack_pack_double(&pk, *(const double *)f); break;
+        case MOON_FIELD_str:
+        case MOON_FIELD_bytes:
+            if (!span_ok(msg, *span, 1)) {
+                goto bad_span;
+            }
+            if (d->fields[i].kind == MOON_FIELD_str) {
+                msgpack_pack_str_with_body(&pk, data, span->n);
+            } else {
+                msgpack_pack_bin_with_body(&pk, data, span->n);
+            }
+            break;
+        case MOON_FIELD_u32s:
+            if (!span_ok(msg, *span, 4)) {
+                goto bad_span;
+            }
+            msgpack_pack_array(&pk, span->n);
+            for (uint32_t k = 0; k < span->n; k++) {
+                uint32_t v;
+                memcpy(&v, data + 4 * (size_t)k, 4);
+                msgpack_pack_uint32(&pk, v);
+            }
+            break;
+        case MOON_FIELD_u64s:
+            if (!span_ok(msg, *span, 8)) {
+                goto bad_span;
+            }
+            msgpack_pack_array(&pk, span->n);
+            for (uint32_t k = 0; k < span->n; k++) {
+                uint64_t v;
+                memcpy(&v, data + 8 * (size_t)k, 8);
+                msgpack_pack_uint64(&pk, v);
+            }
+            break;
+        }
+    }
+    if (o.overflow) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    *len_p = o.len;
+    return MOON_OK;
+
+bad_span:
+    MOON_ERROR("encode %s: field %s span outside the message", d->name, d->fields[0].name);
+    return MOON_ERR_INVALID_PARAM;
+}
+
+/* ---- decode --------------------------------------------------------------- */
+typedef struct {
+    const uint8_t *p, *end;
+} rd_t;
+
+static int rd_bytes(rd_t *r, size_t n, const uint8_t **out)
+{
+    if ((size_t)(r->end - r->p) < n) {
+        return -1;
+    }
+    *out = r->p;
+    r->p += n;
+    return 0;
+}
+
+static int rd_be(rd_t *r, size_t n, uint64_t *v)
+{
+    const uint8_t *b;
+
+    if (rd_bytes(r, n, &b) != 0) {
+        return -1;
+    }
+    *v = 0;
+    for (size_t i = 0; i < n; i++) {
+        *v = (*v << 8) | b[i];
+    }
+    return 0;
+}
+
+/* Any msgpack integer; *neg set when it is negative (value then in *i). */
+static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
+{
+    const uint8_t *b;
+    uint64_t       v;
+
+    if (rd_bytes(r, 1, &b) != 0) {
+        return -1;
+    }
+    *neg = 0;
+    if (b[0] <= 0x7f) {
+        *u = b[0];
+        return 0;
+    }
+    if (b[0] >= 0xe0) {
+        *neg = 1;
+        *i   = (int8_t)b[0];
+        return 0;
+    }
+    switch (b[0]) {
+    case 0xcc: return rd_be(r, 1, u);
+    case 0xcd: return rd_be(r, 2, u);
+    case 0xce: return rd_be(r, 4, u);
+    case 0xcf: return rd_be(r, 8, u);
+    case 0xd0: if (rd_be(r, 1, &v)) return -1; *i = (int8_t)v; break;
+    case 0xd1: if (rd_be(r, 2, &v)) return -1; *i = (int16_t)v; break;
+    case 0xd2: if (rd_be(r, 4, &v)) return -1; *i = (int32_t)v; break;
+    case 0xd3: if (rd_be(r, 8, &v)) return -1; *i = (int64_t)v; break;
+    default: return -1;
+    }
+    if (*i >= 0) {
+        *u = (uint64_t)*i;
+    } else {
+        *neg = 1;
+    }
+    return 0;
+}
+
+static int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
+{
+    uint64_t u = 0;
+    int64_t  i = 0;
+    int      neg;
+
+    if (rd_int(r, &u, &i, &neg) != 0 || neg || u > max) {
+        return -1;
+    }
+    *out = u;
+    return 0;
+}
+
+static int rd_sint(rd_t *r, int64_t min, int64_t max, int64_t *out)
+{
+    uint64_t u = 0;
+    int64_t  i = 0;
+    int      neg;
+
+    if (rd_int(r, &u, &i, &neg) != 0) {
+        return -1;
+    }
+    if (!neg) {
+        if (u > (uint64_t)max) {
+            return -1;
+        }
+        i = (int64_t)u;
+    }
+    if (i < min || i > max) {
+        return -1;
+    }
+    *out = i;
+    return 0;
+}
+
+static int rd_float(rd_t *r, double *out)
+{
+    const uint8_t *b;
+    uint64_t       v;
+
+    if (rd_bytes(r, 1, &b) != 0) {
+        return -1;
+    }
+    if (b[0] == 0xca) {
+        float    f;
+        uint32_t w;
+        if (rd_be(r, 4, &v) != 0) {
+            return -1;
+        }
+        w = (uint32_t)v;
+        memcpy(&f, &w, 4);
+        *out = f;
+        return 0;
+    }
+    if (b[0] == 0xcb) {
+        if (rd_be(r, 8, &v) != 0) {
+            return -1;
+        }
+        memcpy(out, &v, 8);
+        return 0;
+    }
+    return -1;
+}
+
+/* str (want_str) or bin header; returns the body. */
+static int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t *n)
+{
+    const uint8_t *b;
+    uint64_t       len;
+
+    if (rd_bytes(r, 1, &b) != 0) {
+        return -1;
+    }
+    if (want_str && b[0] >= 0xa0 && b[0] <= 0xbf) {
+        len = b[0] & 0x1f;
+    } else if (want_str && b[0] >= 0xd9 && b[0] <= 0xdb) {
+        if (rd_be(r, (size_t)1 << (b[0] - 0xd9), &len)) return -1;
+    } else if (!want_str && b[0] >= 0xc4 && b[0] <= 0xc6) {
+        if (rd_be(r, (size_t)1 << (b[0] - 0xc4), &len)) return -1;
+    } else {
+        return -1;
+    }
+    if (len > MOON_MSG_MAX_BYTES || rd_bytes(r, (size_t)len, body) != 0) {
+        return -1;
+    }
+    *n = (uint32_t)len;
+    return 0;
+}
+
+static int rd_array(rd_t *r, uint32_t *n)
+{
+    const uint8_t *b;
+    uint64_t       len;
+
+    if (rd_bytes(r, 1, &b) != 0) {
+        return -1;
+    }
+    if (b[0] >= 0x90 && b[0] <= 0x9f) {
+        len = b[0] & 0x0f;
+    } else if (b[0] == 0xdc) {
+        if (rd_be(r, 2, &len)) return -1;
+    } else if (b[0] == 0xdd) {
+        if (rd_be(r, 4, &len)) return -1;
+    } else {
+        return -1;
+    }
+    /* Every element takes at least one byte: a claim beyond the input is a lie. */
+    if (len > (uint64_t)(r->end - r->p)) {
+        return -1;
+    }
+    *n = (uint32_t)len;
+    return 0;
+}
+
+static uint32_t span_align(uint32_t kind)
+{
+    return kind == MOON_FIELD_u64s ? 8 : (kind == MOON_FIELD_u32s ? 4 : 1);
+}
+
+/* One pass over the fields. msg NULL: validate and add up the tail into *tail;
+ * else fill msg (input already validated, so reads cannot fail). */
+static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg, uint64_t *tail)
+{
+    uint64_t off = msg != NULL ? d->struct_bytes : 0;
+
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        uint32_t       kind = d->fields[i].kind;
+        char          *f    = msg != NULL ? (char *)msg + d->fields[i].offset : NULL;
+        uint64_t       u;
+        int64_t        s;
+        double         x;
+        const uint8_t *body;
+        uint32_t       n;
+
+        switch (kind) {
+        case MOON_FIELD_u8:  if (rd_uint_max(r, UINT8_MAX, &u)) return -1; if (f) *(uint8_t *)f = (uint8_t)u; break;
+        case MOON_FIELD_u16: if (rd_uint_max(r, UINT16_MAX, &u)) return -1; if (f) *(uint16_t *)f = (uint16_t)u; break;
+        case MOON_FIELD_u32: if (rd_uint_max(r, UINT32_MAX, &u)) return -1; if (f) *(uint32_t *)f = (uint32_t)u; break;
+        case MOON_FIELD_u64:
+        case MOON_FIELD_addr: if (rd_uint_max(r, UINT64_MAX, &u)) return -1; if (f) *(uint64_t *)f = u; break;
+        case MOON_FIELD_i32: if (rd_sint(r, INT32_MIN, INT32_MAX, &s)) return -1; if (f) *(int32_t *)f = (int32_t)s; break;
+        case MOON_FIELD_i64: if (rd_sint(r, INT64_MIN, INT64_MAX, &s)) return -1; if (f) *(int64_t *)f = s; break;
+        case MOON_FIELD_f32: if (rd_float(r, &x)) return -1; if (f) *(float *)f = (float)x; break;
+        case MOON_FIELD_f64: if (rd_float(r, &x)) return -1; if (f) *(double *)f = x; break;
+        case MOON_FIELD_str:
+        case MOON_FIELD_bytes: {
+            int is_str = kind == MOON_FIELD_str;
+
+            if (rd_blob(r, is_str, &body, &n)) return -1;
+            if (f) {
+                moon_span_t *span = (moon_span_t *)f;
+                span->off = (uint32_t)off;
+                span->n   = n;
+                memcpy((char *)msg + off, body, n);
+                if (is_str) {
+                    ((char *)msg)[off + n] = '\0';
+                }
+            }
+            off += (uint64_t)n + (uint64_t)is_str;
+            break;
+        }
+        case MOON_FIELD_u32s:
+        case MOON_FIELD_u64s: {
+            uint32_t a      = span_align(kind);
+            uint64_t max    = a == 4 ? UINT32_MAX : UINT64_MAX;
+            char    *dst;
+
+            if (rd_array(r, &n)) return -1;
+            off = (off + a - 1) & ~(uint64_t)(a - 1);
+            dst = msg != NULL ? (char *)msg + off : NULL;
+            for (uint32_t k = 0; k < n; k++) {
+                if (rd_uint_max(r, max, &u)) return -1;
+                if (dst != NULL && a == 4) {
+                    uint32_t v = (uint32_t)u;
+                    memcpy(dst + 4 * (size_t)k, &v, 4);
+                } else if (dst != NULL) {
+                    memcpy(dst + 8 * (size_t)k, &u, 8);
+                }
+            }
+            if (f) {
+                ((moon_span_t *)f)->off = (uint32_t)off;
+                ((moon_span_t *)f)->n   = n;
+            }
+            off += (uint64_t)n * a;
+            break;
+        }
+        default:
+            return -1;
+        }
+        if (off > MOON_MSG_MAX_BYTES) {
+            return -1;
+        }
+    }
+    if (msg == NULL) {
+        /* Worst-case alignment padding: 7 bytes per span field. */
+        *tail = off + 7u * d->n_fields;
+    }
+    return 0;
+}
+
+moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_p)
+{
+    rd_t                   r = {buf, (const uint8_t *)buf + len};
+    rd_t                   fields_start;
+    uint32_t               n_items;
+    uint64_t               type, flags, src, seq, tail = 0;
+    const moon_msg_desc_t *d;
+    moon_msg_hdr_t        *msg;
+
+    if (buf == NULL || rd_array(&r, &n_items) || n_items < HDR_ITEMS ||
+        rd_uint_max(&r, UINT16_MAX, &type) || rd_uint_max(&r, UINT16_MAX, &flags) ||
+        rd_uint_max(&r, UINT64_MAX, &src) || rd_uint_max(&r, UINT64_MAX, &seq)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    d = moon_msg_desc((uint32_t)type);
+    if (d == NULL || n_items != HDR_ITEMS + d->n_fields) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    fields_start = r;
+    if (decode_fields(&r, d, NULL, &tail) != 0 || r.p != r.end ||
+        d->struct_bytes + tail > MOON_MSG_MAX_BYTES) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    msg = moon_msg_new_for_decode(d, tail);
+    if (msg == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    r = fields_start;
+    (void)decode_fields(&r, d, msg, NULL);
+    msg->flags              = (uint16_t)flags;
+    msg->src                = src;
+    msg->seq                = seq;
+    *msg_p                  = msg;
+    return MOON_OK;
+}
+
+int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)
+{
+    const moon_msg_desc_t *d = moon_msg_desc(a->type);
+
+    if (a->type != b->type || a->flags != b->flags || a->src != b->src || a->seq != b->seq ||
+        d == NULL) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const char        *fa = (const char *)a + d->fields[i].offset;
+        const char        *fb = (const char *)b + d->fields[i].offset;
+        const moon_span_t *sa = (const moon_span_t *)fa, *sb = (const moon_span_t *)fb;
+        size_t             elem;
+
+        switch (d->fields[i].kind) {
+        case MOON_FIELD_u8: elem = 1; break;
+        case MOON_FIELD_u16: elem = 2; break;
+        case MOON_FIELD_u32: case MOON_FIELD_i32: case MOON_FIELD_f32: elem = 4; break;
+        case MOON_FIELD_str: case MOON_FIELD_bytes: elem = 0; break;
+        case MOON_FIELD_u32s: elem = 0; break;
+        case MOON_FIELD_u64s: elem = 0; break;
+        default: elem = 8; break;
+        }
+        if (elem != 0) {
+            if (memcmp(fa, fb, elem) != 0) {
+                return 0;
+            }
+            continue;
+        }
+        elem = d->fields[i].kind == MOON_FIELD_u32s ? 4 : (d->fields[i].kind == MOON_FIELD_u64s ? 8 : 1);
+        if (sa->n != sb->n ||
+            memcmp((const char *)a + sa->off, (const char *)b + sb->off, sa->n * elem) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -1,0 +1,156 @@
+/* runtime/runtime_internal.h - the actor slot, the runtime and the executor
+ * interface shared by runtime/ sources. Private to runtime/.
+ *
+ * A slot is the schedulable unit: its mailbox outlives incarnations, and each
+ * incarnation has its own generation. Messages carry the address they were
+ * sent to, so one sent to an older incarnation is dropped at dispatch, never
+ * delivered to the new one. Slots are never freed while the runtime lives. */
+#ifndef MOON_RUNTIME_INTERNAL_H
+#define MOON_RUNTIME_INTERNAL_H
+
+#include "mailbox.h"
+
+#include "moonlet/runtime.h"
+
+#include <pthread.h>
+
+#define ADDR_RANK_BITS 20
+#define ADDR_SLOT_BITS 24
+#define ADDR_GEN_BITS  20
+#define ADDR_GEN_MASK  ((1u << ADDR_GEN_BITS) - 1)
+#define ADDR_SLOT_MASK ((1u << ADDR_SLOT_BITS) - 1)
+
+static inline moon_addr_t addr_make(uint32_t rank, uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)rank << (ADDR_SLOT_BITS + ADDR_GEN_BITS)) |
+           ((uint64_t)slot << ADDR_GEN_BITS) | (gen & ADDR_GEN_MASK);
+}
+static inline uint32_t addr_slot(moon_addr_t a)
+{
+    return (uint32_t)(a >> ADDR_GEN_BITS) & ADDR_SLOT_MASK;
+}
+static inline uint32_t addr_gen(moon_addr_t a)
+{
+    return (uint32_t)a & ADDR_GEN_MASK;
+}
+
+typedef struct {
+    moon_addr_t watcher;
+    uint64_t    ref;
+} monitor_t;
+
+typedef struct {
+    void     *items;
+    uint32_t  n, cap;
+} vec_t;
+
+struct moon_actor {
+    moon_mailbox_t mbox;
+
+    /* read by senders */
+    alignas(MOON_CACHE_LINE) _Atomic uint32_t gen; /* live incarnation; bumped at its end */
+    _Atomic uint8_t  alive;
+    _Atomic uint8_t  overloaded;
+    uint32_t         index;
+    moon_runtime_t  *rt;
+
+    /* owned by the running turn */
+    alignas(MOON_CACHE_LINE) const moon_actor_ops_t *ops;
+    void            *state;
+    moon_addr_t      addr;
+    uint32_t         flags;       /* MOON_SPAWN_* */
+    uint8_t          exiting;     /* exit requested during this turn */
+    moon_status_t    exit_reason;
+    struct moon_actor *mute_on;   /* overloaded receiver hit during this turn */
+    uint64_t         send_seq;
+    vec_t            links;       /* moon_addr_t */
+    vec_t            monitors;    /* monitor_t */
+    char            *name;        /* registered name, owned */
+    struct moon_actor *next_sched; /* executor's intrusive lists */
+
+    /* back-pressure: actors muted on this one, under mute_lock */
+    pthread_mutex_t    mute_lock;
+    struct moon_actor *muted_head;
+    struct moon_actor *mute_next;
+
+    /* counters: written by the turn, read racily by moon_actor_stats */
+    _Atomic uint64_t n_processed, n_dropped, depth_hwm, n_muted;
+};
+
+/* How actors get run: the threaded scheduler or the deterministic executor.
+ * Chosen once at create (STYLE §12: polymorphism at setup time). */
+typedef struct {
+    /* a is now runnable (its mailbox was claimed); any thread */
+    void (*schedule)(moon_runtime_t *rt, moon_actor_t *a);
+    uint64_t (*now)(const moon_runtime_t *rt);
+    /* the earliest timer deadline may have moved earlier */
+    void (*timers_changed)(moon_runtime_t *rt);
+} moon_exec_ops_t;
+
+typedef struct moon_timers moon_timers_t;
+typedef struct moon_sched  moon_sched_t;
+typedef struct moon_sim    moon_sim_t;
+typedef struct moon_names  moon_names_t;
+
+struct moon_runtime {
+    moon_runtime_config_t  cfg;
+    const moon_exec_ops_t *exec;
+    moon_sched_t          *sched; /* threaded executor, or NULL */
+    moon_sim_t            *sim;   /* deterministic executor, or NULL */
+    moon_timers_t         *timers;
+    moon_names_t          *names;
+
+    moon_actor_t  **slots;        /* cfg.max_actors entries, created on first use */
+    pthread_mutex_t slot_lock;    /* free list and slot creation */
+    uint32_t       *free_slots;
+    uint32_t        n_free, n_slots_used;
+
+    _Atomic uint64_t n_alive, n_dead_letters, n_dispatched;
+
+    pthread_mutex_t done_lock;    /* run/wait sleep here */
+    pthread_cond_t  done_cond;
+    _Atomic int     shutdown_requested;
+    int             shutdown_code;
+};
+
+/* actor.c */
+moon_actor_t *moon_rt_lookup(moon_runtime_t *rt, moon_addr_t addr); /* live incarnation or NULL */
+/* Runs up to `budget` messages of a; returns 1 if a must be rescheduled. */
+int  moon_actor_run_turn(moon_actor_t *a, uint32_t budget);
+/* Ends every live actor (runtime teardown, no executor running). */
+void moon_actors_destroy_all(moon_runtime_t *rt);
+void moon_rt_note_maybe_done(moon_runtime_t *rt);
+uint64_t moon_actors_processed(moon_runtime_t *rt); /* sum over actors, racy */
+
+/* sched.c / sim.c */
+moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p);
+moon_status_t moon_sched_start(moon_sched_t *s);
+void          moon_sched_stop(moon_sched_t *s);
+void          moon_sched_destroy(moon_sched_t *s);
+uint32_t      moon_sched_n_workers(const moon_sched_t *s);
+extern const moon_exec_ops_t moon_sched_exec_ops;
+
+moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p);
+void          moon_sim_destroy(moon_sim_t *sim);
+uint64_t      moon_sim_run(moon_sim_t *sim, uint64_t max_dispatches);
+extern const moon_exec_ops_t moon_sim_exec_ops;
+
+/* timer.c: a deadline heap; threaded mode runs it on its own thread,
+ * deterministic mode polls it from the executor loop. */
+moon_status_t moon_timers_create(moon_runtime_t *rt, moon_timers_t **t_p);
+void          moon_timers_destroy(moon_timers_t *t);
+moon_status_t moon_timers_start_thread(moon_timers_t *t);
+void          moon_timers_stop_thread(moon_timers_t *t);
+/* Fires every timer due at or before now; returns the next deadline or UINT64_MAX. */
+uint64_t      moon_timers_fire_due(moon_timers_t *t, uint64_t now);
+/* Dispatch-time check: 1 if this TIMER message is still valid for delivery. */
+int           moon_timers_accept(moon_timers_t *t, const moon_sys_timer_t *m);
+/* Wakes the timer thread to look at the heap again. */
+void          moon_timers_kick(moon_timers_t *t);
+
+/* names.c */
+moon_status_t moon_names_create(moon_names_t **n_p);
+void          moon_names_destroy(moon_names_t *n);
+void          moon_names_drop_addr(moon_names_t *n, const char *name, moon_addr_t addr);
+
+#endif /* MOON_RUNTIME_INTERNAL_H */
