@@ -141,9 +141,12 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
     moon_actor_t *a;
 
     if (MOON_UNLIKELY(moon_addr_rank(to) != rt->cfg.rank)) {
-        MOON_DEBUG_LOG("send %s to rank %u: no transport attached", moon_msg_name(msg->type),
-                       moon_addr_rank(to));
-        return MOON_ERR_UNSUPPORTED;
+        if (rt->transport == NULL) {
+            MOON_DEBUG_LOG("send %s to rank %u: no transport attached",
+                           moon_msg_name(msg->type), moon_addr_rank(to));
+            return MOON_ERR_UNSUPPORTED;
+        }
+        return rt->transport->send(rt->transport_ctx, to, msg);
     }
     a = moon_rt_lookup(rt, to);
     if (MOON_UNLIKELY(a == NULL)) {
@@ -177,6 +180,26 @@ moon_status_t moon_runtime_send(moon_runtime_t *rt, moon_addr_t to, moon_msg_hdr
     msg->src = MOON_ADDR_NONE;
     msg->seq = 0;
     return deliver(rt, NULL, to, msg);
+}
+
+moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr_t to,
+                                          moon_msg_hdr_t *msg)
+{
+    if (moon_addr_rank(to) != rt->cfg.rank) {
+        return MOON_ERR_INVALID_PARAM; /* never forward: a routing loop */
+    }
+    return deliver(rt, NULL, to, msg);
+}
+
+void moon_runtime_attach_transport(moon_runtime_t *rt, const moon_transport_ops_t *ops, void *ctx)
+{
+    rt->transport_ctx = ctx;
+    rt->transport     = ops;
+}
+
+uint32_t moon_runtime_rank(const moon_runtime_t *rt)
+{
+    return rt->cfg.rank;
 }
 
 /* Runtime-originated message "from" src (possibly an ended actor). */

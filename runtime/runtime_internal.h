@@ -11,6 +11,7 @@
 #include "mailbox.h"
 
 #include "moonlet/runtime.h"
+#include "moonlet/transport.h"
 
 #include <pthread.h>
 
@@ -99,6 +100,8 @@ struct moon_runtime {
     moon_sim_t            *sim;   /* deterministic executor, or NULL */
     moon_timers_t         *timers;
     moon_names_t          *names;
+    const moon_transport_ops_t *transport; /* NULL: single rank */
+    void                  *transport_ctx;
 
     moon_actor_t  **slots;        /* cfg.max_actors entries, created on first use */
     pthread_mutex_t slot_lock;    /* free list and slot creation */

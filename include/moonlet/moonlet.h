@@ -11,5 +11,6 @@
 #include "moonlet/status.h"
 #include "moonlet/supervisor.h"
 #include "moonlet/sys_msgs.h"
+#include "moonlet/transport.h"
 
 #endif /* MOONLET_MOONLET_H */

@@ -1,0 +1,35 @@
+/* moonlet/transport.h - the seam between a runtime and the ranks beyond it.
+ * A transport (MPI, UCX) attaches an ops table; the runtime hands it every
+ * message addressed to another rank, and the transport hands received
+ * messages back with moon_runtime_deliver_remote(). */
+#ifndef MOONLET_TRANSPORT_H
+#define MOONLET_TRANSPORT_H
+
+#include "moonlet/actor.h"
+
+typedef struct {
+    const char *name; /* "ucx", "mpi" */
+    /* Sends msg (header src/seq already set) to an actor on another rank.
+     * MOON_OK moves ownership of msg to the transport, which releases it when
+     * done; on error the caller keeps it. MOON_ERR_NO_RESOURCE: the peer's
+     * credit window is full (back-pressure, retry later); MOON_ERR_PEER_LOST:
+     * that rank is gone. Any thread. */
+    moon_status_t (*send)(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg);
+} moon_transport_ops_t;
+
+/* Attaches a transport before moon_runtime_start (ops and ctx are borrowed
+ * until the runtime is destroyed or another is attached). */
+MOON_API void moon_runtime_attach_transport(moon_runtime_t *rt, const moon_transport_ops_t *ops,
+                                            void *ctx);
+
+/* Delivers a message that arrived from another rank to local actor `to`,
+ * keeping its src and seq. Ownership moves to the runtime on MOON_OK; on
+ * error (MOON_ERR_NO_ACTOR: stale or unknown address) the caller keeps it and
+ * should answer the sender with a SYS_ERROR. Any thread (the progress thread). */
+MOON_API moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr_t to,
+                                                   moon_msg_hdr_t *msg);
+
+/* This runtime's rank (the rank part of its actors' addresses). */
+MOON_API uint32_t moon_runtime_rank(const moon_runtime_t *rt);
+
+#endif /* MOONLET_TRANSPORT_H */
