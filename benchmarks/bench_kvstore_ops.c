@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK_BYTES   4096
-#define PROMPT_KEYS   32
-#define BLOCK_TOKENS  16
+#define BLOCK_BYTES 4096
+#define PROMPT_KEYS 32
+#define BLOCK_TOKENS 16
 
 static const moon_kv_tag_t tag = {.model_id = 1, .weight_version = 1};
 
@@ -28,8 +28,8 @@ static uint64_t rnd(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void report(const char *bench, const char *op, size_t size_bytes, int verify,
-                   double *lat_ns, size_t n, uint64_t total_ns)
+static void report(const char *bench, const char *op, size_t size_bytes, int verify, double *lat_ns,
+                   size_t n, uint64_t total_ns)
 {
     moon_bench_json_t j;
 
@@ -76,8 +76,8 @@ static void bench_query(size_t iters, uint64_t seed)
     moon_kv_shard_t *shard     = make_shard(n_prompts * PROMPT_KEYS, 64, 1);
     moon_kv_key_t   *keys      = malloc(sizeof(moon_kv_key_t) * n_prompts * PROMPT_KEYS);
     double          *lat       = malloc(sizeof(double) * iters);
-    uint32_t         tokens[PROMPT_KEYS * BLOCK_TOKENS];
-    unsigned char    blk[64]   = {0};
+    int32_t          tokens[PROMPT_KEYS * BLOCK_TOKENS];
+    unsigned char    blk[64] = {0};
     uint8_t          present[PROMPT_KEYS];
     size_t           n, sink = 0;
 
@@ -85,7 +85,7 @@ static void bench_query(size_t iters, uint64_t seed)
         size_t cached = rnd(&seed) % (PROMPT_KEYS + 1);
 
         for (size_t t = 0; t < PROMPT_KEYS * BLOCK_TOKENS; t++) {
-            tokens[t] = (uint32_t)(rnd(&seed) % 32000);
+            tokens[t] = (int32_t)(rnd(&seed) % 32000);
         }
         moon_kv_keys_of_tokens(&tag, BLOCK_TOKENS, tokens, PROMPT_KEYS * BLOCK_TOKENS,
                                keys + p * PROMPT_KEYS, PROMPT_KEYS, &n);
@@ -182,7 +182,7 @@ static void bench_get(size_t iters, uint64_t seed, int verify)
         moon_kv_shard_put(shard, &tag, key, src, sizeof(src), 1, 0);
     }
     for (size_t w = 0; w < 2; w++) {
-        size_t   n = w == 0 ? iters / 10 : iters;
+        size_t n = w == 0 ? iters / 10 : iters;
 
         t_all = moon_bench_now_ns();
         for (size_t i = 0; i < n; i++) {

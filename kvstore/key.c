@@ -32,7 +32,7 @@ static int host_is_le(void)
 }
 
 moon_kv_key_t moon_kv_key_next(const moon_kv_tag_t *tag, const moon_kv_key_t *prev,
-                               const uint32_t *tokens, size_t n_tokens)
+                               const int32_t *tokens, size_t n_tokens)
 {
     XXH3_state_t  state;
     unsigned char head[32];
@@ -47,9 +47,9 @@ moon_kv_key_t moon_kv_key_next(const moon_kv_tag_t *tag, const moon_kv_key_t *pr
         XXH3_128bits_update(&state, tokens, n_tokens * sizeof(uint32_t));
     } else {
         for (size_t i = 0; i < n_tokens; i++) {
-            unsigned char le[4] = {(unsigned char)tokens[i], (unsigned char)(tokens[i] >> 8),
-                                   (unsigned char)(tokens[i] >> 16),
-                                   (unsigned char)(tokens[i] >> 24)};
+            uint32_t      t     = (uint32_t)tokens[i];
+            unsigned char le[4] = {(unsigned char)t, (unsigned char)(t >> 8),
+                                   (unsigned char)(t >> 16), (unsigned char)(t >> 24)};
 
             XXH3_128bits_update(&state, le, sizeof(le));
         }
@@ -58,8 +58,8 @@ moon_kv_key_t moon_kv_key_next(const moon_kv_tag_t *tag, const moon_kv_key_t *pr
 }
 
 moon_status_t moon_kv_keys_of_tokens(const moon_kv_tag_t *tag, uint32_t block_tokens,
-                                     const uint32_t *tokens, size_t n_tokens,
-                                     moon_kv_key_t *keys, size_t max_keys, size_t *n_keys_p)
+                                     const int32_t *tokens, size_t n_tokens, moon_kv_key_t *keys,
+                                     size_t max_keys, size_t *n_keys_p)
 {
     size_t n_keys;
 
@@ -77,8 +77,8 @@ moon_status_t moon_kv_keys_of_tokens(const moon_kv_tag_t *tag, uint32_t block_to
     return MOON_OK;
 }
 
-moon_status_t moon_kv_keys_of_trace_ids(const moon_kv_tag_t *tag, const int64_t *hash_ids,
-                                        size_t n, moon_kv_key_t *keys)
+moon_status_t moon_kv_keys_of_trace_ids(const moon_kv_tag_t *tag, const int64_t *hash_ids, size_t n,
+                                        moon_kv_key_t *keys)
 {
     unsigned char buf[29];
 

@@ -119,7 +119,7 @@ void moon_kv_placement_destroy(moon_kv_placement_t *placement)
 moon_status_t moon_kv_placement_set_live(moon_kv_placement_t *placement, uint32_t shard_id,
                                          int live)
 {
-    uint32_t n = 0;
+    uint32_t n     = 0;
     int      found = 0;
 
     if (placement == NULL) {
@@ -151,8 +151,7 @@ uint32_t moon_kv_placement_n_live(const moon_kv_placement_t *placement)
 uint32_t moon_kv_placement_write_set(const moon_kv_placement_t *placement, moon_kv_key_t key,
                                      uint32_t *out)
 {
-    return moon_kv_rendezvous(key, placement->live, placement->n_live, out,
-                              placement->n_replicas);
+    return moon_kv_rendezvous(key, placement->live, placement->n_live, out, placement->n_replicas);
 }
 
 uint32_t moon_kv_placement_read_set(const moon_kv_placement_t *placement, moon_kv_key_t key,
@@ -164,6 +163,5 @@ uint32_t moon_kv_placement_read_set(const moon_kv_placement_t *placement, moon_k
 uint32_t moon_kv_placement_home_set(const moon_kv_placement_t *placement, moon_kv_key_t key,
                                     uint32_t *out)
 {
-    return moon_kv_rendezvous(key, placement->ids, placement->n_shards, out,
-                              placement->n_replicas);
+    return moon_kv_rendezvous(key, placement->ids, placement->n_shards, out, placement->n_replicas);
 }

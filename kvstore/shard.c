@@ -20,10 +20,10 @@
 
 #define NIL ((uint32_t)UINT32_MAX)
 
-#define DEFAULT_HIGH_WATERMARK     0.90
-#define DEFAULT_LOW_WATERMARK      0.85
+#define DEFAULT_HIGH_WATERMARK 0.90
+#define DEFAULT_LOW_WATERMARK 0.85
 #define DEFAULT_RESERVE_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
-#define MAX_ENTRIES                (1u << 30)
+#define MAX_ENTRIES (1u << 30)
 
 enum { ST_FREE = 0, ST_RESERVED = 1, ST_COMMITTED = 2, ST_SPILLED = 3 };
 enum { L_NONE = 0, L_FREE, L_RESERVED, L_DRAM, L_SSD, L_LEASE_IDLE };
@@ -39,7 +39,7 @@ typedef struct {
 } list_t;
 
 typedef struct {
-    link_t        link;        /* first: lists address entries and leases alike */
+    link_t        link; /* first: lists address entries and leases alike */
     moon_kv_key_t key;
     moon_kv_tag_t tag;
     uint64_t      checksum;    /* COMMITTED, SPILLED */
@@ -48,7 +48,7 @@ typedef struct {
     uint32_t      slot;        /* RESERVED, COMMITTED: DRAM slot; SPILLED: SSD slot */
     uint32_t      n_bytes;
     uint32_t      n_leases;
-    uint32_t      gen;         /* bumped at each free; half of a put token */
+    uint32_t      gen; /* bumped at each free; half of a put token */
     uint8_t       state;
     uint8_t       flags;
     uint8_t       list;
@@ -57,12 +57,12 @@ typedef struct {
 typedef struct {
     link_t   link;
     uint64_t client_id;
-    uint64_t last_ns;     /* last acquire, renew or transfer end */
-    uint32_t entry;       /* NIL: free */
+    uint64_t last_ns; /* last acquire, renew or transfer end */
+    uint32_t entry;   /* NIL: free */
     uint32_t gen;
     uint32_t n_transfers; /* in flight: never expires, ends at the last transfer_end */
     uint8_t  list;
-    uint8_t  ending;      /* released or dropped during a transfer */
+    uint8_t  ending; /* released or dropped during a transfer */
 } lease_t;
 
 typedef struct {
@@ -569,9 +569,8 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     size_t           arena_bytes;
     long             page = sysconf(_SC_PAGESIZE);
 
-    if (cfg == NULL || shard_p == NULL || cfg->slot_bytes == 0 ||
-        cfg->slot_bytes > UINT32_MAX || cfg->n_slots == 0 || cfg->n_slots == NIL ||
-        cfg->slot_bytes > SIZE_MAX / cfg->n_slots) {
+    if (cfg == NULL || shard_p == NULL || cfg->slot_bytes == 0 || cfg->slot_bytes > UINT32_MAX ||
+        cfg->n_slots == 0 || cfg->n_slots == NIL || cfg->slot_bytes > SIZE_MAX / cfg->n_slots) {
         return MOON_ERR_INVALID_PARAM;
     }
     high = cfg->high_watermark == 0 ? DEFAULT_HIGH_WATERMARK : cfg->high_watermark;
@@ -600,21 +599,21 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     if (shard == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    shard->ssd.fd             = -1;
-    shard->shard_id           = cfg->shard_id;
-    shard->slot_bytes         = cfg->slot_bytes;
-    shard->n_slots            = cfg->n_slots;
-    shard->high_slots         = (uint32_t)(high * cfg->n_slots);
-    shard->low_slots          = (uint32_t)(low * cfg->n_slots);
-    shard->reserve_timeout_ns = cfg->reserve_timeout_ns != 0 ? cfg->reserve_timeout_ns
-                                                             : DEFAULT_RESERVE_TIMEOUT_NS;
-    shard->verify_on_commit   = cfg->verify_on_commit;
-    shard->verify_on_get      = cfg->verify_on_get;
-    shard->on_event           = cfg->on_event;
-    shard->event_arg          = cfg->event_arg;
-    shard->max_entries        = (uint32_t)max_entries;
-    shard->max_leases         = (uint32_t)max_leases;
-    shard->bucket_mask        = n_buckets - 1;
+    shard->ssd.fd     = -1;
+    shard->shard_id   = cfg->shard_id;
+    shard->slot_bytes = cfg->slot_bytes;
+    shard->n_slots    = cfg->n_slots;
+    shard->high_slots = (uint32_t)(high * cfg->n_slots);
+    shard->low_slots  = (uint32_t)(low * cfg->n_slots);
+    shard->reserve_timeout_ns =
+        cfg->reserve_timeout_ns != 0 ? cfg->reserve_timeout_ns : DEFAULT_RESERVE_TIMEOUT_NS;
+    shard->verify_on_commit = cfg->verify_on_commit;
+    shard->verify_on_get    = cfg->verify_on_get;
+    shard->on_event         = cfg->on_event;
+    shard->event_arg        = cfg->event_arg;
+    shard->max_entries      = (uint32_t)max_entries;
+    shard->max_leases       = (uint32_t)max_leases;
+    shard->bucket_mask      = n_buckets - 1;
 
     status = MOON_ERR_NO_MEMORY;
     if (cfg->arena != NULL) {
@@ -641,8 +640,7 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         if (shard->free_ssd == NULL) {
             goto err_free;
         }
-        status = moon_kv_ssd_open(&shard->ssd, cfg->ssd_path, cfg->slot_bytes,
-                                  (uint32_t)ssd_slots);
+        status = moon_kv_ssd_open(&shard->ssd, cfg->ssd_path, cfg->slot_bytes, (uint32_t)ssd_slots);
         if (status != MOON_OK) {
             goto err_free;
         }
@@ -818,6 +816,25 @@ moon_status_t moon_kv_shard_commit(moon_kv_shard_t *shard, uint64_t token, size_
     return MOON_OK;
 }
 
+moon_status_t moon_kv_shard_reserve_renew(moon_kv_shard_t *shard, uint64_t token, uint64_t now_ns)
+{
+    moon_status_t status;
+    uint32_t      e;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = token_find(shard, token, &e);
+    if (status != MOON_OK) {
+        return status;
+    }
+    /* The newest deadline goes last: the list stays sorted by deadline. */
+    entry_unlink(shard, e);
+    shard->entries[e].deadline_ns = now_ns + shard->reserve_timeout_ns;
+    entry_link(shard, e, L_RESERVED);
+    return MOON_OK;
+}
+
 moon_status_t moon_kv_shard_revoke(moon_kv_shard_t *shard, uint64_t token)
 {
     moon_status_t status;
@@ -834,9 +851,9 @@ moon_status_t moon_kv_shard_revoke(moon_kv_shard_t *shard, uint64_t token)
     return MOON_OK;
 }
 
-moon_status_t moon_kv_shard_put(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
-                                moon_kv_key_t key, const void *bytes, size_t n_bytes,
-                                uint64_t client_id, uint64_t now_ns)
+moon_status_t moon_kv_shard_put(moon_kv_shard_t *shard, const moon_kv_tag_t *tag, moon_kv_key_t key,
+                                const void *bytes, size_t n_bytes, uint64_t client_id,
+                                uint64_t now_ns)
 {
     moon_kv_put_t put;
     moon_status_t status;
@@ -856,9 +873,8 @@ moon_status_t moon_kv_shard_put(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
 
 /* ---- gets and leases ---- */
 
-moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
-                                moon_kv_key_t key, uint64_t client_id, uint64_t now_ns,
-                                moon_kv_get_t *get_p)
+moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag, moon_kv_key_t key,
+                                uint64_t client_id, uint64_t now_ns, moon_kv_get_t *get_p)
 {
     moon_status_t status;
     uint32_t      e, l;
@@ -891,8 +907,8 @@ moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
     }
     if (shard->verify_on_get &&
         moon_kv_checksum(slot_ptr(shard, ent->slot), ent->n_bytes) != ent->checksum) {
-        MOON_WARN("kv shard %u: block %016llx%016llx failed its checksum; dropped",
-                  shard->shard_id, (unsigned long long)key.hi, (unsigned long long)key.lo);
+        MOON_WARN("kv shard %u: block %016llx%016llx failed its checksum; dropped", shard->shard_id,
+                  (unsigned long long)key.hi, (unsigned long long)key.lo);
         shard->counters.n_corrupt++;
         shard->counters.n_removed++;
         drop_block(shard, e, MOON_KV_EVENT_REMOVED);
@@ -1105,9 +1121,8 @@ moon_status_t moon_kv_shard_exists(const moon_kv_shard_t *shard, const moon_kv_t
     return MOON_OK;
 }
 
-moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard,
-                                           const moon_kv_tag_t *tag, const moon_kv_key_t *keys,
-                                           size_t n, size_t *n_hit_p)
+moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
+                                           const moon_kv_key_t *keys, size_t n, size_t *n_hit_p)
 {
     size_t i = 0;
 
@@ -1216,8 +1231,8 @@ void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *st
     stats->ssd_used_slots = shard->has_ssd ? shard->ssd.n_slots - shard->n_free_ssd : 0;
     stats->n_reserved     = shard->reserved.n;
     stats->n_spilled      = shard->ssd_lru.n;
-    stats->n_committed    = shard->max_entries - shard->free_entries.n - shard->reserved.n -
-                         shard->ssd_lru.n;
-    stats->n_pinned       = shard->n_pinned;
-    stats->n_leases       = shard->n_leases;
+    stats->n_committed =
+        shard->max_entries - shard->free_entries.n - shard->reserved.n - shard->ssd_lru.n;
+    stats->n_pinned = shard->n_pinned;
+    stats->n_leases = shard->n_leases;
 }

@@ -49,10 +49,9 @@ static moon_status_t ssd_io(moon_kv_ssd_t *ssd, int write, uint32_t slot, void *
         return MOON_ERR_INVALID_PARAM;
     }
     while (done < n_bytes) {
-        ssize_t ret = write ? pwrite(ssd->fd, (char *)bytes + done, n_bytes - done,
-                                     off + (off_t)done)
-                            : pread(ssd->fd, (char *)bytes + done, n_bytes - done,
-                                    off + (off_t)done);
+        ssize_t ret = write
+                          ? pwrite(ssd->fd, (char *)bytes + done, n_bytes - done, off + (off_t)done)
+                          : pread(ssd->fd, (char *)bytes + done, n_bytes - done, off + (off_t)done);
 
         if (ret < 0 && errno == EINTR) {
             continue;

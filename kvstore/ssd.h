@@ -7,7 +7,7 @@
 #include "moonlet/status.h"
 
 typedef struct {
-    int      fd;         /* -1: closed */
+    int      fd; /* -1: closed */
     size_t   slot_bytes;
     uint32_t n_slots;
 } moon_kv_ssd_t;
@@ -17,7 +17,7 @@ typedef struct {
 moon_status_t moon_kv_ssd_open(moon_kv_ssd_t *ssd, const char *path, size_t slot_bytes,
                                uint32_t n_slots);
 /* Closes the file (kept on disk). Closed or never opened: no-op. */
-void          moon_kv_ssd_close(moon_kv_ssd_t *ssd);
+void moon_kv_ssd_close(moon_kv_ssd_t *ssd);
 /* Writes/reads n_bytes (<= slot_bytes) at slot. MOON_ERR_IO on an error or a
  * short transfer (logged). */
 moon_status_t moon_kv_ssd_write(moon_kv_ssd_t *ssd, uint32_t slot, const void *bytes,

@@ -4,9 +4,9 @@
  *
  * key_0 = XXH3_128(zero_key || model_id || weight_version || tokens of block 0)
  * key_i = XXH3_128(key_{i-1} || model_id || weight_version || tokens of block i)
- * Every integer is hashed little-endian (token ids as uint32), so keys are the
- * same on every rank. Each key covers its block and every block before it, so
- * equal keys mean an equal prefix under the same model and weights. */
+ * Every integer is hashed little-endian (token ids as the tokenizer's int32), so
+ * keys are the same on every rank and build. Each key covers its block and every block before it,
+ * so equal keys mean an equal prefix under the same model and weights. */
 #ifndef MOONLET_KV_KEY_H
 #define MOONLET_KV_KEY_H
 
@@ -42,7 +42,7 @@ static inline int moon_kv_key_eq(moon_kv_key_t a, moon_kv_key_t b)
  * MOON_ERR_INVALID_PARAM: NULL pointers (keys may be NULL when max_keys is 0),
  * block_tokens 0 or above MOON_KV_BLOCK_TOKENS_MAX; nothing written. */
 MOON_API moon_status_t moon_kv_keys_of_tokens(const moon_kv_tag_t *tag, uint32_t block_tokens,
-                                              const uint32_t *tokens, size_t n_tokens,
+                                              const int32_t *tokens, size_t n_tokens,
                                               moon_kv_key_t *keys, size_t max_keys,
                                               size_t *n_keys_p);
 
@@ -50,7 +50,7 @@ MOON_API moon_status_t moon_kv_keys_of_tokens(const moon_kv_tag_t *tag, uint32_t
  * block whose key is *prev (NULL: the first block). Lets a prefill instance
  * extend the chain block by block as it computes. */
 MOON_API moon_kv_key_t moon_kv_key_next(const moon_kv_tag_t *tag, const moon_kv_key_t *prev,
-                                        const uint32_t *tokens, size_t n_tokens);
+                                        const int32_t *tokens, size_t n_tokens);
 
 /* Keys for Mooncake trace hash ids (one id per 512-token block, already chained:
  * an id names its block and every block before it). key_i = XXH3_128("trace" ||

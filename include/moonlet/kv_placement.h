@@ -27,14 +27,14 @@ MOON_API uint32_t moon_kv_rendezvous(moon_kv_key_t key, const uint32_t *shard_id
  * replica count R (1 <= R <= n_shards). MOON_ERR_INVALID_PARAM: empty, duplicate
  * ids, bad R; MOON_ERR_NO_MEMORY. */
 MOON_API moon_status_t moon_kv_placement_create(const uint32_t *shard_ids, uint32_t n_shards,
-                                                uint32_t n_replicas,
+                                                uint32_t              n_replicas,
                                                 moon_kv_placement_t **placement_p);
 MOON_API void          moon_kv_placement_destroy(moon_kv_placement_t *placement); /* NULL: no-op */
 
 /* Marks a shard live or gone (failure detection, or a shard leaving).
  * MOON_ERR_NOT_FOUND: not a member. */
-MOON_API moon_status_t moon_kv_placement_set_live(moon_kv_placement_t *placement,
-                                                  uint32_t shard_id, int live);
+MOON_API moon_status_t moon_kv_placement_set_live(moon_kv_placement_t *placement, uint32_t shard_id,
+                                                  int live);
 MOON_API uint32_t      moon_kv_placement_n_live(const moon_kv_placement_t *placement);
 
 /* Where to write key: the R best live shards (fewer if fewer are live), best

@@ -41,25 +41,25 @@ typedef struct {
 typedef void (*moon_kv_event_fn)(const moon_kv_event_t *event, void *arg);
 
 typedef struct {
-    uint32_t shard_id;           /* copied into events */
-    size_t   slot_bytes;         /* bytes per slot = largest block; > 0, < 4 GiB */
-    uint32_t n_slots;            /* slots in the arena; > 0 */
-    void    *arena;              /* NULL: the shard allocates page-aligned memory; else the
-                                    caller's region (borrowed until destroy) of arena_bytes */
-    size_t   arena_bytes;        /* with arena: >= n_slots * slot_bytes */
-    uint32_t max_entries;        /* 0: n_slots + SSD slots; blocks tracked at once */
-    uint32_t max_leases;         /* 0: 4 * n_slots; leases held at once */
-    double   high_watermark;     /* 0: 0.90; used/n_slots above it starts eviction ... */
-    double   low_watermark;      /* 0: 0.85; ... down to this */
-    uint64_t reserve_timeout_ns; /* 0: 10 s; a reservation not committed by then is reclaimed
-                                    by moon_kv_shard_expire() */
-    int      verify_on_commit;   /* nonzero: commit recomputes the checksum of the slot */
-    int      verify_on_get;      /* nonzero: get recomputes it before handing the block out */
-    const char *ssd_path;        /* NULL: no SSD tier; else the tier's file (created,
-                                    truncated; borrowed for the call) */
-    uint64_t ssd_bytes;          /* SSD tier capacity; ssd_bytes / slot_bytes slots */
-    moon_kv_event_fn on_event;   /* optional; NULL: no events */
-    void    *event_arg;
+    uint32_t shard_id;            /* copied into events */
+    size_t   slot_bytes;          /* bytes per slot = largest block; > 0, < 4 GiB */
+    uint32_t n_slots;             /* slots in the arena; > 0 */
+    void    *arena;               /* NULL: the shard allocates page-aligned memory; else the
+                                     caller's region (borrowed until destroy) of arena_bytes */
+    size_t   arena_bytes;         /* with arena: >= n_slots * slot_bytes */
+    uint32_t max_entries;         /* 0: n_slots + SSD slots; blocks tracked at once */
+    uint32_t max_leases;          /* 0: 4 * n_slots; leases held at once */
+    double   high_watermark;      /* 0: 0.90; used/n_slots above it starts eviction ... */
+    double   low_watermark;       /* 0: 0.85; ... down to this */
+    uint64_t reserve_timeout_ns;  /* 0: 10 s; a reservation not committed by then is reclaimed
+                                     by moon_kv_shard_expire() */
+    int         verify_on_commit; /* nonzero: commit recomputes the checksum of the slot */
+    int         verify_on_get;    /* nonzero: get recomputes it before handing the block out */
+    const char *ssd_path;         /* NULL: no SSD tier; else the tier's file (created,
+                                     truncated; borrowed for the call) */
+    uint64_t         ssd_bytes;   /* SSD tier capacity; ssd_bytes / slot_bytes slots */
+    moon_kv_event_fn on_event;    /* optional; NULL: no events */
+    void            *event_arg;
 } moon_kv_shard_config_t;
 
 /* Fills cfg with the defaults above; the caller then sets slot_bytes, n_slots... */
@@ -75,10 +75,10 @@ typedef struct {
 
 /* What a get hands the reader. */
 typedef struct {
-    uint64_t lease;    /* for release and the lease calls; never 0 */
-    uint64_t offset;   /* of the block from the arena base */
-    const void *ptr;   /* arena base + offset: the bytes stay valid and unchanged
-                          until the lease is released */
+    uint64_t    lease;  /* for release and the lease calls; never 0 */
+    uint64_t    offset; /* of the block from the arena base */
+    const void *ptr;    /* arena base + offset: the bytes stay valid and unchanged
+                           until the lease is released */
     uint32_t n_bytes;
     uint64_t checksum; /* moon_kv_checksum of the bytes */
 } moon_kv_get_t;
@@ -91,7 +91,7 @@ typedef enum {
 } moon_kv_state_t;
 
 typedef struct {
-    uint32_t n_slots, used_slots;      /* DRAM: reserved + committed */
+    uint32_t n_slots, used_slots; /* DRAM: reserved + committed */
     uint64_t ssd_slots, ssd_used_slots;
     uint32_t n_reserved, n_committed, n_spilled, n_pinned, n_leases;
     uint64_t n_puts, n_gets, n_get_misses, n_evicted, n_spills, n_promotes, n_removed;
@@ -103,7 +103,7 @@ typedef struct {
  * <= 1, arena too small, SSD tier smaller than one slot); MOON_ERR_NO_MEMORY;
  * MOON_ERR_IO: the SSD file cannot be opened (errno logged). */
 MOON_API moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg,
-                                            moon_kv_shard_t **shard_p);
+                                            moon_kv_shard_t             **shard_p);
 
 /* Frees everything the shard allocated (not a caller arena); closes the SSD
  * file. Outstanding reservations and leases die with it. NULL: no-op. */
@@ -122,9 +122,8 @@ MOON_API void *moon_kv_shard_arena(const moon_kv_shard_t *shard, size_t *bytes_p
  * MOON_ERR_NO_RESOURCE: every slot is reserved, leased or pinned (nothing of
  *   those is evicted), or the entry table is full. Nothing changed on error. */
 MOON_API moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
-                                             moon_kv_key_t key, size_t n_bytes,
-                                             uint64_t client_id, uint64_t now_ns,
-                                             moon_kv_put_t *put_p);
+                                             moon_kv_key_t key, size_t n_bytes, uint64_t client_id,
+                                             uint64_t now_ns, moon_kv_put_t *put_p);
 
 /* Phase 2: the n_bytes of the slot reserved under token are the block, whose
  * checksum is moon_kv_checksum(bytes). Publishes it (event STORED).
@@ -132,8 +131,16 @@ MOON_API moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_
  * MOON_ERR_NOT_FOUND: no such reservation (revoked, expired, committed);
  * MOON_ERR_CORRUPT: verify_on_commit and the slot's checksum differs: the
  *   reservation stays (rewrite and commit again, or revoke). */
-MOON_API moon_status_t moon_kv_shard_commit(moon_kv_shard_t *shard, uint64_t token,
-                                            size_t n_bytes, uint64_t checksum);
+MOON_API moon_status_t moon_kv_shard_commit(moon_kv_shard_t *shard, uint64_t token, size_t n_bytes,
+                                            uint64_t checksum);
+
+/* The writer is alive and its transfer still running: moves the reservation's
+ * deadline to now_ns + reserve_timeout_ns. Keep reserve_timeout_ns above the
+ * longest put transfer, or renew: a reservation reclaimed while the writer's
+ * RDMA write is still landing lets that write hit a reused slot (the commit and
+ * get checksums then catch it, but the block is lost). Statuses as for commit. */
+MOON_API moon_status_t moon_kv_shard_reserve_renew(moon_kv_shard_t *shard, uint64_t token,
+                                                   uint64_t now_ns);
 
 /* Abandons a reservation and frees its slot. MOON_ERR_NOT_FOUND as for commit. */
 MOON_API moon_status_t moon_kv_shard_revoke(moon_kv_shard_t *shard, uint64_t token);
@@ -194,13 +201,12 @@ MOON_API uint64_t moon_kv_shard_drop_client(moon_kv_shard_t *shard, uint64_t cli
  * (committed or spilled), else 0. Does not count as a use.
  * MOON_ERR_INVALID_PARAM: NULL pointers with n > 0. */
 MOON_API moon_status_t moon_kv_shard_exists(const moon_kv_shard_t *shard, const moon_kv_tag_t *tag,
-                                            const moon_kv_key_t *keys, size_t n,
-                                            uint8_t *present);
+                                            const moon_kv_key_t *keys, size_t n, uint8_t *present);
 
 /* Longest prefix: given the chained keys of a prompt in order, *n_hit_p = how
  * many leading ones are readable here under tag. Does not count as a use. */
 MOON_API moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard,
-                                                    const moon_kv_tag_t *tag,
+                                                    const moon_kv_tag_t   *tag,
                                                     const moon_kv_key_t *keys, size_t n,
                                                     size_t *n_hit_p);
 

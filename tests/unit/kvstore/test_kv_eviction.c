@@ -158,7 +158,7 @@ static void test_random_churn_keeps_accounting(void)
     moon_kv_shard_t      *shard = make_shard(32, 0.9, 0.8, NULL);
     moon_kv_get_t         held[8];
     unsigned              n_held = 0, bad = 0;
-    uint64_t              seed   = 11;
+    uint64_t              seed = 11;
     moon_kv_shard_stats_t st;
 
     for (int step = 0; step < 20000; step++) {
@@ -171,13 +171,11 @@ static void test_random_churn_keeps_accounting(void)
         case 1: {
             moon_status_t status = kv_put_i(shard, k, 64);
 
-            bad += status != MOON_OK && status != MOON_ERR_EXISTS &&
-                   status != MOON_ERR_NO_RESOURCE;
+            bad += status != MOON_OK && status != MOON_ERR_EXISTS && status != MOON_ERR_NO_RESOURCE;
             break;
         }
         case 2:
-            if (n_held < 8 &&
-                moon_kv_shard_get(shard, &kv_tag, kv_key(k), 1, 0, &g) == MOON_OK) {
+            if (n_held < 8 && moon_kv_shard_get(shard, &kv_tag, kv_key(k), 1, 0, &g) == MOON_OK) {
                 unsigned char want[64];
 
                 kv_fill(want, 64, k);
@@ -213,8 +211,7 @@ static CU_TestInfo tests[] = {
     {"random_churn_keeps_accounting", test_random_churn_keeps_accounting},
     CU_TEST_INFO_NULL,
 };
-static CU_SuiteInfo suites[] = {{"kv_eviction", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
+static CU_SuiteInfo suites[] = {{"kv_eviction", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
 int main(void)
 {

@@ -5,18 +5,25 @@
 
 #include <string.h>
 
+/* Measured once on x86-64 (little-endian) with libxxhash 0.8.1. */
+#define GOLDEN_KEY_HI 0x0ab89e0c9e13f6e3ull
+#define GOLDEN_KEY_LO 0xe7189ee9cf3501b6ull
+#define GOLDEN_TRACE_HI 0x7dd6a87b20f85536ull
+#define GOLDEN_TRACE_LO 0xde3ff0af662a358bull
+#define GOLDEN_SUM 0x1e8c66928ed1f2e0ull
+
 static const moon_kv_tag_t tag_a = {.model_id = 7, .weight_version = 1};
 
-static void fill_tokens(uint32_t *t, size_t n, uint64_t seed)
+static void fill_tokens(int32_t *t, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++) {
-        t[i] = (uint32_t)(moon_test_rand(&seed) % 32000);
+        t[i] = (int32_t)(moon_test_rand(&seed) % 32000);
     }
 }
 
 static void test_one_key_per_full_block(void)
 {
-    uint32_t      tokens[100];
+    int32_t       tokens[100];
     moon_kv_key_t keys[8];
     size_t        n = 99;
 
@@ -31,7 +38,7 @@ static void test_one_key_per_full_block(void)
 
 static void test_keys_are_deterministic_and_distinct(void)
 {
-    uint32_t      tokens[64];
+    int32_t       tokens[64];
     moon_kv_key_t k1[4], k2[4];
     size_t        n1, n2;
 
@@ -49,7 +56,7 @@ static void test_keys_are_deterministic_and_distinct(void)
 
 static void test_key_covers_every_block_before_it(void)
 {
-    uint32_t      tokens[64];
+    int32_t       tokens[64];
     moon_kv_key_t base[4], changed[4];
     size_t        n;
 
@@ -73,7 +80,7 @@ static void test_key_covers_every_block_before_it(void)
 
 static void test_key_next_extends_the_chain(void)
 {
-    uint32_t      tokens[48];
+    int32_t       tokens[48];
     moon_kv_key_t keys[3], k;
     size_t        n;
 
@@ -89,7 +96,7 @@ static void test_key_next_extends_the_chain(void)
 
 static void test_model_and_version_salt_the_key(void)
 {
-    uint32_t      tokens[32];
+    int32_t       tokens[32];
     moon_kv_tag_t other_model = {.model_id = 8, .weight_version = 1};
     moon_kv_tag_t other_ver   = {.model_id = 7, .weight_version = 2};
     moon_kv_key_t a[2], b[2], c[2];
@@ -108,7 +115,7 @@ static void test_model_and_version_salt_the_key(void)
 
 static void test_block_size_is_configurable(void)
 {
-    uint32_t      tokens[1024];
+    int32_t       tokens[1024];
     moon_kv_key_t k256[4], k512[2];
     size_t        n256, n512;
 
@@ -122,7 +129,7 @@ static void test_block_size_is_configurable(void)
 
 static void test_bad_input_is_rejected(void)
 {
-    uint32_t      tokens[16] = {0};
+    int32_t       tokens[16] = {0};
     moon_kv_key_t keys[1];
     size_t        n = 42;
 
@@ -130,9 +137,9 @@ static void test_bad_input_is_rejected(void)
                     MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_keys_of_tokens(&tag_a, 0, tokens, 16, keys, 1, &n),
                     MOON_ERR_INVALID_PARAM);
-    CU_ASSERT_EQUAL(moon_kv_keys_of_tokens(&tag_a, MOON_KV_BLOCK_TOKENS_MAX + 1, tokens, 16, keys,
-                                           1, &n),
-                    MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(
+        moon_kv_keys_of_tokens(&tag_a, MOON_KV_BLOCK_TOKENS_MAX + 1, tokens, 16, keys, 1, &n),
+        MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_keys_of_tokens(&tag_a, 16, NULL, 16, keys, 1, &n),
                     MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_keys_of_tokens(&tag_a, 16, tokens, 16, NULL, 1, &n),
@@ -176,7 +183,25 @@ static void test_checksum_detects_a_flipped_bit(void)
     CU_ASSERT_NOT_EQUAL(sum, moon_kv_checksum(buf, sizeof(buf)));
 }
 
+/* Keys are a wire format (every rank and the conductor's index must agree):
+ * pin it, so a change to the hashing is a deliberate one. */
+static void test_key_format_is_stable(void)
+{
+    int32_t       tokens[4] = {1, 2, 3, -1};
+    int64_t       id        = 123456;
+    moon_kv_key_t k, t;
+
+    k = moon_kv_key_next(&tag_a, NULL, tokens, 4);
+    moon_kv_keys_of_trace_ids(&tag_a, &id, 1, &t);
+    CU_ASSERT_EQUAL(k.hi, GOLDEN_KEY_HI);
+    CU_ASSERT_EQUAL(k.lo, GOLDEN_KEY_LO);
+    CU_ASSERT_EQUAL(t.hi, GOLDEN_TRACE_HI);
+    CU_ASSERT_EQUAL(t.lo, GOLDEN_TRACE_LO);
+    CU_ASSERT_EQUAL(moon_kv_checksum("moonlet", 7), GOLDEN_SUM);
+}
+
 static CU_TestInfo tests[] = {
+    {"key_format_is_stable", test_key_format_is_stable},
     {"one_key_per_full_block", test_one_key_per_full_block},
     {"keys_are_deterministic_and_distinct", test_keys_are_deterministic_and_distinct},
     {"key_covers_every_block_before_it", test_key_covers_every_block_before_it},

@@ -91,7 +91,7 @@ static void test_reads_go_to_the_surviving_replica_first(void)
 
 static void test_fewer_live_shards_than_replicas(void)
 {
-    moon_kv_placement_t *pl = NULL;
+    moon_kv_placement_t *pl     = NULL;
     uint32_t             ids[3] = {1, 2, 3}, out[3];
 
     CU_ASSERT_EQUAL_FATAL(moon_kv_placement_create(ids, 3, 3, &pl), MOON_OK);
@@ -107,7 +107,7 @@ static void test_fewer_live_shards_than_replicas(void)
 
 static void test_bad_membership_is_rejected(void)
 {
-    moon_kv_placement_t *pl   = NULL;
+    moon_kv_placement_t *pl     = NULL;
     uint32_t             dup[3] = {1, 2, 1};
 
     CU_ASSERT_EQUAL(moon_kv_placement_create(dup, 3, 1, &pl), MOON_ERR_INVALID_PARAM);

@@ -50,8 +50,8 @@ static void test_create_rejects_bad_config(void)
     cfg.arena       = small;
     cfg.arena_bytes = sizeof(small); /* 4 * 64 needed */
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
-    cfg.arena    = NULL;
-    cfg.ssd_path = "unused";
+    cfg.arena     = NULL;
+    cfg.ssd_path  = "unused";
     cfg.ssd_bytes = 63; /* less than one slot */
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_shard_create(NULL, &shard), MOON_ERR_INVALID_PARAM);
@@ -179,8 +179,7 @@ static void test_unknown_keys_and_ids_get_clear_statuses(void)
     moon_kv_shard_t *shard = make_shard(4, 256, NULL);
     moon_kv_get_t    get;
 
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(77), 1, 0, &get),
-                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(77), 1, 0, &get), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_remove(shard, kv_key(77)), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_pin(shard, kv_key(77)), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_unpin(shard, kv_key(77)), MOON_ERR_NOT_FOUND);
@@ -193,8 +192,7 @@ static void test_unknown_keys_and_ids_get_clear_statuses(void)
     CU_ASSERT_EQUAL(moon_kv_shard_revoke(shard, (7ull << 32) | 1), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_lease_transfer_begin(shard, 0), MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_shard_lease_renew(shard, (1ull << 32) | 0, 0), MOON_ERR_NOT_FOUND);
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, NULL, kv_key(1), 1, 0, &get),
-                    MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, NULL, kv_key(1), 1, 0, &get), MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_kv_shard_exists(shard, &kv_tag, NULL, 1, NULL), MOON_ERR_INVALID_PARAM);
     moon_kv_shard_destroy(shard);
 }
@@ -270,8 +268,36 @@ static void test_client_dying_mid_put_reservation_expires(void)
     CU_ASSERT_EQUAL(st.n_reserved, 0);
     CU_ASSERT_EQUAL(st.n_expired_reservations, 1);
     /* The writer was only slow: its late commit is refused, nothing corrupted. */
+    CU_ASSERT_EQUAL(moon_kv_shard_reserve_renew(shard, put.token, 3 * SEC), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_commit(shard, put.token, 128, 0), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(kv_put_i(shard, 1, 128), MOON_OK);
+    CU_ASSERT_TRUE(kv_check_i(shard, 1, 128));
+    moon_kv_shard_destroy(shard);
+}
+
+static void test_renewed_reservation_outlives_the_timeout(void)
+{
+    moon_kv_shard_config_t cfg;
+    moon_kv_shard_t       *shard = NULL;
+    moon_kv_put_t          slow, other;
+    uint64_t               n;
+
+    moon_kv_shard_config_init(&cfg);
+    cfg.n_slots            = 4;
+    cfg.slot_bytes         = 128;
+    cfg.reserve_timeout_ns = 2 * SEC;
+    CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(1), 128, 1, 0, &slow), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(2), 128, 2, SEC, &other), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_shard_reserve_renew(shard, slow.token, SEC + SEC / 2), MOON_OK);
+    moon_kv_shard_expire(shard, 3 * SEC, 0, &n); /* other's deadline: 3 s; slow's: 3.5 s */
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(2)), MOON_KV_STATE_ABSENT);
+    kv_fill(slow.ptr, 128, 1);
+    CU_ASSERT_EQUAL(moon_kv_shard_commit(shard, slow.token, 128, moon_kv_checksum(slow.ptr, 128)),
+                    MOON_OK);
+    moon_kv_shard_expire(shard, 10 * SEC, 0, &n);
+    CU_ASSERT_EQUAL(n, 0);
     CU_ASSERT_TRUE(kv_check_i(shard, 1, 128));
     moon_kv_shard_destroy(shard);
 }
@@ -310,8 +336,7 @@ static void test_remove_of_leased_block_is_deferred(void)
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 1, 0, &get), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_shard_remove(shard, kv_key(1)), MOON_OK);
     CU_ASSERT_EQUAL(ev.count[MOON_KV_EVENT_REMOVED], 1);
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 2, 0, &again),
-                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 2, 0, &again), MOON_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(moon_kv_shard_remove(shard, kv_key(1)), MOON_ERR_NOT_FOUND);
     /* New puts take the free slot, then evict each other, never the leased slot. */
     CU_ASSERT_EQUAL(kv_put_i(shard, 2, 128), MOON_OK);
@@ -421,8 +446,7 @@ static void test_corrupted_block_is_detected_and_dropped(void)
     ((unsigned char *)(uintptr_t)get.ptr)[5] ^= 0x40; /* a stray write into the arena */
     CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 1, 0, &get), MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL(ev.count[MOON_KV_EVENT_REMOVED], 1);
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 1, 0, &get),
-                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 1, 0, &get), MOON_ERR_NOT_FOUND);
     moon_kv_shard_stats(shard, &st);
     CU_ASSERT_EQUAL(st.n_corrupt, 1);
     CU_ASSERT_EQUAL(st.used_slots, 0);
@@ -432,14 +456,14 @@ static void test_corrupted_block_is_detected_and_dropped(void)
 static void test_exists_and_longest_prefix_of_a_prompt(void)
 {
     moon_kv_shard_t *shard = make_shard(64, 64, NULL);
-    uint32_t         tokens[8 * 16];
+    int32_t          tokens[8 * 16];
     moon_kv_key_t    keys[8];
     uint8_t          present[8];
     size_t           n, n_hit;
     unsigned char    blk[64] = {1};
 
     for (uint32_t i = 0; i < 8 * 16; i++) {
-        tokens[i] = i * 7;
+        tokens[i] = (int32_t)i * 7;
     }
     CU_ASSERT_EQUAL(moon_kv_keys_of_tokens(&kv_tag, 16, tokens, 8 * 16, keys, 8, &n), MOON_OK);
     for (int i = 0; i < 5; i++) {
@@ -565,6 +589,7 @@ static CU_TestInfo tests[] = {
     {"same_key_second_writer_gets_exists", test_same_key_second_writer_gets_exists},
     {"commit_verifies_the_checksum", test_commit_verifies_the_checksum},
     {"client_dying_mid_put_reservation_expires", test_client_dying_mid_put_reservation_expires},
+    {"renewed_reservation_outlives_the_timeout", test_renewed_reservation_outlives_the_timeout},
     {"drop_client_revokes_and_releases", test_drop_client_revokes_and_releases},
     {"remove_of_leased_block_is_deferred", test_remove_of_leased_block_is_deferred},
     {"client_dying_mid_get_lease_is_swept", test_client_dying_mid_get_lease_is_swept},

@@ -138,10 +138,10 @@ static void test_unopenable_file_is_io_error(void)
 
     snprintf(bad, sizeof(bad), "%s/no/such/dir/shard.ssd", dir);
     moon_kv_shard_config_init(&cfg);
-    cfg.n_slots   = 4;
+    cfg.n_slots    = 4;
     cfg.slot_bytes = 64;
-    cfg.ssd_path  = bad;
-    cfg.ssd_bytes = 4096;
+    cfg.ssd_path   = bad;
+    cfg.ssd_bytes  = 4096;
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_IO);
     CU_ASSERT_PTR_NULL(shard);
 }
@@ -157,7 +157,7 @@ static void test_read_error_drops_the_block(void)
         CU_ASSERT_EQUAL(kv_put_i(shard, i, 256), MOON_OK);
     }
     CU_ASSERT_EQUAL(moon_kv_shard_remove(shard, kv_key(3)), MOON_OK); /* a free DRAM slot */
-    CU_ASSERT_EQUAL(truncate(path, 0), 0); /* the device lost the data */
+    CU_ASSERT_EQUAL(truncate(path, 0), 0);                            /* the device lost the data */
     CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(0), 1, 0, &get), MOON_ERR_IO);
     CU_ASSERT_EQUAL(ev.count[MOON_KV_EVENT_REMOVED], 2);
     CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(0)), MOON_KV_STATE_ABSENT);
