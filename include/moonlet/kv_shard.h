@@ -228,4 +228,10 @@ MOON_API moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_
 
 MOON_API void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats);
 
+/* Walks every internal structure and checks its invariants (each slot owned
+ * exactly once, lists and index agree, lease counts add up). O(size); for
+ * tests and debug builds. MOON_OK; MOON_ERR_CORRUPT: the first broken invariant
+ * is logged; MOON_ERR_NO_MEMORY: no room for the scratch bitmaps. */
+MOON_API moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard);
+
 #endif /* MOONLET_KV_SHARD_H */
