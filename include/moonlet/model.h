@@ -1,0 +1,171 @@
+/* moonlet/model.h - Llama model (weights from GGUF) and the engine that runs
+ * it: prefill of a chunk of tokens and decode of a batch of sequences over a
+ * paged KV cache. Backends sit behind one interface, chosen once at create:
+ *   REF   plain single-threaded reference path (llama2.c style),
+ *   CPU   fast path: threads, SIMD, batched GEMM,
+ *   CUDA  GPU path (built with MOON_WITH_CUDA),
+ *   COST  computes nothing; returns modeled durations (Mooncake Eq. 1).
+ * A model is immutable after load and may be shared by engines. An engine is
+ * driven by one thread at a time (its own worker threads are internal). */
+#ifndef MOONLET_MODEL_H
+#define MOONLET_MODEL_H
+
+#include "moonlet/defs.h"
+#include "moonlet/gguf.h"
+#include "moonlet/kv_cache.h"
+#include "moonlet/status.h"
+#include "moonlet/tokenizer.h"
+
+#include <stdbool.h>
+
+typedef struct {
+    uint32_t dim;        /* n_embd */
+    uint32_t hidden_dim; /* SwiGLU width */
+    uint32_t n_layers;
+    uint32_t n_heads;
+    uint32_t n_kv_heads; /* < n_heads: grouped-query attention */
+    uint32_t head_dim;   /* dim / n_heads */
+    uint32_t vocab_size;
+    uint32_t seq_len;    /* context length */
+    float    norm_eps;   /* RMSNorm epsilon */
+    float    rope_theta; /* RoPE base */
+} moon_model_config_t;
+
+/* A weight matrix (out rows x in cols, row-major, rows of type). */
+typedef struct {
+    moon_ggml_type_t type;
+    uint32_t         rows, cols;
+    size_t           row_bytes;
+    const void      *data; /* (rows, cols) in the mapping or owned by the model */
+} moon_tensor_t;
+
+typedef struct moon_model moon_model_t;
+
+/* Reads hyper-parameters from a GGUF's llama.* keys (head_dim from
+ * rope.dimension_count or dim / n_heads). MOON_ERR_CORRUPT on missing or
+ * inconsistent keys. */
+MOON_API moon_status_t moon_model_config_from_gguf(const moon_gguf_t *gguf,
+                                                   moon_model_config_t *cfg_p);
+
+/* Opens path (mmap) and binds every weight, checking names, types and shapes;
+ * builds the tokenizer when the file has one. MOON_ERR_NOT_FOUND/IO/CORRUPT. */
+MOON_API moon_status_t moon_model_load(const char *path, moon_model_t **model_p);
+MOON_API void          moon_model_destroy(moon_model_t *model); /* NULL: no-op */
+
+MOON_API const moon_model_config_t *moon_model_config(const moon_model_t *model);
+/* NULL when the file had no tokenizer. Owned by the model. */
+MOON_API const moon_tokenizer_t *moon_model_tokenizer(const moon_model_t *model);
+/* Bytes of weights streamed per token (every matrix once, incl. the classifier). */
+MOON_API uint64_t moon_model_weight_bytes(const moon_model_t *model);
+/* The main matrix type (of layer 0's attn_q). */
+MOON_API moon_ggml_type_t moon_model_weight_type(const moon_model_t *model);
+
+/* A KV cache config for the model with n_blocks blocks of block_tokens. */
+MOON_API moon_kv_config_t moon_model_kv_config(const moon_model_config_t *cfg,
+                                               uint32_t block_tokens, uint32_t n_blocks,
+                                               uint32_t max_seqs);
+
+/* Writes a random-weight Llama of shape cfg to path (weights uniform in
+ * +-1/sqrt(in), norms near 1, a byte-level tokenizer of cfg->vocab_size tokens
+ * when vocab_size >= 259), matrices in type. Deterministic in seed. */
+MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
+                                               moon_ggml_type_t type, uint64_t seed,
+                                               const char *path);
+
+/* Converts a llama2.c checkpoint (legacy v0 format) and tokenizer.bin into a
+ * GGUF v3 file (F32), with name/license metadata (both may be NULL). */
+MOON_API moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_path,
+                                                  const char *out_path, const char *name,
+                                                  const char *license);
+
+/* ---- engine -------------------------------------------------------------- */
+
+typedef enum {
+    MOON_BACKEND_REF  = 0,
+    MOON_BACKEND_CPU  = 1,
+    MOON_BACKEND_CUDA = 2,
+    MOON_BACKEND_COST = 3,
+} moon_backend_kind_t;
+
+/* Cost model (COST backend and moon_cost_* helpers). */
+typedef struct {
+    moon_model_config_t shape;            /* used when no model is given */
+    double              flops_per_s;      /* sustained prefill throughput */
+    double              mem_bytes_per_s;  /* decode: weights + KV read bandwidth */
+    double              weight_bytes;     /* 0: 2 bytes per parameter of shape */
+    uint32_t            kv_bytes_per_elem;/* e.g. 2 (fp16/bf16) */
+    double              step_overhead_s;  /* fixed cost per call */
+} moon_cost_config_t;
+
+typedef struct {
+    moon_backend_kind_t kind;
+    uint32_t            n_threads; /* CPU: 0 = online cores */
+    uint32_t            max_batch; /* decode sequences per call (0: 64) */
+    uint32_t            max_chunk; /* prefill tokens per call (0: 512) */
+    moon_cost_config_t  cost;      /* COST only */
+} moon_engine_config_t;
+
+typedef struct moon_engine moon_engine_t;
+
+/* Creates an engine for model (BORROWED: must outlive the engine; may be NULL
+ * for COST, which then uses cfg->cost.shape). Preallocates every buffer: the
+ * calls below never allocate. MOON_ERR_UNSUPPORTED: CUDA not built or no
+ * device. */
+MOON_API moon_status_t moon_engine_create(const moon_model_t *model,
+                                          const moon_engine_config_t *cfg,
+                                          moon_engine_t **engine_p);
+MOON_API void          moon_engine_destroy(moon_engine_t *engine); /* NULL: no-op */
+MOON_API const char   *moon_engine_name(const moon_engine_t *engine);
+
+/* Prefill: runs tokens[0..n) at the end of sequence seq (n <= max_chunk),
+ * writing their K/V into its blocks (reserving them) and advancing its length.
+ * logits (vocab floats, may be NULL) receive the last token's logits.
+ * *duration_s_p (may be NULL): wall time, or the modeled time for COST.
+ * MOON_ERR_NO_RESOURCE: KV pool or context full (nothing changed). COST
+ * accepts kv == NULL and then only models. */
+MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_t *kv,
+                                           uint32_t seq, const int32_t *tokens, uint32_t n,
+                                           float *logits, double *duration_s_p);
+
+/* Decode step: one token per sequence for n_seqs distinct sequences
+ * (n_seqs <= max_batch); logits (n_seqs, vocab). For COST with kv == NULL,
+ * ctx_lens (may be NULL otherwise) gives each sequence's context length. */
+MOON_API moon_status_t moon_engine_decode(moon_engine_t *engine, moon_kv_cache_t *kv,
+                                          const uint32_t *seqs, const int32_t *tokens,
+                                          uint32_t n_seqs, float *logits, double *duration_s_p);
+
+/* Cost model by itself. Prefill of n new tokens after a cached prefix of
+ * n_prefix: flops(n_prefix + n) - flops(n_prefix), flops(x) = l(4 x^2 d + 22 x d^2)
+ * (Mooncake Eq. 1), over flops_per_s. Decode: (weight bytes + KV bytes read)
+ * over mem_bytes_per_s. kv bytes per token: 2 * l * n_kv_heads * head_dim * elem. */
+MOON_API double moon_cost_prefill_flops(const moon_model_config_t *shape, uint64_t n_prefix,
+                                        uint64_t n);
+MOON_API double moon_cost_prefill_s(const moon_cost_config_t *cost, uint64_t n_prefix,
+                                    uint64_t n);
+MOON_API double moon_cost_decode_s(const moon_cost_config_t *cost, uint32_t batch,
+                                   uint64_t total_ctx_tokens);
+MOON_API uint64_t moon_cost_kv_bytes_per_token(const moon_cost_config_t *cost);
+/* A LLaMA3-70B shape (l 80, d 8192, 64 heads, 8 KV heads, ff 28672, vocab
+ * 128256) on an A800-like device: 320 KB/token of 2-byte KV. */
+MOON_API moon_cost_config_t moon_cost_llama3_70b(void);
+
+/* ---- sampling ------------------------------------------------------------- */
+
+typedef struct {
+    float    temperature; /* 0: greedy */
+    float    top_p;       /* 1: off */
+    uint32_t top_k;       /* 0: off */
+    uint64_t rng;         /* state; seeded by moon_sampler_init */
+    uint32_t vocab_size;
+    /* private: scratch of vocab_size (index, prob) pairs */
+    void *scratch;
+} moon_sampler_t;
+
+MOON_API moon_status_t moon_sampler_init(moon_sampler_t *s, uint32_t vocab_size, float temperature,
+                                         float top_p, uint32_t top_k, uint64_t seed);
+MOON_API void          moon_sampler_fini(moon_sampler_t *s);
+/* Picks a token from logits (modified in place: scaled and soft-maxed). */
+MOON_API int32_t moon_sampler_sample(moon_sampler_t *s, float *logits);
+MOON_API int32_t moon_argmax(const float *x, uint32_t n);
+
+#endif /* MOONLET_MODEL_H */

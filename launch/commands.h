@@ -1,0 +1,21 @@
+/* launch/commands.h - the `moonlet` subcommands. Each takes the arguments
+ * after its name (argv[0] is the subcommand name) and returns the process
+ * exit status. To add one: declare it here and add a row to the table in
+ * moonlet_main.c. */
+#ifndef MOON_LAUNCH_COMMANDS_H
+#define MOON_LAUNCH_COMMANDS_H
+
+typedef int (*moon_cmd_fn)(int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    moon_cmd_fn fn;
+    const char *help; /* one line */
+} moon_cmd_t;
+
+/* model engine (launch/cmd_model.c) */
+int moon_cmd_convert(int argc, char **argv);
+int moon_cmd_gen_model(int argc, char **argv);
+int moon_cmd_generate(int argc, char **argv);
+
+#endif /* MOON_LAUNCH_COMMANDS_H */

@@ -1,0 +1,183 @@
+/* model/engine.c - the engine front end: picks a backend once at create,
+ * checks arguments, reserves KV room, times the call and advances sequence
+ * lengths. Driven by one thread at a time. */
+#include "model_internal.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+
+#include <time.h>
+
+struct moon_engine {
+    const moon_model_backend_ops_t *ops;
+    void                           *state;
+    const moon_model_t             *model;
+    moon_engine_config_t            cfg;
+    moon_model_config_t             shape;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_config_t *cfg,
+                                 moon_engine_t **engine_p)
+{
+    moon_engine_t *e;
+    moon_status_t  status;
+
+    if (cfg == NULL || engine_p == NULL || (model == NULL && cfg->kind != MOON_BACKEND_COST)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = moon_calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    e->cfg   = *cfg;
+    e->model = model;
+    if (e->cfg.max_batch == 0) {
+        e->cfg.max_batch = 64;
+    }
+    if (e->cfg.max_chunk == 0) {
+        e->cfg.max_chunk = 512;
+    }
+    e->shape = model ? model->cfg : cfg->cost.shape;
+    switch (cfg->kind) {
+    case MOON_BACKEND_REF: e->ops = &moon_backend_ref_ops; break;
+    case MOON_BACKEND_CPU: e->ops = &moon_backend_cpu_ops; break;
+    case MOON_BACKEND_COST: e->ops = &moon_backend_cost_ops; break;
+    case MOON_BACKEND_CUDA:
+#ifdef MOON_WITH_CUDA
+        e->ops = &moon_backend_cuda_ops;
+        break;
+#else
+        moon_free(e);
+        return MOON_ERR_UNSUPPORTED;
+#endif
+    default:
+        moon_free(e);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = e->ops->create(model, &e->cfg, &e->state);
+    if (status != MOON_OK) {
+        moon_free(e);
+        return status;
+    }
+    *engine_p = e;
+    return MOON_OK;
+}
+
+void moon_engine_destroy(moon_engine_t *e)
+{
+    if (e == NULL) {
+        return;
+    }
+    e->ops->destroy(e->state);
+    moon_free(e);
+}
+
+const char *moon_engine_name(const moon_engine_t *e) { return e->ops->name; }
+
+static int kv_matches(const moon_engine_t *e, const moon_kv_cache_t *kv)
+{
+    const moon_kv_config_t *k = &kv->cfg;
+    return k->n_layers == e->shape.n_layers && k->n_kv_heads == e->shape.n_kv_heads &&
+           k->head_dim == e->shape.head_dim && k->max_seq_len <= e->shape.seq_len;
+}
+
+moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
+                                  const int32_t *tokens, uint32_t n, float *logits,
+                                  double *duration_s_p)
+{
+    double        modeled = -1.0, t0;
+    uint32_t      len0;
+    moon_status_t status;
+
+    if (e == NULL || tokens == NULL || n == 0 || n > e->cfg.max_chunk ||
+        (kv == NULL && e->cfg.kind != MOON_BACKEND_COST)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->shape.vocab_size) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    if (kv != NULL) {
+        if (!kv_matches(e, kv) || seq >= kv->cfg.max_seqs || !kv->seqs[seq].used) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        len0   = kv->seqs[seq].n_tokens;
+        status = moon_kv_seq_reserve(kv, seq, n);
+        if (status != MOON_OK) {
+            return status;
+        }
+    }
+    t0     = now_s();
+    status = e->ops->prefill(e->state, kv, seq, tokens, n, logits, &modeled);
+    if (kv != NULL) {
+        if (status == MOON_OK) {
+            moon_kv_seq_advance(kv, seq, n);
+        } else {
+            moon_kv_seq_truncate(kv, seq, len0); /* give back the reserved blocks */
+        }
+    }
+    if (status == MOON_OK && duration_s_p != NULL) {
+        *duration_s_p = modeled >= 0.0 ? modeled : now_s() - t0;
+    }
+    return status;
+}
+
+moon_status_t moon_engine_decode(moon_engine_t *e, moon_kv_cache_t *kv, const uint32_t *seqs,
+                                 const int32_t *tokens, uint32_t n_seqs, float *logits,
+                                 double *duration_s_p)
+{
+    double        modeled = -1.0, t0;
+    moon_status_t status  = MOON_OK;
+    uint32_t      done    = 0;
+
+    if (e == NULL || tokens == NULL || n_seqs == 0 || n_seqs > e->cfg.max_batch ||
+        (kv == NULL && e->cfg.kind != MOON_BACKEND_COST) || (kv != NULL && seqs == NULL)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (kv != NULL && !kv_matches(e, kv)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t b = 0; b < n_seqs; b++) {
+        if (tokens[b] < 0 || (uint32_t)tokens[b] >= e->shape.vocab_size) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        if (kv != NULL) {
+            if (seqs[b] >= kv->cfg.max_seqs || !kv->seqs[seqs[b]].used) {
+                return MOON_ERR_INVALID_PARAM;
+            }
+            for (uint32_t j = 0; j < b; j++) {
+                if (seqs[j] == seqs[b]) {
+                    return MOON_ERR_INVALID_PARAM;
+                }
+            }
+        }
+    }
+    for (; kv != NULL && done < n_seqs; done++) {
+        status = moon_kv_seq_reserve(kv, seqs[done], 1);
+        if (status != MOON_OK) {
+            break;
+        }
+    }
+    if (status == MOON_OK) {
+        t0     = now_s();
+        status = e->ops->decode(e->state, kv, seqs, tokens, n_seqs, logits, &modeled);
+        if (status == MOON_OK && duration_s_p != NULL) {
+            *duration_s_p = modeled >= 0.0 ? modeled : now_s() - t0;
+        }
+    }
+    for (uint32_t b = 0; kv != NULL && b < done; b++) {
+        if (status == MOON_OK) {
+            moon_kv_seq_advance(kv, seqs[b], 1);
+        } else {
+            moon_kv_seq_truncate(kv, seqs[b], kv->seqs[seqs[b]].n_tokens);
+        }
+    }
+    return status;
+}

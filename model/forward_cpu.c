@@ -1,0 +1,609 @@
+/* model/forward_cpu.c - the fast CPU backend. A prefill chunk of B tokens
+ * (or a decode batch of B sequences) goes through each layer as one batch:
+ * the weight matmuls are GEMMs (OpenBLAS sgemm on each thread's slice of
+ * output rows; non-F32 weights are dequantized tile by tile), batch-1 matvecs
+ * use AVX-512/AVX2 kernels chosen at create by a runtime CPU check, and
+ * attention runs over the paged KV cache split by (token, head). Threads: a
+ * pool of n_threads (the caller is thread 0); work is split by ith/nth rows.
+ * Every buffer is allocated at create: prefill and decode never allocate. */
+#include "model_internal.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MOON_X86 1
+#endif
+#ifdef MOON_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define TILE_ROWS 64 /* weight rows dequantized at a time for GEMM */
+
+typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
+
+typedef struct cpu_state cpu_state_t;
+
+/* One parallel step: which op and its operands. */
+typedef enum { JOB_MATMUL, JOB_ATTN, JOB_RMSNORM, JOB_SWIGLU } job_kind_t;
+
+typedef struct {
+    job_kind_t           kind;
+    uint32_t             b;          /* batch rows */
+    /* matmul: up to 3 matrices sharing x */
+    const moon_tensor_t *w[3];
+    float               *y[3];       /* (b, w->rows) */
+    uint32_t             n_mats;
+    const float         *x;          /* (b, cols) */
+    /* attention */
+    uint32_t             layer;
+    /* rmsnorm: out = norm(in) * weight, rows of dim */
+    const float         *norm_w;
+    float               *out;
+    const float         *in;
+} job_t;
+
+struct cpu_state {
+    const moon_model_t *m;
+    moon_tp_t          *tp;
+    uint32_t            nth;
+    uint32_t            max_b;
+    dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
+    dot_fn              dot_f32;
+    float *x;       /* (max_b, dim) residual stream */
+    float *xb;      /* (max_b, dim) */
+    float *q;       /* (max_b, dim) */
+    float *k;       /* (max_b, kv_dim) */
+    float *v;       /* (max_b, kv_dim) */
+    float *ao;      /* (max_b, dim) attention output */
+    float *hb;      /* (max_b, hidden) */
+    float *hb2;     /* (max_b, hidden) */
+    float *att;     /* (nth, seq_len) attention scores */
+    float *wtile;   /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    float *rope;    /* (seq_len, head_dim / 2, 2) cos, sin */
+    /* per call */
+    moon_kv_cache_t       *kv;
+    const moon_kv_seq_t  **seq;  /* (max_b) sequence of each batch row */
+    uint32_t              *pos;  /* (max_b) position of each batch row */
+    job_t                  job;
+};
+
+/* ---- dot kernels -------------------------------------------------------------- */
+
+static float dot_f32_scalar(const void *w, const float *x, uint32_t n)
+{
+    const float *a   = w;
+    float        s[4] = {0};
+    uint32_t     i   = 0;
+    for (; i + 4 <= n; i += 4) {
+        s[0] += a[i] * x[i];
+        s[1] += a[i + 1] * x[i + 1];
+        s[2] += a[i + 2] * x[i + 2];
+        s[3] += a[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++) {
+        s[0] += a[i] * x[i];
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static float dot_bf16_scalar(const void *w, const float *x, uint32_t n)
+{
+    const uint16_t *a = w;
+    float           s = 0.0f;
+    for (uint32_t i = 0; i < n; i++) {
+        s += moon_bf16_to_f32(a[i]) * x[i];
+    }
+    return s;
+}
+
+#ifdef MOON_X86
+__attribute__((target("avx512f"))) static float dot_f32_avx512(const void *w, const float *x,
+                                                               uint32_t n)
+{
+    const float *a  = w;
+    __m512       s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512       s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    uint32_t     i  = 0;
+    float        r;
+
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
+    }
+    r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    for (; i < n; i++) {
+        r += a[i] * x[i];
+    }
+    return r;
+}
+
+__attribute__((target("avx512f"))) static inline __m512 bf16x16(const uint16_t *p)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+__attribute__((target("avx512f"))) static float dot_bf16_avx512(const void *w, const float *x,
+                                                                uint32_t n)
+{
+    const uint16_t *a  = w;
+    __m512          s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512          s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    uint32_t        i  = 0;
+    float           r;
+
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(bf16x16(a + i), _mm512_loadu_ps(x + i), s0);
+        s1 = _mm512_fmadd_ps(bf16x16(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
+        s2 = _mm512_fmadd_ps(bf16x16(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
+        s3 = _mm512_fmadd_ps(bf16x16(a + i + 48), _mm512_loadu_ps(x + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm512_fmadd_ps(bf16x16(a + i), _mm512_loadu_ps(x + i), s0);
+    }
+    r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    for (; i < n; i++) {
+        r += moon_bf16_to_f32(a[i]) * x[i];
+    }
+    return r;
+}
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo        = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo        = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) static float dot_f32_avx2(const void *w, const float *x,
+                                                              uint32_t n)
+{
+    const float *a  = w;
+    __m256       s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256       s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    uint32_t     i  = 0;
+    float        r;
+
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+    }
+    r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) {
+        r += a[i] * x[i];
+    }
+    return r;
+}
+
+__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const void *w, const float *x,
+                                                               uint32_t n)
+{
+    const uint16_t *a  = w;
+    __m256          s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t        i  = 0;
+    float           r;
+
+    for (; i + 16 <= n; i += 16) {
+        __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
+        __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i + 8)));
+        s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
+                             _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)),
+                             _mm256_loadu_ps(x + i + 8), s1);
+    }
+    r = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) {
+        r += moon_bf16_to_f32(a[i]) * x[i];
+    }
+    return r;
+}
+#endif /* MOON_X86 */
+
+static void pick_kernels(cpu_state_t *s)
+{
+    s->dot_f32                = dot_f32_scalar;
+    s->dot[MOON_GGML_F32]     = dot_f32_scalar;
+    s->dot[MOON_GGML_BF16]    = dot_bf16_scalar;
+#ifdef MOON_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        s->dot_f32             = dot_f32_avx512;
+        s->dot[MOON_GGML_F32]  = dot_f32_avx512;
+        s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        s->dot_f32             = dot_f32_avx2;
+        s->dot[MOON_GGML_F32]  = dot_f32_avx2;
+        s->dot[MOON_GGML_BF16] = dot_bf16_avx2;
+    }
+#endif
+}
+
+/* ---- parallel steps -------------------------------------------------------------- */
+
+/* y[bi][r] for rows [r0, r1) of w, all batch rows. */
+static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
+                         const float *x, uint32_t b, uint32_t r0, uint32_t r1)
+{
+    dot_fn   dot   = s->dot[w->type];
+    float   *tile  = s->wtile + (size_t)ith * TILE_ROWS * MOON_MAX(s->m->cfg.dim,
+                                                                  s->m->cfg.hidden_dim);
+    uint32_t cols  = w->cols;
+
+    if (r0 >= r1) {
+        return;
+    }
+    if (b == 1 && dot != NULL) {
+        const uint8_t *base = (const uint8_t *)w->data;
+        for (uint32_t r = r0; r < r1; r++) {
+            y[r] = dot(base + (size_t)r * w->row_bytes, x, cols);
+        }
+        return;
+    }
+#ifdef MOON_HAVE_OPENBLAS
+    if (b > 1 && w->type == MOON_GGML_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)(r1 - r0), (int)cols,
+                    1.0f, x, (int)cols, (const float *)w->data + (size_t)r0 * cols, (int)cols,
+                    0.0f, y + r0, (int)w->rows);
+        return;
+    }
+#endif
+    for (uint32_t t0 = r0; t0 < r1; t0 += TILE_ROWS) {
+        uint32_t nt = MOON_MIN(TILE_ROWS, r1 - t0);
+        for (uint32_t r = 0; r < nt; r++) {
+            moon_tensor_row(w, t0 + r, tile + (size_t)r * cols);
+        }
+#ifdef MOON_HAVE_OPENBLAS
+        if (b > 1) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)nt, (int)cols, 1.0f,
+                        x, (int)cols, tile, (int)cols, 0.0f, y + t0, (int)w->rows);
+            continue;
+        }
+#endif
+        for (uint32_t bi = 0; bi < b; bi++) {
+            for (uint32_t r = 0; r < nt; r++) {
+                y[(size_t)bi * w->rows + t0 + r] =
+                    s->dot_f32(tile + (size_t)r * cols, x + (size_t)bi * cols, cols);
+            }
+        }
+    }
+}
+
+static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
+{
+    const moon_model_config_t *c      = &s->m->cfg;
+    uint32_t                   hs     = c->head_dim;
+    uint32_t                   kv_mul = c->n_heads / c->n_kv_heads;
+    uint32_t                   total  = s->job.b * c->n_heads;
+    uint32_t                   p0     = total * ith / nth, p1 = total * (ith + 1) / nth;
+    float                     *att    = s->att + (size_t)ith * c->seq_len;
+    float                      scale  = 1.0f / sqrtf((float)hs);
+    uint32_t                   l      = s->job.layer;
+
+    for (uint32_t p = p0; p < p1; p++) {
+        uint32_t             bi  = p / c->n_heads, h = p % c->n_heads;
+        uint32_t             pos = s->pos[bi], kvh = h / kv_mul;
+        const moon_kv_seq_t *sq  = s->seq[bi];
+        const float         *q   = s->q + (size_t)bi * c->dim + h * hs;
+        float               *o   = s->ao + (size_t)bi * c->dim + h * hs;
+        float                max = -INFINITY, sum = 0.0f;
+
+        for (uint32_t t = 0; t <= pos; t++) {
+            const float *k = moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs;
+            float        d = 0.0f;
+            for (uint32_t i = 0; i < hs; i++) {
+                d += q[i] * k[i];
+            }
+            att[t] = d * scale;
+            max    = att[t] > max ? att[t] : max;
+        }
+        for (uint32_t t = 0; t <= pos; t++) {
+            att[t] = expf(att[t] - max);
+            sum += att[t];
+        }
+        memset(o, 0, hs * sizeof(float));
+        for (uint32_t t = 0; t <= pos; t++) {
+            const float *v = moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs;
+            float        a = att[t] / sum;
+            for (uint32_t i = 0; i < hs; i++) {
+                o[i] += a * v[i];
+            }
+        }
+    }
+}
+
+static void run_job(void *arg, uint32_t ith, uint32_t nth)
+{
+    cpu_state_t *s   = arg;
+    job_t       *j   = &s->job;
+    uint32_t     dim = s->m->cfg.dim;
+
+    switch (j->kind) {
+    case JOB_MATMUL:
+        for (uint32_t i = 0; i < j->n_mats; i++) {
+            uint32_t rows = j->w[i]->rows;
+            matmul_slice(s, ith, j->w[i], j->y[i], j->x, j->b, rows * ith / nth,
+                         rows * (ith + 1) / nth);
+        }
+        break;
+    case JOB_ATTN:
+        attn_rows(s, ith, nth);
+        break;
+    case JOB_RMSNORM:
+        for (uint32_t bi = j->b * ith / nth; bi < j->b * (ith + 1) / nth; bi++) {
+            const float *x  = j->in + (size_t)bi * dim;
+            float       *o  = j->out + (size_t)bi * dim;
+            float        ss = 0.0f;
+            for (uint32_t i = 0; i < dim; i++) {
+                ss += x[i] * x[i];
+            }
+            ss = 1.0f / sqrtf(ss / (float)dim + s->m->cfg.norm_eps);
+            for (uint32_t i = 0; i < dim; i++) {
+                o[i] = j->norm_w[i] * (ss * x[i]);
+            }
+        }
+        break;
+    case JOB_SWIGLU: {
+        size_t n  = (size_t)j->b * s->m->cfg.hidden_dim;
+        size_t i0 = n * ith / nth, i1 = n * (ith + 1) / nth;
+        for (size_t i = i0; i < i1; i++) {
+            float g   = s->hb[i];
+            s->hb[i] = g * (1.0f / (1.0f + expf(-g))) * s->hb2[i];
+        }
+        break;
+    }
+    }
+}
+
+static void par_matmul(cpu_state_t *s, uint32_t b, const float *x, const moon_tensor_t *w0,
+                       float *y0, const moon_tensor_t *w1, float *y1, const moon_tensor_t *w2,
+                       float *y2)
+{
+    job_t *j  = &s->job;
+    j->kind   = JOB_MATMUL;
+    j->b      = b;
+    j->x      = x;
+    j->w[0]   = w0;
+    j->y[0]   = y0;
+    j->w[1]   = w1;
+    j->y[1]   = y1;
+    j->w[2]   = w2;
+    j->y[2]   = y2;
+    j->n_mats = w2 ? 3 : w1 ? 2 : 1;
+    moon_tp_run(s->tp, run_job, s);
+}
+
+static void par_rmsnorm(cpu_state_t *s, uint32_t b, float *out, const float *in, const float *w)
+{
+    s->job.kind   = JOB_RMSNORM;
+    s->job.b      = b;
+    s->job.out    = out;
+    s->job.in     = in;
+    s->job.norm_w = w;
+    if (b == 1) {
+        run_job(s, 0, 1); /* too small to be worth waking workers */
+    } else {
+        moon_tp_run(s->tp, run_job, s);
+    }
+}
+
+/* The whole forward pass for b batch rows whose tokens, sequences and
+ * positions are set; logits of row i go to logits + i * vocab when
+ * all_logits, else only the last row's to logits (NULL: none). */
+static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, float *logits,
+                          int all_logits)
+{
+    const moon_model_t        *m      = s->m;
+    const moon_model_config_t *c      = &m->cfg;
+    uint32_t                   dim    = c->dim;
+    uint32_t                   hs     = c->head_dim;
+    uint32_t                   kv_dim = c->n_kv_heads * hs;
+
+    for (uint32_t bi = 0; bi < b; bi++) {
+        moon_tensor_row(&m->tok_embd, (uint32_t)tokens[bi], s->x + (size_t)bi * dim);
+    }
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const moon_layer_t *L = &m->layers[l];
+
+        /* attention: norm, q/k/v projections as one GEMM step */
+        par_rmsnorm(s, b, s->xb, s->x, L->attn_norm);
+        par_matmul(s, b, s->xb, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
+
+        /* RoPE from the table, then K/V into each row's cache slot */
+        for (uint32_t bi = 0; bi < b; bi++) {
+            const float *cs = s->rope + (size_t)s->pos[bi] * hs;
+            float       *q  = s->q + (size_t)bi * dim;
+            float       *k  = s->k + (size_t)bi * kv_dim;
+            for (uint32_t i = 0; i < dim; i += 2) {
+                float fcr = cs[(i % hs)], fci = cs[(i % hs) + 1];
+                float q0 = q[i], q1 = q[i + 1];
+                q[i]     = q0 * fcr - q1 * fci;
+                q[i + 1] = q0 * fci + q1 * fcr;
+                if (i < kv_dim) {
+                    float k0 = k[i], k1 = k[i + 1];
+                    k[i]     = k0 * fcr - k1 * fci;
+                    k[i + 1] = k0 * fci + k1 * fcr;
+                }
+            }
+            memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 0, s->pos[bi]), k, kv_dim * sizeof(float));
+            memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 1, s->pos[bi]), s->v + (size_t)bi * kv_dim,
+                   kv_dim * sizeof(float));
+        }
+        s->job.kind  = JOB_ATTN;
+        s->job.b     = b;
+        s->job.layer = l;
+        moon_tp_run(s->tp, run_job, s);
+
+        /* output projection and residual */
+        par_matmul(s, b, s->ao, &L->wo, s->xb, NULL, NULL, NULL, NULL);
+        for (size_t i = 0; i < (size_t)b * dim; i++) {
+            s->x[i] += s->xb[i];
+        }
+
+        /* SwiGLU feed-forward and residual */
+        par_rmsnorm(s, b, s->xb, s->x, L->ffn_norm);
+        par_matmul(s, b, s->xb, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
+        s->job.kind = JOB_SWIGLU;
+        s->job.b    = b;
+        moon_tp_run(s->tp, run_job, s);
+        par_matmul(s, b, s->hb, &L->w2, s->xb, NULL, NULL, NULL, NULL);
+        for (size_t i = 0; i < (size_t)b * dim; i++) {
+            s->x[i] += s->xb[i];
+        }
+    }
+    if (logits == NULL) {
+        return;
+    }
+    if (all_logits) {
+        par_rmsnorm(s, b, s->xb, s->x, m->output_norm);
+        par_matmul(s, b, s->xb, &m->output, logits, NULL, NULL, NULL, NULL);
+    } else {
+        par_rmsnorm(s, 1, s->xb, s->x + (size_t)(b - 1) * dim, m->output_norm);
+        par_matmul(s, 1, s->xb, &m->output, logits, NULL, NULL, NULL, NULL);
+    }
+}
+
+/* ---- backend ops --------------------------------------------------------------- */
+
+static void cpu_destroy(void *state)
+{
+    cpu_state_t *s = state;
+
+    if (s == NULL) {
+        return;
+    }
+    moon_tp_destroy(s->tp);
+    moon_free(s->x);
+    moon_free(s->xb);
+    moon_free(s->q);
+    moon_free(s->k);
+    moon_free(s->v);
+    moon_free(s->ao);
+    moon_free(s->hb);
+    moon_free(s->hb2);
+    moon_free(s->att);
+    moon_free(s->wtile);
+    moon_free(s->rope);
+    moon_free((void *)s->seq);
+    moon_free(s->pos);
+    moon_free(s);
+}
+
+static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_t *cfg,
+                                void **state_p)
+{
+    const moon_model_config_t *c = &m->cfg;
+    cpu_state_t               *s = moon_calloc(1, sizeof(*s));
+    uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    size_t                     B;
+    long                       ncpu;
+    moon_status_t              status;
+
+    if (s == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    ncpu     = sysconf(_SC_NPROCESSORS_ONLN);
+    s->m     = m;
+    s->nth   = cfg->n_threads ? cfg->n_threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
+    s->max_b = MOON_MAX(cfg->max_batch, cfg->max_chunk);
+    B        = s->max_b;
+    pick_kernels(s);
+#ifdef MOON_HAVE_OPENBLAS
+    openblas_set_num_threads(1); /* parallelism comes from our own pool */
+#endif
+    status = moon_tp_create(s->nth, &s->tp);
+    if (status != MOON_OK) {
+        cpu_destroy(s);
+        return status;
+    }
+    s->x     = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->xb    = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->q     = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->k     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
+    s->v     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
+    s->ao    = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->hb    = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
+    s->hb2   = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
+    s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
+    s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS *
+                                          MOON_MAX(c->dim, c->hidden_dim) * sizeof(float));
+    s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
+    s->seq   = moon_malloc(B * sizeof(*s->seq));
+    s->pos   = moon_malloc(B * sizeof(*s->pos));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->hb || !s->hb2 || !s->att ||
+        !s->wtile || !s->rope || !s->seq || !s->pos) {
+        cpu_destroy(s);
+        return MOON_ERR_NO_MEMORY;
+    }
+    /* same float formula as the reference, so both rotate identically */
+    for (uint32_t p = 0; p < c->seq_len; p++) {
+        for (uint32_t i = 0; i < c->head_dim; i += 2) {
+            float freq = 1.0f / powf(c->rope_theta, (float)i / (float)c->head_dim);
+            float val  = (float)p * freq;
+            s->rope[(size_t)p * c->head_dim + i]     = cosf(val);
+            s->rope[(size_t)p * c->head_dim + i + 1] = sinf(val);
+        }
+    }
+    *state_p = s;
+    return MOON_OK;
+}
+
+static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                 const int32_t *tokens, uint32_t n, float *logits,
+                                 double *modeled_s_p)
+{
+    cpu_state_t         *s  = state;
+    const moon_kv_seq_t *sq = &kv->seqs[seq];
+
+    (void)modeled_s_p;
+    if (n > s->max_b) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    s->kv = kv;
+    for (uint32_t i = 0; i < n; i++) {
+        s->seq[i] = sq;
+        s->pos[i] = sq->n_tokens + i;
+    }
+    forward_batch(s, tokens, n, logits, 0);
+    return MOON_OK;
+}
+
+static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
+                                const int32_t *tokens, uint32_t n_seqs, float *logits,
+                                double *modeled_s_p)
+{
+    cpu_state_t *s = state;
+
+    (void)modeled_s_p;
+    if (n_seqs > s->max_b) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    s->kv = kv;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        s->seq[i] = &kv->seqs[seqs[i]];
+        s->pos[i] = kv->seqs[seqs[i]].n_tokens;
+    }
+    forward_batch(s, tokens, n_seqs, logits, 1);
+    return MOON_OK;
+}
+
+const moon_model_backend_ops_t moon_backend_cpu_ops = {
+    .name    = "cpu",
+    .create  = cpu_create,
+    .destroy = cpu_destroy,
+    .prefill = cpu_prefill,
+    .decode  = cpu_decode,
+};

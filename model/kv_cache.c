@@ -1,0 +1,318 @@
+/* model/kv_cache.c - paged KV cache: block pool with a free stack and
+ * reference counts, per-sequence block tables. Single owner thread. */
+#include "moonlet/kv_cache.h"
+
+#include "kv_internal.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+
+#include <string.h>
+
+moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p)
+{
+    moon_kv_cache_t *kv;
+    size_t           bytes;
+
+    if (cfg == NULL || kv_p == NULL || cfg->n_layers == 0 || cfg->n_kv_heads == 0 ||
+        cfg->head_dim == 0 || cfg->block_tokens == 0 || cfg->n_blocks == 0 ||
+        cfg->max_seqs == 0 || cfg->max_seq_len == 0 || cfg->n_blocks == MOON_KV_NO_BLOCK) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    kv = moon_calloc(1, sizeof(*kv));
+    if (kv == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    kv->cfg                = *cfg;
+    kv->kv_dim             = cfg->n_kv_heads * cfg->head_dim;
+    kv->max_blocks_per_seq = (cfg->max_seq_len + cfg->block_tokens - 1) / cfg->block_tokens;
+    kv->layer_floats       = 2 * (size_t)cfg->block_tokens * kv->kv_dim;
+    kv->block_floats       = kv->layer_floats * cfg->n_layers;
+    bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
+    kv->data               = moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->refcount           = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
+    kv->free_stack         = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
+    kv->seqs               = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
+    kv->table_mem = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
+    if (!kv->data || !kv->refcount || !kv->free_stack || !kv->seqs || !kv->table_mem) {
+        moon_kv_cache_destroy(kv);
+        return MOON_ERR_NO_MEMORY;
+    }
+    memset(kv->data, 0, bytes);
+    for (uint32_t i = 0; i < cfg->n_blocks; i++) {
+        kv->free_stack[i] = cfg->n_blocks - 1 - i; /* block 0 comes out first */
+    }
+    kv->n_free = cfg->n_blocks;
+    for (uint32_t s = 0; s < cfg->max_seqs; s++) {
+        kv->seqs[s].blocks = kv->table_mem + (size_t)s * kv->max_blocks_per_seq;
+    }
+    *kv_p = kv;
+    return MOON_OK;
+}
+
+void moon_kv_cache_destroy(moon_kv_cache_t *kv)
+{
+    if (kv == NULL) {
+        return;
+    }
+    moon_free(kv->data);
+    moon_free(kv->refcount);
+    moon_free(kv->free_stack);
+    moon_free(kv->seqs);
+    moon_free(kv->table_mem);
+    moon_free(kv);
+}
+
+const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv) { return &kv->cfg; }
+size_t moon_kv_block_bytes(const moon_kv_cache_t *kv) { return kv->block_floats * sizeof(float); }
+size_t moon_kv_block_layer_bytes(const moon_kv_cache_t *kv)
+{
+    return kv->layer_floats * sizeof(float);
+}
+uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv) { return kv->n_free; }
+size_t   moon_kv_pool_bytes(const moon_kv_cache_t *kv)
+{
+    return moon_kv_block_bytes(kv) * kv->cfg.n_blocks;
+}
+
+static moon_kv_seq_t *get_seq(const moon_kv_cache_t *kv, uint32_t seq)
+{
+    if (kv == NULL || seq >= kv->cfg.max_seqs || !kv->seqs[seq].used) {
+        return NULL;
+    }
+    return &kv->seqs[seq];
+}
+
+moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p)
+{
+    uint32_t b;
+
+    if (kv == NULL || block_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (kv->n_free == 0) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    b               = kv->free_stack[--kv->n_free];
+    kv->refcount[b] = 1;
+    *block_p        = b;
+    return MOON_OK;
+}
+
+void moon_kv_block_ref(moon_kv_cache_t *kv, uint32_t block)
+{
+    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    kv->refcount[block]++;
+}
+
+void moon_kv_block_unref(moon_kv_cache_t *kv, uint32_t block)
+{
+    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    if (--kv->refcount[block] == 0) {
+        kv->free_stack[kv->n_free++] = block;
+    }
+}
+
+uint32_t moon_kv_block_refcount(const moon_kv_cache_t *kv, uint32_t block)
+{
+    return block < kv->cfg.n_blocks ? kv->refcount[block] : 0;
+}
+
+moon_status_t moon_kv_seq_create(moon_kv_cache_t *kv, uint32_t *seq_p)
+{
+    if (kv == NULL || seq_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t s = 0; s < kv->cfg.max_seqs; s++) {
+        if (!kv->seqs[s].used) {
+            kv->seqs[s].used     = 1;
+            kv->seqs[s].n_tokens = 0;
+            kv->seqs[s].n_blocks = 0;
+            *seq_p               = s;
+            return MOON_OK;
+        }
+    }
+    return MOON_ERR_NO_RESOURCE;
+}
+
+void moon_kv_seq_destroy(moon_kv_cache_t *kv, uint32_t seq)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+
+    if (s == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < s->n_blocks; i++) {
+        moon_kv_block_unref(kv, s->blocks[i]);
+    }
+    s->used     = 0;
+    s->n_blocks = 0;
+    s->n_tokens = 0;
+}
+
+uint32_t moon_kv_seq_len(const moon_kv_cache_t *kv, uint32_t seq)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+    return s ? s->n_tokens : 0;
+}
+
+uint32_t moon_kv_seq_n_blocks(const moon_kv_cache_t *kv, uint32_t seq)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+    return s ? s->n_blocks : 0;
+}
+
+uint32_t moon_kv_seq_block(const moon_kv_cache_t *kv, uint32_t seq, uint32_t idx)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+    return (s && idx < s->n_blocks) ? s->blocks[idx] : MOON_KV_NO_BLOCK;
+}
+
+moon_status_t moon_kv_seq_reserve(moon_kv_cache_t *kv, uint32_t seq, uint32_t n)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+    uint64_t       want;
+    uint32_t       need;
+
+    if (s == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    want = (uint64_t)s->n_tokens + n;
+    if (want > kv->cfg.max_seq_len) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    need = (uint32_t)((want + kv->cfg.block_tokens - 1) / kv->cfg.block_tokens);
+    if (need > s->n_blocks && need - s->n_blocks > kv->n_free) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    while (s->n_blocks < need) {
+        uint32_t b;
+        moon_kv_block_alloc(kv, &b); /* cannot fail: counted above */
+        s->blocks[s->n_blocks++] = b;
+    }
+    return MOON_OK;
+}
+
+void moon_kv_seq_advance(moon_kv_cache_t *kv, uint32_t seq, uint32_t n)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+
+    MOON_CHECK(s != NULL && (uint64_t)s->n_tokens + n <=
+                                (uint64_t)s->n_blocks * kv->cfg.block_tokens);
+    s->n_tokens += n;
+}
+
+moon_status_t moon_kv_seq_truncate(moon_kv_cache_t *kv, uint32_t seq, uint32_t n_tokens)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+    uint32_t       keep;
+
+    if (s == NULL || n_tokens > s->n_tokens) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    keep = (n_tokens + kv->cfg.block_tokens - 1) / kv->cfg.block_tokens;
+    while (s->n_blocks > keep) {
+        moon_kv_block_unref(kv, s->blocks[--s->n_blocks]);
+    }
+    s->n_tokens = n_tokens;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tokens,
+                               uint32_t *seq_p)
+{
+    moon_kv_seq_t *s = get_seq(kv, src);
+    moon_kv_seq_t *d;
+    uint32_t       dst, n_full, partial;
+    moon_status_t  status;
+
+    if (s == NULL || seq_p == NULL || n_tokens > s->n_tokens) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    n_full  = n_tokens / kv->cfg.block_tokens;
+    partial = n_tokens % kv->cfg.block_tokens != 0;
+    if (partial && kv->n_free == 0) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    status = moon_kv_seq_create(kv, &dst);
+    if (status != MOON_OK) {
+        return status;
+    }
+    d = &kv->seqs[dst];
+    for (uint32_t i = 0; i < n_full; i++) {
+        moon_kv_block_ref(kv, s->blocks[i]);
+        d->blocks[d->n_blocks++] = s->blocks[i];
+    }
+    if (partial) {
+        uint32_t b;
+        moon_kv_block_alloc(kv, &b); /* cannot fail: checked above */
+        memcpy(kv->data + (size_t)b * kv->block_floats,
+               kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
+               kv->block_floats * sizeof(float));
+        d->blocks[d->n_blocks++] = b;
+    }
+    d->n_tokens = n_tokens;
+    *seq_p      = dst;
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32_t block)
+{
+    moon_kv_seq_t *s = get_seq(kv, seq);
+
+    if (s == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
+        s->n_tokens % kv->cfg.block_tokens != 0 || s->n_blocks * kv->cfg.block_tokens != s->n_tokens ||
+        (uint64_t)s->n_tokens + kv->cfg.block_tokens > kv->cfg.max_seq_len) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    moon_kv_block_ref(kv, block);
+    s->blocks[s->n_blocks++] = block;
+    s->n_tokens += kv->cfg.block_tokens;
+    return MOON_OK;
+}
+
+static moon_status_t block_span(const moon_kv_cache_t *kv, uint32_t block, int32_t layer,
+                                size_t bytes, size_t *off_p)
+{
+    if (kv == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
+        layer >= (int32_t)kv->cfg.n_layers) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (layer < 0) {
+        if (bytes != moon_kv_block_bytes(kv)) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        *off_p = (size_t)block * kv->block_floats;
+    } else {
+        if (bytes != moon_kv_block_layer_bytes(kv)) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        *off_p = (size_t)block * kv->block_floats + (size_t)layer * kv->layer_floats;
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_block_export(const moon_kv_cache_t *kv, uint32_t block, int32_t layer,
+                                   void *buf, size_t bytes)
+{
+    size_t        off;
+    moon_status_t status = block_span(kv, block, layer, bytes, &off);
+
+    if (status != MOON_OK || buf == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(buf, kv->data + off, bytes);
+    return MOON_OK;
+}
+
+moon_status_t moon_kv_block_import(moon_kv_cache_t *kv, uint32_t block, int32_t layer,
+                                   const void *buf, size_t bytes)
+{
+    size_t        off;
+    moon_status_t status = block_span(kv, block, layer, bytes, &off);
+
+    if (status != MOON_OK || buf == NULL || kv->refcount[block] > 1) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(kv->data + off, buf, bytes);
+    return MOON_OK;
+}

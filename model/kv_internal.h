@@ -1,0 +1,40 @@
+/* model/kv_internal.h - the paged KV cache's layout, shared by the forward
+ * paths (private to model/). See moonlet/kv_cache.h for the block layout. */
+#ifndef MOON_MODEL_KV_INTERNAL_H
+#define MOON_MODEL_KV_INTERNAL_H
+
+#include "moonlet/kv_cache.h"
+
+typedef struct {
+    int       used;
+    uint32_t  n_tokens;
+    uint32_t  n_blocks;
+    uint32_t *blocks; /* (max_blocks_per_seq) block table */
+} moon_kv_seq_t;
+
+struct moon_kv_cache {
+    moon_kv_config_t cfg;
+    uint32_t         kv_dim;
+    uint32_t         max_blocks_per_seq;
+    size_t           block_floats;
+    size_t           layer_floats; /* 2 * block_tokens * kv_dim */
+    float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
+    uint32_t        *refcount;     /* (n_blocks) */
+    uint32_t        *free_stack;   /* (n_blocks) */
+    uint32_t         n_free;
+    moon_kv_seq_t   *seqs;         /* (max_seqs) */
+    uint32_t        *table_mem;    /* (max_seqs, max_blocks_per_seq) */
+};
+
+/* K (or V with which = 1) vector of layer at position pos of seq; pos must be
+ * within the reserved blocks. */
+static inline float *moon_kv_vec(const moon_kv_cache_t *kv, const moon_kv_seq_t *s, uint32_t layer,
+                                 uint32_t which, uint32_t pos)
+{
+    uint32_t bt  = kv->cfg.block_tokens;
+    uint32_t blk = s->blocks[pos / bt];
+    return kv->data + (size_t)blk * kv->block_floats + (size_t)layer * kv->layer_floats +
+           ((size_t)which * bt + pos % bt) * kv->kv_dim;
+}
+
+#endif /* MOON_MODEL_KV_INTERNAL_H */

@@ -1,0 +1,61 @@
+/* model/model_internal.h - the model's weights and the backend interface
+ * (private to model/). Backends implement moon_model_backend_ops_t (ggml
+ * style); the engine picks one at create and drives it. */
+#ifndef MOON_MODEL_INTERNAL_H
+#define MOON_MODEL_INTERNAL_H
+
+#include "kv_internal.h"
+#include "moonlet/model.h"
+
+typedef struct {
+    const float  *attn_norm; /* (dim) */
+    const float  *ffn_norm;  /* (dim) */
+    moon_tensor_t wq;        /* (dim, dim) */
+    moon_tensor_t wk;        /* (kv_dim, dim) */
+    moon_tensor_t wv;        /* (kv_dim, dim) */
+    moon_tensor_t wo;        /* (dim, dim) */
+    moon_tensor_t w1;        /* (hidden, dim) gate */
+    moon_tensor_t w2;        /* (dim, hidden) down */
+    moon_tensor_t w3;        /* (hidden, dim) up */
+} moon_layer_t;
+
+struct moon_model {
+    moon_model_config_t cfg;
+    moon_gguf_t        *gguf; /* owned: the mapping the tensors point into */
+    moon_tokenizer_t   *tok;  /* owned, may be NULL */
+    moon_tensor_t       tok_embd;    /* (vocab, dim) */
+    moon_tensor_t       output;      /* (vocab, dim) classifier; tied: == tok_embd */
+    const float        *output_norm; /* (dim) */
+    moon_layer_t       *layers;      /* (n_layers) */
+    float              *norm_mem;    /* owned storage of every norm vector */
+};
+
+/* Backend vtable. Every member is required. The engine has already checked
+ * arguments and reserved KV room for the new tokens; the backend writes their
+ * K/V at positions seq_len.. and never changes lengths (the engine advances
+ * them on success). modeled_s_p: a backend that models time (COST) stores
+ * it; the others leave it untouched and the engine measures wall time. */
+typedef struct {
+    const char *name;
+    moon_status_t (*create)(const moon_model_t *model, const moon_engine_config_t *cfg,
+                            void **state_p);
+    void (*destroy)(void *state);
+    moon_status_t (*prefill)(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                             const int32_t *tokens, uint32_t n, float *logits,
+                             double *modeled_s_p);
+    moon_status_t (*decode)(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
+                            const int32_t *tokens, uint32_t n_seqs, float *logits,
+                            double *modeled_s_p);
+} moon_model_backend_ops_t;
+
+extern const moon_model_backend_ops_t moon_backend_ref_ops;
+extern const moon_model_backend_ops_t moon_backend_cpu_ops;
+extern const moon_model_backend_ops_t moon_backend_cost_ops;
+#ifdef MOON_WITH_CUDA
+extern const moon_model_backend_ops_t moon_backend_cuda_ops;
+#endif
+
+/* Row r of an embedding/matrix tensor as floats (any type). */
+void moon_tensor_row(const moon_tensor_t *t, uint32_t r, float *out);
+
+#endif /* MOON_MODEL_INTERNAL_H */
