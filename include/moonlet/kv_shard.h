@@ -194,7 +194,7 @@ MOON_API void moon_kv_shard_expire(moon_kv_shard_t *shard, uint64_t now_ns,
 
 /* client_id is known dead (runtime failure detection): revokes its reservations
  * and ends its leases (those with a transfer in flight end at transfer_end).
- * O(reservations + leases held). Returns how many were ended or marked. */
+ * O(reservations + max_leases). Returns how many were ended or marked. */
 MOON_API uint64_t moon_kv_shard_drop_client(moon_kv_shard_t *shard, uint64_t client_id);
 
 /* Batch exists: present[i] = 1 if keys[i] is readable here under tag
