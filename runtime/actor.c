@@ -81,9 +81,6 @@ static moon_actor_t *slot_new(moon_runtime_t *rt)
     moon_actor_t            *a;
     uint32_t                 index = rt->n_slots_used + 1; /* slot 0 is never used */
 
-    if (index >= rt->cfg.max_actors) {
-        return NULL;
-    }
     a = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*a));
     if (a == NULL) {
         return NULL;
@@ -102,9 +99,10 @@ static moon_actor_t *slot_new(moon_runtime_t *rt)
 
 /* A free slot whose mailbox we could claim, or a new one. Slots on the free
  * list may still be draining dead letters: those are skipped. */
-static moon_actor_t *slot_acquire(moon_runtime_t *rt)
+static moon_status_t slot_acquire(moon_runtime_t *rt, moon_actor_t **a_p)
 {
     moon_actor_t *a = NULL;
+    moon_status_t status = MOON_OK;
 
     pthread_mutex_lock(&rt->slot_lock);
     for (uint32_t tries = 0; tries < 8 && tries < rt->n_free; tries++) {
@@ -118,13 +116,17 @@ static moon_actor_t *slot_acquire(moon_runtime_t *rt)
         }
     }
     if (a == NULL) {
-        a = slot_new(rt);
-        if (a != NULL && !moon_mailbox_claim(&a->mbox)) {
-            MOON_CHECK(0); /* a new mailbox is always claimable */
+        if (rt->n_slots_used + 1 >= rt->cfg.max_actors) {
+            status = MOON_ERR_NO_RESOURCE;
+        } else if ((a = slot_new(rt)) == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+        } else {
+            MOON_CHECK(moon_mailbox_claim(&a->mbox)); /* a new mailbox is always claimable */
         }
     }
     pthread_mutex_unlock(&rt->slot_lock);
-    return a;
+    *a_p = a;
+    return status;
 }
 
 static void slot_release(moon_runtime_t *rt, moon_actor_t *a)
@@ -525,11 +527,12 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     if (rt == NULL || ops == NULL || ops->name == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    opts = opts != NULL ? opts : &no_opts;
-    a    = slot_acquire(rt);
-    if (a == NULL) {
-        MOON_ERROR("spawn %s: actor table full (%u slots)", ops->name, rt->cfg.max_actors);
-        return MOON_ERR_NO_RESOURCE;
+    opts   = opts != NULL ? opts : &no_opts;
+    status = slot_acquire(rt, &a);
+    if (status != MOON_OK) {
+        MOON_ERROR("spawn %s: %s", ops->name,
+                   status == MOON_ERR_NO_RESOURCE ? "actor table full" : "no memory for a slot");
+        return status;
     }
     a->ops         = ops;
     a->addr        = addr_make(rt->cfg.rank, a->index, atomic_load(&a->gen));

@@ -68,6 +68,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
     const moon_msg_desc_t *d = moon_msg_desc(msg->type);
     out_buf_t              o = {buf, cap, 0, 0};
     msgpack_packer         pk;
+    uint32_t               i;
 
     if (d == NULL) {
         MOON_ERROR("encode: message type %u is not registered", msg->type);
@@ -79,7 +80,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
     msgpack_pack_uint16(&pk, msg->flags);
     msgpack_pack_uint64(&pk, msg->src);
     msgpack_pack_uint64(&pk, msg->seq);
-    for (uint32_t i = 0; i < d->n_fields; i++) {
+    for (i = 0; i < d->n_fields; i++) {
         const char        *f    = (const char *)msg + d->fields[i].offset;
         const moon_span_t *span = (const moon_span_t *)f;
         const char        *data = (const char *)msg + span->off;
@@ -136,7 +137,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
     return MOON_OK;
 
 bad_span:
-    MOON_ERROR("encode %s: field %s span outside the message", d->name, d->fields[0].name);
+    MOON_ERROR("encode %s: field %s: span outside the message", d->name, d->fields[i].name);
     return MOON_ERR_INVALID_PARAM;
 }
 

@@ -1,0 +1,281 @@
+/* tests/unit/runtime/test_msg.c - message schema, spans, references, and the
+ * msgpack codec: round trips of every type, and bad bytes of every kind. */
+#include "moonlet/moonlet.h"
+
+#include "moon_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A schema with every field kind. */
+#define T_ALL_FIELDS(F, T)                                                                         \
+    F(T, u8, a) F(T, u16, b) F(T, u32, c) F(T, u64, d) F(T, i32, e) F(T, i64, f) F(T, f32, g)      \
+    F(T, f64, h) F(T, addr, who) F(T, str, text) F(T, bytes, blob) F(T, u32s, tokens)             \
+    F(T, u64s, keys)
+#define T_NONE_FIELDS(F, T)
+#define T_MSGS(X)                                                                                  \
+    X(T_MSG_ALL, t_all_t, T_ALL_FIELDS)                                                            \
+    X(T_MSG_NONE, t_none_t, T_NONE_FIELDS)
+MOON_MSG_DECLARE(T_MSGS, 200, T_MSG_END)
+MOON_MSG_DEFINE(T_MSGS, t_msg_descs)
+
+/* A second table claiming an id already taken. */
+#define T_CLASH_MSGS(X) X(T_MSG_CLASH, t_clash_t, T_NONE_FIELDS)
+MOON_MSG_DECLARE(T_CLASH_MSGS, 200, T_MSG_CLASH_END)
+MOON_MSG_DEFINE(T_CLASH_MSGS, t_clash_descs)
+
+static uint64_t rng = 42;
+
+static t_all_t *random_all(uint32_t max_span)
+{
+    uint32_t n_text = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
+    uint32_t n_blob = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
+    uint32_t n_tok  = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
+    uint32_t n_keys = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
+    t_all_t *m      = moon_msg_new(T_MSG_ALL, n_text + 1 + n_blob + 4 * n_tok + 8 * n_keys + 32);
+    char    *text;
+    uint8_t *blob;
+    uint32_t *tok;
+    uint64_t *keys;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    m->a   = (uint8_t)moon_test_rand(&rng);
+    m->b   = (uint16_t)moon_test_rand(&rng);
+    m->c   = (uint32_t)moon_test_rand(&rng);
+    m->d   = moon_test_rand(&rng);
+    m->e   = (int32_t)moon_test_rand(&rng);
+    m->f   = (int64_t)moon_test_rand(&rng);
+    m->g   = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
+    m->h   = (double)(int64_t)moon_test_rand(&rng) / 3.0;
+    m->who = moon_test_rand(&rng);
+    m->hdr.src   = moon_test_rand(&rng);
+    m->hdr.seq   = moon_test_rand(&rng);
+    m->hdr.flags = (uint16_t)moon_test_rand(&rng);
+    text = moon_msg_span_alloc(m, &m->text, n_text, 1, 1);
+    blob = moon_msg_span_alloc(m, &m->blob, n_blob, 1, 0);
+    tok  = moon_msg_span_alloc(m, &m->tokens, n_tok, 4, 0);
+    keys = moon_msg_span_alloc(m, &m->keys, n_keys, 8, 0);
+    CU_ASSERT_FATAL(text && blob && tok && keys);
+    for (uint32_t i = 0; i < n_text; i++) {
+        text[i] = (char)('a' + moon_test_rand(&rng) % 26);
+    }
+    for (uint32_t i = 0; i < n_blob; i++) {
+        blob[i] = (uint8_t)moon_test_rand(&rng);
+    }
+    for (uint32_t i = 0; i < n_tok; i++) {
+        tok[i] = (uint32_t)moon_test_rand(&rng);
+    }
+    for (uint32_t i = 0; i < n_keys; i++) {
+        keys[i] = moon_test_rand(&rng);
+    }
+    return m;
+}
+
+static moon_msg_hdr_t *round_trip(const moon_msg_hdr_t *m)
+{
+    size_t          cap = moon_msg_encoded_bound(m), len = 0;
+    char           *buf = malloc(cap);
+    moon_msg_hdr_t *out = NULL;
+
+    CU_ASSERT_EQUAL(moon_msg_encode(m, buf, cap, &len), MOON_OK);
+    CU_ASSERT(len <= cap);
+    CU_ASSERT_EQUAL(moon_msg_decode(buf, len, &out), MOON_OK);
+    free(buf);
+    return out;
+}
+
+static void test_register_rejects_clashing_ids(void)
+{
+    CU_ASSERT_EQUAL(moon_msg_register(t_msg_descs), MOON_OK);
+    CU_ASSERT_EQUAL(moon_msg_register(t_msg_descs), MOON_OK); /* idempotent */
+    CU_ASSERT_EQUAL(moon_msg_register(t_clash_descs), MOON_ERR_EXISTS);
+    CU_ASSERT_STRING_EQUAL(moon_msg_name(T_MSG_ALL), "T_MSG_ALL");
+    CU_ASSERT_STRING_EQUAL(moon_msg_name(199), "?");
+    CU_ASSERT_PTR_NULL(moon_msg_new(199, 0));
+}
+
+static void test_round_trip_every_field_kind(void)
+{
+    for (int i = 0; i < 2000; i++) {
+        t_all_t        *m   = random_all(i < 1000 ? 8 : 300);
+        moon_msg_hdr_t *out = round_trip(&m->hdr);
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        CU_ASSERT(moon_msg_equal(&m->hdr, out));
+        CU_ASSERT_STRING_EQUAL((char *)MOON_SPAN_PTR(out, ((t_all_t *)out)->text),
+                               (char *)MOON_SPAN_PTR(m, m->text));
+        moon_msg_release(out);
+        moon_msg_release(&m->hdr);
+    }
+}
+
+static void test_round_trip_runtime_and_empty_types(void)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt;
+    moon_sys_down_t      *down;
+    t_none_t             *none;
+    moon_msg_hdr_t       *out;
+
+    /* Creating a runtime registers the system types. */
+    moon_runtime_config_default(&cfg);
+    cfg.deterministic = 1;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    for (uint32_t t = 0; t < MOON_MSG_SYS_END; t++) {
+        moon_msg_hdr_t *m = moon_msg_new(t, 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        memset((char *)m + sizeof(*m), 0x5a, moon_msg_desc(t)->struct_bytes - sizeof(*m));
+        out = round_trip(m);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        CU_ASSERT(moon_msg_equal(m, out));
+        moon_msg_release(out);
+        moon_msg_release(m);
+    }
+    down         = moon_msg_new(MOON_MSG_SYS_DOWN, 0);
+    down->reason = MOON_ERR_PEER_LOST;
+    out          = round_trip(&down->hdr);
+    CU_ASSERT_EQUAL(((moon_sys_down_t *)out)->reason, MOON_ERR_PEER_LOST);
+    moon_msg_release(out);
+    moon_msg_release(&down->hdr);
+    none = moon_msg_new(T_MSG_NONE, 0);
+    out  = round_trip(&none->hdr);
+    CU_ASSERT(moon_msg_equal(&none->hdr, out));
+    moon_msg_release(out);
+    moon_msg_release(&none->hdr);
+    moon_runtime_destroy(rt);
+}
+
+static void test_span_alloc_respects_the_tail(void)
+{
+    t_all_t  *m = moon_msg_new(T_MSG_ALL, 16);
+    uint64_t *k;
+
+    CU_ASSERT_EQUAL(moon_msg_set_str(m, &m->text, "0123456789abcdefghij"), MOON_ERR_NO_RESOURCE);
+    CU_ASSERT_EQUAL(moon_msg_set_str(m, &m->text, "hello"), MOON_OK);
+    k = moon_msg_span_alloc(m, &m->keys, 1, 8, 0);
+    CU_ASSERT_PTR_NOT_NULL(k);
+    CU_ASSERT_EQUAL((uintptr_t)k % 8, 0);
+    CU_ASSERT_PTR_NULL(moon_msg_span_alloc(m, &m->keys, 100, 8, 0));
+    moon_msg_release(&m->hdr);
+}
+
+static void test_encode_into_small_buffer_is_no_resource(void)
+{
+    t_all_t *m = random_all(64);
+    char     buf[16];
+    size_t   len = 12345;
+
+    CU_ASSERT_EQUAL(moon_msg_encode(&m->hdr, buf, sizeof(buf), &len), MOON_ERR_NO_RESOURCE);
+    CU_ASSERT_EQUAL(len, 12345); /* outputs set on success only */
+    m->text.off = m->hdr.size_bytes; /* a span pointing outside the message */
+    m->text.n   = 4;
+    CU_ASSERT_EQUAL(moon_msg_encode(&m->hdr, buf, sizeof(buf), &len), MOON_ERR_INVALID_PARAM);
+    moon_msg_release(&m->hdr);
+}
+
+static void test_retain_and_dup(void)
+{
+    t_all_t *m = random_all(32);
+    t_all_t *c;
+
+    moon_msg_retain(&m->hdr);
+    moon_msg_release(&m->hdr); /* still held once */
+    c = moon_msg_dup(&m->hdr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT(moon_msg_equal(&m->hdr, &c->hdr));
+    moon_msg_release(&m->hdr);
+    CU_ASSERT_EQUAL(c->d, c->d); /* c survives m */
+    moon_msg_release(&c->hdr);
+    moon_msg_release(NULL);
+}
+
+static void expect_rejected(const void *buf, size_t len)
+{
+    moon_msg_hdr_t *out    = NULL;
+    moon_status_t   status = moon_msg_decode(buf, len, &out);
+
+    CU_ASSERT(status == MOON_ERR_INVALID_PARAM || status == MOON_OK);
+    if (status == MOON_OK) {
+        /* A mutation can still be a valid message: it must then re-encode. */
+        CU_ASSERT_PTR_NOT_NULL(out);
+        moon_msg_release(out);
+    }
+}
+
+static void test_decode_truncations_and_bit_flips(void)
+{
+    for (int i = 0; i < 200; i++) {
+        t_all_t        *m   = random_all(40);
+        size_t          cap = moon_msg_encoded_bound(&m->hdr), len;
+        uint8_t        *buf = malloc(cap + 8);
+        moon_msg_hdr_t *out = NULL;
+
+        CU_ASSERT_EQUAL_FATAL(moon_msg_encode(&m->hdr, buf, cap, &len), MOON_OK);
+        for (size_t cut = 0; cut < len; cut++) { /* every truncation is rejected */
+            CU_ASSERT_EQUAL(moon_msg_decode(buf, cut, &out), MOON_ERR_INVALID_PARAM);
+        }
+        buf[len] = 0x00; /* trailing garbage is rejected */
+        CU_ASSERT_EQUAL(moon_msg_decode(buf, len + 1, &out), MOON_ERR_INVALID_PARAM);
+        for (int k = 0; k < 50; k++) {
+            size_t  pos  = moon_test_rand(&rng) % len;
+            uint8_t save = buf[pos];
+            buf[pos] ^= (uint8_t)(1u << (moon_test_rand(&rng) % 8));
+            expect_rejected(buf, len);
+            buf[pos] = save;
+        }
+        free(buf);
+        moon_msg_release(&m->hdr);
+    }
+}
+
+static void test_decode_random_bytes_never_crashes(void)
+{
+    uint8_t buf[512];
+
+    for (int i = 0; i < 200000; i++) {
+        size_t len = moon_test_rand(&rng) % sizeof(buf);
+        for (size_t k = 0; k < len; k++) {
+            buf[k] = (uint8_t)moon_test_rand(&rng);
+        }
+        if (len > 0 && i % 2 == 0) {
+            buf[0] = 0x90 | (uint8_t)(moon_test_rand(&rng) % 16); /* plausible array */
+            if (len > 1) {
+                buf[1] = (uint8_t)(moon_test_rand(&rng) % 2 ? T_MSG_ALL : MOON_MSG_SYS_DOWN);
+            }
+        }
+        expect_rejected(buf, len);
+    }
+}
+
+static void test_decode_hostile_size_claims(void)
+{
+    /* [200, 0, 0, 0, ..., str32 claiming 4 GiB] and array32 claiming 4 G items. */
+    uint8_t         big_str[] = {0x9d, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
+                                 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xdb, 0xff, 0xff, 0xff, 0xff};
+    uint8_t         big_arr[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
+    moon_msg_hdr_t *out       = NULL;
+
+    CU_ASSERT_EQUAL(moon_msg_decode(big_str, sizeof(big_str), &out), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_msg_decode(big_arr, sizeof(big_arr), &out), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_msg_decode(NULL, 0, &out), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_PTR_NULL(out);
+}
+
+static CU_TestInfo tests[] = {
+    {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
+    {"round_trip_every_field_kind", test_round_trip_every_field_kind},
+    {"round_trip_runtime_and_empty_types", test_round_trip_runtime_and_empty_types},
+    {"span_alloc_respects_the_tail", test_span_alloc_respects_the_tail},
+    {"encode_into_small_buffer_is_no_resource", test_encode_into_small_buffer_is_no_resource},
+    {"retain_and_dup", test_retain_and_dup},
+    {"decode_truncations_and_bit_flips", test_decode_truncations_and_bit_flips},
+    {"decode_random_bytes_never_crashes", test_decode_random_bytes_never_crashes},
+    {"decode_hostile_size_claims", test_decode_hostile_size_claims},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"msg", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void)
+{
+    return moon_test_run(suites);
+}
