@@ -65,6 +65,9 @@ typedef struct {
     uint8_t  ending; /* released or dropped during a transfer */
 } lease_t;
 
+_Static_assert(sizeof(entry_t) <= 88, "entry grew: it is paid per key");
+_Static_assert(sizeof(lease_t) <= 40, "lease grew");
+
 typedef struct {
     uint32_t entry; /* NIL: empty */
     uint32_t frag;  /* high half of the key hash, to skip most entry loads */
@@ -589,7 +592,7 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         }
     }
     max_entries = cfg->max_entries != 0 ? cfg->max_entries : cfg->n_slots + ssd_slots;
-    max_leases  = cfg->max_leases != 0 ? cfg->max_leases : 4ull * cfg->n_slots;
+    max_leases  = cfg->max_leases != 0 ? cfg->max_leases : (uint64_t)cfg->n_slots + 1024;
     if (max_entries > MAX_ENTRIES || max_leases > MAX_ENTRIES) {
         return MOON_ERR_INVALID_PARAM;
     }

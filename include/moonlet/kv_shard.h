@@ -48,7 +48,7 @@ typedef struct {
                                      caller's region (borrowed until destroy) of arena_bytes */
     size_t   arena_bytes;         /* with arena: >= n_slots * slot_bytes */
     uint32_t max_entries;         /* 0: n_slots + SSD slots; blocks tracked at once */
-    uint32_t max_leases;          /* 0: 4 * n_slots; leases held at once */
+    uint32_t max_leases;          /* 0: n_slots + 1024; leases held at once (40 B each) */
     double   high_watermark;      /* 0: 0.90; used/n_slots above it starts eviction ... */
     double   low_watermark;       /* 0: 0.85; ... down to this */
     uint64_t reserve_timeout_ns;  /* 0: 10 s; a reservation not committed by then is reclaimed
