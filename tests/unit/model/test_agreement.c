@@ -1,0 +1,132 @@
+/* tests/unit/model/test_agreement.c - the fast CPU path matches the reference
+ * on random models of several shapes (with and without GQA) and weight types:
+ * chunked prefill, single decode and batched decode of sequences at different
+ * lengths. Tolerance: max |fast - ref| <= 1e-4 x max(1, max |ref|) per logits
+ * vector (the two differ only in summation order). */
+#include "model_test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-4f
+
+typedef struct {
+    moon_model_config_t shape;
+    moon_ggml_type_t    type;
+} agree_case_t;
+
+static void check_model(const agree_case_t *ac, uint64_t seed)
+{
+    char                 path[256];
+    moon_model_t        *m = mt_random_model(&ac->shape, ac->type, seed, path, sizeof(path));
+    const moon_model_config_t *c;
+    moon_engine_config_t ecfg_ref = {.kind = MOON_BACKEND_REF, .max_batch = 4, .max_chunk = 32};
+    moon_engine_config_t ecfg_cpu = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 4,
+                                     .max_chunk = 32};
+    moon_engine_t       *ref = NULL, *cpu = NULL;
+    moon_kv_cache_t     *kr = NULL, *kc = NULL;
+    moon_kv_config_t     kcfg;
+    uint32_t             sr[3], sc[3];
+    int32_t              toks[3][40];
+    float               *lr, *lc;
+    uint64_t             rng = seed;
+    float                worst = 0.0f;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    c    = moon_model_config(m);
+    kcfg = moon_model_kv_config(c, 4, 64, 3); /* 4-token blocks: paging crosses blocks */
+    lr   = malloc(4 * (size_t)c->vocab_size * sizeof(float));
+    lc   = malloc(4 * (size_t)c->vocab_size * sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg_ref, &ref), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg_cpu, &cpu), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kr), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kc), MOON_OK);
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < 40; i++) {
+            toks[s][i] = (int32_t)(moon_test_rand(&rng) % c->vocab_size);
+        }
+        CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kr, &sr[s]), MOON_OK);
+        CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kc, &sc[s]), MOON_OK);
+    }
+    /* prefill: sequences of 5, 13 and 22 tokens, the last in two chunks */
+    {
+        uint32_t lens[3] = {5, 13, 22};
+        for (int s = 0; s < 3; s++) {
+            uint32_t first = s == 2 ? 9 : lens[s];
+            CU_ASSERT_EQUAL(moon_engine_prefill(ref, kr, sr[s], toks[s], lens[s], lr, NULL),
+                            MOON_OK);
+            CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks[s], first, lc, NULL), MOON_OK);
+            if (first < lens[s]) {
+                CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks[s] + first,
+                                                    lens[s] - first, lc, NULL),
+                                MOON_OK);
+            }
+            worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
+        }
+    }
+    /* batched decode: 6 steps of all three sequences at once */
+    for (int step = 0; step < 6; step++) {
+        int32_t in[3];
+        for (int s = 0; s < 3; s++) {
+            in[s] = toks[s][30 + step];
+        }
+        CU_ASSERT_EQUAL(moon_engine_decode(ref, kr, sr, in, 3, lr, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_decode(cpu, kc, sc, in, 3, lc, NULL), MOON_OK);
+        for (int s = 0; s < 3; s++) {
+            worst = fmaxf(worst, mt_rel_diff(lc + (size_t)s * c->vocab_size,
+                                             lr + (size_t)s * c->vocab_size, c->vocab_size));
+        }
+    }
+    /* single-sequence decode (the batch-1 matvec kernels) */
+    for (int step = 0; step < 3; step++) {
+        CU_ASSERT_EQUAL(moon_engine_decode(ref, kr, &sr[1], &toks[1][step], 1, lr, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_decode(cpu, kc, &sc[1], &toks[1][step], 1, lc, NULL), MOON_OK);
+        worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
+    }
+    printf("\n  dim %u heads %u/%u %s: max rel diff %.2e ", c->dim, c->n_heads, c->n_kv_heads,
+           moon_ggml_type_name(ac->type), (double)worst);
+    CU_ASSERT(worst <= TOL);
+    moon_kv_cache_destroy(kr);
+    moon_kv_cache_destroy(kc);
+    moon_engine_destroy(ref);
+    moon_engine_destroy(cpu);
+    moon_model_destroy(m);
+    unlink(path);
+    free(lr);
+    free(lc);
+}
+
+static void test_shapes_f32(void)
+{
+    agree_case_t cases[] = {
+        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},   /* MHA */
+        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},    /* GQA 4:1 */
+        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32},  /* MQA, head_dim 32 */
+        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},   /* odd sizes for SIMD tails */
+    };
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        check_model(&cases[i], 11 + i);
+    }
+}
+
+static void test_weight_types(void)
+{
+    agree_case_t cases[] = {
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_F16},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q8_0},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q4_0},
+    };
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        check_model(&cases[i], 21 + i);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    {"shapes_f32", test_shapes_f32},
+    {"weight_types", test_weight_types},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"agreement", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void) { return moon_test_run(suites); }

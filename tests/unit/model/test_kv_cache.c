@@ -1,0 +1,190 @@
+/* tests/unit/model/test_kv_cache.c - paged KV cache: block accounting,
+ * prefix sharing by reference count (fork), export/import whole and per
+ * layer, and that a sequence rebuilt from imported blocks (or a forked
+ * prefix) decodes exactly like the original. */
+#include "model_test_util.h"
+#include "moonlet/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_reserve_and_release(void)
+{
+    moon_kv_config_t cfg = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 4, .block_tokens = 4,
+                            .n_blocks = 5, .max_seqs = 2, .max_seq_len = 16};
+    moon_kv_cache_t *kv;
+    uint32_t         a, b, c;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_block_bytes(kv), 2 * 2 * 4 * 8 * sizeof(float));
+    CU_ASSERT_EQUAL(moon_kv_block_layer_bytes(kv), 2 * 4 * 8 * sizeof(float));
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &b), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &c), MOON_ERR_NO_RESOURCE);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 9), MOON_OK); /* 3 blocks */
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 2);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, b, 17), MOON_ERR_NO_RESOURCE); /* > context */
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, b, 12), MOON_ERR_NO_RESOURCE); /* 3 > 2 free */
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 2); /* nothing changed */
+    moon_kv_seq_advance(kv, a, 9);
+    CU_ASSERT_EQUAL(moon_kv_seq_len(kv, a), 9);
+    CU_ASSERT_EQUAL(moon_kv_seq_truncate(kv, a, 4), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 4);
+    CU_ASSERT_EQUAL(moon_kv_seq_truncate(kv, a, 5), MOON_ERR_INVALID_PARAM);
+    moon_kv_seq_destroy(kv, a);
+    moon_kv_seq_destroy(kv, b);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 5);
+    moon_kv_cache_destroy(kv);
+}
+
+static void test_fork_shares_full_blocks(void)
+{
+    moon_kv_config_t cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 2, .block_tokens = 4,
+                            .n_blocks = 8, .max_seqs = 4, .max_seq_len = 32};
+    moon_kv_cache_t *kv;
+    uint32_t         a, f8, f10;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 10), MOON_OK);
+    moon_kv_seq_advance(kv, a, 10);
+    CU_ASSERT_EQUAL(moon_kv_seq_fork(kv, a, 8, &f8), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_block(kv, f8, 0), moon_kv_seq_block(kv, a, 0));
+    CU_ASSERT_EQUAL(moon_kv_block_refcount(kv, moon_kv_seq_block(kv, a, 1)), 2);
+    CU_ASSERT_EQUAL(moon_kv_seq_fork(kv, a, 10, &f10), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_block_refcount(kv, moon_kv_seq_block(kv, a, 0)), 3);
+    CU_ASSERT_NOT_EQUAL(moon_kv_seq_block(kv, f10, 2), moon_kv_seq_block(kv, a, 2)); /* copied */
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 8 - 3 - 1);
+    /* a shared block is immutable */
+    {
+        size_t bytes = moon_kv_block_bytes(kv);
+        void  *buf   = calloc(1, bytes);
+        CU_ASSERT_EQUAL(moon_kv_block_import(kv, moon_kv_seq_block(kv, a, 0), -1, buf, bytes),
+                        MOON_ERR_INVALID_PARAM);
+        free(buf);
+    }
+    moon_kv_seq_destroy(kv, a);
+    moon_kv_seq_destroy(kv, f8);
+    moon_kv_seq_destroy(kv, f10);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 8);
+    moon_kv_cache_destroy(kv);
+}
+
+/* A real model: run a prompt, export its blocks (whole and by layer), import
+ * them into a second cache, continue both: identical logits. A forked prefix
+ * continued with the same tokens gives identical logits too. */
+static void test_export_import_and_fork_decode_identically(void)
+{
+    moon_model_config_t  shape = mt_shape(64, 128, 3, 8, 4, 300, 64);
+    char                 path[256];
+    moon_model_t        *m     = mt_random_model(&shape, MOON_GGML_F32, 7, path, sizeof(path));
+    moon_engine_config_t ecfg  = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 2,
+                                  .max_chunk = 32};
+    moon_engine_t       *eng;
+    moon_kv_cache_t     *k1, *k2;
+    moon_kv_config_t     kcfg;
+    uint32_t             s1, s2, sf;
+    int32_t              toks[24];
+    float                l1[300], l2[300], lf[300];
+    size_t               bb, lb;
+    uint8_t             *buf;
+    uint64_t             rng = 5;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    kcfg = moon_model_kv_config(moon_model_config(m), 8, 16, 4);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &k1), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &k2), MOON_OK);
+    for (int i = 0; i < 24; i++) {
+        toks[i] = (int32_t)(moon_test_rand(&rng) % 300);
+    }
+    CU_ASSERT_EQUAL(moon_kv_seq_create(k1, &s1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, k1, s1, toks, 16, l1, NULL), MOON_OK);
+    /* move the two full blocks: block 0 whole, block 1 layer by layer */
+    bb  = moon_kv_block_bytes(k1);
+    lb  = moon_kv_block_layer_bytes(k1);
+    buf = malloc(bb);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(k2, &s2), MOON_OK);
+    for (uint32_t i = 0; i < 2; i++) {
+        uint32_t nb;
+        CU_ASSERT_EQUAL_FATAL(moon_kv_block_alloc(k2, &nb), MOON_OK);
+        if (i == 0) {
+            CU_ASSERT_EQUAL(moon_kv_block_export(k1, moon_kv_seq_block(k1, s1, i), -1, buf, bb),
+                            MOON_OK);
+            CU_ASSERT_EQUAL(moon_kv_block_import(k2, nb, -1, buf, bb), MOON_OK);
+        } else {
+            for (int32_t l = 0; l < 3; l++) {
+                CU_ASSERT_EQUAL(moon_kv_block_export(k1, moon_kv_seq_block(k1, s1, i), l, buf, lb),
+                                MOON_OK);
+                CU_ASSERT_EQUAL(moon_kv_block_import(k2, nb, l, buf, lb), MOON_OK);
+            }
+            CU_ASSERT_EQUAL(moon_kv_block_export(k1, 0, 3, buf, lb), MOON_ERR_INVALID_PARAM);
+            CU_ASSERT_EQUAL(moon_kv_block_export(k1, 0, -1, buf, lb), MOON_ERR_INVALID_PARAM);
+        }
+        CU_ASSERT_EQUAL(moon_kv_seq_append_block(k2, s2, nb), MOON_OK);
+        moon_kv_block_unref(k2, nb); /* the sequence holds it now */
+    }
+    CU_ASSERT_EQUAL(moon_kv_seq_len(k2, s2), 16);
+    CU_ASSERT_EQUAL(moon_kv_seq_fork(k1, s1, 16, &sf), MOON_OK);
+    /* continue all three with the same 8 tokens */
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, k1, s1, toks + 16, 8, l1, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, k2, s2, toks + 16, 8, l2, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, k1, sf, toks + 16, 8, lf, NULL), MOON_OK);
+    CU_ASSERT(memcmp(l1, l2, sizeof(l1)) == 0);
+    CU_ASSERT(memcmp(l1, lf, sizeof(l1)) == 0);
+    free(buf);
+    moon_kv_cache_destroy(k1);
+    moon_kv_cache_destroy(k2);
+    moon_engine_destroy(eng);
+    moon_model_destroy(m);
+    unlink(path);
+}
+
+static void test_engine_rejects_and_rolls_back(void)
+{
+    moon_model_config_t  shape = mt_shape(32, 64, 1, 4, 2, 260, 16);
+    char                 path[256];
+    moon_model_t        *m     = mt_random_model(&shape, MOON_GGML_F32, 3, path, sizeof(path));
+    moon_engine_config_t ecfg  = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 2,
+                                  .max_chunk = 16};
+    moon_engine_t       *eng;
+    moon_kv_cache_t     *kv;
+    moon_kv_config_t     kcfg;
+    uint32_t             s[2];
+    int32_t              toks[16] = {0};
+    float                lg[2 * 260];
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    kcfg = moon_model_kv_config(moon_model_config(m), 4, 3, 2);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &s[0]), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &s[1]), MOON_OK);
+    toks[0] = 260;
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, s[0], toks, 1, lg, NULL), MOON_ERR_INVALID_PARAM);
+    toks[0] = 5;
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, s[0], toks, 8, lg, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, s[1], toks, 4, lg, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 0);
+    /* both need a new block, none is free: nothing changes */
+    CU_ASSERT_EQUAL(moon_engine_decode(eng, kv, s, toks, 2, lg, NULL), MOON_ERR_NO_RESOURCE);
+    CU_ASSERT_EQUAL(moon_kv_seq_len(kv, s[0]), 8);
+    CU_ASSERT_EQUAL(moon_kv_seq_len(kv, s[1]), 4);
+    s[1] = s[0];
+    CU_ASSERT_EQUAL(moon_engine_decode(eng, kv, s, toks, 2, lg, NULL), MOON_ERR_INVALID_PARAM);
+    moon_kv_cache_destroy(kv);
+    moon_engine_destroy(eng);
+    moon_model_destroy(m);
+    unlink(path);
+}
+
+static CU_TestInfo tests[] = {
+    {"reserve_and_release", test_reserve_and_release},
+    {"fork_shares_full_blocks", test_fork_shares_full_blocks},
+    {"export_import_and_fork_decode_identically", test_export_import_and_fork_decode_identically},
+    {"engine_rejects_and_rolls_back", test_engine_rejects_and_rolls_back},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"kv_cache", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void) { return moon_test_run(suites); }
