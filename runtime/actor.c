@@ -172,6 +172,7 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
 
 moon_status_t moon_send(moon_actor_t *self, moon_addr_t to, moon_msg_hdr_t *msg)
 {
+    self->turn_sends++;
     msg->src = self->addr;
     msg->seq = ++self->send_seq;
     return deliver(self->rt, self, to, msg);
@@ -466,6 +467,7 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
     int             drained = 0;
 
     set_current(a);
+    a->turn_sends = 0;
     while (n < budget) {
         moon_msg_env_t *env = moon_mailbox_pop(&a->mbox);
         moon_msg_hdr_t *msg;
@@ -495,8 +497,15 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
         if (MOON_UNLIKELY(a->exiting)) {
             finish(a);
             a->mute_on = NULL;
-        } else if (MOON_UNLIKELY(a->mute_on != NULL)) {
+        } else if (MOON_UNLIKELY(a->mute_on != NULL ||
+                                 a->turn_sends >= rt->cfg.mailbox_bound)) {
+            /* Muted, or sent a mailbox's worth this turn: yield, so the
+             * receivers run and can flag themselves overloaded in time. */
             break;
+        } else if (MOON_UNLIKELY(n % 16 == 0)) {
+            /* Long turns re-check their depth so senders are muted in time;
+             * the scan is amortised O(1) per message. */
+            update_pressure(a);
         }
     }
     if (atomic_load_explicit(&a->alive, memory_order_relaxed)) {

@@ -64,6 +64,7 @@ struct moon_actor {
     moon_status_t    exit_reason;
     struct moon_actor *mute_on;   /* overloaded receiver hit during this turn */
     uint64_t         send_seq;
+    uint32_t         turn_sends;  /* messages sent during this turn */
     vec_t            links;       /* moon_addr_t */
     vec_t            monitors;    /* monitor_t */
     char            *name;        /* registered name, owned */
