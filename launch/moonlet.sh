@@ -22,7 +22,12 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $cmd in
 demo)
-    exec "$BUILD_DIR/examples/supervised_pingpong" ;;
+    # The actor runtime: a custom actor program (README walkthrough).
+    "$BUILD_DIR/examples/supervised_pingpong"
+    # The model engine on the bundled default model (stories260K).
+    echo "--- moonlet generate (bundled stories260K) ---"
+    exec "$BUILD_DIR/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
+        --prompt "${PROMPT:-Once upon a time}" --max-tokens "${MAX_TOKENS:-64}" ;;
 test)
     cd "$BUILD_DIR"
     exec ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-} ;;
