@@ -29,7 +29,7 @@ static inline moon_status_t send_n(moon_actor_t *self, moon_addr_t to, uint32_t 
         return MOON_ERR_NO_MEMORY;
     }
     m->n = n;
-    return moon_send(self, to, &m->hdr);
+    return moon_tell(self, to, &m->hdr);
 }
 
 /* ---- pingpong: n counts messages; whoever sees the limit stops the run --- */

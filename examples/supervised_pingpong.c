@@ -36,7 +36,7 @@ static moon_status_t ponger_on_ping(moon_actor_t *self, const moon_msg_hdr_t *ms
         return MOON_ERR_NO_MEMORY; /* fails this actor; the process goes on */
     }
     pong->n = ((const ex_ping_t *)msg)->n;
-    return moon_send(self, msg->src, &pong->hdr);
+    return moon_tell(self, msg->src, &pong->hdr); /* tell: released if the send fails */
 }
 
 static const moon_actor_ops_t ponger_ops = {
@@ -66,7 +66,7 @@ static moon_status_t counter_on_get(moon_actor_t *self, const moon_msg_hdr_t *ms
         return MOON_ERR_NO_MEMORY;
     }
     reply->value = st->value;
-    return moon_send(self, msg->src, &reply->hdr);
+    return moon_tell(self, msg->src, &reply->hdr);
 }
 
 static moon_status_t counter_on_crash(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -94,16 +94,8 @@ typedef struct {
 static moon_status_t send_empty(moon_actor_t *self, moon_addr_t to, uint32_t type)
 {
     moon_msg_hdr_t *m = moon_msg_new(type, 0);
-    moon_status_t   status;
 
-    if (m == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    status = moon_send(self, to, m);
-    if (status != MOON_OK) {
-        moon_msg_release(m); /* an error leaves the message with us */
-    }
-    return status;
+    return m != NULL ? moon_tell(self, to, m) : MOON_ERR_NO_MEMORY;
 }
 
 static moon_status_t send_ping(moon_actor_t *self, moon_addr_t to, uint64_t n)
@@ -114,7 +106,7 @@ static moon_status_t send_ping(moon_actor_t *self, moon_addr_t to, uint64_t n)
         return MOON_ERR_NO_MEMORY;
     }
     ping->n = n;
-    return moon_send(self, to, &ping->hdr);
+    return moon_tell(self, to, &ping->hdr);
 }
 
 static moon_status_t driver_init(moon_actor_t *self, const void *args)
@@ -152,7 +144,7 @@ static moon_status_t driver_on_pong(moon_actor_t *self, const moon_msg_hdr_t *ms
             return MOON_ERR_NO_MEMORY;
         }
         incr->by = 1;
-        status   = moon_send(self, counter, &incr->hdr);
+        status   = moon_tell(self, counter, &incr->hdr);
     }
     if (status == MOON_OK) {
         status = send_empty(self, counter, EX_MSG_GET);

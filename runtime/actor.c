@@ -178,6 +178,16 @@ moon_status_t moon_send(moon_actor_t *self, moon_addr_t to, moon_msg_hdr_t *msg)
     return deliver(self->rt, self, to, msg);
 }
 
+moon_status_t moon_tell(moon_actor_t *self, moon_addr_t to, moon_msg_hdr_t *msg)
+{
+    moon_status_t status = moon_send(self, to, msg);
+
+    if (status != MOON_OK) {
+        moon_msg_release(msg);
+    }
+    return status;
+}
+
 moon_status_t moon_runtime_send(moon_runtime_t *rt, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     msg->src = MOON_ADDR_NONE;

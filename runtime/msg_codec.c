@@ -82,8 +82,8 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
     msgpack_pack_uint64(&pk, msg->seq);
     for (i = 0; i < d->n_fields; i++) {
         const char        *f    = (const char *)msg + d->fields[i].offset;
-        const moon_span_t *span = (const moon_span_t *)f;
-        const char        *data = (const char *)msg + span->off;
+        const moon_span_t *span = (const moon_span_t *)f; /* read in span cases only */
+        const char        *data = (const char *)msg;
 
         switch (d->fields[i].kind) {
         case MOON_FIELD_u8: msgpack_pack_uint8(&pk, *(const uint8_t *)f); break;
@@ -100,6 +100,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
             if (!span_ok(msg, *span, 1)) {
                 goto bad_span;
             }
+            data += span->off;
             if (d->fields[i].kind == MOON_FIELD_str) {
                 msgpack_pack_str_with_body(&pk, data, span->n);
             } else {
@@ -110,6 +111,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
             if (!span_ok(msg, *span, 4)) {
                 goto bad_span;
             }
+            data += span->off;
             msgpack_pack_array(&pk, span->n);
             for (uint32_t k = 0; k < span->n; k++) {
                 uint32_t v;
@@ -121,6 +123,7 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
             if (!span_ok(msg, *span, 8)) {
                 goto bad_span;
             }
+            data += span->off;
             msgpack_pack_array(&pk, span->n);
             for (uint32_t k = 0; k < span->n; k++) {
                 uint64_t v;

@@ -91,8 +91,9 @@ void moon_runtime_destroy(moon_runtime_t *rt)
         return;
     }
     moon_timers_stop_thread(rt->timers);
-    moon_sched_destroy(rt->sched); /* joins workers */
+    moon_sched_stop(rt->sched); /* joins workers; fini below may still schedule */
     moon_actors_destroy_all(rt);
+    moon_sched_destroy(rt->sched);
     moon_sim_destroy(rt->sim);
     moon_timers_destroy(rt->timers);
     moon_names_destroy(rt->names);

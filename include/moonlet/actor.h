@@ -55,6 +55,9 @@ MOON_API moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *op
  * `to` is on another rank and no transport is attached. If `to` is
  * overloaded, self is muted after the current handler until `to` drains. */
 MOON_API moon_status_t moon_send(moon_actor_t *self, moon_addr_t to, moon_msg_hdr_t *msg);
+/* moon_send that always consumes msg: on error it is released (fire and
+ * forget). Returns moon_send's status. */
+MOON_API moon_status_t moon_tell(moon_actor_t *self, moon_addr_t to, moon_msg_hdr_t *msg);
 /* The same from outside any actor (main thread, transport, timers). Never muted. */
 MOON_API moon_status_t moon_runtime_send(moon_runtime_t *rt, moon_addr_t to, moon_msg_hdr_t *msg);
 

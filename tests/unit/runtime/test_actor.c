@@ -45,18 +45,13 @@ static moon_runtime_t *new_rt(uint64_t seed)
 
 static moon_status_t send_n(moon_actor_t *self, moon_addr_t to, uint32_t type, uint64_t n)
 {
-    t_req_t      *m = moon_msg_new(type, 0);
-    moon_status_t status;
+    t_req_t *m = moon_msg_new(type, 0);
 
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->n   = n;
-    status = moon_send(self, to, &m->hdr);
-    if (status != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-    return status;
+    m->n = n;
+    return moon_tell(self, to, &m->hdr);
 }
 
 static moon_status_t ext_send(moon_runtime_t *rt, moon_addr_t to, uint32_t type, uint64_t n)

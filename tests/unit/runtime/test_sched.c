@@ -40,7 +40,7 @@ static moon_status_t send_n(moon_actor_t *self, moon_addr_t to, uint32_t type, u
         return MOON_ERR_NO_MEMORY;
     }
     m->n = n;
-    return moon_send(self, to, &m->hdr);
+    return moon_tell(self, to, &m->hdr);
 }
 
 /* ---- counter: counts WORK (optionally spinning a little per message),

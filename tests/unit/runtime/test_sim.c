@@ -76,7 +76,7 @@ static moon_status_t send_to(moon_actor_t *self, moon_addr_t to, uint32_t type)
 {
     t_work_t *m = moon_msg_new(type, 0);
 
-    return m != NULL ? moon_send(self, to, &m->hdr) : MOON_ERR_NO_MEMORY;
+    return m != NULL ? moon_tell(self, to, &m->hdr) : MOON_ERR_NO_MEMORY;
 }
 
 static moon_status_t prod_init(moon_actor_t *self, const void *args)

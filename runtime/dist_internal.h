@@ -1,0 +1,100 @@
+/* runtime/dist_internal.h - what the distributed runtime (dist.c) shares with
+ * its engines (transport_ucx.c, transport_mpi.c). Private to runtime/.
+ *
+ * dist.c owns everything above the wire: per-peer send queues, batching,
+ * credits, heartbeats, names, monitors, bulk-op slicing. An engine only moves
+ * frames (opaque byte strings, in order per peer) and bulk slices, and reports
+ * completions; every engine entry point except mem_map/mem_unmap runs on the
+ * progress thread. */
+#ifndef MOON_RUNTIME_DIST_INTERNAL_H
+#define MOON_RUNTIME_DIST_INTERNAL_H
+
+#include "runtime_internal.h"
+
+#include "moonlet/dist.h"
+
+/* A frame buffer: built and freed by dist.c on the progress thread. */
+typedef struct dist_buf {
+    struct dist_buf *next;
+    uint32_t         cap, len;
+    uint32_t         peer;
+    uint32_t         big; /* not from the pool */
+    char             data[];
+} dist_buf_t;
+
+/* One bulk transfer, sliced. Engine fields are the engine's. */
+typedef struct bulk_op {
+    struct bulk_op *next;
+    int             is_put;
+    uint32_t        peer;
+    char           *local;
+    void           *local_memh; /* engine memh of local_reg, or NULL */
+    uint64_t        remote_addr;
+    size_t          len, issued;
+    uint32_t        n_inflight;
+    int             finished; /* completion message sent */
+    moon_status_t   status;
+    moon_addr_t     reply_to;
+    uint64_t        cookie;
+    void           *eng_rkey; /* engine: unpacked remote key */
+    uint64_t        eng_id;   /* engine: MPI tag space */
+    uint32_t        rkey_len;
+    char           *rkey;     /* packed rkey copy, owned */
+} bulk_op_t;
+
+typedef struct {
+    const char *name;
+    /* main thread, collective, before the progress thread starts */
+    moon_status_t (*open)(moon_dist_t *d);
+    /* main thread, after the progress thread stopped */
+    void (*close)(moon_dist_t *d);
+    /* Sends buf (buf->len bytes) to buf->peer in order. The engine calls
+     * dist_frame_done(d, buf, status) once buf may be reused (maybe inline). */
+    moon_status_t (*send_frame)(moon_dist_t *d, dist_buf_t *buf);
+    /* Drives the engine; returns the number of events seen. */
+    int (*progress)(moon_dist_t *d);
+    /* Fd that becomes readable on engine activity, or -1 (then the progress
+     * thread naps briefly instead of sleeping on it). */
+    int (*event_fd)(moon_dist_t *d);
+    /* 1 if sleeping on event_fd is safe now (nothing pending). */
+    int (*arm)(moon_dist_t *d);
+    /* Any thread: registers memory; *rkey_p (packed, engine-owned) travels. */
+    moon_status_t (*mem_map)(moon_dist_t *d, void *addr, size_t len, void **memh_p,
+                             void **rkey_p, size_t *rkey_len_p);
+    void (*mem_unmap)(moon_dist_t *d, void *memh, void *rkey);
+    /* Issues [off, off + n) of op; completion: dist_bulk_slice_done(). */
+    moon_status_t (*rma)(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n);
+    /* Frees engine state of op (rkey). */
+    void (*bulk_release)(moon_dist_t *d, bulk_op_t *op);
+    /* Peer r is lost: drop its endpoint without waiting for it. */
+    void (*peer_lost)(moon_dist_t *d, uint32_t r);
+    /* Optional: frames of kinds >= DIST_FRAME_ENGINE go here. */
+    void (*on_engine_frame)(moon_dist_t *d, uint32_t src, uint32_t kind, const void *body,
+                            size_t len);
+} dist_engine_ops_t;
+
+#define DIST_FRAME_ENGINE 16 /* first frame kind reserved for engines */
+
+extern const dist_engine_ops_t moon_dist_engine_mpi;
+#ifdef MOON_WITH_UCX
+extern const dist_engine_ops_t moon_dist_engine_ucx;
+#endif
+
+/* dist.c, for engines (progress thread unless noted) */
+void     *moon_dist_engine_ctx(moon_dist_t *d);
+void      moon_dist_set_engine_ctx(moon_dist_t *d, void *ctx);
+uint32_t  moon_dist_rank_(const moon_dist_t *d);
+uint32_t  moon_dist_size_(const moon_dist_t *d);
+void      dist_frame_done(moon_dist_t *d, dist_buf_t *buf, moon_status_t status);
+void      dist_on_frame(moon_dist_t *d, const void *data, size_t len);
+void      dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason);
+void      dist_bulk_slice_done(moon_dist_t *d, bulk_op_t *op, size_t n, moon_status_t status);
+/* Sends an engine frame (kind >= DIST_FRAME_ENGINE) with body to peer r. */
+moon_status_t dist_send_engine_frame(moon_dist_t *d, uint32_t r, uint32_t kind, const void *body,
+                                     size_t len);
+/* Active bulk op with this id toward/from peer r, or NULL. */
+bulk_op_t *dist_bulk_find(moon_dist_t *d, uint64_t id);
+/* The communicator engines may use (MPI_Comm as a pointer-sized handle). */
+void *dist_mpi_comm(moon_dist_t *d);
+
+#endif /* MOON_RUNTIME_DIST_INTERNAL_H */
