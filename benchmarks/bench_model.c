@@ -1,0 +1,297 @@
+/* benchmarks/bench_model.c - model engine throughput, one configuration per
+ * process (so peak RSS is that configuration's), one JSON line each:
+ *   --bench=decode  --batch=B   decode steps of B sequences (context ~64)
+ *   --bench=prefill --prompt=N  one N-token prefill chunk
+ *   --bench=roofline            streaming-read bandwidth with --threads
+ *                               threads -> batch-1 decode bound (weight bytes / bw)
+ *   --bench=openblas --prompt=N OpenBLAS sgemm at the prefill shapes -> the
+ *                               tokens/s a prefill at sgemm's FLOP rate reaches
+ * --model=PATH (GGUF), --label=NAME (the "model" field), --threads=T (0 =
+ * cores), --impl=cpu|ref, --iters=K. */
+#define _GNU_SOURCE
+#include "bench_util.h"
+#include "moonlet/model.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef MOON_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double g_weight_mib = -1.0, g_kv_mib = -1.0; /* set for engine runs */
+
+static void emit(const char *bench, const char *impl, const char *label, int64_t batch,
+                 int64_t threads, double tps, const char *extra_key, double extra)
+{
+    moon_bench_json_t j;
+
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "suite", "model");
+    moon_bench_json_str(&j, "bench", bench);
+    moon_bench_json_str(&j, "impl", impl);
+    moon_bench_json_str(&j, "model", label);
+    moon_bench_json_int(&j, "batch", batch);
+    moon_bench_json_int(&j, "threads", threads);
+    moon_bench_json_num(&j, "tokens_per_s", tps);
+    if (extra_key != NULL) {
+        moon_bench_json_num(&j, extra_key, extra);
+    }
+    moon_bench_json_num(&j, "peak_rss_mib", moon_bench_peak_rss_mib());
+    if (g_weight_mib >= 0.0) {
+        moon_bench_json_num(&j, "weight_mib", g_weight_mib);
+        moon_bench_json_num(&j, "kv_mib", g_kv_mib);
+    }
+    moon_bench_json_end(&j);
+}
+
+/* ---- streaming read bandwidth --------------------------------------------------- */
+
+typedef struct {
+    const float *a;
+    size_t       n;
+    double       sum;
+} sum_arg_t;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double sum_avx512(const float *a, size_t n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512 s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    size_t i  = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps(a + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps(a + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+#endif
+
+static double sum_plain(const float *a, size_t n)
+{
+    float s[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; k++) {
+            s[k] += a[i + k];
+        }
+    }
+    return (double)(s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7]);
+}
+
+static void *sum_thread(void *p)
+{
+    sum_arg_t *a = p;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        a->sum = sum_avx512(a->a, a->n);
+        return NULL;
+    }
+#endif
+    a->sum = sum_plain(a->a, a->n);
+    return NULL;
+}
+
+/* Best of reps passes over a 1 GiB array with nth threads, bytes/s. */
+static double stream_read_bw(int nth, int reps)
+{
+    size_t     n    = (size_t)1 << 28; /* floats: 1 GiB */
+    float     *a    = aligned_alloc(64, n * sizeof(float));
+    pthread_t  th[64];
+    sum_arg_t  args[64];
+    double     best = 0.0;
+    volatile double sink = 0.0;
+
+    if (a == NULL) {
+        return 0.0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a[i] = 1.0f;
+    }
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = moon_bench_now_ns();
+        for (int t = 0; t < nth; t++) {
+            args[t].a = a + n / (size_t)nth * (size_t)t;
+            args[t].n = n / (size_t)nth;
+            pthread_create(&th[t], NULL, sum_thread, &args[t]);
+        }
+        for (int t = 0; t < nth; t++) {
+            pthread_join(th[t], NULL);
+            sink += args[t].sum;
+        }
+        {
+            double bw = (double)(n * sizeof(float)) / ((double)(moon_bench_now_ns() - t0) * 1e-9);
+            best      = bw > best ? bw : best;
+        }
+    }
+    (void)sink;
+    free(a);
+    return best;
+}
+
+/* ---- engine runs ---------------------------------------------------------------- */
+
+static uint64_t layer_matmul_params(const moon_model_config_t *c)
+{
+    uint64_t kv_dim = (uint64_t)c->n_kv_heads * c->head_dim;
+    return (uint64_t)c->n_layers * (2ull * c->dim * c->dim + 2ull * kv_dim * c->dim +
+                                    3ull * c->hidden_dim * c->dim);
+}
+
+int main(int argc, char **argv)
+{
+    const char          *bench   = moon_bench_arg_str(argc, argv, "bench", "decode");
+    const char          *path    = moon_bench_arg_str(argc, argv, "model", NULL);
+    const char          *label   = moon_bench_arg_str(argc, argv, "label", "model");
+    const char          *impl    = moon_bench_arg_str(argc, argv, "impl", "cpu");
+    int64_t              threads = moon_bench_arg_int(argc, argv, "threads", 0);
+    int64_t              batch   = moon_bench_arg_int(argc, argv, "batch", 1);
+    int64_t              prompt  = moon_bench_arg_int(argc, argv, "prompt", 512);
+    int64_t              iters   = moon_bench_arg_int(argc, argv, "iters", 16);
+    int64_t              ctx     = moon_bench_arg_int(argc, argv, "ctx", 64);
+    moon_model_t        *m       = NULL;
+    const moon_model_config_t *c;
+    moon_engine_config_t ecfg = {0};
+    moon_engine_t       *eng  = NULL;
+    moon_kv_cache_t     *kv   = NULL;
+    moon_kv_config_t     kcfg;
+    uint32_t            *seqs;
+    int32_t             *toks;
+    float               *logits;
+    uint64_t             rng = 1;
+
+    if (threads <= 0) {
+        threads = sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    if (path == NULL || moon_model_load(path, &m) != MOON_OK) {
+        fprintf(stderr, "bench_model: --model=PATH.gguf required and loadable\n");
+        return 2;
+    }
+    c = moon_model_config(m);
+
+    if (strcmp(bench, "roofline") == 0) {
+        double bw = stream_read_bw((int)threads, (int)(iters < 3 ? 3 : iters / 4 + 1));
+        emit("decode", "roofline", label, 1, threads, bw / (double)moon_model_weight_bytes(m),
+             "read_gb_per_s", bw * 1e-9);
+        moon_model_destroy(m);
+        return 0;
+    }
+    if (strcmp(bench, "openblas") == 0) {
+#ifdef MOON_HAVE_OPENBLAS
+        /* one layer's GEMMs at the prefill shape, M = prompt tokens */
+        uint32_t kv_dim = c->n_kv_heads * c->head_dim;
+        int      shapes[4][2] = {{(int)c->dim, (int)c->dim}, {(int)kv_dim, (int)c->dim},
+                                 {(int)c->hidden_dim, (int)c->dim}, {(int)c->dim, (int)c->hidden_dim}};
+        int      count[4] = {2, 2, 2, 1};
+        size_t   maxw = (size_t)MOON_MAX(c->dim, c->hidden_dim) * MOON_MAX(c->dim, c->hidden_dim);
+        float   *A = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        float   *W = calloc(maxw, sizeof(float));
+        float   *Y = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        double   best = 1e30, flops = 0.0;
+        openblas_set_num_threads((int)threads);
+        for (int i = 0; i < 4; i++) {
+            flops += 2.0 * (double)prompt * shapes[i][0] * shapes[i][1] * count[i];
+        }
+        for (int64_t it = 0; it < (iters < 3 ? 3 : iters / 2); it++) {
+            uint64_t t0 = moon_bench_now_ns();
+            for (int i = 0; i < 4; i++) {
+                for (int k = 0; k < count[i]; k++) {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)prompt, shapes[i][0],
+                                shapes[i][1], 1.0f, A, shapes[i][1], W, shapes[i][1], 0.0f, Y,
+                                shapes[i][0]);
+                }
+            }
+            double dt = (double)(moon_bench_now_ns() - t0) * 1e-9;
+            best      = dt < best ? dt : best;
+        }
+        {
+            double rate = flops / best; /* FLOP/s */
+            emit("prefill", "openblas", label, 1, threads,
+                 rate / (2.0 * (double)layer_matmul_params(c)), "gflops", rate * 1e-9);
+        }
+        free(A);
+        free(W);
+        free(Y);
+#else
+        fprintf(stderr, "bench_model: built without OpenBLAS\n");
+#endif
+        moon_model_destroy(m);
+        return 0;
+    }
+
+    ecfg.kind      = strcmp(impl, "ref") == 0 ? MOON_BACKEND_REF : MOON_BACKEND_CPU;
+    ecfg.n_threads = (uint32_t)threads;
+    ecfg.max_batch = (uint32_t)batch;
+    ecfg.max_chunk = (uint32_t)MOON_MAX(prompt, ctx);
+    if (moon_engine_create(m, &ecfg, &eng) != MOON_OK) {
+        fprintf(stderr, "bench_model: engine create failed\n");
+        return 1;
+    }
+    {
+        uint32_t per_seq = (uint32_t)((MOON_MAX(prompt, ctx + iters + 4) + 15) / 16);
+        kcfg             = moon_model_kv_config(c, 16, per_seq * (uint32_t)batch + 2,
+                                                (uint32_t)batch);
+    }
+    if (moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
+        fprintf(stderr, "bench_model: KV cache create failed\n");
+        return 1;
+    }
+    g_weight_mib = (double)moon_model_weight_bytes(m) / 1048576.0;
+    g_kv_mib     = (double)moon_kv_pool_bytes(kv) / 1048576.0;
+    seqs   = calloc((size_t)batch, sizeof(*seqs));
+    toks   = calloc((size_t)MOON_MAX(prompt, ctx) * (size_t)batch + 1, sizeof(*toks));
+    logits = calloc((size_t)batch * c->vocab_size, sizeof(float));
+    for (int64_t i = 0; i < MOON_MAX(prompt, ctx) * batch; i++) {
+        rng     = rng * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((rng >> 33) % c->vocab_size);
+    }
+    if (strcmp(bench, "prefill") == 0) {
+        double best = 1e30;
+        for (int64_t it = 0; it < (iters < 2 ? 2 : iters / 8 + 1); it++) {
+            double dt = 0.0;
+            moon_kv_seq_create(kv, &seqs[0]);
+            if (moon_engine_prefill(eng, kv, seqs[0], toks, (uint32_t)prompt, logits, &dt) !=
+                MOON_OK) {
+                fprintf(stderr, "bench_model: prefill failed\n");
+                return 1;
+            }
+            moon_kv_seq_destroy(kv, seqs[0]);
+            best = dt < best ? dt : best;
+        }
+        emit("prefill", impl, label, 1, threads, (double)prompt / best, "gflops",
+             2.0 * (double)layer_matmul_params(c) * (double)prompt / best * 1e-9);
+    } else {
+        uint64_t t0;
+        double   dt;
+        for (int64_t b = 0; b < batch; b++) {
+            moon_kv_seq_create(kv, &seqs[b]);
+            moon_engine_prefill(eng, kv, seqs[b], toks + b * ctx, (uint32_t)ctx, NULL, NULL);
+        }
+        for (int64_t it = 0; it < 2; it++) { /* warm-up */
+            moon_engine_decode(eng, kv, seqs, toks, (uint32_t)batch, logits, NULL);
+        }
+        t0 = moon_bench_now_ns();
+        for (int64_t it = 0; it < iters; it++) {
+            if (moon_engine_decode(eng, kv, seqs, toks + it, (uint32_t)batch, logits, NULL) !=
+                MOON_OK) {
+                fprintf(stderr, "bench_model: decode failed\n");
+                return 1;
+            }
+        }
+        dt = (double)(moon_bench_now_ns() - t0) * 1e-9;
+        emit("decode", impl, label, batch, threads, (double)(batch * iters) / dt, NULL, 0.0);
+    }
+    free(seqs);
+    free(toks);
+    free(logits);
+    moon_kv_cache_destroy(kv);
+    moon_engine_destroy(eng);
+    moon_model_destroy(m);
+    return 0;
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# benchmarks/suites/model.sh - model engine suite: for each model, the anchors
+# (impl=roofline: streaming-read bandwidth with threads = cores over the
+# weight bytes per token = the batch-1 decode bound; impl=openblas: sgemm's
+# FLOP rate at the 512-token prefill shapes, as tokens/s) and the engine
+# (impl=cpu): decode at batch 1, 8, 32 and a 512-token prefill. One process
+# per configuration (peak_rss_mib is that configuration's). Models: the
+# 110M-parameter random Llama (dim 768, hidden 2048, 12 layers, 12 heads,
+# vocab 32000) in F32 and BF16, generated once into $BUILD_DIR/bench-models,
+# and the bundled stories260K. Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny).
+set -euo pipefail
+BENCH_BIN=${BENCH_BIN:-build/benchmarks}
+BUILD_DIR=${BUILD_DIR:-build}
+B="$BENCH_BIN/bench_model"
+MOONLET="$BUILD_DIR/launch/moonlet"
+T=$(nproc)
+MD="$BUILD_DIR/bench-models"
+mkdir -p "$MD"
+
+if [ "${SMOKE:-0}" = 1 ]; then
+    [ -f "$MD/smoke.gguf" ] || "$MOONLET" gen-model --out "$MD/smoke.gguf" --dim 64 --hidden 128 \
+        --layers 2 --heads 4 --vocab 512 --seq-len 128
+    "$B" --model="$MD/smoke.gguf" --label=smoke --bench=decode --batch=2 --iters=2
+    "$B" --model="$MD/smoke.gguf" --label=smoke --bench=prefill --prompt=32 --iters=1
+    exit 0
+fi
+
+for ty in f32 bf16; do
+    f="$MD/llama110m-$ty.gguf"
+    [ -f "$f" ] || "$MOONLET" gen-model --out "$f" --dim 768 --hidden 2048 --layers 12 \
+        --heads 12 --vocab 32000 --seq-len 1024 --type "$ty" --seed 1
+done
+
+run_model() { # path label decode_iters
+    local m=$1 l=$2 it=$3
+    "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=8
+    "$B" --model="$m" --label="$l" --bench=openblas --threads="$T" --prompt=512 --iters=6
+    for b in 1 8 32; do
+        "$B" --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it"
+    done
+    "$B" --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
+}
+
+run_model "$MD/llama110m-f32.gguf" llama110m-f32 24
+run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 24
+run_model models/stories260K/stories260K.gguf stories260K 400
