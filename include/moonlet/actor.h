@@ -12,6 +12,8 @@
 #include "moonlet/msg.h"
 #include "moonlet/sys_msgs.h"
 
+MOON_EXTERN_C_BEGIN
+
 typedef struct moon_actor   moon_actor_t;   /* opaque */
 typedef struct moon_runtime moon_runtime_t; /* opaque */
 
@@ -113,5 +115,7 @@ static inline uint32_t moon_addr_rank(moon_addr_t a)
 {
     return (uint32_t)(a >> 44);
 }
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_ACTOR_H */

@@ -6,6 +6,8 @@
 
 #include "moonlet/defs.h"
 
+MOON_EXTERN_C_BEGIN
+
 MOON_API void *moon_malloc(size_t bytes);
 MOON_API void *moon_calloc(size_t n, size_t bytes);
 MOON_API void *moon_realloc(void *ptr, size_t bytes);
@@ -19,5 +21,7 @@ MOON_API void  moon_free(void *ptr);
 MOON_API void     moon_fault_fail_after(uint64_t n);
 MOON_API void     moon_fault_reset(void);
 MOON_API uint64_t moon_fault_count(void);
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_ALLOC_H */

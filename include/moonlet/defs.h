@@ -3,7 +3,9 @@
 #ifndef MOONLET_DEFS_H
 #define MOONLET_DEFS_H
 
+#ifndef __cplusplus
 #include <stdalign.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +18,19 @@
 #define MOON_ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
 #define MOON_MIN(_a, _b)    ((_a) < (_b) ? (_a) : (_b))
 #define MOON_MAX(_a, _b)    ((_a) > (_b) ? (_a) : (_b))
+#define MOON_NORETURN       __attribute__((noreturn))
+
+/* Public headers are usable from C++ (CUDA translation units). */
+#ifdef __cplusplus
+#define MOON_EXTERN_C_BEGIN extern "C" {
+#define MOON_EXTERN_C_END   }
+#define MOON_STATIC_ASSERT(_e, _msg) static_assert(_e, _msg)
+#else
+#define MOON_EXTERN_C_BEGIN
+#define MOON_EXTERN_C_END
+#define MOON_STATIC_ASSERT(_e, _msg) _Static_assert(_e, _msg)
+#endif
+
 #define MOON_CONTAINER_OF(_ptr, _type, _member)                                                    \
     ((_type *)((char *)(_ptr) - offsetof(_type, _member)))
 

@@ -6,6 +6,8 @@
 
 #include "moonlet/defs.h"
 
+MOON_EXTERN_C_BEGIN
+
 typedef enum {
     MOON_LOG_ERROR = 1, /* can't go on as normal */
     MOON_LOG_WARN  = 2,
@@ -50,7 +52,7 @@ MOON_API void moon_log_set_sink(moon_log_sink_fn sink, void *arg);
 #define MOON_DEBUG_LOG(...) MOON_LOG(MOON_LOG_DEBUG, __VA_ARGS__)
 #define MOON_TRACE(...) MOON_LOG(MOON_LOG_TRACE, __VA_ARGS__)
 
-_Noreturn MOON_API void moon_panic(const char *file, int line, const char *fmt, ...)
+MOON_NORETURN MOON_API void moon_panic(const char *file, int line, const char *fmt, ...)
     MOON_PRINTF(3, 4);
 
 /* Always on: use where carrying on would corrupt data. */
@@ -61,5 +63,7 @@ _Noreturn MOON_API void moon_panic(const char *file, int line, const char *fmt, 
 #else
 #define MOON_ASSERT(_e) ((void)0)
 #endif
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_LOG_H */

@@ -20,6 +20,8 @@
 #include "moonlet/defs.h"
 #include "moonlet/status.h"
 
+MOON_EXTERN_C_BEGIN
+
 /* Actor address: rank (20 bits) | slot (24 bits) | generation (20 bits). 0 is never valid. */
 typedef uint64_t moon_addr_t;
 #define MOON_ADDR_NONE ((moon_addr_t)0)
@@ -37,7 +39,7 @@ typedef struct {               /* first member of every message */
     moon_addr_t src;           /* sender actor; MOON_ADDR_NONE from outside any actor */
     uint64_t    seq;           /* per-sender sequence number */
 } moon_msg_hdr_t;
-_Static_assert(sizeof(moon_msg_hdr_t) == 24, "wire header size changed");
+MOON_STATIC_ASSERT(sizeof(moon_msg_hdr_t) == 24, "wire header size changed");
 
 #define MOON_MSG_F_SYSTEM 0x1u /* runtime control message */
 
@@ -97,7 +99,7 @@ typedef struct {
 /* In a header: the ids (BASE, BASE+1, ...; END is one past the last) and structs. */
 #define MOON_MSG_DECLARE(_LIST, _BASE, _END)                                                       \
     enum { _END##_FIRST_ = (_BASE) - 1, _LIST(MOON_MSG_ID_) _END };                                \
-    _Static_assert((_END) <= MOON_MSG_MAX_TYPES, "message ids out of range");                      \
+    MOON_STATIC_ASSERT((_END) <= MOON_MSG_MAX_TYPES, "message ids out of range");                      \
     _LIST(MOON_MSG_STRUCT_)
 
 #define MOON_MSG_FIELD_ENTRY_(_T, _kind, _name)                                                    \
@@ -162,5 +164,7 @@ MOON_API moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr
 /* 1 when both messages have the same type, header and field values (spans
  * compared by content). */
 MOON_API int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b);
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_MSG_H */

@@ -7,6 +7,8 @@
 
 #include "moonlet/actor.h"
 
+MOON_EXTERN_C_BEGIN
+
 /* Called for every message dispatched (before its handler), on the dispatching
  * thread: the deterministic executor's trace, debugging. */
 typedef void (*moon_trace_fn)(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg,
@@ -56,5 +58,7 @@ typedef struct {
     uint32_t n_workers;
 } moon_runtime_stats_t;
 MOON_API void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p);
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_RUNTIME_H */

@@ -6,6 +6,8 @@
 
 #include "moonlet/defs.h"
 
+MOON_EXTERN_C_BEGIN
+
 typedef enum {
     MOON_OK                = 0,
     MOON_INPROGRESS        = 1,   /* accepted; completion arrives as a message */
@@ -34,5 +36,7 @@ static inline int moon_status_is_peer(moon_status_t status)
 {
     return status <= MOON_ERR_FIRST_PEER && status >= MOON_ERR_LAST_PEER;
 }
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_STATUS_H */

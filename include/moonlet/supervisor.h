@@ -7,6 +7,8 @@
 
 #include "moonlet/actor.h"
 
+MOON_EXTERN_C_BEGIN
+
 typedef enum {
     MOON_RESTART_PERMANENT, /* always restarted */
     MOON_RESTART_TRANSIENT, /* restarted only after a failure */
@@ -42,5 +44,7 @@ MOON_API extern const moon_actor_ops_t moon_supervisor_ops;
  * when a child's init fails. */
 MOON_API moon_status_t moon_supervisor_spawn(moon_runtime_t *rt, const moon_supervisor_args_t *args,
                                              const moon_spawn_opts_t *opts, moon_addr_t *addr_p);
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_SUPERVISOR_H */

@@ -7,6 +7,8 @@
 
 #include "moonlet/msg.h"
 
+MOON_EXTERN_C_BEGIN
+
 #define MOON_SYS_STOP_FIELDS(F, T)      F(T, i32, reason)
 #define MOON_SYS_DOWN_FIELDS(F, T)      F(T, addr, actor) F(T, i32, reason) F(T, u64, ref)
 #define MOON_SYS_EXIT_FIELDS(F, T)      F(T, addr, actor) F(T, i32, reason)
@@ -27,8 +29,10 @@
     X(MOON_MSG_SYS_PEER_DOWN, moon_sys_peer_down_t, MOON_SYS_PEER_DOWN_FIELDS)
 
 MOON_MSG_DECLARE(MOON_SYS_MSGS, 0, MOON_MSG_SYS_END)
-_Static_assert(MOON_MSG_SYS_END <= 16, "runtime ids are 0..15");
+MOON_STATIC_ASSERT(MOON_MSG_SYS_END <= 16, "runtime ids are 0..15");
 
 MOON_API extern const moon_msg_desc_t moon_sys_msg_descs[];
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_SYS_MSGS_H */

@@ -7,6 +7,8 @@
 
 #include "moonlet/actor.h"
 
+MOON_EXTERN_C_BEGIN
+
 typedef struct {
     const char *name; /* "ucx", "mpi" */
     /* Sends msg (header src/seq already set) to an actor on another rank.
@@ -31,5 +33,7 @@ MOON_API moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr
 
 /* This runtime's rank (the rank part of its actors' addresses). */
 MOON_API uint32_t moon_runtime_rank(const moon_runtime_t *rt);
+
+MOON_EXTERN_C_END
 
 #endif /* MOONLET_TRANSPORT_H */
