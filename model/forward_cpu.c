@@ -30,7 +30,7 @@ typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
 typedef struct cpu_state cpu_state_t;
 
 /* One parallel step: which op and its operands. */
-typedef enum { JOB_MATMUL, JOB_ATTN, JOB_RMSNORM, JOB_SWIGLU } job_kind_t;
+typedef enum { JOB_MATMUL, JOB_ATTN, JOB_ATTN_GEMM, JOB_RMSNORM, JOB_SWIGLU } job_kind_t;
 
 typedef struct {
     job_kind_t           kind;
@@ -66,6 +66,10 @@ struct cpu_state {
     float *att;     /* (nth, seq_len) attention scores */
     float *wtile;   /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
     float *rope;    /* (seq_len, head_dim / 2, 2) cos, sin */
+    float *kc;      /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
+    float *vc;      /* (nth, seq_len, head_dim) one head's V */
+    float *sc;      /* (nth, max_chunk, seq_len) attention scores of a prefill chunk */
+    uint32_t max_chunk;
     /* per call */
     moon_kv_cache_t       *kv;
     const moon_kv_seq_t  **seq;  /* (max_b) sequence of each batch row */
@@ -325,6 +329,64 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
     }
 }
 
+#ifdef MOON_HAVE_OPENBLAS
+/* Prefill attention as two GEMMs per head: rows 0..b of one sequence at
+ * consecutive positions pos[0].., each head's K/V gathered from the paged
+ * cache into a contiguous scratch. Heads are split across threads. */
+static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
+{
+    const moon_model_config_t *c      = &s->m->cfg;
+    uint32_t                   hs     = c->head_dim;
+    uint32_t                   kv_mul = c->n_heads / c->n_kv_heads;
+    uint32_t                   b      = s->job.b;
+    uint32_t                   p0     = s->pos[0];
+    uint32_t                   ctx    = p0 + b;
+    uint32_t                   l      = s->job.layer;
+    const moon_kv_seq_t       *sq     = s->seq[0];
+    float                     *kc     = s->kc + (size_t)ith * c->seq_len * hs;
+    float                     *vc     = s->vc + (size_t)ith * c->seq_len * hs;
+    float                     *sc     = s->sc + (size_t)ith * s->max_chunk * c->seq_len;
+    uint32_t                   last_kvh = UINT32_MAX;
+
+    for (uint32_t h = c->n_heads * ith / nth; h < c->n_heads * (ith + 1) / nth; h++) {
+        uint32_t kvh = h / kv_mul;
+        if (kvh != last_kvh) {
+            for (uint32_t t = 0; t < ctx; t++) {
+                memcpy(kc + (size_t)t * hs, moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs,
+                       hs * sizeof(float));
+                memcpy(vc + (size_t)t * hs, moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs,
+                       hs * sizeof(float));
+            }
+            last_kvh = kvh;
+        }
+        /* S (b, ctx) = Q_h K_h^T / sqrt(hs) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)ctx, (int)hs,
+                    1.0f / sqrtf((float)hs), s->q + h * hs, (int)c->dim, kc, (int)hs, 0.0f, sc,
+                    (int)ctx);
+        /* causal softmax: row i sees positions 0..p0 + i */
+        for (uint32_t i = 0; i < b; i++) {
+            float   *row = sc + (size_t)i * ctx;
+            uint32_t n   = p0 + i + 1;
+            float    max = -INFINITY, sum = 0.0f;
+            for (uint32_t t = 0; t < n; t++) {
+                max = row[t] > max ? row[t] : max;
+            }
+            for (uint32_t t = 0; t < n; t++) {
+                row[t] = expf(row[t] - max);
+                sum += row[t];
+            }
+            for (uint32_t t = 0; t < n; t++) {
+                row[t] /= sum;
+            }
+            memset(row + n, 0, (ctx - n) * sizeof(float));
+        }
+        /* O_h (b, hs) = P V_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)hs, (int)ctx, 1.0f,
+                    sc, (int)ctx, vc, (int)hs, 0.0f, s->ao + h * hs, (int)c->dim);
+    }
+}
+#endif
+
 static void run_job(void *arg, uint32_t ith, uint32_t nth)
 {
     cpu_state_t *s   = arg;
@@ -341,6 +403,11 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
         break;
     case JOB_ATTN:
         attn_rows(s, ith, nth);
+        break;
+    case JOB_ATTN_GEMM:
+#ifdef MOON_HAVE_OPENBLAS
+        attn_gemm_heads(s, ith, nth);
+#endif
         break;
     case JOB_RMSNORM:
         for (uint32_t bi = j->b * ith / nth; bi < j->b * (ith + 1) / nth; bi++) {
@@ -404,7 +471,7 @@ static void par_rmsnorm(cpu_state_t *s, uint32_t b, float *out, const float *in,
  * positions are set; logits of row i go to logits + i * vocab when
  * all_logits, else only the last row's to logits (NULL: none). */
 static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, float *logits,
-                          int all_logits)
+                          int all_logits, int one_seq)
 {
     const moon_model_t        *m      = s->m;
     const moon_model_config_t *c      = &m->cfg;
@@ -443,6 +510,11 @@ static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, flo
                    kv_dim * sizeof(float));
         }
         s->job.kind  = JOB_ATTN;
+#ifdef MOON_HAVE_OPENBLAS
+        if (one_seq && b >= 8) {
+            s->job.kind = JOB_ATTN_GEMM;
+        }
+#endif
         s->job.b     = b;
         s->job.layer = l;
         moon_tp_run(s->tp, run_job, s);
@@ -497,6 +569,9 @@ static void cpu_destroy(void *state)
     moon_free(s->att);
     moon_free(s->wtile);
     moon_free(s->rope);
+    moon_free(s->kc);
+    moon_free(s->vc);
+    moon_free(s->sc);
     moon_free((void *)s->seq);
     moon_free(s->pos);
     moon_free(s);
@@ -541,10 +616,15 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS *
                                           MOON_MAX(c->dim, c->hidden_dim) * sizeof(float));
     s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
+    s->max_chunk = cfg->max_chunk;
+    s->kc    = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
+    s->vc    = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
+    s->sc    = moon_malloc((size_t)s->nth * MOON_MAX(cfg->max_chunk, 1) * c->seq_len *
+                           sizeof(float));
     s->seq   = moon_malloc(B * sizeof(*s->seq));
     s->pos   = moon_malloc(B * sizeof(*s->pos));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->hb || !s->hb2 || !s->att ||
-        !s->wtile || !s->rope || !s->seq || !s->pos) {
+        !s->wtile || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }
@@ -577,7 +657,7 @@ static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
         s->seq[i] = sq;
         s->pos[i] = sq->n_tokens + i;
     }
-    forward_batch(s, tokens, n, logits, 0);
+    forward_batch(s, tokens, n, logits, 0, 1);
     return MOON_OK;
 }
 
@@ -596,7 +676,7 @@ static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t
         s->seq[i] = &kv->seqs[seqs[i]];
         s->pos[i] = kv->seqs[seqs[i]].n_tokens;
     }
-    forward_batch(s, tokens, n_seqs, logits, 1);
+    forward_batch(s, tokens, n_seqs, logits, 1, 0);
     return MOON_OK;
 }
 
