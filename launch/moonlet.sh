@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # moonlet.sh - the README's two commands.
 #   launch/moonlet.sh demo   install what is missing, build, run the main job
-#   launch/moonlet.sh test   install what is missing, build, pass every test
+#   launch/moonlet.sh test   install what is missing, build, pass every test; then the
+#                            same tests under ASan+UBSan and the threaded ones under TSan
 # Options through the environment: BUILD_DIR (default build), JOBS (default nproc),
-# MOON_SANITIZE=1 / MOON_TSAN=1 (sanitizer build in BUILD_DIR), CTEST_ARGS.
+# MOON_SANITIZE=1 / MOON_TSAN=1 (sanitizer build in BUILD_DIR), CTEST_ARGS,
+# QUICK=1 (test: skip the sanitizer passes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmd=${1:-demo}
@@ -29,8 +31,22 @@ demo)
     exec "$BUILD_DIR/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
         --prompt "${PROMPT:-Once upon a time}" --max-tokens "${MAX_TOKENS:-64}" ;;
 test)
-    cd "$BUILD_DIR"
-    exec ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-} ;;
+    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
+    [ "${QUICK:-0}" = 1 ] && exit 0
+    # Sanitizer passes: every test under ASan+UBSan, the threaded ones under TSan.
+    export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
+    export LSAN_OPTIONS=suppressions=$PWD/tests/scripts/lsan.supp:print_suppressions=0
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    export UCX_MEM_EVENTS=no # UCX's malloc/madvise hooks crash under TSan
+    for pass in asan tsan; do
+        dir=$BUILD_DIR-$pass
+        opt=$([ $pass = asan ] && echo -DMOON_SANITIZE=ON || echo -DMOON_TSAN=ON)
+        echo "=== sanitizer pass: $pass ($dir)"
+        cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$opt" >/dev/null
+        cmake --build "$dir" -j "$JOBS"
+        labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model" || echo "stress")
+        (cd "$dir" && ctest --output-on-failure -j "$JOBS" -L "$labels" -LE "nosan|no$pass")
+    done ;;
 *)
     echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac

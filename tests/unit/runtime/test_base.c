@@ -57,6 +57,28 @@ static void test_log_prefix_and_threshold(void)
     moon_log_set_level(saved);
 }
 
+static int side_effects;
+static int bump(void)
+{
+    return ++side_effects;
+}
+
+static void test_log_arguments_not_evaluated_below_threshold(void)
+{
+    int saved = moon_log_level;
+
+    moon_log_set_sink(capture, NULL);
+    moon_log_set_level(MOON_LOG_WARN);
+    side_effects = 0;
+    MOON_DEBUG_LOG("x %d", bump()); /* below the runtime threshold */
+    CU_ASSERT_EQUAL(side_effects, 0);
+    moon_log_set_level(MOON_LOG_TRACE);
+    MOON_TRACE("x %d", bump()); /* compiled out of release builds (MOON_LOG_MAX_LEVEL 4) */
+    CU_ASSERT_EQUAL(side_effects, MOON_LOG_MAX_LEVEL >= MOON_LOG_TRACE ? 1 : 0);
+    moon_log_set_sink(NULL, NULL);
+    moon_log_set_level(saved);
+}
+
 static void test_fault_injection_fails_nth_allocation(void)
 {
     void *a, *b, *c;
@@ -82,6 +104,8 @@ static CU_TestInfo tests[] = {
     {"status_str_never_null", test_status_str_never_null},
     {"log_parse_level", test_log_parse_level},
     {"log_prefix_and_threshold", test_log_prefix_and_threshold},
+    {"log_arguments_not_evaluated_below_threshold",
+     test_log_arguments_not_evaluated_below_threshold},
     {"fault_injection_fails_nth_allocation", test_fault_injection_fails_nth_allocation},
     CU_TEST_INFO_NULL,
 };
