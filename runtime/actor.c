@@ -230,34 +230,40 @@ static moon_status_t sys_send(moon_runtime_t *rt, moon_addr_t src, moon_addr_t t
     return status;
 }
 
+/* Tells `to` that actor `from` ended: DOWN (a monitor, with its ref) or EXIT
+ * (a link). Out of memory is logged: the watcher then never hears of it. */
+static void send_ended(moon_runtime_t *rt, uint32_t type, moon_addr_t from, moon_addr_t to,
+                       moon_status_t reason, uint64_t ref)
+{
+    void *m = moon_msg_new(type, 0);
+
+    if (m == NULL) {
+        MOON_ERROR("no memory for %s of %llx to %llx", moon_msg_name(type),
+                   (unsigned long long)from, (unsigned long long)to);
+        return;
+    }
+    if (type == MOON_MSG_SYS_DOWN) {
+        moon_sys_down_t *down = m;
+        down->actor           = from;
+        down->reason          = reason;
+        down->ref             = ref;
+    } else {
+        moon_sys_exit_t *ex = m;
+        ex->actor           = from;
+        ex->reason          = reason;
+    }
+    (void)sys_send(rt, from, to, m);
+}
+
 static void send_down(moon_runtime_t *rt, moon_addr_t from, moon_addr_t to, moon_status_t reason,
                       uint64_t ref)
 {
-    moon_sys_down_t *m = moon_msg_new(MOON_MSG_SYS_DOWN, 0);
-
-    if (m == NULL) {
-        MOON_ERROR("no memory for DOWN of %llx to %llx", (unsigned long long)from,
-                   (unsigned long long)to);
-        return;
-    }
-    m->actor  = from;
-    m->reason = reason;
-    m->ref    = ref;
-    (void)sys_send(rt, from, to, m);
+    send_ended(rt, MOON_MSG_SYS_DOWN, from, to, reason, ref);
 }
 
 static void send_exit(moon_runtime_t *rt, moon_addr_t from, moon_addr_t to, moon_status_t reason)
 {
-    moon_sys_exit_t *m = moon_msg_new(MOON_MSG_SYS_EXIT, 0);
-
-    if (m == NULL) {
-        MOON_ERROR("no memory for EXIT of %llx to %llx", (unsigned long long)from,
-                   (unsigned long long)to);
-        return;
-    }
-    m->actor  = from;
-    m->reason = reason;
-    (void)sys_send(rt, from, to, m);
+    send_ended(rt, MOON_MSG_SYS_EXIT, from, to, reason, 0);
 }
 
 /* ---- back-pressure -------------------------------------------------------- */

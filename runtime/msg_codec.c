@@ -108,29 +108,28 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
             }
             break;
         case MOON_FIELD_u32s:
-            if (!span_ok(msg, *span, 4)) {
+        case MOON_FIELD_u64s: {
+            size_t elem = d->fields[i].kind == MOON_FIELD_u32s ? 4 : 8;
+
+            if (!span_ok(msg, *span, elem)) {
                 goto bad_span;
             }
             data += span->off;
             msgpack_pack_array(&pk, span->n);
             for (uint32_t k = 0; k < span->n; k++) {
-                uint32_t v;
-                memcpy(&v, data + 4 * (size_t)k, 4);
-                msgpack_pack_uint32(&pk, v);
+                uint64_t v = 0;
+                uint32_t w;
+
+                if (elem == 4) {
+                    memcpy(&w, data + 4 * (size_t)k, 4);
+                    v = w;
+                } else {
+                    memcpy(&v, data + 8 * (size_t)k, 8);
+                }
+                msgpack_pack_uint64(&pk, v); /* packs the smallest int that holds v */
             }
             break;
-        case MOON_FIELD_u64s:
-            if (!span_ok(msg, *span, 8)) {
-                goto bad_span;
-            }
-            data += span->off;
-            msgpack_pack_array(&pk, span->n);
-            for (uint32_t k = 0; k < span->n; k++) {
-                uint64_t v;
-                memcpy(&v, data + 8 * (size_t)k, 8);
-                msgpack_pack_uint64(&pk, v);
-            }
-            break;
+        }
         }
     }
     if (o.overflow) {
@@ -447,6 +446,18 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
     return MOON_OK;
 }
 
+/* Bytes of a scalar field kind; 0 for span kinds. */
+static size_t scalar_bytes(uint32_t kind)
+{
+    switch (kind) {
+    case MOON_FIELD_u8: return 1;
+    case MOON_FIELD_u16: return 2;
+    case MOON_FIELD_u32: case MOON_FIELD_i32: case MOON_FIELD_f32: return 4;
+    case MOON_FIELD_u64: case MOON_FIELD_i64: case MOON_FIELD_f64: case MOON_FIELD_addr: return 8;
+    default: return 0;
+    }
+}
+
 int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)
 {
     const moon_msg_desc_t *d = moon_msg_desc(a->type);
@@ -456,29 +467,22 @@ int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)
         return 0;
     }
     for (uint32_t i = 0; i < d->n_fields; i++) {
-        const char        *fa = (const char *)a + d->fields[i].offset;
-        const char        *fb = (const char *)b + d->fields[i].offset;
-        const moon_span_t *sa = (const moon_span_t *)fa, *sb = (const moon_span_t *)fb;
-        size_t             elem;
+        const char *fa   = (const char *)a + d->fields[i].offset;
+        const char *fb   = (const char *)b + d->fields[i].offset;
+        size_t      size = scalar_bytes(d->fields[i].kind);
+        moon_span_t sa, sb;
 
-        switch (d->fields[i].kind) {
-        case MOON_FIELD_u8: elem = 1; break;
-        case MOON_FIELD_u16: elem = 2; break;
-        case MOON_FIELD_u32: case MOON_FIELD_i32: case MOON_FIELD_f32: elem = 4; break;
-        case MOON_FIELD_str: case MOON_FIELD_bytes: elem = 0; break;
-        case MOON_FIELD_u32s: elem = 0; break;
-        case MOON_FIELD_u64s: elem = 0; break;
-        default: elem = 8; break;
-        }
-        if (elem != 0) {
-            if (memcmp(fa, fb, elem) != 0) {
+        if (size != 0) {
+            if (memcmp(fa, fb, size) != 0) {
                 return 0;
             }
             continue;
         }
-        elem = d->fields[i].kind == MOON_FIELD_u32s ? 4 : (d->fields[i].kind == MOON_FIELD_u64s ? 8 : 1);
-        if (sa->n != sb->n ||
-            memcmp((const char *)a + sa->off, (const char *)b + sb->off, sa->n * elem) != 0) {
+        memcpy(&sa, fa, sizeof(sa));
+        memcpy(&sb, fb, sizeof(sb));
+        size = span_align(d->fields[i].kind);
+        if (sa.n != sb.n || memcmp((const char *)a + sa.off, (const char *)b + sb.off,
+                                   (size_t)sa.n * size) != 0) {
             return 0;
         }
     }
