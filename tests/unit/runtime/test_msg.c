@@ -3,6 +3,7 @@
 #include "moonlet/moonlet.h"
 
 #include "moon_test.h"
+#include "moon_test_msg.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,36 @@ static void test_round_trip_every_field_kind(void)
         moon_msg_release(out);
         moon_msg_release(&m->hdr);
     }
+}
+
+static void test_round_trip_every_registered_type(void)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt;
+    int                   n_types = 0;
+
+    moon_runtime_config_default(&cfg); /* registers the runtime's types */
+    cfg.deterministic = 1;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    for (uint32_t t = 0; t < MOON_MSG_MAX_TYPES; t++) {
+        const moon_msg_desc_t *d = moon_msg_desc(t);
+
+        if (d == NULL) {
+            continue;
+        }
+        n_types++;
+        for (int k = 0; k < 50; k++) {
+            moon_msg_hdr_t *m   = moon_test_random_msg(d, &rng);
+            moon_msg_hdr_t *out = round_trip(m);
+
+            CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+            CU_ASSERT(moon_msg_equal(m, out));
+            moon_msg_release(out);
+            moon_msg_release(m);
+        }
+    }
+    CU_ASSERT(n_types >= MOON_MSG_SYS_END + 2);
+    moon_runtime_destroy(rt);
 }
 
 static void test_round_trip_runtime_and_empty_types(void)
@@ -265,6 +296,7 @@ static CU_TestInfo tests[] = {
     {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
     {"round_trip_every_field_kind", test_round_trip_every_field_kind},
     {"round_trip_runtime_and_empty_types", test_round_trip_runtime_and_empty_types},
+    {"round_trip_every_registered_type", test_round_trip_every_registered_type},
     {"span_alloc_respects_the_tail", test_span_alloc_respects_the_tail},
     {"encode_into_small_buffer_is_no_resource", test_encode_into_small_buffer_is_no_resource},
     {"retain_and_dup", test_retain_and_dup},
