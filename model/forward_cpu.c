@@ -26,6 +26,7 @@
 #define TILE_ROWS 64 /* weight rows dequantized at a time for GEMM */
 
 typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
+typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
 
 typedef struct cpu_state cpu_state_t;
 
@@ -55,6 +56,7 @@ struct cpu_state {
     uint32_t            max_b;
     dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
     dot_fn              dot_f32;
+    axpy_fn             axpy;
     float *x;       /* (max_b, dim) residual stream */
     float *xb;      /* (max_b, dim) */
     float *q;       /* (max_b, dim) */
@@ -217,21 +219,59 @@ __attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const void *w, co
 }
 #endif /* MOON_X86 */
 
+static void axpy_scalar(float *y, float a, const float *x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        y[i] += a * x[i];
+    }
+}
+
+#ifdef MOON_X86
+__attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x,
+                                                           uint32_t n)
+{
+    __m512   va = _mm512_set1_ps(a);
+    uint32_t i  = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) {
+        y[i] += a * x[i];
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, const float *x,
+                                                          uint32_t n)
+{
+    __m256   va = _mm256_set1_ps(a);
+    uint32_t i  = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) {
+        y[i] += a * x[i];
+    }
+}
+#endif
+
 static void pick_kernels(cpu_state_t *s)
 {
     s->dot_f32                = dot_f32_scalar;
     s->dot[MOON_GGML_F32]     = dot_f32_scalar;
     s->dot[MOON_GGML_BF16]    = dot_bf16_scalar;
+    s->axpy                   = axpy_scalar;
 #ifdef MOON_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) {
         s->dot_f32             = dot_f32_avx512;
         s->dot[MOON_GGML_F32]  = dot_f32_avx512;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
+        s->axpy                = axpy_avx512;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         s->dot_f32             = dot_f32_avx2;
         s->dot[MOON_GGML_F32]  = dot_f32_avx2;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx2;
+        s->axpy                = axpy_avx2;
     }
 #endif
 }
@@ -307,12 +347,8 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
 
         for (uint32_t t = 0; t <= pos; t++) {
             const float *k = moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs;
-            float        d = 0.0f;
-            for (uint32_t i = 0; i < hs; i++) {
-                d += q[i] * k[i];
-            }
-            att[t] = d * scale;
-            max    = att[t] > max ? att[t] : max;
+            att[t]         = s->dot_f32(k, q, hs) * scale;
+            max            = att[t] > max ? att[t] : max;
         }
         for (uint32_t t = 0; t <= pos; t++) {
             att[t] = expf(att[t] - max);
@@ -320,11 +356,7 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         }
         memset(o, 0, hs * sizeof(float));
         for (uint32_t t = 0; t <= pos; t++) {
-            const float *v = moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs;
-            float        a = att[t] / sum;
-            for (uint32_t i = 0; i < hs; i++) {
-                o[i] += a * v[i];
-            }
+            s->axpy(o, att[t] / sum, moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs, hs);
         }
     }
 }
