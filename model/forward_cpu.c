@@ -12,6 +12,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@ struct cpu_state {
     dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
     dot_fn              dot_f32;
     axpy_fn             axpy;
+    int                 have_avx512;
     float *x;       /* (max_b, dim) residual stream */
     float *xb;      /* (max_b, dim) */
     float *q;       /* (max_b, dim) */
@@ -267,6 +269,7 @@ static void pick_kernels(cpu_state_t *s)
         s->dot[MOON_GGML_F32]  = dot_f32_avx512;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
         s->axpy                = axpy_avx512;
+        s->have_avx512         = 1;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         s->dot_f32             = dot_f32_avx2;
         s->dot[MOON_GGML_F32]  = dot_f32_avx2;
@@ -274,6 +277,104 @@ static void pick_kernels(cpu_state_t *s)
         s->axpy                = axpy_avx2;
     }
 #endif
+}
+
+
+/* Batched NT matmul for decode batches: Y[bi][r] = W[r] . X[bi] for rows
+ * [r0, r1) and all b batch rows, W rows read once from memory and reused from
+ * L1 across the batch. Register blocking 4 weight rows x 6 batch rows (24
+ * zmm accumulators); K % 16 and block edges fall back to the dot kernels. */
+#define NT_MR 4
+#define NT_NB 6
+#define NT_KERNEL(_name, _load)                                                                    \
+    __attribute__((target("avx512f"))) static void _name(                                          \
+        const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
+    {                                                                                              \
+        __m512   acc[NT_MR][NT_NB];                                                                \
+        uint32_t k;                                                                                \
+        for (int i = 0; i < NT_MR; i++) {                                                          \
+            for (int j = 0; j < NT_NB; j++) {                                                      \
+                acc[i][j] = _mm512_setzero_ps();                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (k = 0; k + 16 <= K; k += 16) {                                                        \
+            __m512 wv[NT_MR];                                                                      \
+            for (int i = 0; i < NT_MR; i++) {                                                      \
+                wv[i] = _load(w + (size_t)i * row_bytes, k);                                       \
+            }                                                                                      \
+            for (int j = 0; j < NT_NB; j++) {                                                      \
+                __m512 xv = _mm512_loadu_ps(x + (size_t)j * K + k);                                \
+                for (int i = 0; i < NT_MR; i++) {                                                  \
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int i = 0; i < NT_MR; i++) {                                                          \
+            for (int j = 0; j < NT_NB; j++) {                                                      \
+                y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);                          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#ifdef MOON_X86
+__attribute__((target("avx512f"))) static inline __m512 nt_load_f32(const uint8_t *row, uint32_t k)
+{
+    return _mm512_loadu_ps((const float *)row + k);
+}
+__attribute__((target("avx512f"))) static inline __m512 nt_load_bf16(const uint8_t *row, uint32_t k)
+{
+    return bf16x16((const uint16_t *)row + k);
+}
+NT_KERNEL(nt_4x6_f32, nt_load_f32)
+NT_KERNEL(nt_4x6_bf16, nt_load_bf16)
+#endif
+
+typedef void (*nt_kernel_fn)(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
+                             float *y, uint32_t ldy);
+
+/* Whether the batched NT kernel handles this matmul (else GEMM or dots). */
+static nt_kernel_fn nt_kernel_for(const cpu_state_t *s, const moon_tensor_t *w, uint32_t b)
+{
+    if (!s->have_avx512 || b < 2 || b > 64 || w->cols % 16 != 0) {
+        return NULL;
+    }
+#ifdef MOON_X86
+    if (w->type == MOON_GGML_F32) {
+        return nt_4x6_f32;
+    }
+    if (w->type == MOON_GGML_BF16) {
+        return nt_4x6_bf16;
+    }
+#endif
+    return NULL;
+}
+
+static void matmul_nt(cpu_state_t *s, nt_kernel_fn kern, const moon_tensor_t *w, float *y,
+                      const float *x, uint32_t b, uint32_t r0, uint32_t r1)
+{
+    const uint8_t *base = (const uint8_t *)w->data;
+    dot_fn         dot  = s->dot[w->type];
+    uint32_t       K    = w->cols;
+    uint32_t       r    = r0;
+
+    for (; r + NT_MR <= r1; r += NT_MR) {
+        const uint8_t *wr = base + (size_t)r * w->row_bytes;
+        uint32_t       bi = 0;
+        for (; bi + NT_NB <= b; bi += NT_NB) {
+            kern(wr, w->row_bytes, x + (size_t)bi * K, K, y + (size_t)bi * w->rows + r, w->rows);
+        }
+        for (; bi < b; bi++) {
+            for (uint32_t i = 0; i < NT_MR; i++) {
+                y[(size_t)bi * w->rows + r + i] =
+                    dot(wr + (size_t)i * w->row_bytes, x + (size_t)bi * K, K);
+            }
+        }
+    }
+    for (; r < r1; r++) {
+        for (uint32_t bi = 0; bi < b; bi++) {
+            y[(size_t)bi * w->rows + r] = dot(base + (size_t)r * w->row_bytes, x + (size_t)bi * K, K);
+        }
+    }
 }
 
 /* ---- parallel steps -------------------------------------------------------------- */
@@ -289,6 +390,13 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
 
     if (r0 >= r1) {
         return;
+    }
+    if (b > 1 && b <= 64) {
+        nt_kernel_fn kern = nt_kernel_for(s, w, b);
+        if (kern != NULL) {
+            matmul_nt(s, kern, w, y, x, b, r0, r1);
+            return;
+        }
     }
     if (b == 1 && dot != NULL) {
         const uint8_t *base = (const uint8_t *)w->data;
@@ -628,6 +736,9 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->max_b = MOON_MAX(cfg->max_batch, cfg->max_chunk);
     B        = s->max_b;
     pick_kernels(s);
+    if (getenv("MOON_CPU_NO_NT") != NULL) {
+        s->have_avx512 = 0; /* A/B knob for benchmarks: batched matmuls through sgemm */
+    }
 #ifdef MOON_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* parallelism comes from our own pool */
 #endif
