@@ -63,7 +63,7 @@ __attribute__((target("avx512f"))) static double sum_avx512(const float *a, size
 {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     __m512 s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    size_t i  = 0;
+    size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
         s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
@@ -101,11 +101,11 @@ static void *sum_thread(void *p)
 /* Best of reps passes over a 1 GiB array with nth threads, bytes/s. */
 static double stream_read_bw(int nth, int reps)
 {
-    size_t     n    = (size_t)1 << 28; /* floats: 1 GiB */
-    float     *a    = aligned_alloc(64, n * sizeof(float));
-    pthread_t  th[64];
-    sum_arg_t  args[64];
-    double     best = 0.0;
+    size_t          n = (size_t)1 << 28; /* floats: 1 GiB */
+    float          *a = aligned_alloc(64, n * sizeof(float));
+    pthread_t       th[64];
+    sum_arg_t       args[64];
+    double          best = 0.0;
     volatile double sink = 0.0;
 
     if (a == NULL) {
@@ -140,31 +140,31 @@ static double stream_read_bw(int nth, int reps)
 static uint64_t layer_matmul_params(const moon_model_config_t *c)
 {
     uint64_t kv_dim = (uint64_t)c->n_kv_heads * c->head_dim;
-    return (uint64_t)c->n_layers * (2ull * c->dim * c->dim + 2ull * kv_dim * c->dim +
-                                    3ull * c->hidden_dim * c->dim);
+    return (uint64_t)c->n_layers *
+           (2ull * c->dim * c->dim + 2ull * kv_dim * c->dim + 3ull * c->hidden_dim * c->dim);
 }
 
 int main(int argc, char **argv)
 {
-    const char          *bench   = moon_bench_arg_str(argc, argv, "bench", "decode");
-    const char          *path    = moon_bench_arg_str(argc, argv, "model", NULL);
-    const char          *label   = moon_bench_arg_str(argc, argv, "label", "model");
-    const char          *impl    = moon_bench_arg_str(argc, argv, "impl", "cpu");
-    int64_t              threads = moon_bench_arg_int(argc, argv, "threads", 0);
-    int64_t              batch   = moon_bench_arg_int(argc, argv, "batch", 1);
-    int64_t              prompt  = moon_bench_arg_int(argc, argv, "prompt", 512);
-    int64_t              iters   = moon_bench_arg_int(argc, argv, "iters", 16);
-    int64_t              ctx     = moon_bench_arg_int(argc, argv, "ctx", 64);
-    moon_model_t        *m       = NULL;
+    const char                *bench   = moon_bench_arg_str(argc, argv, "bench", "decode");
+    const char                *path    = moon_bench_arg_str(argc, argv, "model", NULL);
+    const char                *label   = moon_bench_arg_str(argc, argv, "label", "model");
+    const char                *impl    = moon_bench_arg_str(argc, argv, "impl", "cpu");
+    int64_t                    threads = moon_bench_arg_int(argc, argv, "threads", 0);
+    int64_t                    batch   = moon_bench_arg_int(argc, argv, "batch", 1);
+    int64_t                    prompt  = moon_bench_arg_int(argc, argv, "prompt", 512);
+    int64_t                    iters   = moon_bench_arg_int(argc, argv, "iters", 16);
+    int64_t                    ctx     = moon_bench_arg_int(argc, argv, "ctx", 64);
+    moon_model_t              *m       = NULL;
     const moon_model_config_t *c;
-    moon_engine_config_t ecfg = {0};
-    moon_engine_t       *eng  = NULL;
-    moon_kv_cache_t     *kv   = NULL;
-    moon_kv_config_t     kcfg;
-    uint32_t            *seqs;
-    int32_t             *toks;
-    float               *logits;
-    uint64_t             rng = 1;
+    moon_engine_config_t       ecfg = {0};
+    moon_engine_t             *eng  = NULL;
+    moon_kv_cache_t           *kv   = NULL;
+    moon_kv_config_t           kcfg;
+    uint32_t                  *seqs;
+    int32_t                   *toks;
+    float                     *logits;
+    uint64_t                   rng = 1;
 
     if (threads <= 0) {
         threads = sysconf(_SC_NPROCESSORS_ONLN);
@@ -185,14 +185,16 @@ int main(int argc, char **argv)
     if (strcmp(bench, "openblas") == 0) {
 #ifdef MOON_HAVE_OPENBLAS
         /* one layer's GEMMs at the prefill shape, M = prompt tokens */
-        uint32_t kv_dim = c->n_kv_heads * c->head_dim;
-        int      shapes[4][2] = {{(int)c->dim, (int)c->dim}, {(int)kv_dim, (int)c->dim},
-                                 {(int)c->hidden_dim, (int)c->dim}, {(int)c->dim, (int)c->hidden_dim}};
-        int      count[4] = {2, 2, 2, 1};
+        uint32_t kv_dim       = c->n_kv_heads * c->head_dim;
+        int      shapes[4][2] = {{(int)c->dim, (int)c->dim},
+                                 {(int)kv_dim, (int)c->dim},
+                                 {(int)c->hidden_dim, (int)c->dim},
+                                 {(int)c->dim, (int)c->hidden_dim}};
+        int      count[4]     = {2, 2, 2, 1};
         size_t   maxw = (size_t)MOON_MAX(c->dim, c->hidden_dim) * MOON_MAX(c->dim, c->hidden_dim);
-        float   *A = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
-        float   *W = calloc(maxw, sizeof(float));
-        float   *Y = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        float   *A    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        float   *W    = calloc(maxw, sizeof(float));
+        float   *Y    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
         double   best = 1e30, flops = 0.0;
         openblas_set_num_threads((int)threads);
         for (int i = 0; i < 4; i++) {
@@ -235,8 +237,7 @@ int main(int argc, char **argv)
     }
     {
         uint32_t per_seq = (uint32_t)((MOON_MAX(prompt, ctx + iters + 4) + 15) / 16);
-        kcfg             = moon_model_kv_config(c, 16, per_seq * (uint32_t)batch + 2,
-                                                (uint32_t)batch);
+        kcfg = moon_model_kv_config(c, 16, per_seq * (uint32_t)batch + 2, (uint32_t)batch);
     }
     if (moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
         fprintf(stderr, "bench_model: KV cache create failed\n");
@@ -244,9 +245,9 @@ int main(int argc, char **argv)
     }
     g_weight_mib = (double)moon_model_weight_bytes(m) / 1048576.0;
     g_kv_mib     = (double)moon_kv_pool_bytes(kv) / 1048576.0;
-    seqs   = calloc((size_t)batch, sizeof(*seqs));
-    toks   = calloc((size_t)MOON_MAX(prompt, ctx) * (size_t)batch + 1, sizeof(*toks));
-    logits = calloc((size_t)batch * c->vocab_size, sizeof(float));
+    seqs         = calloc((size_t)batch, sizeof(*seqs));
+    toks         = calloc((size_t)MOON_MAX(prompt, ctx) * (size_t)batch + 1, sizeof(*toks));
+    logits       = calloc((size_t)batch * c->vocab_size, sizeof(float));
     for (int64_t i = 0; i < MOON_MAX(prompt, ctx) * batch; i++) {
         rng     = rng * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((rng >> 33) % c->vocab_size);

@@ -44,8 +44,11 @@ static int parse_type(const char *s, moon_ggml_type_t *t)
     static const struct {
         const char      *name;
         moon_ggml_type_t type;
-    } types[] = {{"f32", MOON_GGML_F32},   {"f16", MOON_GGML_F16}, {"bf16", MOON_GGML_BF16},
-                 {"q8_0", MOON_GGML_Q8_0}, {"q4_0", MOON_GGML_Q4_0}};
+    } types[] = {{"f32", MOON_GGML_F32},
+                 {"f16", MOON_GGML_F16},
+                 {"bf16", MOON_GGML_BF16},
+                 {"q8_0", MOON_GGML_Q8_0},
+                 {"q4_0", MOON_GGML_Q4_0}};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (strcmp(s, types[i].name) == 0) {
             *t = types[i].type;
@@ -101,8 +104,8 @@ int moon_cmd_gen_model(int argc, char **argv)
     c.seq_len    = (uint32_t)atoi(opt(argc, argv, "--seq-len", "1024"));
     c.norm_eps   = 1e-5f;
     c.rope_theta = 10000.0f;
-    status       = moon_model_write_random(&c, type,
-                                           strtoull(opt(argc, argv, "--seed", "1"), NULL, 10), out);
+    status =
+        moon_model_write_random(&c, type, strtoull(opt(argc, argv, "--seed", "1"), NULL, 10), out);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet gen-model: %s\n", moon_status_str(status));
         return 1;
@@ -112,26 +115,26 @@ int moon_cmd_gen_model(int argc, char **argv)
 
 int moon_cmd_generate(int argc, char **argv)
 {
-    const char            *path   = opt(argc, argv, "--model", NULL);
-    const char            *prompt = opt(argc, argv, "--prompt", "");
-    int                    max_new = atoi(opt(argc, argv, "--max-tokens", "64"));
-    const char            *be     = opt(argc, argv, "--backend", "cpu");
-    moon_model_t          *model  = NULL;
-    moon_engine_t         *eng    = NULL;
-    moon_kv_cache_t       *kv     = NULL;
-    const moon_tokenizer_t *tok;
+    const char                *path    = opt(argc, argv, "--model", NULL);
+    const char                *prompt  = opt(argc, argv, "--prompt", "");
+    int                        max_new = atoi(opt(argc, argv, "--max-tokens", "64"));
+    const char                *be      = opt(argc, argv, "--backend", "cpu");
+    moon_model_t              *model   = NULL;
+    moon_engine_t             *eng     = NULL;
+    moon_kv_cache_t           *kv      = NULL;
+    const moon_tokenizer_t    *tok;
     const moon_model_config_t *c;
-    moon_engine_config_t   ecfg   = {0};
-    moon_kv_config_t       kcfg;
-    moon_sampler_t         smp    = {0};
-    moon_tok_stream_t      st;
-    int32_t               *ids    = NULL;
-    float                 *logits = NULL;
-    char                  *out    = NULL;
-    size_t                 n_ids  = 0, out_len;
-    uint32_t               seq;
-    int                    rc = 1;
-    moon_status_t          status;
+    moon_engine_config_t       ecfg = {0};
+    moon_kv_config_t           kcfg;
+    moon_sampler_t             smp = {0};
+    moon_tok_stream_t          st;
+    int32_t                   *ids    = NULL;
+    float                     *logits = NULL;
+    char                      *out    = NULL;
+    size_t                     n_ids  = 0, out_len;
+    uint32_t                   seq;
+    int                        rc = 1;
+    moon_status_t              status;
 
     if (has_flag(argc, argv, "--help") || path == NULL || max_new < 0) {
         fprintf(stderr, "usage: moonlet generate --model M.gguf --prompt TEXT --max-tokens N\n"
@@ -181,8 +184,8 @@ int moon_cmd_generate(int argc, char **argv)
     if (ids == NULL || logits == NULL || out == NULL) {
         goto out;
     }
-    status = moon_tokenizer_encode(tok, prompt, strlen(prompt), true, ids, strlen(prompt) + 2,
-                                   &n_ids);
+    status =
+        moon_tokenizer_encode(tok, prompt, strlen(prompt), true, ids, strlen(prompt) + 2, &n_ids);
     if (status != MOON_OK || n_ids >= c->seq_len) {
         fprintf(stderr, "moonlet generate: prompt does not fit the context\n");
         goto out;

@@ -45,7 +45,8 @@ uint64_t moon_cost_kv_bytes_per_token(const moon_cost_config_t *c)
 
 double moon_cost_decode_s(const moon_cost_config_t *c, uint32_t batch, uint64_t total_ctx_tokens)
 {
-    double bytes = weight_bytes(c) + (double)total_ctx_tokens * (double)moon_cost_kv_bytes_per_token(c);
+    double bytes =
+        weight_bytes(c) + (double)total_ctx_tokens * (double)moon_cost_kv_bytes_per_token(c);
     (void)batch;
     return c->step_overhead_s + bytes / c->mem_bytes_per_s;
 }
@@ -53,9 +54,16 @@ double moon_cost_decode_s(const moon_cost_config_t *c, uint32_t batch, uint64_t 
 moon_cost_config_t moon_cost_llama3_70b(void)
 {
     moon_cost_config_t c = {
-        .shape = {.dim = 8192, .hidden_dim = 28672, .n_layers = 80, .n_heads = 64,
-                  .n_kv_heads = 8, .head_dim = 128, .vocab_size = 128256, .seq_len = 131072,
-                  .norm_eps = 1e-5f, .rope_theta = 500000.0f},
+        .shape             = {.dim        = 8192,
+                              .hidden_dim = 28672,
+                              .n_layers   = 80,
+                              .n_heads    = 64,
+                              .n_kv_heads = 8,
+                              .head_dim   = 128,
+                              .vocab_size = 128256,
+                              .seq_len    = 131072,
+                              .norm_eps   = 1e-5f,
+                              .rope_theta = 500000.0f},
         .flops_per_s       = 8 * 312e12 * 0.5, /* 8 x A800 bf16 dense, 50 % MFU */
         .mem_bytes_per_s   = 8 * 2.0e12 * 0.6, /* 8 x HBM2e, 60 % achieved */
         .weight_bytes      = 0.0,
@@ -89,7 +97,10 @@ static moon_status_t cost_create(const moon_model_t *m, const moon_engine_config
     return MOON_OK;
 }
 
-static void cost_destroy(void *state) { moon_free(state); }
+static void cost_destroy(void *state)
+{
+    moon_free(state);
+}
 
 static moon_status_t cost_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
                                   const int32_t *tokens, uint32_t n, float *logits,

@@ -45,9 +45,15 @@ moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_co
     }
     e->shape = model ? model->cfg : cfg->cost.shape;
     switch (cfg->kind) {
-    case MOON_BACKEND_REF: e->ops = &moon_backend_ref_ops; break;
-    case MOON_BACKEND_CPU: e->ops = &moon_backend_cpu_ops; break;
-    case MOON_BACKEND_COST: e->ops = &moon_backend_cost_ops; break;
+    case MOON_BACKEND_REF:
+        e->ops = &moon_backend_ref_ops;
+        break;
+    case MOON_BACKEND_CPU:
+        e->ops = &moon_backend_cpu_ops;
+        break;
+    case MOON_BACKEND_COST:
+        e->ops = &moon_backend_cost_ops;
+        break;
     case MOON_BACKEND_CUDA:
 #ifdef MOON_WITH_CUDA
         e->ops = &moon_backend_cuda_ops;
@@ -78,7 +84,10 @@ void moon_engine_destroy(moon_engine_t *e)
     moon_free(e);
 }
 
-const char *moon_engine_name(const moon_engine_t *e) { return e->ops->name; }
+const char *moon_engine_name(const moon_engine_t *e)
+{
+    return e->ops->name;
+}
 
 static int kv_matches(const moon_engine_t *e, const moon_kv_cache_t *kv)
 {

@@ -35,19 +35,19 @@ typedef struct cpu_state cpu_state_t;
 typedef enum { JOB_MATMUL, JOB_ATTN, JOB_ATTN_GEMM, JOB_RMSNORM, JOB_SWIGLU } job_kind_t;
 
 typedef struct {
-    job_kind_t           kind;
-    uint32_t             b;          /* batch rows */
+    job_kind_t kind;
+    uint32_t   b; /* batch rows */
     /* matmul: up to 3 matrices sharing x */
     const moon_tensor_t *w[3];
-    float               *y[3];       /* (b, w->rows) */
+    float               *y[3]; /* (b, w->rows) */
     uint32_t             n_mats;
-    const float         *x;          /* (b, cols) */
+    const float         *x; /* (b, cols) */
     /* attention */
-    uint32_t             layer;
+    uint32_t layer;
     /* rmsnorm: out = norm(in) * weight, rows of dim */
-    const float         *norm_w;
-    float               *out;
-    const float         *in;
+    const float *norm_w;
+    float       *out;
+    const float *in;
 } job_t;
 
 struct cpu_state {
@@ -55,39 +55,39 @@ struct cpu_state {
     moon_tp_t          *tp;
     uint32_t            nth;
     uint32_t            max_b;
-    dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
+    dot_fn              dot[31]; /* by ggml type; NULL: dequantize the row first */
     dot_fn              dot_f32;
     axpy_fn             axpy;
     int                 have_avx512;
-    float *x;       /* (max_b, dim) residual stream */
-    float *xb;      /* (max_b, dim) */
-    float *q;       /* (max_b, dim) */
-    float *k;       /* (max_b, kv_dim) */
-    float *v;       /* (max_b, kv_dim) */
-    float *ao;      /* (max_b, dim) attention output */
-    float *hb;      /* (max_b, hidden) */
-    float *hb2;     /* (max_b, hidden) */
-    float *att;     /* (nth, seq_len) attention scores */
-    float *wtile;   /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
-    float *rope;    /* (seq_len, head_dim / 2, 2) cos, sin */
-    float *kc;      /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
-    float *vc;      /* (nth, seq_len, head_dim) one head's V */
-    float *sc;      /* (nth, max_chunk, seq_len) attention scores of a prefill chunk */
-    uint32_t max_chunk;
+    float              *x;     /* (max_b, dim) residual stream */
+    float              *xb;    /* (max_b, dim) */
+    float              *q;     /* (max_b, dim) */
+    float              *k;     /* (max_b, kv_dim) */
+    float              *v;     /* (max_b, kv_dim) */
+    float              *ao;    /* (max_b, dim) attention output */
+    float              *hb;    /* (max_b, hidden) */
+    float              *hb2;   /* (max_b, hidden) */
+    float              *att;   /* (nth, seq_len) attention scores */
+    float              *wtile; /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    float              *rope;  /* (seq_len, head_dim / 2, 2) cos, sin */
+    float              *kc;    /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
+    float              *vc;    /* (nth, seq_len, head_dim) one head's V */
+    float              *sc;    /* (nth, max_chunk, seq_len) attention scores of a prefill chunk */
+    uint32_t            max_chunk;
     /* per call */
-    moon_kv_cache_t       *kv;
-    const moon_kv_seq_t  **seq;  /* (max_b) sequence of each batch row */
-    uint32_t              *pos;  /* (max_b) position of each batch row */
-    job_t                  job;
+    moon_kv_cache_t      *kv;
+    const moon_kv_seq_t **seq; /* (max_b) sequence of each batch row */
+    uint32_t             *pos; /* (max_b) position of each batch row */
+    job_t                 job;
 };
 
 /* ---- dot kernels -------------------------------------------------------------- */
 
 static float dot_f32_scalar(const void *w, const float *x, uint32_t n)
 {
-    const float *a   = w;
+    const float *a    = w;
     float        s[4] = {0};
-    uint32_t     i   = 0;
+    uint32_t     i    = 0;
     for (; i + 4 <= n; i += 4) {
         s[0] += a[i] * x[i];
         s[1] += a[i + 1] * x[i + 1];
@@ -117,7 +117,7 @@ __attribute__((target("avx512f"))) static float dot_f32_avx512(const void *w, co
     const float *a  = w;
     __m512       s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     __m512       s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    uint32_t     i  = 0;
+    uint32_t     i = 0;
     float        r;
 
     for (; i + 64 <= n; i += 64) {
@@ -148,7 +148,7 @@ __attribute__((target("avx512f"))) static float dot_bf16_avx512(const void *w, c
     const uint16_t *a  = w;
     __m512          s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     __m512          s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    uint32_t        i  = 0;
+    uint32_t        i = 0;
     float           r;
 
     for (; i + 64 <= n; i += 64) {
@@ -181,7 +181,7 @@ __attribute__((target("avx2,fma"))) static float dot_f32_avx2(const void *w, con
     const float *a  = w;
     __m256       s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     __m256       s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    uint32_t     i  = 0;
+    uint32_t     i = 0;
     float        r;
 
     for (; i + 32 <= n; i += 32) {
@@ -202,14 +202,14 @@ __attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const void *w, co
 {
     const uint16_t *a  = w;
     __m256          s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    uint32_t        i  = 0;
+    uint32_t        i = 0;
     float           r;
 
     for (; i + 16 <= n; i += 16) {
         __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
         __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i + 8)));
-        s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
-                             _mm256_loadu_ps(x + i), s0);
+        s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_loadu_ps(x + i),
+                             s0);
         s1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)),
                              _mm256_loadu_ps(x + i + 8), s1);
     }
@@ -235,7 +235,8 @@ __attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, co
     __m512   va = _mm512_set1_ps(a);
     uint32_t i  = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     }
     for (; i < n; i++) {
         y[i] += a * x[i];
@@ -248,7 +249,8 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
     __m256   va = _mm256_set1_ps(a);
     uint32_t i  = 0;
     for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     }
     for (; i < n; i++) {
         y[i] += a * x[i];
@@ -258,10 +260,10 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
 
 static void pick_kernels(cpu_state_t *s)
 {
-    s->dot_f32                = dot_f32_scalar;
-    s->dot[MOON_GGML_F32]     = dot_f32_scalar;
-    s->dot[MOON_GGML_BF16]    = dot_bf16_scalar;
-    s->axpy                   = axpy_scalar;
+    s->dot_f32             = dot_f32_scalar;
+    s->dot[MOON_GGML_F32]  = dot_f32_scalar;
+    s->dot[MOON_GGML_BF16] = dot_bf16_scalar;
+    s->axpy                = axpy_scalar;
 #ifdef MOON_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) {
@@ -278,7 +280,6 @@ static void pick_kernels(cpu_state_t *s)
     }
 #endif
 }
-
 
 /* Batched NT matmul for decode batches: Y[bi][r] = W[r] . X[bi] for rows
  * [r0, r1) and all b batch rows, W rows read once from memory and reused from
@@ -372,7 +373,8 @@ static void matmul_nt(cpu_state_t *s, nt_kernel_fn kern, const moon_tensor_t *w,
     }
     for (; r < r1; r++) {
         for (uint32_t bi = 0; bi < b; bi++) {
-            y[(size_t)bi * w->rows + r] = dot(base + (size_t)r * w->row_bytes, x + (size_t)bi * K, K);
+            y[(size_t)bi * w->rows + r] =
+                dot(base + (size_t)r * w->row_bytes, x + (size_t)bi * K, K);
         }
     }
 }
@@ -383,10 +385,10 @@ static void matmul_nt(cpu_state_t *s, nt_kernel_fn kern, const moon_tensor_t *w,
 static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                          const float *x, uint32_t b, uint32_t r0, uint32_t r1)
 {
-    dot_fn   dot   = s->dot[w->type];
-    float   *tile  = s->wtile + (size_t)ith * TILE_ROWS * MOON_MAX(s->m->cfg.dim,
-                                                                  s->m->cfg.hidden_dim);
-    uint32_t cols  = w->cols;
+    dot_fn dot = s->dot[w->type];
+    float *tile =
+        s->wtile + (size_t)ith * TILE_ROWS * MOON_MAX(s->m->cfg.dim, s->m->cfg.hidden_dim);
+    uint32_t cols = w->cols;
 
     if (r0 >= r1) {
         return;
@@ -408,8 +410,8 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
 #ifdef MOON_HAVE_OPENBLAS
     if (b > 1 && w->type == MOON_GGML_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)(r1 - r0), (int)cols,
-                    1.0f, x, (int)cols, (const float *)w->data + (size_t)r0 * cols, (int)cols,
-                    0.0f, y + r0, (int)w->rows);
+                    1.0f, x, (int)cols, (const float *)w->data + (size_t)r0 * cols, (int)cols, 0.0f,
+                    y + r0, (int)w->rows);
         return;
     }
 #endif
@@ -440,13 +442,13 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
     uint32_t                   hs     = c->head_dim;
     uint32_t                   kv_mul = c->n_heads / c->n_kv_heads;
     uint32_t                   total  = s->job.b * c->n_heads;
-    uint32_t                   p0     = total * ith / nth, p1 = total * (ith + 1) / nth;
-    float                     *att    = s->att + (size_t)ith * c->seq_len;
-    float                      scale  = 1.0f / sqrtf((float)hs);
-    uint32_t                   l      = s->job.layer;
+    uint32_t                   p0 = total * ith / nth, p1 = total * (ith + 1) / nth;
+    float                     *att   = s->att + (size_t)ith * c->seq_len;
+    float                      scale = 1.0f / sqrtf((float)hs);
+    uint32_t                   l     = s->job.layer;
 
     for (uint32_t p = p0; p < p1; p++) {
-        uint32_t             bi  = p / c->n_heads, h = p % c->n_heads;
+        uint32_t             bi = p / c->n_heads, h = p % c->n_heads;
         uint32_t             pos = s->pos[bi], kvh = h / kv_mul;
         const moon_kv_seq_t *sq  = s->seq[bi];
         const float         *q   = s->q + (size_t)bi * c->dim + h * hs;
@@ -475,17 +477,17 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
  * cache into a contiguous scratch. Heads are split across threads. */
 static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
 {
-    const moon_model_config_t *c      = &s->m->cfg;
-    uint32_t                   hs     = c->head_dim;
-    uint32_t                   kv_mul = c->n_heads / c->n_kv_heads;
-    uint32_t                   b      = s->job.b;
-    uint32_t                   p0     = s->pos[0];
-    uint32_t                   ctx    = p0 + b;
-    uint32_t                   l      = s->job.layer;
-    const moon_kv_seq_t       *sq     = s->seq[0];
-    float                     *kc     = s->kc + (size_t)ith * c->seq_len * hs;
-    float                     *vc     = s->vc + (size_t)ith * c->seq_len * hs;
-    float                     *sc     = s->sc + (size_t)ith * s->max_chunk * c->seq_len;
+    const moon_model_config_t *c        = &s->m->cfg;
+    uint32_t                   hs       = c->head_dim;
+    uint32_t                   kv_mul   = c->n_heads / c->n_kv_heads;
+    uint32_t                   b        = s->job.b;
+    uint32_t                   p0       = s->pos[0];
+    uint32_t                   ctx      = p0 + b;
+    uint32_t                   l        = s->job.layer;
+    const moon_kv_seq_t       *sq       = s->seq[0];
+    float                     *kc       = s->kc + (size_t)ith * c->seq_len * hs;
+    float                     *vc       = s->vc + (size_t)ith * c->seq_len * hs;
+    float                     *sc       = s->sc + (size_t)ith * s->max_chunk * c->seq_len;
     uint32_t                   last_kvh = UINT32_MAX;
 
     for (uint32_t h = c->n_heads * ith / nth; h < c->n_heads * (ith + 1) / nth; h++) {
@@ -521,8 +523,8 @@ static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
             memset(row + n, 0, (ctx - n) * sizeof(float));
         }
         /* O_h (b, hs) = P V_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)hs, (int)ctx, 1.0f,
-                    sc, (int)ctx, vc, (int)hs, 0.0f, s->ao + h * hs, (int)c->dim);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)hs, (int)ctx, 1.0f, sc,
+                    (int)ctx, vc, (int)hs, 0.0f, s->ao + h * hs, (int)c->dim);
     }
 }
 #endif
@@ -567,7 +569,7 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
         size_t n  = (size_t)j->b * s->m->cfg.hidden_dim;
         size_t i0 = n * ith / nth, i1 = n * (ith + 1) / nth;
         for (size_t i = i0; i < i1; i++) {
-            float g   = s->hb[i];
+            float g  = s->hb[i];
             s->hb[i] = g * (1.0f / (1.0f + expf(-g))) * s->hb2[i];
         }
         break;
@@ -649,7 +651,7 @@ static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, flo
             memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 1, s->pos[bi]), s->v + (size_t)bi * kv_dim,
                    kv_dim * sizeof(float));
         }
-        s->job.kind  = JOB_ATTN;
+        s->job.kind = JOB_ATTN;
 #ifdef MOON_HAVE_OPENBLAS
         if (one_seq && b >= 8) {
             s->job.kind = JOB_ATTN_GEMM;
@@ -720,8 +722,8 @@ static void cpu_destroy(void *state)
 static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_t *cfg,
                                 void **state_p)
 {
-    const moon_model_config_t *c = &m->cfg;
-    cpu_state_t               *s = moon_calloc(1, sizeof(*s));
+    const moon_model_config_t *c      = &m->cfg;
+    cpu_state_t               *s      = moon_calloc(1, sizeof(*s));
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
     size_t                     B;
     long                       ncpu;
@@ -756,16 +758,15 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->hb    = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     s->hb2   = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
-    s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS *
-                                          MOON_MAX(c->dim, c->hidden_dim) * sizeof(float));
+    s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
+                                          sizeof(float));
     s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
-    s->kc    = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
-    s->vc    = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
-    s->sc    = moon_malloc((size_t)s->nth * MOON_MAX(cfg->max_chunk, 1) * c->seq_len *
-                           sizeof(float));
-    s->seq   = moon_malloc(B * sizeof(*s->seq));
-    s->pos   = moon_malloc(B * sizeof(*s->pos));
+    s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
+    s->vc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
+    s->sc  = moon_malloc((size_t)s->nth * MOON_MAX(cfg->max_chunk, 1) * c->seq_len * sizeof(float));
+    s->seq = moon_malloc(B * sizeof(*s->seq));
+    s->pos = moon_malloc(B * sizeof(*s->pos));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->hb || !s->hb2 || !s->att ||
         !s->wtile || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
         cpu_destroy(s);

@@ -9,16 +9,16 @@
 
 typedef struct {
     const moon_model_t *m;
-    float *x;    /* (dim) residual stream */
-    float *xb;   /* (dim) */
-    float *xb2;  /* (dim) */
-    float *hb;   /* (hidden) */
-    float *hb2;  /* (hidden) */
-    float *q;    /* (dim) */
-    float *k;    /* (kv_dim) */
-    float *v;    /* (kv_dim) */
-    float *att;  /* (seq_len) */
-    float *row;  /* (max(dim, hidden)) one dequantized weight row */
+    float              *x;   /* (dim) residual stream */
+    float              *xb;  /* (dim) */
+    float              *xb2; /* (dim) */
+    float              *hb;  /* (hidden) */
+    float              *hb2; /* (hidden) */
+    float              *q;   /* (dim) */
+    float              *k;   /* (kv_dim) */
+    float              *v;   /* (kv_dim) */
+    float              *att; /* (seq_len) */
+    float              *row; /* (max(dim, hidden)) one dequantized weight row */
 } ref_state_t;
 
 static void rmsnorm(float *o, const float *x, const float *w, uint32_t n, float eps)
@@ -105,9 +105,9 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
 
         /* multihead attention over positions 0..pos */
         for (uint32_t h = 0; h < c->n_heads; h++) {
-            const float *q    = s->q + h * hs;
-            float       *xb   = s->xb + h * hs;
-            uint32_t     kvh  = h / kv_mul;
+            const float *q   = s->q + h * hs;
+            float       *xb  = s->xb + h * hs;
+            uint32_t     kvh = h / kv_mul;
             for (uint32_t t = 0; t <= pos; t++) {
                 const float *k     = moon_kv_vec(kv, sq, l, 0, t) + kvh * hs;
                 float        score = 0.0f;
@@ -176,8 +176,8 @@ static void ref_destroy(void *state)
 static moon_status_t ref_create(const moon_model_t *m, const moon_engine_config_t *cfg,
                                 void **state_p)
 {
-    const moon_model_config_t *c = &m->cfg;
-    ref_state_t               *s = moon_calloc(1, sizeof(*s));
+    const moon_model_config_t *c      = &m->cfg;
+    ref_state_t               *s      = moon_calloc(1, sizeof(*s));
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
 
     (void)cfg;

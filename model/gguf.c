@@ -15,18 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_MAGIC          0x46554747u /* "GGUF" little-endian */
-#define GGUF_MAX_ARR_DEPTH  4
-#define GGUF_MAX_KEY_BYTES  65535u
+#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define GGUF_MAX_ARR_DEPTH 4
+#define GGUF_MAX_KEY_BYTES 65535u
 
 typedef struct {
-    char            *key;       /* owned, NUL-terminated */
+    char            *key; /* owned, NUL-terminated */
     moon_gguf_type_t type;
     moon_gguf_type_t elem_type; /* arrays only */
     uint64_t         n;         /* arrays only: element count */
     const uint8_t   *val;       /* value bytes in the file (after type / array header) */
     uint64_t         val_bytes;
-    const uint8_t  **strs;      /* string arrays only: n pointers to each u64 length */
+    const uint8_t  **strs; /* string arrays only: n pointers to each u64 length */
 } gguf_kv_t;
 
 struct moon_gguf {
@@ -36,9 +36,9 @@ struct moon_gguf {
     uint32_t            version;
     uint32_t            alignment;
     uint64_t            n_kv;
-    gguf_kv_t          *kvs;       /* (n_kv) */
+    gguf_kv_t          *kvs; /* (n_kv) */
     uint64_t            n_tensors;
-    moon_gguf_tensor_t *tensors;   /* (n_tensors) */
+    moon_gguf_tensor_t *tensors; /* (n_tensors) */
 };
 
 typedef struct {
@@ -46,7 +46,10 @@ typedef struct {
     const uint8_t *end;
 } cursor_t;
 
-static size_t cur_left(const cursor_t *c) { return (size_t)(c->end - c->p); }
+static size_t cur_left(const cursor_t *c)
+{
+    return (size_t)(c->end - c->p);
+}
 
 static int cur_read(cursor_t *c, void *dst, size_t n)
 {
@@ -67,8 +70,14 @@ static int cur_skip(cursor_t *c, uint64_t n)
     return 1;
 }
 
-static int cur_u32(cursor_t *c, uint32_t *v) { return cur_read(c, v, 4); }
-static int cur_u64(cursor_t *c, uint64_t *v) { return cur_read(c, v, 8); }
+static int cur_u32(cursor_t *c, uint32_t *v)
+{
+    return cur_read(c, v, 4);
+}
+static int cur_u64(cursor_t *c, uint64_t *v)
+{
+    return cur_read(c, v, 8);
+}
 
 /* A GGUF string: u64 length then bytes. Returns a pointer into the file. */
 static int cur_str(cursor_t *c, const uint8_t **s, uint64_t *len)
@@ -84,11 +93,23 @@ static int cur_str(cursor_t *c, const uint8_t **s, uint64_t *len)
 static size_t scalar_bytes(moon_gguf_type_t t)
 {
     switch (t) {
-    case MOON_GGUF_UINT8: case MOON_GGUF_INT8: case MOON_GGUF_BOOL: return 1;
-    case MOON_GGUF_UINT16: case MOON_GGUF_INT16: return 2;
-    case MOON_GGUF_UINT32: case MOON_GGUF_INT32: case MOON_GGUF_FLOAT32: return 4;
-    case MOON_GGUF_UINT64: case MOON_GGUF_INT64: case MOON_GGUF_FLOAT64: return 8;
-    default: return 0;
+    case MOON_GGUF_UINT8:
+    case MOON_GGUF_INT8:
+    case MOON_GGUF_BOOL:
+        return 1;
+    case MOON_GGUF_UINT16:
+    case MOON_GGUF_INT16:
+        return 2;
+    case MOON_GGUF_UINT32:
+    case MOON_GGUF_INT32:
+    case MOON_GGUF_FLOAT32:
+        return 4;
+    case MOON_GGUF_UINT64:
+    case MOON_GGUF_INT64:
+    case MOON_GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -140,31 +161,43 @@ uint32_t moon_ggml_block_size(moon_ggml_type_t type)
 uint64_t moon_ggml_type_bytes(moon_ggml_type_t type, uint64_t n)
 {
     switch (type) {
-    case MOON_GGML_F32: return n * 4;
-    case MOON_GGML_F16: case MOON_GGML_BF16: return n * 2;
-    case MOON_GGML_Q8_0: return n / MOON_GGML_QK * 34;
-    case MOON_GGML_Q4_0: return n / MOON_GGML_QK * 18;
-    default: return 0;
+    case MOON_GGML_F32:
+        return n * 4;
+    case MOON_GGML_F16:
+    case MOON_GGML_BF16:
+        return n * 2;
+    case MOON_GGML_Q8_0:
+        return n / MOON_GGML_QK * 34;
+    case MOON_GGML_Q4_0:
+        return n / MOON_GGML_QK * 18;
+    default:
+        return 0;
     }
 }
 
 const char *moon_ggml_type_name(moon_ggml_type_t type)
 {
     switch (type) {
-    case MOON_GGML_F32: return "f32";
-    case MOON_GGML_F16: return "f16";
-    case MOON_GGML_BF16: return "bf16";
-    case MOON_GGML_Q8_0: return "q8_0";
-    case MOON_GGML_Q4_0: return "q4_0";
-    default: return "unknown";
+    case MOON_GGML_F32:
+        return "f32";
+    case MOON_GGML_F16:
+        return "f16";
+    case MOON_GGML_BF16:
+        return "bf16";
+    case MOON_GGML_Q8_0:
+        return "q8_0";
+    case MOON_GGML_Q4_0:
+        return "q4_0";
+    default:
+        return "unknown";
     }
 }
 
 const char *moon_gguf_type_name(moon_gguf_type_t type)
 {
-    static const char *names[] = {"uint8", "int8",  "uint16", "int16",  "uint32",
-                                  "int32", "float32", "bool", "string", "array",
-                                  "uint64", "int64", "float64"};
+    static const char *names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                  "int32",  "float32", "bool",   "string", "array",
+                                  "uint64", "int64",   "float64"};
     return (unsigned)type < MOON_ARRAY_SIZE(names) ? names[type] : "unknown";
 }
 
@@ -287,8 +320,8 @@ static moon_status_t parse(moon_gguf_t *g)
     }
     /* minimum encoded sizes: a kv takes >= 13 bytes, a tensor info >= 32 */
     if (g->n_kv > cur_left(&c) / 13 || g->n_tensors > cur_left(&c) / 32) {
-        CORRUPT("counts (%llu kv, %llu tensors) exceed the file size",
-                (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
+        CORRUPT("counts (%llu kv, %llu tensors) exceed the file size", (unsigned long long)g->n_kv,
+                (unsigned long long)g->n_tensors);
     }
     g->kvs     = moon_calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kvs));
     g->tensors = moon_calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
@@ -353,8 +386,7 @@ static moon_status_t parse(moon_gguf_t *g)
         }
         t->bytes = moon_ggml_type_bytes(t->type, t->n_elems);
         if (t->offset % g->alignment != 0) {
-            CORRUPT("tensor '%s': offset %llu not aligned", t->name,
-                    (unsigned long long)t->offset);
+            CORRUPT("tensor '%s': offset %llu not aligned", t->name, (unsigned long long)t->offset);
         }
     }
     data_start = ((uint64_t)(c.p - g->base) + g->alignment - 1) / g->alignment * g->alignment;
@@ -371,8 +403,7 @@ out:
     return status;
 }
 
-static moon_status_t open_common(const uint8_t *base, size_t size, int mapped,
-                                 moon_gguf_t **gguf_p)
+static moon_status_t open_common(const uint8_t *base, size_t size, int mapped, moon_gguf_t **gguf_p)
 {
     moon_gguf_t  *g = moon_calloc(1, sizeof(*g));
     moon_status_t status;
@@ -443,10 +474,22 @@ void moon_gguf_close(moon_gguf_t *gguf)
     }
 }
 
-uint32_t moon_gguf_version(const moon_gguf_t *g) { return g->version; }
-uint32_t moon_gguf_alignment(const moon_gguf_t *g) { return g->alignment; }
-uint64_t moon_gguf_n_kv(const moon_gguf_t *g) { return g->n_kv; }
-uint64_t moon_gguf_n_tensors(const moon_gguf_t *g) { return g->n_tensors; }
+uint32_t moon_gguf_version(const moon_gguf_t *g)
+{
+    return g->version;
+}
+uint32_t moon_gguf_alignment(const moon_gguf_t *g)
+{
+    return g->alignment;
+}
+uint64_t moon_gguf_n_kv(const moon_gguf_t *g)
+{
+    return g->n_kv;
+}
+uint64_t moon_gguf_n_tensors(const moon_gguf_t *g)
+{
+    return g->n_tensors;
+}
 
 int64_t moon_gguf_find_key(const moon_gguf_t *g, const char *key)
 {
@@ -492,22 +535,45 @@ static int scalar_value(moon_gguf_type_t t, const uint8_t *p, int64_t *i, uint64
     memcpy(&v, p, sb);
     *is_signed = 1;
     switch (t) {
-    case MOON_GGUF_UINT8: *i = v.u8; break;
-    case MOON_GGUF_BOOL: *i = v.u8 != 0; break;
-    case MOON_GGUF_INT8: *i = v.i8; break;
-    case MOON_GGUF_UINT16: *i = v.u16; break;
-    case MOON_GGUF_INT16: *i = v.i16; break;
-    case MOON_GGUF_UINT32: *i = v.u32; break;
-    case MOON_GGUF_INT32: *i = v.i32; break;
-    case MOON_GGUF_INT64: *i = v.i64; break;
+    case MOON_GGUF_UINT8:
+        *i = v.u8;
+        break;
+    case MOON_GGUF_BOOL:
+        *i = v.u8 != 0;
+        break;
+    case MOON_GGUF_INT8:
+        *i = v.i8;
+        break;
+    case MOON_GGUF_UINT16:
+        *i = v.u16;
+        break;
+    case MOON_GGUF_INT16:
+        *i = v.i16;
+        break;
+    case MOON_GGUF_UINT32:
+        *i = v.u32;
+        break;
+    case MOON_GGUF_INT32:
+        *i = v.i32;
+        break;
+    case MOON_GGUF_INT64:
+        *i = v.i64;
+        break;
     case MOON_GGUF_UINT64:
         *u         = v.u64;
         *f         = (double)v.u64;
         *is_signed = 0;
         return 1;
-    case MOON_GGUF_FLOAT32: *f = v.f32; *is_signed = -1; return 1;
-    case MOON_GGUF_FLOAT64: *f = v.f64; *is_signed = -1; return 1;
-    default: return 0;
+    case MOON_GGUF_FLOAT32:
+        *f         = v.f32;
+        *is_signed = -1;
+        return 1;
+    case MOON_GGUF_FLOAT64:
+        *f         = v.f64;
+        *is_signed = -1;
+        return 1;
+    default:
+        return 0;
     }
     *f = (double)*i;
     return 1;
@@ -636,8 +702,7 @@ moon_status_t moon_gguf_get_str(const moon_gguf_t *g, const char *key, const cha
 }
 
 moon_status_t moon_gguf_get_arr(const moon_gguf_t *g, const char *key,
-                                moon_gguf_type_t *elem_type_p, uint64_t *n_p,
-                                const void **data_p)
+                                moon_gguf_type_t *elem_type_p, uint64_t *n_p, const void **data_p)
 {
     const gguf_kv_t *kv = get_kv(g, key);
 
@@ -740,7 +805,7 @@ uint16_t moon_f32_to_fp16(float f)
     union {
         float    f;
         uint32_t u;
-    } v = {.f = f};
+    } v           = {.f = f};
     uint32_t sign = (v.u >> 16) & 0x8000u;
     float    a    = fabsf(f);
 
@@ -758,7 +823,7 @@ uint16_t moon_f32_to_fp16(float f)
         union {
             float    f;
             uint32_t u;
-        } w = {.f = a};
+        } w           = {.f = a};
         uint32_t e    = (w.u >> 23) - 112;
         uint32_t m    = w.u & 0x7fffffu;
         uint32_t r    = (e << 10) | (m >> 13);
@@ -846,7 +911,8 @@ void moon_ggml_quantize(moon_ggml_type_t type, const float *src, void *dst, uint
     case MOON_GGML_F16:
     case MOON_GGML_BF16:
         for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = type == MOON_GGML_F16 ? moon_f32_to_fp16(src[i]) : moon_f32_to_bf16(src[i]);
+            uint16_t h =
+                type == MOON_GGML_F16 ? moon_f32_to_fp16(src[i]) : moon_f32_to_bf16(src[i]);
             memcpy(d + 2 * i, &h, 2);
         }
         break;
@@ -877,10 +943,10 @@ void moon_ggml_quantize(moon_ggml_type_t type, const float *src, void *dst, uint
                 uint16_t h   = moon_f32_to_fp16(sc);
                 memcpy(blk, &h, 2);
                 for (int j = 0; j < MOON_GGML_QK / 2; j++) {
-                    int q0 = (int)(x[j] * inv + 8.5f);
-                    int q1 = (int)(x[j + 16] * inv + 8.5f);
-                    q0     = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
-                    q1     = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+                    int q0     = (int)(x[j] * inv + 8.5f);
+                    int q1     = (int)(x[j + 16] * inv + 8.5f);
+                    q0         = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+                    q1         = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
                     blk[2 + j] = (uint8_t)(q0 | (q1 << 4));
                 }
             }
@@ -904,7 +970,7 @@ typedef struct {
 } wtensor_t;
 
 struct moon_gguf_writer {
-    uint8_t   *kv;      /* serialized key/values */
+    uint8_t   *kv; /* serialized key/values */
     size_t     kv_len, kv_cap;
     uint64_t   n_kv;
     wtensor_t *tensors;
@@ -955,7 +1021,10 @@ static int wput(moon_gguf_writer_t *w, const void *p, size_t n)
     return 1;
 }
 
-static int wput_u32(moon_gguf_writer_t *w, uint32_t v) { return wput(w, &v, 4); }
+static int wput_u32(moon_gguf_writer_t *w, uint32_t v)
+{
+    return wput(w, &v, 4);
+}
 
 static int wput_str(moon_gguf_writer_t *w, const char *s)
 {
@@ -988,8 +1057,8 @@ static moon_status_t wkv_end(moon_gguf_writer_t *w, int ok, size_t mark)
     return MOON_OK;
 }
 
-moon_status_t moon_gguf_writer_kv_raw(moon_gguf_writer_t *w, const char *key,
-                                      moon_gguf_type_t type, const void *v)
+moon_status_t moon_gguf_writer_kv_raw(moon_gguf_writer_t *w, const char *key, moon_gguf_type_t type,
+                                      const void *v)
 {
     size_t        mark;
     size_t        sb = scalar_bytes(type);
@@ -1132,7 +1201,7 @@ static int fpad(FILE *f, uint64_t pos, uint64_t align)
 
 moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path)
 {
-    const uint64_t align = MOON_GGUF_DEFAULT_ALIGNMENT;
+    const uint64_t align  = MOON_GGUF_DEFAULT_ALIGNMENT;
     uint32_t       hdr[2] = {GGUF_MAGIC, 3};
     uint64_t       off    = 0;
     uint64_t       pos;
@@ -1156,7 +1225,7 @@ moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path)
         uint32_t   ty  = t->type;
         t->offset      = off;
         off            = (off + t->bytes + align - 1) / align * align;
-        ok = fwrite_all(f, &len, 8) && fwrite_all(f, t->name, len) &&
+        ok             = fwrite_all(f, &len, 8) && fwrite_all(f, t->name, len) &&
              fwrite_all(f, &t->n_dims, 4) && fwrite_all(f, t->ne, 8 * t->n_dims) &&
              fwrite_all(f, &ty, 4) && fwrite_all(f, &t->offset, 8);
         pos += 8 + len + 4 + 8 * t->n_dims + 4 + 8;

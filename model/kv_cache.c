@@ -14,8 +14,8 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     size_t           bytes;
 
     if (cfg == NULL || kv_p == NULL || cfg->n_layers == 0 || cfg->n_kv_heads == 0 ||
-        cfg->head_dim == 0 || cfg->block_tokens == 0 || cfg->n_blocks == 0 ||
-        cfg->max_seqs == 0 || cfg->max_seq_len == 0 || cfg->n_blocks == MOON_KV_NO_BLOCK) {
+        cfg->head_dim == 0 || cfg->block_tokens == 0 || cfg->n_blocks == 0 || cfg->max_seqs == 0 ||
+        cfg->max_seq_len == 0 || cfg->n_blocks == MOON_KV_NO_BLOCK) {
         return MOON_ERR_INVALID_PARAM;
     }
     kv = moon_calloc(1, sizeof(*kv));
@@ -62,14 +62,23 @@ void moon_kv_cache_destroy(moon_kv_cache_t *kv)
     moon_free(kv);
 }
 
-const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv) { return &kv->cfg; }
-size_t moon_kv_block_bytes(const moon_kv_cache_t *kv) { return kv->block_floats * sizeof(float); }
+const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv)
+{
+    return &kv->cfg;
+}
+size_t moon_kv_block_bytes(const moon_kv_cache_t *kv)
+{
+    return kv->block_floats * sizeof(float);
+}
 size_t moon_kv_block_layer_bytes(const moon_kv_cache_t *kv)
 {
     return kv->layer_floats * sizeof(float);
 }
-uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv) { return kv->n_free; }
-size_t   moon_kv_pool_bytes(const moon_kv_cache_t *kv)
+uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv)
+{
+    return kv->n_free;
+}
+size_t moon_kv_pool_bytes(const moon_kv_cache_t *kv)
 {
     return moon_kv_block_bytes(kv) * kv->cfg.n_blocks;
 }
@@ -196,8 +205,8 @@ void moon_kv_seq_advance(moon_kv_cache_t *kv, uint32_t seq, uint32_t n)
 {
     moon_kv_seq_t *s = get_seq(kv, seq);
 
-    MOON_CHECK(s != NULL && (uint64_t)s->n_tokens + n <=
-                                (uint64_t)s->n_blocks * kv->cfg.block_tokens);
+    MOON_CHECK(s != NULL &&
+               (uint64_t)s->n_tokens + n <= (uint64_t)s->n_blocks * kv->cfg.block_tokens);
     s->n_tokens += n;
 }
 
@@ -260,7 +269,8 @@ moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32
     moon_kv_seq_t *s = get_seq(kv, seq);
 
     if (s == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
-        s->n_tokens % kv->cfg.block_tokens != 0 || s->n_blocks * kv->cfg.block_tokens != s->n_tokens ||
+        s->n_tokens % kv->cfg.block_tokens != 0 ||
+        s->n_blocks * kv->cfg.block_tokens != s->n_tokens ||
         (uint64_t)s->n_tokens + kv->cfg.block_tokens > kv->cfg.max_seq_len) {
         return MOON_ERR_INVALID_PARAM;
     }

@@ -22,8 +22,8 @@ struct moon_kv_cache {
     uint32_t        *refcount;     /* (n_blocks) */
     uint32_t        *free_stack;   /* (n_blocks) */
     uint32_t         n_free;
-    moon_kv_seq_t   *seqs;         /* (max_seqs) */
-    uint32_t        *table_mem;    /* (max_seqs, max_blocks_per_seq) */
+    moon_kv_seq_t   *seqs;      /* (max_seqs) */
+    uint32_t        *table_mem; /* (max_seqs, max_blocks_per_seq) */
 };
 
 /* K (or V with which = 1) vector of layer at position pos of seq; pos must be

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_DIM    (1u << 16)
+#define MAX_DIM (1u << 16)
 #define MAX_LAYERS 1024u
-#define MAX_VOCAB  (1u << 22)
-#define MAX_CTX    (1u << 20)
+#define MAX_VOCAB (1u << 22)
+#define MAX_CTX (1u << 20)
 
 static moon_status_t arch_u32(const moon_gguf_t *g, const char *arch, const char *key, int required,
                               uint32_t dflt, uint32_t *v)
@@ -178,9 +178,12 @@ static moon_status_t bind_weights(moon_model_t *m)
             uint32_t       rows, cols;
             moon_tensor_t *t;
         } mats[] = {
-            {"attn_q", c->dim, c->dim, &L->wq},           {"attn_k", kv_dim, c->dim, &L->wk},
-            {"attn_v", kv_dim, c->dim, &L->wv},           {"attn_output", c->dim, c->dim, &L->wo},
-            {"ffn_gate", c->hidden_dim, c->dim, &L->w1},  {"ffn_down", c->dim, c->hidden_dim, &L->w2},
+            {"attn_q", c->dim, c->dim, &L->wq},
+            {"attn_k", kv_dim, c->dim, &L->wk},
+            {"attn_v", kv_dim, c->dim, &L->wv},
+            {"attn_output", c->dim, c->dim, &L->wo},
+            {"ffn_gate", c->hidden_dim, c->dim, &L->w1},
+            {"ffn_down", c->dim, c->hidden_dim, &L->w2},
             {"ffn_up", c->hidden_dim, c->dim, &L->w3},
         };
         for (size_t i = 0; i < MOON_ARRAY_SIZE(mats); i++) {
@@ -264,14 +267,23 @@ void moon_model_destroy(moon_model_t *m)
     moon_free(m);
 }
 
-const moon_model_config_t *moon_model_config(const moon_model_t *m) { return &m->cfg; }
-const moon_tokenizer_t    *moon_model_tokenizer(const moon_model_t *m) { return m->tok; }
-moon_ggml_type_t           moon_model_weight_type(const moon_model_t *m)
+const moon_model_config_t *moon_model_config(const moon_model_t *m)
+{
+    return &m->cfg;
+}
+const moon_tokenizer_t *moon_model_tokenizer(const moon_model_t *m)
+{
+    return m->tok;
+}
+moon_ggml_type_t moon_model_weight_type(const moon_model_t *m)
 {
     return m->layers[0].wq.type;
 }
 
-static uint64_t tensor_bytes(const moon_tensor_t *t) { return (uint64_t)t->rows * t->row_bytes; }
+static uint64_t tensor_bytes(const moon_tensor_t *t)
+{
+    return (uint64_t)t->rows * t->row_bytes;
+}
 
 uint64_t moon_model_weight_bytes(const moon_model_t *m)
 {
@@ -303,7 +315,8 @@ moon_kv_config_t moon_model_kv_config(const moon_model_config_t *cfg, uint32_t b
 
 void moon_tensor_row(const moon_tensor_t *t, uint32_t r, float *out)
 {
-    moon_ggml_dequantize(t->type, (const uint8_t *)t->data + (size_t)r * t->row_bytes, out, t->cols);
+    moon_ggml_dequantize(t->type, (const uint8_t *)t->data + (size_t)r * t->row_bytes, out,
+                         t->cols);
 }
 
 /* ---- writing models -------------------------------------------------------- */
@@ -347,8 +360,8 @@ static moon_status_t write_tokenizer_keys(moon_gguf_writer_t *w, char **tokens, 
     moon_status_t status = moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
 
     if (status == MOON_OK) {
-        status = moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens",
-                                             (const char *const *)tokens, n);
+        status =
+            moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
     }
     if (status == MOON_OK) {
         status = moon_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", MOON_GGUF_FLOAT32, scores, n);
@@ -501,16 +514,15 @@ moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_ty
     void              **bufs   = NULL;
     char              **tokens = NULL;
     float              *scores = NULL, *tmp = NULL;
-    int32_t            *types  = NULL;
-    uint32_t            n_t    = 0;
-    uint64_t            rng    = seed;
+    int32_t            *types = NULL;
+    uint32_t            n_t   = 0;
+    uint64_t            rng   = seed;
     moon_status_t       status;
 
     if (c == NULL || path == NULL || c->dim == 0 || c->n_heads == 0 || c->dim % c->n_heads != 0 ||
         c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 ||
         c->n_layers == 0 || c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
-        moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 ||
-        c->dim % moon_ggml_block_size(type) != 0 ||
+        moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 || c->dim % moon_ggml_block_size(type) != 0 ||
         c->hidden_dim % moon_ggml_block_size(type) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -550,9 +562,9 @@ moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_ty
         }
         moon_ggml_quantize(ttype, tmp, bufs[i], n);
         moon_free(tmp);
-        tmp    = NULL;
-        status = moon_gguf_writer_tensor(w, desc[i].name, ttype, desc[i].n_dims, desc[i].ne,
-                                         bufs[i]);
+        tmp = NULL;
+        status =
+            moon_gguf_writer_tensor(w, desc[i].name, ttype, desc[i].n_dims, desc[i].ne, bufs[i]);
     }
     if (status == MOON_OK) {
         status = moon_gguf_writer_write(w, path);
@@ -606,8 +618,7 @@ static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p
 
 /* tokenizer.bin -> GGUF vocabulary (spaces back to U+2581, BOS/EOS renamed). */
 static moon_status_t parse_llama2c_tokenizer(const uint8_t *d, size_t len, uint32_t n,
-                                             char ***tokens_p, float **scores_p,
-                                             int32_t **types_p)
+                                             char ***tokens_p, float **scores_p, int32_t **types_p)
 {
     char   **tokens = moon_calloc(n, sizeof(*tokens));
     float   *scores = moon_calloc(n, sizeof(*scores));
@@ -618,9 +629,9 @@ static moon_status_t parse_llama2c_tokenizer(const uint8_t *d, size_t len, uint3
         goto nomem;
     }
     for (uint32_t i = 0; i < n; i++) {
-        int32_t tl;
-        char   *s;
-        size_t  k = 0;
+        int32_t  tl;
+        char    *s;
+        size_t   k = 0;
         unsigned bv;
         if (len < o + 8) {
             goto corrupt;
@@ -708,8 +719,8 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
     }
     memcpy(h, ck, sizeof(h));
     shared = h[5] > 0;
-    if (h[0] <= 0 || h[1] <= 0 || h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] == 0 ||
-        h[6] <= 0 || h[0] % h[3] != 0 || h[3] % h[4] != 0 || h[0] > (int32_t)MAX_DIM ||
+    if (h[0] <= 0 || h[1] <= 0 || h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] == 0 || h[6] <= 0 ||
+        h[0] % h[3] != 0 || h[3] % h[4] != 0 || h[0] > (int32_t)MAX_DIM ||
         h[2] > (int32_t)MAX_LAYERS || h[6] > (int32_t)MAX_CTX || h[1] > 4 * (int32_t)MAX_DIM ||
         (h[5] < 0 ? -h[5] : h[5]) > (int32_t)MAX_VOCAB) {
         MOON_ERROR("convert: implausible llama2.c header");
@@ -728,8 +739,8 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
     kv_dim       = c.n_kv_heads * hd;
     /* floats in the file, in llama2.c order */
     need = (size_t)c.vocab_size * c.dim +
-           (size_t)c.n_layers * (2 * c.dim + 2 * (size_t)c.dim * c.dim + 2 * (size_t)kv_dim * c.dim +
-                                 3 * (size_t)c.hidden_dim * c.dim) +
+           (size_t)c.n_layers * (2 * c.dim + 2 * (size_t)c.dim * c.dim +
+                                 2 * (size_t)kv_dim * c.dim + 3 * (size_t)c.hidden_dim * c.dim) +
            c.dim + (size_t)c.seq_len * hd + (shared ? 0 : (size_t)c.vocab_size * c.dim);
     if ((ck_len - sizeof(h)) / 4 < need) {
         MOON_ERROR("convert: %s truncated (%zu bytes, want %zu)", ckpt_path, ck_len,
@@ -758,18 +769,18 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
     {
         const float *base = (const float *)(ck + sizeof(h));
         size_t       L = c.n_layers, D = c.dim, KV = kv_dim, H = c.hidden_dim;
-        size_t       o_emb  = 0;
-        size_t       o_att  = o_emb + (size_t)c.vocab_size * D;
-        size_t       o_wq   = o_att + L * D;
-        size_t       o_wk   = o_wq + L * D * D;
-        size_t       o_wv   = o_wk + L * KV * D;
-        size_t       o_wo   = o_wv + L * KV * D;
-        size_t       o_ffn  = o_wo + L * D * D;
-        size_t       o_w1   = o_ffn + L * D;
-        size_t       o_w2   = o_w1 + L * H * D;
-        size_t       o_w3   = o_w2 + L * D * H;
-        size_t       o_fin  = o_w3 + L * H * D;
-        size_t       o_cls  = o_fin + D + (size_t)c.seq_len * hd;
+        size_t       o_emb = 0;
+        size_t       o_att = o_emb + (size_t)c.vocab_size * D;
+        size_t       o_wq  = o_att + L * D;
+        size_t       o_wk  = o_wq + L * D * D;
+        size_t       o_wv  = o_wk + L * KV * D;
+        size_t       o_wo  = o_wv + L * KV * D;
+        size_t       o_ffn = o_wo + L * D * D;
+        size_t       o_w1  = o_ffn + L * D;
+        size_t       o_w2  = o_w1 + L * H * D;
+        size_t       o_w3  = o_w2 + L * D * H;
+        size_t       o_fin = o_w3 + L * H * D;
+        size_t       o_cls = o_fin + D + (size_t)c.seq_len * hd;
         for (uint32_t i = 0; status == MOON_OK && i < n_t; i++) {
             const char *nm = desc[i].name;
             uint32_t    l  = 0;
@@ -796,7 +807,10 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
                 K("ffn_gate", o_w1, H * D)
                 K("ffn_down", o_w2, D * H)
                 K("ffn_up", o_w3, H * D)
-                { off = 0; MOON_CHECK(!"unknown tensor"); }
+                {
+                    off = 0;
+                    MOON_CHECK(!"unknown tensor");
+                }
 #undef K
             }
             p      = base + off;

@@ -21,8 +21,8 @@ typedef struct {
 
 struct moon_model {
     moon_model_config_t cfg;
-    moon_gguf_t        *gguf; /* owned: the mapping the tensors point into */
-    moon_tokenizer_t   *tok;  /* owned, may be NULL */
+    moon_gguf_t        *gguf;        /* owned: the mapping the tensors point into */
+    moon_tokenizer_t   *tok;         /* owned, may be NULL */
     moon_tensor_t       tok_embd;    /* (vocab, dim) */
     moon_tensor_t       output;      /* (vocab, dim) classifier; tied: == tok_embd */
     const float        *output_norm; /* (dim) */
@@ -40,9 +40,8 @@ typedef struct {
     moon_status_t (*create)(const moon_model_t *model, const moon_engine_config_t *cfg,
                             void **state_p);
     void (*destroy)(void *state);
-    moon_status_t (*prefill)(void *state, moon_kv_cache_t *kv, uint32_t seq,
-                             const int32_t *tokens, uint32_t n, float *logits,
-                             double *modeled_s_p);
+    moon_status_t (*prefill)(void *state, moon_kv_cache_t *kv, uint32_t seq, const int32_t *tokens,
+                             uint32_t n, float *logits, double *modeled_s_p);
     moon_status_t (*decode)(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
                             const int32_t *tokens, uint32_t n_seqs, float *logits,
                             double *modeled_s_p);

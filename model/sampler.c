@@ -26,8 +26,7 @@ int32_t moon_argmax(const float *x, uint32_t n)
 moon_status_t moon_sampler_init(moon_sampler_t *s, uint32_t vocab_size, float temperature,
                                 float top_p, uint32_t top_k, uint64_t seed)
 {
-    if (s == NULL || vocab_size == 0 || !(temperature >= 0.0f) || !(top_p > 0.0f) ||
-        top_p > 1.0f) {
+    if (s == NULL || vocab_size == 0 || !(temperature >= 0.0f) || !(top_p > 0.0f) || top_p > 1.0f) {
         return MOON_ERR_INVALID_PARAM;
     }
     s->scratch = moon_malloc(vocab_size * sizeof(prob_index_t));
@@ -61,7 +60,9 @@ static float rand_f32(uint64_t *state) /* xorshift*, [0, 1) */
 static int cmp_desc(const void *a, const void *b)
 {
     const prob_index_t *x = a, *y = b;
-    return x->prob > y->prob ? -1 : x->prob < y->prob ? 1 : (x->index > y->index) - (x->index < y->index);
+    return x->prob > y->prob   ? -1
+           : x->prob < y->prob ? 1
+                               : (x->index > y->index) - (x->index < y->index);
 }
 
 int32_t moon_sampler_sample(moon_sampler_t *s, float *logits)

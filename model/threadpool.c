@@ -13,11 +13,11 @@
 #define TP_SPIN 20000
 
 struct moon_tp {
-    uint32_t        n;
-    pthread_t      *threads;   /* (n - 1) */
-    moon_tp_fn      fn;        /* written before the release on gen */
-    void           *arg;
-    int             stop;
+    uint32_t   n;
+    pthread_t *threads; /* (n - 1) */
+    moon_tp_fn fn;      /* written before the release on gen */
+    void      *arg;
+    int        stop;
     alignas(MOON_CACHE_LINE) atomic_uint_fast64_t gen;
     alignas(MOON_CACHE_LINE) atomic_uint done;
     pthread_mutex_t lock;
@@ -40,8 +40,8 @@ static inline void cpu_relax(void)
 
 static void *worker_main(void *p)
 {
-    moon_tp_t *tp  = ((worker_arg_t *)p)->tp;
-    uint32_t   ith = ((worker_arg_t *)p)->ith;
+    moon_tp_t *tp   = ((worker_arg_t *)p)->tp;
+    uint32_t   ith  = ((worker_arg_t *)p)->ith;
     uint64_t   seen = 0;
 
     for (;;) {
@@ -115,7 +115,7 @@ moon_status_t moon_tp_create(uint32_t n_threads, moon_tp_t **tp_p)
         args[i].ith = i;
         if (pthread_create(&tp->threads[i - 1], NULL, worker_main, &args[i]) != 0) {
             MOON_ERROR("threadpool: pthread_create failed");
-            tp->n = i; /* join the ones started */
+            tp->n    = i; /* join the ones started */
             tp->stop = 1;
             publish(tp);
             for (uint32_t j = 1; j < i; j++) {
@@ -149,7 +149,10 @@ void moon_tp_destroy(moon_tp_t *tp)
     moon_free(tp);
 }
 
-uint32_t moon_tp_n(const moon_tp_t *tp) { return tp->n; }
+uint32_t moon_tp_n(const moon_tp_t *tp)
+{
+    return tp->n;
+}
 
 void moon_tp_run(moon_tp_t *tp, moon_tp_fn fn, void *arg)
 {

@@ -10,8 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER = 4, TOK_UNUSED = 5,
-       TOK_BYTE = 6 };
+enum {
+    TOK_NORMAL  = 1,
+    TOK_UNKNOWN = 2,
+    TOK_CONTROL = 3,
+    TOK_USER    = 4,
+    TOK_UNUSED  = 5,
+    TOK_BYTE    = 6
+};
 
 struct moon_tokenizer {
     uint32_t  n_vocab;
@@ -151,8 +157,7 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
     t->type       = moon_malloc(n);
     t->byte_value = moon_malloc(n * sizeof(*t->byte_value));
     t->sorted     = moon_malloc(n * sizeof(*t->sorted));
-    if (!t->arena || !t->off || !t->len || !t->scores || !t->type || !t->byte_value ||
-        !t->sorted) {
+    if (!t->arena || !t->off || !t->len || !t->scores || !t->type || !t->byte_value || !t->sorted) {
         goto err;
     }
     for (int b = 0; b < 256; b++) {
@@ -183,7 +188,8 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
             t->scores[i] = (float)d;
         }
         t->type[i] = TOK_NORMAL;
-        if (n_types == n && moon_gguf_get_arr_f64(g, "tokenizer.ggml.token_type", i, &d) == MOON_OK) {
+        if (n_types == n &&
+            moon_gguf_get_arr_f64(g, "tokenizer.ggml.token_type", i, &d) == MOON_OK) {
             t->type[i] = (uint8_t)(d >= 1 && d <= 6 ? d : TOK_NORMAL);
         }
         t->byte_value[i] = -1;
@@ -206,9 +212,9 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
     sort_ctx = t;
     qsort(t->sorted, t->n_sorted, sizeof(*t->sorted), cmp_ids);
     sort_ctx = NULL;
-    t->bos = 1;
-    t->eos = 2;
-    t->unk = 0;
+    t->bos   = 1;
+    t->eos   = 2;
+    t->unk   = 0;
     if (moon_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == MOON_OK) {
         t->bos = (int32_t)v;
     }
@@ -231,10 +237,22 @@ err:
     return status;
 }
 
-uint32_t moon_tokenizer_n_vocab(const moon_tokenizer_t *t) { return t->n_vocab; }
-int32_t  moon_tokenizer_bos(const moon_tokenizer_t *t) { return t->bos; }
-int32_t  moon_tokenizer_eos(const moon_tokenizer_t *t) { return t->eos; }
-size_t   moon_tokenizer_max_piece(const moon_tokenizer_t *t) { return t->max_piece; }
+uint32_t moon_tokenizer_n_vocab(const moon_tokenizer_t *t)
+{
+    return t->n_vocab;
+}
+int32_t moon_tokenizer_bos(const moon_tokenizer_t *t)
+{
+    return t->bos;
+}
+int32_t moon_tokenizer_eos(const moon_tokenizer_t *t)
+{
+    return t->eos;
+}
+size_t moon_tokenizer_max_piece(const moon_tokenizer_t *t)
+{
+    return t->max_piece;
+}
 
 moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text, size_t len,
                                     bool add_bos, int32_t *ids, size_t max_ids, size_t *n_p)
@@ -331,8 +349,7 @@ static const char byte_chars[256] = {
 #undef B4
 };
 
-const char *moon_tokenizer_piece(const moon_tokenizer_t *t, int32_t prev, int32_t id,
-                                 size_t *len_p)
+const char *moon_tokenizer_piece(const moon_tokenizer_t *t, int32_t prev, int32_t id, size_t *len_p)
 {
     const char *s;
     size_t      len;
@@ -425,11 +442,16 @@ static int utf8_cont_ok(const moon_tok_stream_t *st, uint8_t b)
     }
     if (st->n_pend == 1) {
         switch (st->pend[0]) {
-        case 0xe0: return b >= 0xa0;
-        case 0xed: return b <= 0x9f;
-        case 0xf0: return b >= 0x90;
-        case 0xf4: return b <= 0x8f;
-        default: break;
+        case 0xe0:
+            return b >= 0xa0;
+        case 0xed:
+            return b <= 0x9f;
+        case 0xf0:
+            return b >= 0x90;
+        case 0xf4:
+            return b <= 0x8f;
+        default:
+            break;
         }
     }
     return 1;

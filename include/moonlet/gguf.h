@@ -39,16 +39,16 @@ typedef enum {
     MOON_GGML_BF16 = 30,
 } moon_ggml_type_t;
 
-#define MOON_GGUF_MAX_DIMS         4
+#define MOON_GGUF_MAX_DIMS 4
 #define MOON_GGUF_DEFAULT_ALIGNMENT 32
-#define MOON_GGML_QK               32 /* elements per Q8_0/Q4_0 block */
+#define MOON_GGML_QK 32 /* elements per Q8_0/Q4_0 block */
 
 typedef struct moon_gguf moon_gguf_t; /* opaque reader */
 
 /* One tensor as described by the file. data points into the mapping (or the
  * caller's memory) and stays valid until moon_gguf_close(). */
 typedef struct {
-    const char      *name;   /* NUL-terminated copy owned by the reader */
+    const char      *name; /* NUL-terminated copy owned by the reader */
     moon_ggml_type_t type;
     uint32_t         n_dims;
     uint64_t         ne[MOON_GGUF_MAX_DIMS]; /* ne[0] contiguous; unused dims are 1 */
@@ -64,8 +64,7 @@ typedef struct {
 MOON_API moon_status_t moon_gguf_open(const char *path, moon_gguf_t **gguf_p);
 
 /* Same over caller memory: data is borrowed and must outlive the reader. */
-MOON_API moon_status_t moon_gguf_open_memory(const void *data, size_t bytes,
-                                             moon_gguf_t **gguf_p);
+MOON_API moon_status_t moon_gguf_open_memory(const void *data, size_t bytes, moon_gguf_t **gguf_p);
 
 /* Unmaps and frees; NULL is a no-op. Every pointer obtained from it dies. */
 MOON_API void moon_gguf_close(moon_gguf_t *gguf);
@@ -101,17 +100,15 @@ MOON_API moon_status_t moon_gguf_get_arr(const moon_gguf_t *gguf, const char *ke
                                          moon_gguf_type_t *elem_type_p, uint64_t *n_p,
                                          const void **data_p);
 /* Element idx of a string array (O(1): offsets are indexed at open). */
-MOON_API moon_status_t moon_gguf_get_arr_str(const moon_gguf_t *gguf, const char *key,
-                                             uint64_t idx, const char **str_p,
-                                             uint64_t *len_p);
+MOON_API moon_status_t moon_gguf_get_arr_str(const moon_gguf_t *gguf, const char *key, uint64_t idx,
+                                             const char **str_p, uint64_t *len_p);
 /* Element idx of a scalar array converted to double (integers, floats, bool). */
-MOON_API moon_status_t moon_gguf_get_arr_f64(const moon_gguf_t *gguf, const char *key,
-                                             uint64_t idx, double *v_p);
+MOON_API moon_status_t moon_gguf_get_arr_f64(const moon_gguf_t *gguf, const char *key, uint64_t idx,
+                                             double *v_p);
 
 /* Tensors: by index (NULL when out of range) or by name (NULL when absent). */
 MOON_API const moon_gguf_tensor_t *moon_gguf_tensor(const moon_gguf_t *gguf, uint64_t idx);
-MOON_API const moon_gguf_tensor_t *moon_gguf_find_tensor(const moon_gguf_t *gguf,
-                                                         const char *name);
+MOON_API const moon_gguf_tensor_t *moon_gguf_find_tensor(const moon_gguf_t *gguf, const char *name);
 
 /* Bytes of n elements of type (n must be a multiple of the block size for
  * quantized types); 0 for an unknown type. Block size of a type (1 or 32). */
@@ -155,8 +152,8 @@ MOON_API moon_status_t moon_gguf_writer_tensor(moon_gguf_writer_t *w, const char
 MOON_API moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path);
 
 /* ---- element conversion helpers ------------------------------------------- */
-MOON_API float    moon_fp16_to_f32(uint16_t h);
-MOON_API uint16_t moon_f32_to_fp16(float f);
+MOON_API float      moon_fp16_to_f32(uint16_t h);
+MOON_API uint16_t   moon_f32_to_fp16(float f);
 static inline float moon_bf16_to_f32(uint16_t b)
 {
     union {

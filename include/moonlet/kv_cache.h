@@ -61,8 +61,7 @@ MOON_API moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint3
                                         uint32_t *seq_p);
 /* Appends a full block (e.g. imported from the store) to a sequence whose
  * length is a multiple of block_tokens; the sequence takes its own reference. */
-MOON_API moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq,
-                                                uint32_t block);
+MOON_API moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32_t block);
 
 /* Blocks: alloc returns a block with refcount 1 (MOON_ERR_NO_RESOURCE: empty
  * pool); unref frees it at 0. */

@@ -44,7 +44,7 @@ typedef struct moon_model moon_model_t;
 /* Reads hyper-parameters from a GGUF's llama.* keys (head_dim from
  * rope.dimension_count or dim / n_heads). MOON_ERR_CORRUPT on missing or
  * inconsistent keys. */
-MOON_API moon_status_t moon_model_config_from_gguf(const moon_gguf_t *gguf,
+MOON_API moon_status_t moon_model_config_from_gguf(const moon_gguf_t   *gguf,
                                                    moon_model_config_t *cfg_p);
 
 /* Opens path (mmap) and binds every weight, checking names, types and shapes;
@@ -89,12 +89,12 @@ typedef enum {
 
 /* Cost model (COST backend and moon_cost_* helpers). */
 typedef struct {
-    moon_model_config_t shape;            /* used when no model is given */
-    double              flops_per_s;      /* sustained prefill throughput */
-    double              mem_bytes_per_s;  /* decode: weights + KV read bandwidth */
-    double              weight_bytes;     /* 0: 2 bytes per parameter of shape */
-    uint32_t            kv_bytes_per_elem;/* e.g. 2 (fp16/bf16) */
-    double              step_overhead_s;  /* fixed cost per call */
+    moon_model_config_t shape;             /* used when no model is given */
+    double              flops_per_s;       /* sustained prefill throughput */
+    double              mem_bytes_per_s;   /* decode: weights + KV read bandwidth */
+    double              weight_bytes;      /* 0: 2 bytes per parameter of shape */
+    uint32_t            kv_bytes_per_elem; /* e.g. 2 (fp16/bf16) */
+    double              step_overhead_s;   /* fixed cost per call */
 } moon_cost_config_t;
 
 typedef struct {
@@ -111,9 +111,9 @@ typedef struct moon_engine moon_engine_t;
  * for COST, which then uses cfg->cost.shape). Preallocates every buffer: the
  * calls below never allocate. MOON_ERR_UNSUPPORTED: CUDA not built or no
  * device. */
-MOON_API moon_status_t moon_engine_create(const moon_model_t *model,
+MOON_API moon_status_t moon_engine_create(const moon_model_t         *model,
                                           const moon_engine_config_t *cfg,
-                                          moon_engine_t **engine_p);
+                                          moon_engine_t             **engine_p);
 MOON_API void          moon_engine_destroy(moon_engine_t *engine); /* NULL: no-op */
 MOON_API const char   *moon_engine_name(const moon_engine_t *engine);
 
@@ -123,9 +123,9 @@ MOON_API const char   *moon_engine_name(const moon_engine_t *engine);
  * *duration_s_p (may be NULL): wall time, or the modeled time for COST.
  * MOON_ERR_NO_RESOURCE: KV pool or context full (nothing changed). COST
  * accepts kv == NULL and then only models. */
-MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_t *kv,
-                                           uint32_t seq, const int32_t *tokens, uint32_t n,
-                                           float *logits, double *duration_s_p);
+MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_t *kv, uint32_t seq,
+                                           const int32_t *tokens, uint32_t n, float *logits,
+                                           double *duration_s_p);
 
 /* Decode step: one token per sequence for n_seqs distinct sequences
  * (n_seqs <= max_batch); logits (n_seqs, vocab). For COST with kv == NULL,
@@ -140,8 +140,7 @@ MOON_API moon_status_t moon_engine_decode(moon_engine_t *engine, moon_kv_cache_t
  * over mem_bytes_per_s. kv bytes per token: 2 * l * n_kv_heads * head_dim * elem. */
 MOON_API double moon_cost_prefill_flops(const moon_model_config_t *shape, uint64_t n_prefix,
                                         uint64_t n);
-MOON_API double moon_cost_prefill_s(const moon_cost_config_t *cost, uint64_t n_prefix,
-                                    uint64_t n);
+MOON_API double moon_cost_prefill_s(const moon_cost_config_t *cost, uint64_t n_prefix, uint64_t n);
 MOON_API double moon_cost_decode_s(const moon_cost_config_t *cost, uint32_t batch,
                                    uint64_t total_ctx_tokens);
 MOON_API uint64_t moon_cost_kv_bytes_per_token(const moon_cost_config_t *cost);

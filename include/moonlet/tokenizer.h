@@ -31,8 +31,8 @@ MOON_API int32_t  moon_tokenizer_eos(const moon_tokenizer_t *tok);
  * len + 2 ids are ever needed. MOON_ERR_NO_RESOURCE when max_ids is too small
  * (ids then hold a prefix, *n_p unset). */
 MOON_API moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *tok, const char *text,
-                                             size_t len, bool add_bos, int32_t *ids,
-                                             size_t max_ids, size_t *n_p);
+                                             size_t len, bool add_bos, int32_t *ids, size_t max_ids,
+                                             size_t *n_p);
 
 /* The bytes token id stands for, given the previous token (after BOS the
  * leading space of a piece is dropped, as llama2.c does). Control tokens give
@@ -46,8 +46,8 @@ MOON_API const char *moon_tokenizer_piece(const moon_tokenizer_t *tok, int32_t p
  * for an id out of range. The output may contain partial UTF-8 if the ids
  * split a character; use a stream for incremental output. */
 MOON_API moon_status_t moon_tokenizer_decode(const moon_tokenizer_t *tok, int32_t prev,
-                                             const int32_t *ids, size_t n, char *out,
-                                             size_t cap, size_t *len_p);
+                                             const int32_t *ids, size_t n, char *out, size_t cap,
+                                             size_t *len_p);
 
 /* Streaming decoder: never emits half a UTF-8 character. Bytes that cannot
  * start or continue a valid character come out as U+FFFD. Caller embeds it. */

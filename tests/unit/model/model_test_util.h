@@ -14,9 +14,15 @@ static inline moon_model_config_t mt_shape(uint32_t dim, uint32_t hidden, uint32
                                            uint32_t heads, uint32_t kv_heads, uint32_t vocab,
                                            uint32_t seq_len)
 {
-    moon_model_config_t c = {.dim = dim, .hidden_dim = hidden, .n_layers = layers,
-                             .n_heads = heads, .n_kv_heads = kv_heads, .vocab_size = vocab,
-                             .seq_len = seq_len, .norm_eps = 1e-5f, .rope_theta = 10000.0f};
+    moon_model_config_t c = {.dim        = dim,
+                             .hidden_dim = hidden,
+                             .n_layers   = layers,
+                             .n_heads    = heads,
+                             .n_kv_heads = kv_heads,
+                             .vocab_size = vocab,
+                             .seq_len    = seq_len,
+                             .norm_eps   = 1e-5f,
+                             .rope_theta = 10000.0f};
     return c;
 }
 

@@ -17,20 +17,20 @@ typedef struct {
 
 static void check_model(const agree_case_t *ac, uint64_t seed)
 {
-    char                 path[256];
-    moon_model_t        *m = mt_random_model(&ac->shape, ac->type, seed, path, sizeof(path));
+    char                       path[256];
+    moon_model_t              *m = mt_random_model(&ac->shape, ac->type, seed, path, sizeof(path));
     const moon_model_config_t *c;
     moon_engine_config_t ecfg_ref = {.kind = MOON_BACKEND_REF, .max_batch = 4, .max_chunk = 32};
-    moon_engine_config_t ecfg_cpu = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 4,
-                                     .max_chunk = 32};
-    moon_engine_t       *ref = NULL, *cpu = NULL;
-    moon_kv_cache_t     *kr = NULL, *kc = NULL;
-    moon_kv_config_t     kcfg;
-    uint32_t             sr[3], sc[3];
-    int32_t              toks[3][40];
-    float               *lr, *lc;
-    uint64_t             rng = seed;
-    float                worst = 0.0f;
+    moon_engine_config_t ecfg_cpu = {
+        .kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 4, .max_chunk = 32};
+    moon_engine_t   *ref = NULL, *cpu = NULL;
+    moon_kv_cache_t *kr = NULL, *kc = NULL;
+    moon_kv_config_t kcfg;
+    uint32_t         sr[3], sc[3];
+    int32_t          toks[3][40];
+    float           *lr, *lc;
+    uint64_t         rng   = seed;
+    float            worst = 0.0f;
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     c    = moon_model_config(m);
@@ -57,9 +57,9 @@ static void check_model(const agree_case_t *ac, uint64_t seed)
                             MOON_OK);
             CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks[s], first, lc, NULL), MOON_OK);
             if (first < lens[s]) {
-                CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks[s] + first,
-                                                    lens[s] - first, lc, NULL),
-                                MOON_OK);
+                CU_ASSERT_EQUAL(
+                    moon_engine_prefill(cpu, kc, sc[s], toks[s] + first, lens[s] - first, lc, NULL),
+                    MOON_OK);
             }
             worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
         }
@@ -99,10 +99,10 @@ static void check_model(const agree_case_t *ac, uint64_t seed)
 static void test_shapes_f32(void)
 {
     agree_case_t cases[] = {
-        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},   /* MHA */
-        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},    /* GQA 4:1 */
-        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32},  /* MQA, head_dim 32 */
-        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},   /* odd sizes for SIMD tails */
+        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},  /* MHA */
+        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},   /* GQA 4:1 */
+        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32}, /* MQA, head_dim 32 */
+        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},  /* odd sizes for SIMD tails */
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         check_model(&cases[i], 11 + i);
@@ -129,4 +129,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"agreement", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -55,9 +55,9 @@ static void test_bad_checkpoint_refused(void)
     fwrite("\x40\x00\x00\x00\xac\x00", 1, 6, f);
     fclose(f);
     moon_log_set_level(0);
-    CU_ASSERT_EQUAL(moon_model_convert_llama2c(out, DATA "/tok512.bin", "/tmp/never.gguf", NULL,
-                                               NULL),
-                    MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(
+        moon_model_convert_llama2c(out, DATA "/tok512.bin", "/tmp/never.gguf", NULL, NULL),
+        MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL(moon_model_convert_llama2c("/nonexistent", DATA "/tok512.bin",
                                                "/tmp/never.gguf", NULL, NULL),
                     MOON_ERR_NOT_FOUND);
@@ -72,4 +72,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"convert", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -42,7 +42,7 @@ static void test_engine_interface(void)
     ecfg.cost.shape.n_kv_heads = 1;
     ecfg.cost.shape.head_dim   = 8;
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(NULL, &ecfg, &eng), MOON_OK);
-    kcfg = moon_model_kv_config(&ecfg.cost.shape, 512, 32, 2);
+    kcfg             = moon_model_kv_config(&ecfg.cost.shape, 512, 32, 2);
     kcfg.max_seq_len = 16384;
     CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &seq), MOON_OK);
@@ -63,4 +63,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"cost_model", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -15,8 +15,8 @@ static void test_cuda_matches_cpu(void)
     moon_model_config_t  shape = mt_shape(128, 256, 3, 8, 2, 400, 128);
     char                 path[256];
     moon_model_t        *m;
-    moon_engine_config_t ec = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 3,
-                               .max_chunk = 32};
+    moon_engine_config_t ec = {
+        .kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 3, .max_chunk = 32};
     moon_engine_config_t eg = {.kind = MOON_BACKEND_CUDA, .max_batch = 3, .max_chunk = 32};
     moon_engine_t       *cpu, *gpu;
     moon_kv_cache_t     *kc, *kg;
@@ -43,8 +43,10 @@ static void test_cuda_matches_cpu(void)
     for (int s = 0; s < 3; s++) {
         CU_ASSERT_EQUAL(moon_kv_seq_create(kc, &sc[s]), MOON_OK);
         CU_ASSERT_EQUAL(moon_kv_seq_create(kg, &sg[s]), MOON_OK);
-        CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks + s, 10 + 7 * s, lc, NULL), MOON_OK);
-        CU_ASSERT_EQUAL(moon_engine_prefill(gpu, kg, sg[s], toks + s, 10 + 7 * s, lg, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc[s], toks + s, 10 + 7 * s, lc, NULL),
+                        MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill(gpu, kg, sg[s], toks + s, 10 + 7 * s, lg, NULL),
+                        MOON_OK);
         worst = fmaxf(worst, mt_rel_diff(lg, lc, 400));
     }
     for (int step = 0; step < 5; step++) {
@@ -68,4 +70,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"cuda", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -40,14 +40,14 @@ static uint8_t *slurp(const char *path, size_t *len)
 static void write_sample(void)
 {
     moon_gguf_writer_t *w;
-    uint8_t             u8 = 200;
-    int8_t              i8 = -100;
-    uint16_t            u16 = 60000;
-    int16_t             i16 = -30000;
-    int64_t             i64 = -5000000000ll;
-    uint64_t            u64 = 9000000000ull;
-    double              f64 = 3.25;
-    int32_t             arr[5] = {1, -2, 3, -4, 5};
+    uint8_t             u8      = 200;
+    int8_t              i8      = -100;
+    uint16_t            u16     = 60000;
+    int16_t             i16     = -30000;
+    int64_t             i64     = -5000000000ll;
+    uint64_t            u64     = 9000000000ull;
+    double              f64     = 3.25;
+    int32_t             arr[5]  = {1, -2, 3, -4, 5};
     const char         *strs[3] = {"alpha", "", "\xe2\x96\x81gamma"};
     static float        f32[64], q[64];
     static uint8_t      f16[128], bf16[128], q8[68], q4[36];
@@ -170,7 +170,7 @@ static moon_status_t try_open(const uint8_t *d, size_t n)
     if (status == MOON_OK) {
         /* touch everything the reader hands out */
         for (uint64_t i = 0; i < moon_gguf_n_tensors(g); i++) {
-            const moon_gguf_tensor_t *t = moon_gguf_tensor(g, i);
+            const moon_gguf_tensor_t *t   = moon_gguf_tensor(g, i);
             volatile uint8_t          sum = 0;
             for (uint64_t j = 0; j < t->bytes; j++) {
                 sum ^= ((const uint8_t *)t->data)[j];
@@ -235,7 +235,7 @@ static void test_random_flips_and_bytes(void)
         int flips = 1 + (int)(moon_test_rand(&rng) % 4);
         memcpy(m, d, len);
         for (int k = 0; k < flips; k++) {
-            size_t pos = moon_test_rand(&rng) % 600; /* header region */
+            size_t pos   = moon_test_rand(&rng) % 600; /* header region */
             m[pos % len] = (uint8_t)moon_test_rand(&rng);
         }
         try_open(m, len);
@@ -257,7 +257,7 @@ static void test_random_flips_and_bytes(void)
 
 static void test_hostile_counts(void)
 {
-    uint8_t h[64];
+    uint8_t  h[64];
     uint64_t big = UINT64_MAX;
 
     moon_log_set_level(0);

@@ -50,32 +50,32 @@ static int teardown(void)
 /* Runs one case: greedy, BOS + prompt, `steps` forward passes, stop on BOS. */
 static void run_case(moon_backend_kind_t kind, int prefill_prompt, const cJSON *cs)
 {
-    const moon_model_config_t *c   = moon_model_config(model);
-    const moon_tokenizer_t    *tok = moon_model_tokenizer(model);
-    const char           *prompt = cJSON_GetObjectItem(cs, "prompt")->valuestring;
-    int                   steps  = cJSON_GetObjectItem(cs, "steps")->valueint;
-    const cJSON          *want_p = cJSON_GetObjectItem(cs, "prompt_ids");
-    const cJSON          *want_g = cJSON_GetObjectItem(cs, "generated_ids");
-    const char           *want_t = cJSON_GetObjectItem(cs, "text")->valuestring;
-    moon_engine_config_t  ecfg   = {.kind = kind, .n_threads = 2, .max_batch = 4, .max_chunk = 64};
-    moon_kv_config_t      kcfg   = moon_model_kv_config(c, 16, 64, 2);
-    moon_engine_t        *eng    = NULL;
-    moon_kv_cache_t      *kv     = NULL;
-    int32_t               ids[600], gen[600];
-    size_t                n_ids  = 0;
-    int                   n_gen  = 0;
-    float                *logits = malloc(c->vocab_size * sizeof(float));
-    char                  text[4096];
-    size_t                len;
-    uint32_t              seq;
-    int32_t               token;
-    int                   pos = 0;
+    const moon_model_config_t *c      = moon_model_config(model);
+    const moon_tokenizer_t    *tok    = moon_model_tokenizer(model);
+    const char                *prompt = cJSON_GetObjectItem(cs, "prompt")->valuestring;
+    int                        steps  = cJSON_GetObjectItem(cs, "steps")->valueint;
+    const cJSON               *want_p = cJSON_GetObjectItem(cs, "prompt_ids");
+    const cJSON               *want_g = cJSON_GetObjectItem(cs, "generated_ids");
+    const char                *want_t = cJSON_GetObjectItem(cs, "text")->valuestring;
+    moon_engine_config_t ecfg = {.kind = kind, .n_threads = 2, .max_batch = 4, .max_chunk = 64};
+    moon_kv_config_t     kcfg = moon_model_kv_config(c, 16, 64, 2);
+    moon_engine_t       *eng  = NULL;
+    moon_kv_cache_t     *kv   = NULL;
+    int32_t              ids[600], gen[600];
+    size_t               n_ids  = 0;
+    int                  n_gen  = 0;
+    float               *logits = malloc(c->vocab_size * sizeof(float));
+    char                 text[4096];
+    size_t               len;
+    uint32_t             seq;
+    int32_t              token;
+    int                  pos = 0;
 
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(model, &ecfg, &eng), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_tokenizer_encode(tok, prompt, strlen(prompt), true, ids, 600, &n_ids),
-                          MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        moon_tokenizer_encode(tok, prompt, strlen(prompt), true, ids, 600, &n_ids), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(n_ids, (size_t)cJSON_GetArraySize(want_p));
     for (size_t i = 0; i < n_ids; i++) {
         CU_ASSERT_EQUAL(ids[i], cJSON_GetArrayItem(want_p, (int)i)->valueint);
@@ -133,10 +133,22 @@ static void run_all(moon_backend_kind_t kind, int prefill_prompt)
     }
 }
 
-static void test_ref_decode(void) { run_all(MOON_BACKEND_REF, 0); }
-static void test_ref_prefill(void) { run_all(MOON_BACKEND_REF, 1); }
-static void test_cpu_decode(void) { run_all(MOON_BACKEND_CPU, 0); }
-static void test_cpu_prefill(void) { run_all(MOON_BACKEND_CPU, 1); }
+static void test_ref_decode(void)
+{
+    run_all(MOON_BACKEND_REF, 0);
+}
+static void test_ref_prefill(void)
+{
+    run_all(MOON_BACKEND_REF, 1);
+}
+static void test_cpu_decode(void)
+{
+    run_all(MOON_BACKEND_CPU, 0);
+}
+static void test_cpu_prefill(void)
+{
+    run_all(MOON_BACKEND_CPU, 1);
+}
 
 static void check_first_step(moon_backend_kind_t kind)
 {
@@ -174,7 +186,9 @@ static CU_TestInfo tests[] = {
     {"cpu_prefill", test_cpu_prefill},
     CU_TEST_INFO_NULL,
 };
-static CU_SuiteInfo suites[] = {{"golden", setup, teardown, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
+static CU_SuiteInfo suites[] = {{"golden", setup, teardown, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -10,8 +10,13 @@
 
 static void test_reserve_and_release(void)
 {
-    moon_kv_config_t cfg = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 4, .block_tokens = 4,
-                            .n_blocks = 5, .max_seqs = 2, .max_seq_len = 16};
+    moon_kv_config_t cfg = {.n_layers     = 2,
+                            .n_kv_heads   = 2,
+                            .head_dim     = 4,
+                            .block_tokens = 4,
+                            .n_blocks     = 5,
+                            .max_seqs     = 2,
+                            .max_seq_len  = 16};
     moon_kv_cache_t *kv;
     uint32_t         a, b, c;
 
@@ -25,7 +30,7 @@ static void test_reserve_and_release(void)
     CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 2);
     CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, b, 17), MOON_ERR_NO_RESOURCE); /* > context */
     CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, b, 12), MOON_ERR_NO_RESOURCE); /* 3 > 2 free */
-    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 2); /* nothing changed */
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 2);                         /* nothing changed */
     moon_kv_seq_advance(kv, a, 9);
     CU_ASSERT_EQUAL(moon_kv_seq_len(kv, a), 9);
     CU_ASSERT_EQUAL(moon_kv_seq_truncate(kv, a, 4), MOON_OK);
@@ -39,8 +44,13 @@ static void test_reserve_and_release(void)
 
 static void test_fork_shares_full_blocks(void)
 {
-    moon_kv_config_t cfg = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 2, .block_tokens = 4,
-                            .n_blocks = 8, .max_seqs = 4, .max_seq_len = 32};
+    moon_kv_config_t cfg = {.n_layers     = 1,
+                            .n_kv_heads   = 1,
+                            .head_dim     = 2,
+                            .block_tokens = 4,
+                            .n_blocks     = 8,
+                            .max_seqs     = 4,
+                            .max_seq_len  = 32};
     moon_kv_cache_t *kv;
     uint32_t         a, f8, f10;
 
@@ -77,18 +87,18 @@ static void test_export_import_and_fork_decode_identically(void)
 {
     moon_model_config_t  shape = mt_shape(64, 128, 3, 8, 4, 300, 64);
     char                 path[256];
-    moon_model_t        *m     = mt_random_model(&shape, MOON_GGML_F32, 7, path, sizeof(path));
-    moon_engine_config_t ecfg  = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 2,
-                                  .max_chunk = 32};
-    moon_engine_t       *eng;
-    moon_kv_cache_t     *k1, *k2;
-    moon_kv_config_t     kcfg;
-    uint32_t             s1, s2, sf;
-    int32_t              toks[24];
-    float                l1[300], l2[300], lf[300];
-    size_t               bb, lb;
-    uint8_t             *buf;
-    uint64_t             rng = 5;
+    moon_model_t        *m    = mt_random_model(&shape, MOON_GGML_F32, 7, path, sizeof(path));
+    moon_engine_config_t ecfg = {
+        .kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 2, .max_chunk = 32};
+    moon_engine_t   *eng;
+    moon_kv_cache_t *k1, *k2;
+    moon_kv_config_t kcfg;
+    uint32_t         s1, s2, sf;
+    int32_t          toks[24];
+    float            l1[300], l2[300], lf[300];
+    size_t           bb, lb;
+    uint8_t         *buf;
+    uint64_t         rng = 5;
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     kcfg = moon_model_kv_config(moon_model_config(m), 8, 16, 4);
@@ -144,15 +154,15 @@ static void test_engine_rejects_and_rolls_back(void)
 {
     moon_model_config_t  shape = mt_shape(32, 64, 1, 4, 2, 260, 16);
     char                 path[256];
-    moon_model_t        *m     = mt_random_model(&shape, MOON_GGML_F32, 3, path, sizeof(path));
-    moon_engine_config_t ecfg  = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 2,
-                                  .max_chunk = 16};
-    moon_engine_t       *eng;
-    moon_kv_cache_t     *kv;
-    moon_kv_config_t     kcfg;
-    uint32_t             s[2];
-    int32_t              toks[16] = {0};
-    float                lg[2 * 260];
+    moon_model_t        *m    = mt_random_model(&shape, MOON_GGML_F32, 3, path, sizeof(path));
+    moon_engine_config_t ecfg = {
+        .kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 2, .max_chunk = 16};
+    moon_engine_t   *eng;
+    moon_kv_cache_t *kv;
+    moon_kv_config_t kcfg;
+    uint32_t         s[2];
+    int32_t          toks[16] = {0};
+    float            lg[2 * 260];
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     kcfg = moon_model_kv_config(moon_model_config(m), 4, 3, 2);
@@ -187,4 +197,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"kv_cache", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

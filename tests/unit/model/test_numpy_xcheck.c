@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL    1e-4f
+#define TOL 1e-4f
 #define SCRIPT MOON_TEST_DATA_DIR "/scripts/numpy_llama.py"
 
 static int have_numpy(void)
@@ -36,9 +36,9 @@ static void xcheck(moon_model_t *m, const char *path, moon_backend_kind_t kind, 
     CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
     for (uint32_t i = 0; i < n; i++) {
-        CU_ASSERT_EQUAL_FATAL(moon_engine_decode(eng, kv, &seq, &toks[i], 1,
-                                                 ours + (size_t)i * c->vocab_size, NULL),
-                              MOON_OK);
+        CU_ASSERT_EQUAL_FATAL(
+            moon_engine_decode(eng, kv, &seq, &toks[i], 1, ours + (size_t)i * c->vocab_size, NULL),
+            MOON_OK);
     }
     snprintf(out, sizeof(out), "/tmp/moon_test_numpy_%d.f32", (int)getpid());
     len = snprintf(cmd, sizeof(cmd), "%s %s %s %s", MOON_PYTHON3, SCRIPT, path, out);
@@ -92,9 +92,9 @@ static void test_random_models(void)
 
 static void test_stories260k(void)
 {
-    const char    *path    = MOON_MODELS_DIR "/stories260K/stories260K.gguf";
-    const int32_t  toks[5] = {1, 403, 407, 261, 378};
-    moon_model_t  *m;
+    const char   *path    = MOON_MODELS_DIR "/stories260K/stories260K.gguf";
+    const int32_t toks[5] = {1, 403, 407, 261, 378};
+    moon_model_t *m;
 
     if (!have_numpy()) {
         moon_test_skip("python3 with numpy not found");
@@ -113,4 +113,7 @@ static CU_TestInfo tests[] = {
 static CU_SuiteInfo suites[] = {{"numpy_xcheck", NULL, NULL, NULL, NULL, tests},
                                 CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

@@ -78,4 +78,7 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"sampler", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}

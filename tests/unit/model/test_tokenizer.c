@@ -47,8 +47,8 @@ static void check_encode(const char *text, const int32_t *want, size_t n_want)
 
 static void test_encode_matches_llama2c(void)
 {
-    static const int32_t once[] = {1, 403, 407, 261, 378};
-    static const int32_t lily[] = {1, 317, 269, 274, 287};
+    static const int32_t once[]  = {1, 403, 407, 261, 378};
+    static const int32_t lily[]  = {1, 317, 269, 274, 287};
     static const int32_t empty[] = {1};
 
     CU_ASSERT_EQUAL(moon_tokenizer_n_vocab(tok), 512);
@@ -145,7 +145,10 @@ static void test_stream_invalid_bytes_become_replacement(void)
     CU_ASSERT_EQUAL(len, 0); /* held back: incomplete */
     CU_ASSERT_EQUAL(moon_tok_stream_push(&st, 3 + 'A', out, sizeof(out), &len), MOON_OK);
     CU_ASSERT_EQUAL(len, 4);
-    CU_ASSERT(memcmp(out, "\xef\xbf\xbd" "A", 4) == 0);
+    CU_ASSERT(memcmp(out,
+                     "\xef\xbf\xbd"
+                     "A",
+                     4) == 0);
     CU_ASSERT_EQUAL(moon_tok_stream_push(&st, 3 + 0xff, out, sizeof(out), &len), MOON_OK);
     CU_ASSERT(len == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0);
     CU_ASSERT_EQUAL(moon_tok_stream_push(&st, 3 + 0xf0, out, sizeof(out), &len), MOON_OK);
@@ -156,9 +159,15 @@ static void test_stream_invalid_bytes_become_replacement(void)
 
 static void test_vocab_32000(void)
 {
-    moon_model_config_t c = {.dim = 32, .hidden_dim = 64, .n_layers = 1, .n_heads = 4,
-                             .n_kv_heads = 4, .vocab_size = 32000, .seq_len = 64,
-                             .norm_eps = 1e-5f, .rope_theta = 10000.0f};
+    moon_model_config_t c = {.dim        = 32,
+                             .hidden_dim = 64,
+                             .n_layers   = 1,
+                             .n_heads    = 4,
+                             .n_kv_heads = 4,
+                             .vocab_size = 32000,
+                             .seq_len    = 64,
+                             .norm_eps   = 1e-5f,
+                             .rope_theta = 10000.0f};
     char                path[128];
     moon_gguf_t        *g2 = NULL;
     moon_tokenizer_t   *t2 = NULL;
@@ -193,4 +202,7 @@ static CU_TestInfo tests[] = {
 static CU_SuiteInfo suites[] = {{"tokenizer", setup, teardown, NULL, NULL, tests},
                                 CU_SUITE_INFO_NULL};
 
-int main(void) { return moon_test_run(suites); }
+int main(void)
+{
+    return moon_test_run(suites);
+}
