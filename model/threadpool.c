@@ -10,7 +10,10 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define TP_SPIN 20000
+/* Pause-loop iterations before a worker sleeps / the caller starts yielding.
+ * Short enough that an oversubscribed core is handed back quickly. */
+#define TP_SPIN      8000
+#define TP_SPIN_MAIN 1000
 
 struct moon_tp {
     uint32_t   n;
@@ -169,7 +172,7 @@ void moon_tp_run(moon_tp_t *tp, moon_tp_fn fn, void *arg)
     fn(arg, 0, tp->n);
     /* acquire: pairs with the workers' release increments of done */
     while (atomic_load_explicit(&tp->done, memory_order_acquire) != tp->n - 1) {
-        if (++spins < TP_SPIN) {
+        if (++spins < TP_SPIN_MAIN) {
             cpu_relax();
         } else {
             sched_yield();
