@@ -4,6 +4,7 @@
  * lengths. Tolerance: max |fast - ref| <= 1e-4 x max(1, max |ref|) per logits
  * vector (the two differ only in summation order). */
 #include "model_test_util.h"
+#include "moonlet/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,43 @@ static void test_weight_types(void)
     }
 }
 
+/* STYLE 5.6: prefill and decode never allocate (every moon_* allocation fails). */
+static void test_forward_never_allocates(void)
+{
+    moon_model_config_t shape = mt_shape(64, 128, 2, 8, 2, 300, 64);
+    char                path[256];
+    moon_model_t       *m = mt_random_model(&shape, MOON_GGML_BF16, 5, path, sizeof(path));
+    moon_backend_kind_t kinds[2] = {MOON_BACKEND_REF, MOON_BACKEND_CPU};
+    int32_t             toks[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    float               lg[2 * 300];
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    for (int k = 0; k < 2; k++) {
+        moon_engine_config_t ecfg = {.kind = kinds[k], .n_threads = 2, .max_batch = 2,
+                                     .max_chunk = 16};
+        moon_kv_config_t     kcfg = moon_model_kv_config(moon_model_config(m), 4, 16, 2);
+        moon_engine_t       *eng;
+        moon_kv_cache_t     *kv;
+        uint32_t             seqs[2];
+        CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &seqs[0]), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &seqs[1]), MOON_OK);
+        moon_fault_fail_after(1);
+        CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, seqs[0], toks, 16, lg, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, seqs[1], toks, 3, lg, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_decode(eng, kv, seqs, toks, 2, lg, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_fault_count(), 0);
+        moon_fault_reset();
+        moon_kv_cache_destroy(kv);
+        moon_engine_destroy(eng);
+    }
+    moon_model_destroy(m);
+    unlink(path);
+}
+
 static CU_TestInfo tests[] = {
+    {"forward_never_allocates", test_forward_never_allocates},
     {"shapes_f32", test_shapes_f32},
     {"weight_types", test_weight_types},
     CU_TEST_INFO_NULL,
