@@ -28,6 +28,7 @@
 
 typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
 typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
+typedef void (*swiglu_fn)(float *h, const float *h3, size_t n);
 
 typedef struct cpu_state cpu_state_t;
 
@@ -58,6 +59,7 @@ struct cpu_state {
     dot_fn              dot[31]; /* by ggml type; NULL: dequantize the row first */
     dot_fn              dot_f32;
     axpy_fn             axpy;
+    swiglu_fn           swiglu;
     int                 have_avx512;
     float              *x;     /* (max_b, dim) residual stream */
     float              *xb;    /* (max_b, dim) */
@@ -258,6 +260,51 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
 }
 #endif
 
+/* h = silu(h) * h3 */
+static void swiglu_scalar(float *h, const float *h3, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = h[i];
+        h[i]    = g * (1.0f / (1.0f + expf(-g))) * h3[i];
+    }
+}
+
+#ifdef MOON_X86
+/* exp(x) for x in [-87, 88]: 2^n * p(r), r = x - n ln2, degree-6 polynomial
+ * (Cephes expf coefficients; relative error ~2e-7). */
+__attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x)
+{
+    const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.0f);
+    __m512       n, r, p;
+
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+__attribute__((target("avx512f"))) static void swiglu_avx512(float *h, const float *h3, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g   = _mm512_loadu_ps(h + i);
+        __m512 e   = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 sig = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(h + i, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_loadu_ps(h3 + i)));
+    }
+    swiglu_scalar(h + i, h3 + i, n - i);
+}
+#endif
+
 static void pick_kernels(cpu_state_t *s)
 {
     s->dot_f32             = dot_f32_scalar;
@@ -271,6 +318,7 @@ static void pick_kernels(cpu_state_t *s)
         s->dot[MOON_GGML_F32]  = dot_f32_avx512;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
         s->axpy                = axpy_avx512;
+        s->swiglu              = swiglu_avx512;
         s->have_avx512         = 1;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         s->dot_f32             = dot_f32_avx2;
@@ -568,10 +616,7 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
     case JOB_SWIGLU: {
         size_t n  = (size_t)j->b * s->m->cfg.hidden_dim;
         size_t i0 = n * ith / nth, i1 = n * (ith + 1) / nth;
-        for (size_t i = i0; i < i1; i++) {
-            float g  = s->hb[i];
-            s->hb[i] = g * (1.0f / (1.0f + expf(-g))) * s->hb2[i];
-        }
+        s->swiglu(s->hb + i0, s->hb2 + i0, i1 - i0);
         break;
     }
     }
