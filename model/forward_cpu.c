@@ -305,15 +305,24 @@ __attribute__((target("avx512f"))) static void swiglu_avx512(float *h, const flo
 }
 #endif
 
+/* Picks the widest kernels the CPU runs. MOON_CPU_ISA=avx2|scalar caps the
+ * choice (tests run every path on one machine). */
 static void pick_kernels(cpu_state_t *s)
 {
+    const char *cap = getenv("MOON_CPU_ISA");
+
     s->dot_f32             = dot_f32_scalar;
     s->dot[MOON_GGML_F32]  = dot_f32_scalar;
     s->dot[MOON_GGML_BF16] = dot_bf16_scalar;
     s->axpy                = axpy_scalar;
+    s->swiglu              = swiglu_scalar;
+    s->have_avx512         = 0;
+    if (cap != NULL && strcmp(cap, "scalar") == 0) {
+        return;
+    }
 #ifdef MOON_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    if (__builtin_cpu_supports("avx512f") && (cap == NULL || strcmp(cap, "avx2") != 0)) {
         s->dot_f32             = dot_f32_avx512;
         s->dot[MOON_GGML_F32]  = dot_f32_avx512;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
