@@ -429,20 +429,24 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
     return MOON_OK;
 }
 
-/* Copies the K/V of the new tokens (rows at pos[]) back to the host cache. */
+/* Copies back to the host the blocks the new tokens (rows at h_pos[]) were
+ * written into: whole blocks, once each (their other slots were uploaded from
+ * the host by sync_kv_in in this call, so they are unchanged). */
 static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
                                  const moon_kv_seq_t *const *seqs, uint32_t b)
 {
-    uint32_t kv_dim = kv->kv_dim;
+    uint32_t bt   = kv->cfg.block_tokens;
+    uint32_t last = MOON_KV_NO_BLOCK;
 
     for (uint32_t i = 0; i < b; i++) {
-        for (uint32_t l = 0; l < kv->cfg.n_layers; l++) {
-            for (uint32_t w = 0; w < 2; w++) {
-                float *h   = moon_kv_vec(kv, seqs[i], l, w, (uint32_t)s->h_pos[i]);
-                size_t off = (size_t)(h - kv->data);
-                CK(cudaMemcpy(h, s->d_kv + off, kv_dim * sizeof(float), cudaMemcpyDeviceToHost));
-            }
+        uint32_t blk = seqs[i]->blocks[(uint32_t)s->h_pos[i] / bt];
+        size_t   off = (size_t)blk * kv->block_floats;
+        if (blk == last) {
+            continue;
         }
+        last = blk;
+        CK(cudaMemcpy(kv->data + off, s->d_kv + off, kv->block_floats * sizeof(float),
+                      cudaMemcpyDeviceToHost));
     }
     return MOON_OK;
 }
