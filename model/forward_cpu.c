@@ -631,6 +631,19 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
+/* Below this many multiply-adds a step runs on the calling thread: waking the
+ * workers would cost more than the work (tiny models, e.g. stories260K). */
+#define PAR_MIN_MACS (1u << 19)
+
+static void run_maybe_par(cpu_state_t *s, uint64_t macs)
+{
+    if (macs < PAR_MIN_MACS) {
+        run_job(s, 0, 1);
+    } else {
+        moon_tp_run(s->tp, run_job, s);
+    }
+}
+
 static void par_matmul(cpu_state_t *s, uint32_t b, const float *x, const moon_tensor_t *w0,
                        float *y0, const moon_tensor_t *w1, float *y1, const moon_tensor_t *w2,
                        float *y2)
@@ -646,7 +659,8 @@ static void par_matmul(cpu_state_t *s, uint32_t b, const float *x, const moon_te
     j->w[2]   = w2;
     j->y[2]   = y2;
     j->n_mats = w2 ? 3 : w1 ? 2 : 1;
-    moon_tp_run(s->tp, run_job, s);
+    run_maybe_par(s, (uint64_t)b * w0->cols *
+                         ((uint64_t)w0->rows + (w1 ? w1->rows : 0) + (w2 ? w2->rows : 0)));
 }
 
 static void par_rmsnorm(cpu_state_t *s, uint32_t b, float *out, const float *in, const float *w)
@@ -713,7 +727,7 @@ static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, flo
 #endif
         s->job.b     = b;
         s->job.layer = l;
-        moon_tp_run(s->tp, run_job, s);
+        run_maybe_par(s, (uint64_t)b * c->n_heads * hs * 2 * (s->pos[b - 1] + 1));
 
         /* output projection and residual */
         par_matmul(s, b, s->ao, &L->wo, s->xb, NULL, NULL, NULL, NULL);
@@ -726,7 +740,7 @@ static void forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, flo
         par_matmul(s, b, s->xb, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
         s->job.kind = JOB_SWIGLU;
         s->job.b    = b;
-        moon_tp_run(s->tp, run_job, s);
+        run_maybe_par(s, (uint64_t)b * c->hidden_dim * 16);
         par_matmul(s, b, s->hb, &L->w2, s->xb, NULL, NULL, NULL, NULL);
         for (size_t i = 0; i < (size_t)b * dim; i++) {
             s->x[i] += s->xb[i];
