@@ -100,10 +100,11 @@ static void check_model(const agree_case_t *ac, uint64_t seed)
 static void test_shapes_f32(void)
 {
     agree_case_t cases[] = {
-        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},  /* MHA */
-        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},   /* GQA 4:1 */
-        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32}, /* MQA, head_dim 32 */
-        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},  /* odd sizes for SIMD tails */
+        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},    /* MHA */
+        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},     /* GQA 4:1 */
+        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32},   /* MQA, head_dim 32 */
+        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},    /* odd sizes for SIMD tails */
+        {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_F32}, /* big enough to split threads */
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         check_model(&cases[i], 11 + i);
@@ -128,19 +129,19 @@ static void test_forward_never_allocates(void)
 {
     moon_model_config_t shape = mt_shape(64, 128, 2, 8, 2, 300, 64);
     char                path[256];
-    moon_model_t       *m = mt_random_model(&shape, MOON_GGML_BF16, 5, path, sizeof(path));
+    moon_model_t       *m        = mt_random_model(&shape, MOON_GGML_BF16, 5, path, sizeof(path));
     moon_backend_kind_t kinds[2] = {MOON_BACKEND_REF, MOON_BACKEND_CPU};
     int32_t             toks[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     float               lg[2 * 300];
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     for (int k = 0; k < 2; k++) {
-        moon_engine_config_t ecfg = {.kind = kinds[k], .n_threads = 2, .max_batch = 2,
-                                     .max_chunk = 16};
-        moon_kv_config_t     kcfg = moon_model_kv_config(moon_model_config(m), 4, 16, 2);
-        moon_engine_t       *eng;
-        moon_kv_cache_t     *kv;
-        uint32_t             seqs[2];
+        moon_engine_config_t ecfg = {
+            .kind = kinds[k], .n_threads = 2, .max_batch = 2, .max_chunk = 16};
+        moon_kv_config_t kcfg = moon_model_kv_config(moon_model_config(m), 4, 16, 2);
+        moon_engine_t   *eng;
+        moon_kv_cache_t *kv;
+        uint32_t         seqs[2];
         CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
         CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
         CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &seqs[0]), MOON_OK);
