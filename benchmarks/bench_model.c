@@ -236,7 +236,8 @@ int main(int argc, char **argv)
         return 1;
     }
     {
-        uint32_t per_seq = (uint32_t)((MOON_MAX(prompt, ctx + iters + 4) + 15) / 16);
+        int64_t  need    = strcmp(bench, "prefill") == 0 ? prompt : ctx + iters + 4;
+        uint32_t per_seq = (uint32_t)((need + 15) / 16);
         kcfg = moon_model_kv_config(c, 16, per_seq * (uint32_t)batch + 2, (uint32_t)batch);
     }
     if (moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
