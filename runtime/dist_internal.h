@@ -33,6 +33,7 @@ typedef struct bulk_op {
     size_t          len, issued;
     uint32_t        n_inflight;
     int             finished; /* completion message sent */
+    int             flushed;  /* put: remote completion requested */
     moon_status_t   status;
     moon_addr_t     reply_to;
     uint64_t        cookie;
@@ -64,6 +65,9 @@ typedef struct {
     void (*mem_unmap)(moon_dist_t *d, void *memh, void *rkey);
     /* Issues [off, off + n) of op; completion: dist_bulk_slice_done(). */
     moon_status_t (*rma)(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n);
+    /* Put: makes the issued slices visible at the target; completion (inline
+     * or later) through dist_bulk_slice_done(). NULL: puts complete remotely. */
+    moon_status_t (*flush)(moon_dist_t *d, bulk_op_t *op);
     /* Frees engine state of op (rkey). */
     void (*bulk_release)(moon_dist_t *d, bulk_op_t *op);
     /* Peer r is lost: drop its endpoint without waiting for it. */

@@ -1,0 +1,152 @@
+/* moonlet/dist.h - the distributed runtime: MPI bootstrap, one transport
+ * engine per process (UCX active messages + RMA, or MPI when UCX is absent),
+ * a progress thread, per-peer credit windows, a global name registry, the
+ * bulk lane (registered regions, one-sided get/put with a completion
+ * message), heartbeats and peer-down notification.
+ *
+ * Lifecycle (main thread):
+ *   moon_dist_init(&argc, &argv, NULL, &d)     MPI_Init_thread when launched by
+ *                                              mpirun; single rank otherwise
+ *   cfg.rank = moon_dist_rank(d); moon_runtime_create(&cfg, &rt);
+ *   moon_dist_start(d, rt)                     collective: engine, addresses,
+ *                                              progress thread, attach
+ *   ... spawn, moon_dist_register, moon_runtime_start/wait ...
+ *   moon_dist_stop(d)                          collective, tolerates dead ranks
+ *   moon_runtime_destroy(rt); moon_dist_finalize(d);
+ *
+ * Threading: functions marked "any thread" may be called from handlers; the
+ * blocking ones (whereis, barrier, start, stop) never from handlers. */
+#ifndef MOONLET_DIST_H
+#define MOONLET_DIST_H
+
+#include "moonlet/actor.h"
+
+typedef struct moon_dist        moon_dist_t;        /* opaque */
+typedef struct moon_dist_region moon_dist_region_t; /* opaque */
+
+typedef struct {
+    const char *engine;          /* "ucx", "mpi" or NULL: env MOON_TRANSPORT, else ucx if built */
+    uint32_t    credits;         /* per-peer window, messages in flight (default 1024) */
+    uint32_t    batch_bytes;     /* small messages coalesced per frame (default 16 KiB) */
+    uint64_t    peer_timeout_ns; /* silence that declares a rank lost (default 2 s;
+                                  * env MOON_PEER_TIMEOUT_MS) */
+    uint64_t    slice_bytes;     /* bulk transfers move in slices of this size (default 1 MiB) */
+    const char *trace_dir;       /* per-rank message trace files (NULL: env MOON_DIST_TRACE) */
+} moon_dist_config_t;
+
+MOON_API void moon_dist_config_default(moon_dist_config_t *cfg);
+
+/* Initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested, at least
+ * SERIALIZED required) when the process was launched by mpirun or srun and MPI
+ * is not yet initialised; otherwise runs as a single rank without MPI. cfg may
+ * be NULL (defaults). MOON_ERR_UNSUPPORTED: MPI lacks the thread level. */
+MOON_API moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *cfg,
+                                      moon_dist_t **dist_p);
+MOON_API uint32_t moon_dist_rank(const moon_dist_t *d);
+MOON_API uint32_t moon_dist_size(const moon_dist_t *d);
+/* "ucx", "mpi" or "none" (single rank). */
+MOON_API const char *moon_dist_engine(const moon_dist_t *d);
+
+/* Collective. Opens the engine (one UCX context + worker per process; worker
+ * addresses allgathered over MPI), starts the progress thread and attaches the
+ * transport to rt (borrowed until moon_dist_stop). rt's rank must equal
+ * moon_dist_rank(d). */
+MOON_API moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt);
+/* Collective over live ranks: flushes, says goodbye to every live peer (waits
+ * at most a few seconds for theirs), stops the progress thread, detaches and
+ * closes the engine. Ranks found dead are skipped. NULL or not started: no-op. */
+MOON_API void moon_dist_stop(moon_dist_t *d);
+/* Frees d and finalises MPI if moon_dist_init initialised it (skipped when a
+ * rank was lost: MPI_Finalize would wait for it). NULL: no-op. */
+MOON_API void moon_dist_finalize(moon_dist_t *d);
+/* Waits until what this rank sent was delivered (credits back, at most 10 s),
+ * then MPI_Barrier (main thread, before stop; no rank may be dead). */
+MOON_API void moon_dist_barrier(moon_dist_t *d);
+
+/* ---- names: registered on the actor's rank and at the registry (rank 0) ---- */
+/* Registers name -> addr locally and at rank 0 (asynchronously; a whereis
+ * issued after a moon_dist_barrier sees it). MOON_ERR_EXISTS: taken locally. */
+MOON_API moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr);
+/* Blocking resolution (not from handlers): local table, then rank 0.
+ * MOON_ERR_NOT_FOUND, MOON_ERR_TIMED_OUT, MOON_ERR_PEER_LOST (rank 0 gone). */
+MOON_API moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeout_ns,
+                                         moon_addr_t *addr_p);
+/* Asynchronous resolution for actors: reply_to gets DIST_NAME_REPLY {cookie,
+ * status, addr}. Any thread. */
+MOON_API moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name,
+                                               moon_addr_t reply_to, uint64_t cookie);
+
+/* ---- failure -------------------------------------------------------------- */
+/* watcher gets SYS_PEER_DOWN {rank, reason} for every rank lost from now on.
+ * (Actors that monitor or link actors on a lost rank get DOWN / EXIT with
+ * MOON_ERR_PEER_LOST and one PEER_DOWN without asking.) Any thread. */
+MOON_API moon_status_t moon_dist_watch_peers(moon_dist_t *d, moon_addr_t watcher);
+/* 1 while rank r is considered alive. */
+MOON_API int moon_dist_peer_alive(moon_dist_t *d, uint32_t r);
+
+/* ---- bulk lane ------------------------------------------------------------ */
+/* Registers [addr, addr + len) once (ucp_mem_map); addr stays the caller's and
+ * must outlive the region. Any thread. */
+MOON_API moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
+                                                 moon_dist_region_t **reg_p);
+/* No transfer may use it any more. NULL: no-op. */
+MOON_API void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg);
+/* Size of the region's wire descriptor (rank, address, length, packed rkey). */
+MOON_API size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg);
+/* Writes the descriptor into a `bytes` span of msg (tail room needed:
+ * moon_dist_region_desc_bytes). MOON_ERR_NO_RESOURCE: tail too small. */
+MOON_API moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg,
+                                             moon_span_t *span);
+
+/* One-sided transfer of len bytes between local memory [local, local + len)
+ * (inside local_reg when given: zero-copy; NULL: the engine registers on the
+ * fly) and the remote region described by desc (desc_len bytes, borrowed for
+ * the call) at remote_off. get reads remote into local; put writes local to
+ * remote. MOON_OK: reply_to gets DIST_BULK_DONE {cookie, status, bytes} when
+ * done (status MOON_ERR_PEER_LOST if the rank dies first); local must stay
+ * valid until then. MOON_ERR_INVALID_PARAM: bad descriptor or range (nothing
+ * sent); MOON_ERR_PEER_LOST: rank already lost. Any thread. */
+MOON_API moon_status_t moon_dist_get(moon_dist_t *d, void *local, moon_dist_region_t *local_reg,
+                                     const void *desc, size_t desc_len, uint64_t remote_off,
+                                     size_t len, moon_addr_t reply_to, uint64_t cookie);
+MOON_API moon_status_t moon_dist_put(moon_dist_t *d, const void *local,
+                                     moon_dist_region_t *local_reg, const void *desc,
+                                     size_t desc_len, uint64_t remote_off, size_t len,
+                                     moon_addr_t reply_to, uint64_t cookie);
+
+/* ---- counters --------------------------------------------------------------- */
+typedef struct {
+    uint64_t n_sent, n_received;       /* remote messages */
+    uint64_t n_frames_sent, n_frames_received;
+    uint64_t n_bad_frames;             /* truncated or unknown frame kinds */
+    uint64_t n_bad_msgs;               /* records that failed to decode */
+    uint64_t n_stale;                  /* records for stale or unknown actors */
+    uint64_t n_credit_stalls;          /* times a peer's window was exhausted */
+    uint64_t n_gate_mutes;             /* senders muted by a full window */
+    uint64_t n_peers_lost;
+    uint64_t n_bulk_done, bulk_bytes;
+} moon_dist_stats_t;
+MOON_API void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *stats_p);
+
+/* Test hook: sends raw bytes as one frame to rank r (bad-input tests). */
+MOON_API moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void *bytes,
+                                          size_t len);
+
+/* ---- messages (ids 112..119 of the component range) ------------------------ */
+#define MOON_DIST_BULK_DONE_FIELDS(F, T)  F(T, u64, cookie) F(T, i32, status) F(T, u64, bytes)
+#define MOON_DIST_NAME_REPLY_FIELDS(F, T) F(T, u64, cookie) F(T, i32, status) F(T, addr, addr)
+/* internal: name registry traffic between progress threads */
+#define MOON_DIST_NAME_OP_FIELDS(F, T)                                                             \
+    F(T, u32, op) F(T, u64, cookie) F(T, addr, addr) F(T, addr, reply_to) F(T, str, name)
+
+#define MOON_DIST_MSGS(X)                                                                          \
+    X(MOON_MSG_DIST_BULK_DONE, moon_dist_bulk_done_t, MOON_DIST_BULK_DONE_FIELDS)                  \
+    X(MOON_MSG_DIST_NAME_REPLY, moon_dist_name_reply_t, MOON_DIST_NAME_REPLY_FIELDS)               \
+    X(MOON_MSG_DIST_NAME_OP, moon_dist_name_op_t, MOON_DIST_NAME_OP_FIELDS)
+
+MOON_MSG_DECLARE(MOON_DIST_MSGS, 112, MOON_MSG_DIST_END)
+_Static_assert(MOON_MSG_DIST_END <= 120, "dist ids are 112..119");
+
+MOON_API extern const moon_msg_desc_t moon_dist_msg_descs[];
+
+#endif /* MOONLET_DIST_H */

@@ -1,0 +1,537 @@
+/* runtime/transport_ucx.c - the UCX engine of the distributed runtime: one
+ * UCP context and worker per process (worker addresses allgathered over MPI),
+ * endpoints created on first use with peer error handling, frames as eager
+ * active messages, bulk slices as ucp_put_nbx/ucp_get_nbx with rkeys unpacked
+ * per transfer. The worker is single-threaded: only the progress thread of
+ * dist.c touches it (open/close run before it starts and after it stopped);
+ * mem_map/rkey_pack are context calls, made thread-safe by mt_workers_shared. */
+#include "dist_internal.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+
+#include <mpi.h>
+#include <ucp/api/ucp.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define AM_FRAME_ID 7
+
+typedef struct {
+    moon_dist_t  *d;
+    uint32_t      rank;
+    ucp_ep_h      ep;
+    int           failed;
+    int           err_peer; /* ep has UCX peer error handling (not on shm in 1.13) */
+} ucx_peer_t;
+
+typedef struct {
+    ucp_context_h ctx;
+    ucp_worker_h  worker;
+    int           efd;
+    char         *addrs;    /* all ranks' worker addresses */
+    int          *addr_len, *addr_off;
+    ucx_peer_t   *peers;
+    int           peer_err_mode; /* endpoints with UCP_ERR_HANDLING_MODE_PEER */
+} ucx_t;
+
+/* UCX 1.13's shared-memory transports have no peer failure handler, so an
+ * endpoint asking for one cannot use them: peer error handling is requested
+ * only when UCX_TLS rules shared memory out (e.g. tcp). Heartbeats detect a
+ * lost rank in every case. */
+static int want_peer_err_mode(void)
+{
+    const char *tls = getenv("UCX_TLS");
+
+    if (tls == NULL) {
+        return 0;
+    }
+    return strstr(tls, "sysv") == NULL && strstr(tls, "posix") == NULL &&
+           strstr(tls, "sm") == NULL && strstr(tls, "shm") == NULL &&
+           strstr(tls, "all") == NULL && strstr(tls, "mm") == NULL;
+}
+
+static moon_status_t from_ucs(ucs_status_t s)
+{
+    switch (s) {
+    case UCS_OK: return MOON_OK;
+    case UCS_INPROGRESS: return MOON_INPROGRESS;
+    case UCS_ERR_NO_MEMORY: return MOON_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM: return MOON_ERR_INVALID_PARAM;
+    case UCS_ERR_NO_RESOURCE: return MOON_ERR_NO_RESOURCE;
+    case UCS_ERR_TIMED_OUT: return MOON_ERR_TIMED_OUT;
+    case UCS_ERR_CANCELED: return MOON_ERR_CANCELED;
+    case UCS_ERR_UNSUPPORTED: return MOON_ERR_UNSUPPORTED;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED: return MOON_ERR_PEER_LOST;
+    default: return MOON_ERR_IO;
+    }
+}
+
+static ucx_t *U(moon_dist_t *d)
+{
+    return moon_dist_engine_ctx(d);
+}
+
+/* ---- receive -------------------------------------------------------------- */
+typedef struct {
+    moon_dist_t *d;
+    void        *buf;
+    size_t       len;
+} rndv_ctx_t;
+
+static void rndv_done(void *req, ucs_status_t status, size_t length, void *user_data)
+{
+    rndv_ctx_t *r = user_data;
+
+    if (status == UCS_OK) {
+        dist_on_frame(r->d, r->buf, length);
+    }
+    moon_free(r->buf);
+    moon_free(r);
+    if (req != NULL) {
+        ucp_request_free(req);
+    }
+}
+
+static ucs_status_t am_frame_cb(void *arg, const void *header, size_t header_length, void *data,
+                                size_t length, const ucp_am_recv_param_t *param)
+{
+    moon_dist_t *d = arg;
+
+    (void)header;
+    (void)header_length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        /* frames go eager; a rendezvous one is still read whole */
+        ucp_request_param_t rp = {0};
+        rndv_ctx_t         *r  = moon_malloc(sizeof(*r));
+        void               *buf = moon_malloc(length ? length : 1);
+        ucs_status_ptr_t    sp;
+
+        if (r == NULL || buf == NULL) {
+            moon_free(r);
+            moon_free(buf);
+            MOON_ERROR("no memory for a %zu-byte frame: dropped", length);
+            return UCS_OK;
+        }
+        *r = (rndv_ctx_t){d, buf, length};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv_am   = rndv_done;
+        rp.user_data    = r;
+        sp = ucp_am_recv_data_nbx(U(d)->worker, data, buf, length, &rp);
+        if (sp == NULL) {
+            rndv_done(NULL, UCS_OK, length, r);
+        } else if (UCS_PTR_IS_ERR(sp)) {
+            rndv_done(NULL, UCS_PTR_STATUS(sp), 0, r);
+        }
+        return UCS_OK;
+    }
+    dist_on_frame(d, data, length);
+    return UCS_OK;
+}
+
+/* ---- endpoints ------------------------------------------------------------ */
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_peer_t *p = arg;
+
+    (void)ep;
+    p->failed = 1;
+    dist_peer_failed(p->d, p->rank, from_ucs(status) == MOON_ERR_IO ? MOON_ERR_PEER_LOST
+                                                                    : from_ucs(status));
+}
+
+static ucp_ep_h get_ep(moon_dist_t *d, uint32_t r)
+{
+    ucx_t          *u = U(d);
+    ucx_peer_t     *p = &u->peers[r];
+    ucp_ep_params_t ep = {0};
+    ucs_status_t    s;
+
+    if (p->ep != NULL || p->failed) {
+        return p->ep;
+    }
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address    = (const ucp_address_t *)(u->addrs + u->addr_off[r]);
+    ep.err_mode   = UCP_ERR_HANDLING_MODE_NONE;
+    if (u->peer_err_mode) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+        ep.err_handler.cb  = ep_error_cb;
+        ep.err_handler.arg = p;
+    }
+    s           = ucp_ep_create(u->worker, &ep, &p->ep);
+    p->err_peer = u->peer_err_mode;
+    if (s != UCS_OK) {
+        MOON_ERROR("ucp_ep_create to rank %u failed: %s", r, ucs_status_string(s));
+        p->ep     = NULL;
+        p->failed = 1;
+    }
+    return p->ep;
+}
+
+static void close_ep(moon_dist_t *d, ucx_peer_t *p)
+{
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t    sp;
+
+    if (p->ep == NULL) {
+        return;
+    }
+    if (p->failed && !p->err_peer) {
+        /* without error handling neither a flush nor a force close returns
+         * for a dead peer: leave the endpoint to ucp_worker_destroy */
+        p->ep = NULL;
+        return;
+    }
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags        = p->err_peer ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    sp              = ucp_ep_close_nbx(p->ep, &rp);
+    if (UCS_PTR_IS_PTR(sp)) {
+        for (int i = 0; i < 100000 && ucp_request_check_status(sp) == UCS_INPROGRESS; i++) {
+            ucp_worker_progress(U(d)->worker);
+        }
+        ucp_request_free(sp);
+    }
+    p->ep = NULL;
+}
+
+/* ---- engine ops ----------------------------------------------------------- */
+static moon_status_t ucx_open(moon_dist_t *d)
+{
+    uint32_t          size = moon_dist_size_(d);
+    MPI_Comm          comm = *(MPI_Comm *)dist_mpi_comm(d);
+    ucp_config_t     *config;
+    ucp_params_t      params = {0};
+    ucp_worker_params_t wp   = {0};
+    ucp_am_handler_param_t ap = {0};
+    ucp_address_t    *addr;
+    size_t            addr_len;
+    int               my_len, total = 0;
+    ucs_status_t      s;
+    ucx_t            *u = moon_calloc(1, sizeof(*u));
+
+    if (u == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    u->peers    = moon_calloc(size, sizeof(*u->peers));
+    u->addr_len = moon_calloc(size, sizeof(int));
+    u->addr_off = moon_calloc(size, sizeof(int));
+    if (u->peers == NULL || u->addr_len == NULL || u->addr_off == NULL) {
+        goto err_mem;
+    }
+    if ((s = ucp_config_read(NULL, NULL, &config)) != UCS_OK) {
+        MOON_ERROR("ucp_config_read: %s", ucs_status_string(s));
+        goto err_ucs;
+    }
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features   = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
+    s = ucp_init(&params, config, &u->ctx);
+    ucp_config_release(config);
+    if (s != UCS_OK) {
+        MOON_ERROR("ucp_init: %s", ucs_status_string(s));
+        goto err_ucs;
+    }
+    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if ((s = ucp_worker_create(u->ctx, &wp, &u->worker)) != UCS_OK) {
+        MOON_ERROR("ucp_worker_create: %s", ucs_status_string(s));
+        goto err_ctx;
+    }
+    if ((s = ucp_worker_get_efd(u->worker, &u->efd)) != UCS_OK) {
+        MOON_ERROR("ucp_worker_get_efd: %s", ucs_status_string(s));
+        goto err_worker;
+    }
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    ap.id    = AM_FRAME_ID;
+    ap.cb    = am_frame_cb;
+    ap.arg   = d;
+    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+    if ((s = ucp_worker_set_am_recv_handler(u->worker, &ap)) != UCS_OK) {
+        MOON_ERROR("ucp_worker_set_am_recv_handler: %s", ucs_status_string(s));
+        goto err_worker;
+    }
+    if ((s = ucp_worker_get_address(u->worker, &addr, &addr_len)) != UCS_OK) {
+        MOON_ERROR("ucp_worker_get_address: %s", ucs_status_string(s));
+        goto err_worker;
+    }
+    my_len = (int)addr_len;
+    MPI_Allgather(&my_len, 1, MPI_INT, u->addr_len, 1, MPI_INT, comm);
+    for (uint32_t r = 0; r < size; r++) {
+        u->addr_off[r] = total;
+        total += u->addr_len[r];
+        u->peers[r] = (ucx_peer_t){d, r, NULL, 0, 0};
+    }
+    u->addrs = moon_malloc((size_t)total);
+    if (u->addrs == NULL) {
+        ucp_worker_release_address(u->worker, addr);
+        goto err_worker;
+    }
+    MPI_Allgatherv(addr, my_len, MPI_BYTE, u->addrs, u->addr_len, u->addr_off, MPI_BYTE, comm);
+    ucp_worker_release_address(u->worker, addr);
+    u->peer_err_mode = want_peer_err_mode();
+    moon_dist_set_engine_ctx(d, u);
+    return MOON_OK;
+
+err_worker:
+    ucp_worker_destroy(u->worker);
+err_ctx:
+    ucp_cleanup(u->ctx);
+err_ucs:
+err_mem:
+    moon_free(u->addrs);
+    moon_free(u->peers);
+    moon_free(u->addr_len);
+    moon_free(u->addr_off);
+    moon_free(u);
+    return MOON_ERR_IO;
+}
+
+static void ucx_close(moon_dist_t *d)
+{
+    ucx_t *u = U(d);
+
+    if (u == NULL) {
+        return;
+    }
+    for (uint32_t r = 0; r < moon_dist_size_(d); r++) {
+        close_ep(d, &u->peers[r]);
+    }
+    ucp_worker_destroy(u->worker);
+    ucp_cleanup(u->ctx);
+    moon_free(u->addrs);
+    moon_free(u->peers);
+    moon_free(u->addr_len);
+    moon_free(u->addr_off);
+    moon_free(u);
+    moon_dist_set_engine_ctx(d, NULL);
+}
+
+typedef struct {
+    moon_dist_t *d;
+    dist_buf_t  *buf;
+} send_ctx_t;
+
+static int ucx_progress(moon_dist_t *d)
+{
+    return (int)ucp_worker_progress(U(d)->worker);
+}
+
+static int ucx_event_fd(moon_dist_t *d)
+{
+    return U(d)->efd;
+}
+
+static int ucx_arm(moon_dist_t *d)
+{
+    return ucp_worker_arm(U(d)->worker) == UCS_OK;
+}
+
+static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **memh_p,
+                                 void **rkey_p, size_t *rkey_len_p)
+{
+    ucx_t             *u = U(d);
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_h          memh;
+    void              *rkey;
+    size_t             rkey_len;
+    ucs_status_t       s;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address    = addr;
+    mp.length     = len;
+    if ((s = ucp_mem_map(u->ctx, &mp, &memh)) != UCS_OK) {
+        MOON_ERROR("ucp_mem_map of %zu bytes failed: %s", len, ucs_status_string(s));
+        return from_ucs(s);
+    }
+    if ((s = ucp_rkey_pack(u->ctx, memh, &rkey, &rkey_len)) != UCS_OK) {
+        MOON_ERROR("ucp_rkey_pack failed: %s", ucs_status_string(s));
+        ucp_mem_unmap(u->ctx, memh);
+        return from_ucs(s);
+    }
+    *memh_p     = memh;
+    *rkey_p     = rkey;
+    *rkey_len_p = rkey_len;
+    return MOON_OK;
+}
+
+static void ucx_mem_unmap(moon_dist_t *d, void *memh, void *rkey)
+{
+    ucx_t *u = U(d);
+
+    if (rkey != NULL) {
+        ucp_rkey_buffer_release(rkey);
+    }
+    if (memh != NULL) {
+        ucp_mem_unmap(u->ctx, memh);
+    }
+}
+
+typedef struct {
+    moon_dist_t *d;
+    bulk_op_t   *op;
+} rma_ctx_t;
+
+static void rma_done(void *req, ucs_status_t status, void *user_data)
+{
+    rma_ctx_t *c = user_data;
+
+    dist_bulk_slice_done(c->d, c->op, 0, from_ucs(status));
+    moon_free(c);
+    ucp_request_free(req);
+}
+
+static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n)
+{
+    ucp_ep_h            ep = get_ep(d, op->peer);
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t    sp;
+    rma_ctx_t          *c;
+
+    if (ep == NULL) {
+        return MOON_ERR_PEER_LOST;
+    }
+    if (op->eng_rkey == NULL) {
+        ucs_status_t s = ucp_ep_rkey_unpack(ep, op->rkey, (ucp_rkey_h *)&op->eng_rkey);
+        if (s != UCS_OK) {
+            MOON_ERROR("ucp_ep_rkey_unpack from rank %u failed: %s", op->peer,
+                       ucs_status_string(s));
+            op->eng_rkey = NULL;
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    c = moon_malloc(sizeof(*c));
+    if (c == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    *c              = (rma_ctx_t){d, op};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send      = rma_done;
+    rp.user_data    = c;
+    if (op->local_memh != NULL) {
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        rp.memh = op->local_memh;
+    }
+    if (op->is_put) {
+        sp = ucp_put_nbx(ep, op->local + off, n, op->remote_addr + off, op->eng_rkey, &rp);
+    } else {
+        sp = ucp_get_nbx(ep, op->local + off, n, op->remote_addr + off, op->eng_rkey, &rp);
+    }
+    if (sp == NULL) {
+        moon_free(c);
+        dist_bulk_slice_done(d, op, n, MOON_OK);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        moon_free(c);
+        dist_bulk_slice_done(d, op, n, from_ucs(UCS_PTR_STATUS(sp)));
+    }
+    return MOON_OK;
+}
+
+static moon_status_t ucx_flush(moon_dist_t *d, bulk_op_t *op)
+{
+    ucp_ep_h            ep = get_ep(d, op->peer);
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t    sp;
+    rma_ctx_t          *c;
+
+    if (ep == NULL) {
+        return MOON_ERR_PEER_LOST;
+    }
+    c = moon_malloc(sizeof(*c));
+    if (c == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    *c              = (rma_ctx_t){d, op};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send      = rma_done;
+    rp.user_data    = c;
+    sp              = ucp_ep_flush_nbx(ep, &rp);
+    if (sp == NULL) {
+        moon_free(c);
+        dist_bulk_slice_done(d, op, 0, MOON_OK);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        moon_free(c);
+        dist_bulk_slice_done(d, op, 0, from_ucs(UCS_PTR_STATUS(sp)));
+    }
+    return MOON_OK;
+}
+
+static void ucx_bulk_release(moon_dist_t *d, bulk_op_t *op)
+{
+    (void)d;
+    if (op->eng_rkey != NULL) {
+        ucp_rkey_destroy(op->eng_rkey);
+        op->eng_rkey = NULL;
+    }
+}
+
+static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
+{
+    ucx_t *u = U(d);
+
+    u->peers[r].failed = 1;
+    close_ep(d, &u->peers[r]);
+}
+
+/* Frame sends: the callback needs d and the buffer; both ride in a small
+ * context allocated only when the send does not complete at once. */
+static void frame_sent_ctx(void *req, ucs_status_t status, void *user_data)
+{
+    send_ctx_t *c = user_data;
+
+    dist_frame_done(c->d, c->buf, from_ucs(status));
+    moon_free(c);
+    ucp_request_free(req);
+}
+
+static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
+{
+    ucp_ep_h            ep = get_ep(d, buf->peer);
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t    sp;
+    send_ctx_t         *c;
+
+    if (ep == NULL) {
+        return MOON_ERR_PEER_LOST;
+    }
+    c = moon_malloc(sizeof(*c));
+    if (c == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    *c              = (send_ctx_t){d, buf};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send      = frame_sent_ctx;
+    rp.user_data    = c;
+    rp.flags        = UCP_AM_SEND_FLAG_EAGER;
+    sp = ucp_am_send_nbx(ep, AM_FRAME_ID, NULL, 0, buf->data, buf->len, &rp);
+    if (sp == NULL) {
+        moon_free(c);
+        dist_frame_done(d, buf, MOON_OK);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        moon_free(c);
+        dist_frame_done(d, buf, from_ucs(UCS_PTR_STATUS(sp)));
+    }
+    return MOON_OK;
+}
+
+const dist_engine_ops_t moon_dist_engine_ucx = {
+    .name         = "ucx",
+    .open         = ucx_open,
+    .close        = ucx_close,
+    .send_frame   = ucx_send_frame,
+    .progress     = ucx_progress,
+    .event_fd     = ucx_event_fd,
+    .arm          = ucx_arm,
+    .mem_map      = ucx_mem_map,
+    .mem_unmap    = ucx_mem_unmap,
+    .rma          = ucx_rma,
+    .flush        = ucx_flush,
+    .bulk_release = ucx_bulk_release,
+    .peer_lost    = ucx_peer_lost,
+};

@@ -1,0 +1,617 @@
+/* tests/mpi/test_dist.c - the distributed runtime under mpirun -np 2..4:
+ * global names, remote round trips, per-pair FIFO order from every rank to
+ * every rank, credits under a flooding sender (back-pressure, nothing dropped,
+ * receiver bounded), bad input from the wire, and bulk get/put of odd sizes
+ * with descriptors carried in messages. The same binary runs over UCX shm,
+ * UCX tcp and the MPI engine (CTest variants set UCX_TLS / MOON_TRANSPORT). */
+#include "dist_test.h"
+
+#include "moonlet/log.h"
+
+#include <string.h>
+
+/* ---- messages ------------------------------------------------------------- */
+#define T_X_FIELDS(F, T)    F(T, u64, x)
+#define T_DESC_FIELDS(F, T) F(T, u64, len) F(T, bytes, desc)
+#define T_MSGS(X)                                                                                  \
+    X(T_PING, t_ping_t, T_X_FIELDS)                                                                \
+    X(T_PONG, t_pong_t, T_X_FIELDS)                                                                \
+    X(T_SEQ, t_seq_t, T_X_FIELDS)                                                                  \
+    X(T_GO, t_go_t, T_X_FIELDS)                                                                    \
+    X(T_DESC_REQ, t_desc_req_t, T_X_FIELDS)                                                        \
+    X(T_DESC, t_desc_t, T_DESC_FIELDS)
+MOON_MSG_DECLARE(T_MSGS, 200, T_END)
+MOON_MSG_DEFINE(T_MSGS, t_descs)
+
+#define MAX_RANKS 64
+
+static void *new_msg(uint32_t type, uint64_t x)
+{
+    t_ping_t *m = moon_msg_new(type, 0);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    m->x = x;
+    return m;
+}
+
+static moon_status_t send_x(moon_actor_t *self, moon_addr_t to, uint32_t type, uint64_t x)
+{
+    moon_msg_hdr_t *m      = new_msg(type, x);
+    moon_status_t   status = moon_send(self, to, m);
+
+    if (status != MOON_OK) {
+        moon_msg_release(m);
+    }
+    return status;
+}
+
+/* ---- echo ----------------------------------------------------------------- */
+static moon_status_t echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    (void)send_x(self, msg->src, T_PONG, ((const t_ping_t *)msg)->x);
+    return MOON_OK;
+}
+static const moon_actor_ops_t echo_ops = {
+    .name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
+
+/* ---- client: count round trips, or report a SYS_ERROR ---------------------- */
+typedef struct {
+    moon_addr_t  target;
+    uint64_t     count;
+    _Atomic int *done;
+    _Atomic int *error; /* status of a SYS_ERROR received, or 0 */
+} client_args_t;
+
+static moon_status_t client_init(moon_actor_t *self, const void *args)
+{
+    client_args_t *s = moon_actor_state(self);
+
+    *s = *(const client_args_t *)args;
+    return send_x(self, s->target, T_PING, 0);
+}
+static moon_status_t client_on_pong(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    client_args_t *s = moon_actor_state(self);
+    uint64_t       x = ((const t_pong_t *)msg)->x;
+
+    if (x + 1 < s->count) {
+        return send_x(self, s->target, T_PING, x + 1);
+    }
+    atomic_store(s->done, 1);
+    moon_actor_exit(self, MOON_OK);
+    return MOON_OK;
+}
+static moon_status_t client_on_error(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    client_args_t *s = moon_actor_state(self);
+
+    atomic_store(s->error, ((const moon_sys_error_t *)msg)->status);
+    atomic_store(s->done, 1);
+    moon_actor_exit(self, MOON_OK);
+    return MOON_OK;
+}
+static const moon_actor_ops_t client_ops = {
+    .name        = "client",
+    .state_bytes = sizeof(client_args_t),
+    .init        = client_init,
+    .on_msg      = {[T_PONG] = client_on_pong, [MOON_MSG_SYS_ERROR] = client_on_error}};
+
+/* ---- collector: checks FIFO order per sending rank ------------------------- */
+typedef struct {
+    uint64_t     expected;
+    uint32_t     spin_ns; /* per message: a slow receiver */
+    _Atomic int *done;
+    _Atomic int *bad;
+    uint64_t     count;
+    uint64_t     next[MAX_RANKS];
+} coll_state_t;
+
+static moon_status_t coll_init(moon_actor_t *self, const void *args)
+{
+    coll_state_t *s = moon_actor_state(self);
+
+    *s = *(const coll_state_t *)args;
+    return MOON_OK;
+}
+static moon_status_t coll_on_seq(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    coll_state_t *s = moon_actor_state(self);
+    uint32_t      r = moon_addr_rank(msg->src);
+
+    if (r >= MAX_RANKS || ((const t_seq_t *)msg)->x != s->next[r]) {
+        atomic_store(s->bad, 1);
+    } else {
+        s->next[r]++;
+    }
+    if (s->spin_ns) {
+        double end = moon_test_now_s() + s->spin_ns * 1e-9;
+        while (moon_test_now_s() < end) {
+        }
+    }
+    if (++s->count == s->expected) {
+        atomic_store(s->done, 1);
+    }
+    return MOON_OK;
+}
+static const moon_actor_ops_t coll_ops = {.name        = "collector",
+                                          .state_bytes = sizeof(coll_state_t),
+                                          .init        = coll_init,
+                                          .on_msg      = {[T_SEQ] = coll_on_seq}};
+
+/* ---- sender: n messages to each target, chunk per turn ---------------------- */
+typedef struct {
+    moon_addr_t  targets[MAX_RANKS];
+    uint32_t     n_targets;
+    uint64_t     n, chunk, sent;
+    _Atomic int *done;
+    _Atomic int *bad;
+} sender_state_t;
+
+static moon_status_t sender_init(moon_actor_t *self, const void *args)
+{
+    sender_state_t *s = moon_actor_state(self);
+
+    *s = *(const sender_state_t *)args;
+    return send_x(self, moon_actor_addr(self), T_GO, 0);
+}
+static moon_status_t sender_on_go(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    sender_state_t *s   = moon_actor_state(self);
+    uint64_t        end = MOON_MIN(s->n, s->sent + s->chunk);
+
+    (void)msg;
+    for (; s->sent < end; s->sent++) {
+        for (uint32_t t = 0; t < s->n_targets; t++) {
+            if (send_x(self, s->targets[t], T_SEQ, s->sent) != MOON_OK) {
+                atomic_store(s->bad, 1);
+            }
+        }
+    }
+    if (s->sent < s->n) {
+        return send_x(self, moon_actor_addr(self), T_GO, 0);
+    }
+    atomic_store(s->done, 1);
+    return MOON_OK;
+}
+static const moon_actor_ops_t sender_ops = {.name        = "sender",
+                                            .state_bytes = sizeof(sender_state_t),
+                                            .init        = sender_init,
+                                            .on_msg      = {[T_GO] = sender_on_go}};
+
+/* ---- tests ---------------------------------------------------------------- */
+static void test_names_and_round_trips(void)
+{
+    char          name[32];
+    moon_addr_t   echo, addr;
+    _Atomic int   done = 0, error = 0;
+    client_args_t ca;
+    moon_addr_t   client;
+    int           ok = 1;
+
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &echo), MOON_OK);
+    snprintf(name, sizeof(name), "echo/%u", g_rank);
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, name, echo), MOON_OK);
+    moon_dist_barrier(g_dist);
+    for (uint32_t r = 0; r < g_size; r++) {
+        snprintf(name, sizeof(name), "echo/%u", r);
+        if (moon_dist_whereis(g_dist, name, 5000000000ull, &addr) != MOON_OK ||
+            moon_addr_rank(addr) != r) {
+            ok = 0;
+        }
+    }
+    CU_ASSERT(ok);
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "no/such/name", 5000000000ull, &addr),
+                    MOON_ERR_NOT_FOUND);
+    /* 1000 round trips to the next rank's echo */
+    snprintf(name, sizeof(name), "echo/%u", (g_rank + 1) % g_size);
+    CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, name, 5000000000ull, &addr), MOON_OK);
+    ca = (client_args_t){addr, 1000, &done, &error};
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &client_ops, &ca, NULL, &client), MOON_OK);
+    CU_ASSERT(dist_test_wait(&done, 30));
+    CU_ASSERT_EQUAL(atomic_load(&error), 0);
+    CU_ASSERT(dist_test_all(atomic_load(&done) && !atomic_load(&error)));
+    moon_dist_barrier(g_dist);
+    moon_stop(g_rt, echo, MOON_OK);
+}
+
+/* Every rank sends N numbered messages to every other rank's collector. */
+static void run_all_to_all(uint64_t n, uint32_t spin_ns, uint32_t only_to_zero)
+{
+    char           name[32];
+    _Atomic int    cdone = 0, sdone = 0, bad = 0;
+    coll_state_t   cs   = {0};
+    sender_state_t ss   = {0};
+    moon_addr_t    coll, snd, addr;
+    uint32_t       n_senders = only_to_zero ? (g_rank == 0 ? g_size - 1 : 0) : g_size - 1;
+
+    cs.expected = n * n_senders;
+    cs.spin_ns  = spin_ns;
+    cs.done     = &cdone;
+    cs.bad      = &bad;
+    if (cs.expected == 0) {
+        atomic_store(&cdone, 1);
+    }
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &coll_ops, &cs, NULL, &coll), MOON_OK);
+    snprintf(name, sizeof(name), "coll%u/%u", only_to_zero, g_rank);
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, name, coll), MOON_OK);
+    moon_dist_barrier(g_dist);
+    for (uint32_t r = 0; r < g_size; r++) {
+        if (r == g_rank || (only_to_zero && r != 0)) {
+            continue;
+        }
+        snprintf(name, sizeof(name), "coll%u/%u", only_to_zero, r);
+        CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, name, 5000000000ull, &addr), MOON_OK);
+        ss.targets[ss.n_targets++] = addr;
+    }
+    ss.n     = n;
+    ss.chunk = 2000;
+    ss.done  = &sdone;
+    ss.bad   = &bad;
+    if (ss.n_targets > 0) {
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &sender_ops, &ss, NULL, &snd), MOON_OK);
+        CU_ASSERT(dist_test_wait(&sdone, 120));
+        if (spin_ns) {
+            moon_dist_stats_t st;
+            moon_actor_stats_t as;
+            moon_dist_stats(g_dist, &st);
+            /* the flooding sender was muted by the full window, and stalled on credits */
+            CU_ASSERT(moon_actor_stats(g_rt, snd, &as) == MOON_OK && as.n_muted > 0);
+            CU_ASSERT(st.n_credit_stalls > 0);
+            printf("rank %u: sender muted %llu times, %llu credit stalls\n", g_rank,
+                   (unsigned long long)as.n_muted, (unsigned long long)st.n_credit_stalls);
+        }
+    }
+    CU_ASSERT(dist_test_wait(&cdone, 120));
+    CU_ASSERT_EQUAL(atomic_load(&bad), 0);
+    if (spin_ns && g_rank == 0) {
+        moon_actor_stats_t as;
+        CU_ASSERT_EQUAL(moon_actor_stats(g_rt, coll, &as), MOON_OK);
+        /* bounded: mailbox bound (256) plus at most one credit window per sender */
+        printf("rank 0: slow receiver mailbox high water %llu\n",
+               (unsigned long long)as.depth_high_water);
+        CU_ASSERT(as.depth_high_water <= 256 + 64ull * (g_size - 1) + 256);
+    }
+    CU_ASSERT(dist_test_all(atomic_load(&cdone) && !atomic_load(&bad)));
+    moon_dist_barrier(g_dist);
+    moon_stop(g_rt, coll, MOON_OK);
+}
+
+static void test_fifo_order_all_pairs(void)
+{
+    run_all_to_all(getenv("MOON_TEST_SMALL") ? 2000 : 20000, 0, 0);
+}
+
+static void test_flooding_sender_is_slowed_not_dropped(void)
+{
+    if (g_size < 2) {
+        return;
+    }
+    run_all_to_all(20000, 3000, 1);
+}
+
+/* Garbage frames, a record that fails to decode, and a message to a stale
+ * address: counted, answered where possible, and the receiver goes on. */
+static void test_bad_input_is_counted_and_dropped(void)
+{
+    moon_addr_t       stale = MOON_ADDR_NONE, echo;
+    moon_dist_stats_t st;
+    _Atomic int       done = 0, error = 0;
+    client_args_t     ca;
+    moon_addr_t       client;
+
+    if (g_size < 2) {
+        return;
+    }
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &stale), MOON_OK);
+        CU_ASSERT_EQUAL(moon_stop(g_rt, stale, MOON_OK), MOON_OK);
+    }
+    MPI_Bcast(&stale, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        /* frame layout (runtime/dist.c): u16 magic 0x4d44, u8 kind, u8 pad,
+         * u32 src_rank, u32 credits, u32 n_records; records: u64 to, src, seq,
+         * u32 type, len, then len bytes of msgpack. */
+        unsigned char f[16 + 32 + 8] = {0};
+        uint16_t      magic = 0x4d44;
+        uint32_t      one = 1, n_rec = 1, type = T_PING, len = 8;
+        uint64_t      to = stale;
+
+        CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, "abc", 3), MOON_OK); /* truncated */
+        memcpy(f, "XXXXXXXXXXXXXXXX", 16);                                  /* bad magic */
+        CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, f, 16), MOON_OK);
+        memset(f, 0, sizeof(f));
+        memcpy(f, &magic, 2);
+        f[2] = 1; /* BATCH */
+        memcpy(f + 4, &one, 4);
+        memcpy(f + 12, &n_rec, 4);
+        memcpy(f + 16, &to, 8);
+        memcpy(f + 40, &type, 4);
+        len = 4000; /* longer than the frame */
+        memcpy(f + 44, &len, 4);
+        CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, f, sizeof(f)), MOON_OK);
+        len = 8; /* in range, but not msgpack of a T_PING */
+        memcpy(f + 44, &len, 4);
+        memset(f + 48, 0xc1, 8);
+        CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, f, sizeof(f)), MOON_OK);
+        f[2] = 99; /* unknown kind */
+        CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, f, 16), MOON_OK);
+        /* a well-formed message to the stale address: SYS_ERROR comes back */
+        ca = (client_args_t){stale, 1, &done, &error};
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &client_ops, &ca, NULL, &client), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 10));
+        CU_ASSERT_EQUAL(atomic_load(&error), MOON_ERR_NO_ACTOR);
+    }
+    moon_dist_barrier(g_dist);
+    if (g_rank == 0) {
+        moon_dist_stats(g_dist, &st);
+        CU_ASSERT(st.n_bad_frames >= 3);
+        CU_ASSERT(st.n_bad_msgs >= 1);
+        CU_ASSERT(st.n_stale >= 1);
+        printf("rank 0: bad frames %llu, bad messages %llu, stale %llu\n",
+               (unsigned long long)st.n_bad_frames, (unsigned long long)st.n_bad_msgs,
+               (unsigned long long)st.n_stale);
+    }
+    /* the receiver still works */
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &echo), MOON_OK);
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, g_rank == 0 ? "echo-after-bad/0" : "x", echo) ==
+                        MOON_OK || g_rank != 0,
+                    1);
+    moon_dist_barrier(g_dist);
+    if (g_rank == 1) {
+        moon_addr_t addr;
+        atomic_store(&done, 0);
+        CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, "echo-after-bad/0", 0, &addr), MOON_OK);
+        ca = (client_args_t){addr, 100, &done, &error};
+        atomic_store(&error, 0);
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &client_ops, &ca, NULL, &client), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 10));
+        CU_ASSERT_EQUAL(atomic_load(&error), 0);
+    }
+    moon_dist_barrier(g_dist);
+    moon_stop(g_rt, echo, MOON_OK);
+}
+
+/* ---- bulk: owner hands out its descriptor in a message ---------------------- */
+typedef struct {
+    moon_dist_region_t *reg;
+    size_t              len;
+} owner_state_t;
+
+static moon_status_t owner_init(moon_actor_t *self, const void *args)
+{
+    *(owner_state_t *)moon_actor_state(self) = *(const owner_state_t *)args;
+    return MOON_OK;
+}
+static moon_status_t owner_on_req(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    owner_state_t *s = moon_actor_state(self);
+    t_desc_t      *d = moon_msg_new(T_DESC, moon_dist_region_desc_bytes(s->reg));
+
+    if (d == NULL || moon_dist_region_desc(s->reg, d, &d->desc) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    d->len = s->len;
+    if (moon_send(self, msg->src, &d->hdr) != MOON_OK) {
+        moon_msg_release(&d->hdr);
+    }
+    return MOON_OK;
+}
+static const moon_actor_ops_t owner_ops = {.name        = "bulk-owner",
+                                           .state_bytes = sizeof(owner_state_t),
+                                           .init        = owner_init,
+                                           .on_msg      = {[T_DESC_REQ] = owner_on_req}};
+
+/* Steps through a list of (get|put, remote_off, local_off, len). */
+typedef struct {
+    int      is_put;
+    uint64_t remote_off, local_off, len;
+} bulk_step_t;
+
+typedef struct {
+    moon_addr_t          owner;
+    const bulk_step_t   *steps;
+    uint32_t             n_steps, step;
+    char                *local;
+    moon_dist_region_t  *local_reg;
+    char                *desc;
+    size_t               desc_len;
+    _Atomic int         *done;
+    _Atomic int         *bad;
+    double               t0;
+    double              *elapsed;
+} bclient_state_t;
+
+static moon_status_t bclient_issue(moon_actor_t *self)
+{
+    bclient_state_t   *s  = moon_actor_state(self);
+    const bulk_step_t *st = &s->steps[s->step];
+    moon_status_t      status;
+
+    s->t0 = moon_test_now_s();
+    if (st->is_put) {
+        status = moon_dist_put(g_dist, s->local + st->local_off, s->local_reg, s->desc,
+                               s->desc_len, st->remote_off, st->len, moon_actor_addr(self),
+                               s->step);
+    } else {
+        status = moon_dist_get(g_dist, s->local + st->local_off, s->local_reg, s->desc,
+                               s->desc_len, st->remote_off, st->len, moon_actor_addr(self),
+                               s->step);
+    }
+    if (status != MOON_OK) {
+        atomic_store(s->bad, 1);
+        atomic_store(s->done, 1);
+    }
+    return MOON_OK;
+}
+static moon_status_t bclient_init(moon_actor_t *self, const void *args)
+{
+    bclient_state_t *s = moon_actor_state(self);
+
+    *s = *(const bclient_state_t *)args;
+    return send_x(self, s->owner, T_DESC_REQ, 0);
+}
+static moon_status_t bclient_on_desc(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bclient_state_t *s = moon_actor_state(self);
+    const t_desc_t  *d = (const t_desc_t *)msg;
+
+    s->desc_len = d->desc.n;
+    s->desc     = malloc(s->desc_len);
+    memcpy(s->desc, MOON_SPAN_PTR(d, d->desc), s->desc_len);
+    return bclient_issue(self);
+}
+static moon_status_t bclient_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bclient_state_t             *s = moon_actor_state(self);
+    const moon_dist_bulk_done_t *m = (const moon_dist_bulk_done_t *)msg;
+
+    if (s->elapsed != NULL) {
+        s->elapsed[s->step] = moon_test_now_s() - s->t0;
+    }
+    if (m->status != MOON_OK || m->cookie != s->step || m->bytes != s->steps[s->step].len) {
+        MOON_ERROR("bulk step %u: %s", s->step, moon_status_str(m->status));
+        atomic_store(s->bad, 1);
+    }
+    if (++s->step == s->n_steps) {
+        free(s->desc);
+        atomic_store(s->done, 1);
+        moon_actor_exit(self, MOON_OK);
+        return MOON_OK;
+    }
+    return bclient_issue(self);
+}
+static const moon_actor_ops_t bclient_ops = {
+    .name        = "bulk-client",
+    .state_bytes = sizeof(bclient_state_t),
+    .init        = bclient_init,
+    .on_msg      = {[T_DESC] = bclient_on_desc, [MOON_MSG_DIST_BULK_DONE] = bclient_on_done}};
+
+static unsigned char pattern(uint64_t i, uint32_t salt)
+{
+    return (unsigned char)((i * 2654435761u) >> 13) ^ (unsigned char)salt;
+}
+
+static void test_bulk_odd_sizes(void)
+{
+    const size_t        region = (8u << 20) + 13;
+    char               *remote = NULL, *local;
+    moon_dist_region_t *reg = NULL, *lreg = NULL;
+    moon_addr_t         owner = MOON_ADDR_NONE, bc;
+    _Atomic int         done = 0, bad = 0;
+    uint64_t            pbase = 0;
+    bulk_step_t         steps[] = {
+        {0, 0, 0, 1},                     /* 1 B */
+        {0, region - 1, 1, 1},            /* last byte, unaligned local */
+        {0, 3, 5, 4097},                  /* unaligned both sides */
+        {0, 1001, 8195, (3u << 20) + 5},  /* several slices */
+        {0, 0, 4u << 20, region},         /* the whole region */
+        {1, 0, 0, 0},                     /* put: filled in below */
+        {1, 0, 0, 0},
+        {0, 0, 0, 0},                     /* read the puts back */
+    };
+    bclient_state_t bs   = {0};
+    int             ok   = 1;
+    const size_t    back = (4u << 20) + region + 16; /* where the puts are read back */
+
+    if (g_size < 2) {
+        return;
+    }
+    if (g_rank == 0) {
+        remote = malloc(region);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(remote);
+        for (size_t i = 0; i < region; i++) {
+            remote[i] = (char)pattern(i, 0);
+        }
+        CU_ASSERT_EQUAL_FATAL(moon_dist_region_register(g_dist, remote, region, &reg), MOON_OK);
+        owner_state_t os = {reg, region};
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &owner_ops, &os, NULL, &owner), MOON_OK);
+    }
+    MPI_Bcast(&owner, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    /* each client puts into its own stripe of the region's second half */
+    pbase    = region / 2 + (g_rank - 1) * 70001 + 7;
+    steps[5] = (bulk_step_t){1, pbase, 11, 1};
+    steps[6] = (bulk_step_t){1, pbase + 1, 12, 65537};
+    steps[7] = (bulk_step_t){0, pbase, back, 65538};
+    local    = malloc(back + 65538 + 64);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(local);
+    memset(local, 0, back + 65538 + 64);
+    CU_ASSERT_EQUAL_FATAL(moon_dist_region_register(g_dist, local, back + 65538 + 64, &lreg),
+                          MOON_OK);
+    if (g_rank != 0) {
+        bs = (bclient_state_t){.owner = owner, .steps = steps, .n_steps = 5, .local = local,
+                               .local_reg = lreg, .done = &done, .bad = &bad};
+        /* gets first (content checked), then puts and the read-back */
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &bclient_ops, &bs, NULL, &bc), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 60));
+        CU_ASSERT_EQUAL(atomic_load(&bad), 0);
+        ok &= (unsigned char)local[0] == pattern(0, 0);
+        ok &= (unsigned char)local[1] == pattern(region - 1, 0);
+        for (uint64_t i = 0; i < 4097; i++) {
+            ok &= (unsigned char)local[5 + i] == pattern(3 + i, 0);
+        }
+        for (uint64_t i = 0; i < (3u << 20) + 5; i += 997) {
+            ok &= (unsigned char)local[8195 + i] == pattern(1001 + i, 0);
+        }
+        for (uint64_t i = 0; i < region / 2; i += 4093) { /* other ranks put above */
+            ok &= (unsigned char)local[(4u << 20) + i] == pattern(i, 0);
+        }
+        CU_ASSERT(ok);
+        /* puts: byte i of the stripe becomes pattern(i, rank) */
+        atomic_store(&done, 0);
+        bs.steps   = steps + 5;
+        bs.n_steps = 3;
+        /* step 6 puts local[12..] at pbase+1: make it continue the pattern */
+        for (uint64_t i = 1; i < 65538; i++) {
+            local[12 + i - 1] = (char)pattern(i, g_rank);
+        }
+        local[11] = (char)pattern(0, g_rank);
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &bclient_ops, &bs, NULL, &bc), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 60));
+        CU_ASSERT_EQUAL(atomic_load(&bad), 0);
+        ok = 1;
+        for (uint64_t i = 0; i < 65538; i++) {
+            if ((unsigned char)local[back + i] != pattern(i, g_rank)) {
+                if (ok) {
+                    printf("rank %u: put/get mismatch at %llu: %u != %u\n", g_rank,
+                           (unsigned long long)i, (unsigned char)local[back + i],
+                           pattern(i, g_rank));
+                }
+                ok = 0;
+            }
+        }
+        CU_ASSERT(ok);
+    }
+    CU_ASSERT(dist_test_all(!atomic_load(&bad) && ok));
+    moon_dist_barrier(g_dist);
+    moon_dist_region_deregister(g_dist, lreg);
+    free(local);
+    if (g_rank == 0) {
+        moon_stop(g_rt, owner, MOON_OK);
+        moon_dist_region_deregister(g_dist, reg);
+        free(remote);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    {"names_and_round_trips", test_names_and_round_trips},
+    {"fifo_order_all_pairs", test_fifo_order_all_pairs},
+    {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
+    {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},
+    {"bulk_odd_sizes", test_bulk_odd_sizes},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"dist", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(int argc, char **argv)
+{
+    moon_dist_config_t dcfg;
+    int                failures;
+
+    moon_dist_config_default(&dcfg);
+    dcfg.credits = 64; /* small window: credits and stalls are exercised */
+    if (dist_test_setup(&argc, &argv, &dcfg, 256) != 0 || moon_msg_register(t_descs) != MOON_OK) {
+        return 1;
+    }
+    failures = moon_test_run(suites);
+    return dist_test_teardown(failures);
+}
