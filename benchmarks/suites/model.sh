@@ -41,6 +41,9 @@ run_model() { # path label decode_iters
     "$B" --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
 }
 
-run_model "$MD/llama110m-f32.gguf" llama110m-f32 24
-run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 24
-run_model models/stories260K/stories260K.gguf stories260K 400
+# REPEAT=n runs the whole set n times (the machine is shared: compare the best).
+for i in $(seq "${REPEAT:-1}"); do
+    run_model "$MD/llama110m-f32.gguf" llama110m-f32 24
+    run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 24
+    run_model models/stories260K/stories260K.gguf stories260K 400
+done
