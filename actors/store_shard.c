@@ -1,0 +1,625 @@
+/* actors/store_shard.c - the store shard actor (store_shard.h): thin glue
+ * between the store protocol (store_msgs.h) and one moon_kv_shard. Every
+ * handler is O(request) and never blocks; replies go to the request's sender.
+ * Events raised inside a shard call are queued by the callback and published
+ * to the subscribers after the call returns (kvstore/README.md). */
+#include "store_shard.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/kv_shard.h"
+#include "moonlet/log.h"
+#include "store_msgs.h"
+
+#include <string.h>
+
+#define DEFAULT_TICK_NS (100ull * 1000 * 1000)
+#define DEFAULT_MAX_CLIENTS 1024u
+#define EVENTS_PER_MSG 256u
+
+_Static_assert(sizeof(moon_kv_key_t) == 2 * sizeof(uint64_t), "keys travel as u64 pairs");
+
+typedef struct {
+    moon_kv_shard_t    *kv;
+    moon_dist_t        *dist;
+    moon_dist_region_t *reg; /* the arena, registered; NULL without dist */
+    char               *base;
+    uint32_t            shard_id;
+    uint64_t            lease_timeout_ns;
+    uint64_t            timer;
+    moon_addr_t         subs[MOON_STORE_MAX_SUBSCRIBERS];
+    uint32_t            n_subs;
+    moon_kv_event_t    *events; /* raised by the current shard call; cap_events */
+    uint32_t            n_events, cap_events;
+    uint64_t            n_events_lost; /* more events in one call than cap_events */
+    uint64_t            n_dropped;     /* reservations + leases dropped with dead clients */
+    /* Clients holding (or having held) a reservation or lease, each monitored
+     * once: open addressing, linear probing, backward-shift deletion. */
+    moon_addr_t *clients; /* cap_clients (power of two), MOON_ADDR_NONE = empty */
+    uint32_t     n_clients, cap_clients, max_clients;
+} shard_state_t;
+
+/* ---- clients: monitored once, dropped when they end ---------------------- */
+static uint32_t client_slot(const shard_state_t *st, moon_addr_t a)
+{
+    uint64_t h = a * 0x9e3779b97f4a7c15ull;
+
+    return (uint32_t)(h >> 32) & (st->cap_clients - 1);
+}
+
+/* 1 if a is tracked (monitored) already. */
+static int clients_has(const shard_state_t *st, moon_addr_t a)
+{
+    for (uint32_t i = client_slot(st, a);; i = (i + 1) & (st->cap_clients - 1)) {
+        if (st->clients[i] == a) {
+            return 1;
+        }
+        if (st->clients[i] == MOON_ADDR_NONE) {
+            return 0;
+        }
+    }
+}
+
+static void clients_del(shard_state_t *st, moon_addr_t a)
+{
+    uint32_t mask = st->cap_clients - 1, i = client_slot(st, a);
+
+    while (st->clients[i] != a) {
+        if (st->clients[i] == MOON_ADDR_NONE) {
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+    st->clients[i] = MOON_ADDR_NONE;
+    st->n_clients--;
+    /* backward shift: move later entries of the cluster into the hole when
+     * their home slot does not lie cyclically in (hole, j] */
+    for (uint32_t j = (i + 1) & mask; st->clients[j] != MOON_ADDR_NONE; j = (j + 1) & mask) {
+        uint32_t home = client_slot(st, st->clients[j]);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            st->clients[i] = st->clients[j];
+            st->clients[j] = MOON_ADDR_NONE;
+            i              = j;
+        }
+    }
+}
+
+/* Makes sure the sender of a reserve/get is monitored, so that whatever it
+ * holds is dropped when it ends (its rank lost included: DOWN with
+ * MOON_ERR_PEER_LOST). MOON_ERR_NO_RESOURCE: max_clients live clients already;
+ * MOON_ERR_INVALID_PARAM: not sent by an actor. */
+static moon_status_t clients_track(moon_actor_t *self, shard_state_t *st, moon_addr_t a)
+{
+    moon_status_t status;
+    uint32_t      i;
+
+    if (a == MOON_ADDR_NONE) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (clients_has(st, a)) {
+        return MOON_OK;
+    }
+    if (st->n_clients == st->max_clients) {
+        MOON_WARN("store shard %u: %u clients already, refusing one more", st->shard_id,
+                  st->n_clients);
+        return MOON_ERR_NO_RESOURCE;
+    }
+    status = moon_monitor(self, a, 0);
+    if (status != MOON_OK) {
+        return status;
+    }
+    for (i = client_slot(st, a); st->clients[i] != MOON_ADDR_NONE;
+         i = (i + 1) & (st->cap_clients - 1)) {
+    }
+    st->clients[i] = a;
+    st->n_clients++;
+    return MOON_OK;
+}
+
+static void on_kv_event(const moon_kv_event_t *event, void *arg)
+{
+    shard_state_t *st = arg;
+
+    if (st->n_subs == 0) {
+        return;
+    }
+    if (st->n_events == st->cap_events) {
+        st->n_events_lost++;
+        return;
+    }
+    st->events[st->n_events++] = *event;
+}
+
+/* Publishes the queued events to every subscriber (fire and forget). */
+static void publish_events(moon_actor_t *self, shard_state_t *st)
+{
+    uint32_t done = 0;
+
+    while (done < st->n_events) {
+        uint32_t n = MOON_MIN(st->n_events - done, EVENTS_PER_MSG);
+
+        for (uint32_t s = 0; s < st->n_subs; s++) {
+            moon_store_events_t *m =
+                moon_msg_new(MOON_MSG_STORE_EVENTS, (size_t)n * MOON_STORE_EVENT_U64S * 8);
+            uint64_t *ev;
+
+            if (m == NULL) {
+                MOON_WARN("store shard %u: no memory for events", st->shard_id);
+                continue;
+            }
+            m->shard_id = st->shard_id;
+            ev          = moon_msg_span_alloc(m, &m->ev, n * MOON_STORE_EVENT_U64S, 8, 0);
+            for (uint32_t i = 0; i < n; i++) {
+                const moon_kv_event_t *e = &st->events[done + i];
+                ev[i * 5 + 0]            = (uint64_t)e->kind;
+                ev[i * 5 + 1]            = e->key.lo;
+                ev[i * 5 + 2]            = e->key.hi;
+                ev[i * 5 + 3]            = e->tag.model_id;
+                ev[i * 5 + 4]            = e->tag.weight_version;
+            }
+            (void)moon_tell(self, st->subs[s], &m->hdr);
+        }
+        done += n;
+    }
+    st->n_events = 0;
+}
+
+static uint64_t client_of(const moon_msg_hdr_t *msg)
+{
+    return msg->src; /* the actor: dropped on its DOWN */
+}
+
+static uint64_t now_of(moon_actor_t *self)
+{
+    return moon_now(moon_actor_runtime(self));
+}
+
+static moon_status_t reply(moon_actor_t *self, const moon_msg_hdr_t *msg, uint64_t req,
+                           moon_status_t status)
+{
+    shard_state_t      *st = moon_actor_state(self);
+    moon_store_reply_t *r  = moon_msg_new(MOON_MSG_STORE_REPLY, 0);
+
+    if (r == NULL) {
+        MOON_WARN("store shard %u: no memory for a reply", st->shard_id);
+        return MOON_OK;
+    }
+    r->req      = req;
+    r->status   = status;
+    r->shard_id = st->shard_id;
+    r->op       = msg->type;
+    (void)moon_tell(self, msg->src, &r->hdr);
+    return MOON_OK;
+}
+
+/* Fills a grant's descriptor (or base address without dist). */
+static moon_status_t fill_desc(shard_state_t *st, void *msg, moon_span_t *desc, uint64_t *base_p)
+{
+    if (st->reg == NULL) {
+        *base_p = (uint64_t)(uintptr_t)st->base;
+        return MOON_OK;
+    }
+    return moon_dist_region_desc(st->reg, msg, desc);
+}
+
+static size_t desc_bytes(const shard_state_t *st)
+{
+    return st->reg != NULL ? moon_dist_region_desc_bytes(st->reg) : 0;
+}
+
+/* ---- handlers ------------------------------------------------------------- */
+static moon_status_t shard_on_query(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t            *st   = moon_actor_state(self);
+    const moon_store_query_t *q    = (const moon_store_query_t *)msg;
+    moon_kv_tag_t             tag  = {q->model_id, q->weight_version};
+    const moon_kv_key_t      *keys = MOON_SPAN_PTR(q, q->keys);
+    size_t                    n    = q->keys.n / 2;
+    moon_store_query_reply_t *r;
+    moon_status_t             status = MOON_OK;
+
+    if ((q->keys.n & 1) != 0 || n > MOON_STORE_QUERY_MAX_KEYS ||
+        (q->op != MOON_STORE_QUERY_EXISTS && q->op != MOON_STORE_QUERY_PREFIX)) {
+        return reply(self, msg, q->req, MOON_ERR_INVALID_PARAM);
+    }
+    r = moon_msg_new(MOON_MSG_STORE_QUERY_REPLY, q->op == MOON_STORE_QUERY_EXISTS ? n + 8 : 0);
+    if (r == NULL) {
+        return reply(self, msg, q->req, MOON_ERR_NO_MEMORY);
+    }
+    r->req      = q->req;
+    r->shard_id = st->shard_id;
+    r->op       = q->op;
+    if (q->op == MOON_STORE_QUERY_EXISTS) {
+        uint8_t *present = moon_msg_span_alloc(r, &r->present, (uint32_t)n, 1, 0);
+        status           = moon_kv_shard_exists(st->kv, &tag, keys, n, present);
+        for (size_t i = 0; status == MOON_OK && i < n; i++) {
+            r->n_hit += present[i];
+        }
+    } else {
+        size_t n_hit = 0;
+        status       = moon_kv_shard_longest_prefix(st->kv, &tag, keys, n, &n_hit);
+        r->n_hit     = (uint32_t)n_hit;
+    }
+    r->status = status;
+    (void)moon_tell(self, msg->src, &r->hdr);
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                  *st  = moon_actor_state(self);
+    const moon_store_put_reserve_t *q   = (const moon_store_put_reserve_t *)msg;
+    moon_kv_tag_t                   tag = {q->model_id, q->weight_version};
+    moon_kv_key_t                   key = {q->key_lo, q->key_hi};
+    moon_store_put_grant_t         *g;
+    moon_kv_put_t                   put;
+    moon_status_t                   status;
+
+    g = moon_msg_new(MOON_MSG_STORE_PUT_GRANT, desc_bytes(st) + 8);
+    if (g == NULL) {
+        return reply(self, msg, q->req, MOON_ERR_NO_MEMORY);
+    }
+    g->req      = q->req;
+    g->shard_id = st->shard_id;
+    status = q->n_bytes > SIZE_MAX ? MOON_ERR_INVALID_PARAM : clients_track(self, st, msg->src);
+    if (status == MOON_OK) {
+        status = moon_kv_shard_reserve(st->kv, &tag, key, (size_t)q->n_bytes, client_of(msg),
+                                       now_of(self), &put);
+    }
+    if (status == MOON_OK) {
+        g->token     = put.token;
+        g->offset    = put.offset;
+        g->max_bytes = put.max_bytes;
+        status       = fill_desc(st, g, &g->desc, &g->base);
+        if (status != MOON_OK) {
+            (void)moon_kv_shard_revoke(st->kv, put.token);
+        }
+    }
+    g->status = status;
+    publish_events(self, st); /* the reserve may have evicted */
+    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK && status == MOON_OK) {
+        (void)moon_kv_shard_revoke(st->kv, put.token); /* the writer is gone */
+    }
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_commit(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                 *st = moon_actor_state(self);
+    const moon_store_put_commit_t *q  = (const moon_store_put_commit_t *)msg;
+    moon_status_t                  status;
+
+    status = q->n_bytes > SIZE_MAX
+                 ? MOON_ERR_INVALID_PARAM
+                 : moon_kv_shard_commit(st->kv, q->token, (size_t)q->n_bytes, q->checksum);
+    publish_events(self, st);
+    return reply(self, msg, q->req, status);
+}
+
+static moon_status_t shard_on_revoke(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                 *st     = moon_actor_state(self);
+    const moon_store_put_revoke_t *q      = (const moon_store_put_revoke_t *)msg;
+    moon_status_t                  status = moon_kv_shard_revoke(st->kv, q->token);
+
+    return q->req != 0 ? reply(self, msg, q->req, status) : MOON_OK;
+}
+
+static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t          *st  = moon_actor_state(self);
+    const moon_store_get_t *q   = (const moon_store_get_t *)msg;
+    moon_kv_tag_t           tag = {q->model_id, q->weight_version};
+    moon_kv_key_t           key = {q->key_lo, q->key_hi};
+    moon_store_get_grant_t *g;
+    moon_kv_get_t           get;
+    moon_status_t           status;
+
+    g = moon_msg_new(MOON_MSG_STORE_GET_GRANT, desc_bytes(st) + 8);
+    if (g == NULL) {
+        return reply(self, msg, q->req, MOON_ERR_NO_MEMORY);
+    }
+    g->req      = q->req;
+    g->shard_id = st->shard_id;
+    status      = clients_track(self, st, msg->src);
+    if (status == MOON_OK) {
+        status = moon_kv_shard_get(st->kv, &tag, key, client_of(msg), now_of(self), &get);
+    }
+    if (status == MOON_OK) {
+        g->lease    = get.lease;
+        g->offset   = get.offset;
+        g->n_bytes  = get.n_bytes;
+        g->checksum = get.checksum;
+        status      = fill_desc(st, g, &g->desc, &g->base);
+        if (status != MOON_OK) {
+            (void)moon_kv_shard_release(st->kv, get.lease);
+        }
+    }
+    g->status = status;
+    publish_events(self, st); /* a promote may evict; a bad block is removed */
+    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK && status == MOON_OK) {
+        (void)moon_kv_shard_release(st->kv, get.lease); /* the reader is gone */
+    }
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_release(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t              *st     = moon_actor_state(self);
+    const moon_store_release_t *q      = (const moon_store_release_t *)msg;
+    moon_status_t               status = moon_kv_shard_release(st->kv, q->lease);
+
+    return q->req != 0 ? reply(self, msg, q->req, status) : MOON_OK;
+}
+
+static moon_status_t shard_on_remove(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t             *st  = moon_actor_state(self);
+    const moon_store_remove_t *q   = (const moon_store_remove_t *)msg;
+    moon_kv_key_t              key = {q->key_lo, q->key_hi};
+    moon_status_t              status;
+
+    status = moon_kv_shard_remove(st->kv, key);
+    publish_events(self, st);
+    return reply(self, msg, q->req, status);
+}
+
+static moon_status_t shard_on_pin(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t          *st  = moon_actor_state(self);
+    const moon_store_pin_t *q   = (const moon_store_pin_t *)msg;
+    moon_kv_key_t           key = {q->key_lo, q->key_hi};
+    moon_status_t           status;
+
+    status = q->unpin ? moon_kv_shard_unpin(st->kv, key) : moon_kv_shard_pin(st->kv, key);
+    publish_events(self, st);
+    return reply(self, msg, q->req, status);
+}
+
+static moon_status_t shard_on_renew(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t            *st = moon_actor_state(self);
+    const moon_store_renew_t *q  = (const moon_store_renew_t *)msg;
+    moon_status_t             status;
+
+    if (q->what == MOON_STORE_RENEW_RESERVATION) {
+        status = moon_kv_shard_reserve_renew(st->kv, q->id, now_of(self));
+    } else if (q->what == MOON_STORE_RENEW_LEASE) {
+        status = moon_kv_shard_lease_renew(st->kv, q->id, now_of(self));
+    } else {
+        status = MOON_ERR_INVALID_PARAM;
+    }
+    return reply(self, msg, q->req, status);
+}
+
+static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                *st = moon_actor_state(self);
+    const moon_store_subscribe_t *q  = (const moon_store_subscribe_t *)msg;
+    uint32_t                      i;
+
+    for (i = 0; i < st->n_subs && st->subs[i] != msg->src; i++) {
+    }
+    if (q->unsubscribe) {
+        if (i == st->n_subs) {
+            return reply(self, msg, q->req, MOON_ERR_NOT_FOUND);
+        }
+        st->subs[i] = st->subs[--st->n_subs];
+        return reply(self, msg, q->req, MOON_OK);
+    }
+    if (i < st->n_subs) {
+        return reply(self, msg, q->req, MOON_ERR_EXISTS);
+    }
+    if (st->n_subs == MOON_STORE_MAX_SUBSCRIBERS || msg->src == MOON_ADDR_NONE) {
+        return reply(self, msg, q->req, MOON_ERR_NO_RESOURCE);
+    }
+    st->subs[st->n_subs++] = msg->src;
+    return reply(self, msg, q->req, MOON_OK);
+}
+
+static moon_status_t shard_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t            *st = moon_actor_state(self);
+    moon_store_stats_reply_t *r  = moon_msg_new(MOON_MSG_STORE_STATS_REPLY, 0);
+    moon_kv_shard_stats_t     s;
+
+    if (r == NULL) {
+        return MOON_OK;
+    }
+    moon_kv_shard_stats(st->kv, &s);
+    r->req                    = ((const moon_store_stats_t *)msg)->req;
+    r->shard_id               = st->shard_id;
+    r->n_slots                = s.n_slots;
+    r->used_slots             = s.used_slots;
+    r->n_reserved             = s.n_reserved;
+    r->n_committed            = s.n_committed;
+    r->n_pinned               = s.n_pinned;
+    r->n_leases               = s.n_leases;
+    r->n_subscribers          = st->n_subs;
+    r->n_puts                 = s.n_puts;
+    r->n_gets                 = s.n_gets;
+    r->n_get_misses           = s.n_get_misses;
+    r->n_evicted              = s.n_evicted;
+    r->n_expired_reservations = s.n_expired_reservations;
+    r->n_expired_leases       = s.n_expired_leases;
+    r->n_dropped              = st->n_dropped;
+    r->n_corrupt              = s.n_corrupt;
+    r->n_tag_mismatch         = s.n_tag_mismatch;
+    (void)moon_tell(self, msg->src, &r->hdr);
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t *st = moon_actor_state(self);
+    uint64_t       n  = 0;
+
+    (void)msg;
+    moon_kv_shard_expire(st->kv, now_of(self), st->lease_timeout_ns, &n);
+    if (n > 0) {
+        MOON_DEBUG_LOG("store shard %u: %llu reservations/leases expired", st->shard_id,
+                       (unsigned long long)n);
+    }
+    publish_events(self, st);
+    return MOON_OK;
+}
+
+/* A client ended (or its rank was lost): its reservations are revoked and its
+ * leases ended, so a client dying mid-put or mid-get leaks nothing. */
+static moon_status_t shard_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t         *st = moon_actor_state(self);
+    const moon_sys_down_t *m  = (const moon_sys_down_t *)msg;
+    uint64_t               n;
+
+    if (!clients_has(st, m->actor)) {
+        return MOON_OK;
+    }
+    clients_del(st, m->actor);
+    n = moon_kv_shard_drop_client(st->kv, m->actor);
+    st->n_dropped += n;
+    if (n > 0) {
+        MOON_INFO("store shard %u: client %llx ended (%s), %llu reservations/leases dropped",
+                  st->shard_id, (unsigned long long)m->actor,
+                  moon_status_str((moon_status_t)m->reason), (unsigned long long)n);
+    }
+    return MOON_OK;
+}
+
+/* A rank was lost: its clients come as DOWNs; forget its subscribers here. */
+static moon_status_t shard_on_peer_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t              *st = moon_actor_state(self);
+    const moon_sys_peer_down_t *m  = (const moon_sys_peer_down_t *)msg;
+
+    for (uint32_t i = 0; i < st->n_subs; i++) {
+        if (moon_addr_rank(st->subs[i]) == m->rank) {
+            st->subs[i--] = st->subs[--st->n_subs];
+        }
+    }
+    return MOON_OK;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+static moon_status_t shard_init(moon_actor_t *self, const void *args)
+{
+    const moon_store_shard_args_t *a  = args;
+    shard_state_t                 *st = moon_actor_state(self);
+    moon_kv_shard_config_t         cfg;
+    size_t                         arena_bytes = 0;
+    moon_status_t                  status;
+
+    if (a == NULL || a->slot_bytes == 0 || a->n_slots == 0 || a->max_clients > (1u << 24)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = moon_store_msgs_register();
+    if (status != MOON_OK) {
+        return status;
+    }
+    st->dist             = a->dist;
+    st->shard_id         = a->shard_id;
+    st->lease_timeout_ns = a->lease_timeout_ns;
+    st->cap_events       = a->n_slots + 64; /* one call evicts at most the arena */
+    st->events           = moon_calloc(st->cap_events, sizeof(*st->events));
+    st->max_clients      = a->max_clients ? a->max_clients : DEFAULT_MAX_CLIENTS;
+    for (st->cap_clients = 4; st->cap_clients < 2 * st->max_clients; st->cap_clients *= 2) {
+    }
+    st->clients = moon_calloc(st->cap_clients, sizeof(*st->clients));
+    if (st->events == NULL || st->clients == NULL) {
+        status = MOON_ERR_NO_MEMORY;
+        goto err_free_events;
+    }
+    moon_kv_shard_config_init(&cfg);
+    cfg.shard_id         = a->shard_id;
+    cfg.slot_bytes       = a->slot_bytes;
+    cfg.n_slots          = a->n_slots;
+    cfg.verify_on_commit = a->verify_on_commit;
+    cfg.verify_on_get    = a->verify_on_get;
+    cfg.on_event         = on_kv_event;
+    cfg.event_arg        = st;
+    if (a->reserve_timeout_ns != 0) {
+        cfg.reserve_timeout_ns = a->reserve_timeout_ns;
+    }
+    status = moon_kv_shard_create(&cfg, &st->kv);
+    if (status != MOON_OK) {
+        goto err_free_events;
+    }
+    st->base = moon_kv_shard_arena(st->kv, &arena_bytes);
+    if (st->dist != NULL) {
+        status = moon_dist_region_register(st->dist, st->base, arena_bytes, &st->reg);
+        if (status != MOON_OK) {
+            MOON_ERROR("store shard %u: registering its %zu-byte arena failed: %s", st->shard_id,
+                       arena_bytes, moon_status_str(status));
+            goto err_destroy_kv;
+        }
+        status = moon_dist_watch_peers(st->dist, moon_actor_addr(self));
+        if (status != MOON_OK) {
+            goto err_deregister;
+        }
+    }
+    status = moon_timer_start(self, a->tick_ns ? a->tick_ns : DEFAULT_TICK_NS,
+                              a->tick_ns ? a->tick_ns : DEFAULT_TICK_NS, 0, &st->timer);
+    if (status != MOON_OK) {
+        goto err_deregister;
+    }
+    if (a->name != NULL) {
+        status = st->dist != NULL
+                     ? moon_dist_register(st->dist, a->name, moon_actor_addr(self))
+                     : moon_register(moon_actor_runtime(self), a->name, moon_actor_addr(self));
+        if (status != MOON_OK) {
+            goto err_cancel_timer;
+        }
+    }
+    MOON_INFO("store shard %u: %u slots of %zu bytes", st->shard_id, a->n_slots, a->slot_bytes);
+    return MOON_OK;
+
+err_cancel_timer:
+    (void)moon_timer_cancel(self, st->timer);
+err_deregister:
+    moon_dist_region_deregister(st->dist, st->reg);
+    st->reg = NULL;
+err_destroy_kv:
+    moon_kv_shard_destroy(st->kv);
+    st->kv = NULL;
+err_free_events:
+    moon_free(st->clients);
+    moon_free(st->events);
+    st->clients = NULL;
+    st->events  = NULL;
+    return status;
+}
+
+static void shard_fini(moon_actor_t *self)
+{
+    shard_state_t *st = moon_actor_state(self);
+
+    if (st->reg != NULL) {
+        moon_dist_region_deregister(st->dist, st->reg);
+    }
+    moon_kv_shard_destroy(st->kv);
+    moon_free(st->clients);
+    moon_free(st->events);
+}
+
+const moon_actor_ops_t moon_store_shard_ops = {
+    .name        = "store_shard",
+    .state_bytes = sizeof(shard_state_t),
+    .init        = shard_init,
+    .fini        = shard_fini,
+    .on_msg =
+        {
+            [MOON_MSG_STORE_QUERY]       = shard_on_query,
+            [MOON_MSG_STORE_PUT_RESERVE] = shard_on_reserve,
+            [MOON_MSG_STORE_PUT_COMMIT]  = shard_on_commit,
+            [MOON_MSG_STORE_PUT_REVOKE]  = shard_on_revoke,
+            [MOON_MSG_STORE_GET]         = shard_on_get,
+            [MOON_MSG_STORE_RELEASE]     = shard_on_release,
+            [MOON_MSG_STORE_REMOVE]      = shard_on_remove,
+            [MOON_MSG_STORE_PIN]         = shard_on_pin,
+            [MOON_MSG_STORE_RENEW]       = shard_on_renew,
+            [MOON_MSG_STORE_SUBSCRIBE]   = shard_on_subscribe,
+            [MOON_MSG_STORE_STATS]       = shard_on_stats,
+            [MOON_MSG_SYS_TIMER]         = shard_on_timer,
+            [MOON_MSG_SYS_DOWN]          = shard_on_down,
+            [MOON_MSG_SYS_PEER_DOWN]     = shard_on_peer_down,
+        },
+};
