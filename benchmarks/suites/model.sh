@@ -35,7 +35,10 @@ run_model() { # path label decode_iters
     local m=$1 l=$2 it=$3
     "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=8
     "$B" --model="$m" --label="$l" --bench=openblas --threads="$T" --prompt=512 --iters=6
-    for b in 1 8 32; do
+    # batch 1 also carries roofline_tokens_per_s measured between its rounds
+    "$B" --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
+        --interleave=6
+    for b in 8 32; do
         "$B" --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it"
     done
     "$B" --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
