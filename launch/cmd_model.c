@@ -204,8 +204,10 @@ int moon_cmd_generate(int argc, char **argv)
         if (next == moon_tokenizer_eos(tok) || next == moon_tokenizer_bos(tok)) {
             break;
         }
-        moon_tok_stream_push(&st, next, out, MOON_TOK_STREAM_OUT_MAX(tok), &out_len);
-        fwrite(out, 1, out_len, stdout);
+        if (moon_tok_stream_push(&st, next, out, MOON_TOK_STREAM_OUT_MAX(tok), &out_len) ==
+            MOON_OK) {
+            fwrite(out, 1, out_len, stdout); /* ids past the tokenizer's vocabulary print nothing */
+        }
         fflush(stdout);
         if (i + 1 == max_new) {
             break;
