@@ -24,7 +24,8 @@
 #include <cblas.h>
 #endif
 
-#define TILE_ROWS 64 /* weight rows dequantized at a time for GEMM */
+#define TILE_ROWS 64    /* weight rows dequantized at a time for GEMM */
+#define ATTN_QCHUNK 128 /* query rows per score block in prefill attention */
 
 typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
 typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
@@ -74,7 +75,7 @@ struct cpu_state {
     float              *rope;  /* (seq_len, head_dim / 2, 2) cos, sin */
     float              *kc;    /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
     float              *vc;    /* (nth, seq_len, head_dim) one head's V */
-    float              *sc;    /* (nth, max_chunk, seq_len) attention scores of a prefill chunk */
+    float              *sc;    /* (nth, ATTN_QCHUNK, seq_len) attention scores of a prefill chunk */
     uint32_t            max_chunk;
     /* per call */
     moon_kv_cache_t      *kv;
@@ -539,12 +540,12 @@ static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
     uint32_t                   kv_mul   = c->n_heads / c->n_kv_heads;
     uint32_t                   b        = s->job.b;
     uint32_t                   p0       = s->pos[0];
-    uint32_t                   ctx      = p0 + b;
+    uint32_t                   ctx      = p0 + b; /* keys the last row sees */
     uint32_t                   l        = s->job.layer;
     const moon_kv_seq_t       *sq       = s->seq[0];
     float                     *kc       = s->kc + (size_t)ith * c->seq_len * hs;
     float                     *vc       = s->vc + (size_t)ith * c->seq_len * hs;
-    float                     *sc       = s->sc + (size_t)ith * s->max_chunk * c->seq_len;
+    float                     *sc       = s->sc + (size_t)ith * ATTN_QCHUNK * c->seq_len;
     uint32_t                   last_kvh = UINT32_MAX;
 
     for (uint32_t h = c->n_heads * ith / nth; h < c->n_heads * (ith + 1) / nth; h++) {
@@ -558,30 +559,36 @@ static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
             }
             last_kvh = kvh;
         }
-        /* S (b, ctx) = Q_h K_h^T / sqrt(hs) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)ctx, (int)hs,
-                    1.0f / sqrtf((float)hs), s->q + h * hs, (int)c->dim, kc, (int)hs, 0.0f, sc,
-                    (int)ctx);
-        /* causal softmax: row i sees positions 0..p0 + i */
-        for (uint32_t i = 0; i < b; i++) {
-            float   *row = sc + (size_t)i * ctx;
-            uint32_t n   = p0 + i + 1;
-            float    max = -INFINITY, sum = 0.0f;
-            for (uint32_t t = 0; t < n; t++) {
-                max = row[t] > max ? row[t] : max;
+        /* query rows in chunks of ATTN_QCHUNK: each sees keys 0..p0 + its last row */
+        for (uint32_t i0 = 0; i0 < b; i0 += ATTN_QCHUNK) {
+            uint32_t nb = MOON_MIN(ATTN_QCHUNK, b - i0);
+            uint32_t nk = p0 + i0 + nb;
+            /* S (nb, nk) = Q_h K_h^T / sqrt(hs) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nk, (int)hs,
+                        1.0f / sqrtf((float)hs), s->q + (size_t)i0 * c->dim + h * hs, (int)c->dim,
+                        kc, (int)hs, 0.0f, sc, (int)nk);
+            /* causal softmax: row i sees positions 0..p0 + i */
+            for (uint32_t r = 0; r < nb; r++) {
+                float   *row = sc + (size_t)r * nk;
+                uint32_t n   = p0 + i0 + r + 1;
+                float    max = -INFINITY, sum = 0.0f;
+                for (uint32_t t = 0; t < n; t++) {
+                    max = row[t] > max ? row[t] : max;
+                }
+                for (uint32_t t = 0; t < n; t++) {
+                    row[t] = expf(row[t] - max);
+                    sum += row[t];
+                }
+                for (uint32_t t = 0; t < n; t++) {
+                    row[t] /= sum;
+                }
+                memset(row + n, 0, (nk - n) * sizeof(float));
             }
-            for (uint32_t t = 0; t < n; t++) {
-                row[t] = expf(row[t] - max);
-                sum += row[t];
-            }
-            for (uint32_t t = 0; t < n; t++) {
-                row[t] /= sum;
-            }
-            memset(row + n, 0, (ctx - n) * sizeof(float));
+            /* O_h (nb, hs) = P V_h */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)hs, (int)nk, 1.0f,
+                        sc, (int)nk, vc, (int)hs, 0.0f, s->ao + (size_t)i0 * c->dim + h * hs,
+                        (int)c->dim);
         }
-        /* O_h (b, hs) = P V_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)hs, (int)ctx, 1.0f, sc,
-                    (int)ctx, vc, (int)hs, 0.0f, s->ao + h * hs, (int)c->dim);
     }
 }
 #endif
@@ -832,9 +839,9 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
     s->vc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
-    s->sc  = moon_malloc((size_t)s->nth * MOON_MAX(cfg->max_chunk, 1) * c->seq_len * sizeof(float));
-    s->seq = moon_malloc(B * sizeof(*s->seq));
-    s->pos = moon_malloc(B * sizeof(*s->pos));
+    s->sc        = moon_malloc((size_t)s->nth * ATTN_QCHUNK * c->seq_len * sizeof(float));
+    s->seq       = moon_malloc(B * sizeof(*s->seq));
+    s->pos       = moon_malloc(B * sizeof(*s->pos));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->hb || !s->hb2 || !s->att ||
         !s->wtile || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
         cpu_destroy(s);

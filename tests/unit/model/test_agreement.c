@@ -159,7 +159,52 @@ static void test_forward_never_allocates(void)
     unlink(path);
 }
 
+/* A long prefill chunk after a cached prefix: several query blocks of the
+ * GEMM attention, each against a different number of keys. */
+static void test_long_prefill_chunk(void)
+{
+    moon_model_config_t  shape = mt_shape(64, 128, 2, 8, 2, 300, 512);
+    char                 path[256];
+    moon_model_t        *m  = mt_random_model(&shape, MOON_GGML_F32, 9, path, sizeof(path));
+    moon_engine_config_t er = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 400};
+    moon_engine_config_t ec = {
+        .kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 1, .max_chunk = 400};
+    moon_kv_config_t kcfg;
+    moon_engine_t   *ref, *cpu;
+    moon_kv_cache_t *kr, *kc;
+    uint32_t         sr, sc;
+    static int32_t   toks[420];
+    float            lr[300], lc[300];
+    uint64_t         rng = 17;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    kcfg = moon_model_kv_config(moon_model_config(m), 16, 32, 1);
+    for (int i = 0; i < 420; i++) {
+        toks[i] = (int32_t)(moon_test_rand(&rng) % 300);
+    }
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &er, &ref), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &cpu), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kr), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kc), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kr, &sr), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kc, &sc), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(ref, kr, sr, toks, 20, lr, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc, toks, 20, lc, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(ref, kr, sr, toks + 20, 400, lr, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_prefill(cpu, kc, sc, toks + 20, 400, lc, NULL), MOON_OK);
+    printf("\n  420-token context, 400-token chunk: max rel diff %.2e ",
+           (double)mt_rel_diff(lc, lr, 300));
+    CU_ASSERT(mt_rel_diff(lc, lr, 300) <= TOL);
+    moon_kv_cache_destroy(kr);
+    moon_kv_cache_destroy(kc);
+    moon_engine_destroy(ref);
+    moon_engine_destroy(cpu);
+    moon_model_destroy(m);
+    unlink(path);
+}
+
 static CU_TestInfo tests[] = {
+    {"long_prefill_chunk", test_long_prefill_chunk},
     {"forward_never_allocates", test_forward_never_allocates},
     {"shapes_f32", test_shapes_f32},
     {"weight_types", test_weight_types},
