@@ -62,21 +62,22 @@ struct cpu_state {
     axpy_fn             axpy;
     swiglu_fn           swiglu;
     int                 have_avx512;
-    float              *x;     /* (max_b, dim) residual stream */
-    float              *xb;    /* (max_b, dim) */
-    float              *q;     /* (max_b, dim) */
-    float              *k;     /* (max_b, kv_dim) */
-    float              *v;     /* (max_b, kv_dim) */
-    float              *ao;    /* (max_b, dim) attention output */
-    float              *hb;    /* (max_b, hidden) */
-    float              *hb2;   /* (max_b, hidden) */
-    float              *att;   /* (nth, seq_len) attention scores */
-    float              *wtile; /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
-    float              *rope;  /* (seq_len, head_dim / 2, 2) cos, sin */
-    float              *kc;    /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
-    float              *vc;    /* (nth, seq_len, head_dim) one head's V */
-    float              *sc;    /* (nth, ATTN_QCHUNK, seq_len) attention scores of a prefill chunk */
-    uint32_t            max_chunk;
+    float              *x;  /* (max_b, dim) residual stream */
+    float              *xb; /* (max_b, dim) */
+    float              *q;  /* (max_b, dim) */
+    float              *k;  /* (max_b, kv_dim) */
+    float              *v;  /* (max_b, kv_dim) */
+    float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
+                             * slice of q is dead once its output is written) */
+    float   *hb;            /* (max_b, hidden) */
+    float   *hb2;           /* (max_b, hidden) */
+    float   *att;           /* (nth, seq_len) attention scores */
+    float   *wtile;         /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    float   *rope;          /* (seq_len, head_dim / 2, 2) cos, sin */
+    float   *kc;            /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
+    float   *vc;            /* (nth, seq_len, head_dim) one head's V */
+    float   *sc;            /* (nth, ATTN_QCHUNK, seq_len) attention scores of a prefill chunk */
+    uint32_t max_chunk;
     /* per call */
     moon_kv_cache_t      *kv;
     const moon_kv_seq_t **seq; /* (max_b) sequence of each batch row */
@@ -780,7 +781,6 @@ static void cpu_destroy(void *state)
     moon_free(s->q);
     moon_free(s->k);
     moon_free(s->v);
-    moon_free(s->ao);
     moon_free(s->hb);
     moon_free(s->hb2);
     moon_free(s->att);
@@ -829,7 +829,6 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->q     = moon_aligned_alloc(64, B * c->dim * sizeof(float));
     s->k     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
     s->v     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
-    s->ao    = moon_aligned_alloc(64, B * c->dim * sizeof(float));
     s->hb    = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     s->hb2   = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
@@ -842,8 +841,9 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->sc        = moon_malloc((size_t)s->nth * ATTN_QCHUNK * c->seq_len * sizeof(float));
     s->seq       = moon_malloc(B * sizeof(*s->seq));
     s->pos       = moon_malloc(B * sizeof(*s->pos));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->hb || !s->hb2 || !s->att ||
-        !s->wtile || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
+    s->ao        = s->q;
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->hb || !s->hb2 || !s->att || !s->wtile ||
+        !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }
