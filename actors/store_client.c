@@ -223,6 +223,7 @@ static moon_status_t get_try_next(moon_store_client_t *c, op_t *op, int from_cal
         moon_store_get_t *m;
 
         if (!c->live[shard]) {
+            MOON_DEBUG_LOG("store client: get skips dead shard %u", shard);
             op_note(op, MOON_ERR_PEER_LOST);
             continue;
         }
@@ -257,6 +258,7 @@ static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t
 {
     uint32_t shard = op->targets[t];
 
+    MOON_DEBUG_LOG("store client: get transfer from shard %u: %s", shard, moon_status_str(status));
     if (status == MOON_OK && c->verify_get &&
         moon_kv_checksum(op->buf, (size_t)op->got_bytes) != op->got_checksum) {
         MOON_WARN("store client: block from shard %u failed its checksum", shard);
@@ -287,6 +289,8 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
         return;
     }
     if (g->status != MOON_OK) {
+        MOON_DEBUG_LOG("store client: get from shard %u: %s", op->targets[t],
+                       moon_status_str((moon_status_t)g->status));
         op->rstate[t] = R_FAILED;
         op_note(op, (moon_status_t)g->status);
         (void)get_try_next(c, op, 0);
@@ -422,7 +426,11 @@ static void on_shard_down(moon_store_client_t *c, uint32_t shard, moon_status_t 
     if (!c->live[shard]) {
         return;
     }
-    MOON_WARN("store client: shard %u gone (%s)", shard, moon_status_str(reason));
+    if (reason == MOON_OK) {
+        MOON_INFO("store client: shard %u stopped", shard);
+    } else {
+        MOON_WARN("store client: shard %u gone (%s)", shard, moon_status_str(reason));
+    }
     c->live[shard] = 0;
     (void)moon_kv_placement_set_live(c->placement, shard, 0);
     for (uint32_t i = 0; i < c->max_ops; i++) {

@@ -26,8 +26,8 @@ enum {
 
 #define D_CMD_FIELDS(F, T)                                                                         \
     F(T, u32, op)                                                                                  \
-    F(T, u64, key_lo) F(T, u64, key_hi) F(T, u64, buf) F(T, u64, len) F(T, u64, slot)              \
-        F(T, u64, aux) F(T, addr, to)
+    F(T, u64, key_lo)                                                                              \
+    F(T, u64, key_hi) F(T, u64, buf) F(T, u64, len) F(T, u64, slot) F(T, u64, aux) F(T, addr, to)
 #define D_MSGS(X) X(D_MSG_CMD, d_cmd_t, D_CMD_FIELDS)
 MOON_MSG_DECLARE(D_MSGS, 200, D_MSG_END)
 MOON_MSG_DEFINE(D_MSGS, d_msg_descs)
