@@ -65,8 +65,9 @@ struct cpu_state {
     float              *x;  /* (max_b, dim) residual stream */
     float              *xb; /* (max_b, dim) */
     float              *q;  /* (max_b, dim) */
-    float              *k;  /* (max_b, kv_dim) */
-    float              *v;  /* (max_b, kv_dim) */
+    float              *k;  /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    float              *v;  /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    int                 kv_owned;
     float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
                              * slice of q is dead once its output is written) */
     float   *hb;            /* (max_b, hidden) */
@@ -779,8 +780,10 @@ static void cpu_destroy(void *state)
     moon_free(s->x);
     moon_free(s->xb);
     moon_free(s->q);
-    moon_free(s->k);
-    moon_free(s->v);
+    if (s->kv_owned) {
+        moon_free(s->k);
+        moon_free(s->v);
+    }
     moon_free(s->hb);
     moon_free(s->hb2);
     moon_free(s->att);
@@ -824,13 +827,21 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
         cpu_destroy(s);
         return status;
     }
-    s->x     = moon_aligned_alloc(64, B * c->dim * sizeof(float));
-    s->xb    = moon_aligned_alloc(64, B * c->dim * sizeof(float));
-    s->q     = moon_aligned_alloc(64, B * c->dim * sizeof(float));
-    s->k     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
-    s->v     = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
-    s->hb    = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
-    s->hb2   = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
+    s->x   = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->xb  = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->q   = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->hb  = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
+    s->hb2 = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
+    /* k and v live only from the QKV matmul to the cache write, hb2 only in
+     * the FFN: share hb2's memory when both fit in it (2 kv_dim <= hidden) */
+    if (2 * kv_dim <= c->hidden_dim && s->hb2 != NULL) {
+        s->k = s->hb2;
+        s->v = s->hb2 + B * kv_dim;
+    } else {
+        s->kv_owned = 1;
+        s->k        = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
+        s->v        = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
+    }
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
                                           sizeof(float));
