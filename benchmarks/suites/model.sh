@@ -33,7 +33,7 @@ done
 
 run_model() { # path label decode_iters
     local m=$1 l=$2 it=$3
-    "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=8
+    "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=12
     "$B" --model="$m" --label="$l" --bench=openblas --threads="$T" --prompt=512 --iters=6
     # batch 1 also carries roofline_tokens_per_s measured between its rounds
     "$B" --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
