@@ -187,7 +187,12 @@ static void test_backpressure_mutes_the_sender_and_loses_nothing(void)
     /* Bounded: the bound plus what one sender turn can add before it is muted. */
     printf("(depth high water %llu, muted %llu times) ", (unsigned long long)cs.depth_high_water,
            (unsigned long long)fs.n_muted);
-    CU_ASSERT(cs.depth_high_water < 256 + 4 * 500);
+    /* Bounded: the bound plus what the sender adds before the receiver's
+     * next pressure check (every 16 messages, or a turn) mutes it. How many
+     * sender turns fit before that check depends on the OS scheduler on a
+     * loaded 2-core machine, so allow a margin; unbounded, all 200,000
+     * messages would pile up. */
+    CU_ASSERT(cs.depth_high_water < 16 * 256);
     CU_ASSERT(cs.depth_high_water >= 256);
     moon_runtime_destroy(rt);
 }
