@@ -962,8 +962,8 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
         p->goodbye = 1;
         return;
     default:
-        if (h.kind >= DIST_FRAME_ENGINE && d->eng->on_engine_frame != NULL) {
-            d->eng->on_engine_frame(d, h.src_rank, h.kind, cur, (size_t)(end - cur));
+        if (h.kind >= DIST_FRAME_ENGINE && d->eng->on_engine_frame != NULL &&
+            d->eng->on_engine_frame(d, h.src_rank, h.kind, cur, (size_t)(end - cur))) {
             return;
         }
         goto bad;
@@ -1204,6 +1204,8 @@ static void fail_queue(moon_dist_t *d, uint32_t r)
     dist_peer_t    *p = &d->peers[r];
     moon_msg_env_t *env;
 
+    /* own the queue: claim it if idle (else it is already scheduled, i.e. ours) */
+    (void)moon_mailbox_claim(&p->q);
     do {
         while ((env = moon_mailbox_pop(&p->q)) != NULL) {
             moon_msg_hdr_t *msg = moon_env_msg(env);

@@ -72,9 +72,10 @@ typedef struct {
     void (*bulk_release)(moon_dist_t *d, bulk_op_t *op);
     /* Peer r is lost: drop its endpoint without waiting for it. */
     void (*peer_lost)(moon_dist_t *d, uint32_t r);
-    /* Optional: frames of kinds >= DIST_FRAME_ENGINE go here. */
-    void (*on_engine_frame)(moon_dist_t *d, uint32_t src, uint32_t kind, const void *body,
-                            size_t len);
+    /* Optional: frames of kinds >= DIST_FRAME_ENGINE go here; returns 0 for
+     * a malformed one (dist.c counts it). */
+    int (*on_engine_frame)(moon_dist_t *d, uint32_t src, uint32_t kind, const void *body,
+                           size_t len);
 } dist_engine_ops_t;
 
 #define DIST_FRAME_ENGINE 16 /* first frame kind reserved for engines */

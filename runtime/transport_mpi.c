@@ -156,9 +156,13 @@ static int reap(moon_dist_t *d)
         case P_GET_RECV:
         case P_PUT_SEND: dist_bulk_slice_done(d, p->op, p->n, MOON_OK); break;
         case P_SERVE_RECV: {
-            bulk_req_t ack = {0, 0, (uint32_t)p->tag, 0};
-            (void)dist_send_engine_frame(d, p->peer, EF_PUT_ACK, &ack, sizeof(ack));
-            break;
+            bulk_req_t ack  = {0, 0, (uint32_t)p->tag, 0};
+            uint32_t   peer = p->peer;
+            /* drop the entry first: sending the ack may grow the table */
+            m->pend[i] = m->pend[--m->n_pend];
+            (void)dist_send_engine_frame(d, peer, EF_PUT_ACK, &ack, sizeof(ack));
+            n++;
+            continue;
         }
         default: break;
         }
@@ -230,48 +234,46 @@ static void mpi_mem_unmap(moon_dist_t *d, void *memh, void *rkey)
 static moon_status_t mpi_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n)
 {
     mpi_t     *m = M(d);
-    pend_t    *p = pend_add(m);
-    bulk_req_t r;
+    bulk_req_t r = {op->remote_addr + off, n, (uint32_t)next_tag(m), 0};
+    pend_t    *p;
+    int        ret;
 
-    if (p == NULL) {
+    /* the request frame first: sending it may grow the pending table */
+    if (dist_send_engine_frame(d, op->peer, op->is_put ? EF_PUT_REQ : EF_GET_REQ, &r,
+                               sizeof(r)) != MOON_OK ||
+        (p = pend_add(m)) == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    r = (bulk_req_t){op->remote_addr + off, n, (uint32_t)next_tag(m), 0};
     p->kind = op->is_put ? P_PUT_SEND : P_GET_RECV;
     p->op   = op;
     p->n    = n;
     p->tag  = (int)r.tag;
     p->peer = op->peer;
     if (op->is_put) {
-        (void)dist_send_engine_frame(d, op->peer, EF_PUT_REQ, &r, sizeof(r));
-        if (MPI_Isend(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
-                      &p->req) != MPI_SUCCESS) {
-            m->n_pend--;
-            return MOON_ERR_PEER_LOST;
-        }
+        ret = MPI_Isend(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
+                        &p->req);
     } else {
-        if (MPI_Irecv(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
-                      &p->req) != MPI_SUCCESS) {
-            m->n_pend--;
-            return MOON_ERR_PEER_LOST;
-        }
-        (void)dist_send_engine_frame(d, op->peer, EF_GET_REQ, &r, sizeof(r));
+        ret = MPI_Irecv(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
+                        &p->req);
+    }
+    if (ret != MPI_SUCCESS) {
+        m->n_pend--;
+        return MOON_ERR_PEER_LOST;
     }
     return MOON_OK;
 }
 
 /* The owner's side of a slice: addresses come from a descriptor this rank
  * handed out; a bad one is a peer bug, answered by not serving it. */
-static void mpi_on_engine_frame(moon_dist_t *d, uint32_t src, uint32_t kind, const void *body,
-                                size_t len)
+static int mpi_on_engine_frame(moon_dist_t *d, uint32_t src, uint32_t kind, const void *body,
+                               size_t len)
 {
     mpi_t     *m = M(d);
     bulk_req_t r;
     pend_t    *p;
 
-    if (len != sizeof(r)) {
-        MOON_WARN("bad bulk frame from rank %u: dropped", src);
-        return;
+    if (len != sizeof(r) || kind < EF_GET_REQ || kind > EF_PUT_ACK) {
+        return 0; /* counted and logged by dist.c */
     }
     memcpy(&r, body, sizeof(r));
     if (kind == EF_PUT_ACK) {
@@ -282,12 +284,12 @@ static void mpi_on_engine_frame(moon_dist_t *d, uint32_t src, uint32_t kind, con
                 break;
             }
         }
-        return;
+        return 1;
     }
     if (r.n > (uint64_t)INT32_MAX || (kind != EF_GET_REQ && kind != EF_PUT_REQ) ||
         (p = pend_add(m)) == NULL) {
         MOON_WARN("bulk frame from rank %u not served", src);
-        return;
+        return 1;
     }
     p->peer = src;
     p->tag  = (int)r.tag;
@@ -300,6 +302,7 @@ static void mpi_on_engine_frame(moon_dist_t *d, uint32_t src, uint32_t kind, con
         MPI_Irecv((void *)(uintptr_t)r.addr, (int)r.n, MPI_BYTE, (int)src, p->tag, m->comm,
                   &p->req);
     }
+    return 1;
 }
 
 static void mpi_bulk_release(moon_dist_t *d, bulk_op_t *op)

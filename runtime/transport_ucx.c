@@ -24,6 +24,7 @@ typedef struct {
     ucp_ep_h      ep;
     int           failed;
     int           err_peer; /* ep has UCX peer error handling (not on shm in 1.13) */
+    int           close_pending; /* lost: close outside UCX callbacks */
 } ucx_peer_t;
 
 typedef struct {
@@ -33,6 +34,7 @@ typedef struct {
     char         *addrs;    /* all ranks' worker addresses */
     int          *addr_len, *addr_off;
     ucx_peer_t   *peers;
+    int           n_close_pending;
     int           peer_err_mode; /* endpoints with UCP_ERR_HANDLING_MODE_PEER */
 } ucx_t;
 
@@ -265,7 +267,7 @@ static moon_status_t ucx_open(moon_dist_t *d)
     for (uint32_t r = 0; r < size; r++) {
         u->addr_off[r] = total;
         total += u->addr_len[r];
-        u->peers[r] = (ucx_peer_t){d, r, NULL, 0, 0};
+        u->peers[r] = (ucx_peer_t){d, r, NULL, 0, 0, 0};
     }
     u->addrs = moon_malloc((size_t)total);
     if (u->addrs == NULL) {
@@ -319,7 +321,19 @@ typedef struct {
 
 static int ucx_progress(moon_dist_t *d)
 {
-    return (int)ucp_worker_progress(U(d)->worker);
+    ucx_t *u = U(d);
+    int    n = (int)ucp_worker_progress(u->worker);
+
+    if (MOON_UNLIKELY(u->n_close_pending > 0)) {
+        for (uint32_t r = 0; r < moon_dist_size_(d); r++) {
+            if (u->peers[r].close_pending) {
+                u->peers[r].close_pending = 0;
+                close_ep(d, &u->peers[r]);
+            }
+        }
+        u->n_close_pending = 0;
+    }
+    return n;
 }
 
 static int ucx_event_fd(moon_dist_t *d)
@@ -474,8 +488,12 @@ static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
 {
     ucx_t *u = U(d);
 
+    /* may run inside a UCX error callback: no UCX calls here */
     u->peers[r].failed = 1;
-    close_ep(d, &u->peers[r]);
+    if (u->peers[r].ep != NULL && !u->peers[r].close_pending) {
+        u->peers[r].close_pending = 1;
+        u->n_close_pending++;
+    }
 }
 
 /* Frame sends: the callback needs d and the buffer; both ride in a small

@@ -305,6 +305,9 @@ static void test_bad_input_is_counted_and_dropped(void)
     if (g_rank == 0) {
         CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &stale), MOON_OK);
         CU_ASSERT_EQUAL(moon_stop(g_rt, stale, MOON_OK), MOON_OK);
+        while (moon_actor_stats(g_rt, stale, &(moon_actor_stats_t){0}) == MOON_OK) {
+            nanosleep(&(struct timespec){0, 100000}, NULL); /* stopping is asynchronous */
+        }
     }
     MPI_Bcast(&stale, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (g_rank == 1) {
