@@ -679,11 +679,7 @@ static void par_rmsnorm(cpu_state_t *s, uint32_t b, float *out, const float *in,
     s->job.out    = out;
     s->job.in     = in;
     s->job.norm_w = w;
-    if (b == 1) {
-        run_job(s, 0, 1); /* too small to be worth waking workers */
-    } else {
-        moon_tp_run(s->tp, run_job, s);
-    }
+    run_maybe_par(s, (uint64_t)b * s->m->cfg.dim * 4);
 }
 
 /* The whole forward pass for b batch rows whose tokens, sequences and
