@@ -3,6 +3,7 @@
  * layer, and that a sequence rebuilt from imported blocks (or a forked
  * prefix) decodes exactly like the original. */
 #include "model_test_util.h"
+#include "moonlet/alloc.h"
 #include "moonlet/kv_cache.h"
 
 #include <stdlib.h>
@@ -188,7 +189,48 @@ static void test_engine_rejects_and_rolls_back(void)
     unlink(path);
 }
 
+/* Every allocation of model load, tokenizer, engine (ref and cpu) and KV cache
+ * creation fails in turn: each call returns MOON_ERR_NO_MEMORY (or an error)
+ * and leaks nothing (ASan runs check), or succeeds. */
+static void test_alloc_failures_unwind(void)
+{
+    const char *path = MOON_MODELS_DIR "/stories260K/stories260K.gguf";
+    int         done = 0;
+
+    for (uint64_t k = 1; k < 400 && !done; k++) {
+        moon_model_t        *m  = NULL;
+        moon_engine_t       *e1 = NULL, *e2 = NULL;
+        moon_kv_cache_t     *kv  = NULL;
+        moon_engine_config_t ref = {.kind = MOON_BACKEND_REF};
+        moon_engine_config_t cpu = {.kind = MOON_BACKEND_CPU, .n_threads = 2};
+        moon_kv_config_t     kcfg;
+        moon_status_t        st;
+
+        moon_fault_fail_after(k);
+        st = moon_model_load(path, &m);
+        if (st == MOON_OK) {
+            kcfg = moon_model_kv_config(moon_model_config(m), 16, 8, 2);
+            st   = moon_engine_create(m, &ref, &e1);
+        }
+        if (st == MOON_OK) {
+            st = moon_engine_create(m, &cpu, &e2);
+        }
+        if (st == MOON_OK) {
+            st = moon_kv_cache_create(&kcfg, &kv);
+        }
+        moon_fault_reset();
+        CU_ASSERT(st == MOON_OK || st == MOON_ERR_NO_MEMORY || st == MOON_ERR_NO_RESOURCE);
+        done = st == MOON_OK;
+        moon_kv_cache_destroy(kv);
+        moon_engine_destroy(e2);
+        moon_engine_destroy(e1);
+        moon_model_destroy(m);
+    }
+    CU_ASSERT(done);
+}
+
 static CU_TestInfo tests[] = {
+    {"alloc_failures_unwind", test_alloc_failures_unwind},
     {"reserve_and_release", test_reserve_and_release},
     {"fork_shares_full_blocks", test_fork_shares_full_blocks},
     {"export_import_and_fork_decode_identically", test_export_import_and_fork_decode_identically},
