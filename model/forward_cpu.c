@@ -61,12 +61,12 @@ struct cpu_state {
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;
-    int                 have_avx512;
-    float              *x;  /* (max_b, dim) residual stream */
-    float              *xb; /* (max_b, dim) */
-    float              *q;  /* (max_b, dim) */
-    float              *k;  /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
-    float              *v;  /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    int                 nt_isa; /* batched NT kernels: 512, 2 (AVX2) or 0 (none) */
+    float              *x;      /* (max_b, dim) residual stream */
+    float              *xb;     /* (max_b, dim) */
+    float              *q;      /* (max_b, dim) */
+    float              *k;      /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    float              *v;      /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     int                 kv_owned;
     float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
                              * slice of q is dead once its output is written) */
@@ -319,7 +319,7 @@ static void pick_kernels(cpu_state_t *s)
     s->dot[MOON_GGML_BF16] = dot_bf16_scalar;
     s->axpy                = axpy_scalar;
     s->swiglu              = swiglu_scalar;
-    s->have_avx512         = 0;
+    s->nt_isa              = 0;
     if (cap != NULL && strcmp(cap, "scalar") == 0) {
         return;
     }
@@ -331,12 +331,13 @@ static void pick_kernels(cpu_state_t *s)
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
         s->axpy                = axpy_avx512;
         s->swiglu              = swiglu_avx512;
-        s->have_avx512         = 1;
+        s->nt_isa              = 512;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         s->dot_f32             = dot_f32_avx2;
         s->dot[MOON_GGML_F32]  = dot_f32_avx2;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx2;
         s->axpy                = axpy_avx2;
+        s->nt_isa              = 2;
     }
 #endif
 }
@@ -393,24 +394,90 @@ NT_KERNEL(nt_4x6_bf16, nt_load_bf16)
 typedef void (*nt_kernel_fn)(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
                              float *y, uint32_t ldy);
 
-/* Whether the batched NT kernel handles this matmul (else GEMM or dots). */
-static nt_kernel_fn nt_kernel_for(const cpu_state_t *s, const moon_tensor_t *w, uint32_t b)
+/* A register-blocked NT kernel: mr weight rows x nb batch rows, K % kstep == 0. */
+typedef struct {
+    nt_kernel_fn fn;
+    uint32_t     mr, nb, kstep;
+} nt_kernel_t;
+
+#ifdef MOON_X86
+/* AVX2 twin: 3 weight rows x 4 batch rows (12 ymm accumulators). */
+#define NT2_MR 3
+#define NT2_NB 4
+#define NT2_KERNEL(_name, _load)                                                                   \
+    __attribute__((target("avx2,fma"))) static void _name(                                         \
+        const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
+    {                                                                                              \
+        __m256 acc[NT2_MR][NT2_NB];                                                                \
+        for (int i = 0; i < NT2_MR; i++) {                                                         \
+            for (int j = 0; j < NT2_NB; j++) {                                                     \
+                acc[i][j] = _mm256_setzero_ps();                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (uint32_t k = 0; k + 8 <= K; k += 8) {                                                 \
+            __m256 wv[NT2_MR];                                                                     \
+            for (int i = 0; i < NT2_MR; i++) {                                                     \
+                wv[i] = _load(w + (size_t)i * row_bytes, k);                                       \
+            }                                                                                      \
+            for (int j = 0; j < NT2_NB; j++) {                                                     \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)j * K + k);                                \
+                for (int i = 0; i < NT2_MR; i++) {                                                 \
+                    acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int i = 0; i < NT2_MR; i++) {                                                         \
+            for (int j = 0; j < NT2_NB; j++) {                                                     \
+                y[(size_t)j * ldy + i] = hsum256(acc[i][j]);                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_f32(const uint8_t *row,
+                                                                      uint32_t       k)
 {
-    if (!s->have_avx512 || b < 2 || b > 64 || w->cols % 16 != 0) {
-        return NULL;
+    return _mm256_loadu_ps((const float *)row + k);
+}
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_bf16(const uint8_t *row,
+                                                                       uint32_t       k)
+{
+    __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+NT2_KERNEL(nt_3x4_f32_avx2, nt2_load_f32)
+NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
+#endif
+
+/* The batched NT kernel for this matmul, or fn NULL (then GEMM or dots). */
+static nt_kernel_t nt_kernel_for(const cpu_state_t *s, const moon_tensor_t *w, uint32_t b)
+{
+    nt_kernel_t k = {NULL, 0, 0, 0};
+
+    if (s->nt_isa == 0 || b < 2 || b > 64) {
+        return k;
     }
 #ifdef MOON_X86
-    if (w->type == MOON_GGML_F32) {
-        return nt_4x6_f32;
-    }
-    if (w->type == MOON_GGML_BF16) {
-        return nt_4x6_bf16;
+    if (s->nt_isa == 512 && w->cols % 16 == 0) {
+        k.mr    = NT_MR;
+        k.nb    = NT_NB;
+        k.kstep = 16;
+        k.fn    = w->type == MOON_GGML_F32    ? nt_4x6_f32
+                  : w->type == MOON_GGML_BF16 ? nt_4x6_bf16
+                                              : NULL;
+    } else if (s->nt_isa == 2 && w->cols % 8 == 0) {
+        k.mr    = NT2_MR;
+        k.nb    = NT2_NB;
+        k.kstep = 8;
+        k.fn    = w->type == MOON_GGML_F32    ? nt_3x4_f32_avx2
+                  : w->type == MOON_GGML_BF16 ? nt_3x4_bf16_avx2
+                                              : NULL;
     }
 #endif
-    return NULL;
+    return k;
 }
 
-static void matmul_nt(cpu_state_t *s, nt_kernel_fn kern, const moon_tensor_t *w, float *y,
+static void matmul_nt(cpu_state_t *s, nt_kernel_t kern, const moon_tensor_t *w, float *y,
                       const float *x, uint32_t b, uint32_t r0, uint32_t r1)
 {
     const uint8_t *base = (const uint8_t *)w->data;
@@ -418,14 +485,14 @@ static void matmul_nt(cpu_state_t *s, nt_kernel_fn kern, const moon_tensor_t *w,
     uint32_t       K    = w->cols;
     uint32_t       r    = r0;
 
-    for (; r + NT_MR <= r1; r += NT_MR) {
+    for (; r + kern.mr <= r1; r += kern.mr) {
         const uint8_t *wr = base + (size_t)r * w->row_bytes;
         uint32_t       bi = 0;
-        for (; bi + NT_NB <= b; bi += NT_NB) {
-            kern(wr, w->row_bytes, x + (size_t)bi * K, K, y + (size_t)bi * w->rows + r, w->rows);
+        for (; bi + kern.nb <= b; bi += kern.nb) {
+            kern.fn(wr, w->row_bytes, x + (size_t)bi * K, K, y + (size_t)bi * w->rows + r, w->rows);
         }
         for (; bi < b; bi++) {
-            for (uint32_t i = 0; i < NT_MR; i++) {
+            for (uint32_t i = 0; i < kern.mr; i++) {
                 y[(size_t)bi * w->rows + r + i] =
                     dot(wr + (size_t)i * w->row_bytes, x + (size_t)bi * K, K);
             }
@@ -454,8 +521,8 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
         return;
     }
     if (b > 1 && b <= 64) {
-        nt_kernel_fn kern = nt_kernel_for(s, w, b);
-        if (kern != NULL) {
+        nt_kernel_t kern = nt_kernel_for(s, w, b);
+        if (kern.fn != NULL) {
             matmul_nt(s, kern, w, y, x, b, r0, r1);
             return;
         }
@@ -813,7 +880,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     B        = s->max_b;
     pick_kernels(s);
     if (getenv("MOON_CPU_NO_NT") != NULL) {
-        s->have_avx512 = 0; /* A/B knob for benchmarks: batched matmuls through sgemm */
+        s->nt_isa = 0; /* A/B knob for benchmarks: batched matmuls through sgemm */
     }
 #ifdef MOON_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* parallelism comes from our own pool */
