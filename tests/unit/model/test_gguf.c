@@ -204,7 +204,7 @@ static moon_status_t try_open(const uint8_t *d, size_t n)
 
 static void test_every_truncation_fails_cleanly(void)
 {
-    size_t   len;
+    size_t   len = 0;
     uint8_t *d;
 
     write_sample();
@@ -223,7 +223,7 @@ static void test_every_truncation_fails_cleanly(void)
 
 static void test_random_flips_and_bytes(void)
 {
-    size_t   len;
+    size_t   len = 0;
     uint8_t *d, *m;
     uint64_t rng = 42;
 
@@ -300,7 +300,7 @@ static void test_fuzz_corpus(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
     moon_log_set_level(0);
     while ((e = readdir(dir)) != NULL) {
-        size_t   len;
+        size_t   len = 0;
         uint8_t *d;
         if (e->d_name[0] == '.') {
             continue;
