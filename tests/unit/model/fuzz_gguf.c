@@ -28,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint64_t j = 0; j < ts->bytes; j += 97) {
             sum ^= ((const uint8_t *)ts->data)[j];
         }
+        (void)sum;
     }
     moon_model_config_from_gguf(g, &cfg);
     if (moon_tokenizer_create(g, &t) == MOON_OK) {

@@ -175,6 +175,7 @@ static moon_status_t try_open(const uint8_t *d, size_t n)
             for (uint64_t j = 0; j < t->bytes; j++) {
                 sum ^= ((const uint8_t *)t->data)[j];
             }
+            (void)sum;
         }
         for (uint64_t i = 0; i < moon_gguf_n_kv(g); i++) {
             const char      *k = moon_gguf_key_name(g, i);
