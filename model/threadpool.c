@@ -53,7 +53,12 @@ static void *worker_main(void *p)
         /* acquire: pairs with the release increment in moon_tp_run(); makes fn/arg visible */
         while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen) {
             if (++spins < TP_SPIN) {
-                cpu_relax();
+                /* an occasional yield hands an oversubscribed core to whoever waits */
+                if (spins % 256 == 0) {
+                    sched_yield();
+                } else {
+                    cpu_relax();
+                }
                 continue;
             }
             pthread_mutex_lock(&tp->lock);
