@@ -140,7 +140,7 @@ struct moon_dist {
     uint32_t         n_ready_words;
     dist_buf_t      *buf_pool;
     uint32_t         n_pool;
-    uint64_t         next_tick_ns, hb_ns;
+    uint64_t         next_tick_ns, hb_ns, last_tick_ns;
     int              saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */
@@ -1634,6 +1634,16 @@ moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void *bytes, 
 /* ---- the progress thread -------------------------------------------------- */
 static void tick(moon_dist_t *d, uint64_t now)
 {
+    /* If this thread itself got no CPU for a while, the silence of the peers
+     * says nothing about them: restart their clocks instead of losing them. */
+    if (d->last_tick_ns != 0 && now - d->last_tick_ns > d->cfg.peer_timeout_ns / 4) {
+        MOON_WARN("progress thread stalled for %llu ms: peer clocks restarted",
+                  (unsigned long long)((now - d->last_tick_ns) / 1000000));
+        for (uint32_t r = 0; r < d->size; r++) {
+            d->peers[r].last_rx_ns = now;
+        }
+    }
+    d->last_tick_ns = now;
     for (uint32_t r = 0; r < d->size; r++) {
         dist_peer_t *p = &d->peers[r];
 

@@ -89,7 +89,7 @@ MOON_API int moon_dist_peer_alive(moon_dist_t *d, uint32_t r);
  * must outlive the region. Any thread. */
 MOON_API moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
                                                  moon_dist_region_t **reg_p);
-/* No transfer may use it any more. NULL: no-op. */
+/* No transfer may use it any more; call before moon_dist_stop. NULL: no-op. */
 MOON_API void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg);
 /* Size of the region's wire descriptor (rank, address, length, packed rkey). */
 MOON_API size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg);
