@@ -66,9 +66,16 @@ static moon_status_t watcher_init(moon_actor_t *self, const void *args)
 }
 static moon_status_t watcher_on_go(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
+    moon_status_t status;
+
     (void)msg;
-    return moon_dist_get(g_dist, g_buf, NULL, g_desc, g_desc_len, 0, BIG, moon_actor_addr(self),
-                         1);
+    status = moon_dist_get(g_dist, g_buf, NULL, g_desc, g_desc_len, 0, BIG,
+                           moon_actor_addr(self), 1);
+    if (status != MOON_OK) { /* the loss was already known: refused at once */
+        atomic_store(&g_bulk_status, status);
+        atomic_store(&g_have_bulk, 1);
+    }
+    return MOON_OK;
 }
 static moon_status_t watcher_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
