@@ -9,9 +9,14 @@
 #include "moonlet/kv_placement.h"
 #include "moonlet/log.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
-#define ID_TAG 0xC5ull /* top byte of every req and cookie of a client */
+/* Ids (reqs, bulk cookies, monitor refs): tag (8 bits) | client instance (12) |
+ * operation generation (12) | slot (24) | replica (8). The instance tells apart
+ * several clients fed by one actor. */
+#define ID_TAG 0xC5ull
+#define ID_HI(_c) ((ID_TAG << 56) | ((uint64_t)(_c)->instance << 44))
 #define DEFAULT_MAX_OPS 256u
 #define MAX_T MOON_STORE_CLIENT_MAX_SHARDS
 
@@ -48,13 +53,14 @@ typedef struct {
 
 struct moon_store_client {
     moon_actor_t        *self;
+    uint32_t             instance; /* 12 bits, in every id */
     moon_dist_t         *dist;
     moon_kv_placement_t *placement;
     moon_addr_t          shards[MAX_T];
     uint8_t              live[MAX_T];
     uint32_t             n_shards, n_replicas;
     moon_kv_tag_t        tag;
-    int                  verify_get;
+    int                  verify_get, skip_checksum;
     moon_store_done_fn   on_done;
     void                *arg;
     op_t                *ops; /* max_ops */
@@ -62,11 +68,12 @@ struct moon_store_client {
     uint32_t             n_free, max_ops;
 };
 
+static _Atomic uint32_t next_instance;
+
 /* ---- ids ------------------------------------------------------------------ */
 static uint64_t make_id(const moon_store_client_t *c, const op_t *op, uint32_t t)
 {
-    return (ID_TAG << 56) | ((uint64_t)(op->gen & 0xffffffu) << 32) |
-           ((uint64_t)(op - c->ops) << 8) | t;
+    return ID_HI(c) | ((uint64_t)(op->gen & 0xfffu) << 32) | ((uint64_t)(op - c->ops) << 8) | t;
 }
 
 /* The live operation and replica an id names, or NULL (stale or foreign). */
@@ -75,11 +82,11 @@ static op_t *op_of_id(moon_store_client_t *c, uint64_t id, uint32_t *t_p)
     uint32_t slot = (uint32_t)(id >> 8) & 0xffffffu, t = (uint32_t)id & 0xffu;
     op_t    *op;
 
-    if ((id >> 56) != ID_TAG || slot >= c->max_ops) {
+    if ((id >> 44) != (ID_HI(c) >> 44) || slot >= c->max_ops) {
         return NULL;
     }
     op = &c->ops[slot];
-    if (!op->in_use || (op->gen & 0xffffffu) != ((id >> 32) & 0xffffffu) || t >= op->n_targets) {
+    if (!op->in_use || (op->gen & 0xfffu) != ((id >> 32) & 0xfffu) || t >= op->n_targets) {
         return NULL;
     }
     *t_p = t;
@@ -88,7 +95,7 @@ static op_t *op_of_id(moon_store_client_t *c, uint64_t id, uint32_t *t_p)
 
 static int is_client_id(const moon_store_client_t *c, uint64_t id)
 {
-    return (id >> 56) == ID_TAG && ((uint32_t)(id >> 8) & 0xffffffu) < c->max_ops;
+    return (id >> 44) == (ID_HI(c) >> 44) && ((uint32_t)(id >> 8) & 0xffffffu) < c->max_ops;
 }
 
 /* ---- sending -------------------------------------------------------------- */
@@ -472,17 +479,19 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
     if (c == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    c->self       = self;
-    c->dist       = cfg->dist;
-    c->n_shards   = cfg->n_shards;
-    c->n_replicas = cfg->n_replicas;
-    c->tag        = cfg->tag;
-    c->verify_get = cfg->verify_get;
-    c->on_done    = cfg->on_done;
-    c->arg        = cfg->arg;
-    c->max_ops    = cfg->max_ops ? cfg->max_ops : DEFAULT_MAX_OPS;
-    c->ops        = moon_calloc(c->max_ops, sizeof(*c->ops));
-    c->free_ops   = moon_calloc(c->max_ops, sizeof(*c->free_ops));
+    c->self          = self;
+    c->instance      = (atomic_fetch_add(&next_instance, 1) & 0xfffu);
+    c->dist          = cfg->dist;
+    c->n_shards      = cfg->n_shards;
+    c->n_replicas    = cfg->n_replicas;
+    c->tag           = cfg->tag;
+    c->verify_get    = cfg->verify_get;
+    c->skip_checksum = cfg->skip_checksum;
+    c->on_done       = cfg->on_done;
+    c->arg           = cfg->arg;
+    c->max_ops       = cfg->max_ops ? cfg->max_ops : DEFAULT_MAX_OPS;
+    c->ops           = moon_calloc(c->max_ops, sizeof(*c->ops));
+    c->free_ops      = moon_calloc(c->max_ops, sizeof(*c->free_ops));
     if (c->ops == NULL || c->free_ops == NULL) {
         status = MOON_ERR_NO_MEMORY;
         goto err_free;
@@ -500,7 +509,7 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
         goto err_free;
     }
     for (uint32_t i = 0; i < c->n_shards; i++) {
-        status = moon_monitor(self, c->shards[i], (ID_TAG << 56) | i);
+        status = moon_monitor(self, c->shards[i], ID_HI(c) | i);
         if (status != MOON_OK) {
             goto err_placement;
         }
@@ -549,7 +558,7 @@ moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, c
     op->buf      = (void *)(uintptr_t)bytes;
     op->len      = n_bytes;
     op->reg      = local_reg;
-    op->checksum = moon_kv_checksum(bytes, n_bytes);
+    op->checksum = c->skip_checksum ? 0 : moon_kv_checksum(bytes, n_bytes);
     for (uint32_t t = 0; t < n; t++) {
         moon_store_put_reserve_t *m = moon_msg_new(MOON_MSG_STORE_PUT_RESERVE, 0);
 
@@ -788,7 +797,8 @@ int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
     case MOON_MSG_SYS_DOWN: {
         const moon_sys_down_t *d     = (const moon_sys_down_t *)msg;
         uint32_t               shard = (uint32_t)(d->ref & 0xffu);
-        if ((d->ref >> 56) != ID_TAG || shard >= c->n_shards || c->shards[shard] != d->actor) {
+        if ((d->ref >> 44) != (ID_HI(c) >> 44) || shard >= c->n_shards ||
+            c->shards[shard] != d->actor) {
             return 0;
         }
         on_shard_down(c, shard, (moon_status_t)d->reason);

@@ -60,15 +60,18 @@ typedef struct {
 typedef void (*moon_store_done_fn)(moon_actor_t *self, void *arg, const moon_store_done_t *done);
 
 typedef struct {
-    moon_dist_t       *dist;       /* borrowed; NULL: shards in this process (memcpy) */
-    const moon_addr_t *shards;     /* n_shards shard actors; shards[i] must have been spawned
-                                      with shard_id i (copied) */
-    uint32_t           n_shards;   /* 1..MOON_STORE_CLIENT_MAX_SHARDS */
-    uint32_t           n_replicas; /* R: 1..n_shards */
-    moon_kv_tag_t      tag;        /* model id + weight version of every request */
-    uint32_t           max_ops;    /* operations in flight at once; 0: 256 */
-    int                verify_get; /* check every block read against its stored checksum */
-    moon_store_done_fn on_done;    /* required */
+    moon_dist_t       *dist;    /* borrowed; NULL: shards in this process (memcpy) */
+    const moon_addr_t *shards;  /* n_shards shard actors; shards[i] must have been spawned
+                                   with shard_id i (copied) */
+    uint32_t      n_shards;     /* 1..MOON_STORE_CLIENT_MAX_SHARDS */
+    uint32_t      n_replicas;   /* R: 1..n_shards */
+    moon_kv_tag_t tag;          /* model id + weight version of every request */
+    uint32_t      max_ops;      /* operations in flight at once; 0: 256 */
+    int           verify_get;   /* check every block read against its stored checksum */
+    int skip_checksum;          /* puts commit checksum 0 instead of XXH3 of the bytes (saves a pass
+                                   over each block: then no shard may verify_on_commit and no
+                                   reader may verify_get) */
+    moon_store_done_fn on_done; /* required */
     void              *arg;
 } moon_store_client_config_t;
 

@@ -48,8 +48,8 @@
 #define MOON_STORE_PUT_GRANT_FIELDS(F, T)                                                          \
     F(T, u64, req)                                                                                 \
     F(T, i32, status)                                                                              \
-    F(T, u32, shard_id) F(T, u64, token) F(T, u64, offset) F(T, u64, max_bytes) F(T, u64, base)    \
-        F(T, bytes, desc)
+    F(T, u32, shard_id)                                                                            \
+    F(T, u64, token) F(T, u64, offset) F(T, u64, max_bytes) F(T, u64, base) F(T, bytes, desc)
 #define MOON_STORE_PUT_COMMIT_FIELDS(F, T)                                                         \
     F(T, u64, req) F(T, u64, token) F(T, u64, n_bytes) F(T, u64, checksum)
 #define MOON_STORE_PUT_REVOKE_FIELDS(F, T) F(T, u64, req) F(T, u64, token)
@@ -58,8 +58,9 @@
 #define MOON_STORE_GET_GRANT_FIELDS(F, T)                                                          \
     F(T, u64, req)                                                                                 \
     F(T, i32, status)                                                                              \
-    F(T, u32, shard_id) F(T, u64, lease) F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum)  \
-        F(T, u64, base) F(T, bytes, desc)
+    F(T, u32, shard_id)                                                                            \
+    F(T, u64, lease) F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base)      \
+        F(T, bytes, desc)
 #define MOON_STORE_RELEASE_FIELDS(F, T) F(T, u64, req) F(T, u64, lease)
 #define MOON_STORE_REMOVE_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T)
 #define MOON_STORE_PIN_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T) F(T, u32, unpin)
@@ -73,11 +74,12 @@
 #define MOON_STORE_STATS_REPLY_FIELDS(F, T)                                                        \
     F(T, u64, req)                                                                                 \
     F(T, u32, shard_id)                                                                            \
-    F(T, u32, n_slots) F(T, u32, used_slots) F(T, u32, n_reserved) F(T, u32, n_committed)          \
-        F(T, u32, n_pinned) F(T, u32, n_leases) F(T, u32, n_subscribers) F(T, u64, n_puts)         \
-            F(T, u64, n_gets) F(T, u64, n_get_misses) F(T, u64, n_evicted)                         \
-                F(T, u64, n_expired_reservations) F(T, u64, n_expired_leases) F(T, u64, n_dropped) \
-                    F(T, u64, n_corrupt) F(T, u64, n_tag_mismatch)
+    F(T, u32, n_slots)                                                                             \
+    F(T, u32, used_slots) F(T, u32, n_reserved) F(T, u32, n_committed) F(T, u32, n_pinned)         \
+        F(T, u32, n_leases) F(T, u32, n_subscribers) F(T, u64, n_puts) F(T, u64, n_gets)           \
+            F(T, u64, n_get_misses) F(T, u64, n_evicted) F(T, u64, n_expired_reservations)         \
+                F(T, u64, n_expired_leases) F(T, u64, n_dropped) F(T, u64, n_corrupt)              \
+                    F(T, u64, n_tag_mismatch)
 
 #define MOON_STORE_MSGS(X)                                                                         \
     X(MOON_MSG_STORE_QUERY, moon_store_query_t, MOON_STORE_QUERY_FIELDS)                           \

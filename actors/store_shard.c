@@ -138,6 +138,7 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
         uint32_t n = MOON_MIN(st->n_events - done, EVENTS_PER_MSG);
 
         for (uint32_t s = 0; s < st->n_subs; s++) {
+            moon_status_t        status;
             moon_store_events_t *m =
                 moon_msg_new(MOON_MSG_STORE_EVENTS, (size_t)n * MOON_STORE_EVENT_U64S * 8);
             uint64_t *ev;
@@ -156,7 +157,12 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
                 ev[i * 5 + 3]            = e->tag.model_id;
                 ev[i * 5 + 4]            = e->tag.weight_version;
             }
-            (void)moon_tell(self, st->subs[s], &m->hdr);
+            status = moon_tell(self, st->subs[s], &m->hdr);
+            if (status == MOON_ERR_NO_ACTOR || moon_status_is_peer(status)) {
+                MOON_INFO("store shard %u: subscriber %llx gone, dropped", st->shard_id,
+                          (unsigned long long)st->subs[s]);
+                st->subs[s--] = st->subs[--st->n_subs];
+            }
         }
         done += n;
     }
@@ -544,6 +550,10 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
         goto err_free_events;
     }
     st->base = moon_kv_shard_arena(st->kv, &arena_bytes);
+    /* Fault the arena in now: a remote write into an untouched page costs a
+     * page fault in this process per 4 KiB (with CMA, in the writer's call),
+     * which would make the first fill of the store several times slower. */
+    memset(st->base, 0, arena_bytes);
     if (st->dist != NULL) {
         status = moon_dist_region_register(st->dist, st->base, arena_bytes, &st->reg);
         if (status != MOON_OK) {

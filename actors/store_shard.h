@@ -13,6 +13,10 @@
  * default) a lease lasts until its release or its holder's rank is lost, so it
  * never expires while the reader's transfer is in flight (Mooncake #3076).
  *
+ * The arena (n_slots * slot_bytes) is allocated and faulted in at init, so a
+ * remote write never page-faults the shard's process. Subscribers that are
+ * gone (a send to them fails) are dropped.
+ *
  * Single rank: with dist NULL nothing is registered; grants carry an empty
  * descriptor and the arena's address in `base`, valid in this process only
  * (clients in the same process copy with memcpy). */

@@ -1,16 +1,76 @@
 #!/usr/bin/env bash
-# benchmarks/suites/kvstore.sh - kvstore suite: the shard library's in-process
-# small-operation costs (impl=moonlet_local), then an anchor measured in the same
-# run: redis-server on a free 127.0.0.1 port driven by redis-benchmark (GET/SET
-# of 4 KiB values, 1 client, loopback TCP, impl=redis). The two are not the same
-# path: redis pays a socket round trip per op; the comparable moonlet figure is
-# the distributed get/put path, which comes with the store shard actor.
-# Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 for tiny counts.
+# benchmarks/suites/kvstore.sh - kvstore suite, all in one run:
+#  1. the shard library's in-process small-operation costs (impl=moonlet_local);
+#  2. the distributed store under mpirun -np 5 (rank 0: shards, ranks 1-4:
+#     clients; impl=moonlet): get/put of 256 KiB, 4 MiB, 32 MiB blocks with 1, 2,
+#     4 clients, with and without client checksums; small_get/small_put of 4 KiB
+#     and 32-key prefix queries;
+#  3. anchors: ucx_perftest ucp_put_bw over the same UCX transports (1, 2, 4
+#     concurrent server/client pairs, summed; impl=ucx_perftest) and
+#     redis-server driven by redis-benchmark (GET/SET of 4 KiB values, 1, 2, 4
+#     clients, loopback TCP; impl=redis).
+# Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 for tiny counts,
+# KV_UCX_TLS (default self,sysv,posix,cma) for both moonlet and ucx_perftest.
 set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
-if [ "${SMOKE:-0}" = 1 ]; then iters=1000; redis_n=500; else iters=200000; redis_n=50000; fi
+if [ "${SMOKE:-0}" = 1 ]; then
+    iters=1000; redis_n=500; dist_iters=8; perf_n=20
+else
+    iters=200000; redis_n=50000; dist_iters=400; perf_n=400
+fi
 
 "$BENCH_BIN/bench_kvstore_ops" --iters=$iters
+
+# ---- distributed store (moonlet) and its UCX anchor ----------------------------
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 UCX_NET_DEVICES=lo
+export UCX_TLS=${KV_UCX_TLS:-self,sysv,posix,cma}
+if command -v mpirun >/dev/null; then
+    for ck in 1 0; do
+        out=$(mpirun -np 5 "$BENCH_BIN/bench_kvstore_dist" --iters=$dist_iters --checksum=$ck \
+                  </dev/null 2>/dev/null) || echo "{\"suite\": \"kvstore\", \"impl\": \"moonlet\", \"checksum\": $ck, \"error\": \"bench_kvstore_dist failed\"}"
+        echo "$out" | grep '^{' | { if [ $ck = 0 ]; then grep -v '"small_\|"query"' || true; else cat; fi; }
+    done
+else
+    echo '{"suite": "kvstore", "impl": "moonlet", "skipped": "mpirun not installed"}'
+fi
+
+# ucx_perftest ucp_put_bw: n concurrent loopback server/client pairs, bandwidth
+# summed (the same concurrency as n moonlet client ranks).
+perf_pair() { # port size -> prints MB/s (overall)
+    ucx_perftest -p "$1" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.3
+    timeout 120 ucx_perftest 127.0.0.1 -p "$1" -t ucp_put_bw -s "$2" -n "$perf_n" 2>/dev/null |
+        awk '/^Final:/ {print $7}'
+    wait "$srv" 2>/dev/null || true
+}
+if command -v ucx_perftest >/dev/null; then
+    for size in 262144 4194304 33554432; do
+        for n in 1 2 4; do
+            tmp=$(mktemp -d)
+            for i in $(seq 1 $n); do perf_pair $((24000 + i)) "$size" >"$tmp/$i" & done
+            wait
+            cat "$tmp"/* | awk -v s="$size" -v n="$n" -v it="$perf_n" -v tls="$UCX_TLS" '
+                { sum += $1; k++ }
+                END {
+                    if (k != n || sum == 0) {
+                        printf "{\"suite\": \"kvstore\", \"bench\": \"put\", \"impl\": \"ucx_perftest\", " \
+                               "\"size_bytes\": %d, \"clients\": %d, \"skipped\": \"a pair failed\"}\n", s, n
+                    } else {
+                        printf "{\"suite\": \"kvstore\", \"bench\": \"put\", \"impl\": \"ucx_perftest\", " \
+                               "\"test\": \"ucp_put_bw\", \"size_bytes\": %d, \"clients\": %d, " \
+                               "\"iters\": %d, \"gb_per_s\": %.3f, \"ucx_tls\": \"%s\", \"note\": " \
+                               "\"anchor: sum over concurrent pairs, same buffer every iteration\"}\n",
+                               s, n, it, sum * 1.048576 / 1000, tls
+                    }
+                }'
+            rm -rf "$tmp"
+        done
+    done
+else
+    echo '{"suite": "kvstore", "impl": "ucx_perftest", "skipped": "ucx_perftest not installed"}'
+fi
 
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
     echo '{"suite": "kvstore", "impl": "redis", "skipped": "redis-server or redis-benchmark not installed"}'
@@ -35,12 +95,14 @@ for _ in $(seq 1 50); do
     sleep 0.1
 done
 # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -d 4096 -c 1 -n "$redis_n" -q --csv |
-    tr -d '"' | awk -F, -v n="$redis_n" '
+for c in 1 2 4; do
+redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -d 4096 -c "$c" -n "$redis_n" -q --csv |
+    tr -d '"' | awk -F, -v n="$redis_n" -v c="$c" '
     $1 == "SET" || $1 == "GET" {
         bench = ($1 == "SET") ? "small_put" : "small_get"
         printf "{\"suite\": \"kvstore\", \"bench\": \"%s\", \"impl\": \"redis\", \"op\": \"%s\", " \
-               "\"size_bytes\": 4096, \"clients\": 1, \"iters\": %d, \"ops_per_s\": %s, " \
-               "\"p50_us\": %.1f, \"p99_us\": %.1f, \"note\": \"anchor: redis-server over loopback TCP, " \
-               "not the same path as moonlet_local\"}\n", bench, $1, n, $2, $5 * 1000, $7 * 1000
+               "\"size_bytes\": 4096, \"clients\": %d, \"iters\": %d, \"ops_per_s\": %s, " \
+               "\"p50_us\": %.1f, \"p99_us\": %.1f, \"note\": \"anchor: redis-server over loopback TCP\"}\n", \
+               bench, $1, c, n, $2, $5 * 1000, $7 * 1000
     }'
+done

@@ -139,7 +139,7 @@ static int setup_store(void)
         }
     }
     g_drv = spawn_driver(2, 1);
-    g_src = malloc(SLOT_BYTES);
+    g_src = malloc(SLOT_BYTES + 1); /* the oversized put reads one byte more */
     g_dst = malloc(SLOT_BYTES);
     return g_drv != MOON_ADDR_NONE && g_src != NULL && g_dst != NULL ? 0 : -1;
 }

@@ -49,10 +49,12 @@ static _Atomic uint64_t d_events[8]; /* by moon_kv_event_kind_t */
 typedef struct {
     moon_store_client_config_t cfg; /* n_shards 0: a raw actor without a client */
     moon_addr_t                shards[MOON_STORE_CLIENT_MAX_SHARDS];
+    uint64_t second_version; /* non-zero: a second client under this weight version, used
+                                by PUT/GET commands with aux 2 */
 } d_args_t;
 
 typedef struct {
-    moon_store_client_t *client;
+    moon_store_client_t *client, *client2;
     uint64_t             die_after_grant[D_MAX_RES];
 } d_state_t;
 
@@ -92,6 +94,15 @@ static moon_status_t d_init(moon_actor_t *self, const void *args)
     cfg         = a->cfg;
     cfg.shards  = a->shards;
     cfg.on_done = d_on_done;
+    if (a->second_version != 0) {
+        moon_store_client_config_t cfg2 = cfg;
+        moon_status_t              status;
+        cfg2.tag.weight_version = a->second_version;
+        status                  = moon_store_client_create(self, &cfg2, &st->client2);
+        if (status != MOON_OK) {
+            return status;
+        }
+    }
     return moon_store_client_create(self, &cfg, &st->client);
 }
 
@@ -100,6 +111,7 @@ static void d_fini(moon_actor_t *self)
     d_state_t *st = moon_actor_state(self);
 
     moon_store_client_destroy(st->client);
+    moon_store_client_destroy(st->client2);
 }
 
 static moon_status_t d_on_cmd(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -111,12 +123,12 @@ static moon_status_t d_on_cmd(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
     switch (c->op) {
     case MOON_STORE_OP_PUT:
-        status = moon_store_client_put(st->client, key, (const void *)(uintptr_t)c->buf, c->len,
-                                       NULL, c->slot);
+        status = moon_store_client_put(c->aux == 2 ? st->client2 : st->client, key,
+                                       (const void *)(uintptr_t)c->buf, c->len, NULL, c->slot);
         break;
     case MOON_STORE_OP_GET:
-        status = moon_store_client_get(st->client, key, (void *)(uintptr_t)c->buf, c->len, NULL,
-                                       c->slot);
+        status = moon_store_client_get(c->aux == 2 ? st->client2 : st->client, key,
+                                       (void *)(uintptr_t)c->buf, c->len, NULL, c->slot);
         break;
     case MOON_STORE_OP_EXISTS:
     case MOON_STORE_OP_PREFIX:
@@ -193,6 +205,9 @@ static moon_status_t d_on_store(moon_actor_t *self, const moon_msg_hdr_t *msg)
     d_state_t *st = moon_actor_state(self);
 
     if (st->client != NULL && moon_store_client_handle(st->client, msg)) {
+        return MOON_OK;
+    }
+    if (st->client2 != NULL && moon_store_client_handle(st->client2, msg)) {
         return MOON_OK;
     }
     switch (msg->type) {

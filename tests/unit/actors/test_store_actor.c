@@ -407,7 +407,50 @@ static void test_events_queries_and_eviction(void)
     teardown();
 }
 
+/* Regression: two clients fed by one actor used to take each other's replies
+ * (their request ids were indistinguishable) and one operation never ended. */
+static void test_two_clients_in_one_actor(void)
+{
+    static unsigned char a[3000], b[5000], out[SLOT_BYTES];
+    d_args_t             args;
+    moon_addr_t          two;
+
+    setup(N_SLOTS, 0);
+    memset(&args, 0, sizeof(args));
+    args.cfg.n_shards   = N_SHARDS;
+    args.cfg.n_replicas = 2;
+    args.cfg.tag        = (moon_kv_tag_t){1, 1};
+    args.second_version = 2;
+    memcpy(args.shards, shards, sizeof(shards));
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &d_ops, &args, NULL, &two), MOON_OK);
+    d_fill(a, sizeof(a), 1);
+    d_fill(b, sizeof(b), 2);
+    CU_ASSERT_EQUAL(moon_runtime_send(
+                        rt, two, &d_cmd(MOON_STORE_OP_PUT, 1, key_of(1), a, sizeof(a), 1, 0)->hdr),
+                    MOON_OK);
+    CU_ASSERT_EQUAL(moon_runtime_send(
+                        rt, two, &d_cmd(MOON_STORE_OP_PUT, 2, key_of(2), b, sizeof(b), 2, 0)->hdr),
+                    MOON_OK);
+    for (int i = 0; i < 10000 && !(d_res[1].done && d_res[2].done); i++) {
+        moon_runtime_step(rt, 1);
+    }
+    CU_ASSERT_FATAL(d_res[1].done && d_res[2].done);
+    CU_ASSERT_EQUAL(d_res[1].status, MOON_OK);
+    CU_ASSERT_EQUAL(d_res[2].status, MOON_OK);
+    CU_ASSERT_EQUAL(run_cmd(two, d_cmd(MOON_STORE_OP_GET, 3, key_of(2), out, sizeof(out), 2, 0)),
+                    MOON_OK);
+    CU_ASSERT_EQUAL(memcmp(out, b, sizeof(b)), 0);
+    CU_ASSERT_EQUAL(run_cmd(two, d_cmd(MOON_STORE_OP_GET, 4, key_of(2), out, sizeof(out), 1, 0)),
+                    MOON_ERR_NOT_FOUND); /* version 1 client: another tag */
+    CU_ASSERT_EQUAL(run_cmd(two, d_cmd(MOON_STORE_OP_GET, 5, key_of(1), out, sizeof(out), 1, 0)),
+                    MOON_OK);
+    CU_ASSERT_EQUAL(memcmp(out, a, sizeof(a)), 0);
+    check_no_leftovers();
+    teardown();
+}
+
 static CU_TestInfo tests[] = {
+    {"two_clients_in_one_actor", test_two_clients_in_one_actor},
     {"put_get_odd_sizes_two_replicas", test_put_get_odd_sizes_two_replicas},
     {"bad_input_unknown_oversized_small_buffer", test_bad_input_unknown_oversized_small_buffer},
     {"wrong_model_or_version_never_served", test_wrong_model_or_version_never_served},
