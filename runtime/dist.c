@@ -1196,6 +1196,117 @@ moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeo
     return status;
 }
 
+/* ---- placement ------------------------------------------------------------ */
+/* Parses "a,b-c,..." into ranks (at most cap); returns the count or -1. */
+static int parse_ranks(const char *s, const char *end, uint32_t n_ranks, uint32_t *out,
+                       uint32_t cap)
+{
+    int n = 0;
+
+    while (s < end) {
+        char         *next;
+        unsigned long a, b;
+
+        while (s < end && (*s == ' ' || *s == ',')) {
+            s++;
+        }
+        if (s == end) {
+            break;
+        }
+        a = strtoul(s, &next, 10);
+        if (next == s || next > end) {
+            return -1;
+        }
+        b = a;
+        s = next;
+        if (s < end && *s == '-') {
+            b = strtoul(s + 1, &next, 10);
+            if (next == s + 1 || next > end || b < a) {
+                return -1;
+            }
+            s = next;
+        }
+        for (unsigned long r = a; r <= b; r++) {
+            if (r >= n_ranks || (uint32_t)n >= cap) {
+                return -1;
+            }
+            out[n++] = (uint32_t)r;
+        }
+        while (s < end && *s == ' ') {
+            s++;
+        }
+        if (s < end && *s != ',') {
+            return -1;
+        }
+    }
+    return n;
+}
+
+moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ranks,
+                              uint32_t *rank_p)
+{
+    const char *cur = spec, *slash;
+    int         best = -1; /* 2: exact, 1 + prefix length: prefix */
+    size_t      best_len = 0;
+    uint32_t    best_rank = 0, ranks[256];
+    uint64_t    index = 0;
+
+    if (spec == NULL || name == NULL || rank_p == NULL || n_ranks == 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    slash = strrchr(name, '/');
+    if (slash != NULL && slash[1] != '\0') {
+        char *end;
+        index = strtoull(slash + 1, &end, 10);
+        if (*end != '\0') {
+            index = 0;
+        }
+    }
+    while (*cur != '\0') {
+        const char *end = cur + strcspn(cur, ";\n"), *eq;
+        const char *p0 = cur, *p1;
+        int         n;
+
+        while (p0 < end && *p0 == ' ') {
+            p0++;
+        }
+        eq = memchr(p0, '=', (size_t)(end - p0));
+        if (eq == NULL) {
+            for (const char *c = p0; c < end; c++) {
+                if (*c != ' ' && *c != '\r' && *c != '\t') {
+                    return MOON_ERR_INVALID_PARAM;
+                }
+            }
+        } else {
+            p1 = eq;
+            while (p1 > p0 && p1[-1] == ' ') {
+                p1--;
+            }
+            n = parse_ranks(eq + 1, end, n_ranks, ranks, MOON_ARRAY_SIZE(ranks));
+            if (n <= 0) {
+                return MOON_ERR_INVALID_PARAM;
+            }
+            if ((size_t)(p1 - p0) == strlen(name) && memcmp(p0, name, (size_t)(p1 - p0)) == 0) {
+                *rank_p = ranks[index % (uint64_t)n];
+                return MOON_OK; /* exact match wins */
+            }
+            if (p1 > p0 && p1[-1] == '*' && (size_t)(p1 - p0 - 1) <= strlen(name) &&
+                memcmp(p0, name, (size_t)(p1 - p0 - 1)) == 0 &&
+                (best < 0 || (size_t)(p1 - p0 - 1) > best_len)) {
+                best      = 1;
+                best_len  = (size_t)(p1 - p0 - 1);
+                best_rank = ranks[index % (uint64_t)n];
+            }
+        }
+        cur = *end != '\0' ? end + 1 : end;
+    }
+    if (best < 0) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    *rank_p = best_rank;
+    return MOON_OK;
+}
+
 /* ---- peer loss ------------------------------------------------------------ */
 static void deliver_sys(moon_dist_t *d, moon_addr_t to, moon_addr_t src, moon_msg_hdr_t *m)
 {

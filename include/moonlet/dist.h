@@ -63,6 +63,18 @@ MOON_API void moon_dist_finalize(moon_dist_t *d);
  * then MPI_Barrier (main thread, before stop; no rank may be dead). */
 MOON_API void moon_dist_barrier(moon_dist_t *d);
 
+/* ---- placement: which rank runs an actor, from configuration ---------------- */
+/* Looks name up in a placement spec: entries "pattern=ranks" separated by ';'
+ * or newlines; pattern is an exact name or a prefix ending in '*'; ranks is a
+ * comma list of ranks or ranges "a-b". An exact entry wins over a prefix; a
+ * name ending in "/<i>" maps to the i-th listed rank (round robin), other
+ * names to the first. Example: "conductor=0; prefill*=1-2; decode*=3,4".
+ * Every rank evaluates the same spec and spawns what lands on it.
+ * MOON_ERR_NOT_FOUND: no entry matches; MOON_ERR_INVALID_PARAM: malformed
+ * spec or a rank >= n_ranks. */
+MOON_API moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ranks,
+                                       uint32_t *rank_p);
+
 /* ---- names: registered on the actor's rank and at the registry (rank 0) ---- */
 /* Registers name -> addr locally and at rank 0 (asynchronously; a whereis
  * issued after a moon_dist_barrier sees it). MOON_ERR_EXISTS: taken locally. */

@@ -595,7 +595,33 @@ static void test_bulk_odd_sizes(void)
     }
 }
 
+static void test_placement_from_config(void)
+{
+    const char *spec = "conductor=0; prefill*=1-2;decode*=3,0\nstore/7=2; store*=1";
+    uint32_t    r    = 99;
+
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "conductor", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 0);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "prefill/0", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 1);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "prefill/1", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 2);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "prefill/2", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 1);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "decode/1", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 0);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "store/7", 4, &r), MOON_OK); /* exact wins */
+    CU_ASSERT_EQUAL(r, 2);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "store/3", 4, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r, 1);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "gateway", 4, &r), MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_dist_place(spec, "decode/0", 3, &r), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_dist_place("x=1-", "x", 4, &r), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_dist_place("garbage", "x", 4, &r), MOON_ERR_INVALID_PARAM);
+}
+
 static CU_TestInfo tests[] = {
+    {"placement_from_config", test_placement_from_config},
     {"names_and_round_trips", test_names_and_round_trips},
     {"fifo_order_all_pairs", test_fifo_order_all_pairs},
     {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
