@@ -79,7 +79,7 @@ static moon_actor_t *slot_new(moon_runtime_t *rt)
 {
     _Atomic(moon_actor_t *) *slots = (_Atomic(moon_actor_t *) *)rt->slots;
     moon_actor_t            *a;
-    uint32_t                 index = rt->n_slots_used + 1; /* slot 0 is never used */
+    uint32_t                 index = atomic_load(&rt->n_slots_used) + 1; /* 0 is never used */
 
     a = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*a));
     if (a == NULL) {
@@ -91,32 +91,37 @@ static moon_actor_t *slot_new(moon_runtime_t *rt)
     atomic_store(&a->gen, 1);
     a->index = index;
     a->rt    = rt;
-    rt->n_slots_used++;
     /* release: the slot is fully built before a sender can find it. */
     atomic_store_explicit(&slots[index], a, memory_order_release);
+    /* release: readers that see the count see the slot (moon_actors_processed). */
+    atomic_store_explicit(&rt->n_slots_used, index, memory_order_release);
     return a;
 }
 
-/* A free slot whose mailbox we could claim, or a new one. Slots on the free
- * list may still be draining dead letters: those are skipped. */
+/* A free slot whose mailbox we could claim, or a new one. Free slots are
+ * reused oldest first (a FIFO ring), so generations advance slowly; slots on
+ * the ring may still be draining dead letters: those go to the back. */
 static moon_status_t slot_acquire(moon_runtime_t *rt, moon_actor_t **a_p)
 {
-    moon_actor_t *a = NULL;
+    uint32_t      cap    = rt->cfg.max_actors;
+    moon_actor_t *a      = NULL;
     moon_status_t status = MOON_OK;
 
     pthread_mutex_lock(&rt->slot_lock);
     for (uint32_t tries = 0; tries < 8 && tries < rt->n_free; tries++) {
-        uint32_t      i    = rt->n_free - 1 - tries;
-        moon_actor_t *cand = slot_get(rt, rt->free_slots[i]);
+        uint32_t      index = rt->free_slots[rt->free_head];
+        moon_actor_t *cand  = slot_get(rt, index);
 
+        rt->free_head = (rt->free_head + 1) % cap;
         if (moon_mailbox_claim(&cand->mbox)) {
-            rt->free_slots[i] = rt->free_slots[--rt->n_free];
-            a                 = cand;
+            rt->n_free--;
+            a = cand;
             break;
         }
+        rt->free_slots[(rt->free_head + rt->n_free - 1) % cap] = index; /* busy: to the back */
     }
     if (a == NULL) {
-        if (rt->n_slots_used + 1 >= rt->cfg.max_actors) {
+        if (atomic_load(&rt->n_slots_used) + 1 >= cap) {
             status = MOON_ERR_NO_RESOURCE;
         } else if ((a = slot_new(rt)) == NULL) {
             status = MOON_ERR_NO_MEMORY;
@@ -129,14 +134,59 @@ static moon_status_t slot_acquire(moon_runtime_t *rt, moon_actor_t **a_p)
     return status;
 }
 
+/* Returns a slot to the ring, unless its generations are used up: a slot is
+ * retired rather than let an old address come back to life. */
 static void slot_release(moon_runtime_t *rt, moon_actor_t *a)
 {
+    if (atomic_load(&a->gen) == 0) {
+        MOON_DEBUG_LOG("slot %u retired: generations exhausted", a->index);
+        return;
+    }
     pthread_mutex_lock(&rt->slot_lock);
-    rt->free_slots[rt->n_free++] = a->index;
+    rt->free_slots[(rt->free_head + rt->n_free) % rt->cfg.max_actors] = a->index;
+    rt->n_free++;
     pthread_mutex_unlock(&rt->slot_lock);
 }
 
 /* ---- delivery ------------------------------------------------------------- */
+/* Back-pressure, at the sender (Pony): a sender that feeds an overloaded
+ * actor is muted after its handler, unless it is a control actor or
+ * overloaded itself (two overloaded actors feeding each other must keep
+ * draining). A receiver flags itself overloaded when it sees its depth; a
+ * sender also flags it when its own messages outrun what the receiver has
+ * processed by more than the bound (checked every 64 sends), so a receiver
+ * whose thread is not running cannot be flooded meanwhile. */
+static void check_pressure(moon_actor_t *sender, moon_actor_t *a)
+{
+    uint32_t bound = a->rt->cfg.mailbox_bound;
+
+    if (sender->flags & MOON_SPAWN_CONTROL) {
+        return;
+    }
+    if (MOON_UNLIKELY(sender->bp_target != a)) {
+        sender->bp_target = a;
+        sender->bp_sent   = 0;
+        sender->bp_excess = 0;
+        sender->bp_seen   = atomic_load_explicit(&a->n_processed, memory_order_relaxed);
+    }
+    if (MOON_UNLIKELY(++sender->bp_sent == 64)) {
+        uint64_t seen = atomic_load_explicit(&a->n_processed, memory_order_relaxed);
+        uint64_t done = seen - sender->bp_seen;
+
+        /* excess: our messages the receiver has not caught up with (at least). */
+        sender->bp_excess = sender->bp_excess + 64 > done ? sender->bp_excess + 64 - done : 0;
+        if (sender->bp_excess > bound) {
+            atomic_store_explicit(&a->overloaded, 1, memory_order_relaxed);
+        }
+        sender->bp_sent = 0;
+        sender->bp_seen = seen;
+    }
+    if (MOON_UNLIKELY(atomic_load_explicit(&a->overloaded, memory_order_relaxed)) &&
+        !atomic_load_explicit(&sender->overloaded, memory_order_relaxed)) {
+        sender->mute_on = a;
+    }
+}
+
 static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr_t to,
                              moon_msg_hdr_t *msg)
 {
@@ -154,18 +204,20 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
     if (MOON_UNLIKELY(a == NULL)) {
         return MOON_ERR_NO_ACTOR;
     }
+    if (MOON_UNLIKELY(atomic_load_explicit(&moon_msg_env(msg)->refs, memory_order_relaxed) != 1 ||
+                      (sender != NULL && moon_msg_env(msg) == sender->mbox.tail))) {
+        /* Still linked in a mailbox (a received message being forwarded):
+         * pushing it again would cut that mailbox's chain. Send a copy. */
+        MOON_ERROR("send %s: message is shared or still in a mailbox; send moon_msg_dup()",
+                   moon_msg_name(msg->type));
+        return MOON_ERR_INVALID_PARAM;
+    }
     moon_msg_env(msg)->dst = to;
     if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
         rt->exec->schedule(rt, a);
     }
-    /* Back-pressure (Pony): a sender that feeds an overloaded actor is muted
-     * after its handler, unless it is a control actor or overloaded itself
-     * (two overloaded actors feeding each other must keep draining). */
-    if (sender != NULL && MOON_UNLIKELY(atomic_load_explicit(&a->overloaded,
-                                                             memory_order_relaxed)) &&
-        sender != a && !(sender->flags & MOON_SPAWN_CONTROL) &&
-        !atomic_load_explicit(&sender->overloaded, memory_order_relaxed)) {
-        sender->mute_on = a;
+    if (sender != NULL && sender != a) {
+        check_pressure(sender, a);
     }
     return MOON_OK;
 }
@@ -319,12 +371,11 @@ static void update_pressure(moon_actor_t *a)
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
-/* Generation of the next incarnation; 0 is skipped so no address is 0. */
+/* Generation of the next incarnation; 0 when the slot has used them all (it is
+ * then retired: generation 0 never matches an address). */
 static uint32_t next_gen(moon_addr_t addr)
 {
-    uint32_t g = (addr_gen(addr) + 1) & ADDR_GEN_MASK;
-
-    return g != 0 ? g : 1;
+    return (addr_gen(addr) + 1) & ADDR_GEN_MASK;
 }
 
 static void set_current(moon_actor_t *a)
@@ -337,18 +388,28 @@ static void set_current(moon_actor_t *a)
     }
 }
 
-/* Frees what an incarnation owns; no notifications. */
-static void incarnation_free(moon_actor_t *a)
+/* Drops every name of the incarnation. Done before anyone is told of its end,
+ * so a supervisor that restarts it can register the name again at once. */
+static void drop_names(moon_actor_t *a)
 {
-    moon_free(a->state);
-    a->state = NULL;
-    vec_free(&a->links);
-    vec_free(&a->monitors);
     if (a->name != NULL) {
         moon_names_drop_addr(a->rt->names, a->name, a->addr);
         moon_free(a->name);
         a->name = NULL;
     }
+    if (atomic_exchange(&a->n_extra_names, 0) > 0) {
+        moon_names_drop_all(a->rt->names, a->addr);
+    }
+}
+
+/* Frees what an incarnation owns; no notifications. */
+static void incarnation_free(moon_actor_t *a)
+{
+    drop_names(a);
+    moon_free(a->state);
+    a->state = NULL;
+    vec_free(&a->links);
+    vec_free(&a->monitors);
 }
 
 /* Ends the live incarnation of a, in its own turn: fini, then its address
@@ -367,6 +428,7 @@ static void finish(moon_actor_t *a)
     if (a->ops->fini != NULL) {
         a->ops->fini(a);
     }
+    drop_names(a);
     /* release: senders that see the new generation see the actor as gone. */
     atomic_store_explicit(&a->alive, 0, memory_order_release);
     atomic_store_explicit(&a->gen, next_gen(a->addr), memory_order_release);
@@ -401,7 +463,9 @@ static void dead_letter(moon_actor_t *a, const moon_msg_hdr_t *msg)
     moon_addr_t     dst = moon_msg_env(msg)->dst;
 
     atomic_fetch_add_explicit(&rt->n_dead_letters, 1, memory_order_relaxed);
-    if (msg->type == MOON_MSG_SYS_MONITOR) {
+    if (msg->type == MOON_MSG_SYS_TIMER) {
+        (void)moon_timers_accept(rt->timers, (const moon_sys_timer_t *)msg); /* frees a one-shot */
+    } else if (msg->type == MOON_MSG_SYS_MONITOR) {
         send_down(rt, dst, msg->src, MOON_ERR_NO_ACTOR, ((const moon_sys_monitor_t *)msg)->ref);
     } else if (msg->type == MOON_MSG_SYS_LINK && !((const moon_sys_link_t *)msg)->unlink) {
         send_exit(rt, dst, msg->src, MOON_ERR_NO_ACTOR);
@@ -531,7 +595,10 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
     if (MOON_UNLIKELY(a->mute_on != NULL)) {
         moon_actor_t *r = a->mute_on;
         a->mute_on      = NULL;
-        if (try_mute(a, r)) {
+        /* An actor that became overloaded since its send is not muted: so a
+         * muted actor is never overloaded, and no cycle of muted actors
+         * waiting on each other can form. */
+        if (!atomic_load_explicit(&a->overloaded, memory_order_relaxed) && try_mute(a, r)) {
             return 0; /* r reschedules a when it drains */
         }
     }
@@ -600,14 +667,21 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     atomic_fetch_add(&rt->n_alive, 1);
     set_current(a);
     status = ops->init != NULL ? ops->init(a, args) : MOON_OK;
-    set_current(caller);
+    a->mute_on = NULL; /* sends during init never mute */
     if (status != MOON_OK) {
+        set_current(caller);
         MOON_WARN("spawn %s: init failed: %s", ops->name, moon_status_str(status));
         atomic_store_explicit(&a->alive, 0, memory_order_release);
         atomic_store(&a->gen, next_gen(a->addr));
-        atomic_fetch_sub(&rt->n_alive, 1);
+        if (atomic_fetch_sub(&rt->n_alive, 1) == 1) {
+            moon_rt_note_maybe_done(rt);
+        }
         goto err_free;
     }
+    if (a->exiting) {
+        finish(a); /* init asked to end: it ends before any message */
+    }
+    set_current(caller);
     if (opts->link != MOON_ADDR_NONE) {
         moon_sys_link_t *m = moon_msg_new(MOON_MSG_SYS_LINK, 0);
         if (m == NULL || sys_send(rt, a->addr, opts->link, m) != MOON_OK) {
@@ -764,15 +838,20 @@ uint64_t moon_actors_processed(moon_runtime_t *rt)
 {
     uint64_t total = 0;
 
-    for (uint32_t i = 1; i <= rt->n_slots_used; i++) {
-        total += atomic_load_explicit(&slot_get(rt, i)->n_processed, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&rt->n_slots_used, memory_order_acquire);
+
+    for (uint32_t i = 1; i <= n; i++) {
+        moon_actor_t *a = slot_get(rt, i);
+        if (a != NULL) {
+            total += atomic_load_explicit(&a->n_processed, memory_order_relaxed);
+        }
     }
     return total;
 }
 
 void moon_actors_destroy_all(moon_runtime_t *rt)
 {
-    for (uint32_t i = 1; i <= rt->n_slots_used; i++) {
+    for (uint32_t i = 1; i <= atomic_load(&rt->n_slots_used); i++) {
         moon_actor_t *a = slot_get(rt, i);
 
         if (atomic_load(&a->alive)) {
@@ -787,11 +866,21 @@ void moon_actors_destroy_all(moon_runtime_t *rt)
         }
     }
     /* Second pass: fini may have sent messages to actors freed above. */
-    for (uint32_t i = 1; i <= rt->n_slots_used; i++) {
+    for (uint32_t i = 1; i <= atomic_load(&rt->n_slots_used); i++) {
         moon_actor_t *a = slot_get(rt, i);
 
         moon_mailbox_drain(&a->mbox);
         pthread_mutex_destroy(&a->mute_lock);
         moon_free(a);
+    }
+}
+
+void moon_names_note_extra(moon_runtime_t *rt, const char *name, moon_addr_t addr)
+{
+    moon_actor_t *a = moon_rt_lookup(rt, addr);
+
+    /* Spawn-time names are dropped through a->name; count the others. */
+    if (a != NULL && (a->name == NULL || strcmp(a->name, name) != 0)) {
+        atomic_fetch_add(&a->n_extra_names, 1);
     }
 }

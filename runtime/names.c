@@ -92,6 +92,7 @@ moon_status_t moon_register(moon_runtime_t *rt, const char *name, moon_addr_t ad
     e->next = NULL;
     *pe     = e;
     pthread_mutex_unlock(&n->lock);
+    moon_names_note_extra(rt, name, addr);
     return MOON_OK;
 }
 
@@ -120,6 +121,25 @@ moon_status_t moon_unregister(moon_runtime_t *rt, const char *name)
 void moon_names_drop_addr(moon_names_t *n, const char *name, moon_addr_t addr)
 {
     (void)drop(n, name, addr); /* someone may have re-registered it meanwhile */
+}
+
+void moon_names_drop_all(moon_names_t *n, moon_addr_t addr)
+{
+    pthread_mutex_lock(&n->lock);
+    for (int b = 0; b < N_BUCKETS; b++) {
+        name_entry_t **pe = &n->buckets[b];
+
+        while (*pe != NULL) {
+            name_entry_t *e = *pe;
+            if (e->addr == addr) {
+                *pe = e->next;
+                moon_free(e);
+            } else {
+                pe = &e->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
 }
 
 moon_status_t moon_whereis(moon_runtime_t *rt, const char *name, moon_addr_t *addr_p)

@@ -187,5 +187,6 @@ void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p)
     stats_p->n_actors_alive = atomic_load(&rt->n_alive);
     stats_p->n_dead_letters = atomic_load(&rt->n_dead_letters);
     stats_p->n_dispatched   = moon_actors_processed(rt);
+    stats_p->n_timers       = moon_timers_count(rt->timers);
     stats_p->n_workers      = rt->sched != NULL ? moon_sched_n_workers(rt->sched) : 1;
 }

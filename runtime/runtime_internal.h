@@ -65,9 +65,13 @@ struct moon_actor {
     struct moon_actor *mute_on;   /* overloaded receiver hit during this turn */
     uint64_t         send_seq;
     uint32_t         turn_sends;  /* messages sent during this turn */
+    struct moon_actor *bp_target; /* last receiver, for sender-side pressure checks */
+    uint64_t         bp_sent, bp_seen, bp_excess; /* sends since the last check, its
+                                       * n_processed then, our backlog at it (a lower bound) */
     vec_t            links;       /* moon_addr_t */
     vec_t            monitors;    /* monitor_t */
     char            *name;        /* registered name, owned */
+    _Atomic uint32_t n_extra_names; /* names given with moon_register (dropped at the end) */
     struct moon_actor *next_sched; /* executor's intrusive lists */
 
     /* back-pressure: actors muted on this one, under mute_lock */
@@ -105,11 +109,12 @@ struct moon_runtime {
     void                  *transport_ctx;
 
     moon_actor_t  **slots;        /* cfg.max_actors entries, created on first use */
-    pthread_mutex_t slot_lock;    /* free list and slot creation */
-    uint32_t       *free_slots;
-    uint32_t        n_free, n_slots_used;
+    pthread_mutex_t slot_lock;    /* free ring and slot creation */
+    uint32_t       *free_slots;   /* FIFO ring of cfg.max_actors: oldest free slot first */
+    uint32_t        free_head, n_free;
+    _Atomic uint32_t n_slots_used; /* slots 1..n_slots_used exist (release on publish) */
 
-    _Atomic uint64_t n_alive, n_dead_letters, n_dispatched;
+    _Atomic uint64_t n_alive, n_dead_letters;
 
     pthread_mutex_t done_lock;    /* run/wait sleep here */
     pthread_cond_t  done_cond;
@@ -149,6 +154,8 @@ void          moon_timers_stop_thread(moon_timers_t *t);
 uint64_t      moon_timers_fire_due(moon_timers_t *t, uint64_t now);
 /* Dispatch-time check: 1 if this TIMER message is still valid for delivery. */
 int           moon_timers_accept(moon_timers_t *t, const moon_sys_timer_t *m);
+/* Timers allocated (armed, or fired and not yet delivered). */
+uint64_t      moon_timers_count(moon_timers_t *t);
 /* Wakes the timer thread to look at the heap again. */
 void          moon_timers_kick(moon_timers_t *t);
 
@@ -156,5 +163,10 @@ void          moon_timers_kick(moon_timers_t *t);
 moon_status_t moon_names_create(moon_names_t **n_p);
 void          moon_names_destroy(moon_names_t *n);
 void          moon_names_drop_addr(moon_names_t *n, const char *name, moon_addr_t addr);
+/* Drops every name that maps to addr (scans the table: called only for actors
+ * that registered names with moon_register). */
+void          moon_names_drop_all(moon_names_t *n, moon_addr_t addr);
+/* actor.c: a name for a local actor was registered; it is dropped with it. */
+void          moon_names_note_extra(moon_runtime_t *rt, const char *name, moon_addr_t addr);
 
 #endif /* MOON_RUNTIME_INTERNAL_H */

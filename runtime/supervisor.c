@@ -4,6 +4,8 @@
  * their DOWNs are recognised as stale and ignored. */
 #include "moonlet/supervisor.h"
 
+#include "runtime_internal.h"
+
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
@@ -52,8 +54,15 @@ static void stop_children(moon_actor_t *self, sup_state_t *st, uint32_t except)
         child_t *c = &st->children[i];
 
         if (i != except && c->addr != MOON_ADDR_NONE) {
+            moon_runtime_t *rt = moon_actor_runtime(self);
+
             c->epoch++; /* its DOWN is now stale */
-            (void)moon_stop(moon_actor_runtime(self), c->addr, MOON_OK);
+            /* The stop is asynchronous: free the name now so the new
+             * incarnation can take it while the old one finishes. */
+            if (c->spec.name != NULL) {
+                moon_names_drop_addr(rt->names, c->spec.name, c->addr);
+            }
+            (void)moon_stop(rt, c->addr, MOON_OK);
             c->addr = MOON_ADDR_NONE;
         }
     }

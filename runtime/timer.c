@@ -344,6 +344,16 @@ void moon_timers_stop_thread(moon_timers_t *t)
     t->stop           = 0;
 }
 
+uint64_t moon_timers_count(moon_timers_t *t)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&t->lock);
+    n = t->cap_entries - t->n_free;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
 void moon_timers_kick(moon_timers_t *t)
 {
     pthread_mutex_lock(&t->lock);

@@ -54,7 +54,8 @@ MOON_API uint64_t moon_runtime_step(moon_runtime_t *rt, uint64_t n);
 typedef struct {
     uint64_t n_actors_alive;
     uint64_t n_dead_letters;   /* messages for actors that had ended */
-    uint64_t n_dispatched;
+    uint64_t n_dispatched;     /* messages handled by each slot's current incarnation (racy) */
+    uint64_t n_timers;         /* timers started and not yet delivered or canceled */
     uint32_t n_workers;
 } moon_runtime_stats_t;
 MOON_API void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p);

@@ -473,6 +473,186 @@ static void test_spawn_survives_allocation_failures(void)
     moon_runtime_destroy(rt);
 }
 
+
+static void test_names_registered_later_die_with_the_actor(void)
+{
+    moon_runtime_t *rt = new_rt(1);
+    moon_addr_t     a, found;
+
+    CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_register(rt, "alias", a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_register(rt, "alias2", a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_stop(rt, a, MOON_OK), MOON_OK);
+    moon_runtime_run(rt);
+    CU_ASSERT_EQUAL(moon_whereis(rt, "alias", &found), MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_whereis(rt, "alias2", &found), MOON_ERR_NOT_FOUND);
+    moon_runtime_destroy(rt);
+}
+
+/* forwarder: retains what it gets and tries to send it on (not allowed), then
+ * sends a copy (allowed). */
+static moon_addr_t forward_to;
+static moon_status_t fwd_on_req(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    void *copy;
+
+    moon_msg_retain(msg);
+    CU_ASSERT_EQUAL(moon_send(self, forward_to, (moon_msg_hdr_t *)msg), MOON_ERR_INVALID_PARAM);
+    moon_msg_release(msg);
+    CU_ASSERT_EQUAL(moon_send(self, forward_to, (moon_msg_hdr_t *)msg), MOON_ERR_INVALID_PARAM);
+    copy = moon_msg_dup(msg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
+    return moon_tell(self, forward_to, copy);
+}
+static const moon_actor_ops_t fwd_ops = {.name = "fwd", .on_msg = {[T_MSG_REQ] = fwd_on_req}};
+
+static void test_forwarding_a_received_message_needs_a_copy(void)
+{
+    moon_runtime_t *rt = new_rt(1);
+    moon_addr_t     f;
+
+    CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &forward_to), MOON_OK);
+    CU_ASSERT_EQUAL(moon_spawn(rt, &fwd_ops, NULL, NULL, &f), MOON_OK);
+    for (uint64_t n = 1; n <= 5; n++) {
+        CU_ASSERT_EQUAL(ext_send(rt, f, T_MSG_REQ, n), MOON_OK);
+    }
+    moon_runtime_run(rt);
+    CU_ASSERT_EQUAL(count_seen(T_MSG_REQ, forward_to), 5); /* each copy once, mailboxes intact */
+    moon_runtime_destroy(rt);
+}
+
+static moon_status_t exit_in_init(moon_actor_t *self, const void *args)
+{
+    (void)args;
+    CU_ASSERT_EQUAL(moon_timer_start(self, 1000, 0, 1, &(uint64_t){0}), MOON_OK);
+    moon_actor_exit(self, MOON_ERR_TIMED_OUT);
+    return MOON_OK;
+}
+static const moon_actor_ops_t exit_init_ops = {
+    .name = "exit-in-init", .init = exit_in_init, .fini = rec_fini,
+    .on_msg = {[MOON_MSG_SYS_TIMER] = rec_any},
+};
+
+static void test_exit_during_init_ends_before_any_message(void)
+{
+    moon_runtime_t      *rt = new_rt(1);
+    moon_addr_t          w, a;
+    moon_spawn_opts_t    opts;
+    moon_runtime_stats_t rs;
+
+    CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &w), MOON_OK);
+    opts = (moon_spawn_opts_t){.monitor = w, .monitor_ref = 5};
+    CU_ASSERT_EQUAL(moon_spawn(rt, &exit_init_ops, NULL, &opts, &a), MOON_OK);
+    moon_runtime_step(rt, 0);
+    CU_ASSERT_EQUAL(count_seen(MOON_MSG_SYS_TIMER, a), 0); /* no handler ran */
+    CU_ASSERT_EQUAL(find_seen(MOON_MSG_SYS_DOWN, w)->reason, MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(n_fini, 1);
+    moon_runtime_stats(rt, &rs);
+    CU_ASSERT_EQUAL(rs.n_timers, 0);
+    moon_runtime_destroy(rt);
+}
+
+/* two one-shots due at the same instant; the first one's handler exits, so
+ * the second is fired but never delivered: its entry must still be freed. */
+static moon_status_t two_timers_init(moon_actor_t *self, const void *args)
+{
+    uint64_t id;
+
+    (void)args;
+    CU_ASSERT_EQUAL(moon_timer_start(self, 1000000, 0, 1, &id), MOON_OK);
+    CU_ASSERT_EQUAL(moon_timer_start(self, 1000000, 0, 2, &id), MOON_OK);
+    return MOON_OK;
+}
+static moon_status_t exit_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    rec_any(self, msg);
+    moon_actor_exit(self, MOON_OK);
+    return MOON_OK;
+}
+static const moon_actor_ops_t two_timers_ops = {
+    .name = "two-timers", .init = two_timers_init,
+    .on_msg = {[MOON_MSG_SYS_TIMER] = exit_on_timer},
+};
+
+static void test_undelivered_timer_does_not_leak(void)
+{
+    moon_runtime_t      *rt = new_rt(2);
+    moon_addr_t          a;
+    moon_runtime_stats_t rs;
+
+    CU_ASSERT_EQUAL(moon_spawn(rt, &two_timers_ops, NULL, NULL, &a), MOON_OK);
+    moon_runtime_stats(rt, &rs);
+    CU_ASSERT_EQUAL(rs.n_timers, 2);
+    moon_runtime_run(rt);
+    CU_ASSERT_EQUAL(count_seen(MOON_MSG_SYS_TIMER, a), 1);
+    moon_runtime_stats(rt, &rs);
+    CU_ASSERT_EQUAL(rs.n_timers, 0);
+    CU_ASSERT_EQUAL(rs.n_dead_letters, 1);
+    moon_runtime_destroy(rt);
+}
+
+static void test_one_for_all_restarts_every_named_child(void)
+{
+    moon_runtime_t        *rt = new_rt(11);
+    moon_child_spec_t      kids[3] = {
+        {.name = "k0", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
+        {.name = "k1", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
+        {.name = "k2", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
+    };
+    moon_supervisor_args_t args = {.strategy = MOON_SUP_ONE_FOR_ALL, .max_restarts = 5,
+                                   .window_ns = 1000000000ull, .children = kids,
+                                   .n_children = 3};
+    moon_addr_t            sup, before[3], after[3];
+    moon_actor_stats_t     st;
+    const char            *names[3] = {"k0", "k1", "k2"};
+    t_fail_t              *f;
+
+    CU_ASSERT_EQUAL(moon_supervisor_spawn(rt, &args, NULL, &sup), MOON_OK);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(moon_whereis(rt, names[i], &before[i]), MOON_OK);
+    }
+    f         = moon_msg_new(T_MSG_FAIL, 0);
+    f->status = MOON_ERR_IO;
+    CU_ASSERT_EQUAL(moon_runtime_send(rt, before[1], &f->hdr), MOON_OK);
+    moon_runtime_step(rt, 0);
+    CU_ASSERT_EQUAL(moon_actor_stats(rt, sup, &st), MOON_OK); /* did not escalate */
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(moon_whereis(rt, names[i], &after[i]), MOON_OK);
+        CU_ASSERT_NOT_EQUAL(before[i], after[i]); /* every child is a new incarnation */
+        CU_ASSERT_EQUAL(moon_actor_stats(rt, before[i], &st), MOON_ERR_NO_ACTOR);
+    }
+    moon_runtime_destroy(rt);
+}
+
+static void test_slots_retire_when_generations_run_out(void)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt;
+    moon_addr_t           first, a;
+    moon_actor_stats_t    st;
+
+    moon_runtime_config_default(&cfg);
+    cfg.deterministic = 1;
+    cfg.max_actors    = 3; /* slots 1 and 2 */
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &rec_ops, NULL, NULL, &first), MOON_OK);
+    a = first;
+    for (uint32_t i = 0; i < (1u << 21); i++) { /* > 2 slots x 2^20 generations */
+        CU_ASSERT_EQUAL_FATAL(moon_stop(rt, a, MOON_OK), MOON_OK);
+        moon_runtime_step(rt, 0);
+        if (moon_spawn(rt, &rec_ops, NULL, NULL, &a) != MOON_OK) {
+            break; /* both slots retired */
+        }
+        if (a == first) {
+            CU_FAIL("an old address came back to life");
+            break;
+        }
+    }
+    CU_ASSERT_EQUAL(moon_actor_stats(rt, first, &st), MOON_ERR_NO_ACTOR);
+    CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &a), MOON_ERR_NO_RESOURCE);
+    moon_runtime_destroy(rt);
+}
+
 static int setup(void)
 {
     return moon_msg_register(t_msg_descs) != MOON_OK;
@@ -490,6 +670,12 @@ static CU_TestInfo tests[] = {
     {"supervisor_transient_child_stops_normally", test_supervisor_transient_child_stops_normally},
     {"timers_on_the_virtual_clock", test_timers_on_the_virtual_clock},
     {"spawn_survives_allocation_failures", test_spawn_survives_allocation_failures},
+    {"names_registered_later_die_with_the_actor", test_names_registered_later_die_with_the_actor},
+    {"forwarding_a_received_message_needs_a_copy", test_forwarding_a_received_message_needs_a_copy},
+    {"exit_during_init_ends_before_any_message", test_exit_during_init_ends_before_any_message},
+    {"undelivered_timer_does_not_leak", test_undelivered_timer_does_not_leak},
+    {"one_for_all_restarts_every_named_child", test_one_for_all_restarts_every_named_child},
+    {"slots_retire_when_generations_run_out", test_slots_retire_when_generations_run_out},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"actor", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
