@@ -112,6 +112,7 @@ typedef struct waiter {
 } waiter_t;
 
 struct moon_dist_region {
+    uint32_t rank; /* the registering process */
     void  *addr;
     size_t len;
     void  *memh;
@@ -1477,6 +1478,7 @@ moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
     if (reg == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    reg->rank = d->rank;
     reg->addr = addr;
     reg->len  = len;
     if (d->eng != NULL) {
@@ -1506,13 +1508,10 @@ size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
     return sizeof(region_desc_t) + reg->rkey_len;
 }
 
-/* The rank of the region is the rank of its registering process; a region
- * descriptor is only meaningful inside one job. */
-static uint32_t tls_desc_rank;
-
+/* A region descriptor is only meaningful inside one job. */
 moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
 {
-    region_desc_t h = {DESC_MAGIC, tls_desc_rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
+    region_desc_t h = {DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
                        (uint32_t)reg->rkey_len, 0};
     char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
                                             1, 0);
@@ -1924,8 +1923,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     if (d == NULL || rt == NULL || moon_runtime_rank(rt) != d->rank || d->started) {
         return MOON_ERR_INVALID_PARAM;
     }
-    d->rt         = rt;
-    tls_desc_rank = d->rank;
+    d->rt = rt;
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->cmd_lock, NULL);
     pthread_cond_init(&d->cond, NULL);

@@ -76,8 +76,11 @@ MOON_API moon_status_t moon_dist_place(const char *spec, const char *name, uint3
                                        uint32_t *rank_p);
 
 /* ---- names: registered on the actor's rank and at the registry (rank 0) ---- */
-/* Registers name -> addr locally and at rank 0 (asynchronously; a whereis
- * issued after a moon_dist_barrier sees it). MOON_ERR_EXISTS: taken locally. */
+/* Registers name -> addr locally and at the registry on rank 0 (asynchronously;
+ * a whereis issued after a moon_dist_barrier sees it). At rank 0 the latest
+ * registration of a name wins and entries outlive their actor (a send to such
+ * an address is answered with SYS_ERROR MOON_ERR_NO_ACTOR). Names resolve only
+ * while rank 0 lives. MOON_ERR_EXISTS: taken locally. */
 MOON_API moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr);
 /* Blocking resolution (not from handlers): local table, then rank 0.
  * MOON_ERR_NOT_FOUND, MOON_ERR_TIMED_OUT, MOON_ERR_PEER_LOST (rank 0 gone). */
