@@ -2,7 +2,8 @@
 # moonlet.sh - the README's two commands.
 #   launch/moonlet.sh demo   install what is missing, build, run the main job
 #   launch/moonlet.sh test   install what is missing, build, pass every test; then the
-#                            same tests under ASan+UBSan and the threaded ones under TSan
+#                            same tests under ASan+UBSan, the threaded ones under TSan,
+#                            and the CUDA build (when a CUDA toolkit is installed)
 # Options through the environment: BUILD_DIR (default build), JOBS (default nproc),
 # MOON_SANITIZE=1 / MOON_TSAN=1 (sanitizer build in BUILD_DIR), CTEST_ARGS,
 # QUICK=1 (test: skip the sanitizer passes).
@@ -46,7 +47,17 @@ test)
         cmake --build "$dir" -j "$JOBS"
         labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model" || echo "stress")
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" -L "$labels" -LE "nosan|no$pass")
-    done ;;
+    done
+    # CUDA pass: the CUDA build must compile, and its binaries start and skip
+    # their GPU checks on a machine without a GPU.
+    if [ -x "${CUDA_NVCC:-/usr/local/cuda/bin/nvcc}" ]; then
+        echo "=== CUDA build ($BUILD_DIR-cuda)"
+        cmake -S . -B "$BUILD_DIR-cuda" -DMOON_WITH_CUDA=ON >/dev/null
+        cmake --build "$BUILD_DIR-cuda" -j "$JOBS"
+        (cd "$BUILD_DIR-cuda" && ctest --output-on-failure -L cuda)
+    else
+        echo "=== CUDA build skipped: no CUDA toolkit (nvcc) on this machine"
+    fi ;;
 *)
     echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac
