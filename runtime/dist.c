@@ -1881,7 +1881,7 @@ static void *progress_main(void *arg)
             if (n_fds == 1) { /* engine without an fd: nap briefly */
                 ret = poll(fds, 1, 1);
             } else {
-                ret = poll(fds, (nfds_t)n_fds, (int)(TICK_NS / 1000000));
+                ret = poll(fds, (nfds_t)n_fds, 1); /* 1 ms: a peer's RMA may need us without an event */
             }
             if (ret > 0 && (fds[0].revents & POLLIN)) {
                 uint64_t v;
