@@ -337,6 +337,39 @@ static void test_uncommitted_reservation_expires(void)
     teardown();
 }
 
+/* A lease lasts until release (Mooncake #3076: never while the reader's
+ * transfer runs): a reader that holds one for minutes of virtual time keeps
+ * it, and its block is not evicted however hard the store is pushed. */
+static void test_lease_outlives_any_timeout(void)
+{
+    static unsigned char buf[SLOT_BYTES];
+    moon_addr_t          raw;
+    uint32_t             s;
+
+    setup(4, 50 * 1000 * 1000);
+    d_fill(buf, 2000, 4);
+    CU_ASSERT_EQUAL(put(1, key_of(1), buf, 2000), MOON_OK);
+    raw = spawn_driver(0, 1);
+    for (s = 0; s < N_SHARDS; s++) {
+        if (run_cmd(raw, d_cmd(D_RAW_GET, 2, key_of(1), NULL, 0, 0, shards[s])) == MOON_OK) {
+            break;
+        }
+    }
+    CU_ASSERT_FATAL(s < N_SHARDS);
+    for (int i = 0; i < 200000 && moon_now(rt) < 120ull * 1000 * 1000 * 1000; i++) {
+        moon_runtime_step(rt, 1); /* shard ticks of 10 ms: two minutes of virtual time */
+    }
+    CU_ASSERT(moon_now(rt) >= 120ull * 1000 * 1000 * 1000);
+    for (uint64_t k = 0; k < 40; k++) { /* 10x the arena: LRU evicts everything else */
+        (void)put(3, key_of(100 + k), buf, 100);
+    }
+    CU_ASSERT_EQUAL(stats_of(s).n_leases, 1);
+    CU_ASSERT_EQUAL(stats_of(s).n_expired_leases, 0);
+    CU_ASSERT_EQUAL(run_cmd(raw, d_cmd(D_RAW_GET, 4, key_of(1), NULL, 0, 0, shards[s])), MOON_OK);
+    CU_ASSERT_EQUAL(d_res[4].n_bytes, 2000);
+    teardown();
+}
+
 static void test_shard_dies_reads_from_surviving_replica(void)
 {
     static unsigned char src[5000], dst[SLOT_BYTES];
@@ -458,6 +491,7 @@ static CU_TestInfo tests[] = {
     {"same_key_concurrent_puts", test_same_key_concurrent_puts},
     {"client_dies_mid_put_and_mid_get", test_client_dies_mid_put_and_mid_get},
     {"uncommitted_reservation_expires", test_uncommitted_reservation_expires},
+    {"lease_outlives_any_timeout", test_lease_outlives_any_timeout},
     {"shard_dies_reads_from_surviving_replica", test_shard_dies_reads_from_surviving_replica},
     {"events_queries_and_eviction", test_events_queries_and_eviction},
     CU_TEST_INFO_NULL,
