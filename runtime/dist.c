@@ -75,6 +75,7 @@ _Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
 #define TICK_NS         (5 * 1000 * 1000ull)
 #define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
 #define SLICES_INFLIGHT 4
+#define SLICES_PER_PASS 2
 #define BUF_POOL_MAX    64
 
 typedef struct {
@@ -1652,7 +1653,7 @@ bulk_op_t *dist_bulk_find(moon_dist_t *d, uint64_t id)
  * out between the slices of a large transfer. */
 static int pump_bulk(moon_dist_t *d)
 {
-    int        n = 0;
+    int        n = 0, issued_now;
     bulk_op_t **pp;
 
     if (atomic_load_explicit(&d->cmd_pending, memory_order_relaxed)) {
@@ -1685,11 +1686,17 @@ static int pump_bulk(moon_dist_t *d)
         }
     }
     d->n_open = 0;
+    issued_now = 0;
     for (pp = &d->active; *pp != NULL;) {
         bulk_op_t *op = *pp;
 
         if (!op->finished && op->status == MOON_OK) {
-            while (op->issued < op->len && op->n_inflight < SLICES_INFLIGHT) {
+            /* a bounded number of slices per pass over all transfers: some
+             * engines (CMA) copy a slice inside the call, and the frames of
+             * small messages go out between passes */
+            while (op->issued < op->len && op->n_inflight < SLICES_INFLIGHT &&
+                   issued_now < SLICES_PER_PASS) {
+                issued_now++;
                 size_t        sl = MOON_MIN((size_t)d->cfg.slice_bytes, op->len - op->issued);
                 moon_status_t status;
 
