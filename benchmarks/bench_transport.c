@@ -187,6 +187,17 @@ static const moon_actor_ops_t rank0_ops = {
                [B_DATA]                  = bulker_on_go,
                [MOON_MSG_DIST_BULK_DONE] = bulker_on_done}};
 
+/* Optional dispatch trace (env MOON_BENCH_DISPATCH_TRACE=dir): with the
+ * transport's MOON_DIST_TRACE it splits a round trip into its hops. */
+static FILE *g_dtrace;
+static void dispatch_trace(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
+{
+    (void)arg;
+    (void)dst;
+    fprintf(g_dtrace, "dispatch %llu %s %llu\n", (unsigned long long)msg->seq,
+            moon_msg_name(msg->type), (unsigned long long)now_ns);
+}
+
 static void json_line(const char *bench, const char *impl, uint64_t size, const char *metric,
                       double value, uint64_t iters)
 {
@@ -278,6 +289,15 @@ int main(int argc, char **argv)
     cfg.n_workers   = 1;
     cfg.pin_workers = 0;
     cfg.max_actors  = 1024;
+    if (getenv("MOON_BENCH_DISPATCH_TRACE") != NULL) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/dispatch.%u.log", getenv("MOON_BENCH_DISPATCH_TRACE"),
+                 g_rank);
+        g_dtrace = fopen(path, "w");
+        if (g_dtrace != NULL) {
+            cfg.trace = dispatch_trace;
+        }
+    }
     if (moon_runtime_create(&cfg, &g_rt) != MOON_OK || moon_dist_start(g_dist, g_rt) != MOON_OK ||
         moon_runtime_start(g_rt) != MOON_OK) {
         fprintf(stderr, "bench_transport: start failed\n");

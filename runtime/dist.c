@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,7 @@ typedef struct {
 _Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
 
 /* ---- state ---------------------------------------------------------------- */
-#define SPIN_PASSES     256
+#define SPIN_PASSES     256 /* idle passes (yielding after the first few) before sleeping */
 #define TICK_NS         (5 * 1000 * 1000ull)
 #define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
 #define SLICES_INFLIGHT 4
@@ -1862,6 +1863,11 @@ static void *progress_main(void *arg)
         n += pump_bulk(d);
         if (n == 0 && (idle & 15) != 0) {
             idle++; /* read the clock on every 16th idle pass only */
+            if (idle > 32) {
+                /* mpirun binds a rank to one core by default: let the worker
+                 * that may share it run the message just delivered */
+                sched_yield();
+            }
             continue;
         }
         now = now_ns();
