@@ -16,6 +16,7 @@
 #include "moonlet/log.h"
 
 #include <hwloc.h>
+#include <sched.h>
 #include <time.h>
 
 #define SPIN_ROUNDS       2000 /* idle polls before parking (~50-100 us) */
@@ -41,6 +42,7 @@ struct moon_sched {
     uint32_t        n_workers;
     hwloc_topology_t topo;
     int             topo_loaded, started;
+    int             yield_spin; /* no spare core for other threads: spin with sched_yield */
     _Atomic int     stop;
 
     /* inject queue: FIFO through actor->next_sched */
@@ -235,7 +237,11 @@ static void *worker_main(void *arg)
         }
         if (a == NULL) {
             if (++spins < SPIN_ROUNDS) {
-                cpu_relax();
+                if (s->yield_spin) {
+                    sched_yield(); /* let the progress/timer threads on our core run */
+                } else {
+                    cpu_relax();
+                }
             } else {
                 park(w);
                 spins = 0;
@@ -250,6 +256,25 @@ static void *worker_main(void *arg)
     tls_worker = NULL;
     moon_msg_cache_flush();
     return NULL;
+}
+
+/* Processing units this process may run on (its binding: under mpirun often
+ * one core). When workers take them all, the transport's progress thread and
+ * the timer thread share a core with a worker, so idle workers must yield
+ * rather than spin on it. */
+static uint32_t allowed_pus(moon_sched_t *s)
+{
+    hwloc_bitmap_t set;
+    int            n = -1;
+
+    if (!s->topo_loaded || (set = hwloc_bitmap_alloc()) == NULL) {
+        return 1;
+    }
+    if (hwloc_get_cpubind(s->topo, set, HWLOC_CPUBIND_PROCESS) == 0) {
+        n = hwloc_bitmap_weight(set);
+    }
+    hwloc_bitmap_free(set);
+    return n > 0 ? (uint32_t)n : 1;
 }
 
 moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
@@ -280,7 +305,8 @@ moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
         moon_free(s);
         return MOON_ERR_NO_MEMORY;
     }
-    s->n_workers = n;
+    s->n_workers  = n;
+    s->yield_spin = n >= allowed_pus(s);
     for (uint32_t i = 0; i < n; i++) {
         moon_runq_init(&s->workers[i].q);
         s->workers[i].s     = s;
