@@ -31,6 +31,7 @@ typedef enum {
 
 typedef struct {
     uint32_t            gen;
+    uint64_t            t_start; /* moon_now at issue */
     uint8_t             in_use;
     uint8_t             op; /* moon_store_op_t */
     uint64_t            cookie;
@@ -141,11 +142,12 @@ static op_t *op_alloc(moon_store_client_t *c, uint32_t kind, uint64_t cookie)
     op  = &c->ops[c->free_ops[--c->n_free]];
     gen = op->gen;
     memset(op, 0, offsetof(op_t, key_target));
-    op->gen    = gen;
-    op->in_use = 1;
-    op->op     = (uint8_t)kind;
-    op->cookie = cookie;
-    op->status = MOON_OK;
+    op->gen     = gen;
+    op->in_use  = 1;
+    op->op      = (uint8_t)kind;
+    op->cookie  = cookie;
+    op->status  = MOON_OK;
+    op->t_start = moon_now(moon_actor_runtime(c->self));
     return op;
 }
 
@@ -807,6 +809,32 @@ int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
     default:
         return 0;
     }
+}
+
+uint32_t moon_store_client_expire(moon_store_client_t *c, uint64_t now_ns, uint64_t timeout_ns)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < c->max_ops; i++) {
+        op_t *op   = &c->ops[i];
+        int   xfer = 0;
+
+        if (!op->in_use || now_ns - op->t_start <= timeout_ns) {
+            continue;
+        }
+        for (uint32_t t = 0; t < op->n_targets; t++) {
+            xfer |= op->rstate[t] == R_XFER; /* the caller's buffer is still in use */
+        }
+        if (xfer) {
+            continue;
+        }
+        MOON_WARN("store client: operation %u on key %016llx%016llx timed out", op->op,
+                  (unsigned long long)op->key.hi, (unsigned long long)op->key.lo);
+        op->status = MOON_ERR_TIMED_OUT;
+        op_finish(c, op);
+        n++;
+    }
+    return n;
 }
 
 uint32_t moon_store_client_pending(const moon_store_client_t *c)

@@ -129,6 +129,16 @@ MOON_API moon_status_t moon_store_client_apply(moon_store_client_t *client, uint
  * shards): consumed, on_done possibly called; 0 otherwise (the actor's own). */
 MOON_API int moon_store_client_handle(moon_store_client_t *client, const moon_msg_hdr_t *msg);
 
+/* Ends with MOON_ERR_TIMED_OUT every operation issued more than timeout_ns
+ * before now_ns (moon_now) that has no bulk transfer in flight: a shard that
+ * never answers (a lost message, a hung shard that is still alive). Replies
+ * that come later are recognised and undone (a late grant is revoked or
+ * released; a late commit may still store the block). Call it from a timer of
+ * the owning actor. Returns how many operations ended (on_done was called for
+ * each). */
+MOON_API uint32_t moon_store_client_expire(moon_store_client_t *client, uint64_t now_ns,
+                                           uint64_t timeout_ns);
+
 /* Operations in flight. */
 MOON_API uint32_t moon_store_client_pending(const moon_store_client_t *client);
 /* Live shards as this client sees them. */

@@ -22,6 +22,7 @@ enum {
     D_RAW_GET,     /* GET to `to`; aux 1: die after the grant */
     D_RAW_QUERY,   /* QUERY of aux (op) with len keys from buf to `to` */
     D_EXIT,        /* die (abnormal) */
+    D_EXPIRE,      /* moon_store_client_expire(now, timeout aux); n_hit = how many ended */
 };
 
 #define D_CMD_FIELDS(F, T)                                                                         \
@@ -186,6 +187,10 @@ static moon_status_t d_on_cmd(moon_actor_t *self, const moon_msg_hdr_t *msg)
         status = moon_tell(self, c->to, &m->hdr);
         break;
     }
+    case D_EXPIRE:
+        d_res[c->slot % D_MAX_RES].n_hit =
+            moon_store_client_expire(st->client, moon_now(moon_actor_runtime(self)), c->aux);
+        break;
     case D_EXIT:
         d_finish(c->slot, MOON_OK);
         moon_actor_exit(self, MOON_ERR_IO);
@@ -193,7 +198,7 @@ static moon_status_t d_on_cmd(moon_actor_t *self, const moon_msg_hdr_t *msg)
     default:
         status = MOON_ERR_INVALID_PARAM;
     }
-    if (status != MOON_OK) {
+    if (status != MOON_OK || c->op == D_EXPIRE) {
         d_finish(c->slot, status); /* refused at the call: no on_done follows */
     }
     return MOON_OK;

@@ -482,7 +482,53 @@ static void test_two_clients_in_one_actor(void)
     teardown();
 }
 
+/* A "shard" that takes every request and never answers (alive, so no DOWN). */
+static const moon_actor_ops_t silent_ops = {.name = "silent-shard"};
+
+/* Requests to a shard that never answers end with TIMED_OUT through
+ * moon_store_client_expire; a healthy shard's operations are not touched. */
+static void test_unanswered_requests_time_out(void)
+{
+    static unsigned char buf[SLOT_BYTES];
+    moon_addr_t          silent, drv2;
+    d_args_t             a;
+    moon_kv_key_t        k = key_of(3);
+
+    setup(N_SLOTS, 0);
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &silent_ops, NULL, NULL, &silent), MOON_OK);
+    memset(&a, 0, sizeof(a));
+    a.cfg.n_shards   = 1;
+    a.cfg.n_replicas = 1;
+    a.cfg.tag        = (moon_kv_tag_t){1, 1};
+    a.shards[0]      = silent;
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &d_ops, &a, NULL, &drv2), MOON_OK);
+    CU_ASSERT_EQUAL(
+        moon_runtime_send(rt, drv2, &d_cmd(MOON_STORE_OP_PUT, 1, k, buf, 100, 0, 0)->hdr), MOON_OK);
+    CU_ASSERT_EQUAL(
+        moon_runtime_send(rt, drv2, &d_cmd(MOON_STORE_OP_GET, 2, k, buf, sizeof(buf), 0, 0)->hdr),
+        MOON_OK);
+    CU_ASSERT_EQUAL(
+        moon_runtime_send(rt, drv2, &d_cmd(MOON_STORE_OP_EXISTS, 3, k, &k, 1, 0, 0)->hdr), MOON_OK);
+    settle();
+    CU_ASSERT(!d_res[1].done && !d_res[2].done && !d_res[3].done);
+    for (int i = 0; i < 1000 && moon_now(rt) < 2000000000ull; i++) {
+        moon_runtime_step(rt, 1); /* two seconds of virtual time (shard ticks) */
+    }
+    CU_ASSERT_EQUAL(run_cmd(drv2, d_cmd(D_EXPIRE, 4, k, NULL, 0, 1000000000ull, 0)), MOON_OK);
+    CU_ASSERT_EQUAL(d_res[4].n_hit, 3);
+    CU_ASSERT_EQUAL(d_res[1].status, MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(d_res[2].status, MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(d_res[3].status, MOON_ERR_TIMED_OUT);
+    /* the healthy client is untouched and still works */
+    CU_ASSERT_EQUAL(run_cmd(drv, d_cmd(D_EXPIRE, 5, k, NULL, 0, 1000000000ull, 0)), MOON_OK);
+    CU_ASSERT_EQUAL(d_res[5].n_hit, 0);
+    CU_ASSERT_EQUAL(put(6, k, buf, 100), MOON_OK);
+    check_no_leftovers();
+    teardown();
+}
+
 static CU_TestInfo tests[] = {
+    {"unanswered_requests_time_out", test_unanswered_requests_time_out},
     {"two_clients_in_one_actor", test_two_clients_in_one_actor},
     {"put_get_odd_sizes_two_replicas", test_put_get_odd_sizes_two_replicas},
     {"bad_input_unknown_oversized_small_buffer", test_bad_input_unknown_oversized_small_buffer},
