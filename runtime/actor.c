@@ -262,6 +262,12 @@ void moon_runtime_attach_transport(moon_runtime_t *rt, const moon_transport_ops_
     rt->transport     = ops;
 }
 
+void moon_runtime_set_idle_hook(moon_runtime_t *rt, moon_idle_fn fn, void *ctx)
+{
+    atomic_store(&rt->idle_ctx, ctx);
+    atomic_store(&rt->idle_hook, fn); /* seq_cst: ctx is visible before fn */
+}
+
 uint32_t moon_runtime_rank(const moon_runtime_t *rt)
 {
     return rt->cfg.rank;

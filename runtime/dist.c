@@ -72,6 +72,7 @@ typedef struct {
 _Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
 
 /* ---- state ---------------------------------------------------------------- */
+#define WORKER_POLL_NS  1000000ull /* a worker polled this recently: it drives progress */
 #define SPIN_PASSES     256 /* idle passes (yielding after the first few) before sleeping */
 #define TICK_NS         (5 * 1000 * 1000ull)
 #define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
@@ -134,8 +135,11 @@ struct moon_dist {
     dist_peer_t             *peers;
     int                      started;
 
-    /* progress thread */
+    /* progress thread; idle workers run the same passes (worker_poll) */
     pthread_t        thread;
+    pthread_mutex_t  progress_lock; /* held for a pass: the progress state below */
+    _Atomic uint64_t worker_poll_ns; /* last time an idle worker ran a pass (0: parked) */
+    _Atomic int      napping;        /* progress thread defers to polling workers */
     _Atomic int      stop_req;
     _Atomic int      sleeping;
     int              wake_fd;
@@ -1833,6 +1837,78 @@ static int work_pending(moon_dist_t *d)
     return atomic_load(&d->cmd_pending) || d->n_open > 0 || d->n_held > 0;
 }
 
+/* One pass over the engine and the queues, under progress_lock (the progress
+ * thread or an idle worker). with_clock: also the clock-driven work; the
+ * clock is read under the lock, after the pass's own work: a `now` older than
+ * a peer's last_rx_ns would make the peer look silent for 2^64 ns. */
+static int progress_pass(moon_dist_t *d, int with_clock, int *busy_p)
+{
+    int      n = 0;
+    uint64_t now;
+
+    for (int i = 0; i < 16; i++) {
+        int k = d->eng->progress(d);
+        n += k;
+        if (k == 0) {
+            break;
+        }
+    }
+    if (d->n_held > 0) {
+        n += release_held(d);
+    }
+    n += pump_sends(d);
+    n += pump_bulk(d);
+    /* The clock after the work above, which stamps last_rx_ns/last_tx_ns. */
+    now = with_clock ? now_ns() : 0;
+    if (with_clock && now >= d->next_tick_ns) {
+        tick(d, now);
+        d->next_tick_ns = now + TICK_NS;
+    }
+    *busy_p = d->n_open > 0 || d->n_held > 0;
+    return n;
+}
+
+/* The runtime's idle hook: an idle worker runs a pass itself, so what
+ * arrives is handled on that worker without a thread hand-off. */
+static int worker_poll(void *ctx, int parking)
+{
+    moon_dist_t *d = ctx;
+    int          n = 0, busy;
+
+    if (parking) {
+        atomic_store(&d->worker_poll_ns, 0);
+        if (atomic_load(&d->napping)) { /* the progress thread takes over now */
+            uint64_t one = 1;
+            ssize_t  ret = write(d->wake_fd, &one, sizeof(one));
+            (void)ret;
+        }
+        return 0;
+    }
+    atomic_store_explicit(&d->worker_poll_ns, now_ns(), memory_order_relaxed);
+    if (pthread_mutex_trylock(&d->progress_lock) == 0) {
+        n = progress_pass(d, 0, &busy);
+        pthread_mutex_unlock(&d->progress_lock);
+    }
+    return n;
+}
+
+/* An idle worker ran a pass within WORKER_POLL_NS: it drives progress. */
+static int worker_polling(moon_dist_t *d)
+{
+    uint64_t last = atomic_load_explicit(&d->worker_poll_ns, memory_order_relaxed);
+    uint64_t now  = now_ns();
+
+    return last != 0 && now > last && now - last < WORKER_POLL_NS;
+}
+
+static void drain_wake_fd(moon_dist_t *d)
+{
+    uint64_t v;
+    ssize_t  rr = read(d->wake_fd, &v, sizeof(v));
+
+    (void)rr;
+}
+
 static void *progress_main(void *arg)
 {
     moon_dist_t  *d    = arg;
@@ -1846,23 +1922,29 @@ static void *progress_main(void *arg)
         fds[n_fds++] = (struct pollfd){d->eng->event_fd(d), POLLIN, 0};
     }
     while (!atomic_load_explicit(&d->stop_req, memory_order_relaxed)) {
-        int      n   = 0;
-        uint64_t now;
+        int with_clock = (idle & 15) == 0; /* the clock every 16th pass */
+        int n, busy, armed = 0;
 
-        for (int i = 0; i < 16; i++) {
-            int k = d->eng->progress(d);
-            n += k;
-            if (k == 0) {
-                break;
+        pthread_mutex_lock(&d->progress_lock);
+        n = progress_pass(d, with_clock, &busy);
+        pthread_mutex_unlock(&d->progress_lock);
+        if (n > 0 || busy) {
+            idle = 0;
+            continue;
+        }
+        if (with_clock && worker_polling(d)) {
+            /* An idle worker is driving progress: stay out of its core, wake
+             * for the clock-driven work, or when it parks. */
+            atomic_store(&d->napping, 1);
+            (void)poll(fds, 1, 1);
+            if (fds[0].revents & POLLIN) {
+                drain_wake_fd(d);
             }
+            atomic_store(&d->napping, 0);
+            idle = 0;
+            continue;
         }
-        if (d->n_held > 0) {
-            n += release_held(d);
-        }
-        n += pump_sends(d);
-        n += pump_bulk(d);
-        if (n == 0 && (idle & 15) != 0) {
-            idle++; /* read the clock on every 16th idle pass only */
+        if (++idle < d->spin_passes) {
             if (idle > 32) {
                 /* mpirun binds a rank to one core by default: let the worker
                  * that may share it run the message just delivered */
@@ -1870,18 +1952,7 @@ static void *progress_main(void *arg)
             }
             continue;
         }
-        now = now_ns();
-        if (now >= d->next_tick_ns) {
-            tick(d, now);
-            d->next_tick_ns = now + TICK_NS;
-        }
-        if (n > 0 || d->n_open > 0 || d->n_held > 0) {
-            idle = 0;
-            continue;
-        }
-        if (++idle < d->spin_passes) {
-            continue;
-        }
+        pthread_mutex_lock(&d->progress_lock);
         for (uint32_t r = 0; r < d->size; r++) { /* return credits before sleeping */
             if (r != d->rank && d->peers[r].owed > 0 && !atomic_load(&d->peers[r].down)) {
                 send_small_frame(d, r, FRAME_CREDIT);
@@ -1889,17 +1960,13 @@ static void *progress_main(void *arg)
         }
         /* seq_cst store, then re-check: pairs with wake() (Dekker). */
         atomic_store(&d->sleeping, 1);
-        if (!work_pending(d) && d->eng->arm(d)) {
-            int ret;
-            if (n_fds == 1) { /* engine without an fd: nap briefly */
-                ret = poll(fds, 1, 1);
-            } else {
-                ret = poll(fds, (nfds_t)n_fds, 1); /* 1 ms: a peer's RMA may need us without an event */
-            }
+        armed = !work_pending(d) && d->eng->arm(d);
+        pthread_mutex_unlock(&d->progress_lock);
+        if (armed) {
+            /* 1 ms: a peer's RMA may need us without an event */
+            int ret = poll(fds, (nfds_t)n_fds, 1);
             if (ret > 0 && (fds[0].revents & POLLIN)) {
-                uint64_t v;
-                ssize_t  rr = read(d->wake_fd, &v, sizeof(v));
-                (void)rr;
+                drain_wake_fd(d);
             }
         }
         atomic_store(&d->sleeping, 0);
@@ -1939,6 +2006,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     d->rt = rt;
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->cmd_lock, NULL);
+    pthread_mutex_init(&d->progress_lock, NULL);
     pthread_cond_init(&d->cond, NULL);
     d->started = 1;
     if (d->size == 1) {
@@ -2013,6 +2081,9 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         goto err;
     }
     moon_runtime_attach_transport(rt, &dist_transport_ops, d);
+    if (getenv("MOON_DIST_NO_WORKER_POLL") == NULL) {
+        moon_runtime_set_idle_hook(rt, worker_poll, d);
+    }
     MOON_INFO("distributed runtime up: rank %u of %u, engine %s", d->rank, d->size,
               d->eng->name);
     return MOON_OK;
@@ -2064,6 +2135,11 @@ void moon_dist_stop(moon_dist_t *d)
         /* nobody stops progressing before every rank has its goodbyes */
         sleepy_barrier(d);
     }
+    /* No worker may run a pass once we close: detach, then wait out any pass
+     * in flight. */
+    moon_runtime_set_idle_hook(d->rt, NULL, NULL);
+    pthread_mutex_lock(&d->progress_lock);
+    pthread_mutex_unlock(&d->progress_lock);
     atomic_store(&d->stop_req, 1);
     wake(d);
     {

@@ -107,6 +107,8 @@ struct moon_runtime {
     moon_names_t          *names;
     const moon_transport_ops_t *transport; /* NULL: single rank */
     void                  *transport_ctx;
+    _Atomic(moon_idle_fn)  idle_hook;      /* see moon_runtime_set_idle_hook */
+    void                  *_Atomic idle_ctx;
 
     moon_actor_t  **slots;        /* cfg.max_actors entries, created on first use */
     pthread_mutex_t slot_lock;    /* free ring and slot creation */

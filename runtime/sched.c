@@ -236,6 +236,12 @@ static void *worker_main(void *arg)
             a = steal(w);
         }
         if (a == NULL) {
+            moon_idle_fn hook = atomic_load_explicit(&s->rt->idle_hook, memory_order_acquire);
+
+            if (hook != NULL && hook(atomic_load(&s->rt->idle_ctx), 0) > 0) {
+                spins = 0; /* the transport delivered or sent something */
+                continue;
+            }
             if (++spins < SPIN_ROUNDS) {
                 if (s->yield_spin) {
                     sched_yield(); /* let the progress/timer threads on our core run */
@@ -243,6 +249,9 @@ static void *worker_main(void *arg)
                     cpu_relax();
                 }
             } else {
+                if (hook != NULL) {
+                    hook(atomic_load(&s->rt->idle_ctx), 1); /* hand progress back */
+                }
                 park(w);
                 spins = 0;
             }

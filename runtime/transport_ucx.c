@@ -239,7 +239,7 @@ static moon_status_t ucx_open(moon_dist_t *d)
         goto err_ucs;
     }
     wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* the progress thread or an idle worker, under progress_lock */
     if ((s = ucp_worker_create(u->ctx, &wp, &u->worker)) != UCS_OK) {
         MOON_ERROR("ucp_worker_create: %s", ucs_status_string(s));
         goto err_ctx;

@@ -31,6 +31,16 @@ MOON_API void moon_runtime_attach_transport(moon_runtime_t *rt, const moon_trans
 MOON_API moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr_t to,
                                                    moon_msg_hdr_t *msg);
 
+/* Called by an idle worker thread between looks at its run queues (parking
+ * = 0), and once more just before it parks (parking = 1). A transport uses
+ * it to let idle workers drive network progress themselves, so a message
+ * that arrives is delivered and handled on the same thread, without a
+ * hand-off from a progress thread (which costs a context switch when
+ * mpirun binds the rank to one core). Returns how much work it did (> 0
+ * resets the idle count). Must be thread-safe; NULL detaches. */
+typedef int (*moon_idle_fn)(void *ctx, int parking);
+MOON_API void moon_runtime_set_idle_hook(moon_runtime_t *rt, moon_idle_fn fn, void *ctx);
+
 /* This runtime's rank (the rank part of its actors' addresses). */
 MOON_API uint32_t moon_runtime_rank(const moon_runtime_t *rt);
 
