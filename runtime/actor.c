@@ -718,6 +718,13 @@ err_release:
 }
 
 /* ---- links, monitors, stop ------------------------------------------------ */
+/* Sends a runtime control message from self (consumed whatever happens). */
+static moon_status_t tell_sys(moon_actor_t *self, moon_addr_t target, moon_msg_hdr_t *m)
+{
+    m->flags = MOON_MSG_F_SYSTEM;
+    return moon_tell(self, target, m);
+}
+
 moon_status_t moon_monitor(moon_actor_t *self, moon_addr_t target, uint64_t ref)
 {
     moon_sys_monitor_t *m = moon_msg_new(MOON_MSG_SYS_MONITOR, 0);
@@ -726,16 +733,11 @@ moon_status_t moon_monitor(moon_actor_t *self, moon_addr_t target, uint64_t ref)
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->ref        = ref;
-    m->hdr.flags  = MOON_MSG_F_SYSTEM;
-    status        = moon_send(self, target, &m->hdr);
+    m->ref = ref;
+    status = tell_sys(self, target, &m->hdr);
     if (status == MOON_ERR_NO_ACTOR) {
-        moon_msg_release(&m->hdr);
         send_down(self->rt, target, self->addr, MOON_ERR_NO_ACTOR, ref); /* already gone */
         return MOON_OK;
-    }
-    if (status != MOON_OK) {
-        moon_msg_release(&m->hdr);
     }
     return status;
 }
@@ -743,18 +745,12 @@ moon_status_t moon_monitor(moon_actor_t *self, moon_addr_t target, uint64_t ref)
 static moon_status_t send_link(moon_actor_t *self, moon_addr_t target, uint32_t unlink)
 {
     moon_sys_link_t *m = moon_msg_new(MOON_MSG_SYS_LINK, 0);
-    moon_status_t    status;
 
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->unlink    = unlink;
-    m->hdr.flags = MOON_MSG_F_SYSTEM;
-    status       = moon_send(self, target, &m->hdr);
-    if (status != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-    return status;
+    m->unlink = unlink;
+    return tell_sys(self, target, &m->hdr);
 }
 
 moon_status_t moon_link(moon_actor_t *self, moon_addr_t target)
