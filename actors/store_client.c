@@ -10,6 +10,7 @@
 #include "moonlet/log.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Ids (reqs, bulk cookies, monitor refs): tag (8 bits) | client instance (12) |
@@ -835,6 +836,29 @@ uint32_t moon_store_client_expire(moon_store_client_t *c, uint64_t now_ns, uint6
         n++;
     }
     return n;
+}
+
+void moon_store_client_log_pending(const moon_store_client_t *c)
+{
+    static const char *const names[] = {"idle", "wait", "xfer", "commit", "done", "failed"};
+
+    for (uint32_t i = 0; i < c->max_ops; i++) {
+        const op_t *op = &c->ops[i];
+        char        line[256];
+        int         len = 0;
+
+        if (!op->in_use) {
+            continue;
+        }
+        for (uint32_t t = 0; t < op->n_targets && len < (int)sizeof(line) - 32; t++) {
+            len += snprintf(line + len, sizeof(line) - (size_t)len, " shard %u:%s", op->targets[t],
+                            names[op->rstate[t] % MOON_ARRAY_SIZE(names)]);
+        }
+        MOON_WARN(
+            "store client: op %u (slot %u, age %llu us) pending:%s", op->op, i,
+            (unsigned long long)((moon_now(moon_actor_runtime(c->self)) - op->t_start) / 1000),
+            len > 0 ? line : " no target");
+    }
 }
 
 uint32_t moon_store_client_pending(const moon_store_client_t *c)

@@ -139,6 +139,10 @@ MOON_API int moon_store_client_handle(moon_store_client_t *client, const moon_ms
 MOON_API uint32_t moon_store_client_expire(moon_store_client_t *client, uint64_t now_ns,
                                            uint64_t timeout_ns);
 
+/* Logs (WARN) every operation in flight with the state of each replica:
+ * for diagnosing an operation that never ends. */
+MOON_API void moon_store_client_log_pending(const moon_store_client_t *client);
+
 /* Operations in flight. */
 MOON_API uint32_t moon_store_client_pending(const moon_store_client_t *client);
 /* Live shards as this client sees them. */

@@ -41,7 +41,7 @@ enum { OP_PUT = 1, OP_GET, OP_QUERY };
 
 #define B_RUN_FIELDS(F, T)                                                                         \
     F(T, u32, op) F(T, u32, kind) F(T, u32, depth) F(T, u64, iters) F(T, u64, key_base)
-#define B_MSGS(X) X(B_MSG_RUN, b_run_t, B_RUN_FIELDS)
+#define B_MSGS(X) X(B_MSG_RUN, b_run_t, B_RUN_FIELDS) X(B_MSG_DUMP, b_dump_t, B_RUN_FIELDS)
 MOON_MSG_DECLARE(B_MSGS, 210, B_MSG_END)
 MOON_MSG_DEFINE(B_MSGS, b_msg_descs)
 
@@ -67,7 +67,7 @@ typedef struct {
     _Atomic int *done;
 } bench_state_t;
 
-static _Atomic int g_done;
+static _Atomic int g_done, g_dumped;
 static double     *g_lat;
 static uint64_t    g_errors;
 
@@ -207,6 +207,20 @@ static moon_status_t bench_on_run(moon_actor_t *self, const moon_msg_hdr_t *msg)
     return MOON_OK;
 }
 
+static moon_status_t bench_on_dump(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bench_state_t *st = moon_actor_state(self);
+
+    (void)msg;
+    MOON_WARN("bench client: %llu of %llu issued, %llu completed", (unsigned long long)st->issued,
+              (unsigned long long)st->iters, (unsigned long long)st->completed);
+    for (uint32_t k = 0; k < N_KINDS; k++) {
+        moon_store_client_log_pending(st->client[k]);
+    }
+    atomic_store(&g_dumped, 1);
+    return MOON_OK;
+}
+
 static moon_status_t bench_on_store(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     bench_state_t *st = moon_actor_state(self);
@@ -225,7 +239,7 @@ static const moon_actor_ops_t bench_ops = {
     .init        = bench_init,
     .fini        = bench_fini,
     .on_msg      = {MOON_STORE_CLIENT_ON_MSG(bench_on_store), [MOON_MSG_SYS_DOWN] = bench_on_store,
-                    [B_MSG_RUN] = bench_on_run},
+                    [B_MSG_RUN] = bench_on_run, [B_MSG_DUMP] = bench_on_dump},
 };
 
 /* ---- driver (main threads) ----------------------------------------------------- */
@@ -252,6 +266,18 @@ static uint64_t run_local(uint32_t op, uint32_t kind, uint32_t depth, uint64_t i
     while (!atomic_load(&g_done)) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
+        if (moon_bench_now_ns() - t0 > 120ull * 1000 * 1000 * 1000) {
+            /* a completion never came: say so rather than hang the suite */
+            b_dump_t *dump = moon_msg_new(B_MSG_DUMP, 0);
+            fprintf(stderr, "rank %d: op %u on kind %u (%llu ops, depth %u) not done after 120 s\n",
+                    g_rank, op, kind, (unsigned long long)iters, depth);
+            if (dump != NULL && moon_runtime_send(g_rt, g_actor, &dump->hdr) == MOON_OK) {
+                for (int i = 0; i < 1000 && !atomic_load(&g_dumped); i++) {
+                    nanosleep(&ts, NULL);
+                }
+            }
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
     }
     return moon_bench_now_ns() - t0;
 }
