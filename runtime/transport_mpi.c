@@ -95,6 +95,9 @@ static void mpi_close(moon_dist_t *d)
             MPI_Cancel(&m->pend[i].req);
             MPI_Request_free(&m->pend[i].req);
         }
+        if (m->pend[i].kind == P_FRAME) {
+            dist_frame_done(d, m->pend[i].buf, MOON_OK); /* a frame still in flight */
+        }
     }
     if (moon_dist_peer_alive(d, (moon_dist_rank_(d) + 1) % moon_dist_size_(d))) {
         MPI_Comm_free(&m->comm);
