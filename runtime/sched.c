@@ -243,8 +243,11 @@ static void *worker_main(void *arg)
                 continue;
             }
             if (++spins < SPIN_ROUNDS) {
-                if (s->yield_spin) {
-                    sched_yield(); /* let the progress/timer threads on our core run */
+                /* Without a spare core, let the progress and timer threads run;
+                 * while a transport hook polls, the progress thread naps, so
+                 * yield less often and poll with less delay. */
+                if (s->yield_spin && (hook == NULL || spins % 16 == 0)) {
+                    sched_yield();
                 } else {
                     cpu_relax();
                 }
