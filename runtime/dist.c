@@ -72,7 +72,6 @@ typedef struct {
 _Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
 
 /* ---- state ---------------------------------------------------------------- */
-#define WORKER_POLL_NS  1000000ull /* a worker polled this recently: it drives progress */
 #define SPIN_PASSES     256 /* idle passes (yielding after the first few) before sleeping */
 #define TICK_NS         (5 * 1000 * 1000ull)
 #define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
@@ -138,7 +137,7 @@ struct moon_dist {
     /* progress thread; idle workers run the same passes (worker_poll) */
     pthread_t        thread;
     pthread_mutex_t  progress_lock; /* held for a pass: the progress state below */
-    _Atomic uint64_t worker_poll_ns; /* last time an idle worker ran a pass (0: parked) */
+    _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
     _Atomic int      napping;        /* progress thread defers to polling workers */
     _Atomic int      stop_req;
     _Atomic int      sleeping;
@@ -1876,7 +1875,7 @@ static int worker_poll(void *ctx, int parking)
     int          n = 0, busy;
 
     if (parking) {
-        atomic_store(&d->worker_poll_ns, 0);
+        atomic_store(&d->worker_polled, 0);
         if (atomic_load(&d->napping)) { /* the progress thread takes over now */
             uint64_t one = 1;
             ssize_t  ret = write(d->wake_fd, &one, sizeof(one));
@@ -1884,7 +1883,7 @@ static int worker_poll(void *ctx, int parking)
         }
         return 0;
     }
-    atomic_store_explicit(&d->worker_poll_ns, now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&d->worker_polled, 1, memory_order_relaxed); /* no clock: hot */
     if (pthread_mutex_trylock(&d->progress_lock) == 0) {
         n = progress_pass(d, 0, &busy);
         pthread_mutex_unlock(&d->progress_lock);
@@ -1892,13 +1891,11 @@ static int worker_poll(void *ctx, int parking)
     return n;
 }
 
-/* An idle worker ran a pass within WORKER_POLL_NS: it drives progress. */
+/* An idle worker ran a pass since the last look (the progress thread looks
+ * about once per nap, 1 ms): the workers drive progress. */
 static int worker_polling(moon_dist_t *d)
 {
-    uint64_t last = atomic_load_explicit(&d->worker_poll_ns, memory_order_relaxed);
-    uint64_t now  = now_ns();
-
-    return last != 0 && now > last && now - last < WORKER_POLL_NS;
+    return atomic_exchange_explicit(&d->worker_polled, 0, memory_order_relaxed);
 }
 
 static void drain_wake_fd(moon_dist_t *d)
