@@ -136,7 +136,7 @@ struct moon_dist {
 
     /* progress thread; idle workers run the same passes (worker_poll) */
     pthread_t        thread;
-    pthread_mutex_t  progress_lock; /* held for a pass: the progress state below */
+    _Atomic int      progress_busy; /* held for a pass: the progress state below */
     _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
     _Atomic int      napping;        /* progress thread defers to polling workers */
     _Atomic int      stop_req;
@@ -1836,7 +1836,28 @@ static int work_pending(moon_dist_t *d)
     return atomic_load(&d->cmd_pending) || d->n_open > 0 || d->n_held > 0;
 }
 
-/* One pass over the engine and the queues, under progress_lock (the progress
+/* The progress lock: a flag, not a mutex, because idle workers try it on
+ * every idle pass. acquire pairs with the release in progress_unlock(), so
+ * each holder sees the progress state its predecessor left. */
+static int progress_trylock(moon_dist_t *d)
+{
+    return atomic_load_explicit(&d->progress_busy, memory_order_relaxed) == 0 &&
+           atomic_exchange_explicit(&d->progress_busy, 1, memory_order_acquire) == 0;
+}
+
+static void progress_lock(moon_dist_t *d)
+{
+    while (!progress_trylock(d)) {
+        sched_yield(); /* held for one short pass by a worker */
+    }
+}
+
+static void progress_unlock(moon_dist_t *d)
+{
+    atomic_store_explicit(&d->progress_busy, 0, memory_order_release);
+}
+
+/* One pass over the engine and the queues, under the progress lock (the progress
  * thread or an idle worker). with_clock: also the clock-driven work; the
  * clock is read under the lock, after the pass's own work: a `now` older than
  * a peer's last_rx_ns would make the peer look silent for 2^64 ns. */
@@ -1884,9 +1905,9 @@ static int worker_poll(void *ctx, int parking)
         return 0;
     }
     atomic_store_explicit(&d->worker_polled, 1, memory_order_relaxed); /* no clock: hot */
-    if (pthread_mutex_trylock(&d->progress_lock) == 0) {
+    if (progress_trylock(d)) {
         n = progress_pass(d, 0, &busy);
-        pthread_mutex_unlock(&d->progress_lock);
+        progress_unlock(d);
     }
     return n;
 }
@@ -1922,9 +1943,9 @@ static void *progress_main(void *arg)
         int with_clock = (idle & 15) == 0; /* the clock every 16th pass */
         int n, busy, armed = 0;
 
-        pthread_mutex_lock(&d->progress_lock);
+        progress_lock(d);
         n = progress_pass(d, with_clock, &busy);
-        pthread_mutex_unlock(&d->progress_lock);
+        progress_unlock(d);
         if (n > 0 || busy) {
             idle = 0;
             continue;
@@ -1949,7 +1970,7 @@ static void *progress_main(void *arg)
             }
             continue;
         }
-        pthread_mutex_lock(&d->progress_lock);
+        progress_lock(d);
         for (uint32_t r = 0; r < d->size; r++) { /* return credits before sleeping */
             if (r != d->rank && d->peers[r].owed > 0 && !atomic_load(&d->peers[r].down)) {
                 send_small_frame(d, r, FRAME_CREDIT);
@@ -1958,7 +1979,7 @@ static void *progress_main(void *arg)
         /* seq_cst store, then re-check: pairs with wake() (Dekker). */
         atomic_store(&d->sleeping, 1);
         armed = !work_pending(d) && d->eng->arm(d);
-        pthread_mutex_unlock(&d->progress_lock);
+        progress_unlock(d);
         if (armed) {
             /* 1 ms: a peer's RMA may need us without an event */
             int ret = poll(fds, (nfds_t)n_fds, 1);
@@ -2003,7 +2024,6 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     d->rt = rt;
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->cmd_lock, NULL);
-    pthread_mutex_init(&d->progress_lock, NULL);
     pthread_cond_init(&d->cond, NULL);
     d->started = 1;
     if (d->size == 1) {
@@ -2135,8 +2155,8 @@ void moon_dist_stop(moon_dist_t *d)
     /* No worker may run a pass once we close: detach, then wait out any pass
      * in flight. */
     moon_runtime_set_idle_hook(d->rt, NULL, NULL);
-    pthread_mutex_lock(&d->progress_lock);
-    pthread_mutex_unlock(&d->progress_lock);
+    progress_lock(d);
+    progress_unlock(d);
     atomic_store(&d->stop_req, 1);
     wake(d);
     {
