@@ -89,7 +89,7 @@ typedef struct {
     uint32_t         owed;           /* receiver side: credits to return */
     uint32_t         held;           /* withheld while held_addr is overloaded */
     moon_addr_t      held_addr;
-    int              goodbye;        /* peer said goodbye: silence is fine */
+    _Atomic int      goodbye;        /* peer said goodbye: silence is fine (read by stop) */
     uint64_t         last_rx_ns, last_tx_ns;
 } dist_peer_t;
 
@@ -146,9 +146,10 @@ struct moon_dist {
     uint32_t         n_ready_words;
     dist_buf_t      *buf_pool;
     uint32_t         n_pool;
-    uint64_t         next_tick_ns, hb_ns, last_tick_ns;
+    uint64_t         next_tick_ns, last_tick_ns;
+    _Atomic uint64_t hb_ns;          /* set by moon_dist_stop while progress runs */
     uint32_t         spin_passes; /* idle passes before sleeping (env MOON_DIST_SPIN) */
-    int              saying_goodbye;
+    _Atomic int      saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */
     pthread_mutex_t  cmd_lock;
@@ -1798,8 +1799,9 @@ static void tick(moon_dist_t *d, uint64_t now)
         if (p->owed > 0) {
             send_small_frame(d, r, FRAME_CREDIT);
         }
-        if (now - p->last_tx_ns >= d->hb_ns) {
-            send_small_frame(d, r, d->saying_goodbye ? FRAME_GOODBYE : FRAME_HEARTBEAT);
+        if (now - p->last_tx_ns >= atomic_load_explicit(&d->hb_ns, memory_order_relaxed)) {
+            send_small_frame(d, r, atomic_load(&d->saying_goodbye) ? FRAME_GOODBYE
+                                                                   : FRAME_HEARTBEAT);
         }
         if (!p->goodbye && now - p->last_rx_ns > d->cfg.peer_timeout_ns) {
             dist_peer_failed(d, r, MOON_ERR_PEER_LOST);

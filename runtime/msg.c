@@ -18,7 +18,9 @@
 #define CACHE_BATCH 256
 
 /* ---- registry ------------------------------------------------------------- */
-static const moon_msg_desc_t *registry[MOON_MSG_MAX_TYPES];
+/* Written under registry_lock, read lock-free by the codec on any thread:
+ * release stores pair with the acquire loads in moon_msg_desc(). */
+static _Atomic(const moon_msg_desc_t *) registry[MOON_MSG_MAX_TYPES];
 static pthread_mutex_t        registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 moon_status_t moon_msg_register(const moon_msg_desc_t *descs)
@@ -32,15 +34,18 @@ moon_status_t moon_msg_register(const moon_msg_desc_t *descs)
             status = MOON_ERR_INVALID_PARAM;
             goto out;
         }
-        if (registry[d->id] != NULL && registry[d->id] != d) {
-            MOON_ERROR("message %s: id %u already taken by %s", d->name, d->id,
-                       registry[d->id]->name);
+        const moon_msg_desc_t *cur = atomic_load_explicit(&registry[d->id],
+                                                          memory_order_relaxed);
+        if (cur != NULL && cur != d) {
+            MOON_ERROR("message %s: id %u already taken by %s", d->name, d->id, cur->name);
             status = MOON_ERR_EXISTS;
             goto out;
         }
     }
     for (const moon_msg_desc_t *d = descs; d->name != NULL; d++) {
-        registry[d->id] = d;
+        if (atomic_load_explicit(&registry[d->id], memory_order_relaxed) != d) {
+            atomic_store_explicit(&registry[d->id], d, memory_order_release);
+        }
     }
 out:
     pthread_mutex_unlock(&registry_lock);
@@ -49,8 +54,9 @@ out:
 
 const moon_msg_desc_t *moon_msg_desc(uint32_t type)
 {
-    /* Written once at start-up under the lock, read-only afterwards. */
-    return type < MOON_MSG_MAX_TYPES ? registry[type] : NULL;
+    return type < MOON_MSG_MAX_TYPES
+               ? atomic_load_explicit(&registry[type], memory_order_acquire)
+               : NULL;
 }
 
 const char *moon_msg_name(uint32_t type)
