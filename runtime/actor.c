@@ -735,8 +735,9 @@ moon_status_t moon_monitor(moon_actor_t *self, moon_addr_t target, uint64_t ref)
     }
     m->ref = ref;
     status = tell_sys(self, target, &m->hdr);
-    if (status == MOON_ERR_NO_ACTOR) {
-        send_down(self->rt, target, self->addr, MOON_ERR_NO_ACTOR, ref); /* already gone */
+    if (status == MOON_ERR_NO_ACTOR || moon_status_is_peer(status)) {
+        /* Already gone, or its rank is: the DOWN says so, as if it ended now. */
+        send_down(self->rt, target, self->addr, status, ref);
         return MOON_OK;
     }
     return status;
@@ -767,8 +768,8 @@ moon_status_t moon_link(moon_actor_t *self, moon_addr_t target)
         return MOON_ERR_NO_MEMORY;
     }
     status = send_link(self, target, 0);
-    if (status == MOON_ERR_NO_ACTOR) {
-        send_exit(self->rt, target, self->addr, MOON_ERR_NO_ACTOR); /* already gone */
+    if (status == MOON_ERR_NO_ACTOR || moon_status_is_peer(status)) {
+        send_exit(self->rt, target, self->addr, status); /* already gone, or its rank */
         return MOON_OK;
     }
     if (status != MOON_OK) {

@@ -71,7 +71,8 @@ MOON_API moon_status_t moon_stop(moon_runtime_t *rt, moon_addr_t actor, moon_sta
 MOON_API void moon_actor_exit(moon_actor_t *self, moon_status_t reason);
 
 /* self watches target: one DOWN {target, reason, ref} when target ends
- * (reason MOON_ERR_NO_ACTOR if it was already gone). */
+ * (reason MOON_ERR_NO_ACTOR if it was already gone, a peer status such as
+ * MOON_ERR_PEER_LOST if its rank is unreachable). */
 MOON_API moon_status_t moon_monitor(moon_actor_t *self, moon_addr_t target, uint64_t ref);
 /* Links self and target both ways: when one ends, the other gets EXIT; an
  * abnormal EXIT fails an actor that has no EXIT handler. */

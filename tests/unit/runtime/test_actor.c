@@ -3,6 +3,7 @@
  * and reply, stale addresses, names, monitors, links, failures, supervisors,
  * timers and the virtual clock, allocation failures. */
 #include "moonlet/moonlet.h"
+#include "moonlet/transport.h"
 
 #include "moon_test.h"
 
@@ -653,6 +654,32 @@ static void test_slots_retire_when_generations_run_out(void)
     moon_runtime_destroy(rt);
 }
 
+/* A transport whose every peer is gone. */
+static moon_status_t lost_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
+{
+    (void)ctx;
+    (void)to;
+    (void)msg;
+    return MOON_ERR_PEER_LOST;
+}
+static const moon_transport_ops_t lost_transport = {"lost", lost_send};
+
+static void test_monitor_of_an_unreachable_rank_gets_down(void)
+{
+    moon_runtime_t *rt = new_rt(12);
+    moon_addr_t     w, l;
+    watch_args_t    args = {((moon_addr_t)5 << 44) | (1u << 20) | 1, 0}; /* an actor on rank 5 */
+
+    moon_runtime_attach_transport(rt, &lost_transport, NULL);
+    CU_ASSERT_EQUAL(moon_spawn(rt, &watcher_ops, &args, NULL, &w), MOON_OK);
+    args.link = 1;
+    CU_ASSERT_EQUAL(moon_spawn(rt, &watcher_ops, &args, NULL, &l), MOON_OK);
+    moon_runtime_step(rt, 0);
+    CU_ASSERT_EQUAL(find_seen(MOON_MSG_SYS_DOWN, w)->reason, MOON_ERR_PEER_LOST);
+    CU_ASSERT_EQUAL(find_seen(MOON_MSG_SYS_EXIT, l)->reason, MOON_ERR_PEER_LOST);
+    moon_runtime_destroy(rt);
+}
+
 static int setup(void)
 {
     return moon_msg_register(t_msg_descs) != MOON_OK;
@@ -676,6 +703,7 @@ static CU_TestInfo tests[] = {
     {"undelivered_timer_does_not_leak", test_undelivered_timer_does_not_leak},
     {"one_for_all_restarts_every_named_child", test_one_for_all_restarts_every_named_child},
     {"slots_retire_when_generations_run_out", test_slots_retire_when_generations_run_out},
+    {"monitor_of_an_unreachable_rank_gets_down", test_monitor_of_an_unreachable_rank_gets_down},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"actor", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
