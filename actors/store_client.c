@@ -540,6 +540,31 @@ void moon_store_client_destroy(moon_store_client_t *client)
     moon_free(client);
 }
 
+/* One request of a fan-out operation to replica t on `shard` (m consumed). */
+static void fan_out_send(moon_store_client_t *c, op_t *op, uint32_t t, uint32_t shard, void *m)
+{
+    if (send_to_shard(c, shard, m) != MOON_OK) {
+        op->rstate[t] = R_FAILED;
+        op_note(op, MOON_ERR_PEER_LOST);
+        return;
+    }
+    op->rstate[t] = R_WAIT;
+    op->n_pending++;
+}
+
+/* After a fan-out: MOON_OK if replies are awaited; else the operation is over
+ * and its status is returned (the slot is freed). */
+static moon_status_t op_started(moon_store_client_t *c, op_t *op)
+{
+    moon_status_t status = op->status;
+
+    if (op->n_pending > 0) {
+        return MOON_OK;
+    }
+    op_free(c, op);
+    return status;
+}
+
 moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, const void *bytes,
                                     size_t n_bytes, moon_dist_region_t *local_reg, uint64_t cookie)
 {
@@ -577,20 +602,9 @@ moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, c
         m->key_lo         = key.lo;
         m->key_hi         = key.hi;
         m->n_bytes        = n_bytes;
-        if (send_to_shard(c, ws[t], m) != MOON_OK) {
-            op->rstate[t] = R_FAILED;
-            op_note(op, MOON_ERR_PEER_LOST);
-            continue;
-        }
-        op->rstate[t] = R_WAIT;
-        op->n_pending++;
+        fan_out_send(c, op, t, ws[t], m);
     }
-    if (op->n_pending == 0) {
-        moon_status_t status = op->status;
-        op_free(c, op);
-        return status;
-    }
-    return MOON_OK;
+    return op_started(c, op);
 }
 
 moon_status_t moon_store_client_get(moon_store_client_t *c, moon_kv_key_t key, void *buf,
@@ -687,20 +701,9 @@ moon_status_t moon_store_client_query(moon_store_client_t *c, uint32_t qop,
             op_note(op, MOON_ERR_NO_MEMORY);
             continue;
         }
-        if (send_to_shard(c, op->targets[t], msgs[t]) != MOON_OK) {
-            op->rstate[t] = R_FAILED;
-            op_note(op, MOON_ERR_PEER_LOST);
-            continue;
-        }
-        op->rstate[t] = R_WAIT;
-        op->n_pending++;
+        fan_out_send(c, op, t, op->targets[t], msgs[t]);
     }
-    if (op->n_pending == 0) {
-        moon_status_t status = op->status;
-        op_free(c, op);
-        return status;
-    }
-    return MOON_OK;
+    return op_started(c, op);
 }
 
 moon_status_t moon_store_client_apply(moon_store_client_t *c, uint32_t aop, moon_kv_key_t key,
@@ -744,20 +747,14 @@ moon_status_t moon_store_client_apply(moon_store_client_t *c, uint32_t aop, moon
             }
             m = p != NULL ? &p->hdr : NULL;
         }
-        if (m == NULL || send_to_shard(c, ws[t], m) != MOON_OK) {
+        if (m == NULL) {
             op->rstate[t] = R_FAILED;
-            op_note(op, m == NULL ? MOON_ERR_NO_MEMORY : MOON_ERR_PEER_LOST);
+            op_note(op, MOON_ERR_NO_MEMORY);
             continue;
         }
-        op->rstate[t] = R_WAIT;
-        op->n_pending++;
+        fan_out_send(c, op, t, ws[t], m);
     }
-    if (op->n_pending == 0) {
-        moon_status_t status = op->status;
-        op_free(c, op);
-        return status;
-    }
-    return MOON_OK;
+    return op_started(c, op);
 }
 
 int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
