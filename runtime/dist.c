@@ -1467,6 +1467,14 @@ moon_status_t moon_dist_watch_peers(moon_dist_t *d, moon_addr_t watcher)
         d->watchers[d->n_watchers++] = watcher;
     }
     pthread_mutex_unlock(&d->lock);
+    /* Ranks already lost are reported too, so a late watcher misses none. A
+     * loss racing with this call may be reported twice, never not at all:
+     * dist_peer_failed marks the rank down before it reads the watchers. */
+    for (uint32_t r = 0; status == MOON_OK && d->peers != NULL && r < d->size; r++) {
+        if (r != d->rank && atomic_load(&d->peers[r].down)) {
+            send_peer_down(d, watcher, r, MOON_ERR_PEER_LOST);
+        }
+    }
     return status;
 }
 

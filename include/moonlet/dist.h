@@ -92,7 +92,8 @@ MOON_API moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name,
                                                moon_addr_t reply_to, uint64_t cookie);
 
 /* ---- failure -------------------------------------------------------------- */
-/* watcher gets SYS_PEER_DOWN {rank, reason} for every rank lost from now on.
+/* watcher gets SYS_PEER_DOWN {rank, reason} for every rank already lost and
+ * every rank lost from now on (a loss racing with this call may come twice).
  * (Actors that monitor or link actors on a lost rank get DOWN / EXIT with
  * MOON_ERR_PEER_LOST and one PEER_DOWN without asking.) Any thread. */
 MOON_API moon_status_t moon_dist_watch_peers(moon_dist_t *d, moon_addr_t watcher);
