@@ -4,7 +4,8 @@
  * anchor measured in the same run. Rank 0 prints one JSON line per
  * configuration. The ucx_perftest anchors come from benchmarks/suites/transport.sh.
  * Args (or env): --tls=shm|tcp (label only: UCX_TLS selects), --rt_iters,
- * --stream_msgs, --bulk_iters. */
+ * --mpi_iters (default rt_iters), --stream_msgs, --bulk_iters (0 skips a part:
+ * handy under a profiler). */
 #include "bench_util.h"
 
 #include "moonlet/dist.h"
@@ -268,7 +269,7 @@ static void run_bulk(moon_addr_t driver, int put, size_t size, uint64_t iters, i
 int main(int argc, char **argv)
 {
     moon_runtime_config_t cfg;
-    uint64_t              rt_iters, stream_n, bulk_iters;
+    uint64_t              rt_iters, mpi_iters, stream_n, bulk_iters;
     moon_addr_t           me = MOON_ADDR_NONE, peer = MOON_ADDR_NONE;
     const size_t          max_bulk = 64u << 20;
     char                 *region;
@@ -276,6 +277,7 @@ int main(int argc, char **argv)
 
     g_tls      = moon_bench_arg_str(argc, argv, "tls", "shm");
     rt_iters   = (uint64_t)moon_bench_arg_int(argc, argv, "rt_iters", 20000);
+    mpi_iters  = (uint64_t)moon_bench_arg_int(argc, argv, "mpi_iters", (int64_t)rt_iters);
     stream_n   = (uint64_t)moon_bench_arg_int(argc, argv, "stream_msgs", 1000000);
     bulk_iters = (uint64_t)moon_bench_arg_int(argc, argv, "bulk_iters", 20);
     if (moon_dist_init(&argc, &argv, NULL, &g_dist) != MOON_OK || moon_dist_size(g_dist) != 2) {
@@ -303,7 +305,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_transport: start failed\n");
         return 1;
     }
-    mpi_pingpong(rt_iters);
+    if (mpi_iters > 0) {
+        mpi_pingpong(mpi_iters);
+    }
     moon_spawn(g_rt, g_rank == 0 ? &rank0_ops : &rank1_ops, NULL, NULL, &me);
     MPI_Sendrecv(&me, 1, MPI_UINT64_T, 1 - (int)g_rank, 1, &peer, 1, MPI_UINT64_T,
                  1 - (int)g_rank, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -346,7 +350,7 @@ int main(int argc, char **argv)
     MPI_Bcast(g_bk_desc, (int)g_bk_desc_len, MPI_BYTE, 1, MPI_COMM_WORLD);
     g_bk_local = region;
     g_bk_lreg  = reg;
-    if (g_rank == 0) {
+    if (g_rank == 0 && bulk_iters > 0) {
         const size_t sizes[] = {4u << 20, 64u << 20};
         /* warm-up, untimed: endpoint and rkey set-up, first touches */
         run_bulk(me, 0, 4u << 20, 2, 1);

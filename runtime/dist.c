@@ -192,6 +192,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock of heartbeats and peer timeouts: stamped on every frame sent and
+ * received, so it must be cheap; the coarse clock (a few ms of resolution)
+ * is plenty for a 2 s timeout and costs a plain load instead of a timer read. */
+static uint64_t peer_clock_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- accessors for engines ------------------------------------------------ */
 void *moon_dist_engine_ctx(moon_dist_t *d)
 {
@@ -403,6 +414,7 @@ static dist_buf_t *buf_get(moon_dist_t *d, uint32_t peer, size_t need)
         b->big = cap > d->cfg.batch_bytes;
     }
     b->next = NULL;
+    b->d    = d;
     b->len  = 0;
     b->peer = peer;
     return b;
@@ -449,7 +461,7 @@ static void frame_send(moon_dist_t *d, dist_buf_t *b, uint32_t n_records)
     h->credits   = p->owed;
     h->n_records = n_records;
     p->owed      = 0;
-    p->last_tx_ns = now_ns();
+    p->last_tx_ns = peer_clock_ns();
     atomic_fetch_add_explicit(&d->st.frames_sent, 1, memory_order_relaxed);
     status = d->eng->send_frame(d, b);
     if (status != MOON_OK) {
@@ -948,7 +960,7 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
     }
     p = &d->peers[h.src_rank];
     atomic_fetch_add_explicit(&d->st.frames_received, 1, memory_order_relaxed);
-    p->last_rx_ns = now_ns();
+    p->last_rx_ns = peer_clock_ns();
     if (atomic_load_explicit(&p->down, memory_order_relaxed)) {
         return; /* declared lost: late frames are ignored */
     }
@@ -1765,6 +1777,7 @@ moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void *bytes, 
     if (b == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    b->d    = d;
     b->cap  = (uint32_t)len + 1;
     b->len  = (uint32_t)len;
     b->big  = 1;
@@ -1876,6 +1889,8 @@ static int progress_pass(moon_dist_t *d, int with_clock, int *busy_p)
     int      n = 0;
     uint64_t now;
 
+    /* sends first: what a turn just queued leaves before anything else */
+    n += pump_sends(d);
     for (int i = 0; i < 16; i++) {
         int k = d->eng->progress(d);
         n += k;
@@ -1886,10 +1901,9 @@ static int progress_pass(moon_dist_t *d, int with_clock, int *busy_p)
     if (d->n_held > 0) {
         n += release_held(d);
     }
-    n += pump_sends(d);
     n += pump_bulk(d);
     /* The clock after the work above, which stamps last_rx_ns/last_tx_ns. */
-    now = with_clock ? now_ns() : 0;
+    now = with_clock ? peer_clock_ns() : 0;
     if (with_clock && now >= d->next_tick_ns) {
         tick(d, now);
         d->next_tick_ns = now + TICK_NS;
@@ -2057,7 +2071,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         status = MOON_ERR_IO;
         goto err;
     }
-    now = now_ns();
+    now = peer_clock_ns();
     for (uint32_t r = 0; r < d->size; r++) {
         dist_peer_t *p = &d->peers[r];
         moon_mailbox_init(&p->q);
@@ -2097,7 +2111,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     if (d->use_mpi) {
         MPI_Barrier(d->comm); /* every engine is open before anyone sends */
     }
-    now = now_ns();
+    now = peer_clock_ns();
     for (uint32_t r = 0; r < d->size; r++) {
         d->peers[r].last_rx_ns = now;
     }

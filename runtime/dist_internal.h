@@ -16,6 +16,7 @@
 /* A frame buffer: built and freed by dist.c on the progress thread. */
 typedef struct dist_buf {
     struct dist_buf *next;
+    moon_dist_t     *d; /* the owner: lets an engine's completion find it */
     uint32_t         cap, len;
     uint32_t         peer;
     uint32_t         big; /* not from the pool */

@@ -243,10 +243,13 @@ static void *worker_main(void *arg)
                 continue;
             }
             if (++spins < SPIN_ROUNDS) {
-                /* Without a spare core, let the progress and timer threads run;
-                 * while a transport hook polls, the progress thread naps, so
-                 * yield less often and poll with less delay. */
-                if (s->yield_spin && (hook == NULL || spins % 16 == 0)) {
+                /* Without a spare core, let the progress and timer threads run.
+                 * While a transport hook polls, the progress thread naps: the
+                 * hook is the delay between polls, and a message that lands
+                 * during a yield would wait for it. One pause stays: polling
+                 * with none makes a shared-memory round trip slower (the
+                 * poller keeps taking the FIFO's cache line from the writer). */
+                if (s->yield_spin && hook == NULL) {
                     sched_yield();
                 } else {
                     cpu_relax();

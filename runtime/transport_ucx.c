@@ -314,11 +314,6 @@ static void ucx_close(moon_dist_t *d)
     moon_dist_set_engine_ctx(d, NULL);
 }
 
-typedef struct {
-    moon_dist_t *d;
-    dist_buf_t  *buf;
-} send_ctx_t;
-
 static int ucx_progress(moon_dist_t *d)
 {
     ucx_t *u = U(d);
@@ -498,12 +493,11 @@ static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
 
 /* Frame sends: the callback needs d and the buffer; both ride in a small
  * context allocated only when the send does not complete at once. */
-static void frame_sent_ctx(void *req, ucs_status_t status, void *user_data)
+static void frame_sent(void *req, ucs_status_t status, void *user_data)
 {
-    send_ctx_t *c = user_data;
+    dist_buf_t *buf = user_data;
 
-    dist_frame_done(c->d, c->buf, from_ucs(status));
-    moon_free(c);
+    dist_frame_done(buf->d, buf, from_ucs(status));
     ucp_request_free(req);
 }
 
@@ -512,27 +506,19 @@ static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
     ucp_ep_h            ep = get_ep(d, buf->peer);
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;
-    send_ctx_t         *c;
 
     if (ep == NULL) {
         return MOON_ERR_PEER_LOST;
     }
-    c = moon_malloc(sizeof(*c));
-    if (c == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    *c              = (send_ctx_t){d, buf};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                       UCP_OP_ATTR_FIELD_FLAGS;
-    rp.cb.send      = frame_sent_ctx;
-    rp.user_data    = c;
+    rp.cb.send      = frame_sent;
+    rp.user_data    = buf;
     rp.flags        = UCP_AM_SEND_FLAG_EAGER;
     sp = ucp_am_send_nbx(ep, AM_FRAME_ID, NULL, 0, buf->data, buf->len, &rp);
     if (sp == NULL) {
-        moon_free(c);
         dist_frame_done(d, buf, MOON_OK);
     } else if (UCS_PTR_IS_ERR(sp)) {
-        moon_free(c);
         dist_frame_done(d, buf, from_ucs(UCS_PTR_STATUS(sp)));
     }
     return MOON_OK;
