@@ -6,6 +6,10 @@
  *                               threads -> batch-1 decode bound (weight bytes / bw)
  *   --bench=openblas --prompt=N OpenBLAS sgemm at the prefill shapes -> the
  *                               tokens/s a prefill at sgemm's FLOP rate reaches
+ *   --bench=fma_peak            peak multiply-add rate with --threads threads
+ *                               (AVX-512 FMA; vdpbf16ps too for a BF16 model)
+ *                               -> the decode bound of a compute-bound batch
+ *                               (peak FLOP/s over the FLOPs of one decode token)
  * --model=PATH (GGUF), --label=NAME (the "model" field), --threads=T (0 =
  * cores), --impl=cpu|ref, --iters=K. --interleave=R (decode): R rounds of
  * iters/R steps, each followed by a streaming-read pass; the line then also
@@ -155,6 +159,106 @@ static double stream_read_bw(int nth, int reps)
     return bw;
 }
 
+/* ---- peak multiply-add rate --------------------------------------------------------- */
+
+#define FMA_ACCS 16          /* independent accumulators: > latency x issue width */
+#define FMA_ITERS (1u << 23) /* per pass and thread: 128 M vector multiply-adds */
+
+typedef struct {
+    int    bf16; /* 0: vfmadd231ps, 1: vdpbf16ps */
+    double sum;
+} fma_arg_t;
+
+#if defined(__x86_64__)
+/* FMA_ITERS rounds of FMA_ACCS independent vfmadd231ps chains on zmm: 32 FLOP each. */
+__attribute__((target("avx512f"))) static double fma_loop_avx512(void)
+{
+    __m512 acc[FMA_ACCS];
+    __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+
+    for (int i = 0; i < FMA_ACCS; i++) {
+        acc[i] = _mm512_set1_ps((float)i);
+    }
+    for (uint32_t it = 0; it < FMA_ITERS; it++) {
+        for (int i = 0; i < FMA_ACCS; i++) {
+            acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+        }
+    }
+    for (int i = 1; i < FMA_ACCS; i++) {
+        acc[0] = _mm512_add_ps(acc[0], acc[i]);
+    }
+    return _mm512_reduce_add_ps(acc[0]);
+}
+
+/* The same with vdpbf16ps: 32 bf16 pairs into 16 floats, 64 FLOP each. */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_loop_avx512(void)
+{
+    __m512   acc[FMA_ACCS];
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+
+    for (int i = 0; i < FMA_ACCS; i++) {
+        acc[i] = _mm512_set1_ps((float)i);
+    }
+    for (uint32_t it = 0; it < FMA_ITERS; it++) {
+        for (int i = 0; i < FMA_ACCS; i++) {
+            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        }
+        __asm__ volatile("" : "+v"(a)); /* keep the operands in registers, the loop intact */
+    }
+    for (int i = 1; i < FMA_ACCS; i++) {
+        acc[0] = _mm512_add_ps(acc[0], acc[i]);
+    }
+    return _mm512_reduce_add_ps(acc[0]);
+}
+#endif
+
+static void *fma_thread(void *p)
+{
+    fma_arg_t *a = p;
+#if defined(__x86_64__)
+    a->sum = a->bf16 ? dpbf16_loop_avx512() : fma_loop_avx512();
+#else
+    a->sum = 0.0;
+#endif
+    return NULL;
+}
+
+/* Best of reps passes with nth threads, FLOP/s (0: the ISA is missing). */
+static double fma_peak_flops(int nth, int reps, int bf16)
+{
+    pthread_t       th[64];
+    fma_arg_t       args[64];
+    double          best          = 0.0;
+    volatile double sink          = 0.0;
+    double          flop_per_insn = bf16 ? 64.0 : 32.0;
+
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) {
+        return 0.0;
+    }
+#else
+    return 0.0;
+#endif
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = moon_bench_now_ns();
+        for (int t = 0; t < nth; t++) {
+            args[t].bf16 = bf16;
+            pthread_create(&th[t], NULL, fma_thread, &args[t]);
+        }
+        for (int t = 0; t < nth; t++) {
+            pthread_join(th[t], NULL);
+            sink += args[t].sum;
+        }
+        {
+            double dt    = (double)(moon_bench_now_ns() - t0) * 1e-9;
+            double flops = flop_per_insn * FMA_ACCS * (double)FMA_ITERS * nth / dt;
+            best         = flops > best ? flops : best;
+        }
+    }
+    (void)sink;
+    return best;
+}
+
 /* ---- engine runs ---------------------------------------------------------------- */
 
 static uint64_t layer_matmul_params(const moon_model_config_t *c)
@@ -162,6 +266,15 @@ static uint64_t layer_matmul_params(const moon_model_config_t *c)
     uint64_t kv_dim = (uint64_t)c->n_kv_heads * c->head_dim;
     return (uint64_t)c->n_layers *
            (2ull * c->dim * c->dim + 2ull * kv_dim * c->dim + 3ull * c->hidden_dim * c->dim);
+}
+
+/* FLOPs of one decode token at context ctx: every weight matmul (the output
+ * projection included: decode computes every row's logits) and attention's
+ * two dot products per cached position and head. */
+static double decode_flops_per_token(const moon_model_config_t *c, int64_t ctx)
+{
+    double attn = 2.0 * 2.0 * (double)c->n_layers * c->n_heads * c->head_dim * (double)ctx;
+    return 2.0 * ((double)layer_matmul_params(c) + (double)c->vocab_size * c->dim) + attn;
 }
 
 int main(int argc, char **argv)
@@ -200,6 +313,40 @@ int main(int argc, char **argv)
         double bw = stream_read_bw((int)threads, (int)(iters < 3 ? 3 : iters)); /* best of iters */
         emit("decode", "roofline", label, 1, threads, bw / (double)moon_model_weight_bytes(m),
              "read_gb_per_s", bw * 1e-9);
+        moon_model_destroy(m);
+        return 0;
+    }
+    if (strcmp(bench, "fma_peak") == 0) {
+        /* the compute roofline of batched decode: peak multiply-add rate with
+         * threads = cores over the FLOPs of one token; for a BF16 model the
+         * vdpbf16ps rate (bf16 pairs) is the bound, the FP32 rate rides along */
+        int               reps    = (int)(iters < 3 ? 3 : iters);
+        double            f32     = fma_peak_flops((int)threads, reps, 0);
+        double            bf16    = moon_model_weight_type(m) == MOON_GGML_BF16
+                                        ? fma_peak_flops((int)threads, reps, 1)
+                                        : 0.0;
+        double            peak    = bf16 > 0.0 ? bf16 : f32;
+        double            per_tok = decode_flops_per_token(c, ctx);
+        moon_bench_json_t j;
+
+        moon_bench_json_begin(&j);
+        moon_bench_json_str(&j, "suite", "model");
+        moon_bench_json_str(&j, "bench", "decode");
+        moon_bench_json_str(&j, "impl", "compute_roofline");
+        moon_bench_json_str(&j, "model", label);
+        moon_bench_json_int(&j, "batch", batch);
+        moon_bench_json_int(&j, "threads", threads);
+        moon_bench_json_num(&j, "tokens_per_s", peak / per_tok);
+        moon_bench_json_str(&j, "peak_insn", bf16 > 0.0 ? "vdpbf16ps" : "vfmadd231ps");
+        moon_bench_json_num(&j, "gflops", peak * 1e-9);
+        moon_bench_json_num(&j, "fma_f32_gflops", f32 * 1e-9);
+        if (bf16 > 0.0) {
+            moon_bench_json_num(&j, "dpbf16_gflops", bf16 * 1e-9);
+            moon_bench_json_num(&j, "fma_f32_tokens_per_s", f32 / per_tok);
+        }
+        moon_bench_json_num(&j, "mflop_per_token", per_tok * 1e-6);
+        moon_bench_json_num(&j, "peak_rss_mib", moon_bench_peak_rss_mib());
+        moon_bench_json_end(&j);
         moon_model_destroy(m);
         return 0;
     }

@@ -2,7 +2,10 @@
 # benchmarks/suites/model.sh - model engine suite: for each model, the anchors
 # (impl=roofline: streaming-read bandwidth with threads = cores over the
 # weight bytes per token = the batch-1 decode bound; impl=openblas: sgemm's
-# FLOP rate at the 512-token prefill shapes, as tokens/s) and the engine
+# FLOP rate at the 512-token prefill shapes, as tokens/s; impl=compute_roofline,
+# batch 32: the peak multiply-add rate with threads = cores (AVX-512 FMA, and
+# vdpbf16ps for the BF16 model) over the FLOPs of one decode token = the bound
+# of a compute-bound decode batch) and the engine
 # (impl=cpu): decode at batch 1, 8, 32 and a 512-token prefill. One process
 # per configuration (peak_rss_mib is that configuration's). Models: the
 # 110M-parameter random Llama (dim 768, hidden 2048, 12 layers, 12 heads,
@@ -22,6 +25,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
         --layers 2 --heads 4 --vocab 512 --seq-len 128
     "$B" --model="$MD/smoke.gguf" --label=smoke --bench=decode --batch=2 --iters=2
     "$B" --model="$MD/smoke.gguf" --label=smoke --bench=prefill --prompt=32 --iters=1
+    "$B" --model="$MD/smoke.gguf" --label=smoke --bench=fma_peak --batch=32 --iters=1
     exit 0
 fi
 
@@ -35,6 +39,7 @@ run_model() { # path label decode_iters
     local m=$1 l=$2 it=$3
     "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=12
     "$B" --model="$m" --label="$l" --bench=openblas --threads="$T" --prompt=512 --iters=6
+    "$B" --model="$m" --label="$l" --bench=fma_peak --threads="$T" --batch=32 --iters=8
     # batch 1 also carries roofline_tokens_per_s measured between its rounds
     "$B" --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
         --interleave=6
