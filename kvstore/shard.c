@@ -190,9 +190,26 @@ static void entry_unlink(moon_kv_shard_t *shard, uint32_t e)
 
 /* ---- key index ---- */
 
+/* The index's hash: moon_kv_key_hash mixed by the murmur3 finalizer. Keys
+ * from moon_kv_key_* are XXH3 outputs, but callers may use structured keys
+ * (counters, trace ids): unmixed, consecutive keys fill consecutive buckets
+ * and a miss then probes the whole run (a prefix query after 160 k sequential
+ * puts cost 25 us instead of 1.7). */
+static inline uint64_t bucket_hash(moon_kv_key_t key)
+{
+    uint64_t k = moon_kv_key_hash(key);
+
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return k;
+}
+
 static int64_t index_find(const moon_kv_shard_t *shard, moon_kv_key_t key)
 {
-    uint64_t h    = moon_kv_key_hash(key);
+    uint64_t h    = bucket_hash(key);
     uint32_t frag = (uint32_t)(h >> 32);
     uint64_t pos  = h & shard->bucket_mask;
 
@@ -219,7 +236,7 @@ static uint32_t index_lookup(const moon_kv_shard_t *shard, moon_kv_key_t key)
 
 static void index_insert(moon_kv_shard_t *shard, uint32_t e)
 {
-    uint64_t h   = moon_kv_key_hash(shard->entries[e].key);
+    uint64_t h   = bucket_hash(shard->entries[e].key);
     uint64_t pos = h & shard->bucket_mask;
 
     while (shard->buckets[pos].entry != NIL) {
@@ -244,7 +261,7 @@ static void index_delete_at(moon_kv_shard_t *shard, uint64_t pos)
         if (shard->buckets[j].entry == NIL) {
             break;
         }
-        home = moon_kv_key_hash(shard->entries[shard->buckets[j].entry].key) & mask;
+        home = bucket_hash(shard->entries[shard->buckets[j].entry].key) & mask;
         if ((hole <= j) ? (home > hole && home <= j) : (home > hole || home <= j)) {
             continue;
         }
