@@ -335,10 +335,13 @@ int main(int argc, char **argv)
     }
     moon_dist_barrier(g_dist);
 
-    /* bulk: rank 1 owns the region, rank 0 gets and puts */
-    region = malloc(max_bulk);
+    /* bulk: rank 1 owns the region, rank 0 gets and puts (into and from a
+     * region of its own, allocated the same way: as a store and its clients) */
+    if (moon_dist_region_alloc(g_dist, max_bulk, (void **)&region, &reg) != MOON_OK) {
+        fprintf(stderr, "bench_transport: no %zu-byte region\n", max_bulk);
+        return 1;
+    }
     memset(region, 1, max_bulk);
-    moon_dist_region_register(g_dist, region, max_bulk, &reg);
     if (g_rank == 1) {
         b_ping_t   *m = moon_msg_new(B_PING, moon_dist_region_desc_bytes(reg));
         moon_dist_region_desc(reg, m, &m->pad);
@@ -367,7 +370,6 @@ int main(int argc, char **argv)
     moon_dist_stop(g_dist);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
-    free(region);
     moon_runtime_destroy(g_rt);
     moon_dist_finalize(g_dist);
     return 0;

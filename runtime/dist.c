@@ -120,6 +120,7 @@ struct moon_dist_region {
     void  *memh;
     void  *rkey;
     size_t rkey_len;
+    int    heap; /* addr is ours, from the heap: freed with the region */
 };
 
 struct moon_dist {
@@ -1518,6 +1519,46 @@ moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
     return MOON_OK;
 }
 
+moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
+                                     moon_dist_region_t **reg_p)
+{
+    moon_dist_region_t *reg;
+    moon_status_t       status;
+
+    if (d == NULL || len == 0 || addr_p == NULL || reg_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (d->eng == NULL || d->eng->mem_alloc == NULL) {
+        void *addr = moon_aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
+
+        if (addr == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        status = moon_dist_region_register(d, addr, len, reg_p);
+        if (status != MOON_OK) {
+            moon_free(addr);
+            return status;
+        }
+        (*reg_p)->heap = 1;
+        *addr_p        = addr;
+        return MOON_OK;
+    }
+    reg = moon_calloc(1, sizeof(*reg));
+    if (reg == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    status = d->eng->mem_alloc(d, len, &reg->addr, &reg->memh, &reg->rkey, &reg->rkey_len);
+    if (status != MOON_OK) {
+        moon_free(reg);
+        return status;
+    }
+    reg->rank = d->rank;
+    reg->len  = len;
+    *addr_p   = reg->addr;
+    *reg_p    = reg;
+    return MOON_OK;
+}
+
 void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
 {
     if (reg == NULL) {
@@ -1525,6 +1566,9 @@ void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
     }
     if (d->eng != NULL) {
         d->eng->mem_unmap(d, reg->memh, reg->rkey);
+    }
+    if (reg->heap) {
+        moon_free(reg->addr);
     }
     moon_free(reg);
 }
@@ -1951,10 +1995,22 @@ static void drain_wake_fd(moon_dist_t *d)
     (void)rr;
 }
 
+/* Sleeps up to 1 ms, or until woken: a parking worker hands progress back
+ * through the wake fd while `napping` is set. */
+static void nap(moon_dist_t *d, struct pollfd *wake_pfd)
+{
+    atomic_store(&d->napping, 1);
+    (void)poll(wake_pfd, 1, 1);
+    if (wake_pfd->revents & POLLIN) {
+        drain_wake_fd(d);
+    }
+    atomic_store(&d->napping, 0);
+}
+
 static void *progress_main(void *arg)
 {
     moon_dist_t  *d    = arg;
-    uint32_t      idle = 0;
+    uint32_t      idle = 0, missed = 0;
     struct pollfd fds[2];
     int           n_fds = 0;
 
@@ -1967,7 +2023,19 @@ static void *progress_main(void *arg)
         int with_clock = (idle & 15) == 0; /* the clock every 16th pass */
         int n, busy, armed = 0;
 
-        progress_lock(d);
+        if (!progress_trylock(d)) {
+            /* A worker holds it, maybe for a long pass (a bulk slice is a
+             * copy of up to slice_bytes): nap instead of yielding to it, a
+             * few times; then wait for it, as heartbeats and timeouts are ours. */
+            if (++missed < 4) {
+                nap(d, fds);
+                idle = 0;
+                continue;
+            }
+            progress_lock(d);
+            with_clock = 1;
+        }
+        missed = 0;
         n = progress_pass(d, with_clock, &busy);
         progress_unlock(d);
         if (n > 0 || busy) {
@@ -1977,12 +2045,7 @@ static void *progress_main(void *arg)
         if (with_clock && worker_polling(d)) {
             /* An idle worker is driving progress: stay out of its core, wake
              * for the clock-driven work, or when it parks. */
-            atomic_store(&d->napping, 1);
-            (void)poll(fds, 1, 1);
-            if (fds[0].revents & POLLIN) {
-                drain_wake_fd(d);
-            }
-            atomic_store(&d->napping, 0);
+            nap(d, fds);
             idle = 0;
             continue;
         }

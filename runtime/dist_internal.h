@@ -64,6 +64,11 @@ typedef struct {
     moon_status_t (*mem_map)(moon_dist_t *d, void *addr, size_t len, void **memh_p,
                              void **rkey_p, size_t *rkey_len_p);
     void (*mem_unmap)(moon_dist_t *d, void *memh, void *rkey);
+    /* Optional, any thread: allocates len bytes where peers reach them fastest
+     * and registers them as mem_map does; mem_unmap frees them. NULL: dist.c
+     * allocates from the heap and calls mem_map. */
+    moon_status_t (*mem_alloc)(moon_dist_t *d, size_t len, void **addr_p, void **memh_p,
+                               void **rkey_p, size_t *rkey_len_p);
     /* Issues [off, off + n) of op; completion: dist_bulk_slice_done(). */
     moon_status_t (*rma)(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n);
     /* Put: makes the issued slices visible at the target; completion (inline

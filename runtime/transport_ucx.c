@@ -2,10 +2,11 @@
  * UCP context and worker per process (worker addresses allgathered over MPI),
  * endpoints created on first use with peer error handling, frames as eager
  * active messages, bulk slices as ucp_put_nbx/ucp_get_nbx with rkeys unpacked
- * per transfer. The worker is single-threaded: only the progress thread of
+ * once per (peer, key) and cached (ucx_rkeys.h). The worker is single-threaded: only the progress thread of
  * dist.c touches it (open/close run before it starts and after it stopped);
  * mem_map/rkey_pack are context calls, made thread-safe by mt_workers_shared. */
 #include "dist_internal.h"
+#include "ucx_rkeys.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #define AM_FRAME_ID 7
+#define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
 
 typedef struct {
     moon_dist_t  *d;
@@ -36,6 +38,7 @@ typedef struct {
     ucx_peer_t   *peers;
     int           n_close_pending;
     int           peer_err_mode; /* endpoints with UCP_ERR_HANDLING_MODE_PEER */
+    ucx_rkeys_t  *rkeys;
 } ucx_t;
 
 /* UCX 1.13's shared-memory transports have no peer failure handler, so an
@@ -183,6 +186,7 @@ static void close_ep(moon_dist_t *d, ucx_peer_t *p)
     if (p->ep == NULL) {
         return;
     }
+    ucx_rkeys_drop_peer(U(d)->rkeys, p->rank);
     if (p->failed && !p->err_peer) {
         /* without error handling neither a flush nor a force close returns
          * for a dead peer: leave the endpoint to ucp_worker_destroy */
@@ -222,7 +226,8 @@ static moon_status_t ucx_open(moon_dist_t *d)
     u->peers    = moon_calloc(size, sizeof(*u->peers));
     u->addr_len = moon_calloc(size, sizeof(int));
     u->addr_off = moon_calloc(size, sizeof(int));
-    if (u->peers == NULL || u->addr_len == NULL || u->addr_off == NULL) {
+    u->rkeys    = ucx_rkeys_create(RKEY_CACHE);
+    if (u->peers == NULL || u->addr_len == NULL || u->addr_off == NULL || u->rkeys == NULL) {
         goto err_mem;
     }
     if ((s = ucp_config_read(NULL, NULL, &config)) != UCS_OK) {
@@ -286,6 +291,7 @@ err_ctx:
     ucp_cleanup(u->ctx);
 err_ucs:
 err_mem:
+    ucx_rkeys_destroy(u->rkeys);
     moon_free(u->addrs);
     moon_free(u->peers);
     moon_free(u->addr_len);
@@ -301,6 +307,8 @@ static void ucx_close(moon_dist_t *d)
     if (u == NULL) {
         return;
     }
+    ucx_rkeys_destroy(u->rkeys);
+    u->rkeys = NULL;
     for (uint32_t r = 0; r < moon_dist_size_(d); r++) {
         close_ep(d, &u->peers[r]);
     }
@@ -369,6 +377,42 @@ static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **
     return MOON_OK;
 }
 
+/* UCX allocates (UCP_MEM_MAP_ALLOCATE): with shared-memory transports the
+ * memory is a sysv/posix segment that a peer on the same host maps, so its
+ * puts and gets are plain copies into and out of the mapping. Registered heap
+ * memory is reached through CMA only by UCX's rendezvous protocols: in UCX
+ * 1.13 a ucp_put_nbx/ucp_get_nbx to it is emulated with active messages that
+ * the target's progress has to copy, at a fraction of the bandwidth. */
+static moon_status_t ucx_mem_alloc(moon_dist_t *d, size_t len, void **addr_p, void **memh_p,
+                                   void **rkey_p, size_t *rkey_len_p)
+{
+    ucx_t               *u  = U(d);
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_attr_t       attr = {0};
+    ucp_mem_h            memh;
+    ucs_status_t         s;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address    = NULL;
+    mp.length     = len;
+    mp.flags      = UCP_MEM_MAP_ALLOCATE;
+    if ((s = ucp_mem_map(u->ctx, &mp, &memh)) != UCS_OK) {
+        MOON_ERROR("ucp_mem_map (allocate) of %zu bytes failed: %s", len, ucs_status_string(s));
+        return from_ucs(s);
+    }
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    if ((s = ucp_mem_query(memh, &attr)) != UCS_OK ||
+        (s = ucp_rkey_pack(u->ctx, memh, rkey_p, rkey_len_p)) != UCS_OK) {
+        MOON_ERROR("registering %zu allocated bytes failed: %s", len, ucs_status_string(s));
+        ucp_mem_unmap(u->ctx, memh);
+        return from_ucs(s);
+    }
+    *addr_p = attr.address;
+    *memh_p = memh;
+    return MOON_OK;
+}
+
 static void ucx_mem_unmap(moon_dist_t *d, void *memh, void *rkey)
 {
     ucx_t *u = U(d);
@@ -406,7 +450,8 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
         return MOON_ERR_PEER_LOST;
     }
     if (op->eng_rkey == NULL) {
-        ucs_status_t s = ucp_ep_rkey_unpack(ep, op->rkey, (ucp_rkey_h *)&op->eng_rkey);
+        ucs_status_t s = ucx_rkeys_acquire(U(d)->rkeys, ep, op->peer, op->rkey, op->rkey_len,
+                                           (ucx_rkey_ref_t **)&op->eng_rkey);
         if (s != UCS_OK) {
             MOON_ERROR("ucp_ep_rkey_unpack from rank %u failed: %s", op->peer,
                        ucs_status_string(s));
@@ -427,9 +472,11 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
         rp.memh = op->local_memh;
     }
     if (op->is_put) {
-        sp = ucp_put_nbx(ep, op->local + off, n, op->remote_addr + off, op->eng_rkey, &rp);
+        sp = ucp_put_nbx(ep, op->local + off, n, op->remote_addr + off,
+                         ucx_rkeys_handle(op->eng_rkey), &rp);
     } else {
-        sp = ucp_get_nbx(ep, op->local + off, n, op->remote_addr + off, op->eng_rkey, &rp);
+        sp = ucp_get_nbx(ep, op->local + off, n, op->remote_addr + off,
+                         ucx_rkeys_handle(op->eng_rkey), &rp);
     }
     if (sp == NULL) {
         moon_free(c);
@@ -472,9 +519,8 @@ static moon_status_t ucx_flush(moon_dist_t *d, bulk_op_t *op)
 
 static void ucx_bulk_release(moon_dist_t *d, bulk_op_t *op)
 {
-    (void)d;
     if (op->eng_rkey != NULL) {
-        ucp_rkey_destroy(op->eng_rkey);
+        ucx_rkeys_release(U(d)->rkeys, op->eng_rkey);
         op->eng_rkey = NULL;
     }
 }
@@ -534,6 +580,7 @@ const dist_engine_ops_t moon_dist_engine_ucx = {
     .arm          = ucx_arm,
     .mem_map      = ucx_mem_map,
     .mem_unmap    = ucx_mem_unmap,
+    .mem_alloc    = ucx_mem_alloc,
     .rma          = ucx_rma,
     .flush        = ucx_flush,
     .bulk_release = ucx_bulk_release,

@@ -105,7 +105,15 @@ MOON_API int moon_dist_peer_alive(moon_dist_t *d, uint32_t r);
  * must outlive the region. Any thread. */
 MOON_API moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
                                                  moon_dist_region_t **reg_p);
-/* No transfer may use it any more; call before moon_dist_stop. NULL: no-op. */
+/* Allocates len bytes registered as one region, placed where peers reach them
+ * fastest (with UCX: a shared-memory segment that ranks on the same host map,
+ * so their gets and puts are plain copies; elsewhere the heap). Prefer it to
+ * register for memory that other ranks read or write: a store's arena, a
+ * receive buffer. The memory is freed by moon_dist_region_deregister. */
+MOON_API moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
+                                              moon_dist_region_t **reg_p);
+/* No transfer may use it any more; call before moon_dist_stop. NULL: no-op.
+ * Frees the memory of a region from moon_dist_region_alloc. */
 MOON_API void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg);
 /* Size of the region's wire descriptor (rank, address, length, packed rkey). */
 MOON_API size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg);

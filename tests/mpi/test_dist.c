@@ -494,7 +494,31 @@ static unsigned char pattern(uint64_t i, uint32_t salt)
     return (unsigned char)((i * 2654435761u) >> 13) ^ (unsigned char)salt;
 }
 
-static void test_bulk_odd_sizes(void)
+/* Memory for a region: registered heap memory, or (alloc) the transport's
+ * own allocation (moon_dist_region_alloc: a mapped shared segment on shm). */
+static char *region_make(int alloc, size_t len, moon_dist_region_t **reg_p)
+{
+    void *p = NULL;
+
+    if (alloc) {
+        CU_ASSERT_EQUAL_FATAL(moon_dist_region_alloc(g_dist, len, &p, reg_p), MOON_OK);
+    } else {
+        p = malloc(len);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        CU_ASSERT_EQUAL_FATAL(moon_dist_region_register(g_dist, p, len, reg_p), MOON_OK);
+    }
+    return p;
+}
+
+static void region_drop(int alloc, char *p, moon_dist_region_t *reg)
+{
+    moon_dist_region_deregister(g_dist, reg);
+    if (!alloc) {
+        free(p);
+    }
+}
+
+static void bulk_odd_sizes(int alloc)
 {
     const size_t        region = (8u << 20) + 13;
     char               *remote = NULL, *local;
@@ -520,12 +544,10 @@ static void test_bulk_odd_sizes(void)
         return;
     }
     if (g_rank == 0) {
-        remote = malloc(region);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(remote);
+        remote = region_make(alloc, region, &reg);
         for (size_t i = 0; i < region; i++) {
             remote[i] = (char)pattern(i, 0);
         }
-        CU_ASSERT_EQUAL_FATAL(moon_dist_region_register(g_dist, remote, region, &reg), MOON_OK);
         owner_state_t os = {reg, region};
         CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &owner_ops, &os, NULL, &owner), MOON_OK);
     }
@@ -535,11 +557,8 @@ static void test_bulk_odd_sizes(void)
     steps[5] = (bulk_step_t){1, pbase, 11, 1};
     steps[6] = (bulk_step_t){1, pbase + 1, 12, 65537};
     steps[7] = (bulk_step_t){0, pbase, back, 65538};
-    local    = malloc(back + 65538 + 64);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(local);
+    local    = region_make(alloc, back + 65538 + 64, &lreg);
     memset(local, 0, back + 65538 + 64);
-    CU_ASSERT_EQUAL_FATAL(moon_dist_region_register(g_dist, local, back + 65538 + 64, &lreg),
-                          MOON_OK);
     if (g_rank != 0) {
         bs = (bclient_state_t){.owner = owner, .steps = steps, .n_steps = 5, .local = local,
                                .local_reg = lreg, .done = &done, .bad = &bad};
@@ -586,13 +605,24 @@ static void test_bulk_odd_sizes(void)
     }
     CU_ASSERT(dist_test_all(!atomic_load(&bad) && ok));
     moon_dist_barrier(g_dist);
-    moon_dist_region_deregister(g_dist, lreg);
-    free(local);
+    region_drop(alloc, local, lreg);
     if (g_rank == 0) {
         moon_stop(g_rt, owner, MOON_OK);
-        moon_dist_region_deregister(g_dist, reg);
-        free(remote);
+        region_drop(alloc, remote, reg);
     }
+}
+
+static void test_bulk_odd_sizes(void)
+{
+    bulk_odd_sizes(0);
+}
+
+/* The same on memory the transport allocated, twice: the second time the
+ * regions are new, and what the first unpacked (and cached) must not be used. */
+static void test_bulk_odd_sizes_allocated(void)
+{
+    bulk_odd_sizes(1);
+    bulk_odd_sizes(1);
 }
 
 static void test_placement_from_config(void)
@@ -627,6 +657,7 @@ static CU_TestInfo tests[] = {
     {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
     {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},
     {"bulk_odd_sizes", test_bulk_odd_sizes},
+    {"bulk_odd_sizes_allocated", test_bulk_odd_sizes_allocated},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"dist", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -1,0 +1,35 @@
+/* runtime/ucx_rkeys.h - a cache of unpacked UCX remote keys for the UCX engine.
+ *
+ * Unpacking an rkey is not free: with shared-memory transports it attaches the
+ * peer's segment (shmat/mmap), and every page of a fresh mapping faults on
+ * first touch. A store serves thousands of transfers from one arena, so the
+ * engine unpacks each (peer, packed key) once and keeps it, bounded and least
+ * recently used first out. Entries are counted references: an entry in use by
+ * a transfer is never destroyed under it. Progress thread only, like the
+ * engine's worker. */
+#ifndef MOON_RUNTIME_UCX_RKEYS_H
+#define MOON_RUNTIME_UCX_RKEYS_H
+
+#include <ucp/api/ucp.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ucx_rkeys     ucx_rkeys_t;
+typedef struct ucx_rkey_ref  ucx_rkey_ref_t;
+
+/* A cache holding at most cap unreferenced keys; NULL without memory. */
+ucx_rkeys_t *ucx_rkeys_create(uint32_t cap);
+/* Destroys every key (call before the endpoints close). NULL: no-op. */
+void ucx_rkeys_destroy(ucx_rkeys_t *c);
+/* The unpacked key of (peer, packed) through ep, with a reference the caller
+ * gives back with ucx_rkeys_release. */
+ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const void *packed,
+                               size_t len, ucx_rkey_ref_t **ref_p);
+ucp_rkey_h ucx_rkeys_handle(const ucx_rkey_ref_t *ref);
+void       ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
+/* The peer's endpoint is going: its keys leave the cache (those still in use
+ * are destroyed when released). NULL: no-op. */
+void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer);
+
+#endif
