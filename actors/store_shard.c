@@ -545,9 +545,27 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     if (a->reserve_timeout_ns != 0) {
         cfg.reserve_timeout_ns = a->reserve_timeout_ns;
     }
+    if (st->dist != NULL) {
+        /* The arena comes from the transport (a shared-memory segment that
+         * same-host peers map): a client's put or get is then a plain copy
+         * on its side. Registered heap memory would need this rank's progress
+         * for every transfer (emulated RMA), a round trip to a napping
+         * progress thread when ranks outnumber cores. */
+        if (a->slot_bytes == 0 || a->n_slots == 0 || a->slot_bytes > SIZE_MAX / a->n_slots) {
+            status = MOON_ERR_INVALID_PARAM;
+            goto err_free_events;
+        }
+        cfg.arena_bytes = a->slot_bytes * a->n_slots;
+        status          = moon_dist_region_alloc(st->dist, cfg.arena_bytes, &cfg.arena, &st->reg);
+        if (status != MOON_OK) {
+            MOON_ERROR("store shard %u: allocating its %zu-byte arena failed: %s", st->shard_id,
+                       cfg.arena_bytes, moon_status_str(status));
+            goto err_free_events;
+        }
+    }
     status = moon_kv_shard_create(&cfg, &st->kv);
     if (status != MOON_OK) {
-        goto err_free_events;
+        goto err_deregister;
     }
     st->base = moon_kv_shard_arena(st->kv, &arena_bytes);
     /* Fault the arena in now: a remote write into an untouched page costs a
@@ -555,21 +573,15 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
      * which would make the first fill of the store several times slower. */
     memset(st->base, 0, arena_bytes);
     if (st->dist != NULL) {
-        status = moon_dist_region_register(st->dist, st->base, arena_bytes, &st->reg);
-        if (status != MOON_OK) {
-            MOON_ERROR("store shard %u: registering its %zu-byte arena failed: %s", st->shard_id,
-                       arena_bytes, moon_status_str(status));
-            goto err_destroy_kv;
-        }
         status = moon_dist_watch_peers(st->dist, moon_actor_addr(self));
         if (status != MOON_OK) {
-            goto err_deregister;
+            goto err_destroy_kv;
         }
     }
     status = moon_timer_start(self, a->tick_ns ? a->tick_ns : DEFAULT_TICK_NS,
                               a->tick_ns ? a->tick_ns : DEFAULT_TICK_NS, 0, &st->timer);
     if (status != MOON_OK) {
-        goto err_deregister;
+        goto err_destroy_kv;
     }
     if (a->name != NULL) {
         status = st->dist != NULL
@@ -584,12 +596,12 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
 
 err_cancel_timer:
     (void)moon_timer_cancel(self, st->timer);
-err_deregister:
-    moon_dist_region_deregister(st->dist, st->reg);
-    st->reg = NULL;
 err_destroy_kv:
     moon_kv_shard_destroy(st->kv);
     st->kv = NULL;
+err_deregister:
+    moon_dist_region_deregister(st->dist, st->reg); /* frees the arena; NULL: no-op */
+    st->reg = NULL;
 err_free_events:
     moon_free(st->clients);
     moon_free(st->events);
@@ -602,10 +614,10 @@ static void shard_fini(moon_actor_t *self)
 {
     shard_state_t *st = moon_actor_state(self);
 
+    moon_kv_shard_destroy(st->kv); /* borrows the arena: before the region goes */
     if (st->reg != NULL) {
         moon_dist_region_deregister(st->dist, st->reg);
     }
-    moon_kv_shard_destroy(st->kv);
     moon_free(st->clients);
     moon_free(st->events);
 }
