@@ -355,9 +355,11 @@ int main(int argc, char **argv)
     g_bk_lreg  = reg;
     if (g_rank == 0 && bulk_iters > 0) {
         const size_t sizes[] = {4u << 20, 64u << 20};
-        /* warm-up, untimed: endpoint and rkey set-up, first touches */
-        run_bulk(me, 0, 4u << 20, 2, 1);
-        run_bulk(me, 1, 4u << 20, 2, 1);
+        /* warm-up, untimed: endpoint and rkey set-up, first touches of every
+         * page of both regions and of the peer's mapping (as ucx_perftest
+         * warms up before it measures) */
+        run_bulk(me, 0, max_bulk, 1, 1);
+        run_bulk(me, 1, max_bulk, 1, 1);
         for (int put = 0; put < 2; put++) {
             for (int s = 0; s < 2; s++) {
                 uint64_t it = sizes[s] > (8u << 20) ? MOON_MAX(bulk_iters / 4, 2) : bulk_iters;

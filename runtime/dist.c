@@ -306,6 +306,9 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
     if (d->cfg.batch_bytes < 1024) {
         d->cfg.batch_bytes = 1024;
     }
+    if ((env = getenv("MOON_SLICE_BYTES")) != NULL && atol(env) > 0) {
+        d->cfg.slice_bytes = (uint64_t)atol(env);
+    }
     if (d->cfg.slice_bytes < 4096) {
         d->cfg.slice_bytes = 4096;
     }
