@@ -8,8 +8,12 @@
  *   get / put:  256 KiB, 4 MiB, 32 MiB blocks (reserve -> RDMA put -> commit;
  *               get -> RDMA get -> release), 1, 2, 4 clients
  *   small_put / small_get: 4 KiB blocks; query: longest prefix of 32-key
- *               prompts (half cached), 1, 2, 4 clients, depth 1
- * Args (or env): --iters=N (scale of the counts), --depth=N, --all=1 (run
+ *               prompts (half cached), 1, 2, 4 clients, depth 1 and then
+ *               --small_depth (default 8, at most 64: a prompt's blocks are
+ *               stored or read together); "in_flight" = clients x depth
+ * Args (or env): --iters=N (scale of the counts), --depth=N, --small_depth=N,
+ * --small_only=1 (only the small operations), --small_mask=N (1 small_put, 2 small_get,
+ * 4 query; default 7), --all=1 (run
  * 1, 2, 4... clients up to --clients=N and the job's size; default: only
  * size - 1 clients: idle ranks polling on 2 cores distort the figures), --checksum=0|1 (1, the
  * default: the client hashes every block it puts (XXH3) and checks every block it gets; 0: neither,
@@ -32,7 +36,9 @@
 
 #define N_KINDS 4 /* 256 KiB, 4 MiB, 32 MiB, 4 KiB */
 #define PROMPT_KEYS 32
-#define MAX_DEPTH 8
+#define MAX_DEPTH 8        /* bulk blocks in flight per client (one 32 MiB buffer each) */
+#define MAX_SMALL_DEPTH 64 /* 4 KiB blocks / queries in flight per client */
+#define BUF_BYTES ((size_t)MAX_DEPTH * (32u << 20))
 
 static const size_t   kind_bytes[N_KINDS] = {256u << 10, 4u << 20, 32u << 20, 4096};
 static const uint32_t kind_slots[N_KINDS] = {256, 48, 36, 8192}; /* >= 2 x 4 clients x depth */
@@ -57,12 +63,13 @@ typedef struct {
 typedef struct {
     moon_store_client_t *client[N_KINDS];
     moon_dist_region_t  *reg;
-    unsigned char       *buf; /* MAX_DEPTH buffers of 32 MiB, registered once */
-    moon_kv_key_t        prompt[PROMPT_KEYS];
+    unsigned char       *buf; /* BUF_BYTES: MAX_DEPTH buffers of 32 MiB (4 KiB each for
+                                 small blocks), registered once */
+    moon_kv_key_t prompt[PROMPT_KEYS];
     /* the run in progress */
     uint32_t     op, kind, depth;
     uint64_t     iters, issued, completed, key_base, n_errors;
-    uint64_t     t_issue[MAX_DEPTH];
+    uint64_t     t_issue[MAX_SMALL_DEPTH];
     double      *lat; /* iters */
     _Atomic int *done;
 } bench_state_t;
@@ -78,10 +85,11 @@ static moon_kv_key_t key_of(uint32_t kind, uint64_t i)
 
 static moon_status_t issue(moon_actor_t *self, bench_state_t *st, uint32_t slot)
 {
-    moon_store_client_t *c   = st->client[st->kind];
-    size_t               n   = kind_bytes[st->kind];
-    unsigned char       *buf = st->buf + (size_t)slot * (32u << 20);
-    uint64_t             i   = st->issued++;
+    moon_store_client_t *c      = st->client[st->kind];
+    size_t               n      = kind_bytes[st->kind];
+    size_t               stride = st->kind == 3 ? kind_bytes[3] : (32u << 20);
+    unsigned char       *buf    = st->buf + (size_t)slot * stride;
+    uint64_t             i      = st->issued++;
     moon_status_t        status;
 
     (void)self;
@@ -93,7 +101,7 @@ static moon_status_t issue(moon_actor_t *self, bench_state_t *st, uint32_t slot)
         break;
     case OP_GET: /* the keys key_base .. key_base + depth were stored first */
         status = moon_store_client_get(c, key_of(st->kind, st->key_base + i % st->depth), buf,
-                                       32u << 20, st->reg, slot);
+                                       stride, st->reg, slot);
         break;
     default:
         status = moon_store_client_query(c, MOON_STORE_OP_PREFIX, st->prompt, PROMPT_KEYS, slot);
@@ -146,7 +154,7 @@ static moon_status_t bench_init(moon_actor_t *self, const void *args)
     cfg.n_shards      = 1;
     cfg.n_replicas    = 1;
     cfg.tag           = (moon_kv_tag_t){1, 1};
-    cfg.max_ops       = MAX_DEPTH;
+    cfg.max_ops       = MAX_SMALL_DEPTH;
     cfg.verify_get    = g_checksum;
     cfg.skip_checksum = !g_checksum;
     cfg.on_done       = bench_on_done;
@@ -157,17 +165,17 @@ static moon_status_t bench_init(moon_actor_t *self, const void *args)
             return status;
         }
     }
-    st->buf = moon_aligned_alloc(4096, (size_t)MAX_DEPTH * (32u << 20));
+    st->buf = moon_aligned_alloc(4096, BUF_BYTES);
     if (st->buf == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < (size_t)MAX_DEPTH * (32u << 20); i += 4096) {
+    for (size_t i = 0; i < BUF_BYTES; i += 4096) {
         st->buf[i] = (unsigned char)(i >> 12); /* touch every page */
     }
     for (uint32_t i = 0; i < PROMPT_KEYS; i++) {
         st->prompt[i] = key_of(3, (1ull << 40) + i); /* the first half is stored by prepare */
     }
-    return moon_dist_region_register(g_dist, st->buf, (size_t)MAX_DEPTH * (32u << 20), &st->reg);
+    return moon_dist_region_register(g_dist, st->buf, BUF_BYTES, &st->reg);
 }
 
 static void bench_fini(moon_actor_t *self)
@@ -188,7 +196,8 @@ static moon_status_t bench_on_run(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
     st->op        = r->op;
     st->kind      = r->kind;
-    st->depth     = MOON_MIN(r->depth, (uint32_t)MOON_MIN(r->iters, MAX_DEPTH));
+    st->depth     = MOON_MIN(r->depth,
+                             (uint32_t)MOON_MIN(r->iters, r->kind == 3 ? MAX_SMALL_DEPTH : MAX_DEPTH));
     st->iters     = r->iters;
     st->key_base  = r->key_base;
     st->issued    = 0;
@@ -367,6 +376,7 @@ static void run_config(const char *bench, uint32_t op, uint32_t kind, int client
                             op == OP_QUERY ? PROMPT_KEYS * 16 : (int64_t)kind_bytes[kind]);
         moon_bench_json_int(&j, "clients", clients);
         moon_bench_json_int(&j, "depth", depth);
+        moon_bench_json_int(&j, "in_flight", (int64_t)clients * depth);
         moon_bench_json_int(&j, "iters", (int64_t)total);
         if (kind == 3 || op == OP_QUERY) {
             moon_bench_json_num(&j, "ops_per_s", (double)total / secs);
@@ -403,7 +413,8 @@ int main(int argc, char **argv)
     moon_runtime_config_t cfg;
     moon_addr_t           shards[N_KINDS];
     int64_t               iters, max_clients, depth;
-    int                   all;
+    int                   all, small_only, small_mask;
+    int64_t               small_depth;
     uint64_t              key_base = 1;
     char                  name[64];
 
@@ -416,8 +427,12 @@ int main(int argc, char **argv)
     max_clients = moon_bench_arg_int(argc, argv, "clients", 4);
     all         = (int)moon_bench_arg_int(argc, argv, "all", 0);
     g_checksum  = (int)moon_bench_arg_int(argc, argv, "checksum", 1);
-    g_rank      = (int)moon_dist_rank(g_dist);
-    g_size      = (int)moon_dist_size(g_dist);
+    small_only  = (int)moon_bench_arg_int(argc, argv, "small_only", 0);
+    small_mask  = (int)moon_bench_arg_int(argc, argv, "small_mask", 7);
+    small_depth =
+        MOON_MAX(MOON_MIN(moon_bench_arg_int(argc, argv, "small_depth", 8), MAX_SMALL_DEPTH), 1);
+    g_rank = (int)moon_dist_rank(g_dist);
+    g_size = (int)moon_dist_size(g_dist);
     if (g_size < 2) {
         fprintf(stderr, "bench_kvstore_dist: run under mpirun -np 2 or more\n");
         moon_dist_finalize(g_dist);
@@ -468,14 +483,27 @@ int main(int argc, char **argv)
     }
     quiet_barrier();
     for (int c = all ? 1 : g_size - 1; c <= MOON_MIN(max_clients, g_size - 1); c *= 2) {
-        for (uint32_t k = 0; k < 3; k++) {
+        for (uint32_t k = 0; k < 3 && !small_only; k++) {
             uint64_t n = (uint64_t)MOON_MAX(iters / (int64_t)(1u << (2 * k)), 8);
             run_config("put", OP_PUT, k, c, (uint32_t)depth, n, &key_base);
             run_config("get", OP_GET, k, c, (uint32_t)depth, n, &key_base);
         }
-        run_config("small_put", OP_PUT, 3, c, 1, (uint64_t)iters * 20, &key_base);
-        run_config("small_get", OP_GET, 3, c, 1, (uint64_t)iters * 20, &key_base);
-        run_config("query", OP_QUERY, 3, c, 1, (uint64_t)iters * 20, &key_base);
+        /* small operations at depth 1, then at --small_depth (a prompt's
+         * blocks are put or read together, so several are in flight) */
+        for (int i = 0; i < (small_depth > 1 ? 2 : 1); i++) {
+            uint64_t n  = (uint64_t)iters * 20;
+            int64_t  sd = i == 0 ? 1 : small_depth;
+
+            if (small_mask & 1) {
+                run_config("small_put", OP_PUT, 3, c, (uint32_t)sd, n, &key_base);
+            }
+            if (small_mask & 2) {
+                run_config("small_get", OP_GET, 3, c, (uint32_t)sd, n, &key_base);
+            }
+            if (small_mask & 4) {
+                run_config("query", OP_QUERY, 3, c, (uint32_t)sd, n, &key_base);
+            }
+        }
     }
     quiet_barrier();
     /* end the actors (regions deregistered) before the engine closes */

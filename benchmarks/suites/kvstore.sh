@@ -4,22 +4,30 @@
 #  2. the distributed store under mpirun -np 5 (rank 0: shards, ranks 1-4:
 #     clients; impl=moonlet): get/put of 256 KiB, 4 MiB, 32 MiB blocks with 1, 2,
 #     4 clients, with and without client checksums; small_get/small_put of 4 KiB
-#     and 32-key prefix queries;
+#     and 32-key prefix queries, each client keeping 1 and then SMALL_DEPTH
+#     (default 8) operations in flight (a prompt's blocks go together);
 #  3. anchors: ucx_perftest ucp_put_bw over the same UCX transports (1, 2, 4
 #     concurrent server/client pairs, summed; impl=ucx_perftest) and
-#     redis-server driven by redis-benchmark (GET/SET of 4 KiB values, 1, 2, 4
-#     clients, loopback TCP; impl=redis).
+#     redis-server driven by redis-benchmark (GET/SET of 4 KiB values, loopback
+#     TCP; impl=redis) with as many requests in flight as moonlet's line of the
+#     same clients and depth: clients x depth connections, one request each
+#     (redis-benchmark's own model: its default is 50 connections). So each
+#     moonlet small_* line has a redis line with equal "in_flight".
 # Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 for tiny counts,
-# KV_UCX_TLS (default self,sysv,posix,cma) for both moonlet and ucx_perftest.
+# KV_UCX_TLS (default self,sysv,posix,cma) for both moonlet and ucx_perftest,
+# SMALL_DEPTH (default 8): small operations in flight per client; KV_SMALL_ONLY=1:
+# only the small operations and their redis anchor (a quick run).
 set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
+small_depth=${SMALL_DEPTH:-8}
 if [ "${SMOKE:-0}" = 1 ]; then
     iters=1000; redis_n=500; dist_iters=8; perf_n=20
 else
     iters=200000; redis_n=50000; dist_iters=400; perf_n=400
 fi
 
-"$BENCH_BIN/bench_kvstore_ops" --iters=$iters
+small_only=${KV_SMALL_ONLY:-0}
+[ "$small_only" = 1 ] || "$BENCH_BIN/bench_kvstore_ops" --iters=$iters
 
 # ---- distributed store (moonlet) and its UCX anchor ----------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
@@ -28,11 +36,14 @@ export UCX_TLS=${KV_UCX_TLS:-self,sysv,posix,cma}
 if command -v mpirun >/dev/null; then
     # one job per client count: rank 0 the shards, ranks 1..c the clients
     for c in 1 2 4; do
-        for ck in 1 0; do
+        for ck in $([ "$small_only" = 1 ] && echo 1 || echo 1 0); do
+            # small operations once, in the checksum run
             out=$(mpirun -np $((c + 1)) "$BENCH_BIN/bench_kvstore_dist" --iters=$dist_iters \
-                      --checksum=$ck </dev/null 2>/dev/null) ||
+                      --checksum=$ck --small_mask=$((ck * 7)) --small_depth="$small_depth" \
+                      --small_only="$small_only" \
+                      </dev/null 2>/dev/null) ||
                 echo "{\"suite\": \"kvstore\", \"impl\": \"moonlet\", \"clients\": $c, \"checksum\": $ck, \"error\": \"bench_kvstore_dist failed\"}"
-            echo "$out" | grep '^{' | { if [ $ck = 0 ]; then grep -v '"small_\|"query"' || true; else cat; fi; }
+            echo "$out" | grep '^{' || true
         done
     done
 else
@@ -49,7 +60,9 @@ perf_pair() { # port size -> prints MB/s (overall)
         awk '/^Final:/ {print $7}'
     wait "$srv" 2>/dev/null || true
 }
-if command -v ucx_perftest >/dev/null; then
+if [ "$small_only" = 1 ]; then
+    : # no bandwidth anchor
+elif command -v ucx_perftest >/dev/null; then
     for size in 262144 4194304 33554432; do
         for n in 1 2 4; do
             tmp=$(mktemp -d)
@@ -103,13 +116,18 @@ for _ in $(seq 1 50); do
 done
 # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 for c in 1 2 4; do
-redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -d 4096 -c "$c" -n "$redis_n" -q --csv |
-    tr -d '"' | awk -F, -v n="$redis_n" -v c="$c" '
-    $1 == "SET" || $1 == "GET" {
-        bench = ($1 == "SET") ? "small_put" : "small_get"
-        printf "{\"suite\": \"kvstore\", \"bench\": \"%s\", \"impl\": \"redis\", \"op\": \"%s\", " \
-               "\"size_bytes\": 4096, \"clients\": %d, \"iters\": %d, \"ops_per_s\": %s, " \
-               "\"p50_us\": %.1f, \"p99_us\": %.1f, \"note\": \"anchor: redis-server over loopback TCP\"}\n", \
-               bench, $1, c, n, $2, $5 * 1000, $7 * 1000
-    }'
+    for depth in $(echo 1 "$small_depth" | tr ' ' '\n' | sort -nu); do
+        conns=$((c * depth))
+        redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -d 4096 -c "$conns" -n "$redis_n" -q --csv |
+            tr -d '"' | awk -F, -v n="$redis_n" -v c="$c" -v d="$depth" -v k="$conns" '
+            $1 == "SET" || $1 == "GET" {
+                bench = ($1 == "SET") ? "small_put" : "small_get"
+                printf "{\"suite\": \"kvstore\", \"bench\": \"%s\", \"impl\": \"redis\", \"op\": \"%s\", " \
+                       "\"size_bytes\": 4096, \"clients\": %d, \"depth\": %d, \"in_flight\": %d, " \
+                       "\"connections\": %d, \"iters\": %d, \"ops_per_s\": %s, " \
+                       "\"p50_us\": %.1f, \"p99_us\": %.1f, \"note\": \"anchor: redis-server over " \
+                       "loopback TCP, one request in flight per connection\"}\n", \
+                       bench, $1, c, d, k, k, n, $2, $5 * 1000, $7 * 1000
+            }'
+    done
 done
