@@ -13,7 +13,9 @@
  * --model=PATH (GGUF), --label=NAME (the "model" field), --threads=T (0 =
  * cores), --impl=cpu|ref, --iters=K. --interleave=R (decode): R rounds of
  * iters/R steps, each followed by a streaming-read pass; the line then also
- * carries roofline_tokens_per_s measured beside it (best of each). */
+ * carries roofline_tokens_per_s measured beside it (best of each).
+ * --rounds=R (decode, no interleave): the best of R rounds of iters/R steps
+ * (a shared machine: one slow round does not sink the figure). */
 #define _GNU_SOURCE
 #include "bench_util.h"
 #include "moonlet/model.h"
@@ -289,6 +291,7 @@ int main(int argc, char **argv)
     int64_t                    iters      = moon_bench_arg_int(argc, argv, "iters", 16);
     int64_t                    ctx        = moon_bench_arg_int(argc, argv, "ctx", 64);
     int64_t                    interleave = moon_bench_arg_int(argc, argv, "interleave", 0);
+    int64_t                    n_rounds   = moon_bench_arg_int(argc, argv, "rounds", 1);
     moon_model_t              *m          = NULL;
     const moon_model_config_t *c;
     moon_engine_config_t       ecfg = {0};
@@ -449,7 +452,7 @@ int main(int argc, char **argv)
         /* rounds of decode steps, each followed (with --interleave) by a
          * streaming-read pass: the bound is measured beside the figure it bounds */
         {
-            int64_t rounds = interleave > 0 ? interleave : 1;
+            int64_t rounds = interleave > 0 ? interleave : n_rounds > 0 ? n_rounds : 1;
             int64_t per    = iters / rounds > 0 ? iters / rounds : 1;
             double  best = 0.0, best_bw = 0.0, rss = 0.0;
             size_t  bn   = (size_t)1 << 27; /* 512 MiB of floats */

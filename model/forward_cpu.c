@@ -61,12 +61,13 @@ struct cpu_state {
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;
-    int                 nt_isa; /* batched NT kernels: 512, 2 (AVX2) or 0 (none) */
-    float              *x;      /* (max_b, dim) residual stream */
-    float              *xb;     /* (max_b, dim) */
-    float              *q;      /* (max_b, dim) */
-    float              *k;      /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
-    float              *v;      /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    int                 nt_isa;   /* batched NT kernels: 512, 2 (AVX2) or 0 (none) */
+    uint32_t            op_min_b; /* outer-product matmuls from this batch on (AVX-512) */
+    float              *x;        /* (max_b, dim) residual stream */
+    float              *xb;       /* (max_b, dim) */
+    float              *q;        /* (max_b, dim) */
+    float              *k;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
+    float              *v;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     int                 kv_owned;
     float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
                              * slice of q is dead once its output is written) */
@@ -74,6 +75,7 @@ struct cpu_state {
     float   *hb2;           /* (max_b, hidden) */
     float   *att;           /* (nth, seq_len) attention scores */
     float   *wtile;         /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    float   *pack;          /* (nth, OP_KC, 32) packed weight panel of the outer-product path */
     float   *rope;          /* (seq_len, head_dim / 2, 2) cos, sin */
     float   *kc;            /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
     float   *vc;            /* (nth, seq_len, head_dim) one head's V */
@@ -449,6 +451,140 @@ NT2_KERNEL(nt_3x4_f32_avx2, nt2_load_f32)
 NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
 #endif
 
+/* Batched matmul in outer-product form (AVX-512, batches of OP_MIN_B rows or
+ * more): each thread packs a panel of 16 or 32 weight rows, OP_KC columns at
+ * a time, transposed into its L1-sized scratch (k-major: P[k][r], BF16 widened
+ * to F32 once here), then every batch row block runs over it with a
+ * broadcast of X[bi][k] times P[k][0..31] into 16-lane accumulators that hold
+ * y[bi][r..r+31] (no horizontal sums; a k chunk's partial sums go through y).
+ * The weight panel is read from memory once per step and reused by every
+ * batch row from L1; the next panel is prefetched while this one is computed
+ * (prefetcht0, spread over the kernel calls), so the weight stream overlaps
+ * the FMAs. Each output is one sequential sum over k (the reference's order
+ * within a row). */
+#define OP_KC 128   /* k chunk: a packed 32-row F32 panel chunk is 16 KiB */
+#define OP_NB 8     /* batch rows per register block (8 x 2 zmm accumulators) */
+#define OP_MIN_B 16 /* below this, the NT kernels (the transpose would not pay) */
+
+#ifdef MOON_X86
+/* dst[k * ldd + r] = src row r, column k, for a 16 x 16 block of floats. */
+__attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], float *dst, size_t ldd)
+{
+    __m512 t[16];
+
+    for (int i = 0; i < 8; i++) {
+        t[2 * i]     = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i]     = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    /* r[4i + j], 128-bit lane L: column 4L + j of rows 4i..4i+3 */
+    for (int j = 0; j < 4; j++) {
+        t[j]      = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        t[4 + j]  = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+        t[8 + j]  = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        _mm512_store_ps(dst + (size_t)j * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
+        _mm512_store_ps(dst + (size_t)(8 + j) * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
+        _mm512_store_ps(dst + (size_t)(4 + j) * ldd,
+                        _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88));
+        _mm512_store_ps(dst + (size_t)(12 + j) * ldd,
+                        _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd));
+    }
+}
+
+/* Packs rows [0, 16 * pv) x columns [k0, k0 + kc) of w (rows of row_bytes)
+ * into P[k][r], r < 16 * pv. kc % 16 == 0. */
+#define OP_PACK_FN(_name, _elem_t, _load)                                                          \
+    __attribute__((target("avx512f"))) static void _name(                                          \
+        const uint8_t *w, size_t row_bytes, uint32_t k0, uint32_t kc, uint32_t pv, float *P)       \
+    {                                                                                              \
+        uint32_t ldp = 16 * pv;                                                                    \
+        for (uint32_t v = 0; v < pv; v++) {                                                        \
+            const uint8_t *col = w + (size_t)16 * v * row_bytes + (size_t)k0 * sizeof(_elem_t);    \
+            for (uint32_t k = 0; k < kc; k += 16, col += 16 * sizeof(_elem_t)) {                   \
+                __m512         r[16];                                                              \
+                const uint8_t *p = col;                                                            \
+                for (int i = 0; i < 16; i++, p += row_bytes) {                                     \
+                    r[i] = _load((const _elem_t *)p);                                              \
+                }                                                                                  \
+                op_tr16(r, P + (size_t)k * ldp + 16 * v, ldp);                                     \
+            }                                                                                      \
+        }                                                                                          \
+    }
+OP_PACK_FN(op_pack_f32, float, _mm512_loadu_ps)
+OP_PACK_FN(op_pack_bf16, uint16_t, bf16x16)
+
+/* y[j][0 .. 16 pv) (+)= sum over k < kc of x[j][k] * P[k][..], j < nb; first:
+ * start from zero, else from y. Prefetches pf_lines lines from pf (the next
+ * panel) spread over the loop. Inlined into one function per (pv, nb). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+op_block(const float *P, uint32_t kc, const float *x, uint32_t ldx, float *y, uint32_t ldy,
+         int first, const char *pf, uint32_t pf_lines, const int pv, const int nb)
+{
+    __m512   acc[OP_NB][2];
+    uint32_t ppk = (pf_lines + kc - 1) / kc; /* lines per k step */
+
+    for (int j = 0; j < nb; j++) {
+        for (int v = 0; v < pv; v++) {
+            acc[j][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)j * ldy + 16 * v);
+        }
+    }
+    for (uint32_t k = 0; k < kc; k++) {
+        __m512 wv[2];
+        if (k * ppk < pf_lines) {
+            for (uint32_t q = 0; q < ppk; q++) {
+                _mm_prefetch(pf + (size_t)64 * (k * ppk + q), _MM_HINT_T0);
+            }
+        }
+        for (int v = 0; v < pv; v++) {
+            wv[v] = _mm512_load_ps(P + (size_t)k * 16 * pv + 16 * v);
+        }
+        for (int j = 0; j < nb; j++) {
+            __m512 xb = _mm512_set1_ps(x[(size_t)j * ldx + k]);
+            for (int v = 0; v < pv; v++) {
+                acc[j][v] = _mm512_fmadd_ps(wv[v], xb, acc[j][v]);
+            }
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        for (int v = 0; v < pv; v++) {
+            _mm512_storeu_ps(y + (size_t)j * ldy + 16 * v, acc[j][v]);
+        }
+    }
+}
+
+typedef void (*op_block_fn)(const float *P, uint32_t kc, const float *x, uint32_t ldx, float *y,
+                            uint32_t ldy, int first, const char *pf, uint32_t pf_lines);
+#define OP_BLOCK_INST(_pv, _nb)                                                                    \
+    __attribute__((target("avx512f"))) static void op_block_##_pv##_##_nb(                         \
+        const float *P, uint32_t kc, const float *x, uint32_t ldx, float *y, uint32_t ldy,         \
+        int first, const char *pf, uint32_t pf_lines)                                              \
+    {                                                                                              \
+        op_block(P, kc, x, ldx, y, ldy, first, pf, pf_lines, _pv, _nb);                            \
+    }
+OP_BLOCK_INST(1, 1)
+OP_BLOCK_INST(1, 2)
+OP_BLOCK_INST(1, 4)
+OP_BLOCK_INST(1, 8)
+OP_BLOCK_INST(2, 1)
+OP_BLOCK_INST(2, 2)
+OP_BLOCK_INST(2, 4)
+OP_BLOCK_INST(2, 8)
+
+/* [pv - 1][log2 nb] */
+static const op_block_fn op_blocks[2][4] = {
+    {op_block_1_1, op_block_1_2, op_block_1_4, op_block_1_8},
+    {op_block_2_1, op_block_2_2, op_block_2_4, op_block_2_8},
+};
+#endif
+
 /* The batched NT kernel for this matmul, or fn NULL (then GEMM or dots). */
 static nt_kernel_t nt_kernel_for(const cpu_state_t *s, const moon_tensor_t *w, uint32_t b)
 {
@@ -506,6 +642,56 @@ static void matmul_nt(cpu_state_t *s, nt_kernel_t kern, const moon_tensor_t *w, 
     }
 }
 
+#ifdef MOON_X86
+/* Y[bi][r] = W[r] . X[bi] for rows [r0, r1) and all b batch rows by the
+ * outer-product kernels (w F32 or BF16, cols % 16 == 0): panels of 32 (then
+ * 16) rows, the last r1 - r0 < 16 rows by dots. */
+static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
+                      const float *x, uint32_t b, uint32_t r0, uint32_t r1)
+{
+    const uint8_t *base = (const uint8_t *)w->data;
+    float         *P    = s->pack + (size_t)ith * OP_KC * 32;
+    uint32_t       K    = w->cols;
+    uint32_t       ldy  = w->rows;
+    void (*pack)(const uint8_t *, size_t, uint32_t, uint32_t, uint32_t, float *) =
+        w->type == MOON_GGML_BF16 ? op_pack_bf16 : op_pack_f32;
+    uint32_t n_blocks = b / OP_NB + (uint32_t)__builtin_popcount(b % OP_NB);
+    uint32_t n_calls  = (K + OP_KC - 1) / OP_KC * n_blocks; /* kernel calls per panel */
+    uint32_t r        = r0;
+
+    while (r + 16 <= r1) {
+        uint32_t    pv   = r + 32 <= r1 ? 2 : 1;
+        uint32_t    rn   = r + 16 * pv;
+        uint32_t    nxt  = r1 - rn >= 32 ? 32 : (r1 - rn) & ~15u; /* rows of the next panel */
+        const char *pf   = (const char *)(base + (size_t)rn * w->row_bytes);
+        uint32_t    pf_n = (uint32_t)((size_t)nxt * w->row_bytes / 64); /* its cache lines */
+        uint32_t    per  = (pf_n + n_calls - 1) / n_calls;
+        uint32_t    call = 0;
+
+        for (uint32_t k0 = 0; k0 < K; k0 += OP_KC) {
+            uint32_t kc = MOON_MIN(OP_KC, K - k0);
+            pack(base + (size_t)r * w->row_bytes, w->row_bytes, k0, kc, pv, P);
+            for (uint32_t bi = 0; bi < b; call++) {
+                uint32_t left  = b - bi;
+                uint32_t lg    = left >= 8 ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0;
+                uint32_t done  = MOON_MIN(pf_n, per * call);
+                uint32_t lines = MOON_MIN(per, pf_n - done);
+                op_blocks[pv - 1][lg](P, kc, x + (size_t)bi * K + k0, K, y + (size_t)bi * ldy + r,
+                                      ldy, k0 == 0, pf + (size_t)64 * done, lines);
+                bi += 1u << lg;
+            }
+        }
+        r = rn;
+    }
+    for (; r < r1; r++) {
+        for (uint32_t bi = 0; bi < b; bi++) {
+            y[(size_t)bi * ldy + r] =
+                s->dot[w->type](base + (size_t)r * w->row_bytes, x + (size_t)bi * K, K);
+        }
+    }
+}
+#endif
+
 /* ---- parallel steps -------------------------------------------------------------- */
 
 /* y[bi][r] for rows [r0, r1) of w, all batch rows. */
@@ -520,6 +706,13 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
     if (r0 >= r1) {
         return;
     }
+#ifdef MOON_X86
+    if (s->nt_isa == 512 && b >= s->op_min_b && b <= 64 && w->cols % 16 == 0 &&
+        (w->type == MOON_GGML_F32 || w->type == MOON_GGML_BF16)) {
+        matmul_op(s, ith, w, y, x, b, r0, r1);
+        return;
+    }
+#endif
     if (b > 1 && b <= 64) {
         nt_kernel_t kern = nt_kernel_for(s, w, b);
         if (kern.fn != NULL) {
@@ -671,9 +864,11 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
     switch (j->kind) {
     case JOB_MATMUL:
         for (uint32_t i = 0; i < j->n_mats; i++) {
+            /* slices start on 16-row boundaries (the outer-product panels) */
             uint32_t rows = j->w[i]->rows;
-            matmul_slice(s, ith, j->w[i], j->y[i], j->x, j->b, rows * ith / nth,
-                         rows * (ith + 1) / nth);
+            uint32_t r0   = (rows * ith / nth) & ~15u;
+            uint32_t r1   = ith + 1 == nth ? rows : (rows * (ith + 1) / nth) & ~15u;
+            matmul_slice(s, ith, j->w[i], j->y[i], j->x, j->b, r0, r1);
         }
         break;
     case JOB_ATTN:
@@ -851,6 +1046,7 @@ static void cpu_destroy(void *state)
     moon_free(s->hb2);
     moon_free(s->att);
     moon_free(s->wtile);
+    moon_free(s->pack);
     moon_free(s->rope);
     moon_free(s->kc);
     moon_free(s->vc);
@@ -879,6 +1075,10 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->max_b = MOON_MAX(cfg->max_batch, cfg->max_chunk);
     B        = s->max_b;
     pick_kernels(s);
+    s->op_min_b = OP_MIN_B;
+    if (getenv("MOON_CPU_OP_MIN_B") != NULL) {
+        s->op_min_b = (uint32_t)strtoul(getenv("MOON_CPU_OP_MIN_B"), NULL, 10); /* tests, A/B */
+    }
     if (getenv("MOON_CPU_NO_NT") != NULL) {
         s->nt_isa = 0; /* A/B knob for benchmarks: batched matmuls through sgemm */
     }
@@ -908,6 +1108,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
                                           sizeof(float));
+    s->pack  = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 32 * sizeof(float));
     s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
@@ -917,7 +1118,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->pos       = moon_malloc(B * sizeof(*s->pos));
     s->ao        = s->q;
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->hb || !s->hb2 || !s->att || !s->wtile ||
-        !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
+        !s->pack || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos) {
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }
