@@ -270,7 +270,7 @@ void moon_dist_config_default(moon_dist_config_t *cfg)
     cfg->credits         = 1024;
     cfg->batch_bytes     = 16 << 10;
     cfg->peer_timeout_ns = 2000000000ull;
-    cfg->slice_bytes     = 1 << 20;
+    cfg->slice_bytes     = 0; /* the engine's choice */
 }
 
 static int launched_by_mpi(void)
@@ -309,7 +309,7 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
     if ((env = getenv("MOON_SLICE_BYTES")) != NULL && atol(env) > 0) {
         d->cfg.slice_bytes = (uint64_t)atol(env);
     }
-    if (d->cfg.slice_bytes < 4096) {
+    if (d->cfg.slice_bytes != 0 && d->cfg.slice_bytes < 4096) {
         d->cfg.slice_bytes = 4096;
     }
     if ((env = getenv("MOON_PEER_TIMEOUT_MS")) != NULL && atol(env) > 0) {
@@ -1927,21 +1927,41 @@ static void progress_unlock(moon_dist_t *d)
     atomic_store_explicit(&d->progress_busy, 0, memory_order_release);
 }
 
-/* One pass over the engine and the queues, under the progress lock (the progress
- * thread or an idle worker). with_clock: also the clock-driven work; the
- * clock is read under the lock, after the pass's own work: a `now` older than
- * a peer's last_rx_ns would make the peer look silent for 2^64 ns. */
-static int progress_pass(moon_dist_t *d, int with_clock, int *busy_p)
+static int sends_ready(moon_dist_t *d)
 {
-    int      n = 0;
+    for (uint32_t w = 0; w < d->n_ready_words; w++) {
+        if (atomic_load_explicit(&d->ready[w], memory_order_relaxed) != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+enum {
+    PASS_CLOCK  = 1, /* also the clock-driven work (heartbeats, timeouts) */
+    PASS_WORKER = 2, /* run by an idle worker (else by the progress thread) */
+};
+
+/* One pass over the engine and the queues, under the progress lock (the
+ * progress thread or an idle worker). The clock is read under the lock,
+ * after the pass's own work: a `now` older than a peer's last_rx_ns would
+ * make the peer look silent for 2^64 ns. */
+static int progress_pass(moon_dist_t *d, unsigned flags, int *busy_p)
+{
+    int      n = 0, with_clock = (flags & PASS_CLOCK) != 0;
     uint64_t now;
 
     /* sends first: what a turn just queued leaves before anything else */
     n += pump_sends(d);
-    for (int i = 0; i < 16; i++) {
+    /* One engine call from a worker: what it delivered runs on this worker
+     * only after the pass. The progress thread drives the engine a few times
+     * but stops for queued sends. One call may take milliseconds (over tcp,
+     * answering a peer's bulk get fills a socket); sixteen in a row held a
+     * reply back for tens of them. */
+    for (int i = 0; i < ((flags & PASS_WORKER) ? 1 : 16); i++) {
         int k = d->eng->progress(d);
         n += k;
-        if (k == 0) {
+        if (k == 0 || sends_ready(d)) {
             break;
         }
     }
@@ -1976,10 +1996,11 @@ static int worker_poll(void *ctx, int parking)
         return 0;
     }
     atomic_store_explicit(&d->worker_polled, 1, memory_order_relaxed); /* no clock: hot */
-    if (progress_trylock(d)) {
-        n = progress_pass(d, 0, &busy);
-        progress_unlock(d);
+    if (!progress_trylock(d)) {
+        return -1; /* the progress thread is in a pass */
     }
+    n = progress_pass(d, PASS_WORKER, &busy);
+    progress_unlock(d);
     return n;
 }
 
@@ -2039,7 +2060,7 @@ static void *progress_main(void *arg)
             with_clock = 1;
         }
         missed = 0;
-        n = progress_pass(d, with_clock, &busy);
+        n = progress_pass(d, with_clock ? PASS_CLOCK : 0, &busy);
         progress_unlock(d);
         if (n > 0 || busy) {
             idle = 0;
@@ -2173,6 +2194,9 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     status = d->eng->open(d);
     if (status != MOON_OK) {
         goto err;
+    }
+    if (d->cfg.slice_bytes == 0) {
+        d->cfg.slice_bytes = d->eng->slice_bytes != NULL ? d->eng->slice_bytes(d) : 1u << 20;
     }
     if (d->use_mpi) {
         MPI_Barrier(d->comm); /* every engine is open before anyone sends */

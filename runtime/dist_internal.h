@@ -69,6 +69,10 @@ typedef struct {
      * allocates from the heap and calls mem_map. */
     moon_status_t (*mem_alloc)(moon_dist_t *d, size_t len, void **addr_p, void **memh_p,
                                void **rkey_p, size_t *rkey_len_p);
+    /* Optional: the bulk slice size that suits the engine's transports
+     * (default 1 MiB). A slice bounds how long control frames may wait
+     * behind bulk data inside one progress call. */
+    size_t (*slice_bytes)(moon_dist_t *d);
     /* Issues [off, off + n) of op; completion: dist_bulk_slice_done(). */
     moon_status_t (*rma)(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n);
     /* Put: makes the issued slices visible at the target; completion (inline

@@ -17,6 +17,7 @@
 
 #include <hwloc.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define SPIN_ROUNDS       2000 /* idle polls before parking (~50-100 us) */
@@ -43,6 +44,8 @@ struct moon_sched {
     hwloc_topology_t topo;
     int             topo_loaded, started;
     int             yield_spin; /* no spare core for other threads: spin with sched_yield */
+    int             oversubscribed; /* more workers on this host than cores: yield even
+                                       while polling the transport */
     _Atomic int     stop;
 
     /* inject queue: FIFO through actor->next_sched */
@@ -238,7 +241,9 @@ static void *worker_main(void *arg)
         if (a == NULL) {
             moon_idle_fn hook = atomic_load_explicit(&s->rt->idle_hook, memory_order_acquire);
 
-            if (hook != NULL && hook(atomic_load(&s->rt->idle_ctx), 0) > 0) {
+            int polled = hook != NULL ? hook(atomic_load(&s->rt->idle_ctx), 0) : 0;
+
+            if (polled > 0) {
                 spins = 0; /* the transport delivered or sent something */
                 continue;
             }
@@ -246,10 +251,14 @@ static void *worker_main(void *arg)
                 /* Without a spare core, let the progress and timer threads run.
                  * While a transport hook polls, the progress thread naps: the
                  * hook is the delay between polls, and a message that lands
-                 * during a yield would wait for it. One pause stays: polling
-                 * with none makes a shared-memory round trip slower (the
-                 * poller keeps taking the FIFO's cache line from the writer). */
-                if (s->yield_spin && hook == NULL) {
+                 * during a yield would wait for it; but when the transport's
+                 * own thread is busy (polled < 0), spinning would only keep it
+                 * off the core, and with more workers on the host than cores
+                 * (ranks oversubscribed) it keeps the core from the rank that
+                 * has the message. One pause stays: polling with none makes a
+                 * shared-memory round trip slower (the poller keeps taking the
+                 * FIFO's cache line from the writer). */
+                if (s->yield_spin && (hook == NULL || polled < 0 || s->oversubscribed)) {
                     sched_yield();
                 } else {
                     cpu_relax();
@@ -292,10 +301,35 @@ static uint32_t allowed_pus(moon_sched_t *s)
     return n > 0 ? (uint32_t)n : 1;
 }
 
+/* PUs of the whole host (1 if unknown). */
+static uint32_t host_pus(moon_sched_t *s)
+{
+    int n = s->topo_loaded ? hwloc_get_nbobjs_by_type(s->topo, HWLOC_OBJ_PU) : 1;
+
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Ranks of this job on this host (the launcher's environment; 1 outside one):
+ * with mpirun --oversubscribe several ranks share the cores unbound, and a
+ * worker that spins takes them from the rank that has the work. */
+static uint32_t local_ranks(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                           "SLURM_NTASKS_PER_NODE"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && atoi(v) > 0) {
+            return (uint32_t)atoi(v);
+        }
+    }
+    return 1;
+}
+
 moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
 {
     moon_sched_t *s = moon_calloc(1, sizeof(*s));
-    uint32_t      n = rt->cfg.n_workers;
+    uint32_t      n = rt->cfg.n_workers, pus, sharing;
 
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -321,7 +355,15 @@ moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
         return MOON_ERR_NO_MEMORY;
     }
     s->n_workers  = n;
-    s->yield_spin = n >= allowed_pus(s);
+    /* A rank bound to part of the host has those PUs to itself (the launcher
+     * binds ranks apart); an unbound one shares them with the host's ranks. */
+    pus               = allowed_pus(s);
+    sharing           = pus < host_pus(s) ? 1 : local_ranks();
+    s->yield_spin     = n * sharing >= pus;
+    s->oversubscribed = n * sharing > pus;
+    MOON_DEBUG_LOG("scheduler: %u worker(s), %u of %u PUs, %u rank(s) sharing them%s%s", n, pus,
+                   host_pus(s), sharing, s->yield_spin ? ", spin with yields" : "",
+                   s->oversubscribed ? ", oversubscribed" : "");
     for (uint32_t i = 0; i < n; i++) {
         moon_runq_init(&s->workers[i].q);
         s->workers[i].s     = s;

@@ -23,7 +23,8 @@
 typedef struct {
     moon_dist_t  *d;
     uint32_t      rank;
-    ucp_ep_h      ep;
+    ucp_ep_h      ep;      /* frames */
+    ucp_ep_h      bulk_ep; /* bulk slices and their flushes */
     int           failed;
     int           err_peer; /* ep has UCX peer error handling (not on shm in 1.13) */
     int           close_pending; /* lost: close outside UCX callbacks */
@@ -37,7 +38,7 @@ typedef struct {
     int          *addr_len, *addr_off;
     ucx_peer_t   *peers;
     int           n_close_pending;
-    int           peer_err_mode; /* endpoints with UCP_ERR_HANDLING_MODE_PEER */
+    int           no_shm; /* UCX_TLS rules shared memory out: peer error handling */
     ucx_rkeys_t  *rkeys;
 } ucx_t;
 
@@ -45,7 +46,7 @@ typedef struct {
  * endpoint asking for one cannot use them: peer error handling is requested
  * only when UCX_TLS rules shared memory out (e.g. tcp). Heartbeats detect a
  * lost rank in every case. */
-static int want_peer_err_mode(void)
+static int tls_without_shm(void)
 {
     const char *tls = getenv("UCX_TLS");
 
@@ -79,6 +80,16 @@ static moon_status_t from_ucs(ucs_status_t s)
 static ucx_t *U(moon_dist_t *d)
 {
     return moon_dist_engine_ctx(d);
+}
+
+/* Over shared memory a slice is a copy inside the call: 1 MiB keeps the
+ * calls few. Over tcp UCX moves the data of every slice in flight inside
+ * progress calls (a get is answered by the peer's progress), so a slice
+ * holds frames back for its time on the wire: 128 KiB (about 0.1 ms on
+ * loopback) lets frames through while a transfer runs at full speed. */
+static size_t ucx_slice_bytes(moon_dist_t *d)
+{
+    return U(d)->no_shm ? 128u << 10 : 1u << 20;
 }
 
 /* ---- receive -------------------------------------------------------------- */
@@ -149,60 +160,83 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
                                                                     : from_ucs(status));
 }
 
-static ucp_ep_h get_ep(moon_dist_t *d, uint32_t r)
+/* Creates *ep_p to rank r on first use; NULL once the peer failed. */
+static ucp_ep_h ep_of(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
 {
     ucx_t          *u = U(d);
-    ucx_peer_t     *p = &u->peers[r];
     ucp_ep_params_t ep = {0};
     ucs_status_t    s;
 
-    if (p->ep != NULL || p->failed) {
-        return p->ep;
+    if (*ep_p != NULL || p->failed) {
+        return *ep_p;
     }
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address    = (const ucp_address_t *)(u->addrs + u->addr_off[r]);
+    ep.address    = (const ucp_address_t *)(u->addrs + u->addr_off[p->rank]);
     ep.err_mode   = UCP_ERR_HANDLING_MODE_NONE;
-    if (u->peer_err_mode) {
+    if (u->no_shm) {
         ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
         ep.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
         ep.err_handler.cb  = ep_error_cb;
         ep.err_handler.arg = p;
     }
-    s           = ucp_ep_create(u->worker, &ep, &p->ep);
-    p->err_peer = u->peer_err_mode;
+    s           = ucp_ep_create(u->worker, &ep, ep_p);
+    p->err_peer = u->no_shm;
     if (s != UCS_OK) {
-        MOON_ERROR("ucp_ep_create to rank %u failed: %s", r, ucs_status_string(s));
-        p->ep     = NULL;
+        MOON_ERROR("ucp_ep_create to rank %u failed: %s", p->rank, ucs_status_string(s));
+        *ep_p     = NULL;
         p->failed = 1;
     }
-    return p->ep;
+    return *ep_p;
 }
 
-static void close_ep(moon_dist_t *d, ucx_peer_t *p)
+/* Frames go on one endpoint, bulk slices on another: over tcp each is a
+ * connection of its own, so a frame never queues behind megabytes of slices
+ * in one socket (with shared memory the two cost nothing). */
+static ucp_ep_h get_ep(moon_dist_t *d, uint32_t r)
+{
+    ucx_peer_t *p = &U(d)->peers[r];
+
+    return ep_of(d, p, &p->ep);
+}
+
+static ucp_ep_h get_bulk_ep(moon_dist_t *d, uint32_t r)
+{
+    ucx_peer_t *p = &U(d)->peers[r];
+
+    return ep_of(d, p, &p->bulk_ep);
+}
+
+static void close_one(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
 {
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;
 
-    if (p->ep == NULL) {
+    if (*ep_p == NULL) {
         return;
     }
-    ucx_rkeys_drop_peer(U(d)->rkeys, p->rank);
     if (p->failed && !p->err_peer) {
         /* without error handling neither a flush nor a force close returns
          * for a dead peer: leave the endpoint to ucp_worker_destroy */
-        p->ep = NULL;
+        *ep_p = NULL;
         return;
     }
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags        = p->err_peer ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    sp              = ucp_ep_close_nbx(p->ep, &rp);
+    sp              = ucp_ep_close_nbx(*ep_p, &rp);
     if (UCS_PTR_IS_PTR(sp)) {
         for (int i = 0; i < 100000 && ucp_request_check_status(sp) == UCS_INPROGRESS; i++) {
             ucp_worker_progress(U(d)->worker);
         }
         ucp_request_free(sp);
     }
-    p->ep = NULL;
+    *ep_p = NULL;
+}
+
+static void close_ep(moon_dist_t *d, ucx_peer_t *p)
+{
+    ucx_rkeys_drop_peer(U(d)->rkeys, p->rank); /* unpacked on bulk_ep */
+    close_one(d, p, &p->bulk_ep);
+    close_one(d, p, &p->ep);
 }
 
 /* ---- engine ops ----------------------------------------------------------- */
@@ -272,7 +306,7 @@ static moon_status_t ucx_open(moon_dist_t *d)
     for (uint32_t r = 0; r < size; r++) {
         u->addr_off[r] = total;
         total += u->addr_len[r];
-        u->peers[r] = (ucx_peer_t){d, r, NULL, 0, 0, 0};
+        u->peers[r] = (ucx_peer_t){.d = d, .rank = r};
     }
     u->addrs = moon_malloc((size_t)total);
     if (u->addrs == NULL) {
@@ -281,7 +315,7 @@ static moon_status_t ucx_open(moon_dist_t *d)
     }
     MPI_Allgatherv(addr, my_len, MPI_BYTE, u->addrs, u->addr_len, u->addr_off, MPI_BYTE, comm);
     ucp_worker_release_address(u->worker, addr);
-    u->peer_err_mode = want_peer_err_mode();
+    u->no_shm = tls_without_shm();
     moon_dist_set_engine_ctx(d, u);
     return MOON_OK;
 
@@ -441,7 +475,7 @@ static void rma_done(void *req, ucs_status_t status, void *user_data)
 
 static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n)
 {
-    ucp_ep_h            ep = get_ep(d, op->peer);
+    ucp_ep_h            ep = get_bulk_ep(d, op->peer);
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;
     rma_ctx_t          *c;
@@ -490,7 +524,7 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
 
 static moon_status_t ucx_flush(moon_dist_t *d, bulk_op_t *op)
 {
-    ucp_ep_h            ep = get_ep(d, op->peer);
+    ucp_ep_h            ep = get_bulk_ep(d, op->peer);
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;
     rma_ctx_t          *c;
@@ -531,14 +565,13 @@ static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
 
     /* may run inside a UCX error callback: no UCX calls here */
     u->peers[r].failed = 1;
-    if (u->peers[r].ep != NULL && !u->peers[r].close_pending) {
+    if ((u->peers[r].ep != NULL || u->peers[r].bulk_ep != NULL) && !u->peers[r].close_pending) {
         u->peers[r].close_pending = 1;
         u->n_close_pending++;
     }
 }
 
-/* Frame sends: the callback needs d and the buffer; both ride in a small
- * context allocated only when the send does not complete at once. */
+/* Frame sends: the buffer (which knows its dist) is the callback's argument. */
 static void frame_sent(void *req, ucs_status_t status, void *user_data)
 {
     dist_buf_t *buf = user_data;
@@ -581,6 +614,7 @@ const dist_engine_ops_t moon_dist_engine_ucx = {
     .mem_map      = ucx_mem_map,
     .mem_unmap    = ucx_mem_unmap,
     .mem_alloc    = ucx_mem_alloc,
+    .slice_bytes  = ucx_slice_bytes,
     .rma          = ucx_rma,
     .flush        = ucx_flush,
     .bulk_release = ucx_bulk_release,

@@ -30,8 +30,9 @@ typedef struct {
     uint32_t    batch_bytes;     /* small messages coalesced per frame (default 16 KiB) */
     uint64_t    peer_timeout_ns; /* silence that declares a rank lost (default 2 s;
                                   * env MOON_PEER_TIMEOUT_MS) */
-    uint64_t    slice_bytes;     /* bulk transfers move in slices of this size (default 1 MiB;
-                                    env MOON_SLICE_BYTES overrides) */
+    uint64_t    slice_bytes;     /* bulk transfers move in slices of this size (0, the
+                                    default: the transport's choice, 1 MiB over shared
+                                    memory, 128 KiB over tcp; env MOON_SLICE_BYTES) */
     const char *trace_dir;       /* per-rank message trace files (NULL: env MOON_DIST_TRACE) */
 } moon_dist_config_t;
 

@@ -37,7 +37,9 @@ MOON_API moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr
  * that arrives is delivered and handled on the same thread, without a
  * hand-off from a progress thread (which costs a context switch when
  * mpirun binds the rank to one core). Returns how much work it did (> 0
- * resets the idle count). Must be thread-safe; NULL detaches. */
+ * resets the idle count), or < 0 when another thread of the transport is
+ * busy with that work (a worker sharing its core with it then yields rather
+ * than spin). Must be thread-safe; NULL detaches. */
 typedef int (*moon_idle_fn)(void *ctx, int parking);
 MOON_API void moon_runtime_set_idle_hook(moon_runtime_t *rt, moon_idle_fn fn, void *ctx);
 
