@@ -464,6 +464,7 @@ NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
  * within a row). */
 #define OP_KC 128   /* k chunk: a packed 32-row F32 panel chunk is 16 KiB */
 #define OP_NB 8     /* batch rows per register block (8 x 2 zmm accumulators) */
+#define OP_PV 3     /* panel rows / 16 */
 #define OP_MIN_B 16 /* below this, the NT kernels (the transpose would not pay) */
 
 #ifdef MOON_X86
@@ -528,7 +529,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void
 op_block(const float *P, uint32_t kc, const float *x, uint32_t ldx, float *y, uint32_t ldy,
          int first, const char *pf, uint32_t pf_lines, const int pv, const int nb)
 {
-    __m512   acc[OP_NB][2];
+    __m512   acc[OP_NB][OP_PV];
     uint32_t ppk = (pf_lines + kc - 1) / kc; /* lines per k step */
 
     for (int j = 0; j < nb; j++) {
@@ -537,7 +538,7 @@ op_block(const float *P, uint32_t kc, const float *x, uint32_t ldx, float *y, ui
         }
     }
     for (uint32_t k = 0; k < kc; k++) {
-        __m512 wv[2];
+        __m512 wv[OP_PV];
         if (k * ppk < pf_lines) {
             for (uint32_t q = 0; q < ppk; q++) {
                 _mm_prefetch(pf + (size_t)64 * (k * ppk + q), _MM_HINT_T0);
@@ -577,11 +578,16 @@ OP_BLOCK_INST(2, 1)
 OP_BLOCK_INST(2, 2)
 OP_BLOCK_INST(2, 4)
 OP_BLOCK_INST(2, 8)
+OP_BLOCK_INST(3, 1)
+OP_BLOCK_INST(3, 2)
+OP_BLOCK_INST(3, 4)
+OP_BLOCK_INST(3, 8)
 
 /* [pv - 1][log2 nb] */
-static const op_block_fn op_blocks[2][4] = {
+static const op_block_fn op_blocks[OP_PV][4] = {
     {op_block_1_1, op_block_1_2, op_block_1_4, op_block_1_8},
     {op_block_2_1, op_block_2_2, op_block_2_4, op_block_2_8},
+    {op_block_3_1, op_block_3_2, op_block_3_4, op_block_3_8},
 };
 #endif
 
@@ -650,7 +656,7 @@ static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, floa
                       const float *x, uint32_t b, uint32_t r0, uint32_t r1)
 {
     const uint8_t *base = (const uint8_t *)w->data;
-    float         *P    = s->pack + (size_t)ith * OP_KC * 32;
+    float         *P    = s->pack + (size_t)ith * OP_KC * 16 * OP_PV;
     uint32_t       K    = w->cols;
     uint32_t       ldy  = w->rows;
     void (*pack)(const uint8_t *, size_t, uint32_t, uint32_t, uint32_t, float *) =
@@ -660,9 +666,9 @@ static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, floa
     uint32_t r        = r0;
 
     while (r + 16 <= r1) {
-        uint32_t    pv   = r + 32 <= r1 ? 2 : 1;
+        uint32_t    pv   = MOON_MIN(OP_PV, (r1 - r) / 16);
         uint32_t    rn   = r + 16 * pv;
-        uint32_t    nxt  = r1 - rn >= 32 ? 32 : (r1 - rn) & ~15u; /* rows of the next panel */
+        uint32_t    nxt  = MOON_MIN(16 * OP_PV, (r1 - rn) & ~15u); /* rows of the next panel */
         const char *pf   = (const char *)(base + (size_t)rn * w->row_bytes);
         uint32_t    pf_n = (uint32_t)((size_t)nxt * w->row_bytes / 64); /* its cache lines */
         uint32_t    per  = (pf_n + n_calls - 1) / n_calls;
@@ -756,6 +762,90 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
     }
 }
 
+#ifdef MOON_X86
+/* Lane j of the result = the sum of the 16 lanes of d[idx(j)], idx = the
+ * order in which the shuffles leave the rows (an involution): callers put row
+ * j's vector at d[op_hsum_idx[j]]. */
+static const uint8_t op_hsum_idx[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+__attribute__((target("avx512f"))) static inline __m512 hsum16x16(const __m512 d[16])
+{
+    __m512 e[8], f[4], g[2];
+
+    for (int j = 0; j < 8; j++) {
+        e[j] = _mm512_add_ps(_mm512_shuffle_f32x4(d[j], d[j + 8], 0x44),
+                             _mm512_shuffle_f32x4(d[j], d[j + 8], 0xee));
+    }
+    for (int j = 0; j < 4; j++) {
+        f[j] = _mm512_add_ps(_mm512_shuffle_f32x4(e[j], e[j + 4], 0x88),
+                             _mm512_shuffle_f32x4(e[j], e[j + 4], 0xdd));
+    }
+    for (int j = 0; j < 2; j++) {
+        g[j] = _mm512_add_ps(_mm512_shuffle_ps(f[j], f[j + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(f[j], f[j + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* One (row, head) of decode attention, head_dim % 16 == 0 and <= 128: q in
+ * registers, 16 positions' dot products reduced together, the output
+ * accumulated in registers (the reference's order over positions). K/V rows
+ * are walked block by block of the paged cache. */
+__attribute__((target("avx512f"))) static void
+attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
+                 uint32_t n, const float *q, float *o, float *att, float scale)
+{
+    const moon_kv_cache_t *kv = s->kv;
+    uint32_t               nv = s->m->cfg.head_dim / 16, bt = kv->cfg.block_tokens;
+    size_t                 ld = kv->kv_dim;
+    __m512                 qv[8], ov[8];
+    float                  max = -INFINITY, sum = 0.0f;
+
+    for (uint32_t i = 0; i < nv; i++) {
+        qv[i] = _mm512_loadu_ps(q + 16 * i);
+        ov[i] = _mm512_setzero_ps();
+    }
+    for (uint32_t t0 = 0; t0 < n; t0 += 16) {
+        uint32_t m = MOON_MIN(16, n - t0);
+        __m512   d[16], sc;
+        for (uint32_t j = 0; j < 16; j++) {
+            d[op_hsum_idx[j]] = _mm512_setzero_ps();
+        }
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t     t   = t0 + j;
+            const float *k   = moon_kv_vec(kv, sq, l, 0, t - t % bt) + (size_t)(t % bt) * ld + off;
+            __m512       acc = _mm512_mul_ps(_mm512_loadu_ps(k), qv[0]);
+            for (uint32_t i = 1; i < nv; i++) {
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * i), qv[i], acc);
+            }
+            d[op_hsum_idx[j]] = acc;
+        }
+        sc = _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(att + t0, (__mmask16)((1u << m) - 1), sc);
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        max = att[t] > max ? att[t] : max;
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        att[t] = expf(att[t] - max);
+        sum += att[t];
+    }
+    for (uint32_t t0 = 0; t0 < n; t0 += bt) {
+        const float *v = moon_kv_vec(kv, sq, l, 1, t0) + off;
+        for (uint32_t t = t0; t < MOON_MIN(n, t0 + bt); t++, v += ld) {
+            __m512 a = _mm512_set1_ps(att[t] / sum);
+            for (uint32_t i = 0; i < nv; i++) {
+                ov[i] = _mm512_fmadd_ps(a, _mm512_loadu_ps(v + 16 * i), ov[i]);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < nv; i++) {
+        _mm512_storeu_ps(o + 16 * i, ov[i]);
+    }
+}
+#endif
+
 static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
 {
     const moon_model_config_t *c      = &s->m->cfg;
@@ -775,6 +865,12 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         float               *o   = s->ao + (size_t)bi * c->dim + h * hs;
         float                max = -INFINITY, sum = 0.0f;
 
+#ifdef MOON_X86
+        if (s->nt_isa == 512 && hs % 16 == 0 && hs <= 128) {
+            attn_head_avx512(s, sq, l, kvh * hs, pos + 1, q, o, att, scale);
+            continue;
+        }
+#endif
         for (uint32_t t = 0; t <= pos; t++) {
             const float *k = moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs;
             att[t]         = s->dot_f32(k, q, hs) * scale;
@@ -1108,7 +1204,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
                                           sizeof(float));
-    s->pack  = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 32 * sizeof(float));
+    s->pack  = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
     s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
