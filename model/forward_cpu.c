@@ -788,10 +788,11 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16x16(const __m512 d
                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One (row, head) of decode attention, head_dim % 16 == 0 and <= 128: q in
- * registers, 16 positions' dot products reduced together, the output
- * accumulated in registers (the reference's order over positions). K/V rows
- * are walked block by block of the paged cache. */
+/* One (row, head) of decode attention over positions [0, n), head_dim % 16
+ * == 0 and <= 128: q in registers, 16 positions' dot products reduced
+ * together, softmax with the vector exp, the output accumulated in registers
+ * (the reference's order over positions). K/V rows are walked block by block
+ * of the paged cache (no division per position). */
 __attribute__((target("avx512f"))) static void
 attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
                  uint32_t n, const float *q, float *o, float *att, float scale)
@@ -806,30 +807,47 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
         qv[i] = _mm512_loadu_ps(q + 16 * i);
         ov[i] = _mm512_setzero_ps();
     }
-    for (uint32_t t0 = 0; t0 < n; t0 += 16) {
-        uint32_t m = MOON_MIN(16, n - t0);
-        __m512   d[16], sc;
-        for (uint32_t j = 0; j < 16; j++) {
-            d[op_hsum_idx[j]] = _mm512_setzero_ps();
-        }
-        for (uint32_t j = 0; j < m; j++) {
-            uint32_t     t   = t0 + j;
-            const float *k   = moon_kv_vec(kv, sq, l, 0, t - t % bt) + (size_t)(t % bt) * ld + off;
-            __m512       acc = _mm512_mul_ps(_mm512_loadu_ps(k), qv[0]);
-            for (uint32_t i = 1; i < nv; i++) {
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * i), qv[i], acc);
+    {
+        const float *k  = moon_kv_vec(kv, sq, l, 0, 0) + off; /* position t */
+        uint32_t     tb = 0;                                  /* t % bt */
+        for (uint32_t t0 = 0; t0 < n; t0 += 16) {
+            uint32_t m = MOON_MIN(16, n - t0);
+            __m512   d[16], sc;
+            for (uint32_t j = 0; j < 16; j++) {
+                d[op_hsum_idx[j]] = _mm512_setzero_ps();
             }
-            d[op_hsum_idx[j]] = acc;
+            for (uint32_t j = 0; j < m; j++) {
+                __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(k), qv[0]);
+                for (uint32_t i = 1; i < nv; i++) {
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * i), qv[i], acc);
+                }
+                d[op_hsum_idx[j]] = acc;
+                if (++tb == bt) {
+                    tb = 0;
+                    k  = t0 + j + 1 < n ? moon_kv_vec(kv, sq, l, 0, t0 + j + 1) + off : k;
+                } else {
+                    k += ld;
+                }
+            }
+            sc = _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(att + t0, (__mmask16)((1u << m) - 1), sc);
         }
-        sc = _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(scale));
-        _mm512_mask_storeu_ps(att + t0, (__mmask16)((1u << m) - 1), sc);
     }
-    for (uint32_t t = 0; t < n; t++) {
-        max = att[t] > max ? att[t] : max;
-    }
-    for (uint32_t t = 0; t < n; t++) {
-        att[t] = expf(att[t] - max);
-        sum += att[t];
+    {
+        __m512 mv = _mm512_set1_ps(-INFINITY), sv = _mm512_setzero_ps();
+        for (uint32_t t = 0; t < n; t += 16) {
+            __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
+            mv           = _mm512_mask_max_ps(mv, mk, mv, _mm512_maskz_loadu_ps(mk, att + t));
+        }
+        max = _mm512_reduce_max_ps(mv);
+        for (uint32_t t = 0; t < n; t += 16) {
+            __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
+            __m512    e =
+                exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, att + t), _mm512_set1_ps(max)));
+            _mm512_mask_storeu_ps(att + t, mk, e);
+            sv = _mm512_mask_add_ps(sv, mk, sv, e);
+        }
+        sum = _mm512_reduce_add_ps(sv);
     }
     for (uint32_t t0 = 0; t0 < n; t0 += bt) {
         const float *v = moon_kv_vec(kv, sq, l, 1, t0) + off;
