@@ -4,8 +4,12 @@
  * Encoding uses msgpack-c's packer. Decoding uses a small bounds-checked reader
  * instead of msgpack-c's unpacker: input comes from the wire and may be
  * hostile, and the unpacker sizes its zone from the counts the input claims
- * (a 5-byte header can ask for gigabytes). The reader validates everything
- * against the descriptor first, allocates once, then fills. */
+ * (a 5-byte header can ask for gigabytes). The reader checks every claim
+ * against the input it has, so an allocation is never larger than what the
+ * input bounds: a message type without array fields decodes in one pass into
+ * a message sized from the input's length (a str or bytes field decodes to at
+ * most its encoded size); one with arrays (whose elements may decode to 8
+ * bytes from 1) is validated and measured first, then allocated and filled. */
 #include "msg_internal.h"
 
 #include "moonlet/log.h"
@@ -158,6 +162,17 @@ static int rd_bytes(rd_t *r, size_t n, const uint8_t **out)
     return 0;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define BE16(x) __builtin_bswap16(x)
+#define BE32(x) __builtin_bswap32(x)
+#define BE64(x) __builtin_bswap64(x)
+#else
+#define BE16(x) (x)
+#define BE32(x) (x)
+#define BE64(x) (x)
+#endif
+
+/* A big-endian integer of n = 1, 2, 4 or 8 bytes (msgpack's widths). */
 static int rd_be(rd_t *r, size_t n, uint64_t *v)
 {
     const uint8_t *b;
@@ -165,9 +180,12 @@ static int rd_be(rd_t *r, size_t n, uint64_t *v)
     if (rd_bytes(r, n, &b) != 0) {
         return -1;
     }
-    *v = 0;
-    for (size_t i = 0; i < n; i++) {
-        *v = (*v << 8) | b[i];
+    switch (n) {
+    case 1: *v = b[0]; break;
+    case 2: { uint16_t x; memcpy(&x, b, 2); *v = BE16(x); break; }
+    case 4: { uint32_t x; memcpy(&x, b, 4); *v = BE32(x); break; }
+    case 8: { uint64_t x; memcpy(&x, b, 8); *v = BE64(x); break; }
+    default: return -1;
     }
     return 0;
 }
@@ -330,7 +348,8 @@ static uint32_t span_align(uint32_t kind)
 }
 
 /* One pass over the fields. msg NULL: validate and add up the tail into *tail;
- * else fill msg (input already validated, so reads cannot fail). */
+ * else fill msg, still validating (the caller sized msg for the tail: measured
+ * by a first pass, or bounded by the input's length). */
 static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg, uint64_t *tail)
 {
     uint64_t off = msg != NULL ? d->struct_bytes : 0;
@@ -410,6 +429,16 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
     return 0;
 }
 
+static int has_arrays(const moon_msg_desc_t *d)
+{
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        if (d->fields[i].kind == MOON_FIELD_u32s || d->fields[i].kind == MOON_FIELD_u64s) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_p)
 {
     rd_t                   r = {buf, (const uint8_t *)buf + len};
@@ -429,6 +458,22 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
         return MOON_ERR_INVALID_PARAM;
     }
     fields_start = r;
+    if (!has_arrays(d)) {
+        /* bytes and strs take at least one header byte each (the NUL's room);
+         * 8 per field covers the alignment of what follows */
+        tail = (uint64_t)(r.end - r.p) + 8u * d->n_fields;
+        if (d->struct_bytes + tail <= MOON_MSG_MAX_BYTES) {
+            msg = moon_msg_new_for_decode(d, tail);
+            if (msg == NULL) {
+                return MOON_ERR_NO_MEMORY;
+            }
+            if (decode_fields(&r, d, msg, NULL) != 0 || r.p != r.end) {
+                moon_msg_release(msg);
+                return MOON_ERR_INVALID_PARAM;
+            }
+            goto done;
+        }
+    }
     if (decode_fields(&r, d, NULL, &tail) != 0 || r.p != r.end ||
         d->struct_bytes + tail > MOON_MSG_MAX_BYTES) {
         return MOON_ERR_INVALID_PARAM;
@@ -439,6 +484,7 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
     }
     r = fields_start;
     (void)decode_fields(&r, d, msg, NULL);
+done:
     msg->flags              = (uint16_t)flags;
     msg->src                = src;
     msg->seq                = seq;

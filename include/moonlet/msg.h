@@ -158,8 +158,9 @@ MOON_API moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, siz
                                        size_t *len_p);
 /* Decodes len bytes into a new message owned by the caller. Every malformed,
  * truncated, oversized or trailing-garbage input returns MOON_ERR_INVALID_PARAM
- * and allocates nothing; MOON_ERR_NO_MEMORY if allocation fails. Never reads
- * outside [buf, buf + len). */
+ * and leaves nothing allocated (no allocation is larger than the input
+ * bounds); MOON_ERR_NO_MEMORY if allocation fails. Never reads outside
+ * [buf, buf + len). */
 MOON_API moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_p);
 /* 1 when both messages have the same type, header and field values (spans
  * compared by content). */
