@@ -462,10 +462,10 @@ NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
  * (prefetcht0, spread over the kernel calls), so the weight stream overlaps
  * the FMAs. Each output is one sequential sum over k (the reference's order
  * within a row). */
-#define OP_KC 128   /* k chunk: a packed 32-row F32 panel chunk is 16 KiB */
-#define OP_NB 8     /* batch rows per register block (8 x 2 zmm accumulators) */
-#define OP_PV 3     /* panel rows / 16 */
-#define OP_MIN_B 16 /* below this, the NT kernels (the transpose would not pay) */
+#define OP_KC 128  /* k chunk: a packed 32-row F32 panel chunk is 16 KiB */
+#define OP_NB 8    /* batch rows per register block (8 x 2 zmm accumulators) */
+#define OP_PV 3    /* panel rows / 16 */
+#define OP_MIN_B 4 /* below this, the NT kernels (the transpose would not pay) */
 
 #ifdef MOON_X86
 /* dst[k * ldd + r] = src row r, column k, for a 16 x 16 block of floats. */
