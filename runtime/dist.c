@@ -1,7 +1,10 @@
 /* runtime/dist.c - the distributed runtime above the wire: MPI bootstrap, the
  * transport ops attached to the runtime, per-peer send queues with batching
- * and credit windows, the progress thread, heartbeats and peer loss, the name
- * registry (rank 0), remote monitors/links, bulk-op slicing and tracing.
+ * and credit windows, frames in and out, the progress thread (heartbeats,
+ * credits, peer timeouts), start/stop and tracing. The rest of the runtime
+ * lives beside it, on the state in dist_state.h: remote monitors, links and
+ * peer loss in dist_peers.c, the name registry (rank 0) and placement in
+ * dist_names.c, regions and bulk-op slicing in dist_bulk.c.
  *
  * Threads: senders (any thread) push messages into a per-peer lock-free MPSC
  * queue (the mailbox type) and mark the peer ready; the one progress thread
@@ -17,7 +20,7 @@
  * window. Senders whose peer queue passes one window are muted (Pony-style)
  * on a per-peer gate until the queue drains to half a window. */
 #define _GNU_SOURCE
-#include "dist_internal.h"
+#include "dist_state.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -37,6 +40,8 @@
 MOON_MSG_DEFINE(MOON_DIST_MSGS, moon_dist_msg_descs)
 
 /* ---- wire format ---------------------------------------------------------- */
+/* Frames and records; name ops are in dist_names.c, region descriptors in
+ * dist_bulk.c. */
 #define FRAME_MAGIC 0x4d44u /* "MD" */
 enum {
     FRAME_BATCH     = 1, /* records */
@@ -61,129 +66,11 @@ typedef struct {
 } rec_hdr_t;
 _Static_assert(sizeof(rec_hdr_t) == 32, "record header size changed");
 
-enum { NAME_OP_REGISTER = 1, NAME_OP_QUERY = 2 };
-
-#define DESC_MAGIC 0x4d524547u /* "MREG" */
-typedef struct {
-    uint32_t magic, rank;
-    uint64_t addr, len;
-    uint32_t rkey_len, pad;
-} region_desc_t;
-_Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
-
-/* ---- state ---------------------------------------------------------------- */
+/* ---- state (the structs: dist_state.h) ----------------------------------- */
 #define SPIN_PASSES     256 /* idle passes (yielding after the first few) before sleeping */
 #define TICK_NS         (5 * 1000 * 1000ull)
 #define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
-#define SLICES_INFLIGHT 4
-#define SLICES_PER_PASS 2
 #define BUF_POOL_MAX    64
-
-typedef struct {
-    moon_mailbox_t   q;              /* outgoing messages (env->dst = address) */
-    _Atomic uint32_t queued;         /* pushed, not yet framed */
-    _Atomic int      down;
-    moon_actor_t    *gate;           /* senders muted while the queue is long */
-    uint32_t         credits;        /* sender side: messages we may still send */
-    int              stalled;        /* queue non-empty, no credits */
-    uint32_t         owed;           /* receiver side: credits to return */
-    uint32_t         held;           /* withheld while held_addr is overloaded */
-    moon_addr_t      held_addr;
-    _Atomic int      goodbye;        /* peer said goodbye: silence is fine (read by stop) */
-    uint64_t         last_rx_ns, last_tx_ns;
-} dist_peer_t;
-
-typedef struct monitor_rec {
-    moon_addr_t watcher, target;
-    uint64_t    ref;
-    int         is_link;
-} monitor_rec_t;
-
-typedef struct name_rec {
-    struct name_rec *next;
-    moon_addr_t      addr;
-    char             name[];
-} name_rec_t;
-
-typedef struct waiter {
-    struct waiter *next;
-    uint64_t       cookie;
-    int            done;
-    moon_status_t  status;
-    moon_addr_t    addr;
-} waiter_t;
-
-struct moon_dist_region {
-    uint32_t rank; /* the registering process */
-    void  *addr;
-    size_t len;
-    void  *memh;
-    void  *rkey;
-    size_t rkey_len;
-    int    heap; /* addr is ours, from the heap: freed with the region */
-};
-
-struct moon_dist {
-    moon_dist_config_t       cfg;
-    uint32_t                 rank, size;
-    int                      mpi_ours;   /* we called MPI_Init_thread */
-    int                      use_mpi;
-    MPI_Comm                 comm;
-    const dist_engine_ops_t *eng;
-    void                    *eng_ctx;
-    moon_runtime_t          *rt;
-    dist_peer_t             *peers;
-    int                      started;
-
-    /* progress thread; idle workers run the same passes (worker_poll) */
-    pthread_t        thread;
-    _Atomic int      progress_busy; /* held for a pass: the progress state below */
-    _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
-    _Atomic int      napping;        /* progress thread defers to polling workers */
-    _Atomic int      stop_req;
-    _Atomic int      sleeping;
-    int              wake_fd;
-    _Atomic uint64_t *ready;   /* one bit per peer */
-    uint32_t         n_ready_words;
-    dist_buf_t      *buf_pool;
-    uint32_t         n_pool;
-    uint64_t         next_tick_ns, last_tick_ns;
-    _Atomic uint64_t hb_ns;          /* set by moon_dist_stop while progress runs */
-    uint32_t         spin_passes; /* idle passes before sleeping (env MOON_DIST_SPIN) */
-    _Atomic int      saying_goodbye;
-
-    /* commands from other threads: bulk ops, raw frames */
-    pthread_mutex_t  cmd_lock;
-    bulk_op_t       *cmd_bulk;
-    dist_buf_t      *cmd_raw;
-    _Atomic int      cmd_pending;
-    bulk_op_t       *active;   /* progress thread */
-    uint32_t         n_held;   /* peers with withheld credits */
-    moon_addr_t      tgt_addr; /* last target: deliveries (all peers) vs. its progress */
-    uint64_t         tgt_base, tgt_delivered;
-    uint32_t         n_open;   /* active ops not yet finished */
-    uint64_t         next_op_id;
-
-    /* remote monitors and links, name registry, waiters */
-    pthread_mutex_t  lock;
-    monitor_rec_t   *mons;
-    uint32_t         n_mons, cap_mons;
-    moon_addr_t     *watchers;
-    uint32_t         n_watchers, cap_watchers;
-    name_rec_t      *names;    /* rank 0: the registry */
-    waiter_t        *waiters;
-    uint64_t         next_cookie;
-    pthread_cond_t   cond;
-    _Atomic uint64_t any_down;
-
-    FILE            *trace;
-    _Atomic int      logged_bad_frame, logged_bad_msg, logged_stale;
-
-    struct {
-        _Atomic uint64_t sent, received, frames_sent, frames_received, bad_frames, bad_msgs, stale,
-            credit_stalls, gate_mutes, peers_lost, bulk_done, bulk_bytes;
-    } st;
-};
 
 static uint64_t now_ns(void)
 {
@@ -424,7 +311,7 @@ static dist_buf_t *buf_get(moon_dist_t *d, uint32_t peer, size_t need)
     return b;
 }
 
-static void buf_put(moon_dist_t *d, dist_buf_t *b)
+void dist_buf_put(moon_dist_t *d, dist_buf_t *b)
 {
     if (b->big || d->n_pool >= BUF_POOL_MAX) {
         moon_free(b);
@@ -440,7 +327,7 @@ void dist_frame_done(moon_dist_t *d, dist_buf_t *buf, moon_status_t status)
     if (status != MOON_OK && moon_status_is_peer(status)) {
         dist_peer_failed(d, buf->peer, status);
     }
-    buf_put(d, buf);
+    dist_buf_put(d, buf);
 }
 
 static void frame_begin(moon_dist_t *d, dist_buf_t *b, uint32_t kind)
@@ -459,7 +346,7 @@ static void frame_send(moon_dist_t *d, dist_buf_t *b, uint32_t n_records)
     moon_status_t status;
 
     if (atomic_load_explicit(&p->down, memory_order_relaxed)) {
-        buf_put(d, b);
+        dist_buf_put(d, b);
         return;
     }
     h->credits   = p->owed;
@@ -473,7 +360,7 @@ static void frame_send(moon_dist_t *d, dist_buf_t *b, uint32_t n_records)
         if (moon_status_is_peer(status)) {
             dist_peer_failed(d, b->peer, status);
         }
-        buf_put(d, b);
+        dist_buf_put(d, b);
     }
 }
 
@@ -504,7 +391,7 @@ moon_status_t dist_send_engine_frame(moon_dist_t *d, uint32_t r, uint32_t kind, 
 }
 
 /* ---- wake-ups ------------------------------------------------------------- */
-static void wake(moon_dist_t *d)
+void dist_wake(moon_dist_t *d)
 {
     uint64_t one = 1;
 
@@ -531,78 +418,6 @@ static void trace_msg(moon_dist_t *d, const char *dir, moon_addr_t to, const moo
             (unsigned long long)now_ns());
 }
 
-/* ---- remote monitors and links -------------------------------------------- */
-static void mons_add(moon_dist_t *d, moon_addr_t watcher, moon_addr_t target, uint64_t ref,
-                     int is_link)
-{
-    pthread_mutex_lock(&d->lock);
-    if (d->n_mons == d->cap_mons) {
-        uint32_t       cap = d->cap_mons ? d->cap_mons * 2 : 16;
-        monitor_rec_t *m   = moon_realloc(d->mons, cap * sizeof(*m));
-        if (m == NULL) {
-            pthread_mutex_unlock(&d->lock);
-            MOON_ERROR("no memory to track a remote monitor");
-            return;
-        }
-        d->mons     = m;
-        d->cap_mons = cap;
-    }
-    d->mons[d->n_mons++] = (monitor_rec_t){watcher, target, ref, is_link};
-    pthread_mutex_unlock(&d->lock);
-}
-
-static void mons_remove(moon_dist_t *d, moon_addr_t watcher, moon_addr_t target, int is_link)
-{
-    pthread_mutex_lock(&d->lock);
-    for (uint32_t i = 0; i < d->n_mons; i++) {
-        if (d->mons[i].watcher == watcher && d->mons[i].target == target &&
-            d->mons[i].is_link == is_link) {
-            d->mons[i] = d->mons[--d->n_mons];
-            i--;
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-}
-
-/* Outgoing system messages that set up a remote watch. */
-static void note_sys_tx(moon_dist_t *d, moon_addr_t to, const moon_msg_hdr_t *msg)
-{
-    if (msg->src == MOON_ADDR_NONE) {
-        return;
-    }
-    if (msg->type == MOON_MSG_SYS_MONITOR) {
-        mons_add(d, msg->src, to, ((const moon_sys_monitor_t *)msg)->ref, 0);
-    } else if (msg->type == MOON_MSG_SYS_LINK) {
-        if (((const moon_sys_link_t *)msg)->unlink) {
-            mons_remove(d, msg->src, to, 1);
-        } else {
-            mons_add(d, msg->src, to, 0, 1);
-        }
-    }
-}
-
-/* Incoming system messages that set up or end a remote watch. */
-static void note_sys_rx(moon_dist_t *d, moon_addr_t to, const moon_msg_hdr_t *msg)
-{
-    switch (msg->type) {
-    case MOON_MSG_SYS_LINK:
-        if (((const moon_sys_link_t *)msg)->unlink) {
-            mons_remove(d, to, msg->src, 1);
-        } else {
-            mons_add(d, to, msg->src, 0, 1);
-        }
-        break;
-    case MOON_MSG_SYS_DOWN:
-        mons_remove(d, to, ((const moon_sys_down_t *)msg)->actor, 0);
-        break;
-    case MOON_MSG_SYS_EXIT:
-        mons_remove(d, to, ((const moon_sys_exit_t *)msg)->actor, 1);
-        break;
-    default:
-        break;
-    }
-}
-
 /* ---- the transport seam ---------------------------------------------------- */
 /* Mutes the sending actor (the one whose turn is running this send) on the
  * peer's gate, as actor.c does for an overloaded local receiver. */
@@ -625,7 +440,7 @@ static void gate_close(moon_dist_t *d, dist_peer_t *p, const moon_msg_hdr_t *msg
 }
 
 /* Reopens a gate: the senders muted on it run again (actor.c unmute_all). */
-static void gate_open(dist_peer_t *p)
+void dist_gate_open(dist_peer_t *p)
 {
     moon_actor_t *g = p->gate, *list;
 
@@ -643,7 +458,7 @@ static void gate_open(dist_peer_t *p)
 }
 
 /* Queues msg for rank r; ownership moves to the queue. */
-static void enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg)
+void dist_enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     dist_peer_t *p = &d->peers[r];
 
@@ -651,7 +466,7 @@ static void enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *
     atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
     if (moon_mailbox_push(&p->q, moon_msg_env(msg))) {
         mark_ready(d, r);
-        wake(d);
+        dist_wake(d);
     }
 }
 
@@ -669,9 +484,9 @@ static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
         return MOON_ERR_PEER_LOST;
     }
     if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
-        note_sys_tx(d, to, msg);
+        dist_note_sys_tx(d, to, msg);
     }
-    enqueue(d, r, to, msg);
+    dist_enqueue(d, r, to, msg);
     if (MOON_UNLIKELY(atomic_load_explicit(&p->queued, memory_order_relaxed) >
                       d->cfg.credits)) {
         gate_close(d, p, msg);
@@ -700,7 +515,7 @@ static void send_error_reply(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec,
     e->orig_seq  = rec->seq;
     e->hdr.src   = rec->to;
     e->hdr.flags = MOON_MSG_F_SYSTEM;
-    enqueue(d, r, rec->src, &e->hdr);
+    dist_enqueue(d, r, rec->src, &e->hdr);
 }
 
 /* ---- sending: drain ready peers into frames ------------------------------- */
@@ -768,13 +583,13 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
         if (n_rec > 0) {
             frame_send(d, b, n_rec);
         } else {
-            buf_put(d, b);
+            dist_buf_put(d, b);
         }
     }
     atomic_fetch_add_explicit(&d->st.sent, n, memory_order_relaxed);
     if (atomic_load_explicit(&p->gate->overloaded, memory_order_relaxed) &&
         atomic_load_explicit(&p->queued, memory_order_relaxed) <= d->cfg.credits / 2) {
-        gate_open(p);
+        dist_gate_open(p);
     }
     if (empty) {
         if (!moon_mailbox_mark_empty(&p->q)) {
@@ -813,22 +628,6 @@ static void log_once(_Atomic int *flag, const char *what, uint32_t r, moon_statu
         MOON_WARN("dropped %s from rank %u: %s (counted; logged once)", what, r,
                   moon_status_str(status));
     }
-}
-
-static void names_handle(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg);
-
-static void wake_waiter(moon_dist_t *d, uint64_t cookie, moon_status_t status, moon_addr_t addr)
-{
-    pthread_mutex_lock(&d->lock);
-    for (waiter_t *w = d->waiters; w != NULL; w = w->next) {
-        if (w->cookie == cookie) {
-            w->done   = 1;
-            w->status = status;
-            w->addr   = addr;
-        }
-    }
-    pthread_cond_broadcast(&d->cond);
-    pthread_mutex_unlock(&d->lock);
 }
 
 /* Counts a delivery to `to` and says whether it is under pressure: flagged
@@ -889,18 +688,13 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
     }
     atomic_fetch_add_explicit(&d->st.received, 1, memory_order_relaxed);
     if (rec->to == MOON_ADDR_NONE) { /* for the transport itself */
-        if (msg->type == MOON_MSG_DIST_NAME_OP) {
-            names_handle(d, r, msg);
-        } else if (msg->type == MOON_MSG_DIST_NAME_REPLY) {
-            const moon_dist_name_reply_t *m = (const moon_dist_name_reply_t *)msg;
-            wake_waiter(d, m->cookie, m->status, m->addr);
-        }
+        dist_names_on_msg(d, r, msg);
         moon_msg_release(msg);
         p->owed++;
         return;
     }
     if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
-        note_sys_rx(d, rec->to, msg);
+        dist_note_sys_rx(d, rec->to, msg);
     }
     status = moon_runtime_deliver_remote(d->rt, rec->to, msg);
     if (status != MOON_OK) {
@@ -915,7 +709,7 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
                     m->ref       = ((const moon_sys_monitor_t *)msg)->ref;
                     m->hdr.src   = rec->to;
                     m->hdr.flags = MOON_MSG_F_SYSTEM;
-                    enqueue(d, r, rec->src, &m->hdr);
+                    dist_enqueue(d, r, rec->src, &m->hdr);
                 }
             } else if (!((const moon_sys_link_t *)msg)->unlink) {
                 moon_sys_exit_t *m = moon_msg_new(MOON_MSG_SYS_EXIT, 0);
@@ -924,7 +718,7 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
                     m->reason    = MOON_ERR_NO_ACTOR;
                     m->hdr.src   = rec->to;
                     m->hdr.flags = MOON_MSG_F_SYSTEM;
-                    enqueue(d, r, rec->src, &m->hdr);
+                    dist_enqueue(d, r, rec->src, &m->hdr);
                 }
             }
         } else {
@@ -1015,830 +809,6 @@ bad:
              MOON_ERR_INVALID_PARAM);
 }
 
-/* ---- names ---------------------------------------------------------------- */
-/* Sends an internal message (to == NONE: the transport of rank r). */
-static moon_status_t send_internal(moon_dist_t *d, uint32_t r, moon_addr_t to,
-                                   moon_msg_hdr_t *msg)
-{
-    msg->src = addr_make(d->rank, 0, 0);
-    msg->seq = 0;
-    if (r == d->rank) {
-        if (to == MOON_ADDR_NONE) {
-            return MOON_ERR_INVALID_PARAM;
-        }
-        return moon_runtime_deliver_remote(d->rt, to, msg);
-    }
-    if (atomic_load(&d->peers[r].down)) {
-        return MOON_ERR_PEER_LOST;
-    }
-    enqueue(d, r, to, msg);
-    return MOON_OK;
-}
-
-static moon_status_t registry_lookup(moon_dist_t *d, const char *name, moon_addr_t *addr_p)
-{
-    moon_status_t status = MOON_ERR_NOT_FOUND;
-
-    pthread_mutex_lock(&d->lock);
-    for (name_rec_t *n = d->names; n != NULL; n = n->next) {
-        if (strcmp(n->name, name) == 0) {
-            *addr_p = n->addr;
-            status  = MOON_OK;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    return status;
-}
-
-static void registry_add(moon_dist_t *d, const char *name, moon_addr_t addr)
-{
-    size_t      len = strlen(name);
-    name_rec_t *n;
-
-    pthread_mutex_lock(&d->lock);
-    for (n = d->names; n != NULL; n = n->next) {
-        if (strcmp(n->name, name) == 0) {
-            n->addr = addr; /* the latest registration wins */
-            pthread_mutex_unlock(&d->lock);
-            return;
-        }
-    }
-    n = moon_malloc(sizeof(*n) + len + 1);
-    if (n != NULL) {
-        n->addr = addr;
-        memcpy(n->name, name, len + 1);
-        n->next  = d->names;
-        d->names = n;
-    }
-    pthread_mutex_unlock(&d->lock);
-}
-
-static void reply_name(moon_dist_t *d, uint32_t r, moon_addr_t reply_to, uint64_t cookie,
-                       moon_status_t status, moon_addr_t addr)
-{
-    moon_dist_name_reply_t *m = moon_msg_new(MOON_MSG_DIST_NAME_REPLY, 0);
-
-    if (m == NULL) {
-        return;
-    }
-    m->cookie = cookie;
-    m->status = status;
-    m->addr   = addr;
-    if (reply_to == MOON_ADDR_NONE && r == d->rank) {
-        wake_waiter(d, cookie, status, addr);
-        moon_msg_release(&m->hdr);
-        return;
-    }
-    if (send_internal(d, reply_to != MOON_ADDR_NONE ? moon_addr_rank(reply_to) : r, reply_to,
-                      &m->hdr) != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-}
-
-/* Rank 0 (or a local call there): register or query. */
-static void names_handle(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg)
-{
-    const moon_dist_name_op_t *op   = (const moon_dist_name_op_t *)msg;
-    const char                *name = MOON_SPAN_PTR(op, op->name);
-    moon_addr_t                addr = MOON_ADDR_NONE;
-    moon_status_t              status;
-
-    if (op->name.n == 0) {
-        return;
-    }
-    if (op->op == NAME_OP_REGISTER) {
-        registry_add(d, name, op->addr);
-    } else if (op->op == NAME_OP_QUERY) {
-        status = registry_lookup(d, name, &addr);
-        reply_name(d, r, op->reply_to, op->cookie, status, addr);
-    }
-}
-
-static moon_status_t name_op(moon_dist_t *d, uint32_t op, const char *name, moon_addr_t addr,
-                             moon_addr_t reply_to, uint64_t cookie)
-{
-    moon_dist_name_op_t *m = moon_msg_new(MOON_MSG_DIST_NAME_OP, strlen(name) + 1);
-    moon_status_t        status;
-
-    if (m == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    m->op       = op;
-    m->cookie   = cookie;
-    m->addr     = addr;
-    m->reply_to = reply_to;
-    moon_msg_set_str(m, &m->name, name);
-    if (d->rank == 0 || d->rt == NULL) {
-        names_handle(d, d->rank, &m->hdr);
-        moon_msg_release(&m->hdr);
-        return MOON_OK;
-    }
-    status = send_internal(d, 0, MOON_ADDR_NONE, &m->hdr);
-    if (status != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-    return status;
-}
-
-moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr)
-{
-    moon_status_t status;
-
-    if (d == NULL || d->rt == NULL || name == NULL || name[0] == '\0') {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = moon_register(d->rt, name, addr);
-    if (status != MOON_OK) {
-        return status;
-    }
-    return name_op(d, NAME_OP_REGISTER, name, addr, MOON_ADDR_NONE, 0);
-}
-
-moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name, moon_addr_t reply_to,
-                                      uint64_t cookie)
-{
-    moon_addr_t addr;
-
-    if (d == NULL || d->rt == NULL || name == NULL || reply_to == MOON_ADDR_NONE) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (moon_whereis(d->rt, name, &addr) == MOON_OK) {
-        reply_name(d, d->rank, reply_to, cookie, MOON_OK, addr);
-        return MOON_OK;
-    }
-    return name_op(d, NAME_OP_QUERY, name, MOON_ADDR_NONE, reply_to, cookie);
-}
-
-moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeout_ns,
-                                moon_addr_t *addr_p)
-{
-    waiter_t        w = {0};
-    moon_status_t   status;
-    struct timespec dl;
-    uint64_t        t;
-
-    if (d == NULL || d->rt == NULL || name == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (moon_whereis(d->rt, name, addr_p) == MOON_OK) {
-        return MOON_OK;
-    }
-    if (d->rank == 0) {
-        return registry_lookup(d, name, addr_p);
-    }
-    pthread_mutex_lock(&d->lock);
-    w.cookie   = ++d->next_cookie;
-    w.next     = d->waiters;
-    d->waiters = &w;
-    pthread_mutex_unlock(&d->lock);
-    status = name_op(d, NAME_OP_QUERY, name, MOON_ADDR_NONE, MOON_ADDR_NONE, w.cookie);
-    clock_gettime(CLOCK_REALTIME, &dl);
-    t        = (uint64_t)dl.tv_nsec + (timeout_ns ? timeout_ns : 5000000000ull);
-    dl.tv_sec += (time_t)(t / 1000000000ull);
-    dl.tv_nsec = (long)(t % 1000000000ull);
-    pthread_mutex_lock(&d->lock);
-    while (status == MOON_OK && !w.done) {
-        if (pthread_cond_timedwait(&d->cond, &d->lock, &dl) == ETIMEDOUT) {
-            status = MOON_ERR_TIMED_OUT;
-        }
-    }
-    for (waiter_t **pw = &d->waiters; *pw != NULL; pw = &(*pw)->next) {
-        if (*pw == &w) {
-            *pw = w.next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&d->lock);
-    if (status == MOON_OK) {
-        status = w.status;
-        if (status == MOON_OK) {
-            *addr_p = w.addr;
-        }
-    }
-    return status;
-}
-
-/* ---- placement ------------------------------------------------------------ */
-/* Parses "a,b-c,..." into ranks (at most cap); returns the count or -1. */
-static int parse_ranks(const char *s, const char *end, uint32_t n_ranks, uint32_t *out,
-                       uint32_t cap)
-{
-    int n = 0;
-
-    while (s < end) {
-        char         *next;
-        unsigned long a, b;
-
-        while (s < end && (*s == ' ' || *s == ',')) {
-            s++;
-        }
-        if (s == end) {
-            break;
-        }
-        a = strtoul(s, &next, 10);
-        if (next == s || next > end) {
-            return -1;
-        }
-        b = a;
-        s = next;
-        if (s < end && *s == '-') {
-            b = strtoul(s + 1, &next, 10);
-            if (next == s + 1 || next > end || b < a) {
-                return -1;
-            }
-            s = next;
-        }
-        for (unsigned long r = a; r <= b; r++) {
-            if (r >= n_ranks || (uint32_t)n >= cap) {
-                return -1;
-            }
-            out[n++] = (uint32_t)r;
-        }
-        while (s < end && *s == ' ') {
-            s++;
-        }
-        if (s < end && *s != ',') {
-            return -1;
-        }
-    }
-    return n;
-}
-
-moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ranks,
-                              uint32_t *rank_p)
-{
-    const char *cur = spec, *slash;
-    int         best = -1; /* 2: exact, 1 + prefix length: prefix */
-    size_t      best_len = 0;
-    uint32_t    best_rank = 0, ranks[256];
-    uint64_t    index = 0;
-
-    if (spec == NULL || name == NULL || rank_p == NULL || n_ranks == 0) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    slash = strrchr(name, '/');
-    if (slash != NULL && slash[1] != '\0') {
-        char *end;
-        index = strtoull(slash + 1, &end, 10);
-        if (*end != '\0') {
-            index = 0;
-        }
-    }
-    while (*cur != '\0') {
-        const char *end = cur + strcspn(cur, ";\n"), *eq;
-        const char *p0 = cur, *p1;
-        int         n;
-
-        while (p0 < end && *p0 == ' ') {
-            p0++;
-        }
-        eq = memchr(p0, '=', (size_t)(end - p0));
-        if (eq == NULL) {
-            for (const char *c = p0; c < end; c++) {
-                if (*c != ' ' && *c != '\r' && *c != '\t') {
-                    return MOON_ERR_INVALID_PARAM;
-                }
-            }
-        } else {
-            p1 = eq;
-            while (p1 > p0 && p1[-1] == ' ') {
-                p1--;
-            }
-            n = parse_ranks(eq + 1, end, n_ranks, ranks, MOON_ARRAY_SIZE(ranks));
-            if (n <= 0) {
-                return MOON_ERR_INVALID_PARAM;
-            }
-            if ((size_t)(p1 - p0) == strlen(name) && memcmp(p0, name, (size_t)(p1 - p0)) == 0) {
-                *rank_p = ranks[index % (uint64_t)n];
-                return MOON_OK; /* exact match wins */
-            }
-            if (p1 > p0 && p1[-1] == '*' && (size_t)(p1 - p0 - 1) <= strlen(name) &&
-                memcmp(p0, name, (size_t)(p1 - p0 - 1)) == 0 &&
-                (best < 0 || (size_t)(p1 - p0 - 1) > best_len)) {
-                best      = 1;
-                best_len  = (size_t)(p1 - p0 - 1);
-                best_rank = ranks[index % (uint64_t)n];
-            }
-        }
-        cur = *end != '\0' ? end + 1 : end;
-    }
-    if (best < 0) {
-        return MOON_ERR_NOT_FOUND;
-    }
-    *rank_p = best_rank;
-    return MOON_OK;
-}
-
-/* ---- peer loss ------------------------------------------------------------ */
-static void deliver_sys(moon_dist_t *d, moon_addr_t to, moon_addr_t src, moon_msg_hdr_t *m)
-{
-    m->src   = src;
-    m->flags = MOON_MSG_F_SYSTEM;
-    if (moon_runtime_deliver_remote(d->rt, to, m) != MOON_OK) {
-        moon_msg_release(m);
-    }
-}
-
-static void send_peer_down(moon_dist_t *d, moon_addr_t to, uint32_t r, moon_status_t reason)
-{
-    moon_sys_peer_down_t *m = moon_msg_new(MOON_MSG_SYS_PEER_DOWN, 0);
-
-    if (m != NULL) {
-        m->rank   = r;
-        m->reason = reason;
-        deliver_sys(d, to, MOON_ADDR_NONE, &m->hdr);
-    }
-}
-
-static void fail_queue(moon_dist_t *d, uint32_t r)
-{
-    dist_peer_t    *p = &d->peers[r];
-    moon_msg_env_t *env;
-
-    /* own the queue: claim it if idle (else it is already scheduled, i.e. ours) */
-    (void)moon_mailbox_claim(&p->q);
-    do {
-        while ((env = moon_mailbox_pop(&p->q)) != NULL) {
-            moon_msg_hdr_t *msg = moon_env_msg(env);
-            atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
-            if (msg->src != MOON_ADDR_NONE && moon_addr_rank(msg->src) == d->rank &&
-                msg->type != MOON_MSG_SYS_ERROR && !(msg->flags & MOON_MSG_F_SYSTEM)) {
-                moon_sys_error_t *e = moon_msg_new(MOON_MSG_SYS_ERROR, 0);
-                if (e != NULL) {
-                    e->orig_type = msg->type;
-                    e->status    = MOON_ERR_PEER_LOST;
-                    e->orig_seq  = msg->seq;
-                    deliver_sys(d, msg->src, env->dst, &e->hdr);
-                }
-            }
-        }
-    } while (!moon_mailbox_mark_empty(&p->q));
-    if (atomic_load_explicit(&p->gate->overloaded, memory_order_relaxed)) {
-        gate_open(p);
-    }
-}
-
-static void finish_op(moon_dist_t *d, bulk_op_t *op);
-
-void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
-{
-    dist_peer_t   *p = &d->peers[r];
-    monitor_rec_t *lost = NULL;
-    moon_addr_t   *notify = NULL;
-    uint32_t       n_lost = 0, n_notify = 0;
-
-    if (r >= d->size || r == d->rank || atomic_exchange(&p->down, 1)) {
-        return;
-    }
-    if (p->goodbye) {
-        /* it said goodbye: its connection closing is no loss */
-        d->eng->peer_lost(d, r);
-        return;
-    }
-    atomic_fetch_add(&d->st.peers_lost, 1);
-    atomic_fetch_add(&d->any_down, 1);
-    MOON_WARN("rank %u lost: %s", r, moon_status_str(reason));
-    d->eng->peer_lost(d, r);
-    fail_queue(d, r);
-    for (bulk_op_t *op = d->active; op != NULL; op = op->next) {
-        if (op->peer == r && !op->finished) {
-            op->status = MOON_ERR_PEER_LOST;
-            finish_op(d, op);
-        }
-    }
-    /* monitors and links of actors on r, and every watcher */
-    pthread_mutex_lock(&d->lock);
-    lost   = moon_malloc(sizeof(*lost) * (d->n_mons + 1));
-    notify = moon_malloc(sizeof(*notify) * (d->n_mons + d->n_watchers + 1));
-    if (lost != NULL && notify != NULL) {
-        for (uint32_t i = 0; i < d->n_mons; i++) {
-            if (moon_addr_rank(d->mons[i].target) == r) {
-                lost[n_lost++] = d->mons[i];
-                d->mons[i]     = d->mons[--d->n_mons];
-                i--;
-            }
-        }
-        for (uint32_t i = 0; i < d->n_watchers; i++) {
-            notify[n_notify++] = d->watchers[i];
-        }
-    }
-    for (waiter_t *w = d->waiters; w != NULL && r == 0; w = w->next) {
-        w->done   = 1;
-        w->status = MOON_ERR_PEER_LOST;
-    }
-    pthread_cond_broadcast(&d->cond);
-    pthread_mutex_unlock(&d->lock);
-    if (lost == NULL || notify == NULL) {
-        MOON_ERROR("no memory to notify monitors of rank %u", r);
-    }
-    for (uint32_t i = 0; i < n_lost; i++) {
-        int seen = 0;
-        if (lost[i].is_link) {
-            moon_sys_exit_t *m = moon_msg_new(MOON_MSG_SYS_EXIT, 0);
-            if (m != NULL) {
-                m->actor  = lost[i].target;
-                m->reason = MOON_ERR_PEER_LOST;
-                deliver_sys(d, lost[i].watcher, lost[i].target, &m->hdr);
-            }
-        } else {
-            moon_sys_down_t *m = moon_msg_new(MOON_MSG_SYS_DOWN, 0);
-            if (m != NULL) {
-                m->actor  = lost[i].target;
-                m->reason = MOON_ERR_PEER_LOST;
-                m->ref    = lost[i].ref;
-                deliver_sys(d, lost[i].watcher, lost[i].target, &m->hdr);
-            }
-        }
-        for (uint32_t j = 0; j < n_notify; j++) {
-            seen |= notify[j] == lost[i].watcher;
-        }
-        if (!seen) {
-            notify[n_notify++] = lost[i].watcher;
-        }
-    }
-    for (uint32_t i = 0; i < n_notify; i++) {
-        send_peer_down(d, notify[i], r, reason);
-    }
-    moon_free(lost);
-    moon_free(notify);
-}
-
-moon_status_t moon_dist_watch_peers(moon_dist_t *d, moon_addr_t watcher)
-{
-    moon_status_t status = MOON_OK;
-
-    pthread_mutex_lock(&d->lock);
-    if (d->n_watchers == d->cap_watchers) {
-        uint32_t     cap = d->cap_watchers ? d->cap_watchers * 2 : 8;
-        moon_addr_t *w   = moon_realloc(d->watchers, cap * sizeof(*w));
-        if (w == NULL) {
-            status = MOON_ERR_NO_MEMORY;
-        } else {
-            d->watchers     = w;
-            d->cap_watchers = cap;
-        }
-    }
-    if (status == MOON_OK) {
-        d->watchers[d->n_watchers++] = watcher;
-    }
-    pthread_mutex_unlock(&d->lock);
-    /* Ranks already lost are reported too, so a late watcher misses none. A
-     * loss racing with this call may be reported twice, never not at all:
-     * dist_peer_failed marks the rank down before it reads the watchers. */
-    for (uint32_t r = 0; status == MOON_OK && d->peers != NULL && r < d->size; r++) {
-        if (r != d->rank && atomic_load(&d->peers[r].down)) {
-            send_peer_down(d, watcher, r, MOON_ERR_PEER_LOST);
-        }
-    }
-    return status;
-}
-
-/* ---- bulk ----------------------------------------------------------------- */
-moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
-                                        moon_dist_region_t **reg_p)
-{
-    moon_dist_region_t *reg;
-    moon_status_t       status;
-
-    if (d == NULL || addr == NULL || len == 0 || reg_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    reg = moon_calloc(1, sizeof(*reg));
-    if (reg == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    reg->rank = d->rank;
-    reg->addr = addr;
-    reg->len  = len;
-    if (d->eng != NULL) {
-        status = d->eng->mem_map(d, addr, len, &reg->memh, &reg->rkey, &reg->rkey_len);
-        if (status != MOON_OK) {
-            moon_free(reg);
-            return status;
-        }
-    }
-    *reg_p = reg;
-    return MOON_OK;
-}
-
-moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
-                                     moon_dist_region_t **reg_p)
-{
-    moon_dist_region_t *reg;
-    moon_status_t       status;
-
-    if (d == NULL || len == 0 || addr_p == NULL || reg_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (d->eng == NULL || d->eng->mem_alloc == NULL) {
-        void *addr = moon_aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
-
-        if (addr == NULL) {
-            return MOON_ERR_NO_MEMORY;
-        }
-        status = moon_dist_region_register(d, addr, len, reg_p);
-        if (status != MOON_OK) {
-            moon_free(addr);
-            return status;
-        }
-        (*reg_p)->heap = 1;
-        *addr_p        = addr;
-        return MOON_OK;
-    }
-    reg = moon_calloc(1, sizeof(*reg));
-    if (reg == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    status = d->eng->mem_alloc(d, len, &reg->addr, &reg->memh, &reg->rkey, &reg->rkey_len);
-    if (status != MOON_OK) {
-        moon_free(reg);
-        return status;
-    }
-    reg->rank = d->rank;
-    reg->len  = len;
-    *addr_p   = reg->addr;
-    *reg_p    = reg;
-    return MOON_OK;
-}
-
-void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
-{
-    if (reg == NULL) {
-        return;
-    }
-    if (d->eng != NULL) {
-        d->eng->mem_unmap(d, reg->memh, reg->rkey);
-    }
-    if (reg->heap) {
-        moon_free(reg->addr);
-    }
-    moon_free(reg);
-}
-
-size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
-{
-    return sizeof(region_desc_t) + reg->rkey_len;
-}
-
-/* A region descriptor is only meaningful inside one job. */
-moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
-{
-    region_desc_t h = {DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
-                       (uint32_t)reg->rkey_len, 0};
-    char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
-                                            1, 0);
-
-    if (out == NULL) {
-        return MOON_ERR_NO_RESOURCE;
-    }
-    memcpy(out, &h, sizeof(h));
-    if (reg->rkey_len > 0) {
-        memcpy(out + sizeof(h), reg->rkey, reg->rkey_len);
-    }
-    return MOON_OK;
-}
-
-static void send_bulk_done(moon_dist_t *d, moon_addr_t to, uint64_t cookie, moon_status_t status,
-                           uint64_t bytes)
-{
-    moon_dist_bulk_done_t *m = moon_msg_new(MOON_MSG_DIST_BULK_DONE, 0);
-
-    if (m == NULL) {
-        MOON_ERROR("no memory for a bulk completion to %llx", (unsigned long long)to);
-        return;
-    }
-    m->cookie = cookie;
-    m->status = status;
-    m->bytes  = bytes;
-    if (moon_runtime_send(d->rt, to, &m->hdr) != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-}
-
-static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
-                                 moon_dist_region_t *local_reg, const void *desc, size_t desc_len,
-                                 uint64_t remote_off, size_t len, moon_addr_t reply_to,
-                                 uint64_t cookie)
-{
-    region_desc_t h;
-    bulk_op_t    *op;
-
-    if (d == NULL || d->rt == NULL || desc == NULL || desc_len < sizeof(h) ||
-        (local == NULL && len > 0)) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    memcpy(&h, desc, sizeof(h));
-    if (h.magic != DESC_MAGIC || desc_len != sizeof(h) + h.rkey_len || h.rank >= d->size ||
-        remote_off > h.len || len > h.len - remote_off) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (local_reg != NULL && ((char *)local < (char *)local_reg->addr ||
-                              (char *)local + len > (char *)local_reg->addr + local_reg->len)) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (h.rank == d->rank || len == 0) { /* same process: a plain copy */
-        char *remote = (char *)(uintptr_t)h.addr + remote_off;
-        if (len > 0) {
-            memmove(is_put ? remote : local, is_put ? (const char *)local : remote, len);
-        }
-        atomic_fetch_add(&d->st.bulk_done, 1);
-        atomic_fetch_add(&d->st.bulk_bytes, len);
-        send_bulk_done(d, reply_to, cookie, MOON_OK, len);
-        return MOON_OK;
-    }
-    if (atomic_load(&d->peers[h.rank].down)) {
-        return MOON_ERR_PEER_LOST;
-    }
-    op = moon_calloc(1, sizeof(*op) + h.rkey_len);
-    if (op == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    op->is_put      = is_put;
-    op->peer        = h.rank;
-    op->local       = local;
-    op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;
-    op->remote_addr = h.addr + remote_off;
-    op->len         = len;
-    op->reply_to    = reply_to;
-    op->cookie      = cookie;
-    op->status      = MOON_OK;
-    op->rkey_len    = h.rkey_len;
-    op->rkey        = (char *)(op + 1);
-    memcpy(op->rkey, (const char *)desc + sizeof(h), h.rkey_len);
-    pthread_mutex_lock(&d->cmd_lock);
-    op->next    = d->cmd_bulk;
-    d->cmd_bulk = op;
-    pthread_mutex_unlock(&d->cmd_lock);
-    atomic_store(&d->cmd_pending, 1);
-    wake(d);
-    return MOON_OK;
-}
-
-moon_status_t moon_dist_get(moon_dist_t *d, void *local, moon_dist_region_t *local_reg,
-                            const void *desc, size_t desc_len, uint64_t remote_off, size_t len,
-                            moon_addr_t reply_to, uint64_t cookie)
-{
-    return bulk_submit(d, 0, local, local_reg, desc, desc_len, remote_off, len, reply_to, cookie);
-}
-
-moon_status_t moon_dist_put(moon_dist_t *d, const void *local, moon_dist_region_t *local_reg,
-                            const void *desc, size_t desc_len, uint64_t remote_off, size_t len,
-                            moon_addr_t reply_to, uint64_t cookie)
-{
-    return bulk_submit(d, 1, (void *)(uintptr_t)local, local_reg, desc, desc_len, remote_off, len,
-                       reply_to, cookie);
-}
-
-static void finish_op(moon_dist_t *d, bulk_op_t *op)
-{
-    op->finished = 1;
-    if (op->status == MOON_OK) {
-        atomic_fetch_add(&d->st.bulk_done, 1);
-        atomic_fetch_add(&d->st.bulk_bytes, op->len);
-    }
-    send_bulk_done(d, op->reply_to, op->cookie, op->status,
-                   op->status == MOON_OK ? op->len : 0);
-}
-
-void dist_bulk_slice_done(moon_dist_t *d, bulk_op_t *op, size_t n, moon_status_t status)
-{
-    (void)n;
-    op->n_inflight--;
-    if (status != MOON_OK && op->status == MOON_OK) {
-        op->status = moon_status_is_peer(status) ? status : MOON_ERR_IO;
-    }
-    (void)d;
-}
-
-bulk_op_t *dist_bulk_find(moon_dist_t *d, uint64_t id)
-{
-    for (bulk_op_t *op = d->active; op != NULL; op = op->next) {
-        if (op->eng_id == id) {
-            return op;
-        }
-    }
-    return NULL;
-}
-
-/* Issues a bounded number of slices per pass, so frames of small messages go
- * out between the slices of a large transfer. */
-static int pump_bulk(moon_dist_t *d)
-{
-    int        n = 0, issued_now;
-    bulk_op_t **pp;
-
-    if (atomic_load_explicit(&d->cmd_pending, memory_order_relaxed)) {
-        bulk_op_t  *list;
-        dist_buf_t *raw;
-        atomic_store(&d->cmd_pending, 0);
-        pthread_mutex_lock(&d->cmd_lock);
-        list        = d->cmd_bulk;
-        raw         = d->cmd_raw;
-        d->cmd_bulk = NULL;
-        d->cmd_raw  = NULL;
-        pthread_mutex_unlock(&d->cmd_lock);
-        while (list != NULL) { /* reversed: keep submission order */
-            bulk_op_t *op = list;
-            list          = op->next;
-            op->eng_id    = ++d->next_op_id;
-            op->next      = d->active;
-            d->active     = op;
-            n++;
-        }
-        while (raw != NULL) {
-            dist_buf_t *b = raw;
-            raw           = b->next;
-            b->next       = NULL;
-            atomic_fetch_add(&d->st.frames_sent, 1);
-            if (atomic_load(&d->peers[b->peer].down) || d->eng->send_frame(d, b) != MOON_OK) {
-                buf_put(d, b);
-            }
-            n++;
-        }
-    }
-    d->n_open = 0;
-    issued_now = 0;
-    for (pp = &d->active; *pp != NULL;) {
-        bulk_op_t *op = *pp;
-
-        if (!op->finished && op->status == MOON_OK) {
-            /* a bounded number of slices per pass over all transfers: some
-             * engines (CMA) copy a slice inside the call, and the frames of
-             * small messages go out between passes */
-            while (op->issued < op->len && op->n_inflight < SLICES_INFLIGHT &&
-                   issued_now < SLICES_PER_PASS) {
-                issued_now++;
-                size_t        sl = MOON_MIN((size_t)d->cfg.slice_bytes, op->len - op->issued);
-                moon_status_t status;
-
-                op->n_inflight++;
-                status = d->eng->rma(d, op, op->issued, sl);
-                if (status != MOON_OK) {
-                    op->n_inflight--;
-                    op->status = status;
-                    break;
-                }
-                op->issued += sl;
-                n++;
-            }
-        }
-        if (!op->finished && op->is_put && !op->flushed && op->n_inflight == 0 &&
-            op->issued == op->len && op->status == MOON_OK && d->eng->flush != NULL) {
-            /* put slices complete locally; the flush makes them land remotely */
-            moon_status_t status;
-            op->flushed = 1;
-            op->n_inflight++;
-            status = d->eng->flush(d, op);
-            if (status != MOON_OK) {
-                op->n_inflight--;
-                op->status = status;
-            }
-            n++;
-        }
-        if (!op->finished && op->n_inflight == 0 &&
-            (op->issued == op->len || op->status != MOON_OK)) {
-            finish_op(d, op);
-        }
-        d->n_open += !op->finished;
-        if (op->finished && op->n_inflight == 0) {
-            *pp = op->next;
-            d->eng->bulk_release(d, op);
-            moon_free(op);
-            n++;
-        } else {
-            pp = &op->next;
-        }
-    }
-    return n;
-}
-
-moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void *bytes, size_t len)
-{
-    dist_buf_t *b;
-
-    if (d == NULL || d->eng == NULL || r >= d->size || r == d->rank) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    b = moon_malloc(sizeof(*b) + len + 1);
-    if (b == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    b->d    = d;
-    b->cap  = (uint32_t)len + 1;
-    b->len  = (uint32_t)len;
-    b->big  = 1;
-    b->peer = r;
-    memcpy(b->data, bytes, len);
-    pthread_mutex_lock(&d->cmd_lock);
-    b->next    = d->cmd_raw;
-    d->cmd_raw = b;
-    pthread_mutex_unlock(&d->cmd_lock);
-    atomic_store(&d->cmd_pending, 1);
-    wake(d);
-    return MOON_OK;
-}
-
 /* ---- the progress thread -------------------------------------------------- */
 static void tick(moon_dist_t *d, uint64_t now)
 {
@@ -1860,7 +830,7 @@ static void tick(moon_dist_t *d, uint64_t now)
         }
         if (atomic_load_explicit(&p->down, memory_order_relaxed)) {
             if (atomic_load_explicit(&p->queued, memory_order_relaxed) > 0) {
-                fail_queue(d, r); /* sends that raced with the loss */
+                dist_fail_queue(d, r); /* sends that raced with the loss */
             }
             continue;
         }
@@ -1968,7 +938,7 @@ static int progress_pass(moon_dist_t *d, unsigned flags, int *busy_p)
     if (d->n_held > 0) {
         n += release_held(d);
     }
-    n += pump_bulk(d);
+    n += dist_bulk_pump(d);
     /* The clock after the work above, which stamps last_rx_ns/last_tx_ns. */
     now = with_clock ? peer_clock_ns() : 0;
     if (with_clock && now >= d->next_tick_ns) {
@@ -2087,7 +1057,7 @@ static void *progress_main(void *arg)
                 send_small_frame(d, r, FRAME_CREDIT);
             }
         }
-        /* seq_cst store, then re-check: pairs with wake() (Dekker). */
+        /* seq_cst store, then re-check: pairs with dist_wake() (Dekker). */
         atomic_store(&d->sleeping, 1);
         armed = !work_pending(d) && d->eng->arm(d);
         progress_unlock(d);
@@ -2272,7 +1242,7 @@ void moon_dist_stop(moon_dist_t *d)
     progress_lock(d);
     progress_unlock(d);
     atomic_store(&d->stop_req, 1);
-    wake(d);
+    dist_wake(d);
     {
         uint64_t one = 1;
         ssize_t  ret = write(d->wake_fd, &one, sizeof(one));
@@ -2326,11 +1296,7 @@ void moon_dist_finalize(moon_dist_t *d)
             }
         }
     }
-    while (d->names != NULL) {
-        name_rec_t *n = d->names;
-        d->names      = n->next;
-        moon_free(n);
-    }
+    dist_names_fini(d);
     moon_free(d->mons);
     moon_free(d->watchers);
     moon_free(d->peers);

@@ -1,5 +1,7 @@
-/* runtime/dist_internal.h - what the distributed runtime (dist.c) shares with
- * its engines (transport_ucx.c, transport_mpi.c). Private to runtime/.
+/* runtime/dist_internal.h - what the distributed runtime (dist.c and the
+ * dist_*.c beside it) shares with its engines (transport_ucx.c,
+ * transport_mpi.c). Private to runtime/; the runtime's own state is in
+ * dist_state.h, which engines do not include.
  *
  * dist.c owns everything above the wire: per-peer send queues, batching,
  * credits, heartbeats, names, monitors, bulk-op slicing. An engine only moves
@@ -95,7 +97,7 @@ extern const dist_engine_ops_t moon_dist_engine_mpi;
 extern const dist_engine_ops_t moon_dist_engine_ucx;
 #endif
 
-/* dist.c, for engines (progress thread unless noted) */
+/* dist*.c, for engines (progress thread unless noted) */
 void     *moon_dist_engine_ctx(moon_dist_t *d);
 void      moon_dist_set_engine_ctx(moon_dist_t *d, void *ctx);
 uint32_t  moon_dist_rank_(const moon_dist_t *d);
