@@ -9,6 +9,14 @@
 #include <string.h>
 
 static _Thread_local moon_actor_t *tls_current;
+/* Nonzero, and new for each handler call, while a handler runs on this
+ * thread (see moon_rt_dispatch_seq). */
+static _Thread_local uint64_t tls_dispatch_seq, tls_dispatch_count;
+
+uint64_t moon_rt_dispatch_seq(void)
+{
+    return tls_dispatch_seq;
+}
 
 /* ---- small vectors (links, monitors) -------------------------------------- */
 static int vec_push(vec_t *v, const void *item, size_t size)
@@ -488,7 +496,9 @@ static void call_handler(moon_actor_t *a, const moon_msg_hdr_t *msg)
         MOON_DEBUG_LOG("%s: no handler for %s, dropped", a->ops->name, moon_msg_name(msg->type));
         return;
     }
-    status = fn(a, msg);
+    tls_dispatch_seq = ++tls_dispatch_count;
+    status           = fn(a, msg);
+    tls_dispatch_seq = 0;
     if (MOON_UNLIKELY(status != MOON_OK)) {
         MOON_DEBUG_LOG("%s: handler for %s returned %s", a->ops->name, moon_msg_name(msg->type),
                        moon_status_str(status));

@@ -470,6 +470,8 @@ void dist_enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *ms
     }
 }
 
+static int  send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg);
+
 static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     moon_dist_t *d = ctx;
@@ -485,6 +487,9 @@ static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
     }
     if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
         dist_note_sys_tx(d, to, msg);
+    }
+    if (send_direct(d, r, to, msg)) {
+        return MOON_OK;
     }
     dist_enqueue(d, r, to, msg);
     if (MOON_UNLIKELY(atomic_load_explicit(&p->queued, memory_order_relaxed) >
@@ -519,6 +524,26 @@ static void send_error_reply(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec,
 }
 
 /* ---- sending: drain ready peers into frames ------------------------------- */
+/* Encodes msg for `to` as one more record of frame b; -1 (logged by the
+ * codec) if it does not encode into the room left. */
+static int frame_add(moon_dist_t *d, dist_buf_t *b, moon_addr_t to, const moon_msg_hdr_t *msg)
+{
+    rec_hdr_t rec;
+    size_t    len = 0;
+
+    if (moon_msg_encode(msg, b->data + b->len + sizeof(rec), b->cap - b->len - sizeof(rec),
+                        &len) != MOON_OK) {
+        return -1;
+    }
+    rec = (rec_hdr_t){to, msg->src, msg->seq, msg->type, (uint32_t)len};
+    memcpy(b->data + b->len, &rec, sizeof(rec));
+    b->len += (uint32_t)(sizeof(rec) + len);
+    if (MOON_UNLIKELY(d->trace != NULL)) {
+        trace_msg(d, "tx", to, msg, msg->src, msg->seq, msg->type);
+    }
+    return 0;
+}
+
 static int drain_peer(moon_dist_t *d, uint32_t r)
 {
     dist_peer_t *p     = &d->peers[r];
@@ -532,8 +557,7 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
     while (n < MAX_PER_PEER) {
         moon_msg_env_t *env;
         moon_msg_hdr_t *msg;
-        size_t          need, len = 0;
-        rec_hdr_t       rec;
+        size_t          need;
 
         if (p->credits == 0) {
             if (!p->stalled) {
@@ -548,7 +572,7 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
             break;
         }
         msg  = moon_env_msg(env);
-        need = sizeof(rec) + moon_msg_encoded_bound(msg);
+        need = sizeof(rec_hdr_t) + moon_msg_encoded_bound(msg);
         if (b != NULL && need > b->cap - b->len) {
             frame_send(d, b, n_rec);
             b     = NULL;
@@ -559,24 +583,18 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
             if (b == NULL) {
                 MOON_ERROR("no memory for a frame to rank %u: message %s dropped", r,
                            moon_msg_name(msg->type));
+                atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
                 continue;
             }
             frame_begin(d, b, FRAME_BATCH);
         }
-        if (moon_msg_encode(msg, b->data + b->len + sizeof(rec), b->cap - b->len - sizeof(rec),
-                            &len) != MOON_OK) {
-            continue; /* logged by the codec */
-        }
-        rec = (rec_hdr_t){env->dst, msg->src, msg->seq, msg->type, (uint32_t)len};
-        memcpy(b->data + b->len, &rec, sizeof(rec));
-        b->len += (uint32_t)(sizeof(rec) + len);
-        if (MOON_UNLIKELY(d->trace != NULL)) {
-            trace_msg(d, "tx", env->dst, msg, msg->src, msg->seq, msg->type);
+        atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
+        if (frame_add(d, b, env->dst, msg) != 0) {
+            continue; /* dropped, logged by the codec */
         }
         n_rec++;
         n++;
         __atomic_store_n(&p->credits, p->credits - 1, __ATOMIC_RELAXED);
-        atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
         /* the popped message is released by the next pop (the queue's stub) */
     }
     if (b != NULL) {
@@ -599,6 +617,48 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
         mark_ready(d, r); /* budget used up: come back next pass */
     }
     return (int)n;
+}
+
+static int  progress_trylock(moon_dist_t *d);
+static void progress_unlock(moon_dist_t *d);
+
+/* The first message a handler sends to a peer whose queue is empty leaves at
+ * once, from the handler's thread, as a frame of its own: a request or a
+ * reply does not wait for the worker to finish its turn, come back idle and
+ * drain the queue. Later messages of the same handler queue up and leave
+ * batched. FIFO per pair holds: an empty queue, checked under the progress
+ * lock, means everything sent before is already with the engine. Returns 1 if
+ * msg was consumed. */
+static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg)
+{
+    static _Thread_local uint64_t last_seq;
+    dist_peer_t                  *p   = &d->peers[r];
+    uint64_t                      seq = moon_rt_dispatch_seq();
+    dist_buf_t                   *b;
+
+    if (seq == 0 || seq == last_seq || !atomic_load_explicit(&d->direct, memory_order_relaxed) ||
+        atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 || !progress_trylock(d)) {
+        return 0;
+    }
+    if (p->credits == 0 || atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&p->down, memory_order_relaxed) ||
+        (b = buf_get(d, r, sizeof(frame_hdr_t) + sizeof(rec_hdr_t) +
+                               moon_msg_encoded_bound(msg))) == NULL) {
+        progress_unlock(d);
+        return 0;
+    }
+    last_seq = seq;
+    frame_begin(d, b, FRAME_BATCH);
+    if (frame_add(d, b, to, msg) == 0) {
+        __atomic_store_n(&p->credits, p->credits - 1, __ATOMIC_RELAXED);
+        frame_send(d, b, 1);
+        atomic_fetch_add_explicit(&d->st.sent, 1, memory_order_relaxed);
+    } else {
+        dist_buf_put(d, b); /* dropped, logged by the codec */
+    }
+    progress_unlock(d);
+    moon_msg_release(msg);
+    return 1;
 }
 
 static int pump_sends(moon_dist_t *d)
@@ -1032,14 +1092,17 @@ static void *progress_main(void *arg)
         missed = 0;
         n = progress_pass(d, with_clock ? PASS_CLOCK : 0, &busy);
         progress_unlock(d);
-        if (n > 0 || busy) {
+        if (worker_polling(d)) {
+            /* An idle worker is driving progress: stay out of its core (a
+             * pass of ours that found work does not change that: competing
+             * for the lock on one core costs both of us a context switch),
+             * wake for the clock-driven work (the pass after a nap has the
+             * clock), or when it parks. */
+            nap(d, fds);
             idle = 0;
             continue;
         }
-        if (with_clock && worker_polling(d)) {
-            /* An idle worker is driving progress: stay out of its core, wake
-             * for the clock-driven work, or when it parks. */
-            nap(d, fds);
+        if (n > 0 || busy) {
             idle = 0;
             continue;
         }
@@ -1181,6 +1244,10 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         status = MOON_ERR_NO_RESOURCE;
         goto err;
     }
+    {
+        const char *e = getenv("MOON_DIST_DIRECT"); /* 0: every send queues (to compare) */
+        atomic_store(&d->direct, e == NULL || strcmp(e, "0") != 0);
+    }
     moon_runtime_attach_transport(rt, &dist_transport_ops, d);
     if (getenv("MOON_DIST_NO_WORKER_POLL") == NULL) {
         moon_runtime_set_idle_hook(rt, worker_poll, d);
@@ -1236,9 +1303,10 @@ void moon_dist_stop(moon_dist_t *d)
         /* nobody stops progressing before every rank has its goodbyes */
         sleepy_barrier(d);
     }
-    /* No worker may run a pass once we close: detach, then wait out any pass
-     * in flight. */
+    /* No worker may run a pass or send directly once we close: detach, then
+     * wait out any pass or direct send in flight. */
     moon_runtime_set_idle_hook(d->rt, NULL, NULL);
+    atomic_store(&d->direct, 0);
     progress_lock(d);
     progress_unlock(d);
     atomic_store(&d->stop_req, 1);

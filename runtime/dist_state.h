@@ -56,6 +56,7 @@ struct moon_dist {
     _Atomic int      progress_busy; /* held for a pass: the progress state below */
     _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
     _Atomic int      napping;        /* progress thread defers to polling workers */
+    _Atomic int      direct;         /* handlers may send their first message at once */
     _Atomic int      stop_req;
     _Atomic int      sleeping;
     int              wake_fd;

@@ -126,6 +126,10 @@ struct moon_runtime {
 
 /* actor.c */
 moon_actor_t *moon_rt_lookup(moon_runtime_t *rt, moon_addr_t addr); /* live incarnation or NULL */
+/* 0 outside a message handler; inside one, a number that differs for every
+ * handler call on this thread (a transport uses it to send the first message
+ * of a handler at once and batch the rest). */
+uint64_t moon_rt_dispatch_seq(void);
 /* Runs up to `budget` messages of a; returns 1 if a must be rescheduled. */
 int  moon_actor_run_turn(moon_actor_t *a, uint32_t budget);
 /* Ends every live actor (runtime teardown, no executor running). */
