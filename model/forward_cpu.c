@@ -75,7 +75,10 @@ struct cpu_state {
     float   *hb2;           /* (max_b, hidden) */
     float   *att;           /* (nth, seq_len) attention scores */
     float   *wtile;         /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
-    float   *pack;          /* (nth, OP_KC, 32) packed weight panel of the outer-product path */
+    float   *pack;          /* (nth, OP_KC, 16 OP_PV) packed weight panel (outer-product path) */
+    float   *xt;            /* (nth, max_cols, BT_MAX_B) X transposed (batch-in-lanes path) */
+    float   *yt;            /* (nth, BT_CHUNK, BT_MAX_B) its outputs before the store */
+    uint32_t bt_min_b;      /* batch-in-lanes matmuls from this batch on (to BT_MAX_B) */
     float   *rope;          /* (seq_len, head_dim / 2, 2) cos, sin */
     float   *kc;            /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
     float   *vc;            /* (nth, seq_len, head_dim) one head's V */
@@ -468,8 +471,9 @@ NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
 #define OP_MIN_B 4 /* below this, the NT kernels (the transpose would not pay) */
 
 #ifdef MOON_X86
-/* dst[k * ldd + r] = src row r, column k, for a 16 x 16 block of floats. */
-__attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], float *dst, size_t ldd)
+/* Transposes a 16 x 16 block of floats in registers: r[i] lane k becomes
+ * r[k] lane i. */
+__attribute__((target("avx512f"))) static inline void tr16_regs(__m512 r[16])
 {
     __m512 t[16];
 
@@ -491,12 +495,19 @@ __attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], floa
         t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
     }
     for (int j = 0; j < 4; j++) {
-        _mm512_store_ps(dst + (size_t)j * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
-        _mm512_store_ps(dst + (size_t)(8 + j) * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
-        _mm512_store_ps(dst + (size_t)(4 + j) * ldd,
-                        _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88));
-        _mm512_store_ps(dst + (size_t)(12 + j) * ldd,
-                        _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd));
+        r[j]      = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j]  = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+        r[4 + j]  = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+    }
+}
+
+/* dst[k * ldd + r] = r[r] lane k (dst 64-byte aligned, ldd % 16 == 0). */
+__attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], float *dst, size_t ldd)
+{
+    tr16_regs(r);
+    for (int k = 0; k < 16; k++) {
+        _mm512_store_ps(dst + (size_t)k * ldd, r[k]);
     }
 }
 
@@ -694,6 +705,175 @@ static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, floa
             y[(size_t)bi * ldy + r] =
                 s->dot[w->type](base + (size_t)r * w->row_bytes, x + (size_t)bi * K, K);
         }
+    }
+}
+#endif
+
+#ifdef MOON_X86
+/* Batched matmul with the batch in the vector lanes (AVX-512, batches of
+ * BT_MIN_B..BT_MAX_B rows): X is transposed once per step into the thread's
+ * xt (k-major, batch rows padded with zeros to 16 nvec), then BT_MR weight
+ * rows at a time run down k: each weight W[r][k] is broadcast straight from
+ * the row-major matrix (a BF16 pair widened with a shift and a mask) and
+ * multiplies X^T[k][0..16 nvec) into accumulators holding y[0..b)[r]. Every
+ * weight is read once, in row order, with no packing; each output is one
+ * sequential sum over k (the reference's order). */
+#define BT_MR 12
+#define BT_MAX_B 32
+#define BT_MIN_B 29 /* below, the padded lanes cost more than the outer-product path's packing */
+#define BT_CHUNK 48 /* output rows gathered in the thread's yt before the transposed store */
+
+/* xt[k * 16 nvec + j] = x[j][k] for j < b, 0 for b <= j < 16 nvec. */
+__attribute__((target("avx512f"))) static void bt_transpose_x(const float *x, uint32_t b,
+                                                              uint32_t K, uint32_t nvec, float *xt)
+{
+    uint32_t ldt = 16 * nvec;
+
+    for (uint32_t v = 0; v < nvec; v++) {
+        for (uint32_t k = 0; k < K; k += 16) {
+            __m512 r[16];
+            for (uint32_t i = 0; i < 16; i++) {
+                uint32_t j = 16 * v + i;
+                r[i]       = j < b ? _mm512_loadu_ps(x + (size_t)j * K + k) : _mm512_setzero_ps();
+            }
+            op_tr16(r, xt + (size_t)k * ldt + 16 * v, ldt);
+        }
+    }
+}
+
+/* yt[i][0 .. 16 nvec) = sum over k < K of W[i][k] * xt[k][..] for the mr
+ * rows at w (F32 or BF16 rows of row_bytes). Inlined into one function per
+ * (type, mr, nvec). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+bt_block(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float *yt, const int bf16,
+         const int mr, const int nvec)
+{
+    __m512 acc[BT_MR][2];
+    size_t ldt = 16 * (size_t)nvec;
+
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            acc[i][v] = _mm512_setzero_ps();
+        }
+    }
+    for (uint32_t k0 = 0; k0 < K; k0 += 16) {
+        for (int i = 0; i < mr; i++) { /* each row's next line (farther ahead measured slower) */
+            _mm_prefetch((const char *)w + (size_t)i * row_bytes + (bf16 ? 2 : 4) * k0 + 64,
+                         _MM_HINT_T0);
+        }
+        if (!bf16) {
+            for (uint32_t k = k0; k < k0 + 16; k++) {
+                __m512 xv[2];
+                for (int v = 0; v < nvec; v++) {
+                    xv[v] = _mm512_load_ps(xt + k * ldt + 16 * v);
+                }
+                for (int i = 0; i < mr; i++) {
+                    __m512 wb = _mm512_set1_ps(((const float *)(w + (size_t)i * row_bytes))[k]);
+                    for (int v = 0; v < nvec; v++) {
+                        acc[i][v] = _mm512_fmadd_ps(wb, xv[v], acc[i][v]);
+                    }
+                }
+            }
+        } else {
+            const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+            for (uint32_t k = k0; k < k0 + 16; k += 2) {
+                __m512 x0[2], x1[2];
+                for (int v = 0; v < nvec; v++) {
+                    x0[v] = _mm512_load_ps(xt + k * ldt + 16 * v);
+                    x1[v] = _mm512_load_ps(xt + (k + 1) * ldt + 16 * v);
+                }
+                for (int i = 0; i < mr; i++) {
+                    uint32_t pair;
+                    memcpy(&pair, w + (size_t)i * row_bytes + 2 * (size_t)k, sizeof(pair));
+                    __m512i p  = _mm512_set1_epi32((int)pair);
+                    __m512  w0 = _mm512_castsi512_ps(_mm512_slli_epi32(p, 16));
+                    __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(p, hi));
+                    for (int v = 0; v < nvec; v++) {
+                        acc[i][v] = _mm512_fmadd_ps(w0, x0[v], acc[i][v]);
+                        acc[i][v] = _mm512_fmadd_ps(w1, x1[v], acc[i][v]);
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            _mm512_store_ps(yt + (size_t)i * ldt + 16 * v, acc[i][v]);
+        }
+    }
+}
+
+typedef void (*bt_block_fn)(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K,
+                            float *yt);
+#define BT_BLOCK_INST(_bf16, _mr, _nvec)                                                           \
+    __attribute__((target("avx512f"))) static void bt_block_##_bf16##_##_mr##_##_nvec(             \
+        const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float *yt)                \
+    {                                                                                              \
+        bt_block(w, row_bytes, xt, K, yt, _bf16, _mr, _nvec);                                      \
+    }
+#define BT_BLOCK_INSTS(_bf16, _nvec)                                                               \
+    BT_BLOCK_INST(_bf16, 12, _nvec)                                                                \
+    BT_BLOCK_INST(_bf16, 4, _nvec)                                                                 \
+    BT_BLOCK_INST(_bf16, 1, _nvec)
+BT_BLOCK_INSTS(0, 1)
+BT_BLOCK_INSTS(0, 2)
+BT_BLOCK_INSTS(1, 1)
+BT_BLOCK_INSTS(1, 2)
+
+/* [bf16][nvec - 1][12 rows, 4 rows, 1 row] */
+static const bt_block_fn bt_blocks[2][2][3] = {
+    {{bt_block_0_12_1, bt_block_0_4_1, bt_block_0_1_1},
+     {bt_block_0_12_2, bt_block_0_4_2, bt_block_0_1_2}},
+    {{bt_block_1_12_1, bt_block_1_4_1, bt_block_1_1_1},
+     {bt_block_1_12_2, bt_block_1_4_2, bt_block_1_1_2}},
+};
+
+/* y[j][0 .. rc) = yt[0 .. rc)[j] for j < b: yt (rc rows of 16 nvec outputs,
+ * one per batch row) back into the row-major output, 16 x 16 at a time. */
+__attribute__((target("avx512f"))) static void bt_store(const float *yt, uint32_t rc, uint32_t nvec,
+                                                        float *y, uint32_t ldy, uint32_t b)
+{
+    uint32_t ldt = 16 * nvec, g = 0;
+
+    for (; g + 16 <= rc; g += 16) {
+        for (uint32_t v = 0; v < nvec; v++) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) {
+                r[i] = _mm512_load_ps(yt + (size_t)(g + i) * ldt + 16 * v);
+            }
+            tr16_regs(r);
+            for (uint32_t j = 0; j < 16 && 16 * v + j < b; j++) {
+                _mm512_storeu_ps(y + (size_t)(16 * v + j) * ldy + g, r[j]);
+            }
+        }
+    }
+    for (; g < rc; g++) {
+        for (uint32_t j = 0; j < b; j++) {
+            y[(size_t)j * ldy + g] = yt[(size_t)g * ldt + j];
+        }
+    }
+}
+
+/* Y[bi][r] = W[r] . X[bi] for rows [r0, r1), b <= BT_MAX_B batch rows; x is
+ * already transposed into xt (bt_transpose_x); yt: BT_CHUNK x BT_MAX_B
+ * scratch of the thread. */
+static void matmul_bt(const moon_tensor_t *w, float *y, const float *xt, float *yt, uint32_t b,
+                      uint32_t r0, uint32_t r1)
+{
+    const uint8_t *base = (const uint8_t *)w->data;
+    uint32_t       nvec = (b + 15) / 16;
+    int            bf16 = w->type == MOON_GGML_BF16;
+
+    for (uint32_t c0 = r0; c0 < r1; c0 += BT_CHUNK) {
+        uint32_t rc = MOON_MIN(BT_CHUNK, r1 - c0);
+        for (uint32_t r = 0; r < rc;) {
+            uint32_t left = rc - r;
+            uint32_t sel  = left >= 12 ? 0 : left >= 4 ? 1 : 2;
+            bt_blocks[bf16][nvec - 1][sel](base + (size_t)(c0 + r) * w->row_bytes, w->row_bytes, xt,
+                                           w->cols, yt + (size_t)r * 16 * nvec);
+            r += sel == 0 ? 12 : sel == 1 ? 4 : 1;
+        }
+        bt_store(yt, rc, nvec, y + c0, w->rows, b);
     }
 }
 #endif
@@ -969,6 +1149,24 @@ static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
 }
 #endif
 
+#ifdef MOON_X86
+/* Whether a matmul step runs on the batch-in-lanes kernels: AVX-512, a batch
+ * of bt_min_b..BT_MAX_B rows, every matrix F32 or BF16 with cols % 16 == 0. */
+static int bt_ok(const cpu_state_t *s, const job_t *j)
+{
+    if (s->nt_isa != 512 || j->b < s->bt_min_b || j->b > BT_MAX_B) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < j->n_mats; i++) {
+        const moon_tensor_t *w = j->w[i];
+        if (w->cols % 16 != 0 || (w->type != MOON_GGML_F32 && w->type != MOON_GGML_BF16)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
 static void run_job(void *arg, uint32_t ith, uint32_t nth)
 {
     cpu_state_t *s   = arg;
@@ -977,6 +1175,20 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
 
     switch (j->kind) {
     case JOB_MATMUL:
+#ifdef MOON_X86
+        if (bt_ok(s, j)) {
+            /* every matrix of the step shares x: transpose it once per thread */
+            float *xt =
+                s->xt + (size_t)ith * MOON_MAX(s->m->cfg.dim, s->m->cfg.hidden_dim) * BT_MAX_B;
+            bt_transpose_x(j->x, j->b, j->w[0]->cols, (j->b + 15) / 16, xt);
+            for (uint32_t i = 0; i < j->n_mats; i++) {
+                uint32_t rows = j->w[i]->rows;
+                matmul_bt(j->w[i], j->y[i], xt, s->yt + (size_t)ith * BT_CHUNK * BT_MAX_B, j->b,
+                          rows * ith / nth, rows * (ith + 1) / nth);
+            }
+            break;
+        }
+#endif
         for (uint32_t i = 0; i < j->n_mats; i++) {
             /* slices start on 16-row boundaries (the outer-product panels) */
             uint32_t rows = j->w[i]->rows;
@@ -1161,6 +1373,8 @@ static void cpu_destroy(void *state)
     moon_free(s->att);
     moon_free(s->wtile);
     moon_free(s->pack);
+    moon_free(s->xt);
+    moon_free(s->yt);
     moon_free(s->rope);
     moon_free(s->kc);
     moon_free(s->vc);
@@ -1190,6 +1404,10 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     B        = s->max_b;
     pick_kernels(s);
     s->op_min_b = OP_MIN_B;
+    s->bt_min_b = BT_MIN_B;
+    if (getenv("MOON_CPU_BT_MIN_B") != NULL) {
+        s->bt_min_b = (uint32_t)strtoul(getenv("MOON_CPU_BT_MIN_B"), NULL, 10); /* tests, A/B */
+    }
     if (getenv("MOON_CPU_OP_MIN_B") != NULL) {
         s->op_min_b = (uint32_t)strtoul(getenv("MOON_CPU_OP_MIN_B"), NULL, 10); /* tests, A/B */
     }
@@ -1223,6 +1441,9 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
                                           sizeof(float));
     s->pack  = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
+    s->xt    = moon_aligned_alloc(64, (size_t)s->nth * MOON_MAX(c->dim, c->hidden_dim) * BT_MAX_B *
+                                          sizeof(float));
+    s->yt    = moon_aligned_alloc(64, (size_t)s->nth * BT_CHUNK * BT_MAX_B * sizeof(float));
     s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));

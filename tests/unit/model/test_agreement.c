@@ -49,9 +49,10 @@ static void check_model(const agree_case_t *ac, uint64_t seed)
         CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kr, &sr[s]), MOON_OK);
         CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kc, &sc[s]), MOON_OK);
     }
-    /* prefill: sequences of 5, 13 and 22 tokens, the last in two chunks */
+    /* prefill: sequences of 5, 13 and 30 tokens, the last in two chunks (9 + 21:
+     * a chunk over 16 rows takes two vectors of batch lanes) */
     {
-        uint32_t lens[3] = {5, 13, 22};
+        uint32_t lens[3] = {5, 13, 30};
         for (int s = 0; s < 3; s++) {
             uint32_t first = s == 2 ? 9 : lens[s];
             CU_ASSERT_EQUAL(moon_engine_prefill(ref, kr, sr[s], toks[s], lens[s], lr, NULL),
