@@ -429,6 +429,33 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
     return 0;
 }
 
+/* The header items every encoding starts with; 0 if they read. */
+static int rd_header(rd_t *r, uint32_t *n_items, uint64_t *type, uint64_t *flags, uint64_t *src,
+                     uint64_t *seq)
+{
+    return rd_array(r, n_items) || *n_items < HDR_ITEMS || rd_uint_max(r, UINT16_MAX, type) ||
+                   rd_uint_max(r, UINT16_MAX, flags) || rd_uint_max(r, UINT64_MAX, src) ||
+                   rd_uint_max(r, UINT64_MAX, seq)
+               ? -1
+               : 0;
+}
+
+moon_status_t moon_msg_peek(const void *buf, size_t len, uint32_t *type_p, moon_addr_t *src_p,
+                            uint64_t *seq_p)
+{
+    rd_t     r = {buf, (const uint8_t *)buf + len};
+    uint32_t n_items;
+    uint64_t type, flags, src, seq;
+
+    if (buf == NULL || rd_header(&r, &n_items, &type, &flags, &src, &seq) != 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    *type_p = (uint32_t)type;
+    *src_p  = src;
+    *seq_p  = seq;
+    return MOON_OK;
+}
+
 static int has_arrays(const moon_msg_desc_t *d)
 {
     for (uint32_t i = 0; i < d->n_fields; i++) {
@@ -448,9 +475,7 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
     const moon_msg_desc_t *d;
     moon_msg_hdr_t        *msg;
 
-    if (buf == NULL || rd_array(&r, &n_items) || n_items < HDR_ITEMS ||
-        rd_uint_max(&r, UINT16_MAX, &type) || rd_uint_max(&r, UINT16_MAX, &flags) ||
-        rd_uint_max(&r, UINT64_MAX, &src) || rd_uint_max(&r, UINT64_MAX, &seq)) {
+    if (buf == NULL || rd_header(&r, &n_items, &type, &flags, &src, &seq) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }
     d = moon_msg_desc((uint32_t)type);

@@ -162,6 +162,11 @@ MOON_API moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, siz
  * bounds); MOON_ERR_NO_MEMORY if allocation fails. Never reads outside
  * [buf, buf + len). */
 MOON_API moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_p);
+/* Reads only the header of an encoding (type, source, sequence number), e.g.
+ * to answer the sender of a message that does not decode. MOON_OK if the
+ * header reads; the type need not be registered. */
+MOON_API moon_status_t moon_msg_peek(const void *buf, size_t len, uint32_t *type_p,
+                                     moon_addr_t *src_p, uint64_t *seq_p);
 /* 1 when both messages have the same type, header and field values (spans
  * compared by content). */
 MOON_API int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b);

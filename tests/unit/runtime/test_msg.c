@@ -292,6 +292,40 @@ static void test_decode_hostile_size_claims(void)
     CU_ASSERT_PTR_NULL(out);
 }
 
+/* The header of an encoding reads even when the rest does not decode (the
+ * transport answers such a sender); a cut inside the header does not read. */
+static void test_peek_reads_the_header_only(void)
+{
+    t_all_t    *m   = random_all(40);
+    size_t      cap = moon_msg_encoded_bound(&m->hdr), len, hdr_len = 0;
+    uint8_t    *buf = malloc(cap);
+    uint32_t    type;
+    moon_addr_t src;
+    uint64_t    seq;
+
+    m->hdr.src = 0x123456789abcull;
+    m->hdr.seq = 77;
+    CU_ASSERT_EQUAL_FATAL(moon_msg_encode(&m->hdr, buf, cap, &len), MOON_OK);
+    CU_ASSERT_EQUAL(moon_msg_peek(buf, len, &type, &src, &seq), MOON_OK);
+    CU_ASSERT_EQUAL(type, T_MSG_ALL);
+    CU_ASSERT_EQUAL(src, m->hdr.src);
+    CU_ASSERT_EQUAL(seq, 77);
+    /* the shortest prefix that peeks is the header: every longer cut peeks and
+     * fails to decode, every shorter one fails both */
+    while (hdr_len < len && moon_msg_peek(buf, hdr_len, &type, &src, &seq) != MOON_OK) {
+        hdr_len++;
+    }
+    CU_ASSERT(hdr_len > 0 && hdr_len < len);
+    for (size_t cut = hdr_len; cut < len; cut++) {
+        moon_msg_hdr_t *out = NULL;
+        CU_ASSERT_EQUAL(moon_msg_peek(buf, cut, &type, &src, &seq), MOON_OK);
+        CU_ASSERT_EQUAL(moon_msg_decode(buf, cut, &out), MOON_ERR_INVALID_PARAM);
+    }
+    CU_ASSERT_EQUAL(moon_msg_peek(NULL, 0, &type, &src, &seq), MOON_ERR_INVALID_PARAM);
+    free(buf);
+    moon_msg_release(&m->hdr);
+}
+
 static CU_TestInfo tests[] = {
     {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
     {"round_trip_every_field_kind", test_round_trip_every_field_kind},
@@ -303,6 +337,7 @@ static CU_TestInfo tests[] = {
     {"decode_truncations_and_bit_flips", test_decode_truncations_and_bit_flips},
     {"decode_random_bytes_never_crashes", test_decode_random_bytes_never_crashes},
     {"decode_hostile_size_claims", test_decode_hostile_size_claims},
+    {"peek_reads_the_header_only", test_peek_reads_the_header_only},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"msg", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
