@@ -562,6 +562,8 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
                        cfg.arena_bytes, moon_status_str(status));
             goto err_free_events;
         }
+        /* blocks are written by a client and read later by another */
+        moon_dist_region_set_flags(st->reg, MOON_DIST_REGION_STREAM);
     }
     status = moon_kv_shard_create(&cfg, &st->kv);
     if (status != MOON_OK) {

@@ -18,7 +18,7 @@
 typedef struct {
     uint32_t magic, rank;
     uint64_t addr, len;
-    uint32_t rkey_len, pad;
+    uint32_t rkey_len, flags; /* MOON_DIST_REGION_* */
 } region_desc_t;
 _Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
 
@@ -33,7 +33,8 @@ struct moon_dist_region {
     void  *memh;
     void  *rkey;
     size_t rkey_len;
-    int    heap; /* addr is ours, from the heap: freed with the region */
+    int      heap;  /* addr is ours, from the heap: freed with the region */
+    uint32_t flags; /* MOON_DIST_REGION_*, carried by its descriptors */
 };
 
 /* ---- bulk ----------------------------------------------------------------- */
@@ -118,6 +119,13 @@ void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
     moon_free(reg);
 }
 
+void moon_dist_region_set_flags(moon_dist_region_t *reg, uint32_t flags)
+{
+    if (reg != NULL) {
+        reg->flags = flags & MOON_DIST_REGION_STREAM;
+    }
+}
+
 size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
 {
     return sizeof(region_desc_t) + reg->rkey_len;
@@ -127,7 +135,7 @@ size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
 moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
 {
     region_desc_t h = {DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
-                       (uint32_t)reg->rkey_len, 0};
+                       (uint32_t)reg->rkey_len, reg->flags};
     char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
                                             1, 0);
 
@@ -215,6 +223,7 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
         return MOON_ERR_NO_MEMORY;
     }
     op->is_put      = is_put;
+    op->stream      = is_put && (h.flags & MOON_DIST_REGION_STREAM) != 0;
     op->peer        = h.rank;
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;

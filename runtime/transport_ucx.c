@@ -9,6 +9,7 @@
 #include "ucx_rkeys.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/copy.h"
 #include "moonlet/log.h"
 
 #include <mpi.h>
@@ -19,6 +20,7 @@
 
 #define AM_FRAME_ID 7
 #define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
+#define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
 
 typedef struct {
     moon_dist_t  *d;
@@ -491,6 +493,17 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
                        ucs_status_string(s));
             op->eng_rkey = NULL;
             return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    if (op->stream && n >= STREAM_MIN) {
+        /* the peer's memory is mapped here (shared memory) and the region's
+         * owner asked for streaming writes: copy it ourselves with streaming
+         * stores, which UCX's own copy does not use */
+        void *dst;
+        if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->remote_addr + off, &dst) == UCS_OK) {
+            moon_copy_stream(dst, op->local + off, n);
+            dist_bulk_slice_done(d, op, n, MOON_OK);
+            return MOON_OK;
         }
     }
     c = moon_malloc(sizeof(*c));

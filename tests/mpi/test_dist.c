@@ -493,7 +493,7 @@ static unsigned char pattern(uint64_t i, uint32_t salt)
     return (unsigned char)((i * 2654435761u) >> 13) ^ (unsigned char)salt;
 }
 
-/* Memory for a region: registered heap memory, or (alloc) the transport's
+/* Memory for a region: registered heap memory, or (alloc 1, 2) the transport's
  * own allocation (moon_dist_region_alloc: a mapped shared segment on shm). */
 static char *region_make(int alloc, size_t len, moon_dist_region_t **reg_p)
 {
@@ -501,6 +501,9 @@ static char *region_make(int alloc, size_t len, moon_dist_region_t **reg_p)
 
     if (alloc) {
         CU_ASSERT_EQUAL_FATAL(moon_dist_region_alloc(g_dist, len, &p, reg_p), MOON_OK);
+        if (alloc > 1) { /* puts into it stream (a store's arena) */
+            moon_dist_region_set_flags(*reg_p, MOON_DIST_REGION_STREAM);
+        }
     } else {
         p = malloc(len);
         CU_ASSERT_PTR_NOT_NULL_FATAL(p);
@@ -617,11 +620,12 @@ static void test_bulk_odd_sizes(void)
 }
 
 /* The same on memory the transport allocated, twice: the second time the
- * regions are new, and what the first unpacked (and cached) must not be used. */
+ * regions are new, and what the first unpacked (and cached) must not be used;
+ * the second time puts into the owner's region use streaming stores. */
 static void test_bulk_odd_sizes_allocated(void)
 {
     bulk_odd_sizes(1);
-    bulk_odd_sizes(1);
+    bulk_odd_sizes(2);
 }
 
 static void test_placement_from_config(void)

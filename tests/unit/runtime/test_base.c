@@ -1,10 +1,12 @@
 /* tests/unit/runtime/test_base.c - status strings, log levels, fault injection. */
 #include "moonlet/alloc.h"
+#include "moonlet/copy.h"
 #include "moonlet/log.h"
 #include "moonlet/status.h"
 
 #include "moon_test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void test_status_str_never_null(void)
@@ -100,6 +102,40 @@ static void test_fault_injection_fails_nth_allocation(void)
     moon_free(c);
 }
 
+/* Every size around the thresholds, every alignment of both ends: the bytes
+ * of the range and nothing outside it. */
+static void test_copy_stream_copies_exactly(void)
+{
+    const size_t sizes[] = {0, 1, 15, 63, 64, 65, 4095, 4096, 4097, 65536 + 17, (1u << 20) + 3};
+    const size_t max     = (1u << 20) + 64 + 64;
+    uint8_t     *src = malloc(max), *dst = malloc(max);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(src);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dst);
+    for (size_t i = 0; i < max; i++) {
+        src[i] = (uint8_t)(i * 131 + 7);
+    }
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t so = 0; so < 3; so++) {
+            for (size_t doff = 0; doff < 20; doff += 7) {
+                int ok = 1;
+                memset(dst, 0xEE, max);
+                moon_copy_stream(dst + doff, src + so, sizes[k]);
+                ok &= memcmp(dst + doff, src + so, sizes[k]) == 0;
+                for (size_t i = 0; i < doff; i++) {
+                    ok &= dst[i] == 0xEE;
+                }
+                for (size_t i = doff + sizes[k]; i < doff + sizes[k] + 64 && i < max; i++) {
+                    ok &= dst[i] == 0xEE;
+                }
+                CU_ASSERT(ok);
+            }
+        }
+    }
+    free(src);
+    free(dst);
+}
+
 static CU_TestInfo tests[] = {
     {"status_str_never_null", test_status_str_never_null},
     {"log_parse_level", test_log_parse_level},
@@ -107,6 +143,7 @@ static CU_TestInfo tests[] = {
     {"log_arguments_not_evaluated_below_threshold",
      test_log_arguments_not_evaluated_below_threshold},
     {"fault_injection_fails_nth_allocation", test_fault_injection_fails_nth_allocation},
+    {"copy_stream_copies_exactly", test_copy_stream_copies_exactly},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"base", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
