@@ -228,6 +228,8 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;
     op->remote_addr = h.addr + remote_off;
+    op->region_addr = h.addr;
+    op->region_len  = h.len;
     op->len         = len;
     op->reply_to    = reply_to;
     op->cookie      = cookie;

@@ -82,10 +82,12 @@ static void trim(ucx_rkeys_t *c)
 }
 
 ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const void *packed,
-                               size_t len, ucx_rkey_ref_t **ref_p)
+                               size_t len, ucx_rkey_ref_t **ref_p, int *fresh_p)
 {
     ucx_rkey_ref_t **pp, *e;
     ucs_status_t     s;
+
+    *fresh_p = 0;
 
     for (pp = &c->head; (e = *pp) != NULL; pp = &e->next) {
         if (e->peer == peer && e->len == len && memcmp(e->packed, packed, len) == 0) {
@@ -115,7 +117,8 @@ ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const
     c->head = e;
     c->n++;
     trim(c);
-    *ref_p = e;
+    *ref_p   = e;
+    *fresh_p = 1;
     return UCS_OK;
 }
 

@@ -23,9 +23,9 @@ ucx_rkeys_t *ucx_rkeys_create(uint32_t cap);
 /* Destroys every key (call before the endpoints close). NULL: no-op. */
 void ucx_rkeys_destroy(ucx_rkeys_t *c);
 /* The unpacked key of (peer, packed) through ep, with a reference the caller
- * gives back with ucx_rkeys_release. */
+ * gives back with ucx_rkeys_release; *fresh_p: 1 if it was unpacked now. */
 ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const void *packed,
-                               size_t len, ucx_rkey_ref_t **ref_p);
+                               size_t len, ucx_rkey_ref_t **ref_p, int *fresh_p);
 ucp_rkey_h ucx_rkeys_handle(const ucx_rkey_ref_t *ref);
 void       ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
 /* The peer's endpoint is going: its keys leave the cache (those still in use
