@@ -223,7 +223,7 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
         return MOON_ERR_NO_MEMORY;
     }
     op->is_put      = is_put;
-    op->stream      = is_put && (h.flags & MOON_DIST_REGION_STREAM) != 0;
+    op->stream      = (h.flags & MOON_DIST_REGION_STREAM) != 0;
     op->peer        = h.rank;
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;

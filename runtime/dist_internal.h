@@ -29,7 +29,7 @@ typedef struct dist_buf {
 typedef struct bulk_op {
     struct bulk_op *next;
     int             is_put;
-    int             stream;     /* put into a MOON_DIST_REGION_STREAM region */
+    int             stream;     /* the remote region is MOON_DIST_REGION_STREAM */
     uint32_t        peer;
     char           *local;
     void           *local_memh; /* engine memh of local_reg, or NULL */

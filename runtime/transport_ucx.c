@@ -485,9 +485,9 @@ static void rma_done(void *req, ucs_status_t status, void *user_data)
 }
 
 /* A peer's region just mapped here costs a page fault per 4 KiB page on the
- * first write to it (~1.5 us: a cold mapping takes puts down to ~2.7 GB/s).
- * For a region written by streaming (a store's arena, written all over), a
- * detached thread fills the page tables in the background instead
+ * first touch (~1.5 us: a cold mapping takes puts down to ~2.7 GB/s). For a
+ * streaming region (a store's arena, written and read all over), a detached
+ * thread fills the page tables in the background instead
  * (MADV_POPULATE_WRITE, Linux 5.14; elsewhere the faults stay). Harmless if
  * the mapping goes meanwhile: madvise then fails on the part that is gone. */
 static void *populate_main(void *arg)
@@ -550,7 +550,7 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             }
         }
     }
-    if (op->stream && n >= STREAM_MIN) {
+    if (op->is_put && op->stream && n >= STREAM_MIN) {
         /* the peer's memory is mapped here (shared memory) and the region's
          * owner asked for streaming writes: copy it ourselves with streaming
          * stores, which UCX's own copy does not use */
