@@ -14,7 +14,7 @@ export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 UCX_NE
 if [ "${SMOKE:-0}" = 1 ]; then
     rt=200; stream=2000; bulk=2; lat_n=1000; bw_n=4
 else
-    rt=20000; stream=1000000; bulk=20; lat_n=100000; bw_n=100
+    rt=100000; stream=1000000; bulk=200; lat_n=100000; bw_n=100
 fi
 
 free_port() {
