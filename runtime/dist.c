@@ -1348,6 +1348,7 @@ void moon_dist_stop(moon_dist_t *d)
     for (uint32_t r = 0; r < d->size; r++) {
         moon_mailbox_drain(&d->peers[r].q);
     }
+    dist_regions_release(d);
     d->eng->close(d);
     while (d->active != NULL) {
         bulk_op_t *op = d->active;

@@ -35,7 +35,61 @@ struct moon_dist_region {
     size_t rkey_len;
     int      heap;  /* addr is ours, from the heap: freed with the region */
     uint32_t flags; /* MOON_DIST_REGION_*, carried by its descriptors */
+    /* on d->regions while the engine holds it (memh, rkey); under d->lock */
+    struct moon_dist_region *next, *prev;
+    int                      mapped;
 };
+
+static void region_link(moon_dist_t *d, moon_dist_region_t *reg)
+{
+    pthread_mutex_lock(&d->lock);
+    reg->mapped = 1;
+    reg->prev   = NULL;
+    reg->next   = d->regions;
+    if (d->regions != NULL) {
+        d->regions->prev = reg;
+    }
+    d->regions = reg;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Unlinks reg (d->lock held); 1 if the engine still held it. */
+static int region_unlink(moon_dist_t *d, moon_dist_region_t *reg)
+{
+    if (!reg->mapped) {
+        return 0;
+    }
+    if (reg->prev != NULL) {
+        reg->prev->next = reg->next;
+    } else {
+        d->regions = reg->next;
+    }
+    if (reg->next != NULL) {
+        reg->next->prev = reg->prev;
+    }
+    reg->mapped = 0;
+    return 1;
+}
+
+void dist_regions_release(moon_dist_t *d)
+{
+    uint32_t n = 0;
+
+    pthread_mutex_lock(&d->lock);
+    while (d->regions != NULL) {
+        moon_dist_region_t *reg = d->regions;
+        region_unlink(d, reg);
+        d->eng->mem_unmap(d, reg->memh, reg->rkey);
+        reg->memh = reg->rkey = NULL;
+        n++;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (n > 0) {
+        MOON_WARN("moon_dist_stop: %u region(s) still registered were released (deregister "
+                  "before stopping; memory from moon_dist_region_alloc is gone)",
+                  n);
+    }
+}
 
 /* ---- bulk ----------------------------------------------------------------- */
 moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
@@ -60,6 +114,7 @@ moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
             moon_free(reg);
             return status;
         }
+        region_link(d, reg);
     }
     *reg_p = reg;
     return MOON_OK;
@@ -100,17 +155,23 @@ moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
     }
     reg->rank = d->rank;
     reg->len  = len;
-    *addr_p   = reg->addr;
-    *reg_p    = reg;
+    region_link(d, reg);
+    *addr_p = reg->addr;
+    *reg_p  = reg;
     return MOON_OK;
 }
 
 void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
 {
+    int mapped;
+
     if (reg == NULL) {
         return;
     }
-    if (d->eng != NULL) {
+    pthread_mutex_lock(&d->lock);
+    mapped = region_unlink(d, reg);
+    pthread_mutex_unlock(&d->lock);
+    if (mapped) { /* else never mapped, or released by moon_dist_stop */
         d->eng->mem_unmap(d, reg->memh, reg->rkey);
     }
     if (reg->heap) {

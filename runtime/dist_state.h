@@ -70,6 +70,7 @@ struct moon_dist {
     _Atomic int      saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */
+    struct moon_dist_region *regions; /* registered with the engine (dist_bulk.c), under lock */
     pthread_mutex_t  cmd_lock;
     bulk_op_t       *cmd_bulk;
     dist_buf_t      *cmd_raw;
@@ -135,5 +136,9 @@ void dist_names_fini(moon_dist_t *d);
 int dist_bulk_pump(moon_dist_t *d);
 /* Finishes every unfinished op with lost rank r (PEER_LOST). Progress thread. */
 void dist_bulk_peer_lost(moon_dist_t *d, uint32_t r);
+
+/* dist_bulk.c: moon_dist_stop releases what is still registered (the engine
+ * cannot close over mapped memory), with a warning. */
+void dist_regions_release(moon_dist_t *d);
 
 #endif /* MOON_RUNTIME_DIST_STATE_H */

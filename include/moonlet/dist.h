@@ -123,7 +123,9 @@ MOON_API moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void *
 #define MOON_DIST_REGION_STREAM 1u
 /* Sets MOON_DIST_REGION_* flags; descriptors made afterwards carry them. */
 MOON_API void moon_dist_region_set_flags(moon_dist_region_t *reg, uint32_t flags);
-/* No transfer may use it any more; call before moon_dist_stop. NULL: no-op.
+/* No transfer may use it any more; call before moon_dist_stop (which releases
+ * what is still registered, with a warning; deregistering afterwards only
+ * frees the region). NULL: no-op.
  * Frees the memory of a region from moon_dist_region_alloc. */
 MOON_API void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg);
 /* Size of the region's wire descriptor (rank, address, length, packed rkey). */

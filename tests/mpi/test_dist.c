@@ -676,5 +676,11 @@ int main(int argc, char **argv)
         return 1;
     }
     failures = moon_test_run(suites);
+    {
+        void *p;
+        if (moon_dist_region_alloc(g_dist, 1u << 16, &p, &g_region_left_on_stop) != MOON_OK) {
+            failures++;
+        }
+    }
     return dist_test_teardown(failures);
 }
