@@ -52,10 +52,11 @@ static void tell(moon_actor_t *self, moon_addr_t to, void *m)
     }
 }
 
+/* Backing off to 2 ms: this thread shares the rank's core with its worker. */
 static void wait_flag(_Atomic int *flag)
 {
-    while (!atomic_load(flag)) {
-        struct timespec ts = {0, 200000};
+    for (long nap_ns = 50000; !atomic_load(flag); nap_ns = MOON_MIN(nap_ns * 2, 2000000)) {
+        struct timespec ts = {0, nap_ns};
         nanosleep(&ts, NULL);
     }
 }

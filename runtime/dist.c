@@ -275,8 +275,11 @@ static void sleepy_barrier(moon_dist_t *d)
         MPI_Barrier(d->comm);
         return;
     }
-    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-        usleep(100);
+    /* Backing off to 2 ms: the waiting thread shares its core with the
+     * workers (mpirun binds a rank to one), and each wake-up takes it from them. */
+    for (useconds_t nap_us = 50; MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;
+         nap_us = nap_us < 2000 ? nap_us * 2 : 2000) {
+        usleep(nap_us);
     }
 }
 
