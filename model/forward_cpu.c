@@ -30,6 +30,7 @@
 typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
 typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
 typedef void (*swiglu_fn)(float *h, const float *h3, size_t n);
+typedef float (*softmax_exp_fn)(float *a, uint32_t n);
 
 typedef struct cpu_state cpu_state_t;
 
@@ -61,6 +62,7 @@ struct cpu_state {
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;
+    softmax_exp_fn      softmax_exp;
     int                 nt_isa;   /* batched NT kernels: 512, 2 (AVX2) or 0 (none) */
     uint32_t            op_min_b; /* outer-product matmuls from this batch on (AVX-512) */
     float              *x;        /* (max_b, dim) residual stream */
@@ -277,6 +279,21 @@ static void swiglu_scalar(float *h, const float *h3, size_t n)
     }
 }
 
+/* a[t] = exp(a[t] - max a) for t < n (n >= 1); returns their sum */
+static float softmax_exp_scalar(float *a, uint32_t n)
+{
+    float max = -INFINITY, sum = 0.0f;
+
+    for (uint32_t t = 0; t < n; t++) {
+        max = a[t] > max ? a[t] : max;
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        a[t] = expf(a[t] - max);
+        sum += a[t];
+    }
+    return sum;
+}
+
 #ifdef MOON_X86
 /* exp(x) for x in [-87, 88]: 2^n * p(r), r = x - n ln2, degree-6 polynomial
  * (Cephes expf coefficients; relative error ~2e-7). */
@@ -311,6 +328,25 @@ __attribute__((target("avx512f"))) static void swiglu_avx512(float *h, const flo
     }
     swiglu_scalar(h + i, h3 + i, n - i);
 }
+
+/* softmax_exp_scalar with the vector exp, 16 scores at a time */
+__attribute__((target("avx512f"))) static float softmax_exp_avx512(float *a, uint32_t n)
+{
+    __m512 mv = _mm512_set1_ps(-INFINITY), sv = _mm512_setzero_ps(), maxv;
+
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
+        mv           = _mm512_mask_max_ps(mv, mk, mv, _mm512_maskz_loadu_ps(mk, a + t));
+    }
+    maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
+        __m512    e  = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, a + t), maxv));
+        _mm512_mask_storeu_ps(a + t, mk, e);
+        sv = _mm512_mask_add_ps(sv, mk, sv, e);
+    }
+    return _mm512_reduce_add_ps(sv);
+}
 #endif
 
 /* Picks the widest kernels the CPU runs. MOON_CPU_ISA=avx2|scalar caps the
@@ -324,6 +360,7 @@ static void pick_kernels(cpu_state_t *s)
     s->dot[MOON_GGML_BF16] = dot_bf16_scalar;
     s->axpy                = axpy_scalar;
     s->swiglu              = swiglu_scalar;
+    s->softmax_exp         = softmax_exp_scalar;
     s->nt_isa              = 0;
     if (cap != NULL && strcmp(cap, "scalar") == 0) {
         return;
@@ -336,6 +373,7 @@ static void pick_kernels(cpu_state_t *s)
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
         s->axpy                = axpy_avx512;
         s->swiglu              = swiglu_avx512;
+        s->softmax_exp         = softmax_exp_avx512;
         s->nt_isa              = 512;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         s->dot_f32             = dot_f32_avx2;
@@ -968,23 +1006,26 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16x16(const __m512 d
                          _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One (row, head) of decode attention over positions [0, n), head_dim % 16
- * == 0 and <= 128: q in registers, 16 positions' dot products reduced
- * together, softmax with the vector exp, the output accumulated in registers
- * (the reference's order over positions). K/V rows are walked block by block
- * of the paged cache (no division per position). */
+/* One (row, head) of decode attention over positions [0, n), head_dim <= 128
+ * (a head_dim that is not a multiple of 16 ends in a masked vector): q in
+ * registers, 16 positions' dot products reduced together, softmax with the
+ * vector exp, the output accumulated in registers (the reference's order
+ * over positions). K/V rows are walked block by block of the paged cache (no
+ * division per position). */
 __attribute__((target("avx512f"))) static void
 attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
                  uint32_t n, const float *q, float *o, float *att, float scale)
 {
     const moon_kv_cache_t *kv = s->kv;
-    uint32_t               nv = s->m->cfg.head_dim / 16, bt = kv->cfg.block_tokens;
+    uint32_t               hs = s->m->cfg.head_dim, bt = kv->cfg.block_tokens;
+    uint32_t               nv = (hs + 15) / 16, lv = nv - 1; /* lv: the last, maybe partial */
+    __mmask16              lm = (__mmask16)(hs % 16 ? (1u << (hs % 16)) - 1 : 0xffffu);
     size_t                 ld = kv->kv_dim;
     __m512                 qv[8], ov[8];
-    float                  max = -INFINITY, sum = 0.0f;
+    float                  inv;
 
     for (uint32_t i = 0; i < nv; i++) {
-        qv[i] = _mm512_loadu_ps(q + 16 * i);
+        qv[i] = _mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, q + 16 * i);
         ov[i] = _mm512_setzero_ps();
     }
     {
@@ -997,9 +1038,10 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
                 d[op_hsum_idx[j]] = _mm512_setzero_ps();
             }
             for (uint32_t j = 0; j < m; j++) {
-                __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(k), qv[0]);
+                __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(lv ? 0xffff : lm, k), qv[0]);
                 for (uint32_t i = 1; i < nv; i++) {
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * i), qv[i], acc);
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, k + 16 * i),
+                                          qv[i], acc);
                 }
                 d[op_hsum_idx[j]] = acc;
                 if (++tb == bt) {
@@ -1013,33 +1055,19 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
             _mm512_mask_storeu_ps(att + t0, (__mmask16)((1u << m) - 1), sc);
         }
     }
-    {
-        __m512 mv = _mm512_set1_ps(-INFINITY), sv = _mm512_setzero_ps();
-        for (uint32_t t = 0; t < n; t += 16) {
-            __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
-            mv           = _mm512_mask_max_ps(mv, mk, mv, _mm512_maskz_loadu_ps(mk, att + t));
-        }
-        max = _mm512_reduce_max_ps(mv);
-        for (uint32_t t = 0; t < n; t += 16) {
-            __mmask16 mk = (__mmask16)(n - t >= 16 ? 0xffffu : (1u << (n - t)) - 1);
-            __m512    e =
-                exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, att + t), _mm512_set1_ps(max)));
-            _mm512_mask_storeu_ps(att + t, mk, e);
-            sv = _mm512_mask_add_ps(sv, mk, sv, e);
-        }
-        sum = _mm512_reduce_add_ps(sv);
-    }
+    inv = 1.0f / softmax_exp_avx512(att, n);
     for (uint32_t t0 = 0; t0 < n; t0 += bt) {
         const float *v = moon_kv_vec(kv, sq, l, 1, t0) + off;
         for (uint32_t t = t0; t < MOON_MIN(n, t0 + bt); t++, v += ld) {
-            __m512 a = _mm512_set1_ps(att[t] / sum);
+            __m512 a = _mm512_set1_ps(att[t] * inv);
             for (uint32_t i = 0; i < nv; i++) {
-                ov[i] = _mm512_fmadd_ps(a, _mm512_loadu_ps(v + 16 * i), ov[i]);
+                ov[i] = _mm512_fmadd_ps(
+                    a, _mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, v + 16 * i), ov[i]);
             }
         }
     }
     for (uint32_t i = 0; i < nv; i++) {
-        _mm512_storeu_ps(o + 16 * i, ov[i]);
+        _mm512_mask_storeu_ps(o + 16 * i, i == lv ? lm : 0xffff, ov[i]);
     }
 }
 #endif
@@ -1061,10 +1089,10 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         const moon_kv_seq_t *sq  = s->seq[bi];
         const float         *q   = s->q + (size_t)bi * c->dim + h * hs;
         float               *o   = s->ao + (size_t)bi * c->dim + h * hs;
-        float                max = -INFINITY, sum = 0.0f;
+        float                sum;
 
 #ifdef MOON_X86
-        if (s->nt_isa == 512 && hs % 16 == 0 && hs <= 128) {
+        if (s->nt_isa == 512 && hs <= 128) {
             attn_head_avx512(s, sq, l, kvh * hs, pos + 1, q, o, att, scale);
             continue;
         }
@@ -1072,12 +1100,8 @@ static void attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         for (uint32_t t = 0; t <= pos; t++) {
             const float *k = moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs;
             att[t]         = s->dot_f32(k, q, hs) * scale;
-            max            = att[t] > max ? att[t] : max;
         }
-        for (uint32_t t = 0; t <= pos; t++) {
-            att[t] = expf(att[t] - max);
-            sum += att[t];
-        }
+        sum = s->softmax_exp(att, pos + 1);
         memset(o, 0, hs * sizeof(float));
         for (uint32_t t = 0; t <= pos; t++) {
             s->axpy(o, att[t] / sum, moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs, hs);
@@ -1127,16 +1151,9 @@ static void attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
             for (uint32_t r = 0; r < nb; r++) {
                 float   *row = sc + (size_t)r * nk;
                 uint32_t n   = p0 + i0 + r + 1;
-                float    max = -INFINITY, sum = 0.0f;
+                float    inv = 1.0f / s->softmax_exp(row, n);
                 for (uint32_t t = 0; t < n; t++) {
-                    max = row[t] > max ? row[t] : max;
-                }
-                for (uint32_t t = 0; t < n; t++) {
-                    row[t] = expf(row[t] - max);
-                    sum += row[t];
-                }
-                for (uint32_t t = 0; t < n; t++) {
-                    row[t] /= sum;
+                    row[t] *= inv;
                 }
                 memset(row + n, 0, (nk - n) * sizeof(float));
             }

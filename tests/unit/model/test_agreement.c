@@ -105,6 +105,7 @@ static void test_shapes_f32(void)
         {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},     /* GQA 4:1 */
         {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32},   /* MQA, head_dim 32 */
         {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},    /* odd sizes for SIMD tails */
+        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_F32},    /* head_dim 20: a masked vector */
         {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_F32}, /* big enough to split threads */
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
