@@ -558,7 +558,8 @@ __attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], floa
 }
 
 /* Packs rows [0, 16 * pv) x columns [k0, k0 + kc) of w (rows of row_bytes)
- * into P[k][r], r < 16 * pv. kc % 16 == 0. */
+ * into P[k][r], r < 16 * pv; a last group of kc % 16 columns is padded with
+ * zeros to 16 (P holds OP_KC rows of k). */
 #define OP_PACK_FN(_name, _elem_t, _load)                                                          \
     __attribute__((target("avx512f"))) static void _name(                                          \
         const uint8_t *w, size_t row_bytes, uint32_t k0, uint32_t kc, uint32_t pv, float *P)       \
@@ -570,7 +571,13 @@ __attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], floa
                 __m512         r[16];                                                              \
                 const uint8_t *p = col;                                                            \
                 for (int i = 0; i < 16; i++, p += row_bytes) {                                     \
-                    r[i] = _load((const _elem_t *)p);                                              \
+                    if (kc - k >= 16) {                                                            \
+                        r[i] = _load((const _elem_t *)p);                                          \
+                    } else {                                                                       \
+                        _elem_t tail[16] = {0};                                                    \
+                        memcpy(tail, p, (kc - k) * sizeof(_elem_t));                               \
+                        r[i] = _load(tail);                                                        \
+                    }                                                                              \
                 }                                                                                  \
                 op_tr16(r, P + (size_t)k * ldp + 16 * v, ldp);                                     \
             }                                                                                      \
@@ -707,7 +714,7 @@ static void matmul_nt(cpu_state_t *s, nt_kernel_t kern, const moon_tensor_t *w, 
 
 #ifdef MOON_X86
 /* Y[bi][r] = W[r] . X[bi] for rows [r0, r1) and all b batch rows by the
- * outer-product kernels (w F32 or BF16, cols % 16 == 0): panels of 32 (then
+ * outer-product kernels (w F32 or BF16, any cols): panels of 32 (then
  * 16) rows, the last r1 - r0 < 16 rows by dots. */
 static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                       const float *x, uint32_t b, uint32_t r0, uint32_t r1)
@@ -939,7 +946,7 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
         return;
     }
 #ifdef MOON_X86
-    if (s->nt_isa == 512 && b >= s->op_min_b && b <= 64 && w->cols % 16 == 0 &&
+    if (s->nt_isa == 512 && b >= s->op_min_b && b <= 64 &&
         (w->type == MOON_GGML_F32 || w->type == MOON_GGML_BF16)) {
         matmul_op(s, ith, w, y, x, b, r0, r1);
         return;

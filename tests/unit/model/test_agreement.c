@@ -117,6 +117,7 @@ static void test_weight_types(void)
 {
     agree_case_t cases[] = {
         {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16},
+        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_BF16}, /* w2: 172 columns, a packed tail */
         {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_F16},
         {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q8_0},
         {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q4_0},
