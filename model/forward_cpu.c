@@ -1,11 +1,15 @@
 /* model/forward_cpu.c - the fast CPU backend. A prefill chunk of B tokens
  * (or a decode batch of B sequences) goes through each layer as one batch:
- * the weight matmuls are GEMMs (OpenBLAS sgemm on each thread's slice of
- * output rows; non-F32 weights are dequantized tile by tile), batch-1 matvecs
+ * the weight matmuls are GEMMs (on AVX-512 our outer-product kernels for F32
+ * and BF16 from 4 rows, else OpenBLAS sgemm on each thread's slice of output
+ * rows; other weight types are dequantized tile by tile), batch-1 matvecs
  * use AVX-512/AVX2 kernels chosen at create by a runtime CPU check, and
  * attention runs over the paged KV cache split by (token, head). Threads: a
- * pool of n_threads (the caller is thread 0); work is split by ith/nth rows.
- * Every buffer is allocated at create: prefill and decode never allocate. */
+ * pool of n_threads (the caller is thread 0); work is split by ith/nth rows,
+ * except that a decode batch of a small model splits by batch rows for the
+ * whole pass (run_split). Steps too small to pay for a dispatch run on the
+ * calling thread. Every buffer is allocated at create: prefill and decode
+ * never allocate. */
 #include "model_internal.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -946,7 +950,7 @@ static void matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, f
         return;
     }
 #ifdef MOON_X86
-    if (s->nt_isa == 512 && b >= s->op_min_b && b <= 64 &&
+    if (s->nt_isa == 512 && b >= s->op_min_b &&
         (w->type == MOON_GGML_F32 || w->type == MOON_GGML_BF16)) {
         matmul_op(s, ith, w, y, x, b, r0, r1);
         return;
