@@ -35,18 +35,26 @@ for ty in f32 bf16; do
         --heads 12 --vocab 32000 --seq-len 1024 --type "$ty" --seed 1
 done
 
+# The engine runs its own thread pool and calls OpenBLAS single-threaded. An
+# OpenBLAS built with threads starts its workers at load, and they spin
+# (sched_yield) for about 0.1 s before they sleep: in a run that short (the
+# stories260K lines) they take cores from the engine's threads (prefill 512
+# 55-63k -> 128-131k tok/s without them). So engine runs load OpenBLAS with
+# one thread; the openblas anchor keeps T.
+E() { OPENBLAS_NUM_THREADS=1 "$B" "$@"; }
+
 run_model() { # path label decode_iters
     local m=$1 l=$2 it=$3
     "$B" --model="$m" --label="$l" --bench=roofline --threads="$T" --iters=12
     "$B" --model="$m" --label="$l" --bench=openblas --threads="$T" --prompt=512 --iters=6
     "$B" --model="$m" --label="$l" --bench=fma_peak --threads="$T" --batch=32 --iters=8
     # batch 1 also carries roofline_tokens_per_s measured between its rounds
-    "$B" --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
+    E --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
         --interleave=6
     for b in 8 32; do
-        "$B" --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it"
+        E --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it"
     done
-    "$B" --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
+    E --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
 }
 
 # REPEAT=n runs the whole set n times (the machine is shared: compare the best).
