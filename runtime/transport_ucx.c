@@ -26,6 +26,7 @@
 #define AM_FRAME_ID 7
 #define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
 #define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
+#define STREAM_GET_MIN ((size_t)8 << 20) /* gets from this size stream out of one */
 #define POPULATE_CHUNK ((size_t)64 << 20)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
@@ -550,13 +551,18 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             }
         }
     }
-    if (op->is_put && op->stream && n >= STREAM_MIN) {
+    if (op->stream && n >= STREAM_MIN && (op->is_put || op->len >= STREAM_GET_MIN)) {
         /* the peer's memory is mapped here (shared memory) and the region's
          * owner asked for streaming writes: copy it ourselves with streaming
-         * stores, which UCX's own copy does not use */
-        void *dst;
-        if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->remote_addr + off, &dst) == UCS_OK) {
-            moon_copy_stream(dst, op->local + off, n);
+         * stores, which UCX's own copy does not use; a get that large streams
+         * into the local buffer too (it would not stay in cache anyway) */
+        void *rem;
+        if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->remote_addr + off, &rem) == UCS_OK) {
+            if (op->is_put) {
+                moon_copy_stream(rem, op->local + off, n);
+            } else {
+                moon_copy_stream(op->local + off, rem, n);
+            }
             dist_bulk_slice_done(d, op, n, MOON_OK);
             return MOON_OK;
         }
