@@ -1031,9 +1031,17 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16x16(const __m512 d
  * vector exp, the output accumulated in registers (the reference's order
  * over positions). K/V rows are walked block by block of the paged cache (no
  * division per position). */
-__attribute__((target("avx512f"))) static void
-attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
-                 uint32_t n, const float *q, float *o, float *att, float scale)
+/* Vector i of a head: the last (i == lv) masked by lm when tail is set. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+head_load(const float *p, uint32_t i, uint32_t lv, __mmask16 lm, const int tail)
+{
+    return tail && i == lv ? _mm512_maskz_loadu_ps(lm, p + 16 * i) : _mm512_loadu_ps(p + 16 * i);
+}
+
+/* Inlined twice: tail 0 (head_dim % 16 == 0, plain loads) and tail 1. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+attn_head_body(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off, uint32_t n,
+               const float *q, float *o, float *att, float scale, const int tail)
 {
     const moon_kv_cache_t *kv = s->kv;
     uint32_t               hs = s->m->cfg.head_dim, bt = kv->cfg.block_tokens;
@@ -1044,7 +1052,7 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
     float                  inv;
 
     for (uint32_t i = 0; i < nv; i++) {
-        qv[i] = _mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, q + 16 * i);
+        qv[i] = head_load(q, i, lv, lm, tail);
         ov[i] = _mm512_setzero_ps();
     }
     {
@@ -1057,10 +1065,9 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
                 d[op_hsum_idx[j]] = _mm512_setzero_ps();
             }
             for (uint32_t j = 0; j < m; j++) {
-                __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(lv ? 0xffff : lm, k), qv[0]);
+                __m512 acc = _mm512_mul_ps(head_load(k, 0, lv, lm, tail), qv[0]);
                 for (uint32_t i = 1; i < nv; i++) {
-                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, k + 16 * i),
-                                          qv[i], acc);
+                    acc = _mm512_fmadd_ps(head_load(k, i, lv, lm, tail), qv[i], acc);
                 }
                 d[op_hsum_idx[j]] = acc;
                 if (++tb == bt) {
@@ -1083,16 +1090,16 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
             const float *v  = moon_kv_vec(kv, sq, l, 1, t0) + off;
             uint32_t     t1 = MOON_MIN(n, t0 + bt), t = t0;
             for (; t + 4 <= t1; t += 4, v += 4 * ld) {
-                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(lm, v), ov[0]);
-                o1    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]),
-                                        _mm512_maskz_loadu_ps(lm, v + ld), o1);
+                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail), ov[0]);
+                o1    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]), head_load(v + ld, 0, 0, lm, tail),
+                                        o1);
                 o2    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 2]),
-                                        _mm512_maskz_loadu_ps(lm, v + 2 * ld), o2);
+                                        head_load(v + 2 * ld, 0, 0, lm, tail), o2);
                 o3    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 3]),
-                                        _mm512_maskz_loadu_ps(lm, v + 3 * ld), o3);
+                                        head_load(v + 3 * ld, 0, 0, lm, tail), o3);
             }
             for (; t < t1; t++, v += ld) {
-                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), _mm512_maskz_loadu_ps(lm, v), ov[0]);
+                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail), ov[0]);
             }
         }
         ov[0] = _mm512_add_ps(_mm512_add_ps(ov[0], o1), _mm512_add_ps(o2, o3));
@@ -1104,13 +1111,23 @@ attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint
         for (uint32_t t = t0; t < MOON_MIN(n, t0 + bt); t++, v += ld) {
             __m512 a = _mm512_set1_ps(att[t] * inv);
             for (uint32_t i = 0; i < nv; i++) {
-                ov[i] = _mm512_fmadd_ps(
-                    a, _mm512_maskz_loadu_ps(i == lv ? lm : 0xffff, v + 16 * i), ov[i]);
+                ov[i] = _mm512_fmadd_ps(a, head_load(v, i, lv, lm, tail), ov[i]);
             }
         }
     }
     for (uint32_t i = 0; i < nv; i++) {
-        _mm512_mask_storeu_ps(o + 16 * i, i == lv ? lm : 0xffff, ov[i]);
+        _mm512_mask_storeu_ps(o + 16 * i, tail && i == lv ? lm : 0xffff, ov[i]);
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
+                 uint32_t n, const float *q, float *o, float *att, float scale)
+{
+    if (s->m->cfg.head_dim % 16 == 0) {
+        attn_head_body(s, sq, l, off, n, q, o, att, scale, 0);
+    } else {
+        attn_head_body(s, sq, l, off, n, q, o, att, scale, 1);
     }
 }
 #endif
