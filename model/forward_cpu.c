@@ -571,17 +571,22 @@ __attribute__((target("avx512f"))) static inline void op_tr16(__m512 r[16], floa
         uint32_t ldp = 16 * pv;                                                                    \
         for (uint32_t v = 0; v < pv; v++) {                                                        \
             const uint8_t *col = w + (size_t)16 * v * row_bytes + (size_t)k0 * sizeof(_elem_t);    \
-            for (uint32_t k = 0; k < kc; k += 16, col += 16 * sizeof(_elem_t)) {                   \
+            uint32_t       k   = 0;                                                                \
+            for (; k + 16 <= kc; k += 16, col += 16 * sizeof(_elem_t)) {                           \
                 __m512         r[16];                                                              \
                 const uint8_t *p = col;                                                            \
                 for (int i = 0; i < 16; i++, p += row_bytes) {                                     \
-                    if (kc - k >= 16) {                                                            \
-                        r[i] = _load((const _elem_t *)p);                                          \
-                    } else {                                                                       \
-                        _elem_t tail[16] = {0};                                                    \
-                        memcpy(tail, p, (kc - k) * sizeof(_elem_t));                               \
-                        r[i] = _load(tail);                                                        \
-                    }                                                                              \
+                    r[i] = _load((const _elem_t *)p);                                              \
+                }                                                                                  \
+                op_tr16(r, P + (size_t)k * ldp + 16 * v, ldp);                                     \
+            }                                                                                      \
+            if (k < kc) {                                                                          \
+                __m512         r[16];                                                              \
+                const uint8_t *p = col;                                                            \
+                for (int i = 0; i < 16; i++, p += row_bytes) {                                     \
+                    _elem_t tail[16] = {0};                                                        \
+                    memcpy(tail, p, (kc - k) * sizeof(_elem_t));                                   \
+                    r[i] = _load(tail);                                                            \
                 }                                                                                  \
                 op_tr16(r, P + (size_t)k * ldp + 16 * v, ldp);                                     \
             }                                                                                      \
