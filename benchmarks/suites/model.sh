@@ -51,8 +51,10 @@ run_model() { # path label decode_iters
     # batch 1 also carries roofline_tokens_per_s measured between its rounds
     E --model="$m" --label="$l" --bench=decode --batch=1 --threads="$T" --iters=$((it * 2)) \
         --interleave=6
+    # best of 3 rounds of it/3 steps: the context span of each of batch 1's rounds
+    # (attention grows with it; it is most of a step for stories260K)
     for b in 8 32; do
-        E --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it"
+        E --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it" --rounds=3
     done
     E --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
 }
