@@ -659,7 +659,8 @@ static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_
     dist_buf_t                   *b;
 
     if (seq == 0 || seq == last_seq || !atomic_load_explicit(&d->direct, memory_order_relaxed) ||
-        atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 || !progress_trylock(d)) {
+        atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
         return 0;
     }
     if (p->credits == 0 || atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
@@ -974,11 +975,20 @@ static int progress_trylock(moon_dist_t *d)
            atomic_exchange_explicit(&d->progress_busy, 1, memory_order_acquire) == 0;
 }
 
+/* Blocking, for the progress thread and stop: workers that poll take the lock
+ * again right after each pass, so the waiter announces itself and they stay
+ * off it until it is through (a progress thread starved for a second missed
+ * its heartbeats while a worker drove a tcp transfer). */
 static void progress_lock(moon_dist_t *d)
 {
-    while (!progress_trylock(d)) {
-        sched_yield(); /* held for one short pass by a worker */
+    if (progress_trylock(d)) {
+        return;
     }
+    atomic_fetch_add(&d->progress_wanted, 1);
+    while (!progress_trylock(d)) {
+        sched_yield(); /* held for one pass by a worker */
+    }
+    atomic_fetch_sub(&d->progress_wanted, 1);
 }
 
 static void progress_unlock(moon_dist_t *d)
@@ -1055,8 +1065,8 @@ static int worker_poll(void *ctx, int parking)
         return 0;
     }
     atomic_store_explicit(&d->worker_polled, 1, memory_order_relaxed); /* no clock: hot */
-    if (!progress_trylock(d)) {
-        return -1; /* the progress thread is in a pass */
+    if (atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
+        return -1; /* the progress thread is in a pass, or waits for one */
     }
     n = progress_pass(d, PASS_WORKER, &busy);
     progress_unlock(d);

@@ -57,6 +57,7 @@ struct moon_dist {
     _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
     _Atomic int      napping;        /* progress thread defers to polling workers */
     _Atomic int      direct;         /* handlers may send their first message at once */
+    _Atomic int      progress_wanted; /* threads waiting in progress_lock: workers stay off */
     _Atomic int      stop_req;
     _Atomic int      sleeping;
     int              wake_fd;

@@ -25,14 +25,18 @@ free_port() {
     echo 23456
 }
 
+# Server and client on cores of their own, as mpirun binds the two ranks of
+# the moonlet runs (unbound, the scheduler sometimes puts both on one core).
+if [ "$(nproc)" -ge 2 ]; then pin_srv=(-c 0); pin_cli=(-c 1); else pin_srv=(); pin_cli=(); fi
+
 # perftest TLS_LABEL TEST SIZE ITERS -> "Final:" fields on stdout
 perftest() {
     local port out
     port=$(free_port)
-    ucx_perftest -p "$port" >/dev/null 2>&1 &
+    ucx_perftest -p "$port" "${pin_srv[@]}" >/dev/null 2>&1 &
     local srv=$!
     sleep 0.3
-    out=$(timeout 60 ucx_perftest 127.0.0.1 -p "$port" -t "$2" -s "$3" -n "$4" 2>/dev/null |
+    out=$(timeout 60 ucx_perftest 127.0.0.1 -p "$port" "${pin_cli[@]}" -t "$2" -s "$3" -n "$4" 2>/dev/null |
           awk '/^Final:/ {print $2, $4, $6}')
     wait "$srv" 2>/dev/null || true
     echo "$out"
