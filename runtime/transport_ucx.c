@@ -19,6 +19,7 @@
 #include <ucp/api/ucp.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@
 #define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
 #define STREAM_GET_MIN ((size_t)8 << 20) /* gets from this size stream out of one */
 #define POPULATE_CHUNK ((size_t)64 << 20)
+#define POPULATE_MAX   2 /* background populating threads at once */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
 #endif
@@ -491,6 +493,8 @@ static void rma_done(void *req, ucs_status_t status, void *user_data)
  * thread fills the page tables in the background instead
  * (MADV_POPULATE_WRITE, Linux 5.14; elsewhere the faults stay). Harmless if
  * the mapping goes meanwhile: madvise then fails on the part that is gone. */
+static _Atomic int n_populating; /* threads at it, process-wide: at most POPULATE_MAX */
+
 static void *populate_main(void *arg)
 {
     size_t *range = arg; /* {start, length} */
@@ -500,6 +504,7 @@ static void *populate_main(void *arg)
         (void)madvise(p + done, MOON_MIN(POPULATE_CHUNK, range[1] - done), MADV_POPULATE_WRITE);
     }
     moon_free(range);
+    atomic_fetch_sub(&n_populating, 1);
     return NULL;
 }
 
@@ -507,11 +512,17 @@ static void populate_async(void *addr, size_t len)
 {
     uintptr_t      start = (uintptr_t)addr & ~(uintptr_t)4095;
     uintptr_t      end   = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-    size_t        *range = moon_malloc(2 * sizeof(size_t));
+    size_t        *range;
     pthread_t      t;
     pthread_attr_t attr;
 
+    if (atomic_fetch_add(&n_populating, 1) >= POPULATE_MAX) {
+        atomic_fetch_sub(&n_populating, 1); /* enough at work: this one faults in */
+        return;
+    }
+    range = moon_malloc(2 * sizeof(size_t));
     if (range == NULL) {
+        atomic_fetch_sub(&n_populating, 1);
         return;
     }
     range[0] = start;
@@ -520,6 +531,7 @@ static void populate_async(void *addr, size_t len)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &attr, populate_main, range) != 0) {
         moon_free(range);
+        atomic_fetch_sub(&n_populating, 1);
     }
     pthread_attr_destroy(&attr);
 }
