@@ -644,11 +644,11 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
 static int  progress_trylock(moon_dist_t *d);
 static void progress_unlock(moon_dist_t *d);
 
-/* The first message a handler sends to a peer whose queue is empty leaves at
- * once, from the handler's thread, as a frame of its own: a request or a
- * reply does not wait for the worker to finish its turn, come back idle and
- * drain the queue. Later messages of the same handler queue up and leave
- * batched. FIFO per pair holds: an empty queue, checked under the progress
+/* The first remote message a handler sends, to a peer whose queue is empty,
+ * leaves at once from the handler's thread as a frame of its own: a request
+ * or a reply does not wait for the worker to finish its turn, come back idle
+ * and drain the queue. The handler's later messages (to any peer) queue up
+ * and leave batched. FIFO per pair holds: an empty queue, checked under the progress
  * lock, means everything sent before is already with the engine. Returns 1 if
  * msg was consumed. */
 static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg)
@@ -663,7 +663,8 @@ static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_
         atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
         return 0;
     }
-    if (p->credits == 0 || atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
+    if (atomic_load(&d->closing) || p->credits == 0 ||
+        atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->down, memory_order_relaxed) ||
         (b = buf_get(d, r, sizeof(frame_hdr_t) + REC_BYTES +
                                moon_msg_encoded_bound(msg))) == NULL) {
@@ -1057,7 +1058,8 @@ static int worker_poll(void *ctx, int parking)
 
     if (parking) {
         atomic_store(&d->worker_polled, 0);
-        if (atomic_load(&d->napping)) { /* the progress thread takes over now */
+        /* the progress thread takes over now (unless stop closes its fd) */
+        if (atomic_load(&d->napping) && !atomic_load(&d->closing)) {
             uint64_t one = 1;
             ssize_t  ret = write(d->wake_fd, &one, sizeof(one));
             (void)ret;
@@ -1067,6 +1069,10 @@ static int worker_poll(void *ctx, int parking)
     atomic_store_explicit(&d->worker_polled, 1, memory_order_relaxed); /* no clock: hot */
     if (atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
         return -1; /* the progress thread is in a pass, or waits for one */
+    }
+    if (atomic_load(&d->closing)) {
+        progress_unlock(d);
+        return 0;
     }
     n = progress_pass(d, PASS_WORKER, &busy);
     progress_unlock(d);
@@ -1117,11 +1123,17 @@ static void *progress_main(void *arg)
         int n, busy, armed = 0;
 
         if (!progress_trylock(d)) {
-            /* A worker holds it, maybe for a long pass (a bulk slice is a
-             * copy of up to slice_bytes): nap instead of yielding to it, a
-             * few times; then wait for it, as heartbeats and timeouts are ours. */
+            /* A polling worker holds it, maybe for a long pass (a bulk slice
+             * is a copy of up to slice_bytes): nap instead of yielding to it,
+             * a few times. A handler's direct send holds it for microseconds:
+             * yield and try again. Then wait for it, as heartbeats and
+             * timeouts are ours. */
             if (++missed < 4) {
-                nap(d, fds);
+                if (atomic_load_explicit(&d->worker_polled, memory_order_relaxed)) {
+                    nap(d, fds);
+                } else {
+                    sched_yield();
+                }
                 idle = 0;
                 continue;
             }
@@ -1342,9 +1354,11 @@ void moon_dist_stop(moon_dist_t *d)
         /* nobody stops progressing before every rank has its goodbyes */
         sleepy_barrier(d);
     }
-    /* No worker may run a pass or send directly once we close: detach, then
-     * wait out any pass or direct send in flight. */
-    moon_runtime_set_idle_hook(d->rt, NULL, NULL);
+    /* No worker may run a pass or send directly once we close: `closing` is
+     * checked under the lock by both, so after one lock/unlock nobody does
+     * (a worker that loaded the hook before the detach still finds ctx = d). */
+    atomic_store(&d->closing, 1);
+    moon_runtime_set_idle_hook(d->rt, NULL, d);
     atomic_store(&d->direct, 0);
     progress_lock(d);
     progress_unlock(d);

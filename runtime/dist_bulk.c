@@ -11,6 +11,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- wire format ---------------------------------------------------------- */
@@ -19,8 +20,11 @@ typedef struct {
     uint32_t magic, rank;
     uint64_t addr, len;
     uint32_t rkey_len, flags; /* MOON_DIST_REGION_* */
+    uint64_t id;              /* unique in the owner's process: names one allocation */
 } region_desc_t;
-_Static_assert(sizeof(region_desc_t) == 32, "region descriptor size changed");
+_Static_assert(sizeof(region_desc_t) == 40, "region descriptor size changed");
+
+static _Atomic uint64_t next_region_id = 1;
 
 /* ---- state ---------------------------------------------------------------- */
 #define SLICES_INFLIGHT 4
@@ -33,6 +37,7 @@ struct moon_dist_region {
     void  *memh;
     void  *rkey;
     size_t rkey_len;
+    uint64_t id;    /* next_region_id: a peer's cache tells allocations apart by it */
     int      heap;  /* addr is ours, from the heap: freed with the region */
     uint32_t flags; /* MOON_DIST_REGION_*, carried by its descriptors */
     /* on d->regions while the engine holds it (memh, rkey); under d->lock */
@@ -106,6 +111,7 @@ moon_status_t moon_dist_region_register(moon_dist_t *d, void *addr, size_t len,
         return MOON_ERR_NO_MEMORY;
     }
     reg->rank = d->rank;
+    reg->id   = atomic_fetch_add(&next_region_id, 1);
     reg->addr = addr;
     reg->len  = len;
     if (d->eng != NULL) {
@@ -154,6 +160,7 @@ moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
         return status;
     }
     reg->rank = d->rank;
+    reg->id   = atomic_fetch_add(&next_region_id, 1);
     reg->len  = len;
     region_link(d, reg);
     *addr_p = reg->addr;
@@ -196,7 +203,7 @@ size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
 moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
 {
     region_desc_t h = {DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
-                       (uint32_t)reg->rkey_len, reg->flags};
+                       (uint32_t)reg->rkey_len, reg->flags, reg->id};
     char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
                                             1, 0);
 
@@ -289,6 +296,7 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;
     op->remote_addr = h.addr + remote_off;
+    op->region_id   = h.id;
     op->region_addr = h.addr;
     op->region_len  = h.len;
     op->len         = len;

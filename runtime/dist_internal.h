@@ -34,6 +34,7 @@ typedef struct bulk_op {
     char           *local;
     void           *local_memh; /* engine memh of local_reg, or NULL */
     uint64_t        remote_addr;
+    uint64_t        region_id;   /* the owner's id of the remote region */
     uint64_t        region_addr; /* the whole remote region (its descriptor) */
     size_t          region_len;
     size_t          len, issued;

@@ -58,6 +58,7 @@ struct moon_dist {
     _Atomic int      napping;        /* progress thread defers to polling workers */
     _Atomic int      direct;         /* handlers may send their first message at once */
     _Atomic int      progress_wanted; /* threads waiting in progress_lock: workers stay off */
+    _Atomic int      closing;         /* moon_dist_stop: no pass or direct send any more */
     _Atomic int      stop_req;
     _Atomic int      sleeping;
     int              wake_fd;

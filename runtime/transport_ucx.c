@@ -7,7 +7,6 @@
  * single-threaded: the progress thread of dist.c or an idle worker, under the
  * progress lock (open/close run before it starts and after it stopped);
  * mem_map/rkey_pack are context calls, made thread-safe by mt_workers_shared. */
-#define _GNU_SOURCE /* madvise, MADV_POPULATE_WRITE */
 #include "dist_internal.h"
 #include "ucx_rkeys.h"
 
@@ -19,20 +18,13 @@
 #include <ucp/api/ucp.h>
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define AM_FRAME_ID 7
 #define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
 #define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
 #define STREAM_GET_MIN ((size_t)8 << 20) /* gets from this size stream out of one */
-#define POPULATE_CHUNK ((size_t)64 << 20)
-#define POPULATE_MAX   2 /* background populating threads at once */
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
-#endif
 
 typedef struct {
     moon_dist_t  *d;
@@ -487,55 +479,6 @@ static void rma_done(void *req, ucs_status_t status, void *user_data)
     ucp_request_free(req);
 }
 
-/* A peer's region just mapped here costs a page fault per 4 KiB page on the
- * first touch (~1.5 us: a cold mapping takes puts down to ~2.7 GB/s). For a
- * streaming region (a store's arena, written and read all over), a detached
- * thread fills the page tables in the background instead
- * (MADV_POPULATE_WRITE, Linux 5.14; elsewhere the faults stay). Harmless if
- * the mapping goes meanwhile: madvise then fails on the part that is gone. */
-static _Atomic int n_populating; /* threads at it, process-wide: at most POPULATE_MAX */
-
-static void *populate_main(void *arg)
-{
-    size_t *range = arg; /* {start, length} */
-    char   *p     = (char *)range[0];
-
-    for (size_t done = 0; done < range[1]; done += POPULATE_CHUNK) {
-        (void)madvise(p + done, MOON_MIN(POPULATE_CHUNK, range[1] - done), MADV_POPULATE_WRITE);
-    }
-    moon_free(range);
-    atomic_fetch_sub(&n_populating, 1);
-    return NULL;
-}
-
-static void populate_async(void *addr, size_t len)
-{
-    uintptr_t      start = (uintptr_t)addr & ~(uintptr_t)4095;
-    uintptr_t      end   = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-    size_t        *range;
-    pthread_t      t;
-    pthread_attr_t attr;
-
-    if (atomic_fetch_add(&n_populating, 1) >= POPULATE_MAX) {
-        atomic_fetch_sub(&n_populating, 1); /* enough at work: this one faults in */
-        return;
-    }
-    range = moon_malloc(2 * sizeof(size_t));
-    if (range == NULL) {
-        atomic_fetch_sub(&n_populating, 1);
-        return;
-    }
-    range[0] = start;
-    range[1] = end - start;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, populate_main, range) != 0) {
-        moon_free(range);
-        atomic_fetch_sub(&n_populating, 1);
-    }
-    pthread_attr_destroy(&attr);
-}
-
 static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n)
 {
     ucp_ep_h            ep = get_bulk_ep(d, op->peer);
@@ -548,8 +491,9 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
     }
     if (op->eng_rkey == NULL) {
         int          fresh;
-        ucs_status_t s = ucx_rkeys_acquire(U(d)->rkeys, ep, op->peer, op->rkey, op->rkey_len,
-                                           (ucx_rkey_ref_t **)&op->eng_rkey, &fresh);
+        ucs_status_t s = ucx_rkeys_acquire(U(d)->rkeys, ep, op->peer, op->region_id, op->rkey,
+                                           op->rkey_len, (ucx_rkey_ref_t **)&op->eng_rkey,
+                                           &fresh);
         if (s != UCS_OK) {
             MOON_ERROR("ucp_ep_rkey_unpack from rank %u failed: %s", op->peer,
                        ucs_status_string(s));
@@ -557,9 +501,10 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             return MOON_ERR_INVALID_PARAM;
         }
         if (fresh && op->stream) {
+            /* a streaming region (an arena) is touched all over: map it in now */
             void *base;
             if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->region_addr, &base) == UCS_OK) {
-                populate_async(base, op->region_len);
+                ucx_rkeys_populate(op->eng_rkey, base, op->region_len);
             }
         }
     }

@@ -1,18 +1,43 @@
 /* runtime/ucx_rkeys.c - see ucx_rkeys.h. A short list searched linearly: a
  * process talks to a few regions per peer (an arena, a few buffers), and a
  * lookup happens once per transfer, not per slice. */
+#define _GNU_SOURCE /* madvise, MADV_POPULATE_WRITE */
 #include "ucx_rkeys.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/defs.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
+#endif
+#define POPULATE_CHUNK ((size_t)8 << 20) /* a cancel waits at most one chunk */
+#define POPULATE_MAX   2                 /* populating threads at once */
+
+/* A background population, shared by its thread and its entry (refs 2). The
+ * thread marks each chunk busy before it looks at `cancel` (both seq_cst):
+ * either it sees the cancel, or the canceller sees it busy and waits. */
+typedef struct populate {
+    char       *addr;
+    size_t      len;
+    _Atomic int cancel, busy, refs;
+} populate_t;
+
+static _Atomic int n_populating;
 
 struct ucx_rkey_ref {
     ucx_rkey_ref_t *next;
     uint32_t        peer;
     uint32_t        refs;
     int             cached; /* on the list; else destroyed at the last release */
+    uint64_t        region_id;
     ucp_rkey_h      rkey;
+    populate_t     *populate;
     size_t          len;
     char            packed[];
 };
@@ -21,6 +46,81 @@ struct ucx_rkeys {
     ucx_rkey_ref_t *head; /* most recently used first */
     uint32_t        n, cap;
 };
+
+static void populate_put(populate_t *p)
+{
+    if (atomic_fetch_sub(&p->refs, 1) == 1) {
+        moon_free(p);
+    }
+}
+
+static void *populate_main(void *arg)
+{
+    populate_t *p = arg;
+
+    for (size_t done = 0; done < p->len; done += POPULATE_CHUNK) {
+        atomic_store(&p->busy, 1);
+        if (atomic_load(&p->cancel)) {
+            atomic_store(&p->busy, 0);
+            break;
+        }
+        (void)madvise(p->addr + done, MOON_MIN(POPULATE_CHUNK, p->len - done),
+                      MADV_POPULATE_WRITE);
+        atomic_store(&p->busy, 0);
+    }
+    atomic_fetch_sub(&n_populating, 1);
+    populate_put(p);
+    return NULL;
+}
+
+/* Stops the entry's population before its mapping goes. */
+static void populate_cancel(populate_t *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    atomic_store(&p->cancel, 1);
+    while (atomic_load(&p->busy)) {
+        sched_yield(); /* at most one chunk */
+    }
+    populate_put(p);
+}
+
+void ucx_rkeys_populate(ucx_rkey_ref_t *ref, void *addr, size_t len)
+{
+    uintptr_t      start = (uintptr_t)addr & ~(uintptr_t)4095;
+    uintptr_t      end   = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
+    populate_t    *p;
+    pthread_t      t;
+    pthread_attr_t attr;
+    int            ok;
+
+    if (ref->populate != NULL) {
+        return;
+    }
+    if (atomic_fetch_add(&n_populating, 1) >= POPULATE_MAX) {
+        atomic_fetch_sub(&n_populating, 1);
+        return; /* enough at work: these pages fault in */
+    }
+    p = moon_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        atomic_fetch_sub(&n_populating, 1);
+        return;
+    }
+    p->addr = (char *)start;
+    p->len  = end - start;
+    atomic_store(&p->refs, 2);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    ok = pthread_create(&t, &attr, populate_main, p) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok) {
+        atomic_fetch_sub(&n_populating, 1);
+        moon_free(p);
+        return;
+    }
+    ref->populate = p;
+}
 
 ucx_rkeys_t *ucx_rkeys_create(uint32_t cap)
 {
@@ -34,6 +134,7 @@ ucx_rkeys_t *ucx_rkeys_create(uint32_t cap)
 
 static void entry_free(ucx_rkey_ref_t *e)
 {
+    populate_cancel(e->populate);
     ucp_rkey_destroy(e->rkey);
     moon_free(e);
 }
@@ -58,12 +159,14 @@ void ucx_rkeys_destroy(ucx_rkeys_t *c)
         return;
     }
     while (c->head != NULL) {
-        unlink_entry(c, &c->head);
+        ucx_rkey_ref_t *e = c->head;
+        c->head           = e->next;
+        entry_free(e); /* in use or not: the worker goes next */
     }
     moon_free(c);
 }
 
-/* Keeps at most cap unreferenced entries: drops the least recent of them. */
+/* Keeps at most cap entries where it can: drops the least recent unused one. */
 static void trim(ucx_rkeys_t *c)
 {
     ucx_rkey_ref_t **pp, **victim = NULL;
@@ -81,16 +184,17 @@ static void trim(ucx_rkeys_t *c)
     }
 }
 
-ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const void *packed,
-                               size_t len, ucx_rkey_ref_t **ref_p, int *fresh_p)
+ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, uint64_t region_id,
+                               const void *packed, size_t len, ucx_rkey_ref_t **ref_p,
+                               int *fresh_p)
 {
     ucx_rkey_ref_t **pp, *e;
     ucs_status_t     s;
 
     *fresh_p = 0;
-
     for (pp = &c->head; (e = *pp) != NULL; pp = &e->next) {
-        if (e->peer == peer && e->len == len && memcmp(e->packed, packed, len) == 0) {
+        if (e->peer == peer && e->region_id == region_id && e->len == len &&
+            memcmp(e->packed, packed, len) == 0) {
             *pp     = e->next; /* to the front */
             e->next = c->head;
             c->head = e;
@@ -99,7 +203,7 @@ ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const
             return UCS_OK;
         }
     }
-    e = moon_malloc(sizeof(*e) + len);
+    e = moon_calloc(1, sizeof(*e) + len);
     if (e == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
@@ -108,10 +212,11 @@ ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const
         moon_free(e);
         return s;
     }
-    e->peer   = peer;
-    e->refs   = 1;
-    e->cached = 1;
-    e->len    = len;
+    e->peer      = peer;
+    e->region_id = region_id;
+    e->refs      = 1;
+    e->cached    = 1;
+    e->len       = len;
     memcpy(e->packed, packed, len);
     e->next = c->head;
     c->head = e;

@@ -3,10 +3,13 @@
  * Unpacking an rkey is not free: with shared-memory transports it attaches the
  * peer's segment (shmat/mmap), and every page of a fresh mapping faults on
  * first touch. A store serves thousands of transfers from one arena, so the
- * engine unpacks each (peer, packed key) once and keeps it, bounded and least
- * recently used first out. Entries are counted references: an entry in use by
- * a transfer is never destroyed under it. Progress thread only, like the
- * engine's worker. */
+ * engine unpacks each region's key once and keeps it, bounded and least
+ * recently used first out. A key is found by (peer, region id, packed bytes):
+ * the packed bytes alone do not name one allocation (a posix segment freed and
+ * allocated again at the same size packs to the same bytes), the owner's
+ * region id does. Entries are counted references: an entry in use by a
+ * transfer is never destroyed under it, except by ucx_rkeys_destroy. Progress
+ * thread only, like the engine's worker. */
 #ifndef MOON_RUNTIME_UCX_RKEYS_H
 #define MOON_RUNTIME_UCX_RKEYS_H
 
@@ -18,18 +21,28 @@
 typedef struct ucx_rkeys     ucx_rkeys_t;
 typedef struct ucx_rkey_ref  ucx_rkey_ref_t;
 
-/* A cache holding at most cap unreferenced keys; NULL without memory. */
+/* A cache that trims itself to cap entries when it can (entries in use stay);
+ * NULL without memory. */
 ucx_rkeys_t *ucx_rkeys_create(uint32_t cap);
-/* Destroys every key (call before the endpoints close). NULL: no-op. */
+/* The engine is closing: destroys every key, in use or not (their transfers
+ * are abandoned; nobody releases them afterwards). NULL: no-op. */
 void ucx_rkeys_destroy(ucx_rkeys_t *c);
-/* The unpacked key of (peer, packed) through ep, with a reference the caller
- * gives back with ucx_rkeys_release; *fresh_p: 1 if it was unpacked now. */
-ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, const void *packed,
-                               size_t len, ucx_rkey_ref_t **ref_p, int *fresh_p);
+/* The unpacked key of region `region_id` of `peer` (packed bytes packed)
+ * through ep, with a reference the caller gives back with ucx_rkeys_release;
+ * *fresh_p: 1 if it was unpacked now. */
+ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, uint64_t region_id,
+                               const void *packed, size_t len, ucx_rkey_ref_t **ref_p,
+                               int *fresh_p);
 ucp_rkey_h ucx_rkeys_handle(const ucx_rkey_ref_t *ref);
 void       ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
 /* The peer's endpoint is going: its keys leave the cache (those still in use
  * are destroyed when released). NULL: no-op. */
 void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer);
+/* Fills the page tables of [addr, addr + len), the key's mapping here, in a
+ * background thread (MADV_POPULATE_WRITE): a fresh mapping otherwise costs a
+ * fault per 4 KiB page on first touch. Tied to the entry: destroying the key
+ * stops the thread first, so it never touches memory mapped there later. At
+ * most two at once, process-wide; beyond that the pages fault in. */
+void ucx_rkeys_populate(ucx_rkey_ref_t *ref, void *addr, size_t len);
 
 #endif
