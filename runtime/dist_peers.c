@@ -7,8 +7,9 @@
  * ops (dist_bulk.c) and wakes name waiters (dist_names.c).
  *
  * Threads: the records and watchers are under d->lock (senders add them on
- * any thread); dist_peer_failed and dist_fail_queue run on the progress
- * thread. Heartbeats and timeouts that detect a loss stay in the progress
+ * any thread); dist_peer_failed and dist_fail_queue run under the progress
+ * lock (the progress thread, an idle worker's pass, or a handler's direct
+ * send whose frame the engine refused). Heartbeats and timeouts that detect a loss stay in the progress
  * thread's tick (dist.c), as they share its pass with credit returns. */
 #include "dist_state.h"
 
