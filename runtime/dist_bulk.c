@@ -13,6 +13,7 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- wire format ---------------------------------------------------------- */
 #define DESC_MAGIC 0x4d524547u /* "MREG" */
@@ -25,6 +26,16 @@ typedef struct {
 _Static_assert(sizeof(region_desc_t) == 40, "region descriptor size changed");
 
 static _Atomic uint64_t next_region_id = 1;
+
+#define LOST_GRACE_NS 1000000000ull /* see dist_bulk_peer_lost */
+
+static uint64_t lost_clock_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) | 1; /* never 0 */
+}
 
 /* ---- state ---------------------------------------------------------------- */
 #define SLICES_INFLIGHT 4
@@ -336,12 +347,20 @@ static void finish_op(moon_dist_t *d, bulk_op_t *op)
                    op->status == MOON_OK ? op->len : 0);
 }
 
+/* The op fails, but its caller hears of it only once no slice is in flight
+ * (a get's data could otherwise still land in a buffer the caller has freed):
+ * the engine completes what it had in flight when it closes the peer's
+ * endpoints. An engine that cannot (shared memory without peer error
+ * handling, MPI) gets LOST_GRACE_NS, and then the caller is told anyway. */
 void dist_bulk_peer_lost(moon_dist_t *d, uint32_t r)
 {
     for (bulk_op_t *op = d->active; op != NULL; op = op->next) {
         if (op->peer == r && !op->finished) {
-            op->status = MOON_ERR_PEER_LOST;
-            finish_op(d, op);
+            op->status  = MOON_ERR_PEER_LOST;
+            op->lost_ns = lost_clock_ns();
+            if (op->n_inflight == 0) {
+                finish_op(d, op);
+            }
         }
     }
 }
@@ -443,6 +462,12 @@ int dist_bulk_pump(moon_dist_t *d)
         }
         if (!op->finished && op->n_inflight == 0 &&
             (op->issued == op->len || op->status != MOON_OK)) {
+            finish_op(d, op);
+        } else if (MOON_UNLIKELY(!op->finished && op->lost_ns != 0) &&
+                   lost_clock_ns() - op->lost_ns > LOST_GRACE_NS) {
+            MOON_WARN("bulk transfer to lost rank %u: %u slice(s) never completed; reported "
+                      "failed anyway",
+                      op->peer, op->n_inflight);
             finish_op(d, op);
         }
         d->n_open += !op->finished;

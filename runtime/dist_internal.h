@@ -40,6 +40,7 @@ typedef struct bulk_op {
     size_t          len, issued;
     uint32_t        n_inflight;
     int             finished; /* completion message sent */
+    uint64_t        lost_ns;  /* when its peer was lost (dist_bulk.c), or 0 */
     int             flushed;  /* put: remote completion requested */
     moon_status_t   status;
     moon_addr_t     reply_to;
