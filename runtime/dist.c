@@ -48,6 +48,7 @@ enum {
     FRAME_CREDIT    = 2, /* credits only */
     FRAME_HEARTBEAT = 3,
     FRAME_GOODBYE   = 4,
+    FRAME_REGION_GONE = 5, /* u64 region id: its owner deregistered it */
 };
 
 typedef struct {
@@ -168,6 +169,21 @@ void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *s)
     s->n_peers_lost      = atomic_load(&d->st.peers_lost);
     s->n_bulk_done       = atomic_load(&d->st.bulk_done);
     s->bulk_bytes        = atomic_load(&d->st.bulk_bytes);
+    s->n_peer_regions_forgotten = atomic_load(&d->st.regions_forgotten);
+}
+
+void dist_send_region_gone(moon_dist_t *d, uint64_t region_id)
+{
+    char        f[sizeof(frame_hdr_t) + sizeof(region_id)];
+    frame_hdr_t h = {FRAME_MAGIC, FRAME_REGION_GONE, 0, d->rank, 0, 0};
+
+    memcpy(f, &h, sizeof(h));
+    memcpy(f + sizeof(h), &region_id, sizeof(region_id));
+    for (uint32_t r = 0; r < d->size; r++) {
+        if (r != d->rank && !atomic_load(&d->peers[r].down)) {
+            (void)moon_dist_send_raw(d, r, f, sizeof(f)); /* best effort */
+        }
+    }
 }
 
 /* ---- config, init --------------------------------------------------------- */
@@ -887,6 +903,17 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
     case FRAME_GOODBYE:
         p->goodbye = 1;
         return;
+    case FRAME_REGION_GONE: {
+        uint64_t id;
+        if ((size_t)(end - cur) != sizeof(id)) {
+            goto bad;
+        }
+        memcpy(&id, cur, sizeof(id));
+        if (d->eng->region_gone != NULL) {
+            atomic_fetch_add(&d->st.regions_forgotten, d->eng->region_gone(d, h.src_rank, id));
+        }
+        return;
+    }
     default:
         if (h.kind >= DIST_FRAME_ENGINE && d->eng->on_engine_frame != NULL &&
             d->eng->on_engine_frame(d, h.src_rank, h.kind, cur, (size_t)(end - cur))) {

@@ -190,6 +190,7 @@ void moon_dist_region_deregister(moon_dist_t *d, moon_dist_region_t *reg)
     mapped = region_unlink(d, reg);
     pthread_mutex_unlock(&d->lock);
     if (mapped) { /* else never mapped, or released by moon_dist_stop */
+        dist_send_region_gone(d, reg->id);
         d->eng->mem_unmap(d, reg->memh, reg->rkey);
     }
     if (reg->heap) {

@@ -87,6 +87,10 @@ typedef struct {
     moon_status_t (*flush)(moon_dist_t *d, bulk_op_t *op);
     /* Frees engine state of op (rkey). */
     void (*bulk_release)(moon_dist_t *d, bulk_op_t *op);
+    /* Optional: peer's region region_id was deregistered by its owner: drop
+     * what is cached for it (a mapping keeps the owner's memory alive);
+     * returns how many cached keys were dropped. */
+    int (*region_gone)(moon_dist_t *d, uint32_t peer, uint64_t region_id);
     /* Peer r is lost: drop its endpoint without waiting for it. */
     void (*peer_lost)(moon_dist_t *d, uint32_t r);
     /* Optional: frames of kinds >= DIST_FRAME_ENGINE go here; returns 0 for

@@ -101,7 +101,7 @@ struct moon_dist {
 
     struct {
         _Atomic uint64_t sent, received, frames_sent, frames_received, bad_frames, bad_msgs, stale,
-            credit_stalls, gate_mutes, peers_lost, bulk_done, bulk_bytes;
+            credit_stalls, gate_mutes, peers_lost, bulk_done, bulk_bytes, regions_forgotten;
     } st;
 };
 
@@ -142,5 +142,9 @@ void dist_bulk_peer_lost(moon_dist_t *d, uint32_t r);
 /* dist_bulk.c: moon_dist_stop releases what is still registered (the engine
  * cannot close over mapped memory), with a warning. */
 void dist_regions_release(moon_dist_t *d);
+
+/* dist.c: tells every live peer that region_id of ours is gone, so their
+ * engines drop what they cached for it (best effort, any thread). */
+void dist_send_region_gone(moon_dist_t *d, uint64_t region_id);
 
 #endif /* MOON_RUNTIME_DIST_STATE_H */

@@ -590,6 +590,11 @@ static void ucx_bulk_release(moon_dist_t *d, bulk_op_t *op)
     }
 }
 
+static int ucx_region_gone(moon_dist_t *d, uint32_t peer, uint64_t region_id)
+{
+    return ucx_rkeys_forget(U(d)->rkeys, peer, region_id);
+}
+
 static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
 {
     ucx_t *u = U(d);
@@ -646,6 +651,7 @@ const dist_engine_ops_t moon_dist_engine_ucx = {
     .mem_unmap    = ucx_mem_unmap,
     .mem_alloc    = ucx_mem_alloc,
     .slice_bytes  = ucx_slice_bytes,
+    .region_gone  = ucx_region_gone,
     .rma          = ucx_rma,
     .flush        = ucx_flush,
     .bulk_release = ucx_bulk_release,

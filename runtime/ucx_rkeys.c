@@ -243,15 +243,29 @@ void ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref)
     }
 }
 
-void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer)
+/* Drops the entries of peer (all its regions when all_regions). */
+static int drop(ucx_rkeys_t *c, uint32_t peer, int all_regions, uint64_t region_id)
 {
     ucx_rkey_ref_t **pp = c != NULL ? &c->head : NULL;
+    int              n  = 0;
 
     while (pp != NULL && *pp != NULL) {
-        if ((*pp)->peer == peer) {
+        if ((*pp)->peer == peer && (all_regions || (*pp)->region_id == region_id)) {
             unlink_entry(c, pp);
+            n++;
         } else {
             pp = &(*pp)->next;
         }
     }
+    return n;
+}
+
+void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer)
+{
+    (void)drop(c, peer, 1, 0);
+}
+
+int ucx_rkeys_forget(ucx_rkeys_t *c, uint32_t peer, uint64_t region_id)
+{
+    return drop(c, peer, 0, region_id);
 }

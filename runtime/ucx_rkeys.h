@@ -38,6 +38,9 @@ void       ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
 /* The peer's endpoint is going: its keys leave the cache (those still in use
  * are destroyed when released). NULL: no-op. */
 void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer);
+/* The peer deregistered region_id: its keys leave the cache (as above);
+ * returns how many. */
+int ucx_rkeys_forget(ucx_rkeys_t *c, uint32_t peer, uint64_t region_id);
 /* Fills the page tables of [addr, addr + len), the key's mapping here, in a
  * background thread (MADV_POPULATE_WRITE): a fresh mapping otherwise costs a
  * fault per 4 KiB page on first touch. Tied to the entry: destroying the key

@@ -162,6 +162,8 @@ typedef struct {
     uint64_t n_gate_mutes;             /* senders muted by a full window */
     uint64_t n_peers_lost;
     uint64_t n_bulk_done, bulk_bytes;
+    uint64_t n_peer_regions_forgotten; /* peers' regions dropped from our caches when
+                                          their owners deregistered them */
 } moon_dist_stats_t;
 MOON_API void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *stats_p);
 
