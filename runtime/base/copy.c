@@ -10,13 +10,13 @@ void moon_copy_stream(void *dst, const void *src, size_t n)
 {
     char       *d    = dst;
     const char *s    = src;
-    size_t      head = (16 - ((uintptr_t)d & 15)) & 15;
+    size_t      head = (64 - ((uintptr_t)d & 63)) & 63; /* whole lines: full write combining */
 
     if (n < 4096) { /* not worth the fence: a small copy stays in cache anyway */
         memcpy(d, s, n);
         return;
     }
-    memcpy(d, s, head); /* to a 16-byte boundary of the destination */
+    memcpy(d, s, head); /* to a line boundary of the destination */
     d += head;
     s += head;
     n -= head;
