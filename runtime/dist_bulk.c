@@ -302,6 +302,7 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
     if (op == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    op->d           = d;
     op->is_put      = is_put;
     op->stream      = (h.flags & MOON_DIST_REGION_STREAM) != 0;
     op->peer        = h.rank;

@@ -28,6 +28,7 @@ typedef struct dist_buf {
 /* One bulk transfer, sliced. Engine fields are the engine's. */
 typedef struct bulk_op {
     struct bulk_op *next;
+    moon_dist_t    *d; /* the owner: lets an engine's completion find it */
     int             is_put;
     int             stream;     /* the remote region is MOON_DIST_REGION_STREAM */
     uint32_t        peer;

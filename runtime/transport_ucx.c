@@ -465,26 +465,41 @@ static void ucx_mem_unmap(moon_dist_t *d, void *memh, void *rkey)
     }
 }
 
-typedef struct {
-    moon_dist_t *d;
-    bulk_op_t   *op;
-} rma_ctx_t;
-
+/* Slices and flushes complete into their op (which knows its dist). */
 static void rma_done(void *req, ucs_status_t status, void *user_data)
 {
-    rma_ctx_t *c = user_data;
+    bulk_op_t *op = user_data;
 
-    dist_bulk_slice_done(c->d, c->op, 0, from_ucs(status));
-    moon_free(c);
+    dist_bulk_slice_done(op->d, op, 0, from_ucs(status));
     ucp_request_free(req);
+}
+
+static ucp_request_param_t rma_param(bulk_op_t *op)
+{
+    ucp_request_param_t rp = {0};
+
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send      = rma_done;
+    rp.user_data    = op;
+    return rp;
+}
+
+/* What the engine says of a request just posted: done at once, failed, or
+ * in flight (then rma_done comes later). */
+static void rma_posted(moon_dist_t *d, bulk_op_t *op, size_t n, ucs_status_ptr_t sp)
+{
+    if (sp == NULL) {
+        dist_bulk_slice_done(d, op, n, MOON_OK);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        dist_bulk_slice_done(d, op, n, from_ucs(UCS_PTR_STATUS(sp)));
+    }
 }
 
 static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n)
 {
     ucp_ep_h            ep = get_bulk_ep(d, op->peer);
-    ucp_request_param_t rp = {0};
+    ucp_request_param_t rp;
     ucs_status_ptr_t    sp;
-    rma_ctx_t          *c;
 
     if (ep == NULL) {
         return MOON_ERR_PEER_LOST;
@@ -524,14 +539,7 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             return MOON_OK;
         }
     }
-    c = moon_malloc(sizeof(*c));
-    if (c == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    *c              = (rma_ctx_t){d, op};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    rp.cb.send      = rma_done;
-    rp.user_data    = c;
+    rp = rma_param(op);
     if (op->local_memh != NULL) {
         rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         rp.memh = op->local_memh;
@@ -543,42 +551,19 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
         sp = ucp_get_nbx(ep, op->local + off, n, op->remote_addr + off,
                          ucx_rkeys_handle(op->eng_rkey), &rp);
     }
-    if (sp == NULL) {
-        moon_free(c);
-        dist_bulk_slice_done(d, op, n, MOON_OK);
-    } else if (UCS_PTR_IS_ERR(sp)) {
-        moon_free(c);
-        dist_bulk_slice_done(d, op, n, from_ucs(UCS_PTR_STATUS(sp)));
-    }
+    rma_posted(d, op, n, sp);
     return MOON_OK;
 }
 
 static moon_status_t ucx_flush(moon_dist_t *d, bulk_op_t *op)
 {
     ucp_ep_h            ep = get_bulk_ep(d, op->peer);
-    ucp_request_param_t rp = {0};
-    ucs_status_ptr_t    sp;
-    rma_ctx_t          *c;
+    ucp_request_param_t rp = rma_param(op);
 
     if (ep == NULL) {
         return MOON_ERR_PEER_LOST;
     }
-    c = moon_malloc(sizeof(*c));
-    if (c == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    *c              = (rma_ctx_t){d, op};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    rp.cb.send      = rma_done;
-    rp.user_data    = c;
-    sp              = ucp_ep_flush_nbx(ep, &rp);
-    if (sp == NULL) {
-        moon_free(c);
-        dist_bulk_slice_done(d, op, 0, MOON_OK);
-    } else if (UCS_PTR_IS_ERR(sp)) {
-        moon_free(c);
-        dist_bulk_slice_done(d, op, 0, from_ucs(UCS_PTR_STATUS(sp)));
-    }
+    rma_posted(d, op, 0, ucp_ep_flush_nbx(ep, &rp));
     return MOON_OK;
 }
 
