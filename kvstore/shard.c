@@ -1242,6 +1242,24 @@ moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_kv_key_t 
     }
 }
 
+uint64_t moon_kv_shard_longest_probe(const moon_kv_shard_t *shard)
+{
+    uint64_t n = shard->bucket_mask + 1, longest = 0, run = 0, start = 0;
+
+    /* start after an empty bucket, so no run is cut at the wrap-around */
+    while (start < n && shard->buckets[start].entry != NIL) {
+        start++;
+    }
+    for (uint64_t i = 1; start < n && i <= n; i++) {
+        if (shard->buckets[(start + i) & shard->bucket_mask].entry != NIL) {
+            longest = MOON_MAX(longest, ++run);
+        } else {
+            run = 0;
+        }
+    }
+    return start < n ? longest : n; /* no empty bucket: every probe may wrap */
+}
+
 void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats)
 {
     *stats                = shard->counters;

@@ -227,6 +227,9 @@ MOON_API moon_status_t moon_kv_shard_unpin(moon_kv_shard_t *shard, moon_kv_key_t
 MOON_API moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_kv_key_t key);
 
 MOON_API void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats);
+/* The longest run of occupied index buckets: the most buckets a lookup that
+ * misses can probe (a health figure of the key hash; O(index size)). */
+MOON_API uint64_t moon_kv_shard_longest_probe(const moon_kv_shard_t *shard);
 
 /* Walks every internal structure and checks its invariants (each slot owned
  * exactly once, lists and index agree, lease counts add up). O(size); for
