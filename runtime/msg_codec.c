@@ -152,7 +152,7 @@ typedef struct {
     const uint8_t *p, *end;
 } rd_t;
 
-static int rd_bytes(rd_t *r, size_t n, const uint8_t **out)
+static inline int rd_bytes(rd_t *r, size_t n, const uint8_t **out)
 {
     if ((size_t)(r->end - r->p) < n) {
         return -1;
@@ -228,7 +228,7 @@ static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
     return 0;
 }
 
-static int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
+static MOON_NOINLINE int rd_uint_general(rd_t *r, uint64_t max, uint64_t *out)
 {
     uint64_t u = 0;
     int64_t  i = 0;
@@ -238,6 +238,44 @@ static int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
         return -1;
     }
     *out = u;
+    return 0;
+}
+
+/* An unsigned integer no larger than max. Inline fast path for the formats
+ * an encoder writes for unsigned values (positive fixint, uint 8..64); the
+ * rest (non-negative values in int formats) takes the general reader. */
+static inline int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
+{
+    const uint8_t *p    = r->p;
+    size_t         left = (size_t)(r->end - p);
+    uint64_t       v;
+
+    if (MOON_UNLIKELY(left == 0)) {
+        return -1;
+    }
+    if (p[0] <= 0x7f) {
+        v = p[0];
+        r->p = p + 1;
+    } else if (p[0] >= 0xcc && p[0] <= 0xcf) {
+        size_t n = (size_t)1 << (p[0] - 0xcc);
+
+        if (MOON_UNLIKELY(left <= n)) {
+            return -1;
+        }
+        switch (n) {
+        case 1: v = p[1]; break;
+        case 2: { uint16_t x; memcpy(&x, p + 1, 2); v = BE16(x); break; }
+        case 4: { uint32_t x; memcpy(&x, p + 1, 4); v = BE32(x); break; }
+        default: { uint64_t x; memcpy(&x, p + 1, 8); v = BE64(x); break; }
+        }
+        r->p = p + 1 + n;
+    } else {
+        return rd_uint_general(r, max, out);
+    }
+    if (MOON_UNLIKELY(v > max)) {
+        return -1;
+    }
+    *out = v;
     return 0;
 }
 
@@ -293,7 +331,7 @@ static int rd_float(rd_t *r, double *out)
 }
 
 /* str (want_str) or bin header; returns the body. */
-static int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t *n)
+static inline int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t *n)
 {
     const uint8_t *b;
     uint64_t       len;
@@ -317,7 +355,7 @@ static int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t *n)
     return 0;
 }
 
-static int rd_array(rd_t *r, uint32_t *n)
+static inline int rd_array(rd_t *r, uint32_t *n)
 {
     const uint8_t *b;
     uint64_t       len;
@@ -430,7 +468,7 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
 }
 
 /* The header items every encoding starts with; 0 if they read. */
-static int rd_header(rd_t *r, uint32_t *n_items, uint64_t *type, uint64_t *flags, uint64_t *src,
+static inline int rd_header(rd_t *r, uint32_t *n_items, uint64_t *type, uint64_t *flags, uint64_t *src,
                      uint64_t *seq)
 {
     return rd_array(r, n_items) || *n_items < HDR_ITEMS || rd_uint_max(r, UINT16_MAX, type) ||
