@@ -3,7 +3,7 @@
  * and credit windows, frames in and out, the progress thread (heartbeats,
  * credits, peer timeouts), start/stop and tracing. The rest of the runtime
  * lives beside it, on the state in dist_state.h: remote monitors, links and
- * peer loss in dist_peers.c, the name registry (rank 0) and placement in
+ * peer loss in dist_peers.c, the replicated name registry and placement in
  * dist_names.c, regions and bulk-op slicing in dist_bulk.c.
  *
  * Threads: senders (any thread) push messages into a per-peer lock-free MPSC

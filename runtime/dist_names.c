@@ -1,15 +1,25 @@
 /* runtime/dist_names.c - the global name registry and placement of the
- * distributed runtime. Rank 0 holds the registry; other ranks send it name
- * ops as internal messages (to the transport of rank 0, address NONE) and it
- * answers with name replies. A blocking moon_dist_whereis waits on a waiter
- * under d->lock; peer loss (dist_peers.c) wakes them all when rank 0 is lost.
- * Placement parses a spec only and touches no state.
+ * distributed runtime.
+ *
+ * The registry is replicated: every rank keeps every name. A registration is
+ * applied locally and sent to every live peer as an internal message (to the
+ * transport, address NONE); resolution reads the local copy and needs no
+ * message, so names resolve on every surviving rank whichever ranks are lost.
+ * Registrations of one name from different ranks can cross on the wire: each
+ * carries a Lamport version (one more than the highest this rank has seen)
+ * and the registering rank, and every copy keeps the highest (version, rank),
+ * so all copies settle on the same winner and a later registration (one made
+ * after its rank saw the earlier) always wins. When a rank is lost, every copy
+ * drops the names of its actors, so a replacement can take them and nobody
+ * resolves an address that cannot answer. Placement parses a spec only and
+ * touches no state.
  *
  * Apart from dist.c so that frames and the progress thread stay readable:
  * what a name op means is decided here, dist.c only routes it. */
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -17,240 +27,207 @@
 #include <time.h>
 
 /* ---- wire format ---------------------------------------------------------- */
-enum { NAME_OP_REGISTER = 1, NAME_OP_QUERY = 2 };
+enum { NAME_OP_REGISTER = 1 };
 
 /* ---- names ---------------------------------------------------------------- */
-/* A registry entry (rank 0), under d->lock. */
+/* A registry entry, under d->lock. */
 typedef struct name_rec {
     struct name_rec *next;
     moon_addr_t      addr;
+    uint64_t         ver;    /* Lamport version of the registration */
+    uint32_t         origin; /* the rank that registered it (breaks version ties) */
     char             name[];
 } name_rec_t;
 
-static void wake_waiter(moon_dist_t *d, uint64_t cookie, moon_status_t status, moon_addr_t addr)
+/* Under d->lock. */
+static name_rec_t *registry_find(moon_dist_t *d, const char *name)
 {
-    pthread_mutex_lock(&d->lock);
-    for (waiter_t *w = d->waiters; w != NULL; w = w->next) {
-        if (w->cookie == cookie) {
-            w->done   = 1;
-            w->status = status;
-            w->addr   = addr;
+    for (name_rec_t *n = d->names; n != NULL; n = n->next) {
+        if (strcmp(n->name, name) == 0) {
+            return n;
         }
     }
+    return NULL;
+}
+
+/* Applies a registration unless the entry holds a later one; wakes blocked
+ * whereis calls. */
+static void registry_apply(moon_dist_t *d, const char *name, moon_addr_t addr, uint64_t ver,
+                           uint32_t origin)
+{
+    name_rec_t *n;
+
+    pthread_mutex_lock(&d->lock);
+    d->name_clock = MOON_MAX(d->name_clock, ver);
+    n             = registry_find(d, name);
+    if (n == NULL) {
+        size_t len = strlen(name);
+
+        n = moon_malloc(sizeof(*n) + len + 1);
+        if (n == NULL) {
+            pthread_mutex_unlock(&d->lock);
+            MOON_ERROR("no memory to register name %s", name);
+            return;
+        }
+        memcpy(n->name, name, len + 1);
+        n->next  = d->names;
+        d->names = n;
+    } else if (ver < n->ver || (ver == n->ver && origin < n->origin)) {
+        pthread_mutex_unlock(&d->lock); /* a later registration is in place */
+        return;
+    }
+    n->addr   = addr;
+    n->ver    = ver;
+    n->origin = origin;
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
 }
 
-/* Sends an internal message (to == NONE: the transport of rank r). */
-static moon_status_t send_internal(moon_dist_t *d, uint32_t r, moon_addr_t to,
-                                   moon_msg_hdr_t *msg)
+void dist_names_peer_lost(moon_dist_t *d, uint32_t r)
 {
-    msg->src = addr_make(d->rank, 0, 0);
-    msg->seq = 0;
-    if (r == d->rank) {
-        if (to == MOON_ADDR_NONE) {
-            return MOON_ERR_INVALID_PARAM;
-        }
-        return moon_runtime_deliver_remote(d->rt, to, msg);
-    }
-    if (atomic_load(&d->peers[r].down)) {
-        return MOON_ERR_PEER_LOST;
-    }
-    dist_enqueue(d, r, to, msg);
-    return MOON_OK;
-}
-
-static moon_status_t registry_lookup(moon_dist_t *d, const char *name, moon_addr_t *addr_p)
-{
-    moon_status_t status = MOON_ERR_NOT_FOUND;
-
     pthread_mutex_lock(&d->lock);
-    for (name_rec_t *n = d->names; n != NULL; n = n->next) {
-        if (strcmp(n->name, name) == 0) {
-            *addr_p = n->addr;
-            status  = MOON_OK;
-            break;
+    for (name_rec_t **pn = &d->names; *pn != NULL;) {
+        name_rec_t *n = *pn;
+
+        if (moon_addr_rank(n->addr) == r) {
+            *pn = n->next;
+            moon_free(n);
+        } else {
+            pn = &n->next;
         }
     }
     pthread_mutex_unlock(&d->lock);
-    return status;
-}
-
-static void registry_add(moon_dist_t *d, const char *name, moon_addr_t addr)
-{
-    size_t      len = strlen(name);
-    name_rec_t *n;
-
-    pthread_mutex_lock(&d->lock);
-    for (n = d->names; n != NULL; n = n->next) {
-        if (strcmp(n->name, name) == 0) {
-            n->addr = addr; /* the latest registration wins */
-            pthread_mutex_unlock(&d->lock);
-            return;
-        }
-    }
-    n = moon_malloc(sizeof(*n) + len + 1);
-    if (n != NULL) {
-        n->addr = addr;
-        memcpy(n->name, name, len + 1);
-        n->next  = d->names;
-        d->names = n;
-    }
-    pthread_mutex_unlock(&d->lock);
-}
-
-static void reply_name(moon_dist_t *d, uint32_t r, moon_addr_t reply_to, uint64_t cookie,
-                       moon_status_t status, moon_addr_t addr)
-{
-    moon_dist_name_reply_t *m = moon_msg_new(MOON_MSG_DIST_NAME_REPLY, 0);
-
-    if (m == NULL) {
-        return;
-    }
-    m->cookie = cookie;
-    m->status = status;
-    m->addr   = addr;
-    if (reply_to == MOON_ADDR_NONE && r == d->rank) {
-        wake_waiter(d, cookie, status, addr);
-        moon_msg_release(&m->hdr);
-        return;
-    }
-    if (send_internal(d, reply_to != MOON_ADDR_NONE ? moon_addr_rank(reply_to) : r, reply_to,
-                      &m->hdr) != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-}
-
-/* Rank 0 (or a local call there): register or query. */
-static void names_handle(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg)
-{
-    const moon_dist_name_op_t *op   = (const moon_dist_name_op_t *)msg;
-    const char                *name = MOON_SPAN_PTR(op, op->name);
-    moon_addr_t                addr = MOON_ADDR_NONE;
-    moon_status_t              status;
-
-    if (op->name.n == 0) {
-        return;
-    }
-    if (op->op == NAME_OP_REGISTER) {
-        registry_add(d, name, op->addr);
-    } else if (op->op == NAME_OP_QUERY) {
-        status = registry_lookup(d, name, &addr);
-        reply_name(d, r, op->reply_to, op->cookie, status, addr);
-    }
 }
 
 void dist_names_on_msg(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg)
 {
-    if (msg->type == MOON_MSG_DIST_NAME_OP) {
-        names_handle(d, r, msg);
-    } else if (msg->type == MOON_MSG_DIST_NAME_REPLY) {
-        const moon_dist_name_reply_t *m = (const moon_dist_name_reply_t *)msg;
-        wake_waiter(d, m->cookie, m->status, m->addr);
-    }
-}
+    const moon_dist_name_op_t *op = (const moon_dist_name_op_t *)msg;
 
-static moon_status_t name_op(moon_dist_t *d, uint32_t op, const char *name, moon_addr_t addr,
-                             moon_addr_t reply_to, uint64_t cookie)
-{
-    moon_dist_name_op_t *m = moon_msg_new(MOON_MSG_DIST_NAME_OP, strlen(name) + 1);
-    moon_status_t        status;
-
-    if (m == NULL) {
-        return MOON_ERR_NO_MEMORY;
+    if (msg->type != MOON_MSG_DIST_NAME_OP || op->op != NAME_OP_REGISTER || op->name.n == 0 ||
+        moon_addr_rank(op->addr) != r) {
+        /* a rank registers its own actors only */
+        static _Atomic int logged;
+        atomic_fetch_add(&d->st.bad_msgs, 1);
+        if (atomic_exchange(&logged, 1) == 0) {
+            MOON_WARN("malformed name op from rank %u dropped (counted; logged once)", r);
+        }
+        return;
     }
-    m->op       = op;
-    m->cookie   = cookie;
-    m->addr     = addr;
-    m->reply_to = reply_to;
-    moon_msg_set_str(m, &m->name, name);
-    if (d->rank == 0 || d->rt == NULL) {
-        names_handle(d, d->rank, &m->hdr);
-        moon_msg_release(&m->hdr);
-        return MOON_OK;
-    }
-    status = send_internal(d, 0, MOON_ADDR_NONE, &m->hdr);
-    if (status != MOON_OK) {
-        moon_msg_release(&m->hdr);
-    }
-    return status;
+    registry_apply(d, MOON_SPAN_PTR(op, op->name), op->addr, op->ver, r);
 }
 
 moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr)
 {
     moon_status_t status;
+    uint64_t      ver;
 
-    if (d == NULL || d->rt == NULL || name == NULL || name[0] == '\0') {
+    if (d == NULL || d->rt == NULL || name == NULL || name[0] == '\0' ||
+        moon_addr_rank(addr) != d->rank) {
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_register(d->rt, name, addr);
     if (status != MOON_OK) {
         return status;
     }
-    return name_op(d, NAME_OP_REGISTER, name, addr, MOON_ADDR_NONE, 0);
+    pthread_mutex_lock(&d->lock);
+    ver = ++d->name_clock;
+    pthread_mutex_unlock(&d->lock);
+    registry_apply(d, name, addr, ver, d->rank);
+    for (uint32_t r = 0; r < d->size; r++) {
+        moon_dist_name_op_t *m;
+
+        if (r == d->rank || atomic_load(&d->peers[r].down)) {
+            continue;
+        }
+        m = moon_msg_new(MOON_MSG_DIST_NAME_OP, strlen(name) + 1);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->op       = NAME_OP_REGISTER;
+        m->ver      = ver;
+        m->addr     = addr;
+        m->hdr.src  = addr_make(d->rank, 0, 0);
+        m->hdr.seq  = 0;
+        moon_msg_set_str(m, &m->name, name);
+        dist_enqueue(d, r, MOON_ADDR_NONE, &m->hdr);
+    }
+    return MOON_OK;
+}
+
+/* The replica first (it holds the winner among ranks), then this rank's own
+ * runtime table (names registered with moon_register only). */
+static moon_status_t lookup(moon_dist_t *d, const char *name, moon_addr_t *addr_p)
+{
+    name_rec_t   *n;
+    moon_status_t status = MOON_ERR_NOT_FOUND;
+
+    pthread_mutex_lock(&d->lock);
+    if ((n = registry_find(d, name)) != NULL) {
+        *addr_p = n->addr;
+        status  = MOON_OK;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return status == MOON_OK ? status : moon_whereis(d->rt, name, addr_p);
 }
 
 moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name, moon_addr_t reply_to,
                                       uint64_t cookie)
 {
-    moon_addr_t addr;
+    moon_dist_name_reply_t *m;
+    moon_addr_t             addr = MOON_ADDR_NONE;
+    moon_status_t           status;
 
     if (d == NULL || d->rt == NULL || name == NULL || reply_to == MOON_ADDR_NONE) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (moon_whereis(d->rt, name, &addr) == MOON_OK) {
-        reply_name(d, d->rank, reply_to, cookie, MOON_OK, addr);
-        return MOON_OK;
+    m = moon_msg_new(MOON_MSG_DIST_NAME_REPLY, 0);
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
     }
-    return name_op(d, NAME_OP_QUERY, name, MOON_ADDR_NONE, reply_to, cookie);
+    m->cookie  = cookie;
+    m->status  = lookup(d, name, &addr);
+    m->addr    = addr;
+    m->hdr.src = addr_make(d->rank, 0, 0);
+    status     = moon_runtime_send(d->rt, reply_to, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+    return status;
 }
 
 moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeout_ns,
                                 moon_addr_t *addr_p)
 {
-    waiter_t        w = {0};
     moon_status_t   status;
     struct timespec dl;
     uint64_t        t;
 
-    if (d == NULL || d->rt == NULL || name == NULL) {
+    if (d == NULL || d->rt == NULL || name == NULL || addr_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (moon_whereis(d->rt, name, addr_p) == MOON_OK) {
-        return MOON_OK;
+    status = lookup(d, name, addr_p);
+    if (status == MOON_OK || timeout_ns == 0) {
+        return status;
     }
-    if (d->rank == 0) {
-        return registry_lookup(d, name, addr_p);
-    }
-    pthread_mutex_lock(&d->lock);
-    w.cookie   = ++d->next_cookie;
-    w.next     = d->waiters;
-    d->waiters = &w;
-    pthread_mutex_unlock(&d->lock);
-    status = name_op(d, NAME_OP_QUERY, name, MOON_ADDR_NONE, MOON_ADDR_NONE, w.cookie);
     clock_gettime(CLOCK_REALTIME, &dl);
-    t        = (uint64_t)dl.tv_nsec + (timeout_ns ? timeout_ns : 5000000000ull);
+    t = (uint64_t)dl.tv_nsec + timeout_ns;
     dl.tv_sec += (time_t)(t / 1000000000ull);
     dl.tv_nsec = (long)(t % 1000000000ull);
     pthread_mutex_lock(&d->lock);
-    while (status == MOON_OK && !w.done) {
-        if (pthread_cond_timedwait(&d->cond, &d->lock, &dl) == ETIMEDOUT) {
-            status = MOON_ERR_TIMED_OUT;
+    for (;;) {
+        name_rec_t *n = registry_find(d, name);
+
+        if (n != NULL) {
+            *addr_p = n->addr;
+            status  = MOON_OK;
+            break;
         }
-    }
-    for (waiter_t **pw = &d->waiters; *pw != NULL; pw = &(*pw)->next) {
-        if (*pw == &w) {
-            *pw = w.next;
+        if (pthread_cond_timedwait(&d->cond, &d->lock, &dl) == ETIMEDOUT) {
+            status = MOON_ERR_NOT_FOUND;
             break;
         }
     }
     pthread_mutex_unlock(&d->lock);
-    if (status == MOON_OK) {
-        status = w.status;
-        if (status == MOON_OK) {
-            *addr_p = w.addr;
-        }
-    }
     return status;
 }
 

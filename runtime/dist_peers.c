@@ -4,7 +4,7 @@
  * that when a rank is lost every watcher of an actor there gets its DOWN or
  * EXIT, and every peer watcher a PEER_DOWN, even though the rank itself can
  * send nothing more. Loss also fails what is queued for the rank and its bulk
- * ops (dist_bulk.c) and wakes name waiters (dist_names.c).
+ * ops (dist_bulk.c) and drops its names (dist_names.c).
  *
  * Threads: the records and watchers are under d->lock (senders add them on
  * any thread); dist_peer_failed and dist_fail_queue run under the progress
@@ -180,12 +180,8 @@ void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
             notify[n_notify++] = d->watchers[i];
         }
     }
-    for (waiter_t *w = d->waiters; w != NULL && r == 0; w = w->next) {
-        w->done   = 1;
-        w->status = MOON_ERR_PEER_LOST;
-    }
-    pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
+    dist_names_peer_lost(d, r);
     if (lost == NULL || notify == NULL) {
         MOON_ERROR("no memory to notify monitors of rank %u", r);
     }

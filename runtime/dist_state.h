@@ -31,14 +31,6 @@ typedef struct {
     uint64_t         last_rx_ns, last_tx_ns;
 } dist_peer_t;
 
-typedef struct waiter {
-    struct waiter *next;
-    uint64_t       cookie;
-    int            done;
-    moon_status_t  status;
-    moon_addr_t    addr;
-} waiter_t;
-
 struct moon_dist {
     moon_dist_config_t       cfg;
     uint32_t                 rank, size;
@@ -84,16 +76,15 @@ struct moon_dist {
     uint32_t         n_open;   /* active ops not yet finished */
     uint64_t         next_op_id;
 
-    /* remote monitors and links, name registry, waiters */
+    /* remote monitors and links, the name registry */
     pthread_mutex_t  lock;
     struct monitor_rec *mons;  /* dist_peers.c */
     uint32_t         n_mons, cap_mons;
     moon_addr_t     *watchers;
     uint32_t         n_watchers, cap_watchers;
-    struct name_rec *names;    /* rank 0: the registry (dist_names.c) */
-    waiter_t        *waiters;
-    uint64_t         next_cookie;
-    pthread_cond_t   cond;
+    struct name_rec *names;    /* this rank's copy of the registry (dist_names.c) */
+    uint64_t         name_clock; /* highest registration version seen */
+    pthread_cond_t   cond;       /* signalled when a name is registered */
     _Atomic uint64_t any_down;
 
     FILE            *trace;
@@ -127,9 +118,11 @@ void dist_fail_queue(moon_dist_t *d, uint32_t r);
 
 /* ---- dist_names.c: the name registry ---------------------------------------- */
 /* A message for the transport itself (record to == NONE) from rank r: a name
- * operation or a name reply. Borrows msg. Progress thread. */
+ * registration of one of its actors. Borrows msg. Progress thread. */
 void dist_names_on_msg(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg);
-/* Frees the registry (rank 0); once no other thread runs. */
+/* Rank r is lost: drops the names of its actors. Not under d->lock. */
+void dist_names_peer_lost(moon_dist_t *d, uint32_t r);
+/* Frees the registry; once no other thread runs. */
 void dist_names_fini(moon_dist_t *d);
 
 /* ---- dist_bulk.c: bulk ops and raw frames ----------------------------------- */

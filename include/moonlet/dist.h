@@ -77,19 +77,24 @@ MOON_API void moon_dist_barrier(moon_dist_t *d);
 MOON_API moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ranks,
                                        uint32_t *rank_p);
 
-/* ---- names: registered on the actor's rank and at the registry (rank 0) ---- */
-/* Registers name -> addr locally and at the registry on rank 0 (asynchronously;
- * a whereis issued after a moon_dist_barrier sees it). At rank 0 the latest
- * registration of a name wins and entries outlive their actor (a send to such
- * an address is answered with SYS_ERROR MOON_ERR_NO_ACTOR). Names resolve only
- * while rank 0 lives. MOON_ERR_EXISTS: taken locally. */
+/* ---- names: a registry replicated on every rank --------------------------- */
+/* Registers name -> addr (an actor of this rank) locally and, asynchronously,
+ * in every live rank's copy of the registry (a whereis issued after a
+ * moon_dist_barrier sees it everywhere). The latest registration of a name
+ * wins on every rank (Lamport order; concurrent ones settle on the same
+ * winner everywhere). Entries outlive their actor (a send to such an address
+ * is answered with SYS_ERROR MOON_ERR_NO_ACTOR) but not their rank: when a
+ * rank is lost its names are dropped everywhere. Names resolve on every
+ * surviving rank, whichever ranks are lost. MOON_ERR_EXISTS: taken locally;
+ * MOON_ERR_INVALID_PARAM: addr is not an actor of this rank. */
 MOON_API moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr);
-/* Blocking resolution (not from handlers): local table, then rank 0.
- * MOON_ERR_NOT_FOUND, MOON_ERR_TIMED_OUT, MOON_ERR_PEER_LOST (rank 0 gone). */
+/* Resolves from this rank's copy (no message). If the name is not there,
+ * waits up to timeout_ns for it to be registered (0: no wait; not from
+ * handlers then). MOON_ERR_NOT_FOUND when it is not. */
 MOON_API moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeout_ns,
                                          moon_addr_t *addr_p);
-/* Asynchronous resolution for actors: reply_to gets DIST_NAME_REPLY {cookie,
- * status, addr}. Any thread. */
+/* Resolution for actors: reply_to gets DIST_NAME_REPLY {cookie, status, addr}
+ * at once (MOON_ERR_NOT_FOUND if the name is not registered). Any thread. */
 MOON_API moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name,
                                                moon_addr_t reply_to, uint64_t cookie);
 
@@ -174,9 +179,9 @@ MOON_API moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void
 /* ---- messages (ids 112..119 of the component range) ------------------------ */
 #define MOON_DIST_BULK_DONE_FIELDS(F, T)  F(T, u64, cookie) F(T, i32, status) F(T, u64, bytes)
 #define MOON_DIST_NAME_REPLY_FIELDS(F, T) F(T, u64, cookie) F(T, i32, status) F(T, addr, addr)
-/* internal: name registry traffic between progress threads */
+/* internal: a registration sent to every rank's copy of the registry */
 #define MOON_DIST_NAME_OP_FIELDS(F, T)                                                             \
-    F(T, u32, op) F(T, u64, cookie) F(T, addr, addr) F(T, addr, reply_to) F(T, str, name)
+    F(T, u32, op) F(T, u64, ver) F(T, addr, addr) F(T, str, name)
 
 #define MOON_DIST_MSGS(X)                                                                          \
     X(MOON_MSG_DIST_BULK_DONE, moon_dist_bulk_done_t, MOON_DIST_BULK_DONE_FIELDS)                  \

@@ -200,8 +200,7 @@ static void test_names_and_round_trips(void)
         }
     }
     CU_ASSERT(ok);
-    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "no/such/name", 5000000000ull, &addr),
-                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "no/such/name", 0, &addr), MOON_ERR_NOT_FOUND);
     /* 1000 round trips to the next rank's echo */
     snprintf(name, sizeof(name), "echo/%u", (g_rank + 1) % g_size);
     CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, name, 5000000000ull, &addr), MOON_OK);
@@ -210,6 +209,59 @@ static void test_names_and_round_trips(void)
     CU_ASSERT(dist_test_wait(&done, 30));
     CU_ASSERT_EQUAL(atomic_load(&error), 0);
     CU_ASSERT(dist_test_all(atomic_load(&done) && !atomic_load(&error)));
+    moon_dist_barrier(g_dist);
+    moon_stop(g_rt, echo, MOON_OK);
+}
+
+/* The registry is replicated: a whereis waits for a later registration;
+ * registrations of one name that cross on the wire settle on the same winner
+ * on every rank; a registration made after another was seen wins even from a
+ * lower rank (Lamport order, not rank order). */
+static void test_names_replicated(void)
+{
+    moon_addr_t echo, addr = MOON_ADDR_NONE, lo, hi;
+    double      t0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &echo), MOON_OK);
+    /* waiting: the last rank registers 200 ms after the barrier */
+    moon_dist_barrier(g_dist);
+    if (g_rank == g_size - 1) {
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+        CU_ASSERT_EQUAL(moon_dist_register(g_dist, "late", echo), MOON_OK);
+    } else {
+        CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "late", 10000000000ull, &addr), MOON_OK);
+        CU_ASSERT_EQUAL(moon_addr_rank(addr), g_size - 1);
+    }
+    t0 = moon_test_now_s();
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "never", 50000000ull, &addr), MOON_ERR_NOT_FOUND);
+    CU_ASSERT(moon_test_now_s() - t0 >= 0.045);
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, "elsewhere", echo ^ (1ull << 44)) /* another rank */,
+                    MOON_ERR_INVALID_PARAM);
+    /* crossing registrations: every rank at once */
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, "contested", echo), MOON_OK);
+    moon_dist_barrier(g_dist);
+    CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, "contested", 0, &addr), MOON_OK);
+    lo = hi = addr;
+    if (g_size > 1) {
+        MPI_Allreduce(&addr, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&addr, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    }
+    CU_ASSERT_EQUAL(lo, hi);
+    if (g_size < 2) {
+        moon_stop(g_rt, echo, MOON_OK);
+        return;
+    }
+    /* later wins: rank 1 first, then rank 0, which has seen rank 1's */
+    if (g_rank == 1) {
+        CU_ASSERT_EQUAL(moon_dist_register(g_dist, "moved", echo), MOON_OK);
+    }
+    moon_dist_barrier(g_dist);
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL(moon_dist_register(g_dist, "moved", echo), MOON_OK);
+    }
+    moon_dist_barrier(g_dist);
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "moved", 0, &addr), MOON_OK);
+    CU_ASSERT_EQUAL(moon_addr_rank(addr), 0);
     moon_dist_barrier(g_dist);
     moon_stop(g_rt, echo, MOON_OK);
 }
@@ -670,6 +722,7 @@ static void test_placement_from_config(void)
 static CU_TestInfo tests[] = {
     {"placement_from_config", test_placement_from_config},
     {"names_and_round_trips", test_names_and_round_trips},
+    {"names_replicated", test_names_replicated},
     {"fifo_order_all_pairs", test_fifo_order_all_pairs},
     {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
     {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},

@@ -1,11 +1,14 @@
 /* tests/mpi/test_dist_rank_loss.c - kill -9 of one rank under
- * mpirun --mca orte_enable_recovery 1 -np 3: the last rank registers a victim
- * actor and a 256 MiB region, then SIGKILLs itself while the others are
- * reading that region. The survivors check that
+ * mpirun --mca orte_enable_recovery 1 -np 3: the victim rank (the last one,
+ * or MOON_TEST_VICTIM) registers a victim actor and a 256 MiB region, then
+ * SIGKILLs itself while the others are reading that region. The survivors
+ * check that
  *   - their actor monitoring the victim gets DOWN (reason peer lost) and a
  *     PEER_DOWN within the peer timeout (default 2 s) plus one second,
  *   - the transfer in flight completes with an error,
  *   - sends to the lost rank fail at once with MOON_ERR_PEER_LOST,
+ *   - the victim's names are gone from their registries, and names still
+ *     resolve and register between them (also when the victim is rank 0),
  *   - they keep working: 200 round trips between them afterwards.
  * The job cannot end with a collective (a rank is gone), so each survivor
  * prints "rank-loss result: rank R ok" or "... FAILED"; run_rank_loss.sh
@@ -15,6 +18,7 @@
 #include "moonlet/log.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -136,7 +140,10 @@ static const moon_actor_ops_t client_ops = {
 
 static void test_rank_loss(void)
 {
-    const uint32_t      victim_rank = g_size - 1;
+    const char         *env         = getenv("MOON_TEST_VICTIM");
+    const uint32_t      victim_rank = env != NULL ? (uint32_t)atoi(env) % g_size : g_size - 1;
+    uint32_t            other       = 0;
+    moon_addr_t         addr;
     moon_dist_region_t *reg         = NULL;
     moon_addr_t         echo, watcher, client;
     char                name[32];
@@ -173,10 +180,13 @@ static void test_rank_loss(void)
         g_desc_len = desc_len;
     }
     moon_dist_barrier(g_dist);
+    if (g_rank != victim_rank) {
+        CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, "victim", 0, &g_victim), MOON_OK);
+    }
+    moon_dist_barrier(g_dist); /* every survivor has resolved it */
     if (g_rank == victim_rank) {
         raise(SIGKILL);
     }
-    CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, "victim", 0, &g_victim), MOON_OK);
     g_buf = malloc(BIG);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g_buf);
     t_kill = moon_test_now_s();
@@ -198,8 +208,21 @@ static void test_rank_loss(void)
     printf("rank %u: DOWN after %.3f s, PEER_DOWN after %.3f s, transfer: %s\n", g_rank,
            g_t_down - t_kill, g_t_peer_down - t_kill,
            moon_status_str((moon_status_t)atomic_load(&g_bulk_status)));
+    /* the victim's names are gone; the survivors' resolve, and a name
+     * registered now reaches the other survivor */
+    while (other == g_rank || other == victim_rank) {
+        other++;
+    }
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, "victim", 0, &addr), MOON_ERR_NOT_FOUND);
+    snprintf(name, sizeof(name), "echo/%u", victim_rank);
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, name, 0, &addr), MOON_ERR_NOT_FOUND);
+    snprintf(name, sizeof(name), "after/%u", g_rank);
+    CU_ASSERT_EQUAL(moon_dist_register(g_dist, name, echo), MOON_OK);
+    snprintf(name, sizeof(name), "after/%u", other);
+    CU_ASSERT_EQUAL(moon_dist_whereis(g_dist, name, 10000000000ull, &addr), MOON_OK);
+    CU_ASSERT_EQUAL(moon_addr_rank(addr), other);
     /* the survivors keep working */
-    snprintf(name, sizeof(name), "echo/%u", g_rank == 0 ? 1u : 0u);
+    snprintf(name, sizeof(name), "echo/%u", other);
     CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, name, 0, &g_peer_echo), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &client_ops, NULL, NULL, &client), MOON_OK);
     CU_ASSERT(dist_test_wait(&g_rt_done, 10));
