@@ -302,6 +302,13 @@ void moon_msg_release(const moon_msg_hdr_t *msg)
         return;
     }
     env = moon_msg_env(msg);
+    /* The sole holder frees without a locked decrement: nobody else can take
+     * a reference, and the acquire pairs with the other holders' releasing
+     * decrements, so their writes are seen before the memory is reused. */
+    if (atomic_load_explicit(&env->refs, memory_order_acquire) == 1) {
+        env_free(env);
+        return;
+    }
     /* acq_rel: the last release must see every other holder's writes before freeing. */
     if (atomic_fetch_sub_explicit(&env->refs, 1, memory_order_acq_rel) == 1) {
         env_free(env);
