@@ -1,8 +1,10 @@
 /* model/forward_cpu.c - the fast CPU backend. A prefill chunk of B tokens
  * (or a decode batch of B sequences) goes through each layer as one batch:
  * the weight matmuls are GEMMs (on AVX-512 our outer-product kernels for F32
- * and BF16 from 4 rows, else OpenBLAS sgemm on each thread's slice of output
- * rows; other weight types are dequantized tile by tile), batch-1 matvecs
+ * and BF16 from 4 rows, batch-in-lanes kernels for 29-32 rows, which for BF16
+ * weights multiply BF16-rounded activations with vdpbf16ps where the CPU has
+ * it; else OpenBLAS sgemm on each thread's slice of output rows; other weight
+ * types are dequantized tile by tile), batch-1 matvecs
  * use AVX-512/AVX2 kernels chosen at create by a runtime CPU check, and
  * attention runs over the paged KV cache split by (token, head). Threads: a
  * pool of n_threads (the caller is thread 0); work is split by ith/nth rows,
@@ -85,6 +87,7 @@ struct cpu_state {
     float   *xt;            /* (nth, max_cols, BT_MAX_B) X transposed (batch-in-lanes path) */
     float   *yt;            /* (nth, BT_CHUNK, BT_MAX_B) its outputs before the store */
     uint32_t bt_min_b;      /* batch-in-lanes matmuls from this batch on (to BT_MAX_B) */
+    int      bf16_dp;       /* BF16 weights x BF16-rounded activations there (AVX512_BF16) */
     uint64_t par_min_macs;  /* a step of fewer multiply-adds runs on the calling thread */
     uint64_t split_max_macs; /* decode splits the batch across threads below this step size */
     uint64_t row_max_macs;   /* multiply-adds of one row's largest matmul step */
@@ -865,6 +868,69 @@ bt_block(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float 
     }
 }
 
+/* The same with BF16 products (AVX512_BF16 vdpbf16ps): xt holds X^T with its
+ * k pairs packed, lane j of pair p = (bf16 x[j][2p], bf16 x[j][2p + 1]), and
+ * each weight pair, broadcast as it lies in the row, multiplies it in one
+ * instruction that adds both products into the f32 accumulator. Twice the
+ * products per instruction of the widening path, with no widening; the
+ * activations are rounded to BF16 (see bt_pack_bf16). */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+bt_block_dp(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float *yt,
+            const int mr, const int nvec)
+{
+    __m512 acc[BT_MR][2];
+    size_t ldt = 16 * (size_t)nvec;
+
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            acc[i][v] = _mm512_setzero_ps();
+        }
+    }
+    for (uint32_t k0 = 0; k0 < K; k0 += 32) {
+        for (int i = 0; i < mr; i++) {
+            _mm_prefetch((const char *)w + (size_t)i * row_bytes + 2 * k0 + 64, _MM_HINT_T0);
+        }
+        for (uint32_t k = k0; k < k0 + 32 && k < K; k += 2) {
+            __m512bh xp[2];
+            for (int v = 0; v < nvec; v++) {
+                xp[v] = (__m512bh)_mm512_load_si512(xt + (k / 2) * ldt + 16 * v);
+            }
+            for (int i = 0; i < mr; i++) {
+                uint32_t pair;
+                memcpy(&pair, w + (size_t)i * row_bytes + 2 * (size_t)k, sizeof(pair));
+                __m512bh wp = (__m512bh)_mm512_set1_epi32((int)pair);
+                for (int v = 0; v < nvec; v++) {
+                    acc[i][v] = _mm512_dpbf16_ps(acc[i][v], wp, xp[v]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            _mm512_store_ps(yt + (size_t)i * ldt + 16 * v, acc[i][v]);
+        }
+    }
+}
+
+/* xt (bt_transpose_x's f32 X^T, K even) rewritten in place as BF16 pairs for
+ * bt_block_dp: pair p of lane j = (x[j][2p], x[j][2p + 1]) rounded to nearest
+ * even; pair p lands where row 2p was read, before row 2p + 2 is. */
+__attribute__((target("avx512f,avx512bf16"))) static void bt_pack_bf16(float *xt, uint32_t K,
+                                                                       uint32_t nvec)
+{
+    size_t ldt = 16 * (size_t)nvec;
+
+    for (uint32_t p = 0; p < K / 2; p++) {
+        for (uint32_t v = 0; v < nvec; v++) {
+            __m512  lo = _mm512_load_ps(xt + 2 * p * ldt + 16 * v);
+            __m512  hi = _mm512_load_ps(xt + (2 * p + 1) * ldt + 16 * v);
+            __m512i l  = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
+            __m512i h  = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
+            _mm512_store_si512(xt + p * ldt + 16 * v, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+        }
+    }
+}
+
 typedef void (*bt_block_fn)(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K,
                             float *yt);
 #define BT_BLOCK_INST(_bf16, _mr, _nvec)                                                           \
@@ -881,13 +947,27 @@ BT_BLOCK_INSTS(0, 1)
 BT_BLOCK_INSTS(0, 2)
 BT_BLOCK_INSTS(1, 1)
 BT_BLOCK_INSTS(1, 2)
+#define BT_DP_INST(_mr, _nvec)                                                                     \
+    __attribute__((target("avx512f,avx512bf16"))) static void bt_block_2_##_mr##_##_nvec(           \
+        const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float *yt)                \
+    {                                                                                              \
+        bt_block_dp(w, row_bytes, xt, K, yt, _mr, _nvec);                                          \
+    }
+BT_DP_INST(12, 1)
+BT_DP_INST(4, 1)
+BT_DP_INST(1, 1)
+BT_DP_INST(12, 2)
+BT_DP_INST(4, 2)
+BT_DP_INST(1, 2)
 
-/* [bf16][nvec - 1][12 rows, 4 rows, 1 row] */
-static const bt_block_fn bt_blocks[2][2][3] = {
+/* [F32, BF16 widened, BF16 products][nvec - 1][12 rows, 4 rows, 1 row] */
+static const bt_block_fn bt_blocks[3][2][3] = {
     {{bt_block_0_12_1, bt_block_0_4_1, bt_block_0_1_1},
      {bt_block_0_12_2, bt_block_0_4_2, bt_block_0_1_2}},
     {{bt_block_1_12_1, bt_block_1_4_1, bt_block_1_1_1},
      {bt_block_1_12_2, bt_block_1_4_2, bt_block_1_1_2}},
+    {{bt_block_2_12_1, bt_block_2_4_1, bt_block_2_1_1},
+     {bt_block_2_12_2, bt_block_2_4_2, bt_block_2_1_2}},
 };
 
 /* y[j][0 .. rc) = yt[0 .. rc)[j] for j < b: yt (rc rows of 16 nvec outputs,
@@ -920,11 +1000,11 @@ __attribute__((target("avx512f"))) static void bt_store(const float *yt, uint32_
  * already transposed into xt (bt_transpose_x); yt: BT_CHUNK x BT_MAX_B
  * scratch of the thread. */
 static void matmul_bt(const moon_tensor_t *w, float *y, const float *xt, float *yt, uint32_t b,
-                      uint32_t r0, uint32_t r1)
+                      uint32_t r0, uint32_t r1, int dp)
 {
     const uint8_t *base = (const uint8_t *)w->data;
     uint32_t       nvec = (b + 15) / 16;
-    int            bf16 = w->type == MOON_GGML_BF16;
+    int            bf16 = dp ? 2 : w->type == MOON_GGML_BF16;
 
     for (uint32_t c0 = r0; c0 < r1; c0 += BT_CHUNK) {
         uint32_t rc = MOON_MIN(BT_CHUNK, r1 - c0);
@@ -1249,6 +1329,23 @@ static int bt_ok(const cpu_state_t *s, const job_t *j)
 }
 #endif
 
+#ifdef MOON_X86
+/* Whether a batch-in-lanes step runs on BF16 products: enabled, and every
+ * matrix BF16. */
+static int bt_dp_ok(const cpu_state_t *s, const job_t *j)
+{
+    if (!s->bf16_dp) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < j->n_mats; i++) {
+        if (j->w[i]->type != MOON_GGML_BF16) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
 static void run_job(void *arg, uint32_t ith, uint32_t nth)
 {
     cpu_state_t *s   = arg;
@@ -1262,11 +1359,15 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
             /* every matrix of the step shares x: transpose it once per thread */
             float *xt =
                 s->xt + (size_t)ith * MOON_MAX(s->m->cfg.dim, s->m->cfg.hidden_dim) * BT_MAX_B;
+            int dp = bt_dp_ok(s, j);
             bt_transpose_x(j->x, j->b, j->w[0]->cols, (j->b + 15) / 16, xt);
+            if (dp) {
+                bt_pack_bf16(xt, j->w[0]->cols, (j->b + 15) / 16);
+            }
             for (uint32_t i = 0; i < j->n_mats; i++) {
                 uint32_t rows = j->w[i]->rows;
                 matmul_bt(j->w[i], j->y[i], xt, s->yt + (size_t)ith * BT_CHUNK * BT_MAX_B, j->b,
-                          rows * ith / nth, rows * (ith + 1) / nth);
+                          rows * ith / nth, rows * (ith + 1) / nth, dp);
             }
             break;
         }
@@ -1558,6 +1659,12 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     if (getenv("MOON_CPU_BT_MIN_B") != NULL) {
         s->bt_min_b = (uint32_t)strtoul(getenv("MOON_CPU_BT_MIN_B"), NULL, 10); /* tests, A/B */
     }
+#ifdef MOON_X86
+    /* BF16 products in the batch-in-lanes steps unless MOON_CPU_BF16_DP=0
+     * (exact mode: activations stay F32 there too) */
+    s->bf16_dp = __builtin_cpu_supports("avx512bf16") &&
+                 !(getenv("MOON_CPU_BF16_DP") != NULL && strcmp(getenv("MOON_CPU_BF16_DP"), "0") == 0);
+#endif
     if (getenv("MOON_CPU_OP_MIN_B") != NULL) {
         s->op_min_b = (uint32_t)strtoul(getenv("MOON_CPU_OP_MIN_B"), NULL, 10); /* tests, A/B */
     }

@@ -6,7 +6,8 @@
 # batch 32: the peak multiply-add rate with threads = cores (AVX-512 FMA, and
 # vdpbf16ps for the BF16 model) over the FLOPs of one decode token = the bound
 # of a compute-bound decode batch) and the engine
-# (impl=cpu): decode at batch 1, 8, 32 and a 512-token prefill. One process
+# (impl=cpu): decode at batch 1, 8, 32 and a 512-token prefill; for the BF16
+# model also batch 32 without BF16 products (impl=cpu_f32_act). One process
 # per configuration (peak_rss_mib is that configuration's). Models: the
 # 110M-parameter random Llama (dim 768, hidden 2048, 12 layers, 12 heads,
 # vocab 32000) in F32 and BF16, generated once into $BUILD_DIR/bench-models,
@@ -56,6 +57,12 @@ run_model() { # path label decode_iters
     for b in 8 32; do
         E --model="$m" --label="$l" --bench=decode --batch=$b --threads="$T" --iters="$it" --rounds=3
     done
+    if [ "$l" = llama110m-bf16 ]; then
+        # impl=cpu_f32_act: the batch-in-lanes steps without BF16 products
+        # (MOON_CPU_BF16_DP=0, activations stay F32: the exact mode)
+        MOON_CPU_BF16_DP=0 E --model="$m" --label="$l" --impl=cpu_f32_act --bench=decode \
+            --batch=32 --threads="$T" --iters="$it" --rounds=3
+    fi
     E --model="$m" --label="$l" --bench=prefill --prompt=512 --threads="$T" --iters=8
 }
 
