@@ -806,6 +806,18 @@ __attribute__((target("avx512f"))) static void bt_transpose_x(const float *x, ui
     }
 }
 
+/* Asks for the line at byte offset off of row i + mr into L2: the same column
+ * of the next block of rows, so the block after this one finds its weights
+ * there (one block ahead: 12 rows x K, tens of KiB). Past the last row it
+ * names memory the loop never reads, which a prefetch may (it never faults);
+ * the address is formed as an integer for that reason. */
+__attribute__((always_inline)) static inline void bt_prefetch_next(const uint8_t *w,
+                                                                   size_t row_bytes, int i,
+                                                                   int mr, size_t off)
+{
+    _mm_prefetch((const char *)((uintptr_t)w + (size_t)(i + mr) * row_bytes + off), _MM_HINT_T1);
+}
+
 /* yt[i][0 .. 16 nvec) = sum over k < K of W[i][k] * xt[k][..] for the mr
  * rows at w (F32 or BF16 rows of row_bytes). Inlined into one function per
  * (type, mr, nvec). */
@@ -825,6 +837,7 @@ bt_block(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float 
         for (int i = 0; i < mr; i++) { /* each row's next line (farther ahead measured slower) */
             _mm_prefetch((const char *)w + (size_t)i * row_bytes + (bf16 ? 2 : 4) * k0 + 64,
                          _MM_HINT_T0);
+            bt_prefetch_next(w, row_bytes, i, mr, (bf16 ? 2 : 4) * (size_t)k0);
         }
         if (!bf16) {
             for (uint32_t k = k0; k < k0 + 16; k++) {
@@ -889,6 +902,7 @@ bt_block_dp(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, flo
     for (uint32_t k0 = 0; k0 < K; k0 += 32) {
         for (int i = 0; i < mr; i++) {
             _mm_prefetch((const char *)w + (size_t)i * row_bytes + 2 * k0 + 64, _MM_HINT_T0);
+            bt_prefetch_next(w, row_bytes, i, mr, 2 * (size_t)k0);
         }
         for (uint32_t k = k0; k < k0 + 32 && k < K; k += 2) {
             __m512bh xp[2];
