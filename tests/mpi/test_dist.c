@@ -96,6 +96,37 @@ static const moon_actor_ops_t client_ops = {
     .init        = client_init,
     .on_msg      = {[T_PONG] = client_on_pong, [MOON_MSG_SYS_ERROR] = client_on_error}};
 
+/* ---- asker: resolves two names with moon_dist_whereis_async --------------- */
+static _Atomic int         g_ask_replies;
+static _Atomic moon_addr_t g_ask_addr;
+static _Atomic int         g_ask_missing;
+
+static moon_status_t asker_init(moon_actor_t *self, const void *args)
+{
+    moon_status_t status;
+
+    (void)args;
+    status = moon_dist_whereis_async(g_dist, "contested", moon_actor_addr(self), 1);
+    return status != MOON_OK ? status
+                             : moon_dist_whereis_async(g_dist, "never", moon_actor_addr(self), 2);
+}
+static moon_status_t asker_on_reply(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    const moon_dist_name_reply_t *r = (const moon_dist_name_reply_t *)msg;
+
+    if (r->cookie == 1 && r->status == MOON_OK) {
+        atomic_store(&g_ask_addr, r->addr);
+    } else if (r->cookie == 2) {
+        atomic_store(&g_ask_missing, r->status);
+    }
+    if (atomic_fetch_add(&g_ask_replies, 1) + 1 == 2) {
+        moon_actor_exit(self, MOON_OK);
+    }
+    return MOON_OK;
+}
+static const moon_actor_ops_t asker_ops = {
+    .name = "asker", .init = asker_init, .on_msg = {[MOON_MSG_DIST_NAME_REPLY] = asker_on_reply}};
+
 /* ---- collector: checks FIFO order per sending rank ------------------------- */
 typedef struct {
     uint64_t     expected;
@@ -247,6 +278,17 @@ static void test_names_replicated(void)
         MPI_Allreduce(&addr, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     }
     CU_ASSERT_EQUAL(lo, hi);
+    {
+        /* the same from an actor, asynchronously */
+        moon_addr_t asker;
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &asker_ops, NULL, NULL, &asker), MOON_OK);
+        for (int i = 0; i < 10000 && atomic_load(&g_ask_replies) < 2; i++) {
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        CU_ASSERT_EQUAL(atomic_load(&g_ask_replies), 2);
+        CU_ASSERT_EQUAL(atomic_load(&g_ask_addr), addr);
+        CU_ASSERT_EQUAL(atomic_load(&g_ask_missing), MOON_ERR_NOT_FOUND);
+    }
     if (g_size < 2) {
         moon_stop(g_rt, echo, MOON_OK);
         return;
