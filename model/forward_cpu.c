@@ -818,6 +818,27 @@ __attribute__((always_inline)) static inline void bt_prefetch_next(const uint8_t
     _mm_prefetch((const char *)((uintptr_t)w + (size_t)(i + mr) * row_bytes + off), _MM_HINT_T1);
 }
 
+/* The accumulators of a block: mr rows of nvec vectors of batch lanes. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+bt_acc_zero(__m512 acc[][2], const int mr, const int nvec)
+{
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            acc[i][v] = _mm512_setzero_ps();
+        }
+    }
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+bt_acc_store(__m512 acc[][2], float *yt, size_t ldt, const int mr, const int nvec)
+{
+    for (int i = 0; i < mr; i++) {
+        for (int v = 0; v < nvec; v++) {
+            _mm512_store_ps(yt + (size_t)i * ldt + 16 * v, acc[i][v]);
+        }
+    }
+}
+
 /* yt[i][0 .. 16 nvec) = sum over k < K of W[i][k] * xt[k][..] for the mr
  * rows at w (F32 or BF16 rows of row_bytes). Inlined into one function per
  * (type, mr, nvec). */
@@ -828,11 +849,7 @@ bt_block(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float 
     __m512 acc[BT_MR][2];
     size_t ldt = 16 * (size_t)nvec;
 
-    for (int i = 0; i < mr; i++) {
-        for (int v = 0; v < nvec; v++) {
-            acc[i][v] = _mm512_setzero_ps();
-        }
-    }
+    bt_acc_zero(acc, mr, nvec);
     for (uint32_t k0 = 0; k0 < K; k0 += 16) {
         for (int i = 0; i < mr; i++) { /* each row's next line (farther ahead measured slower) */
             _mm_prefetch((const char *)w + (size_t)i * row_bytes + (bf16 ? 2 : 4) * k0 + 64,
@@ -874,11 +891,7 @@ bt_block(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, float 
             }
         }
     }
-    for (int i = 0; i < mr; i++) {
-        for (int v = 0; v < nvec; v++) {
-            _mm512_store_ps(yt + (size_t)i * ldt + 16 * v, acc[i][v]);
-        }
-    }
+    bt_acc_store(acc, yt, ldt, mr, nvec);
 }
 
 /* The same with BF16 products (AVX512_BF16 vdpbf16ps): xt holds X^T with its
@@ -894,11 +907,7 @@ bt_block_dp(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, flo
     __m512 acc[BT_MR][2];
     size_t ldt = 16 * (size_t)nvec;
 
-    for (int i = 0; i < mr; i++) {
-        for (int v = 0; v < nvec; v++) {
-            acc[i][v] = _mm512_setzero_ps();
-        }
-    }
+    bt_acc_zero(acc, mr, nvec);
     for (uint32_t k0 = 0; k0 < K; k0 += 32) {
         for (int i = 0; i < mr; i++) {
             _mm_prefetch((const char *)w + (size_t)i * row_bytes + 2 * k0 + 64, _MM_HINT_T0);
@@ -919,11 +928,7 @@ bt_block_dp(const uint8_t *w, size_t row_bytes, const float *xt, uint32_t K, flo
             }
         }
     }
-    for (int i = 0; i < mr; i++) {
-        for (int v = 0; v < nvec; v++) {
-            _mm512_store_ps(yt + (size_t)i * ldt + 16 * v, acc[i][v]);
-        }
-    }
+    bt_acc_store(acc, yt, ldt, mr, nvec);
 }
 
 /* xt (bt_transpose_x's f32 X^T, K even) rewritten in place as BF16 pairs for
