@@ -167,15 +167,12 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 /* Creates *ep_p to rank r on first use; NULL once the peer failed. */
-static ucp_ep_h ep_of(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
+static MOON_NOINLINE ucp_ep_h ep_create(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
 {
     ucx_t          *u = U(d);
     ucp_ep_params_t ep = {0};
     ucs_status_t    s;
 
-    if (*ep_p != NULL || p->failed) {
-        return *ep_p;
-    }
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address    = (const ucp_address_t *)(u->addrs + u->addr_off[p->rank]);
     ep.err_mode   = UCP_ERR_HANDLING_MODE_NONE;
@@ -193,6 +190,14 @@ static ucp_ep_h ep_of(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
         p->failed = 1;
     }
     return *ep_p;
+}
+
+/* The endpoint to p (*ep_p: its control or its bulk endpoint), created on
+ * first use; NULL once creating it failed. Per frame: the check stays inline,
+ * the parameters are built only in ep_create. */
+static inline ucp_ep_h ep_of(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
+{
+    return *ep_p != NULL || p->failed ? *ep_p : ep_create(d, p, ep_p);
 }
 
 /* Frames go on one endpoint, bulk slices on another: over tcp each is a
