@@ -21,9 +21,9 @@ set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
 small_depth=${SMALL_DEPTH:-8}
 if [ "${SMOKE:-0}" = 1 ]; then
-    iters=1000; redis_n=500; dist_iters=8; perf_n=20
+    iters=1000; redis_n=500; dist_iters=8; perf_n=20; perf_bytes=$((64 << 20))
 else
-    iters=200000; redis_n=50000; dist_iters=400; perf_n=400
+    iters=200000; redis_n=50000; dist_iters=400; perf_n=400; perf_bytes=$((16 << 30))
 fi
 
 small_only=${KV_SMALL_ONLY:-0}
@@ -51,13 +51,21 @@ else
 fi
 
 # ucx_perftest ucp_put_bw: n concurrent loopback server/client pairs, bandwidth
-# summed (the same concurrency as n moonlet client ranks).
+# summed (the same concurrency as n moonlet client ranks). A sum is only the
+# aggregate if the pairs run at the same time: each pair moves at least
+# perf_bytes (a few hundred ms), far longer than the skew of their start-ups.
+# (400 puts of 256 KiB last a millisecond: pairs that short ran one after the
+# other, and four summed to four times one, more than two cores can copy.)
+perf_iters() { # size -> iterations
+    local n=$(( perf_bytes / $1 ))
+    echo $(( n > perf_n ? n : perf_n ))
+}
 perf_pair() { # port size -> prints MB/s (overall)
     ucx_perftest -p "$1" >/dev/null 2>&1 &
     local srv=$!
     sleep 0.3
-    timeout 120 ucx_perftest 127.0.0.1 -p "$1" -t ucp_put_bw -s "$2" -n "$perf_n" 2>/dev/null |
-        awk '/^Final:/ {print $7}'
+    timeout 120 ucx_perftest 127.0.0.1 -p "$1" -t ucp_put_bw -s "$2" -n "$(perf_iters "$2")" \
+        2>/dev/null | awk '/^Final:/ {print $7}'
     wait "$srv" 2>/dev/null || true
 }
 if [ "$small_only" = 1 ]; then
@@ -71,7 +79,7 @@ elif command -v ucx_perftest >/dev/null; then
                 wait
                 cat "$tmp/$rep".* | awk '{ s += $1; k++ } END { print k, s }' >>"$tmp/sums"
             done
-            sort -n -k2 "$tmp/sums" | sed -n 2p | awk -v s="$size" -v n="$n" -v it="$perf_n" -v tls="$UCX_TLS" '
+            sort -n -k2 "$tmp/sums" | sed -n 2p | awk -v s="$size" -v n="$n" -v it="$(perf_iters "$size")" -v tls="$UCX_TLS" '
                 { k = $1; sum = $2 }
                 END {
                     if (k != n || sum == 0) {
