@@ -43,8 +43,9 @@ struct ucx_rkey_ref {
 };
 
 struct ucx_rkeys {
-    ucx_rkey_ref_t *head; /* most recently used first */
+    ucx_rkey_ref_t *head;   /* most recently used first */
     uint32_t        n, cap;
+    ucx_rkey_ref_t *doomed; /* out of the cache and unused: destroyed by ucx_rkeys_reap */
 };
 
 static void populate_put(populate_t *p)
@@ -139,7 +140,14 @@ static void entry_free(ucx_rkey_ref_t *e)
     moon_free(e);
 }
 
-/* Unlinks *pp; destroys it unless a transfer still holds it. */
+/* An unused key out of the cache: to the doomed list, for ucx_rkeys_reap. */
+static void retire(ucx_rkeys_t *c, ucx_rkey_ref_t *e)
+{
+    e->next   = c->doomed;
+    c->doomed = e;
+}
+
+/* Unlinks *pp; retires it unless a transfer still holds it. */
 static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
 {
     ucx_rkey_ref_t *e = *pp;
@@ -149,8 +157,25 @@ static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
     e->cached = 0;
     c->n--;
     if (e->refs == 0) {
-        entry_free(e);
+        retire(c, e);
     }
+}
+
+int ucx_rkeys_reap(ucx_rkeys_t *c)
+{
+    ucx_rkey_ref_t *e = c != NULL ? c->doomed : NULL;
+
+    if (e == NULL) {
+        return 0;
+    }
+    c->doomed = e->next;
+    entry_free(e);
+    return 1;
+}
+
+int ucx_rkeys_reaping(const ucx_rkeys_t *c)
+{
+    return c != NULL && c->doomed != NULL;
 }
 
 void ucx_rkeys_destroy(ucx_rkeys_t *c)
@@ -162,6 +187,8 @@ void ucx_rkeys_destroy(ucx_rkeys_t *c)
         ucx_rkey_ref_t *e = c->head;
         c->head           = e->next;
         entry_free(e); /* in use or not: the worker goes next */
+    }
+    while (ucx_rkeys_reap(c)) {
     }
     moon_free(c);
 }
@@ -236,7 +263,7 @@ void ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref)
 {
     if (--ref->refs == 0) {
         if (!ref->cached) {
-            entry_free(ref);
+            retire(c, ref);
         } else {
             trim(c);
         }
