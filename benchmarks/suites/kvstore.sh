@@ -37,12 +37,18 @@ if command -v mpirun >/dev/null; then
     # one job per client count: rank 0 the shards, ranks 1..c the clients
     for c in 1 2 4; do
         for ck in $([ "$small_only" = 1 ] && echo 1 || echo 1 0); do
-            # small operations once, in the checksum run
+            # small operations once, in the checksum run; a failed job's log
+            # goes to stderr (the runtime's warnings say why)
+            log=$(mktemp)
             out=$(mpirun -np $((c + 1)) "$BENCH_BIN/bench_kvstore_dist" --iters=$dist_iters \
                       --checksum=$ck --small_mask=$((ck * 7)) --small_depth="$small_depth" \
                       --small_only="$small_only" \
-                      </dev/null 2>/dev/null) ||
+                      </dev/null 2>"$log") || {
                 echo "{\"suite\": \"kvstore\", \"impl\": \"moonlet\", \"clients\": $c, \"checksum\": $ck, \"error\": \"bench_kvstore_dist failed\"}"
+                echo "bench_kvstore_dist, $c client(s), checksum $ck, failed; its log:" >&2
+                tail -n 40 "$log" >&2
+            }
+            rm -f "$log"
             echo "$out" | grep '^{' || true
         done
     done
