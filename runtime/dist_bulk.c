@@ -20,9 +20,13 @@
 typedef struct {
     uint32_t magic, rank;
     uint64_t addr, len;
-    uint32_t rkey_len, flags; /* MOON_DIST_REGION_* */
+    uint32_t rkey_len, flags; /* MOON_DIST_REGION_*, and DESC_F_ALLOCATED */
     uint64_t id;              /* unique in the owner's process: names one allocation */
 } region_desc_t;
+/* The engine allocated the region (moon_dist_region_alloc): it is memory of
+ * nobody's once deregistered, which a peer's mapping may free (dist_internal.h:
+ * bulk_op_t.region_allocated). Kept apart from the public flags. */
+#define DESC_F_ALLOCATED 0x80000000u
 _Static_assert(sizeof(region_desc_t) == 40, "region descriptor size changed");
 
 static _Atomic uint64_t next_region_id = 1;
@@ -50,6 +54,7 @@ struct moon_dist_region {
     size_t rkey_len;
     uint64_t id;    /* next_region_id: a peer's cache tells allocations apart by it */
     int      heap;  /* addr is ours, from the heap: freed with the region */
+    int      allocated; /* by the engine (mem_alloc): dies with the region */
     uint32_t flags; /* MOON_DIST_REGION_*, carried by its descriptors */
     /* on d->regions while the engine holds it (memh, rkey); under d->lock */
     struct moon_dist_region *next, *prev;
@@ -170,6 +175,7 @@ moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
         moon_free(reg);
         return status;
     }
+    reg->allocated = 1;
     reg->rank = d->rank;
     reg->id   = atomic_fetch_add(&next_region_id, 1);
     reg->len  = len;
@@ -214,8 +220,13 @@ size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
 /* A region descriptor is only meaningful inside one job. */
 moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
 {
-    region_desc_t h = {DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len,
-                       (uint32_t)reg->rkey_len, reg->flags, reg->id};
+    region_desc_t h = {DESC_MAGIC,
+                       reg->rank,
+                       (uint64_t)(uintptr_t)reg->addr,
+                       reg->len,
+                       (uint32_t)reg->rkey_len,
+                       reg->flags | (reg->allocated ? DESC_F_ALLOCATED : 0),
+                       reg->id};
     char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
                                             1, 0);
 
@@ -305,6 +316,7 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
     op->d           = d;
     op->is_put      = is_put;
     op->stream      = (h.flags & MOON_DIST_REGION_STREAM) != 0;
+    op->region_allocated = (h.flags & DESC_F_ALLOCATED) != 0;
     op->peer        = h.rank;
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;

@@ -521,11 +521,15 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             op->eng_rkey = NULL;
             return MOON_ERR_INVALID_PARAM;
         }
-        if (fresh && op->stream) {
-            /* a streaming region (an arena) is touched all over: map it in now */
+        if (fresh && (op->stream || op->region_allocated)) {
             void *base;
             if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->region_addr, &base) == UCS_OK) {
-                ucx_rkeys_populate(op->eng_rkey, base, op->region_len);
+                if (op->region_allocated) { /* its pages may be given back once it is gone */
+                    ucx_rkeys_set_mapping(op->eng_rkey, base, op->region_len);
+                }
+                if (op->stream) { /* a streaming region (an arena) is touched all over: map it in now */
+                    ucx_rkeys_populate(op->eng_rkey, base, op->region_len);
+                }
             }
         }
     }

@@ -38,6 +38,10 @@ struct ucx_rkey_ref {
     uint64_t        region_id;
     ucp_rkey_h      rkey;
     populate_t     *populate;
+    char           *map;      /* the peer's region mapped here, if it may be freed */
+    size_t          map_len;
+    int             dead;     /* left the cache because its region is gone */
+    _Atomic int     released; /* retired, and its pages given back where it may */
     size_t          len;
     char            packed[];
 };
@@ -87,14 +91,24 @@ static void populate_cancel(populate_t *p)
     populate_put(p);
 }
 
-void ucx_rkeys_populate(ucx_rkey_ref_t *ref, void *addr, size_t len)
+static int start_detached(void *(*fn)(void *), void *arg)
 {
-    uintptr_t      start = (uintptr_t)addr & ~(uintptr_t)4095;
-    uintptr_t      end   = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-    populate_t    *p;
     pthread_t      t;
     pthread_attr_t attr;
     int            ok;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    ok = pthread_create(&t, &attr, fn, arg) == 0;
+    pthread_attr_destroy(&attr);
+    return ok;
+}
+
+void ucx_rkeys_populate(ucx_rkey_ref_t *ref, void *addr, size_t len)
+{
+    uintptr_t   start = (uintptr_t)addr & ~(uintptr_t)4095;
+    uintptr_t   end   = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
+    populate_t *p;
 
     if (ref->populate != NULL) {
         return;
@@ -111,11 +125,7 @@ void ucx_rkeys_populate(ucx_rkey_ref_t *ref, void *addr, size_t len)
     p->addr = (char *)start;
     p->len  = end - start;
     atomic_store(&p->refs, 2);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    ok = pthread_create(&t, &attr, populate_main, p) == 0;
-    pthread_attr_destroy(&attr);
-    if (!ok) {
+    if (!start_detached(populate_main, p)) {
         atomic_fetch_sub(&n_populating, 1);
         moon_free(p);
         return;
@@ -140,21 +150,52 @@ static void entry_free(ucx_rkey_ref_t *e)
     moon_free(e);
 }
 
-/* An unused key out of the cache: to the doomed list, for ucx_rkeys_reap. */
-static void retire(ucx_rkeys_t *c, ucx_rkey_ref_t *e)
+void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len)
 {
-    e->next   = c->doomed;
-    c->doomed = e;
+    uintptr_t start = ((uintptr_t)addr + 4095) & ~(uintptr_t)4095; /* whole pages inside */
+    uintptr_t end   = ((uintptr_t)addr + len) & ~(uintptr_t)4095;
+
+    if (end > start) {
+        ref->map     = (char *)start;
+        ref->map_len = end - start;
+    }
 }
 
-/* Unlinks *pp; retires it unless a transfer still holds it. */
-static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
+/* The region is dead (its owner deregistered it, or died) and nothing here
+ * uses it: its pages go back now, off the progress lock. Destroying the key
+ * then has little left to free. */
+static void *release_main(void *arg)
+{
+    ucx_rkey_ref_t *e = arg;
+
+    (void)madvise(e->map, e->map_len, MADV_REMOVE); /* EINVAL where it is no shmem */
+    atomic_store_explicit(&e->released, 1, memory_order_release);
+    return NULL; /* e may be gone from here on */
+}
+
+/* An unused key out of the cache: to the doomed list, for ucx_rkeys_reap
+ * once its pages are released (at once where there is nothing to release). */
+static void retire(ucx_rkeys_t *c, ucx_rkey_ref_t *e)
+{
+    populate_cancel(e->populate); /* it must not touch the pages from here on */
+    e->populate = NULL;
+    e->next     = c->doomed;
+    c->doomed   = e;
+    if (!e->dead || e->map == NULL || !start_detached(release_main, e)) {
+        atomic_store_explicit(&e->released, 1, memory_order_release);
+    }
+}
+
+/* Unlinks *pp (dead: its region is gone); retires it unless a transfer still
+ * holds it. */
+static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp, int dead)
 {
     ucx_rkey_ref_t *e = *pp;
 
     *pp       = e->next;
     e->next   = NULL;
     e->cached = 0;
+    e->dead   = dead;
     c->n--;
     if (e->refs == 0) {
         retire(c, e);
@@ -163,19 +204,27 @@ static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
 
 int ucx_rkeys_reap(ucx_rkeys_t *c)
 {
-    ucx_rkey_ref_t *e = c != NULL ? c->doomed : NULL;
+    for (ucx_rkey_ref_t **pp = c != NULL ? &c->doomed : NULL; pp != NULL && *pp != NULL;
+         pp = &(*pp)->next) {
+        ucx_rkey_ref_t *e = *pp;
 
-    if (e == NULL) {
-        return 0;
+        if (atomic_load_explicit(&e->released, memory_order_acquire)) {
+            *pp = e->next;
+            entry_free(e);
+            return 1;
+        }
     }
-    c->doomed = e->next;
-    entry_free(e);
-    return 1;
+    return 0;
 }
 
 int ucx_rkeys_reaping(const ucx_rkeys_t *c)
 {
-    return c != NULL && c->doomed != NULL;
+    for (const ucx_rkey_ref_t *e = c != NULL ? c->doomed : NULL; e != NULL; e = e->next) {
+        if (atomic_load_explicit(&e->released, memory_order_acquire)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void ucx_rkeys_destroy(ucx_rkeys_t *c)
@@ -188,7 +237,10 @@ void ucx_rkeys_destroy(ucx_rkeys_t *c)
         c->head           = e->next;
         entry_free(e); /* in use or not: the worker goes next */
     }
-    while (ucx_rkeys_reap(c)) {
+    while (c->doomed != NULL) {
+        if (!ucx_rkeys_reap(c)) {
+            sched_yield(); /* a release thread is still giving pages back */
+        }
     }
     moon_free(c);
 }
@@ -207,7 +259,7 @@ static void trim(ucx_rkeys_t *c)
         }
     }
     if (victim != NULL) {
-        unlink_entry(c, victim);
+        unlink_entry(c, victim, 0); /* still alive at its owner */
     }
 }
 
@@ -278,7 +330,7 @@ static int drop(ucx_rkeys_t *c, uint32_t peer, int all_regions, uint64_t region_
 
     while (pp != NULL && *pp != NULL) {
         if ((*pp)->peer == peer && (all_regions || (*pp)->region_id == region_id)) {
-            unlink_entry(c, pp);
+            unlink_entry(c, pp, 1);
             n++;
         } else {
             pp = &(*pp)->next;

@@ -8,12 +8,19 @@
  * the packed bytes alone do not name one allocation (a posix segment freed and
  * allocated again at the same size packs to the same bytes), the owner's
  * region id does. Entries are counted references: an entry in use by a
- * transfer is never destroyed under it, except by ucx_rkeys_destroy. A key
- * leaves the cache at once, but is destroyed later, one per ucx_rkeys_reap:
- * destroying one unmaps the peer's segment, and frees it where this was its
- * last mapping, which takes up to hundreds of milliseconds for a GiB arena on
- * a loaded machine; a peer deregistering several arenas at once had held
- * progress (and so heartbeats) for the sum, long enough for a false peer loss.
+ * transfer is never destroyed under it, except by ucx_rkeys_destroy.
+ *
+ * Forgetting is cheap for the progress thread. A key leaves the cache at once
+ * and is destroyed later, one per ucx_rkeys_reap. Destroying a key unmaps the
+ * peer's segment and frees it where this was its last mapping: hundreds of
+ * milliseconds for a GiB arena on a loaded machine, all under the progress
+ * lock, and a peer deregistering several arenas had held progress (and so
+ * heartbeats) long enough for a false peer loss. So the pages of a region
+ * that is gone (deregistered by its owner, or its owner lost) and was
+ * allocated by the owner's engine are given back first, by a helper thread
+ * (MADV_REMOVE), and the key is destroyed after. Memory a peer registered
+ * from its own heap is never touched that way.
+ *
  * Progress thread only, like the engine's worker. */
 #ifndef MOON_RUNTIME_UCX_RKEYS_H
 #define MOON_RUNTIME_UCX_RKEYS_H
@@ -46,11 +53,16 @@ void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer);
 /* The peer deregistered region_id: its keys leave the cache (as above);
  * returns how many. */
 int ucx_rkeys_forget(ucx_rkeys_t *c, uint32_t peer, uint64_t region_id);
-/* Destroys one key that left the cache and is no longer in use; 1 if it did.
- * The engine calls it once per progress call. NULL: 0. */
+/* Destroys one key that left the cache, is no longer in use and has its
+ * pages released; 1 if it did. The engine calls it once per progress call.
+ * NULL: 0. */
 int ucx_rkeys_reap(ucx_rkeys_t *c);
-/* 1 while keys wait for ucx_rkeys_reap (the engine must not sleep then). */
+/* 1 while such a key waits (the engine must not sleep then). */
 int ucx_rkeys_reaping(const ucx_rkeys_t *c);
+/* [addr, addr + len) is the key's region mapped here, and its owner's engine
+ * allocated it: once the region is gone its pages may be given back from
+ * here (see above). Only for such regions. */
+void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len);
 /* Fills the page tables of [addr, addr + len), the key's mapping here, in a
  * background thread (MADV_POPULATE_WRITE): a fresh mapping otherwise costs a
  * fault per 4 KiB page on first touch. Tied to the entry: destroying the key
