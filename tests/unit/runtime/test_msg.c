@@ -5,6 +5,7 @@
 #include "moon_test.h"
 #include "moon_test_msg.h"
 
+#include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,186 @@ static moon_msg_hdr_t *round_trip(const moon_msg_hdr_t *m)
     CU_ASSERT_EQUAL(moon_msg_decode(buf, len, &out), MOON_OK);
     free(buf);
     return out;
+}
+
+/* A value of a random width: every encoding (fixint, 8..64 bits) comes up. */
+static uint64_t rand_width(void)
+{
+    uint64_t v = moon_test_rand(&rng);
+    uint32_t b = (uint32_t)(moon_test_rand(&rng) % 65);
+
+    return b == 64 ? v : v & ((1ull << b) - 1);
+}
+
+/* Random values of every width and spans of lengths around every length
+ * boundary of msgpack (fix, 8, 16 bits). */
+static t_all_t *random_wide_all(void)
+{
+    static const uint32_t lens[] = {0, 1, 15, 16, 31, 32, 255, 256, 300, 65535, 65536};
+    uint32_t n_text = lens[moon_test_rand(&rng) % MOON_ARRAY_SIZE(lens)];
+    uint32_t n_blob = lens[moon_test_rand(&rng) % MOON_ARRAY_SIZE(lens)];
+    uint32_t n_tok  = lens[moon_test_rand(&rng) % 8]; /* arrays up to 256 */
+    uint32_t n_keys = lens[moon_test_rand(&rng) % 8];
+    t_all_t *m      = moon_msg_new(T_MSG_ALL, n_text + 1 + n_blob + 4 * n_tok + 8 * n_keys + 32);
+    char    *text;
+    uint8_t *blob;
+    uint32_t *tok;
+    uint64_t *keys;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    m->a   = (uint8_t)rand_width();
+    m->b   = (uint16_t)rand_width();
+    m->c   = (uint32_t)rand_width();
+    m->d   = rand_width();
+    m->e   = (int32_t)(moon_test_rand(&rng) & 1 ? -(int64_t)(rand_width() >> 33) : (int64_t)(rand_width() >> 33));
+    m->f   = moon_test_rand(&rng) & 1 ? -(int64_t)(rand_width() >> 1) : (int64_t)(rand_width() >> 1);
+    m->g   = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
+    m->h   = (double)(int64_t)moon_test_rand(&rng) / 3.0;
+    m->who = rand_width();
+    m->hdr.src   = rand_width();
+    m->hdr.seq   = rand_width();
+    m->hdr.flags = (uint16_t)rand_width();
+    text = moon_msg_span_alloc(m, &m->text, n_text, 1, 1);
+    blob = moon_msg_span_alloc(m, &m->blob, n_blob, 1, 0);
+    tok  = moon_msg_span_alloc(m, &m->tokens, n_tok, 4, 0);
+    keys = moon_msg_span_alloc(m, &m->keys, n_keys, 8, 0);
+    CU_ASSERT_FATAL(text && blob && tok && keys);
+    memset(text, 'x', n_text);
+    memset(blob, 0xa5, n_blob);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        tok[i] = (uint32_t)rand_width();
+    }
+    for (uint32_t i = 0; i < n_keys; i++) {
+        keys[i] = rand_width();
+    }
+    return m;
+}
+
+static uint64_t obj_uint(const msgpack_object *o)
+{
+    CU_ASSERT_EQUAL(o->type, MSGPACK_OBJECT_POSITIVE_INTEGER);
+    return o->via.u64;
+}
+
+static int64_t obj_int(const msgpack_object *o)
+{
+    CU_ASSERT(o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+              o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER);
+    return o->via.i64;
+}
+
+/* What moon_msg_encode writes, msgpack-c's unpacker reads: the same values. */
+static void check_with_msgpack_c(const t_all_t *m, const char *buf, size_t len)
+{
+    msgpack_unpacked u;
+    size_t           off = 0;
+    const char      *text = (const char *)MOON_SPAN_PTR(m, m->text);
+    const uint32_t  *tok  = (const uint32_t *)MOON_SPAN_PTR(m, m->tokens);
+    const uint64_t  *keys = (const uint64_t *)MOON_SPAN_PTR(m, m->keys);
+
+    msgpack_unpacked_init(&u);
+    CU_ASSERT_EQUAL_FATAL(msgpack_unpack_next(&u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+    CU_ASSERT_EQUAL(off, len);
+    CU_ASSERT_EQUAL_FATAL(u.data.type, MSGPACK_OBJECT_ARRAY);
+    CU_ASSERT_EQUAL_FATAL(u.data.via.array.size, 4 + 13);
+    {
+        const msgpack_object *o = u.data.via.array.ptr;
+        CU_ASSERT_EQUAL(obj_uint(&o[0]), T_MSG_ALL);
+        CU_ASSERT_EQUAL(obj_uint(&o[1]), m->hdr.flags);
+        CU_ASSERT_EQUAL(obj_uint(&o[2]), m->hdr.src);
+        CU_ASSERT_EQUAL(obj_uint(&o[3]), m->hdr.seq);
+        CU_ASSERT_EQUAL(obj_uint(&o[4]), m->a);
+        CU_ASSERT_EQUAL(obj_uint(&o[5]), m->b);
+        CU_ASSERT_EQUAL(obj_uint(&o[6]), m->c);
+        CU_ASSERT_EQUAL(obj_uint(&o[7]), m->d);
+        CU_ASSERT_EQUAL(obj_int(&o[8]), m->e);
+        CU_ASSERT_EQUAL(obj_int(&o[9]), m->f);
+        CU_ASSERT_EQUAL(o[10].type, MSGPACK_OBJECT_FLOAT32);
+        CU_ASSERT_EQUAL((float)o[10].via.f64, m->g);
+        CU_ASSERT_EQUAL(o[11].type, MSGPACK_OBJECT_FLOAT64);
+        CU_ASSERT_EQUAL(o[11].via.f64, m->h);
+        CU_ASSERT_EQUAL(obj_uint(&o[12]), m->who);
+        CU_ASSERT_EQUAL_FATAL(o[13].type, MSGPACK_OBJECT_STR);
+        CU_ASSERT_EQUAL_FATAL(o[13].via.str.size, m->text.n);
+        CU_ASSERT(memcmp(o[13].via.str.ptr, text, m->text.n) == 0);
+        CU_ASSERT_EQUAL_FATAL(o[14].type, MSGPACK_OBJECT_BIN);
+        CU_ASSERT_EQUAL_FATAL(o[14].via.bin.size, m->blob.n);
+        CU_ASSERT(memcmp(o[14].via.bin.ptr, MOON_SPAN_PTR(m, m->blob), m->blob.n) == 0);
+        CU_ASSERT_EQUAL_FATAL(o[15].type, MSGPACK_OBJECT_ARRAY);
+        CU_ASSERT_EQUAL_FATAL(o[15].via.array.size, m->tokens.n);
+        for (uint32_t k = 0; k < m->tokens.n; k++) {
+            CU_ASSERT_EQUAL(obj_uint(&o[15].via.array.ptr[k]), tok[k]);
+        }
+        CU_ASSERT_EQUAL_FATAL(o[16].type, MSGPACK_OBJECT_ARRAY);
+        CU_ASSERT_EQUAL_FATAL(o[16].via.array.size, m->keys.n);
+        for (uint32_t k = 0; k < m->keys.n; k++) {
+            CU_ASSERT_EQUAL(obj_uint(&o[16].via.array.ptr[k]), keys[k]);
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* What msgpack-c's packer writes for the same values, this codec reads. */
+static void pack_with_msgpack_c(const t_all_t *m, msgpack_sbuffer *sb)
+{
+    msgpack_packer pk;
+    const uint32_t *tok  = (const uint32_t *)MOON_SPAN_PTR(m, m->tokens);
+    const uint64_t *keys = (const uint64_t *)MOON_SPAN_PTR(m, m->keys);
+
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 4 + 13);
+    msgpack_pack_uint16(&pk, T_MSG_ALL);
+    msgpack_pack_uint16(&pk, m->hdr.flags);
+    msgpack_pack_uint64(&pk, m->hdr.src);
+    msgpack_pack_uint64(&pk, m->hdr.seq);
+    msgpack_pack_uint8(&pk, m->a);
+    msgpack_pack_uint16(&pk, m->b);
+    msgpack_pack_uint32(&pk, m->c);
+    msgpack_pack_uint64(&pk, m->d);
+    msgpack_pack_int32(&pk, m->e);
+    msgpack_pack_int64(&pk, m->f);
+    msgpack_pack_float(&pk, m->g);
+    msgpack_pack_double(&pk, m->h);
+    msgpack_pack_uint64(&pk, m->who);
+    msgpack_pack_str_with_body(&pk, MOON_SPAN_PTR(m, m->text), m->text.n);
+    msgpack_pack_bin_with_body(&pk, MOON_SPAN_PTR(m, m->blob), m->blob.n);
+    msgpack_pack_array(&pk, m->tokens.n);
+    for (uint32_t k = 0; k < m->tokens.n; k++) {
+        msgpack_pack_uint32(&pk, tok[k]);
+    }
+    msgpack_pack_array(&pk, m->keys.n);
+    for (uint32_t k = 0; k < m->keys.n; k++) {
+        msgpack_pack_uint64(&pk, keys[k]);
+    }
+}
+
+/* The wire format is msgpack as msgpack-c knows it, both ways, at every
+ * integer width and every length boundary: msgpack-c's unpacker reads what
+ * moon_msg_encode writes, and the codec's own reader decodes what msgpack-c's
+ * packer writes for the same values (byte for byte the same encoding). */
+static void test_interoperates_with_msgpack_c(void)
+{
+    for (int i = 0; i < 3000; i++) {
+        t_all_t        *m   = random_wide_all();
+        size_t          cap = moon_msg_encoded_bound(&m->hdr), len = 0;
+        char           *buf = malloc(cap);
+        msgpack_sbuffer sb;
+        moon_msg_hdr_t *out = NULL;
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+        CU_ASSERT_EQUAL_FATAL(moon_msg_encode(&m->hdr, buf, cap, &len), MOON_OK);
+        check_with_msgpack_c(m, buf, len);
+        msgpack_sbuffer_init(&sb);
+        pack_with_msgpack_c(m, &sb);
+        CU_ASSERT_EQUAL(sb.size, len);
+        CU_ASSERT(sb.size == len && memcmp(sb.data, buf, len) == 0);
+        CU_ASSERT_EQUAL_FATAL(moon_msg_decode(sb.data, sb.size, &out), MOON_OK);
+        CU_ASSERT(moon_msg_equal(&m->hdr, out));
+        moon_msg_release(out);
+        msgpack_sbuffer_destroy(&sb);
+        free(buf);
+        moon_msg_release(&m->hdr);
+    }
 }
 
 static void test_register_rejects_clashing_ids(void)
@@ -329,6 +510,7 @@ static void test_peek_reads_the_header_only(void)
 static CU_TestInfo tests[] = {
     {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
     {"round_trip_every_field_kind", test_round_trip_every_field_kind},
+    {"interoperates_with_msgpack_c", test_interoperates_with_msgpack_c},
     {"round_trip_runtime_and_empty_types", test_round_trip_runtime_and_empty_types},
     {"round_trip_every_registered_type", test_round_trip_every_registered_type},
     {"span_alloc_respects_the_tail", test_span_alloc_respects_the_tail},
