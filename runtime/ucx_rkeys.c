@@ -161,9 +161,9 @@ void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len)
     }
 }
 
-/* The region is dead (its owner deregistered it, or died) and nothing here
- * uses it: its pages go back now, off the progress lock. Destroying the key
- * then has little left to free. */
+/* The region is dead (its owner deregistered it) and nothing here uses it:
+ * its pages go back now, off the progress lock. Destroying the key then has
+ * little left to free. */
 static void *release_main(void *arg)
 {
     ucx_rkey_ref_t *e = arg;
@@ -330,7 +330,9 @@ static int drop(ucx_rkeys_t *c, uint32_t peer, int all_regions, uint64_t region_
 
     while (pp != NULL && *pp != NULL) {
         if ((*pp)->peer == peer && (all_regions || (*pp)->region_id == region_id)) {
-            unlink_entry(c, pp, 1);
+            /* a region its owner deregistered is dead; a peer declared lost
+             * may still live (a false loss) and its memory stays untouched */
+            unlink_entry(c, pp, !all_regions);
             n++;
         } else {
             pp = &(*pp)->next;

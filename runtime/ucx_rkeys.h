@@ -16,10 +16,11 @@
  * milliseconds for a GiB arena on a loaded machine, all under the progress
  * lock, and a peer deregistering several arenas had held progress (and so
  * heartbeats) long enough for a false peer loss. So the pages of a region
- * that is gone (deregistered by its owner, or its owner lost) and was
- * allocated by the owner's engine are given back first, by a helper thread
- * (MADV_REMOVE), and the key is destroyed after. Memory a peer registered
- * from its own heap is never touched that way.
+ * its owner deregistered (REGION_GONE), if the owner's engine allocated it,
+ * are given back first, by a helper thread (MADV_REMOVE), and the key is
+ * destroyed after. Never so for memory a peer registered from its own heap,
+ * a live region leaving the cache, or the regions of a peer declared lost:
+ * it may still be alive (a false loss), and its memory is its own.
  *
  * Progress thread only, like the engine's worker. */
 #ifndef MOON_RUNTIME_UCX_RKEYS_H
