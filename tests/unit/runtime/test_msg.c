@@ -28,47 +28,71 @@ MOON_MSG_DEFINE(T_CLASH_MSGS, t_clash_descs)
 
 static uint64_t rng = 42;
 
-static t_all_t *random_all(uint32_t max_span)
+/* A value of a random width: every encoding (fixint, 8..64 bits) comes up. */
+static uint64_t rand_width(void)
 {
-    uint32_t n_text = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
-    uint32_t n_blob = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
-    uint32_t n_tok  = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
-    uint32_t n_keys = (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
-    t_all_t *m      = moon_msg_new(T_MSG_ALL, n_text + 1 + n_blob + 4 * n_tok + 8 * n_keys + 32);
-    char    *text;
-    uint8_t *blob;
-    uint32_t *tok;
-    uint64_t *keys;
+    uint64_t v = moon_test_rand(&rng);
+    uint32_t b = (uint32_t)(moon_test_rand(&rng) % 65);
 
+    return b == 64 ? v : v & ((1ull << b) - 1);
+}
+
+/* wide: of any width and either sign, in [-2^(bits-1), 2^(bits-1)); else any
+ * bit pattern. */
+static int64_t rand_signed(int wide, int bits)
+{
+    int64_t v = (int64_t)(rand_width() >> (65 - bits));
+
+    return !wide ? (int64_t)moon_test_rand(&rng) : moon_test_rand(&rng) & 1 ? -v - 1 : v;
+}
+
+/* A message with every field kind. Plain: spans up to max_span long and
+ * random bit patterns. Wide: span lengths at msgpack's length boundaries
+ * (fix, 8, 16 bits) and values of every integer width. */
+static t_all_t *random_all_kinds(uint32_t max_span, int wide)
+{
+    static const uint32_t lens[] = {0, 1, 15, 16, 31, 32, 255, 256, 300, 65535, 65536};
+    uint32_t              n[4]; /* text, blob, tokens, keys */
+    t_all_t              *m;
+    char                 *text;
+    uint8_t              *blob;
+    uint32_t             *tok;
+    uint64_t             *keys;
+
+    for (int i = 0; i < 4; i++) { /* wide arrays stay at most 256 long */
+        n[i] = wide ? lens[moon_test_rand(&rng) % (i < 2 ? MOON_ARRAY_SIZE(lens) : 8)]
+                    : (uint32_t)(moon_test_rand(&rng) % (max_span + 1));
+    }
+    m = moon_msg_new(T_MSG_ALL, n[0] + 1 + n[1] + 4 * n[2] + 8 * n[3] + 32);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    m->a   = (uint8_t)moon_test_rand(&rng);
-    m->b   = (uint16_t)moon_test_rand(&rng);
-    m->c   = (uint32_t)moon_test_rand(&rng);
-    m->d   = moon_test_rand(&rng);
-    m->e   = (int32_t)moon_test_rand(&rng);
-    m->f   = (int64_t)moon_test_rand(&rng);
+    m->a   = (uint8_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->b   = (uint16_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->c   = (uint32_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->d   = wide ? rand_width() : moon_test_rand(&rng);
+    m->e   = (int32_t)rand_signed(wide, 32);
+    m->f   = rand_signed(wide, 64);
     m->g   = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
     m->h   = (double)(int64_t)moon_test_rand(&rng) / 3.0;
-    m->who = moon_test_rand(&rng);
-    m->hdr.src   = moon_test_rand(&rng);
-    m->hdr.seq   = moon_test_rand(&rng);
-    m->hdr.flags = (uint16_t)moon_test_rand(&rng);
-    text = moon_msg_span_alloc(m, &m->text, n_text, 1, 1);
-    blob = moon_msg_span_alloc(m, &m->blob, n_blob, 1, 0);
-    tok  = moon_msg_span_alloc(m, &m->tokens, n_tok, 4, 0);
-    keys = moon_msg_span_alloc(m, &m->keys, n_keys, 8, 0);
+    m->who = wide ? rand_width() : moon_test_rand(&rng);
+    m->hdr.src   = wide ? rand_width() : moon_test_rand(&rng);
+    m->hdr.seq   = wide ? rand_width() : moon_test_rand(&rng);
+    m->hdr.flags = (uint16_t)(wide ? rand_width() : moon_test_rand(&rng));
+    text = moon_msg_span_alloc(m, &m->text, n[0], 1, 1);
+    blob = moon_msg_span_alloc(m, &m->blob, n[1], 1, 0);
+    tok  = moon_msg_span_alloc(m, &m->tokens, n[2], 4, 0);
+    keys = moon_msg_span_alloc(m, &m->keys, n[3], 8, 0);
     CU_ASSERT_FATAL(text && blob && tok && keys);
-    for (uint32_t i = 0; i < n_text; i++) {
+    for (uint32_t i = 0; i < n[0]; i++) {
         text[i] = (char)('a' + moon_test_rand(&rng) % 26);
     }
-    for (uint32_t i = 0; i < n_blob; i++) {
+    for (uint32_t i = 0; i < n[1]; i++) {
         blob[i] = (uint8_t)moon_test_rand(&rng);
     }
-    for (uint32_t i = 0; i < n_tok; i++) {
-        tok[i] = (uint32_t)moon_test_rand(&rng);
+    for (uint32_t i = 0; i < n[2]; i++) {
+        tok[i] = (uint32_t)(wide ? rand_width() : moon_test_rand(&rng));
     }
-    for (uint32_t i = 0; i < n_keys; i++) {
-        keys[i] = moon_test_rand(&rng);
+    for (uint32_t i = 0; i < n[3]; i++) {
+        keys[i] = wide ? rand_width() : moon_test_rand(&rng);
     }
     return m;
 }
@@ -84,59 +108,6 @@ static moon_msg_hdr_t *round_trip(const moon_msg_hdr_t *m)
     CU_ASSERT_EQUAL(moon_msg_decode(buf, len, &out), MOON_OK);
     free(buf);
     return out;
-}
-
-/* A value of a random width: every encoding (fixint, 8..64 bits) comes up. */
-static uint64_t rand_width(void)
-{
-    uint64_t v = moon_test_rand(&rng);
-    uint32_t b = (uint32_t)(moon_test_rand(&rng) % 65);
-
-    return b == 64 ? v : v & ((1ull << b) - 1);
-}
-
-/* Random values of every width and spans of lengths around every length
- * boundary of msgpack (fix, 8, 16 bits). */
-static t_all_t *random_wide_all(void)
-{
-    static const uint32_t lens[] = {0, 1, 15, 16, 31, 32, 255, 256, 300, 65535, 65536};
-    uint32_t n_text = lens[moon_test_rand(&rng) % MOON_ARRAY_SIZE(lens)];
-    uint32_t n_blob = lens[moon_test_rand(&rng) % MOON_ARRAY_SIZE(lens)];
-    uint32_t n_tok  = lens[moon_test_rand(&rng) % 8]; /* arrays up to 256 */
-    uint32_t n_keys = lens[moon_test_rand(&rng) % 8];
-    t_all_t *m      = moon_msg_new(T_MSG_ALL, n_text + 1 + n_blob + 4 * n_tok + 8 * n_keys + 32);
-    char    *text;
-    uint8_t *blob;
-    uint32_t *tok;
-    uint64_t *keys;
-
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    m->a   = (uint8_t)rand_width();
-    m->b   = (uint16_t)rand_width();
-    m->c   = (uint32_t)rand_width();
-    m->d   = rand_width();
-    m->e   = (int32_t)(moon_test_rand(&rng) & 1 ? -(int64_t)(rand_width() >> 33) : (int64_t)(rand_width() >> 33));
-    m->f   = moon_test_rand(&rng) & 1 ? -(int64_t)(rand_width() >> 1) : (int64_t)(rand_width() >> 1);
-    m->g   = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
-    m->h   = (double)(int64_t)moon_test_rand(&rng) / 3.0;
-    m->who = rand_width();
-    m->hdr.src   = rand_width();
-    m->hdr.seq   = rand_width();
-    m->hdr.flags = (uint16_t)rand_width();
-    text = moon_msg_span_alloc(m, &m->text, n_text, 1, 1);
-    blob = moon_msg_span_alloc(m, &m->blob, n_blob, 1, 0);
-    tok  = moon_msg_span_alloc(m, &m->tokens, n_tok, 4, 0);
-    keys = moon_msg_span_alloc(m, &m->keys, n_keys, 8, 0);
-    CU_ASSERT_FATAL(text && blob && tok && keys);
-    memset(text, 'x', n_text);
-    memset(blob, 0xa5, n_blob);
-    for (uint32_t i = 0; i < n_tok; i++) {
-        tok[i] = (uint32_t)rand_width();
-    }
-    for (uint32_t i = 0; i < n_keys; i++) {
-        keys[i] = rand_width();
-    }
-    return m;
 }
 
 static uint64_t obj_uint(const msgpack_object *o)
@@ -244,7 +215,7 @@ static void pack_with_msgpack_c(const t_all_t *m, msgpack_sbuffer *sb)
 static void test_interoperates_with_msgpack_c(void)
 {
     for (int i = 0; i < 3000; i++) {
-        t_all_t        *m   = random_wide_all();
+        t_all_t        *m   = random_all_kinds(0, 1);
         size_t          cap = moon_msg_encoded_bound(&m->hdr), len = 0;
         char           *buf = malloc(cap);
         msgpack_sbuffer sb;
@@ -279,7 +250,7 @@ static void test_register_rejects_clashing_ids(void)
 static void test_round_trip_every_field_kind(void)
 {
     for (int i = 0; i < 2000; i++) {
-        t_all_t        *m   = random_all(i < 1000 ? 8 : 300);
+        t_all_t        *m   = random_all_kinds(i < 1000 ? 8 : 300, 0);
         moon_msg_hdr_t *out = round_trip(&m->hdr);
 
         CU_ASSERT_PTR_NOT_NULL_FATAL(out);
@@ -373,7 +344,7 @@ static void test_span_alloc_respects_the_tail(void)
 
 static void test_encode_into_small_buffer_is_no_resource(void)
 {
-    t_all_t *m = random_all(64);
+    t_all_t *m = random_all_kinds(64, 0);
     char     buf[16];
     size_t   len = 12345;
 
@@ -387,7 +358,7 @@ static void test_encode_into_small_buffer_is_no_resource(void)
 
 static void test_retain_and_dup(void)
 {
-    t_all_t *m = random_all(32);
+    t_all_t *m = random_all_kinds(32, 0);
     t_all_t *c;
 
     moon_msg_retain(&m->hdr);
@@ -417,7 +388,7 @@ static void expect_rejected(const void *buf, size_t len)
 static void test_decode_truncations_and_bit_flips(void)
 {
     for (int i = 0; i < 200; i++) {
-        t_all_t        *m   = random_all(40);
+        t_all_t        *m   = random_all_kinds(40, 0);
         size_t          cap = moon_msg_encoded_bound(&m->hdr), len;
         uint8_t        *buf = malloc(cap + 8);
         moon_msg_hdr_t *out = NULL;
@@ -477,7 +448,7 @@ static void test_decode_hostile_size_claims(void)
  * transport answers such a sender); a cut inside the header does not read. */
 static void test_peek_reads_the_header_only(void)
 {
-    t_all_t    *m   = random_all(40);
+    t_all_t    *m   = random_all_kinds(40, 0);
     size_t      cap = moon_msg_encoded_bound(&m->hdr), len, hdr_len = 0;
     uint8_t    *buf = malloc(cap);
     uint32_t    type;
