@@ -28,7 +28,10 @@ typedef struct {
     uint32_t         held;           /* withheld while held_addr is overloaded */
     moon_addr_t      held_addr;
     _Atomic int      goodbye;        /* peer said goodbye: silence is fine (read by stop) */
-    uint64_t         last_rx_ns, last_tx_ns;
+    /* Frames each way, counted per frame; tick() turns a change into a time
+     * (no clock read per frame). Progress lock. */
+    uint32_t         rx_frames, tx_frames, rx_seen, tx_seen;
+    uint64_t         last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
 } dist_peer_t;
 
 struct moon_dist {
