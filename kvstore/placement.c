@@ -13,20 +13,9 @@ struct moon_kv_placement {
     uint8_t  *is_live; /* (n_shards) */
 };
 
-/* Murmur3 finalizer: a full-avalanche 64-bit mix. */
-static uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-}
-
 uint64_t moon_kv_rendezvous_weight(moon_kv_key_t key, uint32_t shard_id)
 {
-    return fmix64(moon_kv_key_hash(key) ^ fmix64((uint64_t)shard_id + 0x9e3779b97f4a7c15ull));
+    return moon_kv_mix64(moon_kv_key_hash(key) ^ moon_kv_mix64((uint64_t)shard_id + 0x9e3779b97f4a7c15ull));
 }
 
 static int better(uint64_t wa, uint32_t ia, uint64_t wb, uint32_t ib)

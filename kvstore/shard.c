@@ -197,14 +197,7 @@ static void entry_unlink(moon_kv_shard_t *shard, uint32_t e)
  * puts cost 25 us instead of 1.7). */
 static inline uint64_t bucket_hash(moon_kv_key_t key)
 {
-    uint64_t k = moon_kv_key_hash(key);
-
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
+    return moon_kv_mix64(moon_kv_key_hash(key));
 }
 
 static int64_t index_find(const moon_kv_shard_t *shard, moon_kv_key_t key)

@@ -509,14 +509,12 @@ static void test_lease_table_full_is_no_resource(void)
     moon_kv_shard_destroy(shard);
 }
 
-static void test_a_million_keys_without_per_key_malloc(void)
+/* A shard of n 8-byte slots that never evicts (watermarks 1.0), no commit
+ * check: for tests of the index at scale. */
+static moon_kv_shard_t *big_shard(uint32_t n)
 {
-    const uint32_t         n = 1u << 20;
     moon_kv_shard_config_t cfg;
     moon_kv_shard_t       *shard = NULL;
-    uint64_t               block;
-    unsigned               bad = 0;
-    moon_kv_shard_stats_t  st;
 
     moon_kv_shard_config_init(&cfg);
     cfg.n_slots          = n;
@@ -525,6 +523,18 @@ static void test_a_million_keys_without_per_key_malloc(void)
     cfg.low_watermark    = 1.0;
     cfg.verify_on_commit = 0;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
+    return shard;
+}
+
+static void test_a_million_keys_without_per_key_malloc(void)
+{
+    const uint32_t         n = 1u << 20;
+    moon_kv_shard_t       *shard;
+    uint64_t               block;
+    unsigned               bad = 0;
+    moon_kv_shard_stats_t  st;
+
+    shard = big_shard(n);
     moon_fault_fail_after(UINT64_MAX); /* counts allocations, fails none */
     for (uint32_t i = 0; i < n; i++) {
         block = i;
@@ -558,19 +568,12 @@ static void test_a_million_keys_without_per_key_malloc(void)
 static void test_consecutive_keys_do_not_cluster(void)
 {
     const uint32_t         n = 1u << 18, n_miss = 4096;
-    moon_kv_shard_config_t cfg;
-    moon_kv_shard_t       *shard = NULL;
+    moon_kv_shard_t       *shard;
     uint64_t               block = 0;
     unsigned               bad   = 0;
     uint8_t                present;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots          = n;
-    cfg.slot_bytes       = 8;
-    cfg.high_watermark   = 1.0;
-    cfg.low_watermark    = 1.0;
-    cfg.verify_on_commit = 0;
-    CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
+    shard = big_shard(n);
     for (uint32_t i = 0; i < n; i++) {
         moon_kv_key_t key = {.lo = i, .hi = 7};
         bad += moon_kv_shard_put(shard, &kv_tag, key, &block, 8, 1, 0) != MOON_OK;
