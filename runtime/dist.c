@@ -731,7 +731,7 @@ static int pump_sends(moon_dist_t *d)
 }
 
 /* ---- receiving ------------------------------------------------------------ */
-static void log_once(_Atomic int *flag, const char *what, uint32_t r, moon_status_t status)
+void dist_log_once(_Atomic int *flag, const char *what, uint32_t r, moon_status_t status)
 {
     if (atomic_exchange(flag, 1) == 0) {
         MOON_WARN("dropped %s from rank %u: %s (counted; logged once)", what, r,
@@ -791,7 +791,7 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
         uint64_t    seq;
 
         atomic_fetch_add_explicit(&d->st.bad_msgs, 1, memory_order_relaxed);
-        log_once(&d->logged_bad_msg, "a message that failed to decode", r, status);
+        dist_log_once(&d->logged_bad_msg, "a message that failed to decode", r, status);
         /* a reply needs the sender, which only a readable header names */
         if (moon_msg_peek(payload, rec->len, &type, &src, &seq) == MOON_OK) {
             send_error_reply(d, r, rec->to, src, type, seq, MOON_ERR_PEER_REJECTED);
@@ -838,7 +838,7 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
                 }
             }
         } else {
-            log_once(&d->logged_stale, "a message for a stale address", r, status);
+            dist_log_once(&d->logged_stale, "a message for a stale address", r, status);
             send_error_reply(d, r, rec->to, msg->src, msg->type, msg->seq, status);
         }
         moon_msg_release(msg);
@@ -932,7 +932,7 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
     }
 bad:
     atomic_fetch_add_explicit(&d->st.bad_frames, 1, memory_order_relaxed);
-    log_once(&d->logged_bad_frame, "a malformed frame", len >= sizeof(h) ? h.src_rank : 0,
+    dist_log_once(&d->logged_bad_frame, "a malformed frame", len >= sizeof(h) ? h.src_rank : 0,
              MOON_ERR_INVALID_PARAM);
 }
 

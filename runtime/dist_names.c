@@ -106,11 +106,8 @@ void dist_names_on_msg(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg)
     if (msg->type != MOON_MSG_DIST_NAME_OP || op->op != NAME_OP_REGISTER || op->name.n == 0 ||
         moon_addr_rank(op->addr) != r) {
         /* a rank registers its own actors only */
-        static _Atomic int logged;
         atomic_fetch_add(&d->st.bad_msgs, 1);
-        if (atomic_exchange(&logged, 1) == 0) {
-            MOON_WARN("malformed name op from rank %u dropped (counted; logged once)", r);
-        }
+        dist_log_once(&d->logged_bad_msg, "a malformed name op", r, MOON_ERR_INVALID_PARAM);
         return;
     }
     registry_apply(d, MOON_SPAN_PTR(op, op->name), op->addr, op->ver, r);

@@ -119,6 +119,9 @@ void dist_note_sys_rx(moon_dist_t *d, moon_addr_t to, const moon_msg_hdr_t *msg)
  * (PEER_LOST) and the gate reopens. Progress thread. */
 void dist_fail_queue(moon_dist_t *d, uint32_t r);
 
+/* Logs "dropped <what> from rank r: <status>" the first time *flag is set. */
+void dist_log_once(_Atomic int *flag, const char *what, uint32_t r, moon_status_t status);
+
 /* ---- dist_names.c: the name registry ---------------------------------------- */
 /* A message for the transport itself (record to == NONE) from rank r: a name
  * registration of one of its actors. Borrows msg. Progress thread. */
