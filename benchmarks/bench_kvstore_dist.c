@@ -13,7 +13,7 @@
  *               stored or read together); "in_flight" = clients x depth
  * Args (or env): --iters=N (scale of the counts), --depth=N, --small_depth=N,
  * --small_only=1 (only the small operations), --small_mask=N (1 small_put, 2 small_get,
- * 4 query; default 7), --all=1 (run
+ * 4 query; default 7), --bulk_mask=N (1 256 KiB, 2 4 MiB, 4 32 MiB; default 7), --all=1 (run
  * 1, 2, 4... clients up to --clients=N and the job's size; default: only
  * size - 1 clients: idle ranks polling on 2 cores distort the figures), --checksum=0|1 (1, the
  * default: the client hashes every block it puts (XXH3) and checks every block it gets; 0: neither,
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
     moon_runtime_config_t cfg;
     moon_addr_t           shards[N_KINDS];
     int64_t               iters, max_clients, depth;
-    int                   all, small_only, small_mask;
+    int                   all, small_only, small_mask, bulk_mask;
     int64_t               small_depth;
     uint64_t              key_base = 1;
     char                  name[64];
@@ -438,6 +438,7 @@ int main(int argc, char **argv)
     g_checksum  = (int)moon_bench_arg_int(argc, argv, "checksum", 1);
     small_only  = (int)moon_bench_arg_int(argc, argv, "small_only", 0);
     small_mask  = (int)moon_bench_arg_int(argc, argv, "small_mask", 7);
+    bulk_mask   = (int)moon_bench_arg_int(argc, argv, "bulk_mask", 7);
     small_depth =
         MOON_MAX(MOON_MIN(moon_bench_arg_int(argc, argv, "small_depth", 8), MAX_SMALL_DEPTH), 1);
     g_rank = (int)moon_dist_rank(g_dist);
@@ -494,6 +495,10 @@ int main(int argc, char **argv)
     for (int c = all ? 1 : g_size - 1; c <= MOON_MIN(max_clients, g_size - 1); c *= 2) {
         for (uint32_t k = 0; k < 3 && !small_only; k++) {
             uint64_t n = (uint64_t)MOON_MAX(iters / (int64_t)(1u << (2 * k)), 8);
+
+            if (!(bulk_mask & (1 << k))) {
+                continue;
+            }
             run_config("put", OP_PUT, k, c, (uint32_t)depth, n, &key_base);
             run_config("get", OP_GET, k, c, (uint32_t)depth, n, &key_base);
         }

@@ -524,7 +524,7 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
         if (fresh && (op->stream || op->region_allocated)) {
             void *base;
             if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->region_addr, &base) == UCS_OK) {
-                if (op->region_allocated) { /* its pages may be given back once it is gone */
+                if (op->region_allocated) { /* unmapped off the lock when the key goes */
                     ucx_rkeys_set_mapping(op->eng_rkey, base, op->region_len);
                 }
                 if (op->stream) { /* a streaming region (an arena) is touched all over: map it in now */

@@ -1,7 +1,7 @@
 /* runtime/ucx_rkeys.c - see ucx_rkeys.h. A short list searched linearly: a
  * process talks to a few regions per peer (an arena, a few buffers), and a
  * lookup happens once per transfer, not per slice. */
-#define _GNU_SOURCE /* madvise, MADV_POPULATE_WRITE */
+#define _GNU_SOURCE /* madvise, MADV_POPULATE_WRITE, mremap */
 #include "ucx_rkeys.h"
 
 #include "moonlet/alloc.h"
@@ -18,6 +18,9 @@
 #endif
 #define POPULATE_CHUNK ((size_t)8 << 20) /* a cancel waits at most one chunk */
 #define POPULATE_MAX   2                 /* populating threads at once */
+/* Mappings at least this large are unmapped off the progress lock (see
+ * retire); a smaller one costs less than starting the threads. */
+#define UNMAP_OFF_LOCK_MIN ((size_t)16 << 20)
 
 /* A background population, shared by its thread and its entry (refs 2). The
  * thread marks each chunk busy before it looks at `cancel` (both seq_cst):
@@ -38,10 +41,10 @@ struct ucx_rkey_ref {
     uint64_t        region_id;
     ucp_rkey_h      rkey;
     populate_t     *populate;
-    char           *map;      /* the peer's region mapped here, if it may be freed */
+    char           *map;      /* the peer's region mapped here (engine-allocated regions) */
     size_t          map_len;
-    int             dead;     /* left the cache because its region is gone */
-    _Atomic int     released; /* retired, and its pages given back where it may */
+    char           *keep;     /* a second mapping of map's pages, unmapped after the key */
+    _Atomic int     released; /* retired, and ready to be destroyed under the lock */
     size_t          len;
     char            packed[];
 };
@@ -143,10 +146,38 @@ ucx_rkeys_t *ucx_rkeys_create(uint32_t cap)
     return c;
 }
 
+typedef struct {
+    char  *addr;
+    size_t len;
+} unmap_job_t;
+
+static void *unmap_main(void *arg)
+{
+    unmap_job_t *j = arg;
+
+    (void)munmap(j->addr, j->len);
+    moon_free(j);
+    return NULL;
+}
+
+/* Destroys the key (under the progress lock). Its mapping has no page tables
+ * left and is not the last of its pages (see retire): the last, `keep`, goes
+ * on a thread of its own, which frees the pages if nobody else maps them. */
 static void entry_free(ucx_rkey_ref_t *e)
 {
     populate_cancel(e->populate);
     ucp_rkey_destroy(e->rkey);
+    if (e->keep != NULL) {
+        unmap_job_t *j = moon_malloc(sizeof(*j));
+
+        if (j != NULL) {
+            *j = (unmap_job_t){e->keep, e->map_len};
+        }
+        if (j == NULL || !start_detached(unmap_main, j)) {
+            (void)munmap(e->keep, e->map_len);
+            moon_free(j);
+        }
+    }
     moon_free(e);
 }
 
@@ -161,41 +192,46 @@ void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len)
     }
 }
 
-/* The region is dead (its owner deregistered it) and nothing here uses it:
- * its pages go back now, off the progress lock. Destroying the key then has
- * little left to free. */
+/* Readies a retired key's large mapping for a cheap destroy, off the lock and
+ * without touching the data (its owner may be alive, even when declared
+ * lost): mremap with old size 0 makes a second mapping of the same pages,
+ * with no page tables, that outlives the key's (the kernel refuses it for a
+ * private mapping, which is then left alone), and MADV_DONTNEED drops our
+ * page tables of the first (shared memory keeps its pages). */
 static void *release_main(void *arg)
 {
-    ucx_rkey_ref_t *e = arg;
+    ucx_rkey_ref_t *e    = arg;
+    void           *keep = mremap(e->map, 0, e->map_len, MREMAP_MAYMOVE);
 
-    (void)madvise(e->map, e->map_len, MADV_REMOVE); /* EINVAL where it is no shmem */
+    if (keep != MAP_FAILED) {
+        e->keep = keep;
+        (void)madvise(e->map, e->map_len, MADV_DONTNEED);
+    }
     atomic_store_explicit(&e->released, 1, memory_order_release);
     return NULL; /* e may be gone from here on */
 }
 
 /* An unused key out of the cache: to the doomed list, for ucx_rkeys_reap
- * once its pages are released (at once where there is nothing to release). */
+ * once it is ready (at once where it maps little or nothing). */
 static void retire(ucx_rkeys_t *c, ucx_rkey_ref_t *e)
 {
     populate_cancel(e->populate); /* it must not touch the pages from here on */
     e->populate = NULL;
     e->next     = c->doomed;
     c->doomed   = e;
-    if (!e->dead || e->map == NULL || !start_detached(release_main, e)) {
+    if (e->map == NULL || e->map_len < UNMAP_OFF_LOCK_MIN || !start_detached(release_main, e)) {
         atomic_store_explicit(&e->released, 1, memory_order_release);
     }
 }
 
-/* Unlinks *pp (dead: its region is gone); retires it unless a transfer still
- * holds it. */
-static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp, int dead)
+/* Unlinks *pp; retires it unless a transfer still holds it. */
+static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
 {
     ucx_rkey_ref_t *e = *pp;
 
     *pp       = e->next;
     e->next   = NULL;
     e->cached = 0;
-    e->dead   = dead;
     c->n--;
     if (e->refs == 0) {
         retire(c, e);
@@ -259,7 +295,7 @@ static void trim(ucx_rkeys_t *c)
         }
     }
     if (victim != NULL) {
-        unlink_entry(c, victim, 0); /* still alive at its owner */
+        unlink_entry(c, victim);
     }
 }
 
@@ -330,9 +366,7 @@ static int drop(ucx_rkeys_t *c, uint32_t peer, int all_regions, uint64_t region_
 
     while (pp != NULL && *pp != NULL) {
         if ((*pp)->peer == peer && (all_regions || (*pp)->region_id == region_id)) {
-            /* a region its owner deregistered is dead; a peer declared lost
-             * may still live (a false loss) and its memory stays untouched */
-            unlink_entry(c, pp, !all_regions);
+            unlink_entry(c, pp);
             n++;
         } else {
             pp = &(*pp)->next;

@@ -12,15 +12,17 @@
  *
  * Forgetting is cheap for the progress thread. A key leaves the cache at once
  * and is destroyed later, one per ucx_rkeys_reap. Destroying a key unmaps the
- * peer's segment and frees it where this was its last mapping: hundreds of
- * milliseconds for a GiB arena on a loaded machine, all under the progress
- * lock, and a peer deregistering several arenas had held progress (and so
- * heartbeats) long enough for a false peer loss. So the pages of a region
- * its owner deregistered (REGION_GONE), if the owner's engine allocated it,
- * are given back first, by a helper thread (MADV_REMOVE), and the key is
- * destroyed after. Never so for memory a peer registered from its own heap,
- * a live region leaving the cache, or the regions of a peer declared lost:
- * it may still be alive (a false loss), and its memory is its own.
+ * peer's segment (page tables of every page touched here) and frees its pages
+ * where this was its last mapping: hundreds of milliseconds for a GiB arena on
+ * a loaded machine, all under the progress lock, and a peer deregistering
+ * several arenas had held progress (and so heartbeats) long enough for a false
+ * peer loss. So a large mapping is readied first by a helper thread: it drops
+ * the page tables (MADV_DONTNEED: shared memory keeps its pages) and maps the
+ * same pages a second time (mremap, old size 0); the key is destroyed after,
+ * cheaply, and the second mapping is unmapped on a thread of its own, which
+ * frees the pages if nobody else maps them. Nothing writes the memory: the
+ * region's owner may be alive (a region evicted from the cache, a peer
+ * declared lost by mistake), and its data stays as it was.
  *
  * Progress thread only, like the engine's worker. */
 #ifndef MOON_RUNTIME_UCX_RKEYS_H
@@ -60,9 +62,9 @@ int ucx_rkeys_forget(ucx_rkeys_t *c, uint32_t peer, uint64_t region_id);
 int ucx_rkeys_reap(ucx_rkeys_t *c);
 /* 1 while such a key waits (the engine must not sleep then). */
 int ucx_rkeys_reaping(const ucx_rkeys_t *c);
-/* [addr, addr + len) is the key's region mapped here, and its owner's engine
- * allocated it: once the region is gone its pages may be given back from
- * here (see above). Only for such regions. */
+/* [addr, addr + len) is the key's region mapped here (shared memory its
+ * owner's engine allocated): unmapped off the lock when the key goes (see
+ * above). */
 void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len);
 /* Fills the page tables of [addr, addr + len), the key's mapping here, in a
  * background thread (MADV_POPULATE_WRITE): a fresh mapping otherwise costs a

@@ -738,59 +738,73 @@ static void test_bulk_odd_sizes_allocated(void)
 
 /* More live regions of one owner than the UCX engine keeps unpacked keys for
  * (64): the keys of the first ones leave the cache while their regions stay
- * registered. Their memory must be left as it is (only a region its owner
- * deregistered may have its pages given back), so a second pass over all of
- * them, and the owner's own look, still find every region's pattern. */
+ * registered. Their memory must be left as it is (the owner is alive), so a
+ * second pass over all of them, and the owner's own look, still find every
+ * region's pattern. The first N_BIG are large enough (>= 16 MiB) that their
+ * mappings are readied off the progress lock before the key goes (a second
+ * mapping, page tables dropped): that must not touch the data either. */
+enum { EVICT_N_REG = 80, EVICT_N_BIG = 3, EVICT_LEN = 65536, EVICT_BIG = 16u << 20 };
+
+static size_t evict_len(int k)
+{
+    return k < EVICT_N_BIG ? EVICT_BIG : EVICT_LEN;
+}
+
+static int evict_pattern_ok(const char *p, int k)
+{
+    int ok = 1;
+
+    for (size_t i = 0; i < evict_len(k); i += 509) {
+        ok &= (unsigned char)p[i] == pattern(i, 100u + (uint32_t)k);
+    }
+    return ok;
+}
+
 static void test_bulk_cache_eviction_keeps_regions(void)
 {
-    enum { N_REG = 80, LEN = 65536 };
-    char               *mem[N_REG] = {0}, *local;
-    moon_dist_region_t *reg[N_REG] = {0}, *lreg = NULL;
-    moon_addr_t         owners[N_REG] = {0};
+    char               *mem[EVICT_N_REG] = {0}, *local;
+    moon_dist_region_t *reg[EVICT_N_REG] = {0}, *lreg = NULL;
+    moon_addr_t         owners[EVICT_N_REG] = {0};
     int                 ok = 1;
 
     if (g_size < 2) {
         return;
     }
     if (g_rank == 0) {
-        for (int k = 0; k < N_REG; k++) {
-            mem[k] = region_make(1, LEN, &reg[k]);
-            for (size_t i = 0; i < LEN; i++) {
+        for (int k = 0; k < EVICT_N_REG; k++) {
+            mem[k] = region_make(1, evict_len(k), &reg[k]);
+            for (size_t i = 0; i < evict_len(k); i++) {
                 mem[k][i] = (char)pattern(i, 100u + (uint32_t)k);
             }
-            owner_state_t os = {reg[k], LEN};
+            owner_state_t os = {reg[k], evict_len(k)};
             CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &owner_ops, &os, NULL, &owners[k]), MOON_OK);
         }
     }
-    MPI_Bcast(owners, N_REG, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    local = region_make(1, LEN, &lreg);
+    MPI_Bcast(owners, EVICT_N_REG, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    local = region_make(1, EVICT_BIG, &lreg);
     for (int pass = 0; pass < 2 && g_rank != 0; pass++) {
-        for (int k = 0; k < N_REG; k++) {
-            bulk_step_t     step = {0, 0, 0, LEN};
+        for (int k = 0; k < EVICT_N_REG; k++) {
+            bulk_step_t     step = {0, 0, 0, evict_len(k)};
             _Atomic int     done = 0, bad = 0;
             bclient_state_t bs   = {.owner = owners[k], .steps = &step, .n_steps = 1,
                                     .local = local, .local_reg = lreg, .done = &done, .bad = &bad};
             moon_addr_t     bc;
 
-            memset(local, 0, LEN);
+            memset(local, 0, evict_len(k));
             CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &bclient_ops, &bs, NULL, &bc), MOON_OK);
             CU_ASSERT(dist_test_wait(&done, 30));
             ok &= !atomic_load(&bad);
-            for (size_t i = 0; i < LEN; i += 509) {
-                ok &= (unsigned char)local[i] == pattern(i, 100u + (uint32_t)k);
-            }
+            ok &= evict_pattern_ok(local, k);
         }
     }
     moon_dist_barrier(g_dist); /* every client is through both passes */
-    for (int k = 0; k < N_REG && g_rank == 0; k++) {
-        for (size_t i = 0; i < LEN; i += 509) {
-            ok &= (unsigned char)mem[k][i] == pattern(i, 100u + (uint32_t)k);
-        }
+    for (int k = 0; k < EVICT_N_REG && g_rank == 0; k++) {
+        ok &= evict_pattern_ok(mem[k], k);
     }
     CU_ASSERT(ok);
     CU_ASSERT(dist_test_all(ok));
     region_drop(1, local, lreg);
-    for (int k = 0; k < N_REG && g_rank == 0; k++) {
+    for (int k = 0; k < EVICT_N_REG && g_rank == 0; k++) {
         moon_stop(g_rt, owners[k], MOON_OK);
         region_drop(1, mem[k], reg[k]);
     }
