@@ -20,13 +20,9 @@
 typedef struct {
     uint32_t magic, rank;
     uint64_t addr, len;
-    uint32_t rkey_len, flags; /* MOON_DIST_REGION_*, and DESC_F_ALLOCATED */
+    uint32_t rkey_len, flags; /* MOON_DIST_REGION_* */
     uint64_t id;              /* unique in the owner's process: names one allocation */
 } region_desc_t;
-/* The engine allocated the region (moon_dist_region_alloc): it is memory of
- * nobody's once deregistered, which a peer's mapping may free (dist_internal.h:
- * bulk_op_t.region_allocated). Kept apart from the public flags. */
-#define DESC_F_ALLOCATED 0x80000000u
 _Static_assert(sizeof(region_desc_t) == 40, "region descriptor size changed");
 
 static _Atomic uint64_t next_region_id = 1;
@@ -225,7 +221,7 @@ moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, mo
                        (uint64_t)(uintptr_t)reg->addr,
                        reg->len,
                        (uint32_t)reg->rkey_len,
-                       reg->flags | (reg->allocated ? DESC_F_ALLOCATED : 0),
+                       reg->flags,
                        reg->id};
     char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
                                             1, 0);
@@ -316,7 +312,6 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
     op->d           = d;
     op->is_put      = is_put;
     op->stream      = (h.flags & MOON_DIST_REGION_STREAM) != 0;
-    op->region_allocated = (h.flags & DESC_F_ALLOCATED) != 0;
     op->peer        = h.rank;
     op->local       = local;
     op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;

@@ -38,8 +38,6 @@ typedef struct bulk_op {
     uint64_t        region_id;   /* the owner's id of the remote region */
     uint64_t        region_addr; /* the whole remote region (its descriptor) */
     size_t          region_len;
-    int             region_allocated; /* by the owner's engine: a mapping of it may
-                                       * free its pages once it is deregistered */
     size_t          len, issued;
     uint32_t        n_inflight;
     int             finished; /* completion message sent */

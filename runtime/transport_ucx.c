@@ -521,12 +521,12 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
             op->eng_rkey = NULL;
             return MOON_ERR_INVALID_PARAM;
         }
-        if (fresh && (op->stream || op->region_allocated)) {
+        if (fresh) {
             void *base;
+            /* the peer's memory is mapped here (shared memory): a large
+             * mapping leaves off the lock when the key goes */
             if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->region_addr, &base) == UCS_OK) {
-                if (op->region_allocated) { /* unmapped off the lock when the key goes */
-                    ucx_rkeys_set_mapping(op->eng_rkey, base, op->region_len);
-                }
+                ucx_rkeys_set_mapping(op->eng_rkey, base, op->region_len);
                 if (op->stream) { /* a streaming region (an arena) is touched all over: map it in now */
                     ucx_rkeys_populate(op->eng_rkey, base, op->region_len);
                 }

@@ -62,9 +62,10 @@ int ucx_rkeys_forget(ucx_rkeys_t *c, uint32_t peer, uint64_t region_id);
 int ucx_rkeys_reap(ucx_rkeys_t *c);
 /* 1 while such a key waits (the engine must not sleep then). */
 int ucx_rkeys_reaping(const ucx_rkeys_t *c);
-/* [addr, addr + len) is the key's region mapped here (shared memory its
- * owner's engine allocated): unmapped off the lock when the key goes (see
- * above). */
+/* [addr, addr + len) is the key's region mapped here (ucp_rkey_ptr): a
+ * large shared mapping is unmapped off the lock when the key goes (see
+ * above; the kernel refuses the second mapping of a private one, which is
+ * then unmapped with the key). */
 void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len);
 /* Fills the page tables of [addr, addr + len), the key's mapping here, in a
  * background thread (MADV_POPULATE_WRITE): a fresh mapping otherwise costs a
