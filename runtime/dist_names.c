@@ -40,9 +40,15 @@ typedef struct name_rec {
 } name_rec_t;
 
 /* Under d->lock. */
+static name_rec_t **registry_bucket(moon_dist_t *d, const char *name)
+{
+    return &d->names[moon_name_hash(name) % DIST_NAME_BUCKETS];
+}
+
+/* Under d->lock. */
 static name_rec_t *registry_find(moon_dist_t *d, const char *name)
 {
-    for (name_rec_t *n = d->names; n != NULL; n = n->next) {
+    for (name_rec_t *n = *registry_bucket(d, name); n != NULL; n = n->next) {
         if (strcmp(n->name, name) == 0) {
             return n;
         }
@@ -51,9 +57,9 @@ static name_rec_t *registry_find(moon_dist_t *d, const char *name)
 }
 
 /* Applies a registration unless the entry holds a later one; wakes blocked
- * whereis calls. */
-static void registry_apply(moon_dist_t *d, const char *name, moon_addr_t addr, uint64_t ver,
-                           uint32_t origin)
+ * whereis calls. MOON_ERR_NO_MEMORY for a new name without memory. */
+static moon_status_t registry_apply(moon_dist_t *d, const char *name, moon_addr_t addr,
+                                    uint64_t ver, uint32_t origin)
 {
     name_rec_t *n;
 
@@ -61,41 +67,63 @@ static void registry_apply(moon_dist_t *d, const char *name, moon_addr_t addr, u
     d->name_clock = MOON_MAX(d->name_clock, ver);
     n             = registry_find(d, name);
     if (n == NULL) {
-        size_t len = strlen(name);
+        name_rec_t **bucket = registry_bucket(d, name);
+        size_t       len    = strlen(name);
 
         n = moon_malloc(sizeof(*n) + len + 1);
         if (n == NULL) {
             pthread_mutex_unlock(&d->lock);
             MOON_ERROR("no memory to register name %s", name);
-            return;
+            return MOON_ERR_NO_MEMORY;
         }
         memcpy(n->name, name, len + 1);
-        n->next  = d->names;
-        d->names = n;
+        n->next = *bucket;
+        *bucket = n;
     } else if (ver < n->ver || (ver == n->ver && origin < n->origin)) {
         pthread_mutex_unlock(&d->lock); /* a later registration is in place */
-        return;
+        return MOON_OK;
     }
     n->addr   = addr;
     n->ver    = ver;
     n->origin = origin;
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
+    return MOON_OK;
+}
+
+/* Drops every entry `doomed` says yes to. Under d->lock. */
+static void registry_drop(moon_dist_t *d, int (*doomed)(const name_rec_t *, uint32_t), uint32_t r)
+{
+    for (uint32_t b = 0; b < DIST_NAME_BUCKETS; b++) {
+        for (name_rec_t **pn = &d->names[b]; *pn != NULL;) {
+            name_rec_t *n = *pn;
+
+            if (doomed(n, r)) {
+                *pn = n->next;
+                moon_free(n);
+            } else {
+                pn = &n->next;
+            }
+        }
+    }
+}
+
+static int of_rank(const name_rec_t *n, uint32_t r)
+{
+    return moon_addr_rank(n->addr) == r;
+}
+
+static int any_rec(const name_rec_t *n, uint32_t r)
+{
+    (void)n;
+    (void)r;
+    return 1;
 }
 
 void dist_names_peer_lost(moon_dist_t *d, uint32_t r)
 {
     pthread_mutex_lock(&d->lock);
-    for (name_rec_t **pn = &d->names; *pn != NULL;) {
-        name_rec_t *n = *pn;
-
-        if (moon_addr_rank(n->addr) == r) {
-            *pn = n->next;
-            moon_free(n);
-        } else {
-            pn = &n->next;
-        }
-    }
+    registry_drop(d, of_rank, r);
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -110,45 +138,61 @@ void dist_names_on_msg(moon_dist_t *d, uint32_t r, const moon_msg_hdr_t *msg)
         dist_log_once(&d->logged_bad_msg, "a malformed name op", r, MOON_ERR_INVALID_PARAM);
         return;
     }
-    registry_apply(d, MOON_SPAN_PTR(op, op->name), op->addr, op->ver, r);
+    (void)registry_apply(d, MOON_SPAN_PTR(op, op->name), op->addr, op->ver, r); /* logged */
 }
 
+/* Every message of a broadcast is made before any is sent, so a registration
+ * without memory reaches nobody rather than some ranks. */
 moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t addr)
 {
-    moon_status_t status;
-    uint64_t      ver;
+    moon_dist_name_op_t **msgs;
+    moon_status_t         status;
+    uint64_t              ver;
 
     if (d == NULL || d->rt == NULL || name == NULL || name[0] == '\0' ||
         moon_addr_rank(addr) != d->rank) {
         return MOON_ERR_INVALID_PARAM;
     }
-    status = moon_register(d->rt, name, addr);
-    if (status != MOON_OK) {
-        return status;
+    if ((msgs = moon_calloc(d->size, sizeof(*msgs))) == NULL) {
+        return MOON_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&d->lock);
     ver = ++d->name_clock;
     pthread_mutex_unlock(&d->lock);
-    registry_apply(d, name, addr, ver, d->rank);
-    for (uint32_t r = 0; r < d->size; r++) {
+    status = MOON_OK;
+    for (uint32_t r = 0; r < d->size && status == MOON_OK; r++) {
         moon_dist_name_op_t *m;
 
-        if (r == d->rank || atomic_load(&d->peers[r].down)) {
+        if (r == d->rank) {
             continue;
         }
-        m = moon_msg_new(MOON_MSG_DIST_NAME_OP, strlen(name) + 1);
-        if (m == NULL) {
-            return MOON_ERR_NO_MEMORY;
+        if ((m = msgs[r] = moon_msg_new(MOON_MSG_DIST_NAME_OP, strlen(name) + 1)) == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            break;
         }
-        m->op       = NAME_OP_REGISTER;
-        m->ver      = ver;
-        m->addr     = addr;
-        m->hdr.src  = addr_make(d->rank, 0, 0);
-        m->hdr.seq  = 0;
+        m->op      = NAME_OP_REGISTER;
+        m->ver     = ver;
+        m->addr    = addr;
+        m->hdr.src = addr_make(d->rank, 0, 0);
+        m->hdr.seq = 0;
         moon_msg_set_str(m, &m->name, name);
-        dist_enqueue(d, r, MOON_ADDR_NONE, &m->hdr);
     }
-    return MOON_OK;
+    if (status == MOON_OK && (status = moon_register(d->rt, name, addr)) == MOON_OK &&
+        (status = registry_apply(d, name, addr, ver, d->rank)) != MOON_OK) {
+        (void)moon_unregister(d->rt, name);
+    }
+    for (uint32_t r = 0; r < d->size; r++) {
+        if (msgs[r] == NULL) {
+            continue;
+        }
+        if (status == MOON_OK && !atomic_load(&d->peers[r].down)) {
+            dist_enqueue(d, r, MOON_ADDR_NONE, &msgs[r]->hdr);
+        } else {
+            moon_msg_release(&msgs[r]->hdr);
+        }
+    }
+    moon_free(msgs);
+    return status;
 }
 
 /* The replica first (it holds the winner among ranks), then this rank's own
@@ -230,11 +274,7 @@ moon_status_t moon_dist_whereis(moon_dist_t *d, const char *name, uint64_t timeo
 
 void dist_names_fini(moon_dist_t *d)
 {
-    while (d->names != NULL) {
-        name_rec_t *n = d->names;
-        d->names      = n->next;
-        moon_free(n);
-    }
+    registry_drop(d, any_rec, 0);
 }
 
 /* ---- placement ------------------------------------------------------------ */

@@ -17,6 +17,8 @@
 
 #include <stdio.h>
 
+#define DIST_NAME_BUCKETS 256 /* the registry copy's hash buckets */
+
 typedef struct {
     moon_mailbox_t   q;              /* outgoing messages (env->dst = address) */
     _Atomic uint32_t queued;         /* pushed, not yet framed */
@@ -85,7 +87,7 @@ struct moon_dist {
     uint32_t         n_mons, cap_mons;
     moon_addr_t     *watchers;
     uint32_t         n_watchers, cap_watchers;
-    struct name_rec *names;    /* this rank's copy of the registry (dist_names.c) */
+    struct name_rec *names[DIST_NAME_BUCKETS]; /* this rank's copy of the registry (dist_names.c) */
     uint64_t         name_clock; /* highest registration version seen */
     pthread_cond_t   cond;       /* signalled when a name is registered */
     _Atomic uint64_t any_down;

@@ -19,14 +19,14 @@ struct moon_names {
     name_entry_t   *buckets[N_BUCKETS];
 };
 
-static uint32_t name_hash(const char *s)
+uint32_t moon_name_hash(const char *s)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
 
     while (*s) {
         h = (h ^ (uint8_t)*s++) * 16777619u;
     }
-    return h % N_BUCKETS;
+    return h;
 }
 
 moon_status_t moon_names_create(moon_names_t **n_p)
@@ -59,7 +59,7 @@ void moon_names_destroy(moon_names_t *n)
 
 static name_entry_t **find(moon_names_t *n, const char *name)
 {
-    name_entry_t **pe = &n->buckets[name_hash(name)];
+    name_entry_t **pe = &n->buckets[moon_name_hash(name) % N_BUCKETS];
 
     while (*pe != NULL && strcmp((*pe)->name, name) != 0) {
         pe = &(*pe)->next;

@@ -166,6 +166,8 @@ uint64_t      moon_timers_count(moon_timers_t *t);
 void          moon_timers_kick(moon_timers_t *t);
 
 /* names.c */
+/* FNV-1a of a name (the runtime's and the distributed registry's buckets). */
+uint32_t      moon_name_hash(const char *s);
 moon_status_t moon_names_create(moon_names_t **n_p);
 void          moon_names_destroy(moon_names_t *n);
 void          moon_names_drop_addr(moon_names_t *n, const char *name, moon_addr_t addr);

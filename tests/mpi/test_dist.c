@@ -6,6 +6,7 @@
  * UCX tcp and the MPI engine (CTest variants set UCX_TLS / MOON_TRANSPORT). */
 #include "dist_test.h"
 
+#include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
 #include <string.h>
@@ -248,6 +249,49 @@ static void test_names_and_round_trips(void)
  * registrations of one name that cross on the wire settle on the same winner
  * on every rank; a registration made after another was seen wins even from a
  * lower rank (Lamport order, not rank order). */
+/* The last rank registers names with its n-th allocation failing, n = 1..:
+ * a registration that fails for memory reaches no rank (not even its own
+ * copy), one that succeeds reaches every rank. */
+static void names_without_memory(moon_addr_t echo)
+{
+    enum { N_TRIES = 48 };
+    uint8_t failed[N_TRIES] = {0};
+    int     n_failed = 0, ok = 1;
+    char    name[32];
+
+    if (g_rank == g_size - 1) {
+        for (int n = 0; n < N_TRIES; n++) {
+            moon_status_t st;
+
+            snprintf(name, sizeof(name), "oom/%d", n);
+            moon_fault_fail_after((uint64_t)n + 1);
+            st = moon_dist_register(g_dist, name, echo);
+            moon_fault_reset();
+            CU_ASSERT(st == MOON_OK || st == MOON_ERR_NO_MEMORY);
+            failed[n] = st != MOON_OK;
+            n_failed += failed[n];
+        }
+        CU_ASSERT(n_failed > 0 && n_failed < N_TRIES); /* both paths were taken */
+    }
+    if (g_size > 1) {
+        MPI_Bcast(failed, N_TRIES, MPI_UINT8_T, g_size - 1, MPI_COMM_WORLD);
+    }
+    moon_dist_barrier(g_dist); /* what was sent has arrived */
+    for (int n = 0; n < N_TRIES; n++) {
+        moon_addr_t addr = MOON_ADDR_NONE;
+
+        snprintf(name, sizeof(name), "oom/%d", n);
+        if (failed[n]) {
+            ok &= moon_dist_whereis(g_dist, name, 0, &addr) == MOON_ERR_NOT_FOUND;
+        } else {
+            ok &= moon_dist_whereis(g_dist, name, 10000000000ull, &addr) == MOON_OK &&
+                  moon_addr_rank(addr) == (uint32_t)g_size - 1;
+        }
+    }
+    CU_ASSERT(ok);
+    CU_ASSERT(dist_test_all(ok));
+}
+
 static void test_names_replicated(void)
 {
     moon_addr_t echo, addr = MOON_ADDR_NONE, lo, hi;
@@ -289,6 +333,7 @@ static void test_names_replicated(void)
         CU_ASSERT_EQUAL(atomic_load(&g_ask_addr), addr);
         CU_ASSERT_EQUAL(atomic_load(&g_ask_missing), MOON_ERR_NOT_FOUND);
     }
+    names_without_memory(echo);
     if (g_size < 2) {
         moon_stop(g_rt, echo, MOON_OK);
         return;
