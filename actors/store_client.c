@@ -18,6 +18,12 @@
  * several clients fed by one actor. */
 #define ID_TAG 0xC5ull
 #define ID_HI(_c) ((ID_TAG << 56) | ((uint64_t)(_c)->instance << 44))
+/* The top bit of the slot field: the reply is to a RENEW (slots stay below
+ * 2^23). The client's renewal timer carries ID_HI | ID_TIMER (no slot). */
+#define ID_RENEW (1ull << 31)
+#define ID_TIMER 0xffffffffull
+#define MAX_OPS (1u << 23)
+#define DEFAULT_RENEW_NS 2000000000ull
 #define DEFAULT_MAX_OPS 256u
 #define MAX_T MOON_STORE_CLIENT_MAX_SHARDS
 
@@ -49,7 +55,10 @@ typedef struct {
     uint64_t            got_bytes, got_checksum;
     uint32_t            got_shard;
     uint32_t            n_keys;
+    /* not cleared by op_alloc: */
     uint8_t             key_target[MOON_STORE_CLIENT_MAX_KEYS];
+    uint64_t            rtouch[MAX_T]; /* R_XFER: grant received or last renewed (moon_now) */
+    uint8_t             rlost[MAX_T];  /* R_XFER: the shard refused a renewal */
     uint8_t             present[MOON_STORE_CLIENT_MAX_KEYS];
 } op_t;
 
@@ -68,6 +77,9 @@ struct moon_store_client {
     op_t                *ops; /* max_ops */
     uint32_t            *free_ops;
     uint32_t             n_free, max_ops;
+    uint64_t             renew_ns; /* UINT64_MAX: never */
+    uint64_t             timer;    /* the renewal timer, when has_timer */
+    int                  has_timer;
 };
 
 static _Atomic uint32_t next_instance;
@@ -221,6 +233,15 @@ static void replica_end(moon_store_client_t *c, op_t *op, uint32_t t, moon_statu
     }
 }
 
+/* Replica t's bulk transfer starts: its grant is renewed from now on (see
+ * renew_sweep) and a refused renewal fails it when it ends. */
+static void xfer_begin(moon_store_client_t *c, op_t *op, uint32_t t)
+{
+    op->rstate[t] = R_XFER;
+    op->rtouch[t] = moon_now(moon_actor_runtime(c->self));
+    op->rlost[t]  = 0;
+}
+
 /* ---- get: try the read set in order ---------------------------------------- */
 /* Asks the next candidate shard; when none is left, finishes op - unless
  * from_call (inside moon_store_client_get: on_done is never called from a
@@ -320,7 +341,7 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
         get_done(c, op, t, MOON_OK);
         return;
     }
-    op->rstate[t] = R_XFER;
+    xfer_begin(c, op, t);
     if (moon_dist_get(c->dist, op->buf, op->reg, MOON_SPAN_PTR(g, g->desc), g->desc.n, g->offset,
                       (size_t)g->n_bytes, moon_actor_addr(c->self), make_id(c, op, t)) != MOON_OK) {
         get_done(c, op, t, MOON_ERR_PEER_LOST);
@@ -369,7 +390,7 @@ static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g
         put_commit(c, op, t);
         return;
     }
-    op->rstate[t] = R_XFER;
+    xfer_begin(c, op, t);
     if (moon_dist_put(c->dist, op->buf, op->reg, MOON_SPAN_PTR(g, g->desc), g->desc.n, g->offset,
                       op->len, moon_actor_addr(c->self), make_id(c, op, t)) != MOON_OK) {
         send_revoke(c, op->targets[t], g->token);
@@ -379,19 +400,66 @@ static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g
 
 static void on_bulk_done(moon_store_client_t *c, const moon_dist_bulk_done_t *b)
 {
-    uint32_t t;
-    op_t    *op = op_of_id(c, b->cookie, &t);
+    uint32_t      t;
+    op_t         *op     = op_of_id(c, b->cookie, &t);
+    moon_status_t status = (moon_status_t)b->status;
 
     if (op == NULL || op->rstate[t] != R_XFER) {
         return;
     }
+    if (status == MOON_OK && op->rlost[t]) {
+        /* the grant expired under the transfer: a get may have read a slot
+         * reused meanwhile, a put may have written one */
+        MOON_WARN("store client: shard %u let the grant of a transfer in flight expire",
+                  op->targets[t]);
+        status = MOON_ERR_TIMED_OUT;
+    }
     if (op->op == MOON_STORE_OP_GET) {
-        get_done(c, op, t, (moon_status_t)b->status);
-    } else if (b->status == MOON_OK) {
+        get_done(c, op, t, status);
+    } else if (status == MOON_OK) {
         put_commit(c, op, t);
     } else {
         send_revoke(c, op->targets[t], op->rid[t]);
-        replica_end(c, op, t, (moon_status_t)b->status);
+        replica_end(c, op, t, status);
+    }
+}
+
+/* ---- renewing the grants of transfers in flight ---------------------------- */
+/* The client's timer: renews the reservation (put) or lease (get) of every
+ * transfer in flight not renewed for half of renew_ns, so a shard that
+ * expires grants by time never expires one while its transfer runs. */
+static void renew_sweep(moon_store_client_t *c)
+{
+    uint64_t now = moon_now(moon_actor_runtime(c->self));
+
+    for (uint32_t i = 0; i < c->max_ops; i++) {
+        op_t *op = &c->ops[i];
+
+        for (uint32_t t = 0; op->in_use && t < op->n_targets; t++) {
+            moon_store_renew_t *m;
+
+            if (op->rstate[t] != R_XFER || op->rlost[t] || now - op->rtouch[t] < c->renew_ns / 2 ||
+                (m = moon_msg_new(MOON_MSG_STORE_RENEW, 0)) == NULL) {
+                continue;
+            }
+            m->req  = make_id(c, op, t) | ID_RENEW;
+            m->what = op->op == MOON_STORE_OP_GET ? MOON_STORE_RENEW_LEASE
+                                                  : MOON_STORE_RENEW_RESERVATION;
+            m->id   = op->rid[t];
+            if (send_to_shard(c, op->targets[t], m) == MOON_OK) {
+                op->rtouch[t] = now;
+            }
+        }
+    }
+}
+
+static void on_renew_reply(moon_store_client_t *c, const moon_store_reply_t *r)
+{
+    uint32_t t;
+    op_t    *op = op_of_id(c, r->req & ~ID_RENEW, &t);
+
+    if (op != NULL && op->rstate[t] == R_XFER && r->status != MOON_OK) {
+        op->rlost[t] = 1; /* the transfer fails when it ends */
     }
 }
 
@@ -471,7 +539,7 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
 
     if (self == NULL || cfg == NULL || client_p == NULL || cfg->shards == NULL ||
         cfg->n_shards == 0 || cfg->n_shards > MAX_T || cfg->n_replicas == 0 ||
-        cfg->n_replicas > cfg->n_shards || cfg->on_done == NULL || cfg->max_ops > (1u << 24)) {
+        cfg->n_replicas > cfg->n_shards || cfg->on_done == NULL || cfg->max_ops >= MAX_OPS) {
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_store_msgs_register();
@@ -493,6 +561,7 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
     c->on_done       = cfg->on_done;
     c->arg           = cfg->arg;
     c->max_ops       = cfg->max_ops ? cfg->max_ops : DEFAULT_MAX_OPS;
+    c->renew_ns      = cfg->renew_ns ? cfg->renew_ns : DEFAULT_RENEW_NS;
     c->ops           = moon_calloc(c->max_ops, sizeof(*c->ops));
     c->free_ops      = moon_calloc(c->max_ops, sizeof(*c->free_ops));
     if (c->ops == NULL || c->free_ops == NULL) {
@@ -517,6 +586,15 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
             goto err_placement;
         }
     }
+    if (c->dist != NULL && c->renew_ns != UINT64_MAX) { /* without: no transfer is ever in flight */
+        uint64_t half = MOON_MAX(c->renew_ns / 2, 1);
+
+        status = moon_timer_start(self, half, half, ID_HI(c) | ID_TIMER, &c->timer);
+        if (status != MOON_OK) {
+            goto err_placement;
+        }
+        c->has_timer = 1;
+    }
     *client_p = c;
     return MOON_OK;
 
@@ -533,6 +611,9 @@ void moon_store_client_destroy(moon_store_client_t *client)
 {
     if (client == NULL) {
         return;
+    }
+    if (client->has_timer) {
+        (void)moon_timer_cancel(client->self, client->timer); /* NOT_FOUND once the actor ended */
     }
     moon_kv_placement_destroy(client->placement);
     moon_free(client->free_ops);
@@ -776,11 +857,23 @@ int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
         on_get_grant(c, g);
         return 1;
     }
-    case MOON_MSG_STORE_REPLY:
-        if (!is_client_id(c, ((const moon_store_reply_t *)msg)->req)) {
+    case MOON_MSG_STORE_REPLY: {
+        const moon_store_reply_t *r = (const moon_store_reply_t *)msg;
+        if (!is_client_id(c, r->req & ~ID_RENEW)) {
             return 0;
         }
-        on_reply(c, (const moon_store_reply_t *)msg);
+        if (r->req & ID_RENEW) {
+            on_renew_reply(c, r);
+        } else {
+            on_reply(c, r);
+        }
+        return 1;
+    }
+    case MOON_MSG_SYS_TIMER:
+        if (((const moon_sys_timer_t *)msg)->cookie != (ID_HI(c) | ID_TIMER)) {
+            return 0;
+        }
+        renew_sweep(c);
         return 1;
     case MOON_MSG_STORE_QUERY_REPLY:
         if (!is_client_id(c, ((const moon_store_query_reply_t *)msg)->req)) {

@@ -66,7 +66,13 @@ typedef struct {
     uint32_t      n_shards;     /* 1..MOON_STORE_CLIENT_MAX_SHARDS */
     uint32_t      n_replicas;   /* R: 1..n_shards */
     moon_kv_tag_t tag;          /* model id + weight version of every request */
-    uint32_t      max_ops;      /* operations in flight at once; 0: 256 */
+    uint32_t      max_ops;      /* operations in flight at once; 0: 256; below 2^23 */
+    uint64_t      renew_ns;     /* how often the grant (reservation or lease) of a transfer in
+                                   flight is renewed, so a shard never expires it under the
+                                   transfer; keep it below the shards' reserve_timeout_ns and
+                                   lease_timeout_ns. A timer of the owning actor (route
+                                   MOON_MSG_SYS_TIMER to moon_store_client_handle, as
+                                   MOON_STORE_CLIENT_ON_MSG does). 0: 2 s; UINT64_MAX: never */
     int           verify_get;   /* check every block read against its stored checksum */
     int skip_checksum;          /* puts commit checksum 0 instead of XXH3 of the bytes (saves a pass
                                    over each block: then no shard may verify_on_commit and no
@@ -150,10 +156,11 @@ MOON_API uint32_t moon_store_client_n_live(const moon_store_client_t *client);
 
 /* Designated initialisers routing the reply types to one handler in an actor's
  * ops table: .on_msg = { MOON_STORE_CLIENT_ON_MSG(my_on_store), ... } (route
- * MOON_MSG_SYS_DOWN there too, and pass on what handle() returns 0 for). */
+ * MOON_MSG_SYS_DOWN there too, and pass on what handle() returns 0 for: the
+ * actor's own timers arrive there too, as the client's renewal timer is one). */
 #define MOON_STORE_CLIENT_ON_MSG(_fn)                                                              \
     [MOON_MSG_STORE_QUERY_REPLY] = (_fn), [MOON_MSG_STORE_PUT_GRANT] = (_fn),                      \
     [MOON_MSG_STORE_GET_GRANT] = (_fn), [MOON_MSG_STORE_REPLY] = (_fn),                            \
-    [MOON_MSG_DIST_BULK_DONE] = (_fn)
+    [MOON_MSG_DIST_BULK_DONE] = (_fn), [MOON_MSG_SYS_TIMER] = (_fn)
 
 #endif /* MOON_ACTORS_STORE_CLIENT_H */

@@ -61,23 +61,32 @@ static moon_status_t cmd(moon_addr_t to, d_cmd_t *c)
     return status;
 }
 
-static moon_addr_t spawn_driver(uint32_t n_replicas, uint64_t version)
+/* A driver whose client uses the n_shards shards (0: a raw actor). */
+static moon_addr_t spawn_driver_on(const moon_addr_t *shards, uint32_t n_shards,
+                                   uint32_t n_replicas, uint64_t version, uint64_t renew_ns)
 {
     d_args_t    a;
     moon_addr_t addr = MOON_ADDR_NONE;
 
     memset(&a, 0, sizeof(a));
     a.cfg.dist       = g_dist;
-    a.cfg.n_shards   = n_replicas ? g_size : 0;
+    a.cfg.n_shards   = n_replicas ? n_shards : 0;
     a.cfg.n_replicas = n_replicas;
     a.cfg.tag        = (moon_kv_tag_t){1, version};
     a.cfg.verify_get = 1;
-    memcpy(a.shards, g_shards, sizeof(g_shards));
+    a.cfg.renew_ns   = renew_ns;
+    memcpy(a.shards, shards, n_shards * sizeof(*shards));
     if (moon_spawn(g_rt, &d_ops, &a, NULL, &addr) != MOON_OK) {
         fprintf(stderr, "rank %u: spawning a store driver failed\n", g_rank);
         return MOON_ADDR_NONE;
     }
     return addr;
+}
+
+/* A driver over every rank's shard. */
+static moon_addr_t spawn_driver(uint32_t n_replicas, uint64_t version)
+{
+    return spawn_driver_on(g_shards, g_size, n_replicas, version, 0);
 }
 
 static moon_store_stats_reply_t stats_of(uint32_t shard)
@@ -144,15 +153,15 @@ static int setup_store(void)
     return g_drv != MOON_ADDR_NONE && g_src != NULL && g_dst != NULL ? 0 : -1;
 }
 
-/* Stops this rank's shard and waits for its end: its arena must be deregistered
- * before moon_dist_stop closes the engine. */
-static void stop_shard(void)
+/* Stops a shard of this rank and waits for its end: its arena must be
+ * deregistered before moon_dist_stop closes the engine. */
+static void stop_shard(moon_addr_t shard)
 {
     moon_actor_stats_t st;
     double             end = moon_test_now_s() + 5;
 
-    (void)moon_stop(g_rt, g_self_shard, MOON_OK);
-    while (moon_actor_stats(g_rt, g_self_shard, &st) == MOON_OK && moon_test_now_s() < end) {
+    (void)moon_stop(g_rt, shard, MOON_OK);
+    while (moon_actor_stats(g_rt, shard, &st) == MOON_OK && moon_test_now_s() < end) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
@@ -313,6 +322,83 @@ static void test_full_store_says_no_resource(void)
     moon_dist_barrier(g_dist);
 }
 
+/* Transfers that outlast their grant: rank 0 runs two shards whose grants
+ * expire at once (timeouts of 1 ns, swept every millisecond), one for
+ * reservations, one for leases, and rank 1 moves 128 MiB blocks. A client
+ * that renews the grant of a transfer in flight (every millisecond) learns of
+ * the expiry from the refused renewal and fails the operation with TIMED_OUT,
+ * rather than committing into a reclaimed slot or handing over bytes the shard
+ * no longer vouched for. One that does not renew finds out at commit
+ * (NOT_FOUND), or not at all for a get. */
+#define RENEW_BYTES (128u << 20)
+
+static void test_transfers_outlasting_their_grant(void)
+{
+    moon_addr_t    shards[2] = {MOON_ADDR_NONE, MOON_ADDR_NONE}; /* reservations, leases */
+    unsigned char *buf;
+    char           name[32];
+
+    if (g_size < 2) {
+        return;
+    }
+    if (g_rank == 0) {
+        for (uint32_t k = 0; k < 2; k++) {
+            moon_store_shard_args_t a = {.slot_bytes         = RENEW_BYTES,
+                                         .n_slots            = 1,
+                                         .dist               = g_dist,
+                                         .name               = name,
+                                         .tick_ns            = 1000000,
+                                         .reserve_timeout_ns = k == 0 ? 1 : 0,
+                                         .lease_timeout_ns   = k == 1 ? 1 : 0};
+            snprintf(name, sizeof(name), "renew/%u", k);
+            CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &moon_store_shard_ops, &a, NULL, &shards[k]),
+                                  MOON_OK);
+        }
+    }
+    moon_dist_barrier(g_dist);
+    if (g_rank == 1 && (buf = malloc(RENEW_BYTES)) != NULL) {
+        moon_addr_t renewing[2], plain[2], rs[2];
+        for (uint32_t k = 0; k < 2; k++) {
+            snprintf(name, sizeof(name), "renew/%u", k);
+            CU_ASSERT_EQUAL_FATAL(moon_dist_whereis(g_dist, name, 5000000000ull, &rs[k]), MOON_OK);
+            renewing[k] = spawn_driver_on(&rs[k], 1, 1, 1, 1000000);
+            plain[k]    = spawn_driver_on(&rs[k], 1, 1, 1, UINT64_MAX);
+        }
+        d_fill(buf, RENEW_BYTES, 31);
+        /* cmd_wait: TIMED_OUT is the operation's status here (done is set) */
+        CU_ASSERT_EQUAL(cmd_wait(renewing[0],
+                                 d_cmd(MOON_STORE_OP_PUT, 40, key_of(1, 40), buf, RENEW_BYTES, 0, 0)),
+                        MOON_ERR_TIMED_OUT);
+        CU_ASSERT(atomic_load(&d_res[40].done));
+        CU_ASSERT_EQUAL(
+            cmd(plain[0], d_cmd(MOON_STORE_OP_PUT, 41, key_of(1, 41), buf, RENEW_BYTES, 0, 0)),
+            MOON_ERR_NOT_FOUND);
+        /* the lease shard keeps reservations as usual: a block to read */
+        CU_ASSERT_EQUAL(
+            cmd(plain[1], d_cmd(MOON_STORE_OP_PUT, 42, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
+            MOON_OK);
+        CU_ASSERT_EQUAL(cmd_wait(renewing[1],
+                                 d_cmd(MOON_STORE_OP_GET, 43, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
+                        MOON_ERR_TIMED_OUT);
+        CU_ASSERT(atomic_load(&d_res[43].done));
+        memset(buf, 0, RENEW_BYTES);
+        CU_ASSERT_EQUAL(
+            cmd(plain[1], d_cmd(MOON_STORE_OP_GET, 44, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
+            MOON_OK);
+        CU_ASSERT(d_check(buf, RENEW_BYTES, 31));
+        for (uint32_t k = 0; k < 2; k++) {
+            (void)moon_stop(g_rt, renewing[k], MOON_OK);
+            (void)moon_stop(g_rt, plain[k], MOON_OK);
+        }
+        free(buf);
+    }
+    moon_dist_barrier(g_dist);
+    for (uint32_t k = 0; k < 2 && g_rank == 0; k++) {
+        stop_shard(shards[k]);
+    }
+    moon_dist_barrier(g_dist);
+}
+
 static void test_nothing_left_behind(void)
 {
     CU_ASSERT(own_shard_clean(5));
@@ -326,6 +412,7 @@ static CU_TestInfo tests[] = {
     {"prefix_query_across_shards", test_prefix_query_across_shards},
     {"client_actors_die_mid_put_and_mid_get", test_client_actors_die_mid_put_and_mid_get},
     {"full_store_says_no_resource", test_full_store_says_no_resource},
+    {"transfers_outlasting_their_grant", test_transfers_outlasting_their_grant},
     {"nothing_left_behind", test_nothing_left_behind},
     CU_TEST_INFO_NULL,
 };
@@ -439,7 +526,7 @@ int main(int argc, char **argv)
         /* no collective can end this job (no MPI_Finalize either); the two
          * survivors meet through the store itself before stopping shards */
         survivors_meet();
-        stop_shard();
+        stop_shard(g_self_shard);
         moon_runtime_shutdown(g_rt, 0);
         moon_runtime_wait(g_rt);
         moon_dist_stop(g_dist);
@@ -450,7 +537,7 @@ int main(int argc, char **argv)
         failures              = moon_test_run(suites);
     }
     moon_dist_barrier(g_dist); /* no rank still reads from this shard */
-    stop_shard();
+    stop_shard(g_self_shard);
     free(g_src);
     free(g_dst);
     return dist_test_teardown(failures);

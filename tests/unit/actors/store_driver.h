@@ -296,13 +296,31 @@ static inline d_cmd_t *d_cmd(uint32_t op, uint64_t slot, moon_kv_key_t key, cons
     return c;
 }
 
+static inline unsigned char d_byte(size_t i, uint64_t seed)
+{
+    return (unsigned char)((i * 131u + seed * 7u + (i >> 8)) & 0xff);
+}
+
 static inline void d_fill(void *buf, size_t n, uint64_t seed)
 {
     unsigned char *p = buf;
 
     for (size_t i = 0; i < n; i++) {
-        p[i] = (unsigned char)((i * 131u + seed * 7u + (i >> 8)) & 0xff);
+        p[i] = d_byte(i, seed);
     }
+}
+
+/* 1 if buf holds what d_fill(buf, n, seed) wrote. */
+static inline int d_check(const void *buf, size_t n, uint64_t seed)
+{
+    const unsigned char *p = buf;
+
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != d_byte(i, seed)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 #endif /* MOON_TEST_STORE_DRIVER_H */
