@@ -19,6 +19,7 @@
  * default: the client hashes every block it puts (XXH3) and checks every block it gets; 0: neither,
  * as Mooncake's store does). */
 #include "bench_util.h"
+#include "kv_kinds.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/dist.h"
@@ -34,14 +35,10 @@
 #include <string.h>
 #include <time.h>
 
-#define N_KINDS 4 /* 256 KiB, 4 MiB, 32 MiB, 4 KiB */
 #define PROMPT_KEYS 32
-#define MAX_DEPTH 8        /* bulk blocks in flight per client (one 32 MiB buffer each) */
 #define MAX_SMALL_DEPTH 64 /* 4 KiB blocks / queries in flight per client */
 #define BUF_BYTES ((size_t)MAX_DEPTH * (32u << 20))
 
-static const size_t   kind_bytes[N_KINDS] = {256u << 10, 4u << 20, 32u << 20, 4096};
-static const uint32_t kind_slots[N_KINDS] = {256, 48, 36, 8192}; /* >= 2 x 4 clients x depth */
 
 enum { OP_PUT = 1, OP_GET, OP_QUERY };
 

@@ -6,7 +6,10 @@
 #     4 clients, with and without client checksums; small_get/small_put of 4 KiB
 #     and 32-key prefix queries, each client keeping 1 and then SMALL_DEPTH
 #     (default 8) operations in flight (a prompt's blocks go together);
-#  3. anchors: ucx_perftest ucp_put_bw over the same UCX transports (1, 2, 4
+#  3. the copy ceiling of the bulk lines' access patterns on one core
+#     (bench_copy: impl=memcpy, bench=copy, pattern one_buffer as the
+#     anchor copies, get / get_stream / put as the store does);
+#  4. anchors: ucx_perftest ucp_put_bw over the same UCX transports (1, 2, 4
 #     concurrent server/client pairs, summed; impl=ucx_perftest) and
 #     redis-server driven by redis-benchmark (GET/SET of 4 KiB values, loopback
 #     TCP; impl=redis) with as many requests in flight as moonlet's line of the
@@ -21,13 +24,14 @@ set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
 small_depth=${SMALL_DEPTH:-8}
 if [ "${SMOKE:-0}" = 1 ]; then
-    iters=1000; redis_n=500; dist_iters=8; perf_n=20; perf_bytes=$((64 << 20))
+    iters=1000; redis_n=500; dist_iters=8; perf_n=20; perf_bytes=$((64 << 20)); copy_bytes=$((64 << 20))
 else
-    iters=200000; redis_n=50000; dist_iters=400; perf_n=400; perf_bytes=$((16 << 30))
+    iters=200000; redis_n=50000; dist_iters=400; perf_n=400; perf_bytes=$((16 << 30)); copy_bytes=$((8 << 30))
 fi
 
 small_only=${KV_SMALL_ONLY:-0}
 [ "$small_only" = 1 ] || "$BENCH_BIN/bench_kvstore_ops" --iters=$iters
+[ "$small_only" = 1 ] || "$BENCH_BIN/bench_copy" --bytes=$copy_bytes
 
 # ---- distributed store (moonlet) and its UCX anchor ----------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
