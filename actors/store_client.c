@@ -18,11 +18,14 @@
  * several clients fed by one actor. */
 #define ID_TAG 0xC5ull
 #define ID_HI(_c) ((ID_TAG << 56) | ((uint64_t)(_c)->instance << 44))
-/* The top bit of the slot field: the reply is to a RENEW (slots stay below
- * 2^23). The client's renewal timer carries ID_HI | ID_TIMER (no slot). */
+/* The top bits of the slot field (slots stay below 2^22): the reply is to a
+ * RENEW, or to the RELEASE of a get whose shard confirms its lease. The
+ * client's renewal timer carries ID_HI | ID_TIMER (no slot). */
 #define ID_RENEW (1ull << 31)
+#define ID_CHECK (1ull << 30)
+#define ID_MARKS (ID_RENEW | ID_CHECK)
 #define ID_TIMER 0xffffffffull
-#define MAX_OPS (1u << 23)
+#define MAX_OPS (1u << 22)
 #define DEFAULT_RENEW_NS 2000000000ull
 #define DEFAULT_MAX_OPS 256u
 #define MAX_T MOON_STORE_CLIENT_MAX_SHARDS
@@ -32,6 +35,7 @@ typedef enum {
     R_WAIT,     /* request sent, reply awaited */
     R_XFER,     /* bulk transfer in flight */
     R_COMMIT,   /* put: commit sent */
+    R_CHECK,    /* get: bytes read, lease released, the shard's word on it awaited */
     R_DONE,     /* finished well */
     R_FAILED,   /* finished badly */
 } rstate_t;
@@ -53,6 +57,7 @@ typedef struct {
     uint8_t             rstate[MAX_T];
     uint64_t            rid[MAX_T]; /* put: token; get: lease */
     uint64_t            got_bytes, got_checksum;
+    uint64_t            got_lease_ttl; /* the grant's lease_timeout_ns: 0, leases never expire */
     uint32_t            got_shard;
     uint32_t            n_keys;
     /* not cleared by op_alloc: */
@@ -285,9 +290,29 @@ static moon_status_t get_try_next(moon_store_client_t *c, op_t *op, int from_cal
     return MOON_OK;
 }
 
+/* Replica t's get is over and its lease given back: done, or on to the next. */
+static void get_end(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t status)
+{
+    op->rstate[t] = status == MOON_OK ? R_DONE : R_FAILED;
+    if (status == MOON_OK) {
+        op->status    = MOON_OK;
+        op->got_shard = op->targets[t];
+        op->n_ok      = 1;
+        op_finish(c, op);
+        return;
+    }
+    op_note(op, status);
+    (void)get_try_next(c, op, 0);
+}
+
+/* Replica t's transfer ended. Where the shard expires leases by time, the
+ * lease may have gone under the transfer (and the slot with it): the release
+ * then asks the shard whether it still held it, and the get ends on its word
+ * (R_CHECK). */
 static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t status)
 {
-    uint32_t shard = op->targets[t];
+    uint32_t              shard = op->targets[t];
+    moon_store_release_t *m;
 
     MOON_DEBUG_LOG("store client: get transfer from shard %u: %s", shard, moon_status_str(status));
     if (status == MOON_OK && c->verify_get &&
@@ -295,17 +320,23 @@ static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t
         MOON_WARN("store client: block from shard %u failed its checksum", shard);
         status = MOON_ERR_CORRUPT;
     }
-    send_release(c, shard, op->rid[t]);
-    op->rstate[t] = status == MOON_OK ? R_DONE : R_FAILED;
-    if (status == MOON_OK) {
-        op->status    = MOON_OK;
-        op->got_shard = shard;
-        op->n_ok      = 1;
-        op_finish(c, op);
+    if (status != MOON_OK || op->got_lease_ttl == 0) {
+        send_release(c, shard, op->rid[t]);
+        get_end(c, op, t, status);
         return;
     }
-    op_note(op, status);
-    (void)get_try_next(c, op, 0);
+    if ((m = moon_msg_new(MOON_MSG_STORE_RELEASE, 0)) == NULL) {
+        send_release(c, shard, op->rid[t]); /* without its word: this replica failed */
+        get_end(c, op, t, MOON_ERR_NO_MEMORY);
+        return;
+    }
+    m->req   = make_id(c, op, t) | ID_CHECK;
+    m->lease = op->rid[t];
+    if (send_to_shard(c, shard, m) != MOON_OK) {
+        get_end(c, op, t, MOON_ERR_PEER_LOST);
+        return;
+    }
+    op->rstate[t] = R_CHECK;
 }
 
 static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g)
@@ -327,9 +358,10 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
         (void)get_try_next(c, op, 0);
         return;
     }
-    op->rid[t]       = g->lease;
-    op->got_bytes    = g->n_bytes;
-    op->got_checksum = g->checksum;
+    op->rid[t]        = g->lease;
+    op->got_bytes     = g->n_bytes;
+    op->got_checksum  = g->checksum;
+    op->got_lease_ttl = g->lease_timeout_ns;
     if (g->n_bytes > op->len) {
         send_release(c, op->targets[t], g->lease);
         op->status = MOON_ERR_INVALID_PARAM; /* the caller's buffer is too small */
@@ -453,13 +485,26 @@ static void renew_sweep(moon_store_client_t *c)
     }
 }
 
-static void on_renew_reply(moon_store_client_t *c, const moon_store_reply_t *r)
+/* A reply to a RENEW (refused: the transfer fails when it ends) or to a get's
+ * checked RELEASE (refused: the lease had expired, the bytes read may be
+ * another block's). FIFO per pair: a renewal's reply comes before the
+ * release's. */
+static void on_marked_reply(moon_store_client_t *c, const moon_store_reply_t *r)
 {
     uint32_t t;
-    op_t    *op = op_of_id(c, r->req & ~ID_RENEW, &t);
+    op_t    *op = op_of_id(c, r->req & ~ID_MARKS, &t);
 
-    if (op != NULL && op->rstate[t] == R_XFER && r->status != MOON_OK) {
-        op->rlost[t] = 1; /* the transfer fails when it ends */
+    if (op == NULL) {
+        return;
+    }
+    if ((r->req & ID_RENEW) && op->rstate[t] == R_XFER && r->status != MOON_OK) {
+        op->rlost[t] = 1;
+    } else if ((r->req & ID_CHECK) && op->rstate[t] == R_CHECK) {
+        if (r->status != MOON_OK) {
+            MOON_WARN("store client: shard %u let the lease of a get expire under its transfer",
+                      op->targets[t]);
+        }
+        get_end(c, op, t, r->status == MOON_OK ? MOON_OK : MOON_ERR_TIMED_OUT);
     }
 }
 
@@ -474,6 +519,11 @@ static void on_reply(moon_store_client_t *c, const moon_store_reply_t *r)
     }
     if (op->op == MOON_STORE_OP_PUT && r->status != MOON_OK) {
         send_revoke(c, op->targets[t], op->rid[t]); /* e.g. CORRUPT keeps the reservation */
+        if (r->status == MOON_ERR_NOT_FOUND && op->rstate[t] == R_COMMIT) {
+            /* the shard no longer held the reservation: it expired */
+            replica_end(c, op, t, MOON_ERR_TIMED_OUT);
+            return;
+        }
     }
     replica_end(c, op, t, (moon_status_t)r->status);
 }
@@ -515,7 +565,8 @@ static void on_shard_down(moon_store_client_t *c, uint32_t shard, moon_status_t 
         op_t *op = &c->ops[i];
 
         for (uint32_t t = 0; op->in_use && t < op->n_targets; t++) {
-            if (op->targets[t] != shard || (op->rstate[t] != R_WAIT && op->rstate[t] != R_COMMIT)) {
+            if (op->targets[t] != shard || (op->rstate[t] != R_WAIT && op->rstate[t] != R_COMMIT &&
+                                            op->rstate[t] != R_CHECK)) {
                 continue; /* R_XFER: the bulk lane reports PEER_LOST itself */
             }
             if (op->op == MOON_STORE_OP_GET) {
@@ -859,11 +910,11 @@ int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
     }
     case MOON_MSG_STORE_REPLY: {
         const moon_store_reply_t *r = (const moon_store_reply_t *)msg;
-        if (!is_client_id(c, r->req & ~ID_RENEW)) {
+        if (!is_client_id(c, r->req & ~ID_MARKS)) {
             return 0;
         }
-        if (r->req & ID_RENEW) {
-            on_renew_reply(c, r);
+        if (r->req & ID_MARKS) {
+            on_marked_reply(c, r);
         } else {
             on_reply(c, r);
         }
@@ -930,7 +981,7 @@ uint32_t moon_store_client_expire(moon_store_client_t *c, uint64_t now_ns, uint6
 
 void moon_store_client_log_pending(const moon_store_client_t *c)
 {
-    static const char *const names[] = {"idle", "wait", "xfer", "commit", "done", "failed"};
+    static const char *const names[] = {"idle", "wait", "xfer", "commit", "check", "done", "failed"};
 
     for (uint32_t i = 0; i < c->max_ops; i++) {
         const op_t *op = &c->ops[i];

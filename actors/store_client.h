@@ -66,13 +66,14 @@ typedef struct {
     uint32_t      n_shards;     /* 1..MOON_STORE_CLIENT_MAX_SHARDS */
     uint32_t      n_replicas;   /* R: 1..n_shards */
     moon_kv_tag_t tag;          /* model id + weight version of every request */
-    uint32_t      max_ops;      /* operations in flight at once; 0: 256; below 2^23 */
-    uint64_t      renew_ns;     /* how often the grant (reservation or lease) of a transfer in
-                                   flight is renewed, so a shard never expires it under the
-                                   transfer; keep it below the shards' reserve_timeout_ns and
-                                   lease_timeout_ns. A timer of the owning actor (route
-                                   MOON_MSG_SYS_TIMER to moon_store_client_handle, as
-                                   MOON_STORE_CLIENT_ON_MSG does). 0: 2 s; UINT64_MAX: never */
+    uint32_t      max_ops;      /* operations in flight at once; 0: 256; below 2^22 */
+    uint64_t      renew_ns;     /* the grant (reservation or lease) of a transfer in flight is
+                                   renewed at most this long after the last time, so a shard
+                                   never expires it under the transfer; keep it below half the
+                                   shards' reserve_timeout_ns and lease_timeout_ns. A timer of the
+                                   owning actor (route MOON_MSG_SYS_TIMER to
+                                   moon_store_client_handle, as MOON_STORE_CLIENT_ON_MSG does).
+                                   0: 2 s; UINT64_MAX: never */
     int           verify_get;   /* check every block read against its stored checksum */
     int skip_checksum;          /* puts commit checksum 0 instead of XXH3 of the bytes (saves a pass
                                    over each block: then no shard may verify_on_commit and no
@@ -98,7 +99,9 @@ MOON_API void moon_store_client_destroy(moon_store_client_t *client);
  * otherwise the first failure: MOON_ERR_EXISTS (another writer has or is
  * writing the key: blocks are immutable), MOON_ERR_INVALID_PARAM (larger than
  * a slot), MOON_ERR_NO_RESOURCE (shard full of reserved/leased/pinned blocks),
- * MOON_ERR_PEER_LOST (a shard died), MOON_ERR_IO (transfer failed);
+ * MOON_ERR_PEER_LOST (a shard died), MOON_ERR_IO (transfer failed),
+ * MOON_ERR_TIMED_OUT (the shard let the reservation expire: a renewal was
+ * refused, or the commit found none);
  * n_replicas says how many committed.
  * Call status: MOON_OK (on_done will follow), MOON_ERR_INVALID_PARAM,
  * MOON_ERR_NO_RESOURCE (max_ops in flight), MOON_ERR_PEER_LOST (no live shard). */
@@ -111,7 +114,10 @@ MOON_API moon_status_t moon_store_client_put(moon_store_client_t *client, moon_k
  * written to buf, shard_id says where from); MOON_ERR_NOT_FOUND (no shard has
  * it under this client's tag); MOON_ERR_INVALID_PARAM (cap < the block: n_bytes
  * says how large); MOON_ERR_CORRUPT (verify_get, and no replica passed);
- * MOON_ERR_PEER_LOST (every candidate shard died). Call statuses as for put. */
+ * MOON_ERR_PEER_LOST (every candidate shard died); MOON_ERR_TIMED_OUT (the
+ * lease expired under the transfer, on every replica tried: where a shard
+ * expires leases by time, it confirms the release, so bytes read from a slot
+ * reused meanwhile are never reported as the block). Call statuses as for put. */
 MOON_API moon_status_t moon_store_client_get(moon_store_client_t *client, moon_kv_key_t key,
                                              void *buf, size_t cap, moon_dist_region_t *local_reg,
                                              uint64_t cookie);

@@ -9,8 +9,10 @@
  *   put:  PUT_RESERVE -> PUT_GRANT {token, offset, desc} -> (RDMA put)
  *         -> PUT_COMMIT {token, checksum} -> REPLY(op PUT_COMMIT)
  *         | PUT_REVOKE {token} (reply only when req != 0)
- *   get:  GET -> GET_GRANT {lease, offset, n_bytes, checksum, desc} -> (RDMA get)
- *         -> RELEASE {lease} (reply only when req != 0)
+ *   get:  GET -> GET_GRANT {lease, offset, n_bytes, checksum, lease_timeout_ns, desc}
+ *         -> (RDMA get) -> RELEASE {lease} (reply only when req != 0: a shard whose
+ *         leases expire by time, lease_timeout_ns > 0, confirms the lease was
+ *         still held, so the bytes read were still the block's)
  *   query: QUERY {op EXISTS|PREFIX, keys} -> QUERY_REPLY {present | n_hit}
  *   REMOVE, PIN {unpin}, RENEW {reservation token | lease}, SUBSCRIBE, STATS.
  *   Shards publish EVENTS {stored / evicted / removed ...} to subscribers.
@@ -60,7 +62,7 @@
     F(T, i32, status)                                                                              \
     F(T, u32, shard_id)                                                                            \
     F(T, u64, lease) F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base)      \
-        F(T, bytes, desc)
+        F(T, u64, lease_timeout_ns) F(T, bytes, desc)
 #define MOON_STORE_RELEASE_FIELDS(F, T) F(T, u64, req) F(T, u64, lease)
 #define MOON_STORE_REMOVE_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T)
 #define MOON_STORE_PIN_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T) F(T, u32, unpin)
@@ -79,7 +81,7 @@
         F(T, u32, n_leases) F(T, u32, n_subscribers) F(T, u64, n_puts) F(T, u64, n_gets)           \
             F(T, u64, n_get_misses) F(T, u64, n_evicted) F(T, u64, n_expired_reservations)         \
                 F(T, u64, n_expired_leases) F(T, u64, n_dropped) F(T, u64, n_corrupt)              \
-                    F(T, u64, n_tag_mismatch)
+                    F(T, u64, n_tag_mismatch) F(T, u64, n_renewals)
 
 #define MOON_STORE_MSGS(X)                                                                         \
     X(MOON_MSG_STORE_QUERY, moon_store_query_t, MOON_STORE_QUERY_FIELDS)                           \

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t            n_events, cap_events;
     uint64_t            n_events_lost; /* more events in one call than cap_events */
     uint64_t            n_dropped;     /* reservations + leases dropped with dead clients */
+    uint64_t            n_renewals;    /* RENEW requests served, granted or refused */
     /* Clients holding (or having held) a reservation or lease, each monitored
      * once: open addressing, linear probing, backward-shift deletion. */
     moon_addr_t *clients; /* cap_clients (power of two), MOON_ADDR_NONE = empty */
@@ -335,6 +336,7 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
         g->offset   = get.offset;
         g->n_bytes  = get.n_bytes;
         g->checksum = get.checksum;
+        g->lease_timeout_ns = st->lease_timeout_ns; /* > 0: the reader has the release confirmed */
         status      = fill_desc(st, g, &g->desc, &g->base);
         if (status != MOON_OK) {
             (void)moon_kv_shard_release(st->kv, get.lease);
@@ -387,6 +389,7 @@ static moon_status_t shard_on_renew(moon_actor_t *self, const moon_msg_hdr_t *ms
     const moon_store_renew_t *q  = (const moon_store_renew_t *)msg;
     moon_status_t             status;
 
+    st->n_renewals++;
     if (q->what == MOON_STORE_RENEW_RESERVATION) {
         status = moon_kv_shard_reserve_renew(st->kv, q->id, now_of(self));
     } else if (q->what == MOON_STORE_RENEW_LEASE) {
@@ -450,6 +453,7 @@ static moon_status_t shard_on_stats(moon_actor_t *self, const moon_msg_hdr_t *ms
     r->n_dropped              = st->n_dropped;
     r->n_corrupt              = s.n_corrupt;
     r->n_tag_mismatch         = s.n_tag_mismatch;
+    r->n_renewals             = st->n_renewals;
     (void)moon_tell(self, msg->src, &r->hdr);
     return MOON_OK;
 }

@@ -179,7 +179,7 @@ moon_status_t moon_dist_register(moon_dist_t *d, const char *name, moon_addr_t a
     }
     if (status == MOON_OK && (status = moon_register(d->rt, name, addr)) == MOON_OK &&
         (status = registry_apply(d, name, addr, ver, d->rank)) != MOON_OK) {
-        (void)moon_unregister(d->rt, name);
+        moon_names_drop_addr(d->rt->names, name, addr); /* ours only: not a later one's */
     }
     for (uint32_t r = 0; r < d->size; r++) {
         if (msgs[r] == NULL) {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -44,6 +45,7 @@ struct ucx_rkey_ref {
     char           *map;      /* the peer's region mapped here (engine-allocated regions) */
     size_t          map_len;
     char           *keep;     /* a second mapping of map's pages, unmapped after the key */
+    size_t          keep_len;
     _Atomic int     released; /* retired, and ready to be destroyed under the lock */
     size_t          len;
     char            packed[];
@@ -171,10 +173,10 @@ static void entry_free(ucx_rkey_ref_t *e)
         unmap_job_t *j = moon_malloc(sizeof(*j));
 
         if (j != NULL) {
-            *j = (unmap_job_t){e->keep, e->map_len};
+            *j = (unmap_job_t){e->keep, e->keep_len};
         }
         if (j == NULL || !start_detached(unmap_main, j)) {
-            (void)munmap(e->keep, e->map_len);
+            (void)munmap(e->keep, e->keep_len);
             moon_free(j);
         }
     }
@@ -192,6 +194,29 @@ void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len)
     }
 }
 
+/* How much of [addr, addr + len) one mapping of this process covers from
+ * addr (/proc/self/maps), 0 if none: a descriptor's length is the peer's
+ * word, and what follows the mapping here may be memory of our own. */
+static size_t mapped_extent(const char *addr, size_t len)
+{
+    FILE         *f = fopen("/proc/self/maps", "r");
+    char          line[512];
+    unsigned long lo, hi;
+    size_t        extent = 0;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
+            (uintptr_t)addr < hi) {
+            extent = MOON_MIN(len, (size_t)(hi - (uintptr_t)addr));
+            break;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return extent;
+}
+
 /* Readies a retired key's large mapping for a cheap destroy, off the lock and
  * without touching the data (its owner may be alive, even when declared
  * lost): mremap with old size 0 makes a second mapping of the same pages,
@@ -200,12 +225,14 @@ void ucx_rkeys_set_mapping(ucx_rkey_ref_t *ref, void *addr, size_t len)
  * page tables of the first (shared memory keeps its pages). */
 static void *release_main(void *arg)
 {
-    ucx_rkey_ref_t *e    = arg;
-    void           *keep = mremap(e->map, 0, e->map_len, MREMAP_MAYMOVE);
+    ucx_rkey_ref_t *e   = arg;
+    size_t          len = mapped_extent(e->map, e->map_len);
+    void           *keep = len > 0 ? mremap(e->map, 0, len, MREMAP_MAYMOVE) : MAP_FAILED;
 
     if (keep != MAP_FAILED) {
-        e->keep = keep;
-        (void)madvise(e->map, e->map_len, MADV_DONTNEED);
+        e->keep     = keep;
+        e->keep_len = len;
+        (void)madvise(e->map, len, MADV_DONTNEED);
     }
     atomic_store_explicit(&e->released, 1, memory_order_release);
     return NULL; /* e may be gone from here on */

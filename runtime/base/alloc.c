@@ -6,23 +6,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Atomic uint64_t fault_at;    /* 0: disarmed; else fail from this count on */
-static _Atomic uint64_t fault_count; /* allocations since arming */
+static _Atomic uint64_t  fault_at;     /* 0: disarmed; else fail from this count on */
+static _Atomic uint64_t  fault_count;  /* allocations since arming */
+static _Atomic uintptr_t fault_thread; /* 0: every thread; else the one armed (its tls_self) */
+static _Thread_local char tls_self;    /* its address names the thread */
 
 static int fault_hit(void)
 {
-    uint64_t at = atomic_load_explicit(&fault_at, memory_order_relaxed);
+    uint64_t  at = atomic_load_explicit(&fault_at, memory_order_relaxed);
+    uintptr_t only;
 
     if (MOON_LIKELY(at == 0)) {
+        return 0;
+    }
+    only = atomic_load_explicit(&fault_thread, memory_order_relaxed);
+    if (only != 0 && only != (uintptr_t)&tls_self) {
         return 0;
     }
     return atomic_fetch_add_explicit(&fault_count, 1, memory_order_relaxed) + 1 >= at;
 }
 
+static void arm(uint64_t n, uintptr_t only)
+{
+    atomic_store(&fault_at, 0);
+    atomic_store(&fault_count, 0);
+    atomic_store(&fault_thread, only);
+    atomic_store(&fault_at, n);
+}
+
 void moon_fault_fail_after(uint64_t n)
 {
-    atomic_store(&fault_count, 0);
-    atomic_store(&fault_at, n);
+    arm(n, 0);
+}
+
+void moon_fault_fail_after_here(uint64_t n)
+{
+    arm(n, (uintptr_t)&tls_self);
 }
 
 void moon_fault_reset(void)

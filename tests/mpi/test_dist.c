@@ -264,7 +264,7 @@ static void names_without_memory(moon_addr_t echo)
             moon_status_t st;
 
             snprintf(name, sizeof(name), "oom/%d", n);
-            moon_fault_fail_after((uint64_t)n + 1);
+            moon_fault_fail_after_here((uint64_t)n + 1); /* not the progress thread's */
             st = moon_dist_register(g_dist, name, echo);
             moon_fault_reset();
             CU_ASSERT(st == MOON_OK || st == MOON_ERR_NO_MEMORY);

@@ -6,6 +6,7 @@
 
 #include "moon_test.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,36 @@ static void test_fault_injection_fails_nth_allocation(void)
     moon_free(c);
 }
 
+static void *alloc_one(void *arg)
+{
+    void *p = moon_malloc(8);
+
+    *(int *)arg = p != NULL;
+    moon_free(p);
+    return NULL;
+}
+
+/* Armed "here", another thread's allocations neither fail nor count. */
+static void test_fault_injection_here_spares_other_threads(void)
+{
+    pthread_t t;
+    int       other_ok = 0;
+
+    moon_fault_fail_after_here(1);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, alloc_one, &other_ok), 0);
+    pthread_join(t, NULL);
+    CU_ASSERT(other_ok);
+    CU_ASSERT_EQUAL(moon_fault_count(), 0);
+    CU_ASSERT_PTR_NULL(moon_malloc(8));
+    CU_ASSERT_EQUAL(moon_fault_count(), 1);
+    moon_fault_reset();
+    moon_fault_fail_after(1); /* the plain one again fails every thread's */
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, alloc_one, &other_ok), 0);
+    pthread_join(t, NULL);
+    CU_ASSERT(!other_ok);
+    moon_fault_reset();
+}
+
 /* Every size around the thresholds, every alignment of both ends: the bytes
  * of the range and nothing outside it. */
 static void test_copy_stream_copies_exactly(void)
@@ -143,6 +174,7 @@ static CU_TestInfo tests[] = {
     {"log_arguments_not_evaluated_below_threshold",
      test_log_arguments_not_evaluated_below_threshold},
     {"fault_injection_fails_nth_allocation", test_fault_injection_fails_nth_allocation},
+    {"fault_injection_here_spares_other_threads", test_fault_injection_here_spares_other_threads},
     {"copy_stream_copies_exactly", test_copy_stream_copies_exactly},
     CU_TEST_INFO_NULL,
 };
