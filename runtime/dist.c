@@ -282,6 +282,7 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
     d->rank = (uint32_t)rank;
     d->size = (uint32_t)size;
     moon_log_set_rank(rank);
+    dist_procs_gather(d);
     *dist_p = d;
     return MOON_OK;
 }
@@ -1463,6 +1464,7 @@ void moon_dist_finalize(moon_dist_t *d)
         }
     }
     dist_names_fini(d);
+    moon_free(d->procs);
     moon_free(d->mons);
     moon_free(d->watchers);
     moon_free(d->peers);

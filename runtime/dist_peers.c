@@ -16,6 +16,10 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 /* ---- remote monitors and links -------------------------------------------- */
 typedef struct monitor_rec {
     moon_addr_t watcher, target;
@@ -143,6 +147,54 @@ void dist_fail_queue(moon_dist_t *d, uint32_t r)
     }
 }
 
+/* ---- processes: a dead peer or a silent live one ------------------------------ */
+static uint64_t host_hash(void)
+{
+    char     name[256] = {0};
+    uint64_t h         = 1469598103934665603ull; /* FNV-1a */
+
+    (void)gethostname(name, sizeof(name) - 1);
+    for (const char *c = name; *c != '\0'; c++) {
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    }
+    return h;
+}
+
+void dist_procs_gather(moon_dist_t *d)
+{
+    dist_proc_t me = {(int64_t)getpid(), host_hash()};
+
+    if (!d->use_mpi || (d->procs = moon_calloc(d->size, sizeof(*d->procs))) == NULL) {
+        return;
+    }
+    MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, d->procs, (int)sizeof(me), MPI_BYTE, d->comm);
+}
+
+/* 1 if rank r's process runs on this host and is alive (not a zombie). */
+static int peer_process_alive(const moon_dist_t *d, uint32_t r)
+{
+    char  path[64], state = 0;
+    FILE *f;
+
+    if (d->procs == NULL || d->procs[r].host != d->procs[d->rank].host) {
+        return 0;
+    }
+    snprintf(path, sizeof(path), "/proc/%lld/stat", (long long)d->procs[r].pid);
+    if ((f = fopen(path, "r")) == NULL) {
+        return 0;
+    }
+    /* "pid (comm) S ...": the state follows the last ')' */
+    {
+        char line[512];
+        if (fgets(line, sizeof(line), f) != NULL) {
+            const char *close = strrchr(line, ')');
+            state             = close != NULL && close[1] == ' ' ? close[2] : 0;
+        }
+    }
+    fclose(f);
+    return state != 0 && state != 'Z' && state != 'X';
+}
+
 void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
 {
     dist_peer_t   *p = &d->peers[r];
@@ -161,6 +213,15 @@ void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
     atomic_fetch_add(&d->st.peers_lost, 1);
     atomic_fetch_add(&d->any_down, 1);
     MOON_WARN("rank %u lost: %s", r, moon_status_str(reason));
+    if (peer_process_alive(d, r)) {
+        /* A false loss. Over shared memory, UCX's receive FIFO is shared by
+         * every sender on the host, in order: a rank killed between taking a
+         * slot and filling it stops this rank hearing anyone on the host. */
+        MOON_ERROR("rank %u was declared lost but its process %lld on this host is alive: it "
+                   "went silent here (a rank of this host killed in the middle of a "
+                   "shared-memory send leaves this rank's UCX receive FIFO stuck)",
+                   r, (long long)d->procs[r].pid);
+    }
     d->eng->peer_lost(d, r);
     dist_fail_queue(d, r);
     dist_bulk_peer_lost(d, r);

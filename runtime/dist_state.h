@@ -36,9 +36,16 @@ typedef struct {
     uint64_t         last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
 } dist_peer_t;
 
+/* Where a rank's process runs: to tell a dead peer from a silent live one. */
+typedef struct {
+    int64_t  pid;
+    uint64_t host; /* hash of the host name */
+} dist_proc_t;
+
 struct moon_dist {
     moon_dist_config_t       cfg;
     uint32_t                 rank, size;
+    dist_proc_t             *procs; /* every rank's, gathered at init; NULL without MPI */
     int                      mpi_ours;   /* we called MPI_Init_thread */
     int                      use_mpi;
     MPI_Comm                 comm;
@@ -120,6 +127,9 @@ void dist_note_sys_rx(moon_dist_t *d, moon_addr_t to, const moon_msg_hdr_t *msg)
 /* Fails what is queued for lost rank r: each local sender gets a SYS_ERROR
  * (PEER_LOST) and the gate reopens. Progress thread. */
 void dist_fail_queue(moon_dist_t *d, uint32_t r);
+
+/* Gathers every rank's process (pid, host) into d->procs; collective. */
+void dist_procs_gather(moon_dist_t *d);
 
 /* Logs "dropped <what> from rank r: <status>" the first time *flag is set. */
 void dist_log_once(_Atomic int *flag, const char *what, uint32_t r, moon_status_t status);

@@ -11,7 +11,7 @@
  *     holds a reservation on shard 0 and a lease on shard 1, then SIGKILLs
  *     itself (a client dying mid-put and mid-get, and a shard dying): the
  *     survivors see both reclaimed and read every block from its surviving
- *     replica; each prints "store-loss result: rank R ok" (run_store_loss.sh).
+ *     replica; each prints "store-loss result: rank R ok" (tests/scripts/run_rank_kill.sh).
  * Collective: every rank runs the same tests in the same order; rank 0's exit
  * status reflects all ranks (dist_test.h). */
 #include "dist_test.h"

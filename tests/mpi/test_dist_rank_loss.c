@@ -11,7 +11,7 @@
  *     resolve and register between them (also when the victim is rank 0),
  *   - they keep working: 200 round trips between them afterwards.
  * The job cannot end with a collective (a rank is gone), so each survivor
- * prints "rank-loss result: rank R ok" or "... FAILED"; run_rank_loss.sh
+ * prints "rank-loss result: rank R ok" or "... FAILED"; tests/scripts/run_rank_kill.sh
  * checks the lines. */
 #include "dist_test.h"
 
