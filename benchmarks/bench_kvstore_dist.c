@@ -11,7 +11,9 @@
  *               prompts (half cached), 1, 2, 4 clients, depth 1 and then
  *               --small_depth (default 8, at most 64: a prompt's blocks are
  *               stored or read together); "in_flight" = clients x depth
- * Args (or env): --iters=N (scale of the counts), --depth=N, --small_depth=N,
+ * Args (or env): --iters=N (scale of the counts), --min_mib=N (each bulk line
+ * moves at least N MiB, default 2048: a steady state, as its anchor's 16 GiB;
+ * a few hundred MiB mostly timed the first touches), --depth=N, --small_depth=N,
  * --small_only=1 (only the small operations), --small_mask=N (1 small_put, 2 small_get,
  * 4 query; default 7), --bulk_mask=N (1 256 KiB, 2 4 MiB, 4 32 MiB; default 7), --all=1 (run
  * 1, 2, 4... clients up to --clients=N and the job's size; default: only
@@ -418,7 +420,7 @@ int main(int argc, char **argv)
 {
     moon_runtime_config_t cfg;
     moon_addr_t           shards[N_KINDS];
-    int64_t               iters, max_clients, depth;
+    int64_t               iters, max_clients, depth, min_bytes;
     int                   all, small_only, small_mask, bulk_mask;
     int64_t               small_depth;
     uint64_t              key_base = 1;
@@ -430,6 +432,7 @@ int main(int argc, char **argv)
     }
     iters       = moon_bench_arg_int(argc, argv, "iters", 200);
     depth       = MOON_MIN(moon_bench_arg_int(argc, argv, "depth", 4), MAX_DEPTH);
+    min_bytes   = MOON_MAX(moon_bench_arg_int(argc, argv, "min_mib", 2048), 0) << 20;
     max_clients = moon_bench_arg_int(argc, argv, "clients", 4);
     all         = (int)moon_bench_arg_int(argc, argv, "all", 0);
     g_checksum  = (int)moon_bench_arg_int(argc, argv, "checksum", 1);
@@ -456,7 +459,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: runtime start failed\n", g_rank);
         return 1;
     }
-    g_lat = calloc((size_t)iters * 64 + 1024, sizeof(double));
+    /* latencies of one line: the most operations any line runs */
+    g_lat = calloc((size_t)MOON_MAX(iters * 64, min_bytes / (int64_t)kind_bytes[0]) + 1024,
+                   sizeof(double));
     if (g_rank == 0) {
         for (uint32_t k = 0; k < N_KINDS; k++) {
             moon_store_shard_args_t a = {.shard_id   = 0,
@@ -491,7 +496,8 @@ int main(int argc, char **argv)
     quiet_barrier();
     for (int c = all ? 1 : g_size - 1; c <= MOON_MIN(max_clients, g_size - 1); c *= 2) {
         for (uint32_t k = 0; k < 3 && !small_only; k++) {
-            uint64_t n = (uint64_t)MOON_MAX(iters / (int64_t)(1u << (2 * k)), 8);
+            uint64_t n = (uint64_t)MOON_MAX(MOON_MAX(iters / (int64_t)(1u << (2 * k)), 8),
+                                            min_bytes / (int64_t)kind_bytes[k]);
 
             if (!(bulk_mask & (1 << k))) {
                 continue;

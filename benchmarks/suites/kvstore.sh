@@ -24,9 +24,9 @@ set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
 small_depth=${SMALL_DEPTH:-8}
 if [ "${SMOKE:-0}" = 1 ]; then
-    iters=1000; redis_n=500; dist_iters=8; perf_n=20; perf_bytes=$((64 << 20)); copy_bytes=$((64 << 20))
+    iters=1000; redis_n=500; dist_iters=8; perf_n=20; perf_bytes=$((64 << 20)); copy_bytes=$((64 << 20)); dist_min_mib=0
 else
-    iters=200000; redis_n=50000; dist_iters=400; perf_n=400; perf_bytes=$((16 << 30)); copy_bytes=$((8 << 30))
+    iters=200000; redis_n=50000; dist_iters=400; perf_n=400; perf_bytes=$((16 << 30)); copy_bytes=$((8 << 30)); dist_min_mib=2048
 fi
 
 small_only=${KV_SMALL_ONLY:-0}
@@ -45,6 +45,7 @@ if command -v mpirun >/dev/null; then
             # goes to stderr (the runtime's warnings say why)
             log=$(mktemp)
             out=$(mpirun -np $((c + 1)) "$BENCH_BIN/bench_kvstore_dist" --iters=$dist_iters \
+                      --min_mib="$dist_min_mib" \
                       --checksum=$ck --small_mask=$((ck * 7)) --small_depth="$small_depth" \
                       --small_only="$small_only" \
                       </dev/null 2>"$log") || {
