@@ -34,7 +34,8 @@ demo)
 test)
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
     [ "${QUICK:-0}" = 1 ] && exit 0
-    # Sanitizer passes: every test under ASan+UBSan, the threaded ones under TSan.
+    # Sanitizer passes: every test under ASan+UBSan; under TSan the stress tests
+    # and the two-rank runtime and store tests (label tsan).
     export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
     export LSAN_OPTIONS=suppressions=$PWD/tests/scripts/lsan.supp:print_suppressions=0
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -45,7 +46,7 @@ test)
         echo "=== sanitizer pass: $pass ($dir)"
         cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$opt" >/dev/null
         cmake --build "$dir" -j "$JOBS"
-        labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model" || echo "stress")
+        labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model" || echo "stress|tsan")
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" -L "$labels" -LE "nosan|no$pass")
     done
     # CUDA pass: the CUDA build must compile, and its binaries start and skip
