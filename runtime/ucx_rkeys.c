@@ -42,7 +42,7 @@ struct ucx_rkey_ref {
     uint64_t        region_id;
     ucp_rkey_h      rkey;
     populate_t     *populate;
-    char           *map;      /* the peer's region mapped here (engine-allocated regions) */
+    char           *map;      /* the peer's region mapped here (ucx_rkeys_set_mapping) */
     size_t          map_len;
     char           *keep;     /* a second mapping of map's pages, unmapped after the key */
     size_t          keep_len;
