@@ -631,12 +631,7 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
     if (status != MOON_OK) {
         goto err_free;
     }
-    for (uint32_t i = 0; i < c->n_shards; i++) {
-        status = moon_monitor(self, c->shards[i], ID_HI(c) | i);
-        if (status != MOON_OK) {
-            goto err_placement;
-        }
-    }
+    /* the timer before the monitors: it can be undone, a monitor cannot */
     if (c->dist != NULL && c->renew_ns != UINT64_MAX) { /* without: no transfer is ever in flight */
         uint64_t half = MOON_MAX(c->renew_ns / 2, 1);
 
@@ -646,9 +641,19 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
         }
         c->has_timer = 1;
     }
+    for (uint32_t i = 0; i < c->n_shards; i++) {
+        status = moon_monitor(self, c->shards[i], ID_HI(c) | i);
+        if (status != MOON_OK) {
+            goto err_timer;
+        }
+    }
     *client_p = c;
     return MOON_OK;
 
+err_timer:
+    if (c->has_timer) {
+        (void)moon_timer_cancel(self, c->timer);
+    }
 err_placement:
     moon_kv_placement_destroy(c->placement);
 err_free:
