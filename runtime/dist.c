@@ -138,6 +138,11 @@ uint32_t moon_dist_size_(const moon_dist_t *d)
 {
     return d->size;
 }
+const dist_proc_t *dist_procs(const moon_dist_t *d)
+{
+    return d->procs;
+}
+
 void *dist_mpi_comm(moon_dist_t *d)
 {
     return &d->comm;

@@ -111,6 +111,14 @@ extern const dist_engine_ops_t moon_dist_engine_ucx;
 void     *moon_dist_engine_ctx(moon_dist_t *d);
 void      moon_dist_set_engine_ctx(moon_dist_t *d, void *ctx);
 uint32_t  moon_dist_rank_(const moon_dist_t *d);
+/* Where a rank's process runs: to tell a dead peer from a silent live one,
+ * and which ranks share a host. */
+typedef struct {
+    int64_t  pid;
+    uint64_t host; /* hash of the host name */
+} dist_proc_t;
+/* Every rank's, gathered at init; NULL without MPI. */
+const dist_proc_t *dist_procs(const moon_dist_t *d);
 uint32_t  moon_dist_size_(const moon_dist_t *d);
 void      dist_frame_done(moon_dist_t *d, dist_buf_t *buf, moon_status_t status);
 void      dist_on_frame(moon_dist_t *d, const void *data, size_t len);

@@ -36,12 +36,6 @@ typedef struct {
     uint64_t         last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
 } dist_peer_t;
 
-/* Where a rank's process runs: to tell a dead peer from a silent live one. */
-typedef struct {
-    int64_t  pid;
-    uint64_t host; /* hash of the host name */
-} dist_proc_t;
-
 struct moon_dist {
     moon_dist_config_t       cfg;
     uint32_t                 rank, size;

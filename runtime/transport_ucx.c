@@ -8,6 +8,7 @@
  * progress lock (open/close run before it starts and after it stopped);
  * mem_map/rkey_pack are context calls, made thread-safe by mt_workers_shared. */
 #include "dist_internal.h"
+#include "shm_rings.h"
 #include "ucx_rkeys.h"
 
 #include "moonlet/alloc.h"
@@ -22,6 +23,8 @@
 #include <string.h>
 
 #define AM_FRAME_ID 7
+#define AM_WAKE_ID  8 /* no payload: wakes a receiver asleep over its frame rings */
+#define RING_BYTES_DEFAULT ((size_t)256 << 10)
 #define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
 #define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
 /* Gets from this size stream out of one: a few blocks this large in flight
@@ -38,6 +41,8 @@ typedef struct {
     int           failed;
     int           err_peer; /* ep has UCX peer error handling (not on shm in 1.13) */
     int           close_pending; /* lost: close outside UCX callbacks */
+    dist_buf_t   *pend, *pend_last; /* frames waiting for room in the ring to the peer */
+    size_t        pend_off;         /* bytes of the first already in the ring */
 } ucx_peer_t;
 
 typedef struct {
@@ -50,7 +55,11 @@ typedef struct {
     int           n_close_pending;
     int           no_shm; /* UCX_TLS rules shared memory out: peer error handling */
     ucx_rkeys_t  *rkeys;
+    shm_rings_t  *rings;  /* frames to ranks of this host; NULL: all through UCX */
+    uint32_t      n_pend; /* peers with frames waiting for ring room */
 } ucx_t;
+
+static void drop_pending(moon_dist_t *d, ucx_peer_t *p);
 
 /* UCX 1.13's shared-memory transports have no peer failure handler, so an
  * endpoint asking for one cannot use them: peer error handling is requested
@@ -159,6 +168,19 @@ static ucs_status_t am_frame_cb(void *arg, const void *header, size_t header_len
     return UCS_OK;
 }
 
+/* A wake-up: its arrival has woken the worker, nothing more to do. */
+static ucs_status_t am_wake_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg;
+    (void)header;
+    (void)header_length;
+    (void)data;
+    (void)length;
+    (void)param;
+    return UCS_OK;
+}
+
 /* ---- endpoints ------------------------------------------------------------ */
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -255,6 +277,26 @@ static void close_ep(moon_dist_t *d, ucx_peer_t *p)
 }
 
 /* ---- engine ops ----------------------------------------------------------- */
+/* Frames to ranks of this host go through rings of our own (shm_rings.h:
+ * a rank killed mid-send cannot stall the others' frames), unless UCX_TLS
+ * rules shared memory out or MOON_SHM_RINGS=0. Collective. */
+static shm_rings_t *rings_open(moon_dist_t *d, MPI_Comm comm, int no_shm)
+{
+    const char *env   = getenv("MOON_SHM_RINGS");
+    const char *kib   = getenv("MOON_SHM_RING_KIB");
+    size_t      bytes = RING_BYTES_DEFAULT;
+    int         want  = !no_shm && (env == NULL || strcmp(env, "0") != 0);
+    int         all   = 0;
+
+    if (kib != NULL && atol(kib) > 0) {
+        bytes = (size_t)atol(kib) << 10;
+    }
+    /* every rank must take the same road: the collective only if all want it */
+    MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, comm);
+    return all ? shm_rings_open(comm, moon_dist_rank_(d), moon_dist_size_(d), dist_procs(d), bytes)
+               : NULL;
+}
+
 static moon_status_t ucx_open(moon_dist_t *d)
 {
     uint32_t          size = moon_dist_size_(d);
@@ -312,6 +354,12 @@ static moon_status_t ucx_open(moon_dist_t *d)
         MOON_ERROR("ucp_worker_set_am_recv_handler: %s", ucs_status_string(s));
         goto err_worker;
     }
+    ap.id = AM_WAKE_ID;
+    ap.cb = am_wake_cb;
+    if ((s = ucp_worker_set_am_recv_handler(u->worker, &ap)) != UCS_OK) {
+        MOON_ERROR("ucp_worker_set_am_recv_handler: %s", ucs_status_string(s));
+        goto err_worker;
+    }
     if ((s = ucp_worker_get_address(u->worker, &addr, &addr_len)) != UCS_OK) {
         MOON_ERROR("ucp_worker_get_address: %s", ucs_status_string(s));
         goto err_worker;
@@ -331,6 +379,7 @@ static moon_status_t ucx_open(moon_dist_t *d)
     MPI_Allgatherv(addr, my_len, MPI_BYTE, u->addrs, u->addr_len, u->addr_off, MPI_BYTE, comm);
     ucp_worker_release_address(u->worker, addr);
     u->no_shm = tls_without_shm();
+    u->rings  = rings_open(d, comm, u->no_shm);
     moon_dist_set_engine_ctx(d, u);
     return MOON_OK;
 
@@ -359,8 +408,10 @@ static void ucx_close(moon_dist_t *d)
     ucx_rkeys_destroy(u->rkeys);
     u->rkeys = NULL;
     for (uint32_t r = 0; r < moon_dist_size_(d); r++) {
+        drop_pending(d, &u->peers[r]);
         close_ep(d, &u->peers[r]);
     }
+    shm_rings_close(u->rings);
     ucp_worker_destroy(u->worker);
     ucp_cleanup(u->ctx);
     moon_free(u->addrs);
@@ -371,10 +422,25 @@ static void ucx_close(moon_dist_t *d)
     moon_dist_set_engine_ctx(d, NULL);
 }
 
+static void ring_deliver(void *ctx, uint32_t from, const void *frame, size_t len)
+{
+    (void)from; /* the frame says who sent it */
+    dist_on_frame(ctx, frame, len);
+}
+
+static int flush_pending(moon_dist_t *d);
+
 static int ucx_progress(moon_dist_t *d)
 {
     ucx_t *u = U(d);
-    int    n = (int)ucp_worker_progress(u->worker);
+    int    n = 0;
+
+    if (u->rings != NULL) {
+        shm_rings_awake(u->rings);
+        n += u->n_pend > 0 ? flush_pending(d) : 0;
+        n += shm_rings_poll(u->rings, ring_deliver, d, 64);
+    }
+    n += (int)ucp_worker_progress(u->worker);
 
     n += ucx_rkeys_reap(u->rkeys); /* one forgotten key per call: see ucx_rkeys.h */
     if (MOON_UNLIKELY(u->n_close_pending > 0)) {
@@ -396,7 +462,13 @@ static int ucx_event_fd(moon_dist_t *d)
 
 static int ucx_arm(moon_dist_t *d)
 {
-    return !ucx_rkeys_reaping(U(d)->rkeys) && ucp_worker_arm(U(d)->worker) == UCS_OK;
+    ucx_t *u = U(d);
+
+    if (u->n_pend > 0 || ucx_rkeys_reaping(u->rkeys) || ucp_worker_arm(u->worker) != UCS_OK) {
+        return 0;
+    }
+    /* after the worker: a sender that finds us asleep wakes us through it */
+    return u->rings == NULL || shm_rings_arm(u->rings);
 }
 
 static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **memh_p,
@@ -600,6 +672,8 @@ static void ucx_peer_lost(moon_dist_t *d, uint32_t r)
 
     /* may run inside a UCX error callback: no UCX calls here */
     u->peers[r].failed = 1;
+    shm_rings_forget(u->rings, r);
+    drop_pending(d, &u->peers[r]);
     if ((u->peers[r].ep != NULL || u->peers[r].bulk_ep != NULL) && !u->peers[r].close_pending) {
         u->peers[r].close_pending = 1;
         u->n_close_pending++;
@@ -615,8 +689,111 @@ static void frame_sent(void *req, ucs_status_t status, void *user_data)
     ucp_request_free(req);
 }
 
+/* ---- frames through the rings ------------------------------------------- */
+/* A frame went into the ring to p: wake p if it sleeps. */
+static void ring_written(moon_dist_t *d, ucx_peer_t *p)
+{
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t    sp;
+    ucp_ep_h            ep;
+
+    if (!shm_rings_peer_asleep(U(d)->rings, p->rank) || (ep = get_ep(d, p->rank)) == NULL) {
+        return;
+    }
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags        = UCP_AM_SEND_FLAG_EAGER;
+    sp              = ucp_am_send_nbx(ep, AM_WAKE_ID, NULL, 0, NULL, 0, &rp);
+    if (UCS_PTR_IS_PTR(sp)) {
+        ucp_request_free(sp); /* completes on its own */
+    }
+}
+
+/* Writes what waits for p while there is room, in order; frames done. */
+static int flush_peer(moon_dist_t *d, ucx_peer_t *p)
+{
+    int n = 0;
+
+    while (p->pend != NULL) {
+        dist_buf_t *b = p->pend;
+
+        if (!shm_rings_write(U(d)->rings, p->rank, b->data, b->len, &p->pend_off)) {
+            break;
+        }
+        p->pend     = b->next;
+        p->pend_off = 0;
+        dist_frame_done(d, b, MOON_OK);
+        ring_written(d, p);
+        n++;
+    }
+    if (p->pend == NULL) {
+        p->pend_last = NULL;
+        U(d)->n_pend--;
+    }
+    return n;
+}
+
+static int flush_pending(moon_dist_t *d)
+{
+    ucx_t *u = U(d);
+    int    n = 0;
+
+    for (uint32_t r = 0; r < moon_dist_size_(d) && u->n_pend > 0; r++) {
+        if (u->peers[r].pend != NULL) {
+            n += flush_peer(d, &u->peers[r]);
+        }
+    }
+    return n;
+}
+
+/* The peer is gone (or the engine closes): what waited for it is dropped. */
+static void drop_pending(moon_dist_t *d, ucx_peer_t *p)
+{
+    if (p->pend == NULL) {
+        return;
+    }
+    while (p->pend != NULL) {
+        dist_buf_t *b = p->pend;
+        p->pend       = b->next;
+        dist_frame_done(d, b, MOON_ERR_CANCELED); /* not a peer status: nobody declared lost */
+    }
+    p->pend_last = NULL;
+    p->pend_off  = 0;
+    U(d)->n_pend--;
+}
+
+/* Into the ring to b's peer, or behind what already waits for room there. */
+static moon_status_t ring_send(moon_dist_t *d, dist_buf_t *b)
+{
+    ucx_t      *u   = U(d);
+    ucx_peer_t *p   = &u->peers[b->peer];
+    size_t      off = 0;
+
+    if (p->failed) {
+        return MOON_ERR_PEER_LOST;
+    }
+    if (p->pend == NULL && shm_rings_write(u->rings, b->peer, b->data, b->len, &off)) {
+        dist_frame_done(d, b, MOON_OK);
+        ring_written(d, p);
+        return MOON_OK;
+    }
+    b->next = NULL;
+    if (p->pend == NULL) {
+        p->pend     = b;
+        p->pend_off = off; /* a big frame may be partly in */
+        u->n_pend++;
+    } else {
+        p->pend_last->next = b;
+    }
+    p->pend_last = b;
+    return MOON_OK;
+}
+
 static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
 {
+    if (U(d)->rings != NULL && shm_rings_reaches(U(d)->rings, buf->peer)) {
+        return ring_send(d, buf);
+    }
+
     ucp_ep_h            ep = get_ep(d, buf->peer);
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;

@@ -1,0 +1,206 @@
+/* tests/mpi/test_shm_rings.c - the shared-memory frame rings (runtime/
+ * shm_rings.h) between two ranks of one host, under mpirun -np 2, without
+ * the rest of the runtime:
+ *   - frames of every size class (tiny, around a ring's half, several times a
+ *     ring) cross in order and intact, the ring wrapping many times, while
+ *     the writer finds the ring full and waits for room;
+ *   - the sleep mark: a reader that armed is seen asleep by the writer, and
+ *     arming fails when a frame is already waiting;
+ *   - a corrupt record (the writer scribbles over its ring) is logged, the
+ *     ring is read no more, and nothing crashes;
+ *   - a forgotten peer's frames are dropped at the writer.
+ * The module's source is compiled in, so the test can scribble on a ring. */
+#include "moon_test.h"
+#include "shm_rings.c"
+
+#include "moonlet/log.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RING_BYTES ((size_t)64 << 10)
+#define N_FRAMES 3000
+
+static int          g_rank, g_size;
+
+static void nap_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+static shm_rings_t *g_rings;
+static dist_proc_t  g_procs[2];
+
+/* Frame i's size: mostly small, some around half a ring, some far larger. */
+static size_t frame_len(int i)
+{
+    switch (i % 10) {
+    case 3: return RING_BYTES / 2 - 16 + (size_t)(i % 7); /* the whole/fragment edge */
+    case 7: return 3 * RING_BYTES + (size_t)i;            /* fragments */
+    default: return 1 + (size_t)(i * 37) % 4000;
+    }
+}
+
+static unsigned char frame_byte(int i, size_t k)
+{
+    return (unsigned char)(i * 131 + k * 7 + (k >> 9));
+}
+
+typedef struct {
+    int next, bad;
+} reader_t;
+
+static void on_frame(void *ctx, uint32_t from, const void *frame, size_t len)
+{
+    reader_t            *r = ctx;
+    const unsigned char *p = frame;
+
+    if (from != 0 || len != frame_len(r->next)) {
+        r->bad++;
+    } else {
+        for (size_t k = 0; k < len; k += 1 + k / 64) {
+            r->bad += p[k] != frame_byte(r->next, k);
+        }
+    }
+    r->next++;
+}
+
+static void test_frames_cross_in_order(void)
+{
+    unsigned char *buf = malloc(4 * RING_BYTES);
+    int            waits = 0;
+    reader_t       r = {0, 0};
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    if (g_rank == 0) {
+        for (int i = 0; i < N_FRAMES; i++) {
+            size_t len = frame_len(i), off = 0;
+            for (size_t k = 0; k < len; k++) {
+                buf[k] = frame_byte(i, k);
+            }
+            while (!shm_rings_write(g_rings, 1, buf, len, &off)) {
+                waits++; /* full: the reader gives room back */
+                nap_us(10);
+            }
+        }
+        CU_ASSERT(waits > 0); /* the writer did wait for room */
+    } else {
+        while (r.next < N_FRAMES) {
+            if (shm_rings_poll(g_rings, on_frame, &r, 16) == 0) {
+                nap_us(1);
+            }
+        }
+        CU_ASSERT_EQUAL(r.bad, 0);
+    }
+    free(buf);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void test_sleep_mark(void)
+{
+    char     one = 1;
+    size_t   off = 0;
+    reader_t r   = {0, 0};
+
+    if (g_rank == 1) {
+        CU_ASSERT_EQUAL(shm_rings_arm(g_rings), 1); /* nothing waits: it may sleep */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, &one, 1, &off), 1);
+        CU_ASSERT_EQUAL(shm_rings_peer_asleep(g_rings, 1), 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        shm_rings_awake(g_rings);
+        CU_ASSERT_EQUAL(shm_rings_arm(g_rings), 0); /* a frame waits: no sleep */
+        r.next = -1;                                /* not one of the numbered frames */
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL(shm_rings_peer_asleep(g_rings, 1), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Overwrites the header of the last record written to peer (a frame of
+ * `len` bytes) with one that claims more bytes than the ring holds. */
+static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len)
+{
+    end_t   *e  = &s->out[peer];
+    uint64_t at = (e->pos - (REC_BYTES + pad16(len))) & (s->cap - 1);
+    rec_t    h  = {(uint32_t)s->cap, (uint32_t)s->cap, REC_MAGIC, K_WHOLE, 0};
+
+    memcpy(e->ring->data + at, &h, sizeof(h));
+}
+
+static void test_corrupt_ring_is_dropped(void)
+{
+    unsigned char junk[256];
+    size_t        off = 0;
+    reader_t      r   = {0, 0};
+
+    memset(junk, 0xa5, sizeof(junk));
+    if (g_rank == 0) {
+        /* a frame whose record header is then overwritten: find it as the
+         * writer's last record and scribble over the ring's bytes there */
+        CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1);
+        scribble_last(g_rings, 1, sizeof(junk));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        int saved = moon_log_level;
+        moon_log_set_level(0); /* the error is expected */
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0); /* read no more */
+        moon_log_set_level(saved);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        shm_rings_forget(g_rings, 1);
+        off = 0;
+        CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1); /* dropped */
+        CU_ASSERT_EQUAL(off, sizeof(junk));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static CU_TestInfo tests[] = {
+    {"frames_cross_in_order", test_frames_cross_in_order},
+    {"sleep_mark", test_sleep_mark},
+    {"corrupt_ring_is_dropped", test_corrupt_ring_is_dropped},
+    CU_TEST_INFO_NULL,
+};
+
+int main(int argc, char **argv)
+{
+    CU_SuiteInfo suites[] = {{"shm_rings", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    dist_proc_t  me       = {(int64_t)getpid(), 42}; /* one host */
+    int          failures = 0, all = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (g_size != 2) {
+        fprintf(stderr, "test_shm_rings: run under mpirun -np 2\n");
+        MPI_Finalize();
+        return 1;
+    }
+    MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, g_procs, (int)sizeof(me), MPI_BYTE,
+                  MPI_COMM_WORLD);
+    g_rings = shm_rings_open(MPI_COMM_WORLD, (uint32_t)g_rank, 2, g_procs, RING_BYTES);
+    if (g_rings == NULL || !shm_rings_reaches(g_rings, (uint32_t)(1 - g_rank))) {
+        fprintf(stderr, "rank %d: no rings\n", g_rank);
+        failures = 1;
+    } else {
+        failures = moon_test_run(suites);
+    }
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    shm_rings_close(g_rings);
+    MPI_Finalize();
+    return all != 0;
+}
