@@ -214,12 +214,13 @@ void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
     atomic_fetch_add(&d->any_down, 1);
     MOON_WARN("rank %u lost: %s", r, moon_status_str(reason));
     if (peer_process_alive(d, r)) {
-        /* A false loss. Over shared memory, UCX's receive FIFO is shared by
-         * every sender on the host, in order: a rank killed between taking a
-         * slot and filling it stops this rank hearing anyone on the host. */
+        /* A false loss: a process stalled past the timeout, or (frames
+         * through UCX's shared memory, MOON_SHM_RINGS=0) a rank killed
+         * between taking a slot of this rank's receive FIFO, which every
+         * sender of the host shares, and filling it. */
         MOON_ERROR("rank %u was declared lost but its process %lld on this host is alive: it "
-                   "went silent here (a rank of this host killed in the middle of a "
-                   "shared-memory send leaves this rank's UCX receive FIFO stuck)",
+                   "went silent here (stalled, or this rank's UCX receive FIFO stuck by a rank "
+                   "killed mid-send)",
                    r, (long long)d->procs[r].pid);
     }
     d->eng->peer_lost(d, r);
