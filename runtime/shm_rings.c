@@ -386,22 +386,24 @@ int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget)
 {
     int n = 0;
 
-    for (uint32_t i = 0; i < s->n_local && n < budget; i++) {
-        uint32_t from = s->local[i];
-        end_t   *e    = &s->in[from];
+    for (uint32_t i = 0; i < s->n_local; i++) {
+        uint32_t from  = s->local[i];
+        end_t   *e     = &s->in[from];
+        int      taken = 0; /* a budget per ring: a busy one does not keep the others waiting */
         uint64_t head;
 
         if (e->ring == NULL || e->dead) {
             continue;
         }
         head = atomic_load_explicit(&e->ring->head, memory_order_acquire);
-        while (e->pos != head && n < budget && !e->dead) {
-            int k = take_record(s, e, from, fn, ctx);
-            if (k < 0) {
+        while (e->pos != head && taken < budget && !e->dead) {
+            int got = take_record(s, e, from, fn, ctx);
+            if (got < 0) {
                 break;
             }
-            n += k;
+            taken += got;
         }
+        n += taken;
     }
     return n;
 }

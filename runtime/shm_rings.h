@@ -52,8 +52,8 @@ int shm_rings_reaches(const shm_rings_t *s, uint32_t peer);
 int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len, size_t *off);
 /* 1 if peer's segment says it sleeps (call after a write that returned 1). */
 int shm_rings_peer_asleep(shm_rings_t *s, uint32_t peer);
-/* Delivers up to budget frames from the rings to this rank; returns how
- * many. A ring whose bytes make no sense is logged and read no more. */
+/* Delivers up to budget frames from each ring to this rank; returns how
+ * many in all. A ring whose bytes make no sense is logged and read no more. */
 int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget);
 /* Before this rank sleeps: marks it asleep; 0 (and not asleep) if a ring
  * holds something. shm_rings_awake clears the mark. */
