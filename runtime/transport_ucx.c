@@ -291,10 +291,20 @@ static shm_rings_t *rings_open(moon_dist_t *d, MPI_Comm comm, int no_shm)
     if (kib != NULL && atol(kib) > 0) {
         bytes = (size_t)atol(kib) << 10;
     }
+    shm_rings_t *rings = NULL;
+    uint32_t     n     = 0;
+
     /* every rank must take the same road: the collective only if all want it */
     MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, comm);
-    return all ? shm_rings_open(comm, moon_dist_rank_(d), moon_dist_size_(d), dist_procs(d), bytes)
-               : NULL;
+    if (all) {
+        rings = shm_rings_open(comm, moon_dist_rank_(d), moon_dist_size_(d), dist_procs(d), bytes);
+    }
+    for (uint32_t r = 0; r < moon_dist_size_(d); r++) {
+        n += (uint32_t)shm_rings_reaches(rings, r);
+    }
+    MOON_INFO("frames to %u of %u peers through shared-memory rings of %zu KiB", n,
+              moon_dist_size_(d) - 1, bytes >> 10);
+    return rings;
 }
 
 static moon_status_t ucx_open(moon_dist_t *d)
