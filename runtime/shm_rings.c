@@ -5,8 +5,10 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -91,9 +93,35 @@ static ring_t *ring_in(const shm_rings_t *s, seg_t *seg, uint32_t p, uint32_t se
     return (ring_t *)(seg->rings + (size_t)idx * ring_stride(s->cap));
 }
 
-static void seg_name(char *buf, size_t n, uint64_t token, uint32_t rank)
+/* The job's token, the rank and its pid: a name left behind by a process
+ * that died before unlinking it can be told by its pid (sweep_stale). */
+static void seg_name(char *buf, size_t n, uint64_t token, uint32_t rank, int64_t pid)
 {
-    snprintf(buf, n, "/moonlet.%016llx.%u", (unsigned long long)token, rank);
+    snprintf(buf, n, "/moonlet.%016llx.%u.%lld", (unsigned long long)token, rank, (long long)pid);
+}
+
+/* Unlinks the segments of dead processes: a rank that died during set-up,
+ * before its name went, leaves one in /dev/shm. */
+static void sweep_stale(void)
+{
+    DIR           *dir = opendir("/dev/shm");
+    struct dirent *ent;
+
+    while (dir != NULL && (ent = readdir(dir)) != NULL) {
+        unsigned long long token;
+        unsigned           rank;
+        long long          pid;
+        char               path[300];
+
+        if (sscanf(ent->d_name, "moonlet.%llx.%u.%lld", &token, &rank, &pid) == 3 && pid > 0 &&
+            kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            snprintf(path, sizeof(path), "/%s", ent->d_name);
+            (void)shm_unlink(path);
+        }
+    }
+    if (dir != NULL) {
+        closedir(dir);
+    }
 }
 
 static seg_t *seg_map(const char *name, size_t bytes, int create)
@@ -180,7 +208,8 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
     /* 1. each rank with peers on its host creates its segment */
     if (ok && s->n_local > 1) {
         s->seg_bytes = sizeof(seg_t) + (size_t)(s->n_local - 1) * ring_stride(s->cap);
-        seg_name(name, sizeof(name), token, rank);
+        sweep_stale();
+        seg_name(name, sizeof(name), token, rank, procs[rank].pid);
         if ((s->own = seg_map(name, s->seg_bytes, 1)) != NULL) {
             s->own->cap     = s->cap;
             s->own->n_rings = s->n_local - 1;
@@ -197,7 +226,7 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
             if (p == rank) {
                 continue;
             }
-            seg_name(name, sizeof(name), token, p);
+            seg_name(name, sizeof(name), token, p, procs[p].pid);
             s->segs[p] = seg_map(name, s->seg_bytes, 0);
             ok         = s->segs[p] != NULL && s->segs[p]->magic == SEG_MAGIC &&
                  s->segs[p]->cap == s->cap && s->segs[p]->n_rings == s->n_local - 1;
@@ -212,7 +241,7 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
     /* 3. once every rank mapped them, the names go: nothing outlives the job */
     ok = all_ok(comm, ok);
     if (s != NULL && s->own != NULL) {
-        seg_name(name, sizeof(name), token, rank);
+        seg_name(name, sizeof(name), token, rank, procs[rank].pid);
         shm_unlink(name);
     }
     if (!ok || s->n_local < 2) {

@@ -8,7 +8,8 @@
  *     arming fails when a frame is already waiting;
  *   - a corrupt record (the writer scribbles over its ring) is logged, the
  *     ring is read no more, and nothing crashes;
- *   - a forgotten peer's frames are dropped at the writer.
+ *   - a forgotten peer's frames are dropped at the writer;
+ *   - a segment name a dead process left in /dev/shm is swept at set-up.
  * The module's source is compiled in, so the test can scribble on a ring. */
 #include "moon_test.h"
 #include "shm_rings.c"
@@ -17,6 +18,7 @@
 
 #include <mpi.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,6 +27,7 @@
 #define N_FRAMES 3000
 
 static int          g_rank, g_size;
+static char         g_stale[96]; /* rank 0: a segment name of a dead process, made before set-up */
 
 static void nap_us(long us)
 {
@@ -169,10 +172,44 @@ static void test_corrupt_ring_is_dropped(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void test_stale_segment_is_swept(void)
+{
+    int fd;
+
+    if (g_rank != 0) {
+        return;
+    }
+    fd = shm_open(g_stale, O_RDONLY, 0);
+    CU_ASSERT(fd < 0 && errno == ENOENT);
+    if (fd >= 0) {
+        close(fd);
+        shm_unlink(g_stale);
+    }
+}
+
+/* A name as a rank of a job would leave it, with the pid of a child that
+ * has exited. */
+static void make_stale_segment(void)
+{
+    pid_t child = fork();
+    int   fd;
+
+    if (child == 0) {
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    snprintf(g_stale, sizeof(g_stale), "/moonlet.%016llx.%u.%lld", 0xdeadull, 0u,
+             (long long)child);
+    if ((fd = shm_open(g_stale, O_CREAT | O_RDWR, 0600)) >= 0) {
+        close(fd);
+    }
+}
+
 static CU_TestInfo tests[] = {
     {"frames_cross_in_order", test_frames_cross_in_order},
     {"sleep_mark", test_sleep_mark},
     {"corrupt_ring_is_dropped", test_corrupt_ring_is_dropped},
+    {"stale_segment_is_swept", test_stale_segment_is_swept},
     CU_TEST_INFO_NULL,
 };
 
@@ -192,6 +229,9 @@ int main(int argc, char **argv)
     }
     MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, g_procs, (int)sizeof(me), MPI_BYTE,
                   MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        make_stale_segment();
+    }
     g_rings = shm_rings_open(MPI_COMM_WORLD, (uint32_t)g_rank, 2, g_procs, RING_BYTES);
     if (g_rings == NULL || !shm_rings_reaches(g_rings, (uint32_t)(1 - g_rank))) {
         fprintf(stderr, "rank %d: no rings\n", g_rank);
