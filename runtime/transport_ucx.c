@@ -1,7 +1,8 @@
 /* runtime/transport_ucx.c - the UCX engine of the distributed runtime: one
  * UCP context and worker per process (worker addresses allgathered over MPI),
  * endpoints created on first use with peer error handling (one for frames,
- * one for bulk), frames as eager active messages, bulk slices as
+ * one for bulk), frames as eager active messages (to ranks of this host,
+ * through shared-memory rings of our own instead: shm_rings.h), bulk slices as
  * ucp_put_nbx/ucp_get_nbx (or a streaming copy into a mapped peer) with rkeys
  * unpacked once per (peer, key) and cached (ucx_rkeys.h). The worker is
  * single-threaded: the progress thread of dist.c or an idle worker, under the
