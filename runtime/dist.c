@@ -1231,6 +1231,9 @@ static void *progress_main(void *arg)
             if (ret > 0 && (fds[0].revents & POLLIN)) {
                 drain_wake_fd(d);
             }
+            if (d->eng->disarm != NULL) {
+                d->eng->disarm(d);
+            }
         }
         atomic_store(&d->sleeping, 0);
         idle = 0;

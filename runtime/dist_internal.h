@@ -68,6 +68,8 @@ typedef struct {
     int (*event_fd)(moon_dist_t *d);
     /* 1 if sleeping on event_fd is safe now (nothing pending). */
     int (*arm)(moon_dist_t *d);
+    /* The thread that armed is up again (NULL: nothing to do). */
+    void (*disarm)(moon_dist_t *d);
     /* Any thread: registers memory; *rkey_p (packed, engine-owned) travels. */
     moon_status_t (*mem_map)(moon_dist_t *d, void *addr, size_t len, void **memh_p,
                              void **rkey_p, size_t *rkey_len_p);

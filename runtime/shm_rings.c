@@ -133,7 +133,9 @@ static seg_t *seg_map(const char *name, size_t bytes, int create)
         MOON_ERROR("shm_open %s: %s", name, strerror(errno));
         return NULL;
     }
-    if (!create || ftruncate(fd, (off_t)bytes) == 0) {
+    /* the pages reserved now: on a full /dev/shm a sparse segment would
+     * raise SIGBUS at the first write that needs a page */
+    if (!create || (ftruncate(fd, (off_t)bytes) == 0 && posix_fallocate(fd, 0, (off_t)bytes) == 0)) {
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     close(fd);
@@ -219,8 +221,11 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
             ok = 0;
         }
     }
-    /* 2. once every segment exists, map the host's others */
-    if (all_ok(comm, ok) && s->n_local > 1) {
+    /* 2. once every segment exists, map the host's others (a rank alone on
+     * its host has nothing to map, and keeps the others' rings) */
+    if (!all_ok(comm, ok)) {
+        ok = 0;
+    } else if (s->n_local > 1) {
         for (uint32_t i = 0; i < s->n_local && ok; i++) {
             uint32_t p = s->local[i];
             if (p == rank) {
@@ -235,8 +240,6 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
                 s->in[p]  = (end_t){.ring = ring_in(s, s->own, rank, p)};
             }
         }
-    } else {
-        ok = 0;
     }
     /* 3. once every rank mapped them, the names go: nothing outlives the job */
     ok = all_ok(comm, ok);
@@ -342,26 +345,39 @@ static void ring_corrupt(end_t *e, uint32_t from, const char *why)
     e->frag = NULL;
 }
 
-/* One record of the ring from `from`: 1 delivered a frame, 0 consumed
- * something else, -1 stop reading this ring for now. */
-static int take_record(shm_rings_t *s, end_t *e, uint32_t from, shm_deliver_fn fn, void *ctx)
+/* One record of the ring from `from`, of the `avail` bytes published: 1
+ * delivered a frame, 0 consumed something else, -1 stop reading this ring
+ * for now. Nothing the writer put there is trusted: each record must lie
+ * inside what was published. */
+static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint64_t avail, shm_deliver_fn fn,
+                       void *ctx)
 {
     uint64_t             cap = s->cap, off = e->pos & (cap - 1);
     const unsigned char *at  = e->ring->data + off;
     rec_t                h;
     int                  delivered = 0;
+    char                *whole;
 
+    if (avail > cap || avail < REC_BYTES) {
+        ring_corrupt(e, from, "ring indices out of bounds");
+        return -1;
+    }
     memcpy(&h, at, sizeof(h));
     if (h.magic != REC_MAGIC) {
         ring_corrupt(e, from, "bad record");
         return -1;
     }
     if (h.kind == K_SKIP) {
+        if (off == 0 || cap - off > avail) {
+            ring_corrupt(e, from, "bad skip record");
+            return -1;
+        }
         e->pos += cap - off;
         atomic_store_explicit(&e->ring->tail, e->pos, memory_order_release);
         return 0;
     }
-    if (h.len > cap - off - REC_BYTES || h.total > MAX_FRAME || h.len > h.total) {
+    if (h.len > cap - off - REC_BYTES || REC_BYTES + pad16(h.len) > avail ||
+        h.total > MAX_FRAME || h.len > h.total) {
         ring_corrupt(e, from, "record out of bounds");
         return -1;
     }
@@ -396,9 +412,10 @@ static int take_record(shm_rings_t *s, end_t *e, uint32_t from, shm_deliver_fn f
         memcpy(e->frag + e->frag_len, at + REC_BYTES, h.len);
         e->frag_len += h.len;
         if (h.kind == K_LAST) {
-            fn(ctx, from, e->frag, e->frag_total);
-            moon_free(e->frag);
-            e->frag   = NULL;
+            whole   = e->frag; /* ours now: delivering may forget the ring */
+            e->frag = NULL;
+            fn(ctx, from, whole, e->frag_total);
+            moon_free(whole);
             delivered = 1;
         }
         break;
@@ -425,8 +442,9 @@ int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget)
             continue;
         }
         head = atomic_load_explicit(&e->ring->head, memory_order_acquire);
-        while (e->pos != head && taken < budget && !e->dead) {
-            int got = take_record(s, e, from, fn, ctx);
+        for (int records = 0; e->pos != head && taken < budget && records < 4 * budget && !e->dead;
+             records++) {
+            int got = take_record(s, e, from, head - e->pos, fn, ctx);
             if (got < 0) {
                 break;
             }

@@ -38,8 +38,8 @@ typedef void (*shm_deliver_fn)(void *ctx, uint32_t from, const void *frame, size
 
 /* Collective over comm (every rank calls it): sets up a ring of ring_bytes
  * (a power of two, >= 64 KiB) for every pair of ranks on one host, from
- * procs (every rank's pid and host). NULL, on every rank alike, when a rank
- * has no peer on its host or when any rank could not set its rings up (logged). */
+ * procs (every rank's pid and host). NULL on every rank when any rank could
+ * not set its rings up (logged), and on a rank alone on its host. */
 shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const dist_proc_t *procs,
                             size_t ring_bytes);
 /* Unmaps everything. NULL: no-op. */
@@ -56,7 +56,8 @@ int shm_rings_peer_asleep(shm_rings_t *s, uint32_t peer);
  * many in all. A ring whose bytes make no sense is logged and read no more. */
 int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget);
 /* Before this rank sleeps: marks it asleep; 0 (and not asleep) if a ring
- * holds something. shm_rings_awake clears the mark. */
+ * holds something. shm_rings_awake clears the mark: the thread that armed,
+ * once it is up again (another thread clearing it would lose the wake-up). */
 int  shm_rings_arm(shm_rings_t *s);
 void shm_rings_awake(shm_rings_t *s);
 /* Rank `peer` is lost: its ring to us is not read again, and ours to it is

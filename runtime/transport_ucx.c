@@ -44,6 +44,7 @@ typedef struct {
     int           close_pending; /* lost: close outside UCX callbacks */
     dist_buf_t   *pend, *pend_last; /* frames waiting for room in the ring to the peer */
     size_t        pend_off;         /* bytes of the first already in the ring */
+    int           wake_pending;     /* a wake-up to the peer not yet gone out */
 } ucx_peer_t;
 
 typedef struct {
@@ -447,7 +448,6 @@ static int ucx_progress(moon_dist_t *d)
     int    n = 0;
 
     if (u->rings != NULL) {
-        shm_rings_awake(u->rings);
         n += u->n_pend > 0 ? flush_pending(d) : 0;
         n += shm_rings_poll(u->rings, ring_deliver, d, 64);
     }
@@ -480,6 +480,13 @@ static int ucx_arm(moon_dist_t *d)
     }
     /* after the worker: a sender that finds us asleep wakes us through it */
     return u->rings == NULL || shm_rings_arm(u->rings);
+}
+
+static void ucx_disarm(moon_dist_t *d)
+{
+    if (U(d)->rings != NULL) {
+        shm_rings_awake(U(d)->rings);
+    }
 }
 
 static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **memh_p,
@@ -701,22 +708,35 @@ static void frame_sent(void *req, ucs_status_t status, void *user_data)
 }
 
 /* ---- frames through the rings ------------------------------------------- */
-/* A frame went into the ring to p: wake p if it sleeps. */
+static void wake_sent(void *req, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    ((ucx_peer_t *)user_data)->wake_pending = 0;
+    ucp_request_free(req);
+}
+
+/* Bytes went into the ring to p: wake p if it sleeps. One wake-up at a time
+ * per peer: they ride UCX's shared FIFO, which a rank killed mid-send can
+ * leave stuck, and must not pile up behind it (a receiver not woken still
+ * looks at its rings every millisecond). No endpoint is created for a peer
+ * that failed. */
 static void ring_written(moon_dist_t *d, ucx_peer_t *p)
 {
     ucp_request_param_t rp = {0};
     ucs_status_ptr_t    sp;
     ucp_ep_h            ep;
 
-    if (!shm_rings_peer_asleep(U(d)->rings, p->rank) || (ep = get_ep(d, p->rank)) == NULL) {
+    if (p->wake_pending || p->failed || !shm_rings_peer_asleep(U(d)->rings, p->rank) ||
+        (ep = get_ep(d, p->rank)) == NULL) {
         return;
     }
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA;
     rp.flags        = UCP_AM_SEND_FLAG_EAGER;
+    rp.cb.send      = wake_sent;
+    rp.user_data    = p;
     sp              = ucp_am_send_nbx(ep, AM_WAKE_ID, NULL, 0, NULL, 0, &rp);
-    if (UCS_PTR_IS_PTR(sp)) {
-        ucp_request_free(sp); /* completes on its own */
-    }
+    p->wake_pending = UCS_PTR_IS_PTR(sp); /* wake_sent clears it */
 }
 
 /* Writes what waits for p while there is room, in order; frames done. */
@@ -725,9 +745,13 @@ static int flush_peer(moon_dist_t *d, ucx_peer_t *p)
     int n = 0;
 
     while (p->pend != NULL) {
-        dist_buf_t *b = p->pend;
+        dist_buf_t *b    = p->pend;
+        size_t      from = p->pend_off;
 
         if (!shm_rings_write(U(d)->rings, p->rank, b->data, b->len, &p->pend_off)) {
+            if (p->pend_off != from) {
+                ring_written(d, p); /* a part of a big frame: the reader makes room */
+            }
             break;
         }
         p->pend     = b->next;
@@ -779,13 +803,15 @@ static moon_status_t ring_send(moon_dist_t *d, dist_buf_t *b)
     ucx_peer_t *p   = &u->peers[b->peer];
     size_t      off = 0;
 
-    if (p->failed) {
-        return MOON_ERR_PEER_LOST;
-    }
+    /* not p->failed: an endpoint made only for wake-ups is no frame path,
+     * and a dead peer is found by its silence */
     if (p->pend == NULL && shm_rings_write(u->rings, b->peer, b->data, b->len, &off)) {
         dist_frame_done(d, b, MOON_OK);
         ring_written(d, p);
         return MOON_OK;
+    }
+    if (off > 0) {
+        ring_written(d, p); /* a part of a big frame: the reader makes room */
     }
     b->next = NULL;
     if (p->pend == NULL) {
@@ -834,6 +860,7 @@ const dist_engine_ops_t moon_dist_engine_ucx = {
     .progress     = ucx_progress,
     .event_fd     = ucx_event_fd,
     .arm          = ucx_arm,
+    .disarm       = ucx_disarm,
     .mem_map      = ucx_mem_map,
     .mem_unmap    = ucx_mem_unmap,
     .mem_alloc    = ucx_mem_alloc,

@@ -6,8 +6,9 @@
  *     the writer finds the ring full and waits for room;
  *   - the sleep mark: a reader that armed is seen asleep by the writer, and
  *     arming fails when a frame is already waiting;
- *   - a corrupt record (the writer scribbles over its ring) is logged, the
- *     ring is read no more, and nothing crashes;
+ *   - a corrupt record (the writer scribbles over its ring: a length past
+ *     the ring, or past what it published) is logged, the ring is read no
+ *     more, and nothing crashes;
  *   - a forgotten peer's frames are dropped at the writer;
  *   - a segment name a dead process left in /dev/shm is swept at set-up.
  * The module's source is compiled in, so the test can scribble on a ring. */
@@ -131,12 +132,12 @@ static void test_sleep_mark(void)
 }
 
 /* Overwrites the header of the last record written to peer (a frame of
- * `len` bytes) with one that claims more bytes than the ring holds. */
-static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len)
+ * `len` bytes) with one that claims `claim` bytes. */
+static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len, uint32_t claim)
 {
     end_t   *e  = &s->out[peer];
     uint64_t at = (e->pos - (REC_BYTES + pad16(len))) & (s->cap - 1);
-    rec_t    h  = {(uint32_t)s->cap, (uint32_t)s->cap, REC_MAGIC, K_WHOLE, 0};
+    rec_t    h  = {claim, claim, REC_MAGIC, K_WHOLE, 0};
 
     memcpy(e->ring->data + at, &h, sizeof(h));
 }
@@ -152,7 +153,7 @@ static void test_corrupt_ring_is_dropped(void)
         /* a frame whose record header is then overwritten: find it as the
          * writer's last record and scribble over the ring's bytes there */
         CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1);
-        scribble_last(g_rings, 1, sizeof(junk));
+        scribble_last(g_rings, 1, sizeof(junk), (uint32_t)RING_BYTES); /* past the ring */
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 1) {
@@ -168,6 +169,29 @@ static void test_corrupt_ring_is_dropped(void)
         off = 0;
         CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1); /* dropped */
         CU_ASSERT_EQUAL(off, sizeof(junk));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A record that stays inside the ring but runs past what the writer
+ * published (rank 1 to rank 0 this time): refused, never delivered. */
+static void test_record_past_head_is_refused(void)
+{
+    unsigned char junk[256];
+    size_t        off = 0;
+    reader_t      r   = {0, 0};
+
+    memset(junk, 0x5a, sizeof(junk));
+    if (g_rank == 1) {
+        CU_ASSERT_EQUAL(shm_rings_write(g_rings, 0, junk, sizeof(junk), &off), 1);
+        scribble_last(g_rings, 0, sizeof(junk), 4096);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        int saved = moon_log_level;
+        moon_log_set_level(0); /* the error is expected */
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
+        moon_log_set_level(saved);
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -208,6 +232,7 @@ static void make_stale_segment(void)
 static CU_TestInfo tests[] = {
     {"frames_cross_in_order", test_frames_cross_in_order},
     {"sleep_mark", test_sleep_mark},
+    {"record_past_head_is_refused", test_record_past_head_is_refused}, /* before the forget */
     {"corrupt_ring_is_dropped", test_corrupt_ring_is_dropped},
     {"stale_segment_is_swept", test_stale_segment_is_swept},
     CU_TEST_INFO_NULL,
