@@ -168,12 +168,22 @@ void dist_procs_gather(moon_dist_t *d)
 {
     const char *split = getenv("MOON_SPLIT_HOSTS");
     dist_proc_t me    = {(int64_t)getpid(), host_hash()};
+    int         ok, all = 0;
 
+    if (!d->use_mpi) {
+        return;
+    }
     if (split != NULL && atoi(split) > 1) {
         me.host += 0x9e3779b97f4a7c15ull * (d->rank % (uint32_t)atoi(split) + 1);
     }
-
-    if (!d->use_mpi || (d->procs = moon_calloc(d->size, sizeof(*d->procs))) == NULL) {
+    /* all ranks allocate, or none gathers: a rank that skipped the
+     * collective would hang the others */
+    d->procs = moon_calloc(d->size, sizeof(*d->procs));
+    ok       = d->procs != NULL;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, d->comm);
+    if (!all) {
+        moon_free(d->procs);
+        d->procs = NULL;
         return;
     }
     MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, d->procs, (int)sizeof(me), MPI_BYTE, d->comm);
