@@ -6,12 +6,15 @@
  *                               threads -> batch-1 decode bound (weight bytes / bw)
  *   --bench=openblas --prompt=N OpenBLAS sgemm at the prefill shapes -> the
  *                               tokens/s a prefill at sgemm's FLOP rate reaches
+ *   --bench=cuda_roofline       (CUDA builds) device-memory read bandwidth over
+ *                               the bytes of one decode token -> batch-1 bound
+ *   --bench=cublas --prompt=N   (CUDA builds) cuBLAS sgemm at the prefill shapes
  *   --bench=fma_peak            peak multiply-add rate with --threads threads
  *                               (AVX-512 FMA; vdpbf16ps too for a BF16 model)
  *                               -> the decode bound of a compute-bound batch
  *                               (peak FLOP/s over the FLOPs of one decode token)
  * --model=PATH (GGUF), --label=NAME (the "model" field), --threads=T (0 =
- * cores), --impl=cpu|ref, --iters=K. --interleave=R (decode): R rounds of
+ * cores), --impl=cpu|ref|cuda, --iters=K. --interleave=R (decode): R rounds of
  * iters/R steps, each followed by a streaming-read pass; the line then also
  * carries roofline_tokens_per_s measured beside it (best of each).
  * --rounds=R (decode, no interleave): the best of R rounds of iters/R steps
@@ -27,6 +30,9 @@
 #include <unistd.h>
 #ifdef MOON_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+#ifdef MOON_WITH_CUDA
+#include "cuda_anchors.h"
 #endif
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -279,6 +285,72 @@ static double decode_flops_per_token(const moon_model_config_t *c, int64_t ctx)
     return 2.0 * ((double)layer_matmul_params(c) + (double)c->vocab_size * c->dim) + attn;
 }
 
+/* One layer's GEMMs at the prefill shape (M = prompt tokens), as the
+ * engine runs them: count[i] products of (prompt, k[i]) by (n[i], k[i])^T.
+ * Returns their FLOPs. */
+static double prefill_shapes(const moon_model_config_t *c, int64_t prompt, int n[4], int k[4],
+                             int count[4])
+{
+    int    kv_dim = (int)(c->n_kv_heads * c->head_dim);
+    int    sn[4] = {(int)c->dim, kv_dim, (int)c->hidden_dim, (int)c->dim};
+    int    sk[4] = {(int)c->dim, (int)c->dim, (int)c->dim, (int)c->hidden_dim};
+    int    sc[4] = {2, 2, 2, 1};
+    double flops = 0.0;
+
+    for (int i = 0; i < 4; i++) {
+        n[i]     = sn[i];
+        k[i]     = sk[i];
+        count[i] = sc[i];
+        flops += 2.0 * (double)prompt * sn[i] * sk[i] * sc[i];
+    }
+    return flops;
+}
+
+/* The GPU anchors (MOON_WITH_CUDA): impl=cuda_roofline, device-memory read
+ * bandwidth over the bytes one decode token reads as the CUDA backend keeps
+ * the weights (F32; native_tokens_per_s: over the file's weight bytes);
+ * impl=cublas, cuBLAS sgemm at the prefill shapes as tokens/s. */
+static int cuda_anchor(const char *bench, const moon_model_t *m, const char *label, int64_t prompt,
+                       int64_t iters)
+{
+#ifdef MOON_WITH_CUDA
+    const moon_model_config_t *c = moon_model_config(m);
+    moon_bench_json_t          j;
+
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "suite", "model");
+    if (strcmp(bench, "cuda_roofline") == 0) {
+        double bw  = moon_bench_cuda_read_bw((size_t)1 << 30, (int)(iters < 3 ? 3 : iters));
+        double f32 = 4.0 * ((double)layer_matmul_params(c) + (double)c->vocab_size * c->dim);
+        moon_bench_json_str(&j, "bench", "decode");
+        moon_bench_json_str(&j, "impl", "cuda_roofline");
+        moon_bench_json_str(&j, "model", label);
+        moon_bench_json_int(&j, "batch", 1);
+        moon_bench_json_num(&j, "tokens_per_s", bw / f32);
+        moon_bench_json_num(&j, "native_tokens_per_s", bw / (double)moon_model_weight_bytes(m));
+        moon_bench_json_num(&j, "read_gb_per_s", bw * 1e-9);
+    } else {
+        int    n[4], k[4], count[4];
+        double rate;
+        prefill_shapes(c, prompt, n, k, count);
+        rate = moon_bench_cuda_sgemm_flops((int)prompt, n, k, count, 4, (int)(iters < 3 ? 3 : iters));
+        moon_bench_json_str(&j, "bench", "prefill");
+        moon_bench_json_str(&j, "impl", "cublas");
+        moon_bench_json_str(&j, "model", label);
+        moon_bench_json_int(&j, "batch", 1);
+        moon_bench_json_num(&j, "tokens_per_s", rate / (2.0 * (double)layer_matmul_params(c)));
+        moon_bench_json_num(&j, "gflops", rate * 1e-9);
+    }
+    moon_bench_json_num(&j, "peak_rss_mib", moon_bench_peak_rss_mib());
+    moon_bench_json_end(&j);
+    return 0;
+#else
+    (void)bench, (void)m, (void)label, (void)prompt, (void)iters;
+    fprintf(stderr, "bench_model: built without CUDA\n");
+    return 2;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const char                *bench      = moon_bench_arg_str(argc, argv, "bench", "decode");
@@ -355,29 +427,19 @@ int main(int argc, char **argv)
     }
     if (strcmp(bench, "openblas") == 0) {
 #ifdef MOON_HAVE_OPENBLAS
-        /* one layer's GEMMs at the prefill shape, M = prompt tokens */
-        uint32_t kv_dim       = c->n_kv_heads * c->head_dim;
-        int      shapes[4][2] = {{(int)c->dim, (int)c->dim},
-                                 {(int)kv_dim, (int)c->dim},
-                                 {(int)c->hidden_dim, (int)c->dim},
-                                 {(int)c->dim, (int)c->hidden_dim}};
-        int      count[4]     = {2, 2, 2, 1};
-        size_t   maxw = (size_t)MOON_MAX(c->dim, c->hidden_dim) * MOON_MAX(c->dim, c->hidden_dim);
-        float   *A    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
-        float   *W    = calloc(maxw, sizeof(float));
-        float   *Y    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
-        double   best = 1e30, flops = 0.0;
+        int    n[4], k[4], count[4];
+        size_t maxw = (size_t)MOON_MAX(c->dim, c->hidden_dim) * MOON_MAX(c->dim, c->hidden_dim);
+        float *A    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        float *W    = calloc(maxw, sizeof(float));
+        float *Y    = calloc((size_t)prompt * MOON_MAX(c->dim, c->hidden_dim), sizeof(float));
+        double best = 1e30, flops = prefill_shapes(c, prompt, n, k, count);
         openblas_set_num_threads((int)threads);
-        for (int i = 0; i < 4; i++) {
-            flops += 2.0 * (double)prompt * shapes[i][0] * shapes[i][1] * count[i];
-        }
         for (int64_t it = 0; it < (iters < 3 ? 3 : iters / 2); it++) {
             uint64_t t0 = moon_bench_now_ns();
             for (int i = 0; i < 4; i++) {
-                for (int k = 0; k < count[i]; k++) {
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)prompt, shapes[i][0],
-                                shapes[i][1], 1.0f, A, shapes[i][1], W, shapes[i][1], 0.0f, Y,
-                                shapes[i][0]);
+                for (int r = 0; r < count[i]; r++) {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)prompt, n[i], k[i],
+                                1.0f, A, k[i], W, k[i], 0.0f, Y, n[i]);
                 }
             }
             double dt = (double)(moon_bench_now_ns() - t0) * 1e-9;
@@ -397,8 +459,15 @@ int main(int argc, char **argv)
         moon_model_destroy(m);
         return 0;
     }
+    if (strcmp(bench, "cuda_roofline") == 0 || strcmp(bench, "cublas") == 0) {
+        int rc = cuda_anchor(bench, m, label, prompt, iters);
+        moon_model_destroy(m);
+        return rc;
+    }
 
-    ecfg.kind      = strcmp(impl, "ref") == 0 ? MOON_BACKEND_REF : MOON_BACKEND_CPU;
+    ecfg.kind      = strcmp(impl, "ref") == 0    ? MOON_BACKEND_REF
+                     : strcmp(impl, "cuda") == 0 ? MOON_BACKEND_CUDA
+                                                 : MOON_BACKEND_CPU;
     ecfg.n_threads = (uint32_t)threads;
     ecfg.max_batch = (uint32_t)batch;
     ecfg.max_chunk = (uint32_t)MOON_MAX(prompt, ctx);

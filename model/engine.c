@@ -101,7 +101,7 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
                                   double *duration_s_p)
 {
     double        modeled = -1.0, t0;
-    uint32_t      len0;
+    uint32_t      len0 = 0;
     moon_status_t status;
 
     if (e == NULL || tokens == NULL || n == 0 || n > e->cfg.max_chunk ||
@@ -125,6 +125,9 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
     }
     t0     = now_s();
     status = e->ops->prefill(e->state, kv, seq, tokens, n, logits, &modeled);
+    if (kv != NULL && !e->ops->tags_writes) {
+        moon_kv_mark_host_written(kv, seq, len0, n);
+    }
     if (kv != NULL) {
         if (status == MOON_OK) {
             moon_kv_seq_advance(kv, seq, n);
@@ -182,6 +185,9 @@ moon_status_t moon_engine_decode(moon_engine_t *e, moon_kv_cache_t *kv, const ui
         }
     }
     for (uint32_t b = 0; kv != NULL && b < done; b++) {
+        if (!e->ops->tags_writes) {
+            moon_kv_mark_host_written(kv, seqs[b], kv->seqs[seqs[b]].n_tokens, 1);
+        }
         if (status == MOON_OK) {
             moon_kv_seq_advance(kv, seqs[b], 1);
         } else {

@@ -30,10 +30,11 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->data               = moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
     kv->refcount           = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
+    kv->writer             = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
     kv->free_stack         = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
     kv->seqs               = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
     kv->table_mem = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
-    if (!kv->data || !kv->refcount || !kv->free_stack || !kv->seqs || !kv->table_mem) {
+    if (!kv->data || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs || !kv->table_mem) {
         moon_kv_cache_destroy(kv);
         return MOON_ERR_NO_MEMORY;
     }
@@ -56,6 +57,7 @@ void moon_kv_cache_destroy(moon_kv_cache_t *kv)
     }
     moon_free(kv->data);
     moon_free(kv->refcount);
+    moon_free(kv->writer);
     moon_free(kv->free_stack);
     moon_free(kv->seqs);
     moon_free(kv->table_mem);
@@ -257,6 +259,7 @@ moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tok
         memcpy(kv->data + (size_t)b * kv->block_floats,
                kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
                kv->block_floats * sizeof(float));
+        kv->writer[b]            = 0;
         d->blocks[d->n_blocks++] = b;
     }
     d->n_tokens = n_tokens;
@@ -324,5 +327,16 @@ moon_status_t moon_kv_block_import(moon_kv_cache_t *kv, uint32_t block, int32_t 
         return MOON_ERR_INVALID_PARAM;
     }
     memcpy(kv->data + off, buf, bytes);
+    kv->writer[block] = 0;
     return MOON_OK;
+}
+
+void moon_kv_mark_host_written(moon_kv_cache_t *kv, uint32_t seq, uint32_t pos0, uint32_t n)
+{
+    const moon_kv_seq_t *s  = &kv->seqs[seq];
+    uint32_t             bt = kv->cfg.block_tokens;
+
+    for (uint32_t i = pos0 / bt; n > 0 && i <= (pos0 + n - 1) / bt && i < s->n_blocks; i++) {
+        kv->writer[s->blocks[i]] = 0;
+    }
 }

@@ -20,6 +20,11 @@ struct moon_kv_cache {
     size_t           layer_floats; /* 2 * block_tokens * kv_dim */
     float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
     uint32_t        *refcount;     /* (n_blocks) */
+    /* (n_blocks) who wrote each block last: 0 = code on the host (create,
+     * import, fork's copy, the CPU backends), else the id of a device mirror
+     * that holds the same bytes (backend_cuda.cu), so it uploads only blocks
+     * written since by someone else. */
+    uint64_t        *writer;
     uint32_t        *free_stack;   /* (n_blocks) */
     uint32_t         n_free;
     moon_kv_seq_t   *seqs;      /* (max_seqs) */
@@ -36,5 +41,9 @@ static inline float *moon_kv_vec(const moon_kv_cache_t *kv, const moon_kv_seq_t 
     return kv->data + (size_t)blk * kv->block_floats + (size_t)layer * kv->layer_floats +
            ((size_t)which * bt + pos % bt) * kv->kv_dim;
 }
+
+/* Tags the blocks holding positions [pos0, pos0 + n) of seq as written on the
+ * host (their device copies, if any, are stale). */
+void moon_kv_mark_host_written(moon_kv_cache_t *kv, uint32_t seq, uint32_t pos0, uint32_t n);
 
 #endif /* MOON_MODEL_KV_INTERNAL_H */

@@ -34,7 +34,9 @@ struct moon_model {
  * arguments and reserved KV room for the new tokens; the backend writes their
  * K/V at positions seq_len.. and never changes lengths (the engine advances
  * them on success). modeled_s_p: a backend that models time (COST) stores
- * it; the others leave it untouched and the engine measures wall time. */
+ * it; the others leave it untouched and the engine measures wall time.
+ * tags_writes: the backend keeps kv->writer itself (a device mirror);
+ * otherwise the engine tags the blocks a call wrote as written on the host. */
 typedef struct {
     const char *name;
     moon_status_t (*create)(const moon_model_t *model, const moon_engine_config_t *cfg,
@@ -45,6 +47,7 @@ typedef struct {
     moon_status_t (*decode)(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
                             const int32_t *tokens, uint32_t n_seqs, float *logits,
                             double *modeled_s_p);
+    int tags_writes;
 } moon_model_backend_ops_t;
 
 extern const moon_model_backend_ops_t moon_backend_ref_ops;

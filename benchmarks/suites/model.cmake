@@ -6,3 +6,8 @@ if(OPENBLAS_FOUND)
   target_compile_definitions(bench_model PRIVATE MOON_HAVE_OPENBLAS=1)
   target_link_libraries(bench_model PRIVATE PkgConfig::OPENBLAS)
 endif()
+if(MOON_WITH_CUDA)
+  # the GPU anchors (cuda_roofline, cublas) beside the CUDA engine's figures
+  target_sources(bench_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_anchors.cu)
+  target_link_libraries(bench_model PRIVATE CUDA::cublas CUDA::cudart)
+endif()

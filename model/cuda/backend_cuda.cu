@@ -3,10 +3,10 @@
  * at create); matmuls are cuBLAS sgemm; RMSNorm, RoPE, SwiGLU, the residual
  * adds and attention over the paged KV cache are kernels, each with a CPU
  * twin in forward_ref.c. The host KV cache stays authoritative: the backend
- * keeps a device mirror of the block pool, uploads the blocks of the
- * sequences a call touches, and writes the new tokens' K/V back to the host,
- * so export/import and mixing backends keep working (TODO(#4): upload only
- * blocks changed since the last call). One stream; calls are synchronous. */
+ * keeps a device mirror of the block pool, uploads the blocks a call reads
+ * that someone else wrote since (kv->writer tags), and writes the new
+ * tokens' K/V back to the host, so export/import and mixing backends keep
+ * working. One stream; calls are synchronous. */
 #ifndef _Noreturn
 #define _Noreturn __attribute__((noreturn)) /* C11 keyword in moonlet/log.h */
 #endif
@@ -58,6 +58,9 @@ typedef struct {
     float    *d_kv;                                   /* mirror of the host block pool */
     size_t    kv_floats;
     const moon_kv_cache_t *kv_owner;
+    uint64_t  mirror_id;                              /* tag of blocks d_kv holds as is */
+    uint64_t  n_uploaded;                             /* blocks uploaded (debug log) */
+    size_t    max_att_smem;                           /* dynamic shared memory of k_attention */
 } cuda_state_t;
 
 /* ---- kernels (CPU twins: forward_ref.c) ----------------------------------------- */
@@ -240,6 +243,7 @@ static void cuda_destroy(void *state)
     if (s == NULL) {
         return;
     }
+    MOON_DEBUG_LOG("cuda: %llu KV blocks uploaded", (unsigned long long)s->n_uploaded);
     if (s->layers != NULL) {
         for (uint32_t l = 0; l < s->m->cfg.n_layers; l++) {
             d_layer_t *L = &s->layers[l];
@@ -295,6 +299,16 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     }
     s->max_b = cfg->max_batch > cfg->max_chunk ? cfg->max_batch : cfg->max_chunk;
     B        = s->max_b;
+    {
+        /* k_attention holds a row's scores in shared memory: opt in to all the
+         * device allows beside its static 1 KiB (227 KiB on Hopper: 57k tokens) */
+        int dev = 0, optin = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        s->max_att_smem = (size_t)optin - 256 * sizeof(float);
+        CK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)s->max_att_smem));
+    }
     CB(cublasCreate(&s->blas));
     s->layers = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));
     if (s->layers == NULL) {
@@ -387,7 +401,16 @@ static moon_status_t gemm(cuda_state_t *s, const float *W, uint32_t out, uint32_
     return MOON_OK;
 }
 
-/* Makes the device mirror match kv for the blocks of the given rows' sequences. */
+/* Device mirrors get ids of their own (never 0, the host's tag in kv->writer). */
+static uint64_t next_mirror_id(void)
+{
+    static uint64_t last;
+    return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
+}
+
+/* Makes the device mirror match kv for the blocks of the given rows'
+ * sequences: uploads only the blocks whose tag is not this mirror's (written
+ * on the host, or by another mirror, since this one last had them). */
 static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
                                 const moon_kv_seq_t *const *seqs, uint32_t b)
 {
@@ -397,10 +420,12 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
         cudaFree(s->d_kv);
         cudaFree(s->d_tables);
         moon_free(s->h_tables);
-        s->d_kv     = NULL;
-        s->d_tables = NULL;
-        s->h_tables = (uint32_t *)moon_malloc((size_t)s->max_b * kv->max_blocks_per_seq *
-                                              sizeof(uint32_t));
+        s->d_kv      = NULL;
+        s->d_tables  = NULL;
+        s->kv_owner  = NULL;
+        s->mirror_id = next_mirror_id(); /* nothing tagged with an older id is here */
+        s->h_tables  = (uint32_t *)moon_malloc((size_t)s->max_b * kv->max_blocks_per_seq *
+                                               sizeof(uint32_t));
         if (s->h_tables == NULL) {
             return MOON_ERR_NO_MEMORY;
         }
@@ -412,16 +437,18 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
     }
     for (uint32_t i = 0; i < b; i++) {
         const moon_kv_seq_t *sq = seqs[i];
-        int                  dup = 0;
         memcpy(s->h_tables + (size_t)i * kv->max_blocks_per_seq, sq->blocks,
                sq->n_blocks * sizeof(uint32_t));
-        for (uint32_t j = 0; j < i; j++) {
-            dup |= seqs[j] == sq;
-        }
-        for (uint32_t k = 0; !dup && k < sq->n_blocks; k++) {
-            size_t off = (size_t)sq->blocks[k] * kv->block_floats;
+        for (uint32_t k = 0; k < sq->n_blocks; k++) {
+            uint32_t blk = sq->blocks[k];
+            size_t   off = (size_t)blk * kv->block_floats;
+            if (kv->writer[blk] == s->mirror_id) {
+                continue;
+            }
             CK(cudaMemcpy(s->d_kv + off, kv->data + off, kv->block_floats * sizeof(float),
                           cudaMemcpyHostToDevice));
+            kv->writer[blk] = s->mirror_id;
+            s->n_uploaded++;
         }
     }
     CK(cudaMemcpy(s->d_tables, s->h_tables,
@@ -429,38 +456,52 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
     return MOON_OK;
 }
 
-/* Copies back to the host the blocks the new tokens (rows at h_pos[]) were
- * written into: whole blocks, once each (their other slots were uploaded from
- * the host by sync_kv_in in this call, so they are unchanged). */
+/* Copies the new tokens' K/V (rows at h_pos[]) back to the host. A run of
+ * consecutive slots in one block is one 2-D copy: its K and V rows of every
+ * layer are 2 * n_layers rows, block_tokens * kv_dim floats apart. The
+ * blocks stay tagged with this mirror: host and device hold the same bytes. */
 static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
                                  const moon_kv_seq_t *const *seqs, uint32_t b)
 {
-    uint32_t bt   = kv->cfg.block_tokens;
-    uint32_t last = MOON_KV_NO_BLOCK;
+    uint32_t bt    = kv->cfg.block_tokens;
+    size_t   pitch = (size_t)bt * kv->kv_dim * sizeof(float);
 
-    for (uint32_t i = 0; i < b; i++) {
-        uint32_t blk = seqs[i]->blocks[(uint32_t)s->h_pos[i] / bt];
-        size_t   off = (size_t)blk * kv->block_floats;
-        if (blk == last) {
-            continue;
+    for (uint32_t i = 0; i < b;) {
+        uint32_t p    = (uint32_t)s->h_pos[i];
+        uint32_t blk  = seqs[i]->blocks[p / bt];
+        uint32_t n    = 1;
+        size_t   off;
+        while (i + n < b && seqs[i + n] == seqs[i] && (uint32_t)s->h_pos[i + n] == p + n &&
+               (p + n) % bt != 0) {
+            n++;
         }
-        last = blk;
-        CK(cudaMemcpy(kv->data + off, s->d_kv + off, kv->block_floats * sizeof(float),
-                      cudaMemcpyDeviceToHost));
+        off = (size_t)blk * kv->block_floats + (size_t)(p % bt) * kv->kv_dim;
+        CK(cudaMemcpy2DAsync(kv->data + off, pitch, s->d_kv + off, pitch,
+                             (size_t)n * kv->kv_dim * sizeof(float), 2 * kv->cfg.n_layers,
+                             cudaMemcpyDeviceToHost, 0));
+        i += n;
     }
+    CK(cudaStreamSynchronize(0));
     return MOON_OK;
 }
 
-static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv,
-                             const moon_kv_seq_t *const *seqs, const int32_t *tokens, uint32_t b,
-                             float *logits, int all_logits)
+static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv,
+                                  const moon_kv_seq_t *const *seqs, const int32_t *tokens,
+                                  uint32_t b, float *logits, int all_logits)
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
     moon_status_t              status;
-    size_t                     smem   = (size_t)c->seq_len * sizeof(float);
+    int32_t                    last   = 0;
+    size_t                     smem;
 
-    if (b > s->max_b || smem > 48 * 1024) {
+    for (uint32_t i = 0; i < b; i++) {
+        last = s->h_pos[i] > last ? s->h_pos[i] : last;
+    }
+    smem = ((size_t)last + 1) * sizeof(float); /* k_attention's scores of the longest row */
+    if (b > s->max_b || smem > s->max_att_smem) {
+        MOON_ERROR("cuda: a context of %d tokens is over this device's attention limit (%zu)",
+                   (int)last + 1, s->max_att_smem / sizeof(float));
         return MOON_ERR_UNSUPPORTED;
     }
     status = sync_kv_in(s, kv, seqs, b);
@@ -520,6 +561,20 @@ static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv,
     return sync_kv_out(s, kv, seqs, b);
 }
 
+/* A failed call may leave the mirror's blocks unlike the host's: a new id
+ * makes the next call upload every block it reads. */
+static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv,
+                             const moon_kv_seq_t *const *seqs, const int32_t *tokens, uint32_t b,
+                             float *logits, int all_logits)
+{
+    moon_status_t status = forward_rows(s, kv, seqs, tokens, b, logits, all_logits);
+
+    if (status != MOON_OK) {
+        s->mirror_id = next_mirror_id();
+    }
+    return status;
+}
+
 static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
                                   const int32_t *tokens, uint32_t n, float *logits,
                                   double *modeled_s_p)
@@ -558,5 +613,5 @@ static moon_status_t cuda_decode(void *state, moon_kv_cache_t *kv, const uint32_
 }
 
 extern "C" const moon_model_backend_ops_t moon_backend_cuda_ops = {
-    "cuda", cuda_create, cuda_destroy, cuda_prefill, cuda_decode,
+    "cuda", cuda_create, cuda_destroy, cuda_prefill, cuda_decode, 1 /* tags_writes */,
 };

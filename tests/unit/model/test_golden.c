@@ -1,8 +1,9 @@
 /* tests/unit/model/test_golden.c - the bundled stories260K GGUF reproduces
  * every case of tests/data/stories260K/expected_greedy.json token for token
  * (ids and text), on the reference and the fast CPU backends, token by token
- * (decode) and with the prompt run as one prefill chunk. Also the first-step
- * sanity logits (tolerance 1e-4 relative). */
+ * (decode) and with the prompt run as one prefill chunk; on the CUDA backend
+ * too where the build has it and a device is present (else "skipped"). Also
+ * the first-step sanity logits (tolerance 1e-4 relative). */
 #include "moon_test.h"
 #include "moonlet/model.h"
 
@@ -150,6 +151,35 @@ static void test_cpu_prefill(void)
     run_all(MOON_BACKEND_CPU, 1);
 }
 
+#ifdef MOON_WITH_CUDA
+static int no_cuda_device(void)
+{
+    moon_engine_config_t ecfg = {.kind = MOON_BACKEND_CUDA};
+    moon_engine_t       *eng  = NULL;
+    moon_status_t        st   = moon_engine_create(model, &ecfg, &eng);
+
+    moon_engine_destroy(eng);
+    if (st == MOON_ERR_UNSUPPORTED) {
+        moon_test_skip("no device");
+        return 1;
+    }
+    CU_ASSERT_EQUAL_FATAL(st, MOON_OK);
+    return 0;
+}
+static void test_cuda_decode(void)
+{
+    if (!no_cuda_device()) {
+        run_all(MOON_BACKEND_CUDA, 0);
+    }
+}
+static void test_cuda_prefill(void)
+{
+    if (!no_cuda_device()) {
+        run_all(MOON_BACKEND_CUDA, 1);
+    }
+}
+#endif
+
 static void check_first_step(moon_backend_kind_t kind)
 {
     const moon_model_config_t *c    = moon_model_config(model);
@@ -178,12 +208,26 @@ static void test_first_step_logits(void)
     check_first_step(MOON_BACKEND_CPU);
 }
 
+#ifdef MOON_WITH_CUDA
+static void test_cuda_first_step_logits(void)
+{
+    if (!no_cuda_device()) {
+        check_first_step(MOON_BACKEND_CUDA);
+    }
+}
+#endif
+
 static CU_TestInfo tests[] = {
     {"first_step_logits", test_first_step_logits},
     {"ref_decode", test_ref_decode},
     {"ref_prefill", test_ref_prefill},
     {"cpu_decode", test_cpu_decode},
     {"cpu_prefill", test_cpu_prefill},
+#ifdef MOON_WITH_CUDA
+    {"cuda_first_step_logits", test_cuda_first_step_logits},
+    {"cuda_decode", test_cuda_decode},
+    {"cuda_prefill", test_cuda_prefill},
+#endif
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"golden", setup, teardown, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -1,0 +1,27 @@
+/* benchmarks/cuda_anchors.h - the GPU anchors of the model suite
+ * (MOON_WITH_CUDA builds): what the device itself reaches, measured in the
+ * same run as the CUDA engine's figures. Each returns <= 0 without a device. */
+#ifndef MOON_BENCH_CUDA_ANCHORS_H
+#define MOON_BENCH_CUDA_ANCHORS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device-memory read bandwidth (bytes/s): a read-only kernel over `bytes`,
+ * best of iters passes. */
+double moon_bench_cuda_read_bw(size_t bytes, int iters);
+
+/* cuBLAS sgemm FLOP rate (FLOP/s) over the GEMM shapes given: for each i,
+ * count[i] products Y (m, n[i]) = X (m, k[i]) W^T, as the engine lays them
+ * out; best of iters passes over all of them. */
+double moon_bench_cuda_sgemm_flops(int m, const int *n, const int *k, const int *count,
+                                   int n_shapes, int iters);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOON_BENCH_CUDA_ANCHORS_H */
