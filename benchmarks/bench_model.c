@@ -465,9 +465,9 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    ecfg.kind      = strcmp(impl, "ref") == 0    ? MOON_BACKEND_REF
-                     : strcmp(impl, "cuda") == 0 ? MOON_BACKEND_CUDA
-                                                 : MOON_BACKEND_CPU;
+    ecfg.kind      = strcmp(impl, "ref") == 0        ? MOON_BACKEND_REF
+                     : strncmp(impl, "cuda", 4) == 0 ? MOON_BACKEND_CUDA /* cuda, cuda_nograph */
+                                                     : MOON_BACKEND_CPU;
     ecfg.n_threads = (uint32_t)threads;
     ecfg.max_batch = (uint32_t)batch;
     ecfg.max_chunk = (uint32_t)MOON_MAX(prompt, ctx);

@@ -1,12 +1,13 @@
 /* model/cuda/backend_cuda.cu - the CUDA backend behind moon_model_backend_ops_t
  * (built with MOON_WITH_CUDA). Weights live on the device as F32 (dequantized
- * at create); matmuls are cuBLAS sgemm; RMSNorm, RoPE, SwiGLU, the residual
- * adds and attention over the paged KV cache are kernels, each with a CPU
- * twin in forward_ref.c. The host KV cache stays authoritative: the backend
+ * at create; wq/wk/wv and w1/w3 stacked so each group is one GEMM); matmuls
+ * are cuBLAS sgemm; RMSNorm (fused with the residual add), RoPE, SwiGLU and
+ * attention over the paged KV cache are kernels, each with a CPU twin in
+ * forward_ref.c. Decode steps replay a CUDA graph per batch size. The host KV cache stays authoritative: the backend
  * keeps a device mirror of the block pool, uploads the blocks a call reads
  * that someone else wrote since (kv->writer tags), and writes the new
  * tokens' K/V back to the host, so export/import and mixing backends keep
- * working. One stream; calls are synchronous. */
+ * working. One stream of its own; calls are synchronous. */
 #ifndef _Noreturn
 #define _Noreturn __attribute__((noreturn)) /* C11 keyword in moonlet/log.h */
 #endif
@@ -19,6 +20,7 @@ extern "C" {
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CK(_call)                                                                                  \
@@ -39,17 +41,22 @@ extern "C" {
     } while (0)
 
 typedef struct {
-    float *attn_norm, *ffn_norm;           /* (dim) */
-    float *wq, *wk, *wv, *wo, *w1, *w2, *w3; /* row-major (out, in) */
+    float *attn_norm, *ffn_norm; /* (dim) */
+    float *wqkv;                 /* (dim + 2 kv_dim, dim): wq, wk, wv stacked, one GEMM */
+    float *wo;                   /* (dim, dim) */
+    float *w13;                  /* (2 hidden, dim): w1 (gate) over w3 (up), one GEMM */
+    float *w2;                   /* (dim, hidden) */
 } d_layer_t;
 
 typedef struct {
     const moon_model_t *m;
     cublasHandle_t      blas;
+    cudaStream_t        stream;
+    void               *d_blas_ws;                    /* cuBLAS workspace (graph capture) */
     uint32_t            max_b;
     float              *d_embd, *d_out, *d_out_norm; /* (vocab, dim), (vocab, dim), (dim) */
     d_layer_t          *layers;                       /* host array of device pointers */
-    float *d_x, *d_xb, *d_q, *d_k, *d_v, *d_ao, *d_hb, *d_hb2, *d_logits;
+    float *d_x, *d_xb, *d_qkv, *d_ao, *d_h13, *d_logits; /* activations, (max_b) rows */
     float *d_rope;                                    /* (seq_len, head_dim) cos, sin */
     int32_t *d_tokens, *d_pos;                        /* (max_b) */
     uint32_t *d_tables;                               /* (max_b, max_blocks_per_seq) */
@@ -60,8 +67,15 @@ typedef struct {
     const moon_kv_cache_t *kv_owner;
     uint64_t  mirror_id;                              /* tag of blocks d_kv holds as is */
     uint64_t  n_uploaded;                             /* blocks uploaded (debug log) */
-    size_t    max_att_smem;                           /* dynamic shared memory of k_attention */
+    /* decode steps replay a CUDA graph per batch size (captured on first use:
+     * one launch instead of ~9 per layer); MOON_CUDA_GRAPHS=0 turns it off */
+    int              use_graphs;
+    cudaGraphExec_t *graphs;                          /* (max_b + 1) */
+    uint8_t         *graph_failed;                    /* (max_b + 1) */
 } cuda_state_t;
+
+#define ATT_WARPS 8 /* k_attention: warps per (row, head) */
+#define ATT_VEC   4 /* head_dim <= 32 * ATT_VEC */
 
 /* ---- kernels (CPU twins: forward_ref.c) ----------------------------------------- */
 
@@ -73,13 +87,21 @@ __global__ void k_embed(float *x, const float *embd, const int32_t *tok, uint32_
     }
 }
 
-__global__ void k_rmsnorm(float *o, const float *x, const float *w, uint32_t dim, float eps)
+/* Row b (a block of 256 threads): with y, x += y first; then
+ * o = w * x / rms(x). o may be y (y is read before o is written). */
+__global__ void k_add_rmsnorm(float *x, const float *y, float *o, const float *w, uint32_t dim,
+                              float eps)
 {
     __shared__ float red[256];
     uint32_t         b  = blockIdx.x;
+    float           *xr = x + (size_t)b * dim;
     float            ss = 0.0f;
     for (uint32_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = x[(size_t)b * dim + i];
+        float v = xr[i];
+        if (y != NULL) {
+            v += y[(size_t)b * dim + i];
+            xr[i] = v;
+        }
         ss += v * v;
     }
     red[threadIdx.x] = ss;
@@ -92,124 +114,129 @@ __global__ void k_rmsnorm(float *o, const float *x, const float *w, uint32_t dim
     }
     ss = rsqrtf(red[0] / (float)dim + eps);
     for (uint32_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        o[(size_t)b * dim + i] = w[i] * (ss * x[(size_t)b * dim + i]);
+        o[(size_t)b * dim + i] = w[i] * (ss * xr[i]);
     }
 }
 
-/* RoPE on q (dim) and k (kv_dim) of row b at pos[b]; then K/V into the cache. */
-__global__ void k_rope_store(float *q, float *k, const float *v, const float *rope,
-                             const int32_t *pos, const uint32_t *tables, uint32_t max_blocks,
-                             float *kv, uint32_t dim, uint32_t kv_dim, uint32_t hs, uint32_t bt,
-                             size_t block_floats, size_t layer_floats, uint32_t layer)
+/* Row b of qkv (stride floats apart: q (dim), k, v (kv_dim)): RoPE on q in
+ * place and on k at pos[b]; the rotated k and v into the cache. */
+__global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, const int32_t *pos,
+                             const uint32_t *tables, uint32_t max_blocks, float *kv, uint32_t dim,
+                             uint32_t kv_dim, uint32_t hs, uint32_t bt, size_t block_floats,
+                             size_t layer_floats, uint32_t layer)
 {
-    uint32_t     b  = blockIdx.x;
-    int32_t      p  = pos[b];
-    const float *cs = rope + (size_t)p * hs;
+    uint32_t     b   = blockIdx.x;
+    int32_t      p   = pos[b];
+    const float *cs  = rope + (size_t)p * hs;
     uint32_t     blk = tables[(size_t)b * max_blocks + (uint32_t)p / bt];
     float       *kd  = kv + (size_t)blk * block_floats + (size_t)layer * layer_floats +
                       (size_t)((uint32_t)p % bt) * kv_dim;
     float       *vd  = kd + (size_t)bt * kv_dim;
+    float       *qq  = qkv + (size_t)b * stride;
+    const float *kk  = qq + dim;
+    const float *vv  = kk + kv_dim;
 
     for (uint32_t i = 2 * threadIdx.x; i < dim; i += 2 * blockDim.x) {
         float fcr = cs[i % hs], fci = cs[i % hs + 1];
-        float *qq = q + (size_t)b * dim;
         float q0 = qq[i], q1 = qq[i + 1];
         qq[i]     = q0 * fcr - q1 * fci;
         qq[i + 1] = q0 * fci + q1 * fcr;
         if (i < kv_dim) {
-            float *kk = k + (size_t)b * kv_dim;
-            float  k0 = kk[i], k1 = kk[i + 1];
+            float k0 = kk[i], k1 = kk[i + 1];
             kd[i]     = k0 * fcr - k1 * fci;
             kd[i + 1] = k0 * fci + k1 * fcr;
-            vd[i]     = v[(size_t)b * kv_dim + i];
-            vd[i + 1] = v[(size_t)b * kv_dim + i + 1];
+            vd[i]     = vv[i];
+            vd[i + 1] = vv[i + 1];
         }
     }
 }
 
-/* One block per (row, head): scores in shared memory, softmax, weighted V. */
-__global__ void k_attention(float *out, const float *q, const float *kv, const int32_t *pos,
-                            const uint32_t *tables, uint32_t max_blocks, uint32_t n_heads,
-                            uint32_t kv_mul, uint32_t hs, uint32_t dim, uint32_t kv_dim,
-                            uint32_t bt, size_t block_floats, size_t layer_floats, uint32_t layer)
+/* One block of ATT_WARPS warps per (row, head). Each warp takes every
+ * ATT_WARPS-th cached position with an online softmax (running max m, sum l
+ * and weighted V in registers: no buffer that grows with the context); the
+ * warps' states are merged at the end. Lanes split the head dimension. */
+__global__ void k_attention(float *out, const float *qkv, uint32_t stride, const float *kv,
+                            const int32_t *pos, const uint32_t *tables, uint32_t max_blocks,
+                            uint32_t n_heads, uint32_t kv_mul, uint32_t hs, uint32_t dim,
+                            uint32_t kv_dim, uint32_t bt, size_t block_floats, size_t layer_floats,
+                            uint32_t layer)
 {
-    extern __shared__ float att[];
-    __shared__ float        red[256];
-    uint32_t                b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-    uint32_t                n = (uint32_t)pos[b] + 1, kvh = h / kv_mul;
-    const float            *qh = q + (size_t)b * dim + h * hs;
-    float                   scale = rsqrtf((float)hs), max = -INFINITY, sum = 0.0f;
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][32 * ATT_VEC];
+    uint32_t         b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+    uint32_t         warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint32_t         n = (uint32_t)pos[b] + 1, kvh = h / kv_mul;
+    const float     *qh    = qkv + (size_t)b * stride + h * hs;
+    const float     *base  = kv + (size_t)layer * layer_floats + kvh * hs;
+    float            scale = rsqrtf((float)hs), m = -INFINITY, l = 0.0f;
+    float            q[ATT_VEC], o[ATT_VEC];
 
-    for (uint32_t t = threadIdx.x; t < n; t += blockDim.x) {
+    for (uint32_t j = 0; j < ATT_VEC; j++) {
+        uint32_t i = lane + 32 * j;
+        q[j]       = i < hs ? qh[i] * scale : 0.0f;
+        o[j]       = 0.0f;
+    }
+    for (uint32_t t = warp; t < n; t += ATT_WARPS) {
         uint32_t     blk = tables[(size_t)b * max_blocks + t / bt];
-        const float *k   = kv + (size_t)blk * block_floats + (size_t)layer * layer_floats +
-                         (size_t)(t % bt) * kv_dim + kvh * hs;
-        float d = 0.0f;
-        for (uint32_t i = 0; i < hs; i++) {
-            d += qh[i] * k[i];
+        const float *k   = base + (size_t)blk * block_floats + (size_t)(t % bt) * kv_dim;
+        const float *v   = k + (size_t)bt * kv_dim;
+        float        d   = 0.0f, mn, c, pr;
+        for (uint32_t j = 0; j < ATT_VEC; j++) {
+            uint32_t i = lane + 32 * j;
+            d += i < hs ? q[j] * k[i] : 0.0f;
         }
-        att[t] = d * scale;
-        max    = fmaxf(max, att[t]);
-    }
-    red[threadIdx.x] = max;
-    __syncthreads();
-    for (uint32_t s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        for (int off = 16; off > 0; off >>= 1) {
+            d += __shfl_xor_sync(0xffffffffu, d, off);
         }
-        __syncthreads();
-    }
-    max = red[0];
-    __syncthreads();
-    for (uint32_t t = threadIdx.x; t < n; t += blockDim.x) {
-        att[t] = expf(att[t] - max);
-        sum += att[t];
-    }
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (uint32_t s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            red[threadIdx.x] += red[threadIdx.x + s];
+        mn = fmaxf(m, d);
+        c  = expf(m - mn); /* 0 on the first position (m = -inf) */
+        pr = expf(d - mn);
+        l  = l * c + pr;
+        for (uint32_t j = 0; j < ATT_VEC; j++) {
+            uint32_t i = lane + 32 * j;
+            o[j]       = o[j] * c + (i < hs ? pr * v[i] : 0.0f);
         }
-        __syncthreads();
+        m = mn;
     }
-    sum = red[0];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+    for (uint32_t j = 0; j < ATT_VEC; j++) {
+        so[warp][lane + 32 * j] = o[j];
+    }
+    __syncthreads();
     for (uint32_t i = threadIdx.x; i < hs; i += blockDim.x) {
-        float o = 0.0f;
-        for (uint32_t t = 0; t < n; t++) {
-            uint32_t     blk = tables[(size_t)b * max_blocks + t / bt];
-            const float *v   = kv + (size_t)blk * block_floats + (size_t)layer * layer_floats +
-                             ((size_t)bt + t % bt) * kv_dim + kvh * hs;
-            o += att[t] * v[i];
+        float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
+        for (uint32_t w = 0; w < ATT_WARPS; w++) {
+            mx = fmaxf(mx, sm[w]);
         }
-        out[(size_t)b * dim + h * hs + i] = o / sum;
+        for (uint32_t w = 0; w < ATT_WARPS; w++) {
+            float f = sl[w] > 0.0f ? expf(sm[w] - mx) : 0.0f; /* a warp with no position */
+            sum += sl[w] * f;
+            acc += so[w][i] * f;
+        }
+        out[(size_t)b * dim + h * hs + i] = acc / sum;
     }
 }
 
-__global__ void k_add(float *x, const float *y, size_t n)
+/* h13 rows are (gate (hidden), up (hidden)): gate = silu(gate) * up in place. */
+__global__ void k_swiglu(float *h13, uint32_t hidden, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        x[i] += y[i];
-    }
-}
-
-__global__ void k_swiglu(float *h, const float *h3, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float g = h[i];
-        h[i]    = g * (1.0f / (1.0f + expf(-g))) * h3[i];
+        float *g = h13 + (i / hidden) * 2 * hidden + i % hidden;
+        float  v = *g;
+        *g       = v * (1.0f / (1.0f + expf(-v))) * g[hidden];
     }
 }
 
 /* ---- host side ----------------------------------------------------------------- */
 
-static moon_status_t upload_tensor(const moon_tensor_t *t, float **d_p)
+/* Tensor t dequantized to F32 into d (rows * cols floats already allocated). */
+static moon_status_t upload_rows(const moon_tensor_t *t, float *d)
 {
-    size_t n    = (size_t)t->rows * t->cols;
-    float *h    = (float *)moon_malloc(n * sizeof(float));
-    float *d    = NULL;
+    size_t n = (size_t)t->rows * t->cols;
+    float *h = (float *)moon_malloc(n * sizeof(float));
 
     if (h == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -217,16 +244,34 @@ static moon_status_t upload_tensor(const moon_tensor_t *t, float **d_p)
     for (uint32_t r = 0; r < t->rows; r++) {
         moon_tensor_row(t, r, h + (size_t)r * t->cols);
     }
-    if (cudaMalloc((void **)&d, n * sizeof(float)) != cudaSuccess ||
-        cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
         moon_free(h);
-        cudaFree(d);
         MOON_ERROR("cuda: weight upload failed");
-        return MOON_ERR_NO_MEMORY;
+        return MOON_ERR_IO;
     }
     moon_free(h);
-    *d_p = d;
     return MOON_OK;
+}
+
+/* The tensors stacked row-wise into one new device matrix. */
+static moon_status_t upload_stacked(const moon_tensor_t *const *ts, int n, float **d_p)
+{
+    size_t        rows = 0, off = 0;
+    moon_status_t status = MOON_OK;
+
+    for (int i = 0; i < n; i++) {
+        rows += ts[i]->rows;
+    }
+    if (cudaMalloc((void **)d_p, rows * ts[0]->cols * sizeof(float)) != cudaSuccess) {
+        *d_p = NULL;
+        MOON_ERROR("cuda: no device memory for %zu weight rows", rows);
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n && status == MOON_OK; i++) {
+        status = upload_rows(ts[i], *d_p + off);
+        off += (size_t)ts[i]->rows * ts[i]->cols;
+    }
+    return status;
 }
 
 static moon_status_t upload_vec(const float *h, uint32_t n, float **d_p)
@@ -234,6 +279,17 @@ static moon_status_t upload_vec(const float *h, uint32_t n, float **d_p)
     CK(cudaMalloc((void **)d_p, n * sizeof(float)));
     CK(cudaMemcpy(*d_p, h, n * sizeof(float), cudaMemcpyHostToDevice));
     return MOON_OK;
+}
+
+static void drop_graphs(cuda_state_t *s)
+{
+    for (uint32_t b = 0; s->graphs != NULL && s->graph_failed != NULL && b <= s->max_b; b++) {
+        if (s->graphs[b] != NULL) {
+            cudaGraphExecDestroy(s->graphs[b]);
+            s->graphs[b] = NULL;
+        }
+        s->graph_failed[b] = 0;
+    }
 }
 
 static void cuda_destroy(void *state)
@@ -244,18 +300,16 @@ static void cuda_destroy(void *state)
         return;
     }
     MOON_DEBUG_LOG("cuda: %llu KV blocks uploaded", (unsigned long long)s->n_uploaded);
+    drop_graphs(s);
     if (s->layers != NULL) {
         for (uint32_t l = 0; l < s->m->cfg.n_layers; l++) {
             d_layer_t *L = &s->layers[l];
             cudaFree(L->attn_norm);
             cudaFree(L->ffn_norm);
-            cudaFree(L->wq);
-            cudaFree(L->wk);
-            cudaFree(L->wv);
+            cudaFree(L->wqkv);
             cudaFree(L->wo);
-            cudaFree(L->w1);
+            cudaFree(L->w13);
             cudaFree(L->w2);
-            cudaFree(L->w3);
         }
     }
     if (s->d_out != s->d_embd) {
@@ -265,12 +319,9 @@ static void cuda_destroy(void *state)
     cudaFree(s->d_out_norm);
     cudaFree(s->d_x);
     cudaFree(s->d_xb);
-    cudaFree(s->d_q);
-    cudaFree(s->d_k);
-    cudaFree(s->d_v);
+    cudaFree(s->d_qkv);
     cudaFree(s->d_ao);
-    cudaFree(s->d_hb);
-    cudaFree(s->d_hb2);
+    cudaFree(s->d_h13);
     cudaFree(s->d_logits);
     cudaFree(s->d_rope);
     cudaFree(s->d_tokens);
@@ -280,6 +331,12 @@ static void cuda_destroy(void *state)
     if (s->blas != NULL) {
         cublasDestroy(s->blas);
     }
+    cudaFree(s->d_blas_ws);
+    if (s->stream != NULL) {
+        cudaStreamDestroy(s->stream);
+    }
+    moon_free(s->graphs);
+    moon_free(s->graph_failed);
     moon_free(s->h_tables);
     moon_free(s->h_pos);
     moon_free(s->layers);
@@ -290,73 +347,73 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    size_t                     B;
+    size_t                     B, ws  = (size_t)32 << 20; /* NVIDIA's advice for Hopper */
     moon_status_t              status;
     int                        n_dev = 0;
+    const char                *env   = getenv("MOON_CUDA_GRAPHS");
 
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
         return MOON_ERR_UNSUPPORTED;
     }
-    s->max_b = cfg->max_batch > cfg->max_chunk ? cfg->max_batch : cfg->max_chunk;
-    B        = s->max_b;
-    {
-        /* k_attention holds a row's scores in shared memory: opt in to all the
-         * device allows beside its static 1 KiB (227 KiB on Hopper: 57k tokens) */
-        int dev = 0, optin = 0;
-        CK(cudaGetDevice(&dev));
-        CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        s->max_att_smem = (size_t)optin - 256 * sizeof(float);
-        CK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)s->max_att_smem));
+    if (c->head_dim > 32 * ATT_VEC) {
+        MOON_ERROR("cuda: head_dim %u is over the attention kernel's %d", c->head_dim,
+                   32 * ATT_VEC);
+        return MOON_ERR_UNSUPPORTED;
     }
-    CB(cublasCreate(&s->blas));
-    s->layers = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));
-    if (s->layers == NULL) {
+    s->max_b        = cfg->max_batch > cfg->max_chunk ? cfg->max_batch : cfg->max_chunk;
+    B               = s->max_b;
+    s->use_graphs   = !(env != NULL && strcmp(env, "0") == 0);
+    s->graphs       = (cudaGraphExec_t *)moon_calloc(B + 1, sizeof(cudaGraphExec_t));
+    s->graph_failed = (uint8_t *)moon_calloc(B + 1, 1);
+    s->layers       = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));
+    s->h_pos        = (int32_t *)moon_malloc(B * sizeof(int32_t));
+    if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->h_pos == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    status = upload_tensor(&s->m->tok_embd, &s->d_embd);
-    if (status != MOON_OK) {
-        return status;
-    }
-    if (s->m->output.data == s->m->tok_embd.data) {
-        s->d_out = s->d_embd;
-    } else if ((status = upload_tensor(&s->m->output, &s->d_out)) != MOON_OK) {
-        return status;
+    CK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CK(cudaMalloc(&s->d_blas_ws, ws));
+    CB(cublasCreate(&s->blas));
+    CB(cublasSetStream(s->blas, s->stream));
+    CB(cublasSetWorkspace(s->blas, s->d_blas_ws, ws));
+    {
+        const moon_tensor_t *e[1] = {&s->m->tok_embd}, *o[1] = {&s->m->output};
+        if ((status = upload_stacked(e, 1, &s->d_embd)) != MOON_OK) {
+            return status;
+        }
+        if (s->m->output.data == s->m->tok_embd.data) {
+            s->d_out = s->d_embd;
+        } else if ((status = upload_stacked(o, 1, &s->d_out)) != MOON_OK) {
+            return status;
+        }
     }
     if ((status = upload_vec(s->m->output_norm, c->dim, &s->d_out_norm)) != MOON_OK) {
         return status;
     }
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        const moon_layer_t *L = &s->m->layers[l];
-        d_layer_t          *D = &s->layers[l];
+        const moon_layer_t  *L      = &s->m->layers[l];
+        d_layer_t           *D      = &s->layers[l];
+        const moon_tensor_t *qkv[3] = {&L->wq, &L->wk, &L->wv}, *w13[2] = {&L->w1, &L->w3};
+        const moon_tensor_t *wo[1] = {&L->wo}, *w2[1] = {&L->w2};
         if ((status = upload_vec(L->attn_norm, c->dim, &D->attn_norm)) != MOON_OK ||
             (status = upload_vec(L->ffn_norm, c->dim, &D->ffn_norm)) != MOON_OK ||
-            (status = upload_tensor(&L->wq, &D->wq)) != MOON_OK ||
-            (status = upload_tensor(&L->wk, &D->wk)) != MOON_OK ||
-            (status = upload_tensor(&L->wv, &D->wv)) != MOON_OK ||
-            (status = upload_tensor(&L->wo, &D->wo)) != MOON_OK ||
-            (status = upload_tensor(&L->w1, &D->w1)) != MOON_OK ||
-            (status = upload_tensor(&L->w2, &D->w2)) != MOON_OK ||
-            (status = upload_tensor(&L->w3, &D->w3)) != MOON_OK) {
+            (status = upload_stacked(qkv, 3, &D->wqkv)) != MOON_OK ||
+            (status = upload_stacked(wo, 1, &D->wo)) != MOON_OK ||
+            (status = upload_stacked(w13, 2, &D->w13)) != MOON_OK ||
+            (status = upload_stacked(w2, 1, &D->w2)) != MOON_OK) {
             return status;
         }
     }
     CK(cudaMalloc((void **)&s->d_x, B * c->dim * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_xb, B * c->dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_q, B * c->dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_k, B * kv_dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_v, B * kv_dim * sizeof(float)));
+    CK(cudaMalloc((void **)&s->d_qkv, B * (c->dim + 2 * kv_dim) * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_ao, B * c->dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_hb, B * c->hidden_dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_hb2, B * c->hidden_dim * sizeof(float)));
+    CK(cudaMalloc((void **)&s->d_h13, B * 2 * c->hidden_dim * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_logits, B * c->vocab_size * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_tokens, B * sizeof(int32_t)));
     CK(cudaMalloc((void **)&s->d_pos, B * sizeof(int32_t)));
-    s->h_pos = (int32_t *)moon_malloc(B * sizeof(int32_t));
     {
         float *rope = (float *)moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
-        if (rope == NULL || s->h_pos == NULL) {
-            moon_free(rope);
+        if (rope == NULL) {
             return MOON_ERR_NO_MEMORY;
         }
         for (uint32_t p = 0; p < c->seq_len; p++) {
@@ -391,13 +448,14 @@ static moon_status_t cuda_create(const moon_model_t *m, const moon_engine_config
     return MOON_OK;
 }
 
-/* Y (b, out) = X (b, in) W^T, W row-major (out, in): column-major Y^T = W^T' X^T. */
+/* Y (b, out) = X (b, in) W^T, W row-major (out, in), rows of X and Y ldx and
+ * ldy floats apart: column-major Y^T = W^T' X^T. */
 static moon_status_t gemm(cuda_state_t *s, const float *W, uint32_t out, uint32_t in,
-                          const float *X, float *Y, uint32_t b)
+                          const float *X, uint32_t ldx, float *Y, uint32_t ldy, uint32_t b)
 {
     const float one = 1.0f, zero = 0.0f;
     CB(cublasSgemm(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)b, (int)in, &one, W, (int)in,
-                   X, (int)in, &zero, Y, (int)out));
+                   X, (int)ldx, &zero, Y, (int)ldy));
     return MOON_OK;
 }
 
@@ -417,6 +475,7 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
     size_t floats = kv->block_floats * kv->cfg.n_blocks;
 
     if (s->kv_owner != kv || s->kv_floats != floats) {
+        drop_graphs(s); /* they hold the old mirror's pointers */
         cudaFree(s->d_kv);
         cudaFree(s->d_tables);
         moon_free(s->h_tables);
@@ -445,14 +504,15 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
             if (kv->writer[blk] == s->mirror_id) {
                 continue;
             }
-            CK(cudaMemcpy(s->d_kv + off, kv->data + off, kv->block_floats * sizeof(float),
-                          cudaMemcpyHostToDevice));
+            CK(cudaMemcpyAsync(s->d_kv + off, kv->data + off, kv->block_floats * sizeof(float),
+                               cudaMemcpyHostToDevice, s->stream));
             kv->writer[blk] = s->mirror_id;
             s->n_uploaded++;
         }
     }
-    CK(cudaMemcpy(s->d_tables, s->h_tables,
-                  (size_t)b * kv->max_blocks_per_seq * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(s->d_tables, s->h_tables,
+                       (size_t)b * kv->max_blocks_per_seq * sizeof(uint32_t),
+                       cudaMemcpyHostToDevice, s->stream));
     return MOON_OK;
 }
 
@@ -478,10 +538,105 @@ static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
         off = (size_t)blk * kv->block_floats + (size_t)(p % bt) * kv->kv_dim;
         CK(cudaMemcpy2DAsync(kv->data + off, pitch, s->d_kv + off, pitch,
                              (size_t)n * kv->kv_dim * sizeof(float), 2 * kv->cfg.n_layers,
-                             cudaMemcpyDeviceToHost, 0));
+                             cudaMemcpyDeviceToHost, s->stream));
         i += n;
     }
-    CK(cudaStreamSynchronize(0));
+    return MOON_OK;
+}
+
+/* Enqueues the whole pass on s->stream for b rows whose tokens, positions
+ * and block tables are on the device: embedding, the layers, and the logits
+ * of every row (all_logits) or of the last, or none (!want_logits). Only
+ * launches: it can be captured into a graph. */
+static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b,
+                                  int want_logits, int all_logits)
+{
+    const moon_model_config_t *c      = &s->m->cfg;
+    uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    uint32_t                   qkv_n  = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
+    cudaStream_t               st     = s->stream;
+    moon_status_t              status;
+
+    k_embed<<<b, 128, 0, st>>>(s->d_x, s->d_embd, s->d_tokens, c->dim);
+    k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, NULL, s->d_xb, s->layers[0].attn_norm, c->dim,
+                                     c->norm_eps);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const d_layer_t *L    = &s->layers[l];
+        const float     *next = l + 1 < c->n_layers ? s->layers[l + 1].attn_norm : s->d_out_norm;
+        size_t           n    = (size_t)b * c->hidden_dim;
+        if ((status = gemm(s, L->wqkv, qkv_n, c->dim, s->d_xb, c->dim, s->d_qkv, qkv_n, b)) !=
+            MOON_OK) {
+            return status;
+        }
+        k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables,
+                                        kv->max_blocks_per_seq, s->d_kv, c->dim, kv_dim,
+                                        c->head_dim, kv->cfg.block_tokens, kv->block_floats,
+                                        kv->layer_floats, l);
+        k_attention<<<b * c->n_heads, 32 * ATT_WARPS, 0, st>>>(
+            s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, kv->max_blocks_per_seq,
+            c->n_heads, c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim,
+            kv->cfg.block_tokens, kv->block_floats, kv->layer_floats, l);
+        if ((status = gemm(s, L->wo, c->dim, c->dim, s->d_ao, c->dim, s->d_xb, c->dim, b)) !=
+            MOON_OK) {
+            return status;
+        }
+        k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, s->d_xb, s->d_xb, L->ffn_norm, c->dim,
+                                         c->norm_eps);
+        if ((status = gemm(s, L->w13, h2, c->dim, s->d_xb, c->dim, s->d_h13, h2, b)) != MOON_OK) {
+            return status;
+        }
+        k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(s->d_h13, c->hidden_dim, n);
+        if ((status = gemm(s, L->w2, c->dim, c->hidden_dim, s->d_h13, h2, s->d_xb, c->dim, b)) !=
+            MOON_OK) {
+            return status;
+        }
+        /* the residual, then the next layer's attention norm (the output norm after the last) */
+        k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, s->d_xb, s->d_xb, next, c->dim, c->norm_eps);
+    }
+    if (want_logits) {
+        uint32_t rows = all_logits ? b : 1;
+        float   *x_in = s->d_xb + (all_logits ? 0 : (size_t)(b - 1) * c->dim);
+        if ((status = gemm(s, s->d_out, c->vocab_size, c->dim, x_in, c->dim, s->d_logits,
+                           c->vocab_size, rows)) != MOON_OK) {
+            return status;
+        }
+    }
+    CK(cudaGetLastError());
+    return MOON_OK;
+}
+
+/* Decode steps of b rows replay a graph of the pass, captured on first use.
+ * A capture that fails leaves that batch size to plain launches. */
+static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b,
+                              int want_logits, int all_logits)
+{
+    cudaGraph_t   g = NULL;
+    moon_status_t status;
+    cudaError_t   e;
+
+    if (!s->use_graphs || !all_logits || !want_logits || s->graph_failed[b]) {
+        return enqueue_pass(s, kv, b, want_logits, all_logits);
+    }
+    if (s->graphs[b] == NULL) {
+        CK(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        status = enqueue_pass(s, kv, b, want_logits, all_logits);
+        e      = cudaStreamEndCapture(s->stream, &g);
+        if (status != MOON_OK || e != cudaSuccess ||
+            cudaGraphInstantiate(&s->graphs[b], g, 0) != cudaSuccess) {
+            MOON_WARN("cuda: no graph for decode batch %u (%s): plain launches", b,
+                      cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
+            (void)cudaGetLastError();
+            s->graphs[b]       = NULL;
+            s->graph_failed[b] = 1;
+        }
+        if (g != NULL) {
+            cudaGraphDestroy(g);
+        }
+        if (s->graphs[b] == NULL) {
+            return enqueue_pass(s, kv, b, want_logits, all_logits);
+        }
+    }
+    CK(cudaGraphLaunch(s->graphs[b], s->stream));
     return MOON_OK;
 }
 
@@ -489,76 +644,32 @@ static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv,
                                   const moon_kv_seq_t *const *seqs, const int32_t *tokens,
                                   uint32_t b, float *logits, int all_logits)
 {
-    const moon_model_config_t *c      = &s->m->cfg;
-    uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    const moon_model_config_t *c = &s->m->cfg;
     moon_status_t              status;
-    int32_t                    last   = 0;
-    size_t                     smem;
 
-    for (uint32_t i = 0; i < b; i++) {
-        last = s->h_pos[i] > last ? s->h_pos[i] : last;
-    }
-    smem = ((size_t)last + 1) * sizeof(float); /* k_attention's scores of the longest row */
-    if (b > s->max_b || smem > s->max_att_smem) {
-        MOON_ERROR("cuda: a context of %d tokens is over this device's attention limit (%zu)",
-                   (int)last + 1, s->max_att_smem / sizeof(float));
+    if (b > s->max_b) {
         return MOON_ERR_UNSUPPORTED;
     }
-    status = sync_kv_in(s, kv, seqs, b);
-    if (status != MOON_OK) {
+    if ((status = sync_kv_in(s, kv, seqs, b)) != MOON_OK) {
         return status;
     }
-    CK(cudaMemcpy(s->d_tokens, tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice));
-    k_embed<<<b, 128>>>(s->d_x, s->d_embd, s->d_tokens, c->dim);
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        d_layer_t *L = &s->layers[l];
-        size_t     n;
-        k_rmsnorm<<<b, 256>>>(s->d_xb, s->d_x, L->attn_norm, c->dim, c->norm_eps);
-        if ((status = gemm(s, L->wq, c->dim, c->dim, s->d_xb, s->d_q, b)) != MOON_OK ||
-            (status = gemm(s, L->wk, kv_dim, c->dim, s->d_xb, s->d_k, b)) != MOON_OK ||
-            (status = gemm(s, L->wv, kv_dim, c->dim, s->d_xb, s->d_v, b)) != MOON_OK) {
-            return status;
-        }
-        k_rope_store<<<b, 128>>>(s->d_q, s->d_k, s->d_v, s->d_rope, s->d_pos, s->d_tables,
-                                 kv->max_blocks_per_seq, s->d_kv, c->dim, kv_dim, c->head_dim,
-                                 kv->cfg.block_tokens, kv->block_floats, kv->layer_floats, l);
-        k_attention<<<b * c->n_heads, 256, smem>>>(
-            s->d_ao, s->d_q, s->d_kv, s->d_pos, s->d_tables, kv->max_blocks_per_seq, c->n_heads,
-            c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim, kv->cfg.block_tokens,
-            kv->block_floats, kv->layer_floats, l);
-        if ((status = gemm(s, L->wo, c->dim, c->dim, s->d_ao, s->d_xb, b)) != MOON_OK) {
-            return status;
-        }
-        n = (size_t)b * c->dim;
-        k_add<<<(unsigned)((n + 255) / 256), 256>>>(s->d_x, s->d_xb, n);
-        k_rmsnorm<<<b, 256>>>(s->d_xb, s->d_x, L->ffn_norm, c->dim, c->norm_eps);
-        if ((status = gemm(s, L->w1, c->hidden_dim, c->dim, s->d_xb, s->d_hb, b)) != MOON_OK ||
-            (status = gemm(s, L->w3, c->hidden_dim, c->dim, s->d_xb, s->d_hb2, b)) != MOON_OK) {
-            return status;
-        }
-        n = (size_t)b * c->hidden_dim;
-        k_swiglu<<<(unsigned)((n + 255) / 256), 256>>>(s->d_hb, s->d_hb2, n);
-        if ((status = gemm(s, L->w2, c->dim, c->hidden_dim, s->d_hb, s->d_xb, b)) != MOON_OK) {
-            return status;
-        }
-        n = (size_t)b * c->dim;
-        k_add<<<(unsigned)((n + 255) / 256), 256>>>(s->d_x, s->d_xb, n);
+    CK(cudaMemcpyAsync(s->d_tokens, tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       s->stream));
+    CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       s->stream));
+    if ((status = run_pass(s, kv, b, logits != NULL, all_logits)) != MOON_OK) {
+        return status;
     }
-    CK(cudaGetLastError());
     if (logits != NULL) {
-        uint32_t rows  = all_logits ? b : 1;
-        float   *x_in  = s->d_x + (all_logits ? 0 : (size_t)(b - 1) * c->dim);
-        k_rmsnorm<<<rows, 256>>>(s->d_xb, x_in, s->d_out_norm, c->dim, c->norm_eps);
-        if ((status = gemm(s, s->d_out, c->vocab_size, c->dim, s->d_xb, s->d_logits, rows)) !=
-            MOON_OK) {
-            return status;
-        }
-        CK(cudaMemcpy(logits, s->d_logits, (size_t)rows * c->vocab_size * sizeof(float),
-                      cudaMemcpyDeviceToHost));
+        CK(cudaMemcpyAsync(logits, s->d_logits,
+                           (size_t)(all_logits ? b : 1) * c->vocab_size * sizeof(float),
+                           cudaMemcpyDeviceToHost, s->stream));
     }
-    CK(cudaDeviceSynchronize());
-    return sync_kv_out(s, kv, seqs, b);
+    if ((status = sync_kv_out(s, kv, seqs, b)) != MOON_OK) {
+        return status;
+    }
+    CK(cudaStreamSynchronize(s->stream));
+    return MOON_OK;
 }
 
 /* A failed call may leave the mirror's blocks unlike the host's: a new id
@@ -570,6 +681,7 @@ static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv,
     moon_status_t status = forward_rows(s, kv, seqs, tokens, b, logits, all_logits);
 
     if (status != MOON_OK) {
+        (void)cudaStreamSynchronize(s->stream);
         s->mirror_id = next_mirror_id();
     }
     return status;
