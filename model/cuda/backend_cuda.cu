@@ -54,6 +54,7 @@ typedef struct {
     cudaStream_t        stream;
     void               *d_blas_ws;                    /* cuBLAS workspace (graph capture) */
     uint32_t            max_b;
+    uint32_t            n_sms;                        /* multiprocessors */
     float              *d_embd, *d_out, *d_out_norm; /* (vocab, dim), (vocab, dim), (dim) */
     d_layer_t          *layers;                       /* host array of device pointers */
     float *d_x, *d_xb, *d_qkv, *d_ao, *d_h13, *d_logits; /* activations, (max_b) rows */
@@ -74,8 +75,8 @@ typedef struct {
     uint8_t         *graph_failed;                    /* (max_b + 1) */
 } cuda_state_t;
 
-#define ATT_WARPS 8 /* k_attention: warps per (row, head) */
-#define ATT_VEC   4 /* head_dim <= 32 * ATT_VEC */
+#define ATT_WARPS_MAX 32 /* k_attention: warps per (row, head), at most */
+#define ATT_VEC       4  /* head_dim <= 32 * ATT_VEC */
 
 /* ---- kernels (CPU twins: forward_ref.c) ----------------------------------------- */
 
@@ -151,19 +152,21 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
     }
 }
 
-/* One block of ATT_WARPS warps per (row, head). Each warp takes every
- * ATT_WARPS-th cached position with an online softmax (running max m, sum l
- * and weighted V in registers: no buffer that grows with the context); the
- * warps' states are merged at the end. Lanes split the head dimension. */
+/* One block per (row, head), of up to ATT_WARPS_MAX warps. Each warp takes
+ * every n_warps-th cached position with an online softmax (running max m,
+ * sum l and weighted V in registers: no buffer that grows with the context);
+ * the warps' states are merged at the end. Lanes split the head dimension.
+ * A warp's positions are a chain of dependent loads, so few rows (decode)
+ * get many warps each. */
 __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const float *kv,
                             const int32_t *pos, const uint32_t *tables, uint32_t max_blocks,
                             uint32_t n_heads, uint32_t kv_mul, uint32_t hs, uint32_t dim,
                             uint32_t kv_dim, uint32_t bt, size_t block_floats, size_t layer_floats,
                             uint32_t layer)
 {
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], so[ATT_WARPS][32 * ATT_VEC];
+    __shared__ float sm[ATT_WARPS_MAX], sl[ATT_WARPS_MAX], so[ATT_WARPS_MAX][32 * ATT_VEC];
     uint32_t         b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-    uint32_t         warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint32_t         warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
     uint32_t         n = (uint32_t)pos[b] + 1, kvh = h / kv_mul;
     const float     *qh    = qkv + (size_t)b * stride + h * hs;
     const float     *base  = kv + (size_t)layer * layer_floats + kvh * hs;
@@ -175,7 +178,7 @@ __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const
         q[j]       = i < hs ? qh[i] * scale : 0.0f;
         o[j]       = 0.0f;
     }
-    for (uint32_t t = warp; t < n; t += ATT_WARPS) {
+    for (uint32_t t = warp; t < n; t += n_warps) {
         uint32_t     blk = tables[(size_t)b * max_blocks + t / bt];
         const float *k   = base + (size_t)blk * block_floats + (size_t)(t % bt) * kv_dim;
         const float *v   = k + (size_t)bt * kv_dim;
@@ -207,10 +210,10 @@ __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < hs; i += blockDim.x) {
         float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
-        for (uint32_t w = 0; w < ATT_WARPS; w++) {
+        for (uint32_t w = 0; w < n_warps; w++) {
             mx = fmaxf(mx, sm[w]);
         }
-        for (uint32_t w = 0; w < ATT_WARPS; w++) {
+        for (uint32_t w = 0; w < n_warps; w++) {
             float f = sl[w] > 0.0f ? expf(sm[w] - mx) : 0.0f; /* a warp with no position */
             sum += sl[w] * f;
             acc += so[w][i] * f;
@@ -369,6 +372,12 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     s->h_pos        = (int32_t *)moon_malloc(B * sizeof(int32_t));
     if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->h_pos == NULL) {
         return MOON_ERR_NO_MEMORY;
+    }
+    {
+        int dev = 0, sms = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        s->n_sms = (uint32_t)sms;
     }
     CK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CK(cudaMalloc(&s->d_blas_ws, ws));
@@ -555,6 +564,8 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
     uint32_t                   qkv_n  = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
     cudaStream_t               st     = s->stream;
+    /* under two blocks per multiprocessor (decode): more warps per (row, head) */
+    uint32_t                   att_w  = b * c->n_heads < 2 * s->n_sms ? ATT_WARPS_MAX : 8;
     moon_status_t              status;
 
     k_embed<<<b, 128, 0, st>>>(s->d_x, s->d_embd, s->d_tokens, c->dim);
@@ -572,7 +583,7 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
                                         kv->max_blocks_per_seq, s->d_kv, c->dim, kv_dim,
                                         c->head_dim, kv->cfg.block_tokens, kv->block_floats,
                                         kv->layer_floats, l);
-        k_attention<<<b * c->n_heads, 32 * ATT_WARPS, 0, st>>>(
+        k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
             s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, kv->max_blocks_per_seq,
             c->n_heads, c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim,
             kv->cfg.block_tokens, kv->block_floats, kv->layer_floats, l);

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# tests/scripts/gpu_checks.sh CUDA_BUILD_DIR - the GPU checks of a
+# MOON_WITH_CUDA build, on a machine with a GPU (CI has none: there these
+# tests report themselves skipped). Runs the cuda-labelled tests (test_gpu,
+# test_cuda with and without CUDA graphs, the golden outputs on the CUDA
+# backend in test_golden), test_cuda under compute-sanitizer memcheck where
+# it is installed, then the model_cuda benchmark suite (JSON lines). Exit
+# status 1 if any check failed.
+set -uo pipefail
+B=$(cd "${1:?usage: gpu_checks.sh CUDA_BUILD_DIR}" && pwd)
+cd "$(dirname "$0")/../.."
+T=$B/tests/unit
+fail=0
+check() {
+    echo "== $*"
+    "$@" || { echo "FAILED: $*"; fail=1; }
+}
+check "$T/runtime/test_gpu"
+check "$T/model/test_cuda"
+check env MOON_CUDA_GRAPHS=0 "$T/model/test_cuda"
+check "$T/model/test_golden"
+if command -v compute-sanitizer >/dev/null; then
+    check compute-sanitizer --tool memcheck --error-exitcode 1 "$T/model/test_cuda"
+fi
+echo "== benchmarks/suites/model_cuda.sh"
+BUILD_DIR=$B BENCH_BIN=$B/benchmarks bash benchmarks/suites/model_cuda.sh || fail=1
+exit $fail
