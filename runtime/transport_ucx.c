@@ -55,6 +55,7 @@ typedef struct {
     int          *addr_len, *addr_off;
     ucx_peer_t   *peers;
     int           n_close_pending;
+    uint32_t      ring_busy_passes; /* passes that delivered ring frames (UCX every 8th) */
     int           no_shm; /* UCX_TLS rules shared memory out: peer error handling */
     ucx_rkeys_t  *rkeys;
     shm_rings_t  *rings;  /* frames to ranks of this host; NULL: all through UCX */
@@ -448,8 +449,15 @@ static int ucx_progress(moon_dist_t *d)
     int    n = 0;
 
     if (u->rings != NULL) {
+        int r;
         n += u->n_pend > 0 ? flush_pending(d) : 0;
-        n += shm_rings_poll(u->rings, ring_deliver, d, 64);
+        r = shm_rings_poll(u->rings, ring_deliver, d, 64);
+        n += r;
+        /* frames came in: hand them on first (their actors wait on this
+         * pass); UCX's turn comes on the next pass, or the 8th busy one */
+        if (r > 0 && (++u->ring_busy_passes & 7) != 0) {
+            return n;
+        }
     }
     n += (int)ucp_worker_progress(u->worker);
 
