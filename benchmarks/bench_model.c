@@ -285,9 +285,10 @@ static double decode_flops_per_token(const moon_model_config_t *c, int64_t ctx)
     return 2.0 * ((double)layer_matmul_params(c) + (double)c->vocab_size * c->dim) + attn;
 }
 
-/* One layer's GEMMs at the prefill shape (M = prompt tokens), as the
- * engine runs them: count[i] products of (prompt, k[i]) by (n[i], k[i])^T.
- * Returns their FLOPs. */
+/* One layer's GEMMs at the prefill shape (M = prompt tokens): count[i]
+ * products of (prompt, k[i]) by (n[i], k[i])^T, one per weight matrix (the
+ * CUDA engine stacks wq/wk/wv and w1/w3 into fewer, larger products of the
+ * same FLOPs). Returns their FLOPs. */
 static double prefill_shapes(const moon_model_config_t *c, int64_t prompt, int n[4], int k[4],
                              int count[4])
 {
@@ -468,6 +469,9 @@ int main(int argc, char **argv)
     ecfg.kind      = strcmp(impl, "ref") == 0        ? MOON_BACKEND_REF
                      : strncmp(impl, "cuda", 4) == 0 ? MOON_BACKEND_CUDA /* cuda, cuda_nograph */
                                                      : MOON_BACKEND_CPU;
+    if (strcmp(impl, "cuda_nograph") == 0) {
+        setenv("MOON_CUDA_GRAPHS", "0", 1); /* read at engine create */
+    }
     ecfg.n_threads = (uint32_t)threads;
     ecfg.max_batch = (uint32_t)batch;
     ecfg.max_chunk = (uint32_t)MOON_MAX(prompt, ctx);
@@ -513,7 +517,11 @@ int main(int argc, char **argv)
         double   dt;
         for (int64_t b = 0; b < batch; b++) {
             moon_kv_seq_create(kv, &seqs[b]);
-            moon_engine_prefill(eng, kv, seqs[b], toks + b * ctx, (uint32_t)ctx, NULL, NULL);
+            if (moon_engine_prefill(eng, kv, seqs[b], toks + b * ctx, (uint32_t)ctx, NULL, NULL) !=
+                MOON_OK) {
+                fprintf(stderr, "bench_model: context prefill failed\n");
+                return 1;
+            }
         }
         for (int64_t it = 0; it < 2; it++) { /* warm-up */
             moon_engine_decode(eng, kv, seqs, toks, (uint32_t)batch, logits, NULL);

@@ -39,7 +39,11 @@ extern "C" double moon_bench_cuda_read_bw(size_t bytes, int iters)
         return 0.0;
     }
     cudaMemset(buf, 0x3c, n * sizeof(float4)); /* 0.0115f: no zero fast path */
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    }
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     for (int it = 0; it < iters + 1; it++) { /* the first pass warms up */

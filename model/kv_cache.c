@@ -6,7 +6,10 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <stdatomic.h>
 #include <string.h>
+
+static _Atomic uint64_t last_cache_id;
 
 moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p)
 {
@@ -22,6 +25,7 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     if (kv == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    kv->id                 = atomic_fetch_add(&last_cache_id, 1) + 1;
     kv->cfg                = *cfg;
     kv->kv_dim             = cfg->n_kv_heads * cfg->head_dim;
     kv->max_blocks_per_seq = (cfg->max_seq_len + cfg->block_tokens - 1) / cfg->block_tokens;

@@ -13,6 +13,7 @@ typedef struct {
 } moon_kv_seq_t;
 
 struct moon_kv_cache {
+    uint64_t         id;  /* unique in the process, never reused (device mirrors key on it) */
     moon_kv_config_t cfg;
     uint32_t         kv_dim;
     uint32_t         max_blocks_per_seq;

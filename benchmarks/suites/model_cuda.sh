@@ -7,8 +7,9 @@
 # sgemm's FLOP rate at the 512-token prefill shapes, as tokens/s) and the
 # engine (impl=cuda): decode at batch 1, 8, 32 (context 64 on) and a
 # 512-token prefill; for the F32 model also decode without CUDA graphs
-# (impl=cuda_nograph, MOON_CUDA_GRAPHS=0: a launch per kernel). Models as in model.sh: the 110M random Llama in F32 and
-# BF16 (generated into $BUILD_DIR/bench-models) and stories260K.
+# (impl=cuda_nograph: a launch per kernel). Models as in model.sh: the 110M
+# random Llama in F32 and BF16 (generated into $BUILD_DIR/bench-models) and
+# stories260K.
 # Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny).
 set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
@@ -34,7 +35,7 @@ run_model() { # path label decode_iters
     done
     if [ "$l" = llama110m-f32 ]; then
         for b in 1 32; do
-            MOON_CUDA_GRAPHS=0 "$B" --model="$m" --label="$l" --impl=cuda_nograph --bench=decode \
+            "$B" --model="$m" --label="$l" --impl=cuda_nograph --bench=decode \
                 --batch=$b --threads=1 --iters="$it" --rounds=3
         done
     fi

@@ -3,11 +3,12 @@
  * at create; wq/wk/wv and w1/w3 stacked so each group is one GEMM); matmuls
  * are cuBLAS sgemm; RMSNorm (fused with the residual add), RoPE, SwiGLU and
  * attention over the paged KV cache are kernels, each with a CPU twin in
- * forward_ref.c. Decode steps replay a CUDA graph per batch size. The host KV cache stays authoritative: the backend
- * keeps a device mirror of the block pool, uploads the blocks a call reads
- * that someone else wrote since (kv->writer tags), and writes the new
- * tokens' K/V back to the host, so export/import and mixing backends keep
- * working. One stream of its own; calls are synchronous. */
+ * forward_ref.c. Decode steps replay a CUDA graph per batch size. The host
+ * KV cache stays authoritative: the backend keeps a device mirror of the
+ * block pool, uploads the blocks a call reads that someone else wrote since
+ * (kv->writer tags), and writes the new tokens' K/V back to the host, so
+ * export/import and mixing backends keep working. One stream of its own;
+ * calls are synchronous. */
 #ifndef _Noreturn
 #define _Noreturn __attribute__((noreturn)) /* C11 keyword in moonlet/log.h */
 #endif
@@ -64,8 +65,8 @@ typedef struct {
     uint32_t *h_tables;
     int32_t  *h_pos;
     float    *d_kv;                                   /* mirror of the host block pool */
-    size_t    kv_floats;
-    const moon_kv_cache_t *kv_owner;
+    uint64_t  kv_id;                                  /* the cache d_kv mirrors (0: none) */
+    const moon_kv_seq_t **rows;                       /* (max_b) a call's rows' sequences */
     uint64_t  mirror_id;                              /* tag of blocks d_kv holds as is */
     uint64_t  n_uploaded;                             /* blocks uploaded (debug log) */
     /* decode steps replay a CUDA graph per batch size (captured on first use:
@@ -122,14 +123,14 @@ __global__ void k_add_rmsnorm(float *x, const float *y, float *o, const float *w
 /* Row b of qkv (stride floats apart: q (dim), k, v (kv_dim)): RoPE on q in
  * place and on k at pos[b]; the rotated k and v into the cache. */
 __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, const int32_t *pos,
-                             const uint32_t *tables, uint32_t max_blocks, float *kv, uint32_t dim,
+                             const uint32_t *tables, uint32_t tstride, float *kv, uint32_t dim,
                              uint32_t kv_dim, uint32_t hs, uint32_t bt, size_t block_floats,
                              size_t layer_floats, uint32_t layer)
 {
     uint32_t     b   = blockIdx.x;
     int32_t      p   = pos[b];
     const float *cs  = rope + (size_t)p * hs;
-    uint32_t     blk = tables[(size_t)b * max_blocks + (uint32_t)p / bt];
+    uint32_t     blk = tables[(size_t)b * tstride + (uint32_t)p / bt];
     float       *kd  = kv + (size_t)blk * block_floats + (size_t)layer * layer_floats +
                       (size_t)((uint32_t)p % bt) * kv_dim;
     float       *vd  = kd + (size_t)bt * kv_dim;
@@ -159,7 +160,7 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
  * A warp's positions are a chain of dependent loads, so few rows (decode)
  * get many warps each. */
 __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const float *kv,
-                            const int32_t *pos, const uint32_t *tables, uint32_t max_blocks,
+                            const int32_t *pos, const uint32_t *tables, uint32_t tstride,
                             uint32_t n_heads, uint32_t kv_mul, uint32_t hs, uint32_t dim,
                             uint32_t kv_dim, uint32_t bt, size_t block_floats, size_t layer_floats,
                             uint32_t layer)
@@ -179,7 +180,7 @@ __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const
         o[j]       = 0.0f;
     }
     for (uint32_t t = warp; t < n; t += n_warps) {
-        uint32_t     blk = tables[(size_t)b * max_blocks + t / bt];
+        uint32_t     blk = tables[(size_t)b * tstride + t / bt];
         const float *k   = base + (size_t)blk * block_floats + (size_t)(t % bt) * kv_dim;
         const float *v   = k + (size_t)bt * kv_dim;
         float        d   = 0.0f, mn, c, pr;
@@ -342,6 +343,7 @@ static void cuda_destroy(void *state)
     moon_free(s->graph_failed);
     moon_free(s->h_tables);
     moon_free(s->h_pos);
+    moon_free(s->rows);
     moon_free(s->layers);
     moon_free(s);
 }
@@ -370,7 +372,9 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     s->graph_failed = (uint8_t *)moon_calloc(B + 1, 1);
     s->layers       = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));
     s->h_pos        = (int32_t *)moon_malloc(B * sizeof(int32_t));
-    if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->h_pos == NULL) {
+    s->rows         = (const moon_kv_seq_t **)moon_malloc(B * sizeof(*s->rows));
+    if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->h_pos == NULL ||
+        s->rows == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
     {
@@ -475,22 +479,25 @@ static uint64_t next_mirror_id(void)
     return __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
 }
 
-/* Makes the device mirror match kv for the blocks of the given rows'
- * sequences: uploads only the blocks whose tag is not this mirror's (written
- * on the host, or by another mirror, since this one last had them). */
+/* Makes the device mirror match kv for the blocks of the first n_tables
+ * rows' sequences (a prefill's rows share one: n_tables = 1) and uploads
+ * their block tables: uploads only the blocks whose tag is not this
+ * mirror's (written on the host, or by another mirror, since this one last
+ * had them). A cache the mirror does not hold (by id: a new cache may sit
+ * at an old one's address) gets a new mirror, sized for it. */
 static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
-                                const moon_kv_seq_t *const *seqs, uint32_t b)
+                                const moon_kv_seq_t *const *seqs, uint32_t n_tables)
 {
     size_t floats = kv->block_floats * kv->cfg.n_blocks;
 
-    if (s->kv_owner != kv || s->kv_floats != floats) {
-        drop_graphs(s); /* they hold the old mirror's pointers */
+    if (s->kv_id != kv->id) {
+        drop_graphs(s); /* they hold the old mirror's pointers and geometry */
         cudaFree(s->d_kv);
         cudaFree(s->d_tables);
         moon_free(s->h_tables);
         s->d_kv      = NULL;
         s->d_tables  = NULL;
-        s->kv_owner  = NULL;
+        s->kv_id     = 0;
         s->mirror_id = next_mirror_id(); /* nothing tagged with an older id is here */
         s->h_tables  = (uint32_t *)moon_malloc((size_t)s->max_b * kv->max_blocks_per_seq *
                                                sizeof(uint32_t));
@@ -500,10 +507,9 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
         CK(cudaMalloc((void **)&s->d_kv, floats * sizeof(float)));
         CK(cudaMalloc((void **)&s->d_tables,
                       (size_t)s->max_b * kv->max_blocks_per_seq * sizeof(uint32_t)));
-        s->kv_owner  = kv;
-        s->kv_floats = floats;
+        s->kv_id = kv->id;
     }
-    for (uint32_t i = 0; i < b; i++) {
+    for (uint32_t i = 0; i < n_tables; i++) {
         const moon_kv_seq_t *sq = seqs[i];
         memcpy(s->h_tables + (size_t)i * kv->max_blocks_per_seq, sq->blocks,
                sq->n_blocks * sizeof(uint32_t));
@@ -520,7 +526,7 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
         }
     }
     CK(cudaMemcpyAsync(s->d_tables, s->h_tables,
-                       (size_t)b * kv->max_blocks_per_seq * sizeof(uint32_t),
+                       (size_t)n_tables * kv->max_blocks_per_seq * sizeof(uint32_t),
                        cudaMemcpyHostToDevice, s->stream));
     return MOON_OK;
 }
@@ -554,18 +560,21 @@ static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
 }
 
 /* Enqueues the whole pass on s->stream for b rows whose tokens, positions
- * and block tables are on the device: embedding, the layers, and the logits
- * of every row (all_logits) or of the last, or none (!want_logits). Only
- * launches: it can be captured into a graph. */
+ * and block tables are on the device: embedding, the layers, and logits.
+ * decode: the rows are b distinct sequences, each with its table, and every
+ * row gets logits; else a prefill chunk of one sequence (one table), the
+ * last row's logits, none without want_logits. Only launches: a decode pass
+ * can be captured into a graph. */
 static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b,
-                                  int want_logits, int all_logits)
+                                  int decode, int want_logits)
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
     uint32_t                   qkv_n  = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
-    cudaStream_t               st     = s->stream;
+    uint32_t                   tstride = decode ? kv->max_blocks_per_seq : 0; /* row -> table */
+    cudaStream_t               st      = s->stream;
     /* under two blocks per multiprocessor (decode): more warps per (row, head) */
-    uint32_t                   att_w  = b * c->n_heads < 2 * s->n_sms ? ATT_WARPS_MAX : 8;
+    uint32_t                   att_w = b * c->n_heads < 2 * s->n_sms ? ATT_WARPS_MAX : 8;
     moon_status_t              status;
 
     k_embed<<<b, 128, 0, st>>>(s->d_x, s->d_embd, s->d_tokens, c->dim);
@@ -580,13 +589,13 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
             return status;
         }
         k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables,
-                                        kv->max_blocks_per_seq, s->d_kv, c->dim, kv_dim,
-                                        c->head_dim, kv->cfg.block_tokens, kv->block_floats,
-                                        kv->layer_floats, l);
+                                        tstride, s->d_kv, c->dim, kv_dim, c->head_dim,
+                                        kv->cfg.block_tokens, kv->block_floats, kv->layer_floats,
+                                        l);
         k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
-            s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, kv->max_blocks_per_seq,
-            c->n_heads, c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim,
-            kv->cfg.block_tokens, kv->block_floats, kv->layer_floats, l);
+            s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, tstride, c->n_heads,
+            c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim, kv->cfg.block_tokens,
+            kv->block_floats, kv->layer_floats, l);
         if ((status = gemm(s, L->wo, c->dim, c->dim, s->d_ao, c->dim, s->d_xb, c->dim, b)) !=
             MOON_OK) {
             return status;
@@ -605,8 +614,8 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
         k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, s->d_xb, s->d_xb, next, c->dim, c->norm_eps);
     }
     if (want_logits) {
-        uint32_t rows = all_logits ? b : 1;
-        float   *x_in = s->d_xb + (all_logits ? 0 : (size_t)(b - 1) * c->dim);
+        uint32_t rows = decode ? b : 1;
+        float   *x_in = s->d_xb + (decode ? 0 : (size_t)(b - 1) * c->dim);
         if ((status = gemm(s, s->d_out, c->vocab_size, c->dim, x_in, c->dim, s->d_logits,
                            c->vocab_size, rows)) != MOON_OK) {
             return status;
@@ -617,25 +626,28 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
 }
 
 /* Decode steps of b rows replay a graph of the pass, captured on first use.
- * A capture that fails leaves that batch size to plain launches. */
-static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b,
-                              int want_logits, int all_logits)
+ * A capture that fails leaves that batch size to plain launches for the
+ * engine's life (until its mirror moves). */
+static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b, int decode,
+                              int want_logits)
 {
     cudaGraph_t   g = NULL;
     moon_status_t status;
     cudaError_t   e;
 
-    if (!s->use_graphs || !all_logits || !want_logits || s->graph_failed[b]) {
-        return enqueue_pass(s, kv, b, want_logits, all_logits);
+    if (!s->use_graphs || !decode || !want_logits || s->graph_failed[b]) {
+        return enqueue_pass(s, kv, b, decode, want_logits);
     }
     if (s->graphs[b] == NULL) {
         CK(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-        status = enqueue_pass(s, kv, b, want_logits, all_logits);
+        status = enqueue_pass(s, kv, b, decode, want_logits);
         e      = cudaStreamEndCapture(s->stream, &g);
-        if (status != MOON_OK || e != cudaSuccess ||
-            cudaGraphInstantiate(&s->graphs[b], g, 0) != cudaSuccess) {
-            MOON_WARN("cuda: no graph for decode batch %u (%s): plain launches", b,
-                      cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
+        if (status == MOON_OK && e == cudaSuccess) {
+            e = cudaGraphInstantiate(&s->graphs[b], g, 0);
+        }
+        if (status != MOON_OK || e != cudaSuccess) {
+            MOON_WARN("cuda: no graph for decode batch %u (%s, %s): plain launches", b,
+                      moon_status_str(status), cudaGetErrorString(e));
             (void)cudaGetLastError();
             s->graphs[b]       = NULL;
             s->graph_failed[b] = 1;
@@ -644,39 +656,36 @@ static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32
             cudaGraphDestroy(g);
         }
         if (s->graphs[b] == NULL) {
-            return enqueue_pass(s, kv, b, want_logits, all_logits);
+            return enqueue_pass(s, kv, b, decode, want_logits);
         }
     }
     CK(cudaGraphLaunch(s->graphs[b], s->stream));
     return MOON_OK;
 }
 
-static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv,
-                                  const moon_kv_seq_t *const *seqs, const int32_t *tokens,
-                                  uint32_t b, float *logits, int all_logits)
+/* b rows (s->rows[], positions s->h_pos[]): see enqueue_pass for decode. */
+static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t *tokens,
+                                  uint32_t b, float *logits, int decode)
 {
     const moon_model_config_t *c = &s->m->cfg;
     moon_status_t              status;
 
-    if (b > s->max_b) {
-        return MOON_ERR_UNSUPPORTED;
-    }
-    if ((status = sync_kv_in(s, kv, seqs, b)) != MOON_OK) {
+    if ((status = sync_kv_in(s, kv, s->rows, decode ? b : 1)) != MOON_OK) {
         return status;
     }
     CK(cudaMemcpyAsync(s->d_tokens, tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
                        s->stream));
     CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice,
                        s->stream));
-    if ((status = run_pass(s, kv, b, logits != NULL, all_logits)) != MOON_OK) {
+    if ((status = run_pass(s, kv, b, decode, logits != NULL)) != MOON_OK) {
         return status;
     }
     if (logits != NULL) {
         CK(cudaMemcpyAsync(logits, s->d_logits,
-                           (size_t)(all_logits ? b : 1) * c->vocab_size * sizeof(float),
+                           (size_t)(decode ? b : 1) * c->vocab_size * sizeof(float),
                            cudaMemcpyDeviceToHost, s->stream));
     }
-    if ((status = sync_kv_out(s, kv, seqs, b)) != MOON_OK) {
+    if ((status = sync_kv_out(s, kv, s->rows, b)) != MOON_OK) {
         return status;
     }
     CK(cudaStreamSynchronize(s->stream));
@@ -685,11 +694,10 @@ static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv,
 
 /* A failed call may leave the mirror's blocks unlike the host's: a new id
  * makes the next call upload every block it reads. */
-static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv,
-                             const moon_kv_seq_t *const *seqs, const int32_t *tokens, uint32_t b,
-                             float *logits, int all_logits)
+static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t *tokens,
+                             uint32_t b, float *logits, int decode)
 {
-    moon_status_t status = forward_rows(s, kv, seqs, tokens, b, logits, all_logits);
+    moon_status_t status = forward_rows(s, kv, tokens, b, logits, decode);
 
     if (status != MOON_OK) {
         (void)cudaStreamSynchronize(s->stream);
@@ -702,37 +710,35 @@ static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq
                                   const int32_t *tokens, uint32_t n, float *logits,
                                   double *modeled_s_p)
 {
-    cuda_state_t        *s = (cuda_state_t *)state;
-    const moon_kv_seq_t *seqs[1024];
+    cuda_state_t        *s  = (cuda_state_t *)state;
     const moon_kv_seq_t *sq = &kv->seqs[seq];
 
     (void)modeled_s_p;
-    if (n > s->max_b || n > 1024) {
+    if (n > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
     for (uint32_t i = 0; i < n; i++) {
-        seqs[i]     = sq;
+        s->rows[i]  = sq;
         s->h_pos[i] = (int32_t)(sq->n_tokens + i);
     }
-    return forward(s, kv, seqs, tokens, n, logits, 0);
+    return forward(s, kv, tokens, n, logits, 0);
 }
 
 static moon_status_t cuda_decode(void *state, moon_kv_cache_t *kv, const uint32_t *seq_ids,
                                  const int32_t *tokens, uint32_t n_seqs, float *logits,
                                  double *modeled_s_p)
 {
-    cuda_state_t        *s = (cuda_state_t *)state;
-    const moon_kv_seq_t *seqs[1024];
+    cuda_state_t *s = (cuda_state_t *)state;
 
     (void)modeled_s_p;
-    if (n_seqs > s->max_b || n_seqs > 1024) {
+    if (n_seqs > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
     for (uint32_t i = 0; i < n_seqs; i++) {
-        seqs[i]     = &kv->seqs[seq_ids[i]];
-        s->h_pos[i] = (int32_t)seqs[i]->n_tokens;
+        s->rows[i]  = &kv->seqs[seq_ids[i]];
+        s->h_pos[i] = (int32_t)s->rows[i]->n_tokens;
     }
-    return forward(s, kv, seqs, tokens, n_seqs, logits, 1);
+    return forward(s, kv, tokens, n_seqs, logits, 1);
 }
 
 extern "C" const moon_model_backend_ops_t moon_backend_cuda_ops = {

@@ -3,10 +3,10 @@
  * chunked prefills and batched decode steps over the paged KV cache; logits
  * within 1e-3 x max(1, max |ref|) of the reference backend (and of the fast
  * CPU backend for F32); head sizes 20 and 128; a 1,804-token context. Also
- * the device mirror of the host cache: a cache
- * written in turn by the CPU and the GPU, prefix blocks shared by fork, and
- * blocks imported into a second cache. Without a device every test prints
- * "skipped: no device". */
+ * the device mirror of the host cache: a cache written in turn by the CPU
+ * and the GPU, prefix blocks shared by fork, blocks imported into a second
+ * cache, a new cache of another block shape. Without a device every test
+ * prints "skipped: no device". */
 #include "model_test_util.h"
 
 #include <cuda_runtime.h>
@@ -323,6 +323,66 @@ static void test_mirror_follows_the_host_cache(void)
     unlink(path);
 }
 
+/* A cache destroyed and another made (likely at the same address, with the
+ * same pool size but other block geometry: 8-token blocks, then 16): the
+ * GPU engine must not take the new one for the old (its mirror, tables and
+ * decode graphs are the old geometry's). */
+static void test_new_cache_of_another_shape(void)
+{
+    char           path[256];
+    moon_model_t  *m;
+    moon_engine_t *gpu, *ref;
+    float         *lg = calloc(2 * VOCAB, sizeof(float)), *lr = calloc(2 * VOCAB, sizeof(float));
+    float          worst = 0.0f;
+    int32_t        toks[64];
+    uint64_t       rng = 9;
+
+    if (no_device()) {
+        free(lg);
+        free(lr);
+        return;
+    }
+    m = model_of(MOON_GGML_F32, path, sizeof(path));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    gpu = engine_of(m, MOON_BACKEND_CUDA);
+    ref = engine_of(m, MOON_BACKEND_REF);
+    for (int i = 0; i < 64; i++) {
+        toks[i] = (int32_t)(moon_test_rand(&rng) % VOCAB);
+    }
+    for (uint32_t bt = 8; bt <= 16; bt *= 2) {
+        moon_kv_config_t kcfg = moon_model_kv_config(moon_model_config(m), bt, 256 / bt, 2);
+        moon_kv_cache_t *kg, *kr;
+        uint32_t         sg[2], sr[2];
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kg), MOON_OK);
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kr), MOON_OK);
+        for (int q = 0; q < 2; q++) {
+            CU_ASSERT_EQUAL(moon_kv_seq_create(kg, &sg[q]), MOON_OK);
+            CU_ASSERT_EQUAL(moon_kv_seq_create(kr, &sr[q]), MOON_OK);
+            CU_ASSERT_EQUAL(moon_engine_prefill(gpu, kg, sg[q], toks + q, 20 + q, lg, NULL),
+                            MOON_OK);
+            CU_ASSERT_EQUAL(moon_engine_prefill(ref, kr, sr[q], toks + q, 20 + q, lr, NULL),
+                            MOON_OK);
+        }
+        for (int i = 0; i < 3; i++) {
+            CU_ASSERT_EQUAL(moon_engine_decode(gpu, kg, sg, toks + 30 + 2 * i, 2, lg, NULL),
+                            MOON_OK);
+            CU_ASSERT_EQUAL(moon_engine_decode(ref, kr, sr, toks + 30 + 2 * i, 2, lr, NULL),
+                            MOON_OK);
+            worst = fmaxf(worst, mt_rel_diff(lg, lr, 2 * VOCAB));
+        }
+        moon_kv_cache_destroy(kg);
+        moon_kv_cache_destroy(kr);
+    }
+    printf("\n  two cache shapes: cuda vs ref %.2e ", (double)worst);
+    CU_ASSERT(worst <= TOL);
+    moon_engine_destroy(gpu);
+    moon_engine_destroy(ref);
+    moon_model_destroy(m);
+    unlink(path);
+    free(lg);
+    free(lr);
+}
+
 /* Bad calls get their error and change nothing: a batch or chunk over the
  * engine's limits, a token out of the vocabulary. */
 static void test_bad_calls_change_nothing(void)
@@ -369,6 +429,7 @@ static CU_TestInfo tests[] = {
     {"cuda_head_sizes", test_cuda_head_sizes},
     {"cuda_long_context", test_cuda_long_context},
     {"mirror_follows_the_host_cache", test_mirror_follows_the_host_cache},
+    {"new_cache_of_another_shape", test_new_cache_of_another_shape},
     {"bad_calls_change_nothing", test_bad_calls_change_nothing},
     CU_TEST_INFO_NULL,
 };

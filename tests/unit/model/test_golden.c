@@ -8,6 +8,9 @@
 #include "moonlet/model.h"
 
 #include <cjson/cJSON.h>
+#ifdef MOON_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,16 +157,12 @@ static void test_cpu_prefill(void)
 #ifdef MOON_WITH_CUDA
 static int no_cuda_device(void)
 {
-    moon_engine_config_t ecfg = {.kind = MOON_BACKEND_CUDA};
-    moon_engine_t       *eng  = NULL;
-    moon_status_t        st   = moon_engine_create(model, &ecfg, &eng);
+    int n_dev = 0;
 
-    moon_engine_destroy(eng);
-    if (st == MOON_ERR_UNSUPPORTED) {
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
         moon_test_skip("no device");
         return 1;
     }
-    CU_ASSERT_EQUAL_FATAL(st, MOON_OK);
     return 0;
 }
 static void test_cuda_decode(void)
