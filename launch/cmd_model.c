@@ -160,6 +160,13 @@ int moon_cmd_generate(int argc, char **argv)
     ecfg.max_batch = 1;
     ecfg.max_chunk = 128;
     status         = moon_engine_create(model, &ecfg, &eng);
+    if (status == MOON_ERR_UNSUPPORTED && ecfg.kind == MOON_BACKEND_CUDA) {
+        /* a build without CUDA, or no usable GPU here: the CPU path */
+        fprintf(stderr, "moonlet generate: no CUDA backend here (no GPU, or a build without "
+                        "MOON_WITH_CUDA): running on the CPU\n");
+        ecfg.kind = MOON_BACKEND_CPU;
+        status    = moon_engine_create(model, &ecfg, &eng);
+    }
     if (status == MOON_OK) {
         kcfg   = moon_model_kv_config(c, 16, (c->seq_len + 15) / 16, 1);
         status = moon_kv_cache_create(&kcfg, &kv);

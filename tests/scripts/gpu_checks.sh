@@ -3,9 +3,9 @@
 # MOON_WITH_CUDA build, on a machine with a GPU (CI has none: there these
 # tests report themselves skipped). Runs the cuda-labelled tests (test_gpu,
 # test_cuda with and without CUDA graphs, the golden outputs on the CUDA
-# backend in test_golden), test_cuda under compute-sanitizer memcheck where
-# it is installed, then the model_cuda benchmark suite (JSON lines). Exit
-# status 1 if any check failed.
+# backend in test_golden, `moonlet generate --backend cuda`), test_cuda under
+# compute-sanitizer memcheck where it is installed, then the model_cuda
+# benchmark suite (JSON lines). Exit status 1 if any check failed.
 set -uo pipefail
 B=$(cd "${1:?usage: gpu_checks.sh CUDA_BUILD_DIR}" && pwd)
 cd "$(dirname "$0")/../.."
@@ -19,6 +19,15 @@ check "$T/runtime/test_gpu"
 check "$T/model/test_cuda"
 check env MOON_CUDA_GRAPHS=0 "$T/model/test_cuda"
 check "$T/model/test_golden"
+echo "== moonlet generate --backend cuda (on the GPU, the golden text)"
+out=$("$B/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
+    --prompt "Once upon a time" --max-tokens 20 --backend cuda 2>&1)
+echo "$out"
+if ! grep -q '^, there was a little girl named Lily\. She loved' <<<"$out" ||
+    grep -q 'running on the CPU' <<<"$out"; then
+    echo "FAILED: moonlet generate --backend cuda"
+    fail=1
+fi
 if command -v compute-sanitizer >/dev/null; then
     check compute-sanitizer --tool memcheck --error-exitcode 1 "$T/model/test_cuda"
 fi
