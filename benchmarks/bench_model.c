@@ -293,10 +293,10 @@ static double prefill_shapes(const moon_model_config_t *c, int64_t prompt, int n
                              int count[4])
 {
     int    kv_dim = (int)(c->n_kv_heads * c->head_dim);
-    int    sn[4] = {(int)c->dim, kv_dim, (int)c->hidden_dim, (int)c->dim};
-    int    sk[4] = {(int)c->dim, (int)c->dim, (int)c->dim, (int)c->hidden_dim};
-    int    sc[4] = {2, 2, 2, 1};
-    double flops = 0.0;
+    int    sn[4]  = {(int)c->dim, kv_dim, (int)c->hidden_dim, (int)c->dim};
+    int    sk[4]  = {(int)c->dim, (int)c->dim, (int)c->dim, (int)c->hidden_dim};
+    int    sc[4]  = {2, 2, 2, 1};
+    double flops  = 0.0;
 
     for (int i = 0; i < 4; i++) {
         n[i]     = sn[i];
@@ -334,7 +334,8 @@ static int cuda_anchor(const char *bench, const moon_model_t *m, const char *lab
         int    n[4], k[4], count[4];
         double rate;
         prefill_shapes(c, prompt, n, k, count);
-        rate = moon_bench_cuda_sgemm_flops((int)prompt, n, k, count, 4, (int)(iters < 3 ? 3 : iters));
+        rate =
+            moon_bench_cuda_sgemm_flops((int)prompt, n, k, count, 4, (int)(iters < 3 ? 3 : iters));
         moon_bench_json_str(&j, "bench", "prefill");
         moon_bench_json_str(&j, "impl", "cublas");
         moon_bench_json_str(&j, "model", label);
@@ -466,9 +467,9 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    ecfg.kind      = strcmp(impl, "ref") == 0        ? MOON_BACKEND_REF
-                     : strncmp(impl, "cuda", 4) == 0 ? MOON_BACKEND_CUDA /* cuda, cuda_nograph */
-                                                     : MOON_BACKEND_CPU;
+    ecfg.kind = strcmp(impl, "ref") == 0        ? MOON_BACKEND_REF
+                : strncmp(impl, "cuda", 4) == 0 ? MOON_BACKEND_CUDA /* cuda, cuda_nograph */
+                                                : MOON_BACKEND_CPU;
     if (strcmp(impl, "cuda_nograph") == 0) {
         setenv("MOON_CUDA_GRAPHS", "0", 1); /* read at engine create */
     }

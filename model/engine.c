@@ -101,7 +101,7 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
                                   double *duration_s_p)
 {
     double        modeled = -1.0, t0;
-    uint32_t      len0 = 0;
+    uint32_t      len0    = 0;
     moon_status_t status;
 
     if (e == NULL || tokens == NULL || n == 0 || n > e->cfg.max_chunk ||

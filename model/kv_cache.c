@@ -38,7 +38,8 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     kv->free_stack         = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
     kv->seqs               = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
     kv->table_mem = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
-    if (!kv->data || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs || !kv->table_mem) {
+    if (!kv->data || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs ||
+        !kv->table_mem) {
         moon_kv_cache_destroy(kv);
         return MOON_ERR_NO_MEMORY;
     }

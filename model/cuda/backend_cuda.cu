@@ -53,31 +53,31 @@ typedef struct {
     const moon_model_t *m;
     cublasHandle_t      blas;
     cudaStream_t        stream;
-    void               *d_blas_ws;                    /* cuBLAS workspace (graph capture) */
+    void               *d_blas_ws; /* cuBLAS workspace (graph capture) */
     uint32_t            max_b;
-    uint32_t            n_sms;                        /* multiprocessors */
-    float              *d_embd, *d_out, *d_out_norm; /* (vocab, dim), (vocab, dim), (dim) */
-    d_layer_t          *layers;                       /* host array of device pointers */
-    float *d_x, *d_xb, *d_qkv, *d_ao, *d_h13, *d_logits; /* activations, (max_b) rows */
-    float *d_rope;                                    /* (seq_len, head_dim) cos, sin */
-    int32_t *d_tokens, *d_pos;                        /* (max_b) */
-    uint32_t *d_tables;                               /* (max_b, max_blocks_per_seq) */
+    uint32_t            n_sms;                              /* multiprocessors */
+    float              *d_embd, *d_out, *d_out_norm;        /* (vocab, dim), (vocab, dim), (dim) */
+    d_layer_t          *layers;                             /* host array of device pointers */
+    float    *d_x, *d_xb, *d_qkv, *d_ao, *d_h13, *d_logits; /* activations, (max_b) rows */
+    float    *d_rope;                                       /* (seq_len, head_dim) cos, sin */
+    int32_t  *d_tokens, *d_pos;                             /* (max_b) */
+    uint32_t *d_tables;                                     /* (max_b, max_blocks_per_seq) */
     uint32_t *h_tables;
     int32_t  *h_pos;
-    float    *d_kv;                                   /* mirror of the host block pool */
-    uint64_t  kv_id;                                  /* the cache d_kv mirrors (0: none) */
-    const moon_kv_seq_t **rows;                       /* (max_b) a call's rows' sequences */
-    uint64_t  mirror_id;                              /* tag of blocks d_kv holds as is */
-    uint64_t  n_uploaded;                             /* blocks uploaded (debug log) */
+    float    *d_kv;                   /* mirror of the host block pool */
+    uint64_t  kv_id;                  /* the cache d_kv mirrors (0: none) */
+    const moon_kv_seq_t **rows;       /* (max_b) a call's rows' sequences */
+    uint64_t              mirror_id;  /* tag of blocks d_kv holds as is */
+    uint64_t              n_uploaded; /* blocks uploaded (debug log) */
     /* decode steps replay a CUDA graph per batch size (captured on first use:
      * one launch instead of ~9 per layer); MOON_CUDA_GRAPHS=0 turns it off */
     int              use_graphs;
-    cudaGraphExec_t *graphs;                          /* (max_b + 1) */
-    uint8_t         *graph_failed;                    /* (max_b + 1) */
+    cudaGraphExec_t *graphs;       /* (max_b + 1) */
+    uint8_t         *graph_failed; /* (max_b + 1) */
 } cuda_state_t;
 
 #define ATT_WARPS_MAX 32 /* k_attention: warps per (row, head), at most */
-#define ATT_VEC       4  /* head_dim <= 32 * ATT_VEC */
+#define ATT_VEC 4        /* head_dim <= 32 * ATT_VEC */
 
 /* ---- kernels (CPU twins: forward_ref.c) ----------------------------------------- */
 
@@ -132,11 +132,11 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
     const float *cs  = rope + (size_t)p * hs;
     uint32_t     blk = tables[(size_t)b * tstride + (uint32_t)p / bt];
     float       *kd  = kv + (size_t)blk * block_floats + (size_t)layer * layer_floats +
-                      (size_t)((uint32_t)p % bt) * kv_dim;
-    float       *vd  = kd + (size_t)bt * kv_dim;
-    float       *qq  = qkv + (size_t)b * stride;
-    const float *kk  = qq + dim;
-    const float *vv  = kk + kv_dim;
+                (size_t)((uint32_t)p % bt) * kv_dim;
+    float       *vd = kd + (size_t)bt * kv_dim;
+    float       *qq = qkv + (size_t)b * stride;
+    const float *kk = qq + dim;
+    const float *vv = kk + kv_dim;
 
     for (uint32_t i = 2 * threadIdx.x; i < dim; i += 2 * blockDim.x) {
         float fcr = cs[i % hs], fci = cs[i % hs + 1];
@@ -352,7 +352,7 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    size_t                     B, ws  = (size_t)32 << 20; /* NVIDIA's advice for Hopper */
+    size_t                     B, ws = (size_t)32 << 20; /* NVIDIA's advice for Hopper */
     moon_status_t              status;
     int                        n_dev = 0;
     const char                *env   = getenv("MOON_CUDA_GRAPHS");
@@ -499,8 +499,8 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
         s->d_tables  = NULL;
         s->kv_id     = 0;
         s->mirror_id = next_mirror_id(); /* nothing tagged with an older id is here */
-        s->h_tables  = (uint32_t *)moon_malloc((size_t)s->max_b * kv->max_blocks_per_seq *
-                                               sizeof(uint32_t));
+        s->h_tables =
+            (uint32_t *)moon_malloc((size_t)s->max_b * kv->max_blocks_per_seq * sizeof(uint32_t));
         if (s->h_tables == NULL) {
             return MOON_ERR_NO_MEMORY;
         }
@@ -542,9 +542,9 @@ static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
     size_t   pitch = (size_t)bt * kv->kv_dim * sizeof(float);
 
     for (uint32_t i = 0; i < b;) {
-        uint32_t p    = (uint32_t)s->h_pos[i];
-        uint32_t blk  = seqs[i]->blocks[p / bt];
-        uint32_t n    = 1;
+        uint32_t p   = (uint32_t)s->h_pos[i];
+        uint32_t blk = seqs[i]->blocks[p / bt];
+        uint32_t n   = 1;
         size_t   off;
         while (i + n < b && seqs[i + n] == seqs[i] && (uint32_t)s->h_pos[i + n] == p + n &&
                (p + n) % bt != 0) {
@@ -570,12 +570,12 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    uint32_t                   qkv_n  = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
+    uint32_t                   qkv_n = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
     uint32_t                   tstride = decode ? kv->max_blocks_per_seq : 0; /* row -> table */
     cudaStream_t               st      = s->stream;
     /* under two blocks per multiprocessor (decode): more warps per (row, head) */
-    uint32_t                   att_w = b * c->n_heads < 2 * s->n_sms ? ATT_WARPS_MAX : 8;
-    moon_status_t              status;
+    uint32_t      att_w = b * c->n_heads < 2 * s->n_sms ? ATT_WARPS_MAX : 8;
+    moon_status_t status;
 
     k_embed<<<b, 128, 0, st>>>(s->d_x, s->d_embd, s->d_tokens, c->dim);
     k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, NULL, s->d_xb, s->layers[0].attn_norm, c->dim,
@@ -588,10 +588,9 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
             MOON_OK) {
             return status;
         }
-        k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables,
-                                        tstride, s->d_kv, c->dim, kv_dim, c->head_dim,
-                                        kv->cfg.block_tokens, kv->block_floats, kv->layer_floats,
-                                        l);
+        k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables, tstride,
+                                        s->d_kv, c->dim, kv_dim, c->head_dim, kv->cfg.block_tokens,
+                                        kv->block_floats, kv->layer_floats, l);
         k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
             s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, tstride, c->n_heads,
             c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim, kv->cfg.block_tokens,
@@ -675,8 +674,7 @@ static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const in
     }
     CK(cudaMemcpyAsync(s->d_tokens, tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
                        s->stream));
-    CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       s->stream));
+    CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
     if ((status = run_pass(s, kv, b, decode, logits != NULL)) != MOON_OK) {
         return status;
     }

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL   1e-3f
+#define TOL 1e-3f
 #define VOCAB 400
-#define BT    8 /* block tokens: every prefill below crosses blocks */
+#define BT 8 /* block tokens: every prefill below crosses blocks */
 
 static int no_device(void)
 {
@@ -149,9 +149,9 @@ static void test_cuda_head_sizes(void)
 static void test_cuda_long_context(void)
 {
     moon_model_config_t  shape = mt_shape(64, 128, 2, 4, 2, VOCAB, 2048);
-    moon_engine_config_t ec    = {.kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 2,
-                                  .max_chunk = 256};
-    moon_engine_config_t eg    = {.kind = MOON_BACKEND_CUDA, .max_batch = 2, .max_chunk = 256};
+    moon_engine_config_t ec    = {
+           .kind = MOON_BACKEND_CPU, .n_threads = 2, .max_batch = 2, .max_chunk = 256};
+    moon_engine_config_t eg = {.kind = MOON_BACKEND_CUDA, .max_batch = 2, .max_chunk = 256};
     char                 path[256];
     moon_model_t        *m;
     moon_engine_t       *cpu = NULL, *gpu = NULL;
@@ -224,7 +224,7 @@ static void test_mirror_follows_the_host_cache(void)
     uint32_t         a, ar, f, fr, c, cr;
     int32_t          toks[64];
     float            want[VOCAB], got[VOCAB], worst = 0.0f;
-    uint64_t         rng  = 11;
+    uint64_t         rng = 11;
     size_t           bb;
     void            *buf;
 
@@ -298,8 +298,7 @@ static void test_mirror_follows_the_host_cache(void)
         worst = fmaxf(worst, step(gpu, kv2, c, toks[30 + i], want, got));
     }
     /* an import over a block the GPU wrote: the next step must read the new bytes */
-    CU_ASSERT_EQUAL(moon_kv_block_export(kr2, moon_kv_seq_block(kr2, cr, 0), -1, buf, bb),
-                    MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_block_export(kr2, moon_kv_seq_block(kr2, cr, 0), -1, buf, bb), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_block_import(kv2, moon_kv_seq_block(kv2, c, 3), -1, buf, bb), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_block_import(kr2, moon_kv_seq_block(kr2, cr, 3), -1, buf, bb), MOON_OK);
     CU_ASSERT_EQUAL(moon_engine_decode(ref, kr2, &cr, &toks[5], 1, want, NULL), MOON_OK);
@@ -394,7 +393,7 @@ static void test_bad_calls_change_nothing(void)
     moon_kv_cache_t *kv;
     uint32_t         s[5];
     int32_t          toks[64] = {0};
-    float           *lg = calloc(5 * VOCAB, sizeof(float));
+    float           *lg       = calloc(5 * VOCAB, sizeof(float));
 
     if (no_device()) {
         free(lg);
