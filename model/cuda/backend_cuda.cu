@@ -63,9 +63,13 @@ typedef struct {
     int32_t  *d_tokens, *d_pos;                             /* (max_b) */
     uint32_t *d_tables;                                     /* (max_b, max_blocks_per_seq) */
     uint32_t *h_tables;
-    int32_t  *h_pos;
-    float    *d_kv;                   /* mirror of the host block pool */
-    uint64_t  kv_id;                  /* the cache d_kv mirrors (0: none) */
+    /* pinned host staging (copies from pageable memory serialise) */
+    int32_t              *h_pos, *h_tokens; /* (max_b) */
+    float                *h_logits;         /* (max_batch, vocab) */
+    float                *h_rows; /* (max_batch, 2 n_layers, kv_dim): decode's new K/V rows */
+    uint32_t              max_batch;
+    float                *d_kv;       /* mirror of the host block pool */
+    uint64_t              kv_id;      /* the cache d_kv mirrors (0: none) */
     const moon_kv_seq_t **rows;       /* (max_b) a call's rows' sequences */
     uint64_t              mirror_id;  /* tag of blocks d_kv holds as is */
     uint64_t              n_uploaded; /* blocks uploaded (debug log) */
@@ -342,7 +346,10 @@ static void cuda_destroy(void *state)
     moon_free(s->graphs);
     moon_free(s->graph_failed);
     moon_free(s->h_tables);
-    moon_free(s->h_pos);
+    cudaFreeHost(s->h_pos);
+    cudaFreeHost(s->h_tokens);
+    cudaFreeHost(s->h_logits);
+    cudaFreeHost(s->h_rows);
     moon_free(s->rows);
     moon_free(s->layers);
     moon_free(s);
@@ -371,12 +378,16 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     s->graphs       = (cudaGraphExec_t *)moon_calloc(B + 1, sizeof(cudaGraphExec_t));
     s->graph_failed = (uint8_t *)moon_calloc(B + 1, 1);
     s->layers       = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));
-    s->h_pos        = (int32_t *)moon_malloc(B * sizeof(int32_t));
     s->rows         = (const moon_kv_seq_t **)moon_malloc(B * sizeof(*s->rows));
-    if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->h_pos == NULL ||
-        s->rows == NULL) {
+    s->max_batch    = cfg->max_batch > 0 ? cfg->max_batch : 1;
+    if (s->graphs == NULL || s->graph_failed == NULL || s->layers == NULL || s->rows == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    CK(cudaMallocHost((void **)&s->h_pos, B * sizeof(int32_t)));
+    CK(cudaMallocHost((void **)&s->h_tokens, B * sizeof(int32_t)));
+    CK(cudaMallocHost((void **)&s->h_logits, (size_t)s->max_batch * c->vocab_size * sizeof(float)));
+    CK(cudaMallocHost((void **)&s->h_rows,
+                      (size_t)s->max_batch * 2 * c->n_layers * kv_dim * sizeof(float)));
     {
         int dev = 0, sms = 0;
         CK(cudaGetDevice(&dev));
@@ -531,30 +542,72 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
     return MOON_OK;
 }
 
-/* Copies the new tokens' K/V (rows at h_pos[]) back to the host. A run of
- * consecutive slots in one block is one 2-D copy: its K and V rows of every
- * layer are 2 * n_layers rows, block_tokens * kv_dim floats apart. The
- * blocks stay tagged with this mirror: host and device hold the same bytes. */
-static moon_status_t sync_kv_out(cuda_state_t *s, moon_kv_cache_t *kv,
-                                 const moon_kv_seq_t *const *seqs, uint32_t b)
+/* The runs of the new tokens' K/V (rows at h_pos[]): a run is consecutive
+ * slots of one block, whose K and V rows of every layer are 2 * n_layers
+ * rows, block_tokens * kv_dim floats apart. fn(s, kv, i, n, off) per run of
+ * rows i .. i+n, off its first float in the pool. */
+typedef moon_status_t (*run_fn)(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t i, uint32_t n,
+                                size_t off);
+
+static moon_status_t for_each_run(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t b, run_fn fn)
 {
-    uint32_t bt    = kv->cfg.block_tokens;
-    size_t   pitch = (size_t)bt * kv->kv_dim * sizeof(float);
+    uint32_t      bt = kv->cfg.block_tokens;
+    moon_status_t status;
 
     for (uint32_t i = 0; i < b;) {
-        uint32_t p   = (uint32_t)s->h_pos[i];
-        uint32_t blk = seqs[i]->blocks[p / bt];
-        uint32_t n   = 1;
-        size_t   off;
-        while (i + n < b && seqs[i + n] == seqs[i] && (uint32_t)s->h_pos[i + n] == p + n &&
+        uint32_t p = (uint32_t)s->h_pos[i], n = 1;
+        while (i + n < b && s->rows[i + n] == s->rows[i] && (uint32_t)s->h_pos[i + n] == p + n &&
                (p + n) % bt != 0) {
             n++;
         }
-        off = (size_t)blk * kv->block_floats + (size_t)(p % bt) * kv->kv_dim;
-        CK(cudaMemcpy2DAsync(kv->data + off, pitch, s->d_kv + off, pitch,
-                             (size_t)n * kv->kv_dim * sizeof(float), 2 * kv->cfg.n_layers,
-                             cudaMemcpyDeviceToHost, s->stream));
+        status = fn(s, kv, i, n,
+                    (size_t)s->rows[i]->blocks[p / bt] * kv->block_floats +
+                        (size_t)(p % bt) * kv->kv_dim);
+        if (status != MOON_OK) {
+            return status;
+        }
         i += n;
+    }
+    return MOON_OK;
+}
+
+/* A prefill's runs (whole blocks, mostly) straight into the host pool. */
+static moon_status_t run_to_pool(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t i, uint32_t n,
+                                 size_t off)
+{
+    size_t pitch = (size_t)kv->cfg.block_tokens * kv->kv_dim * sizeof(float);
+
+    (void)i;
+    CK(cudaMemcpy2DAsync(kv->data + off, pitch, s->d_kv + off, pitch,
+                         (size_t)n * kv->kv_dim * sizeof(float), 2 * kv->cfg.n_layers,
+                         cudaMemcpyDeviceToHost, s->stream));
+    return MOON_OK;
+}
+
+/* A decode row (one slot) into its pinned staging rows ... */
+static moon_status_t run_to_stage(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t i, uint32_t n,
+                                  size_t off)
+{
+    size_t row = kv->kv_dim * sizeof(float), rows = 2 * kv->cfg.n_layers;
+
+    (void)n; /* decode rows are distinct sequences: one slot each */
+    CK(cudaMemcpy2DAsync(s->h_rows + (size_t)i * rows * kv->kv_dim, row, s->d_kv + off,
+                         (size_t)kv->cfg.block_tokens * row, row, rows, cudaMemcpyDeviceToHost,
+                         s->stream));
+    return MOON_OK;
+}
+
+/* ... and, once the stream is done, from there into the host pool. */
+static moon_status_t stage_to_pool(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t i, uint32_t n,
+                                   size_t off)
+{
+    size_t       rows = 2 * kv->cfg.n_layers;
+    const float *src  = s->h_rows + (size_t)i * rows * kv->kv_dim;
+
+    (void)n;
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(kv->data + off + r * kv->cfg.block_tokens * kv->kv_dim, src + r * kv->kv_dim,
+               kv->kv_dim * sizeof(float));
     }
     return MOON_OK;
 }
@@ -662,32 +715,42 @@ static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32
     return MOON_OK;
 }
 
-/* b rows (s->rows[], positions s->h_pos[]): see enqueue_pass for decode. */
+/* b rows (s->rows[], positions s->h_pos[]): see enqueue_pass for decode.
+ * The new tokens' K/V reach the host pool before it returns (a prefill's
+ * straight, a decode's through pinned staging); the blocks keep this
+ * mirror's tag: host and device hold the same bytes. */
 static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t *tokens,
                                   uint32_t b, float *logits, int decode)
 {
-    const moon_model_config_t *c = &s->m->cfg;
+    const moon_model_config_t *c        = &s->m->cfg;
+    size_t                     n_logits = (size_t)(decode ? b : 1) * c->vocab_size;
     moon_status_t              status;
 
+    if (decode && b > s->max_batch) {
+        return MOON_ERR_INVALID_PARAM;
+    }
     if ((status = sync_kv_in(s, kv, s->rows, decode ? b : 1)) != MOON_OK) {
         return status;
     }
-    CK(cudaMemcpyAsync(s->d_tokens, tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
+    memcpy(s->h_tokens, tokens, b * sizeof(int32_t));
+    CK(cudaMemcpyAsync(s->d_tokens, s->h_tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
                        s->stream));
     CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
     if ((status = run_pass(s, kv, b, decode, logits != NULL)) != MOON_OK) {
         return status;
     }
     if (logits != NULL) {
-        CK(cudaMemcpyAsync(logits, s->d_logits,
-                           (size_t)(decode ? b : 1) * c->vocab_size * sizeof(float),
+        CK(cudaMemcpyAsync(s->h_logits, s->d_logits, n_logits * sizeof(float),
                            cudaMemcpyDeviceToHost, s->stream));
     }
-    if ((status = sync_kv_out(s, kv, s->rows, b)) != MOON_OK) {
+    if ((status = for_each_run(s, kv, b, decode ? run_to_stage : run_to_pool)) != MOON_OK) {
         return status;
     }
     CK(cudaStreamSynchronize(s->stream));
-    return MOON_OK;
+    if (logits != NULL) {
+        memcpy(logits, s->h_logits, n_logits * sizeof(float));
+    }
+    return decode ? for_each_run(s, kv, b, stage_to_pool) : MOON_OK;
 }
 
 /* A failed call may leave the mirror's blocks unlike the host's: a new id
