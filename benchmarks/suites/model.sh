@@ -20,6 +20,8 @@ MOONLET="$BUILD_DIR/launch/moonlet"
 T=$(nproc)
 MD="$BUILD_DIR/bench-models"
 mkdir -p "$MD"
+# shellcheck source=bench_models.inc
+source "$(dirname "$0")/bench_models.inc"
 
 if [ "${SMOKE:-0}" = 1 ]; then
     [ -f "$MD/smoke.gguf" ] || "$MOONLET" gen-model --out "$MD/smoke.gguf" --dim 64 --hidden 128 \
@@ -30,11 +32,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
     exit 0
 fi
 
-for ty in f32 bf16; do
-    f="$MD/llama110m-$ty.gguf"
-    [ -f "$f" ] || "$MOONLET" gen-model --out "$f" --dim 768 --hidden 2048 --layers 12 \
-        --heads 12 --vocab 32000 --seq-len 1024 --type "$ty" --seed 1
-done
+gen_llama110m
 
 # The engine runs its own thread pool and calls OpenBLAS single-threaded. An
 # OpenBLAS built with threads starts its workers at load, and they spin

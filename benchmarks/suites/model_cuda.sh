@@ -18,6 +18,8 @@ B="$BENCH_BIN/bench_model"
 MOONLET="$BUILD_DIR/launch/moonlet"
 MD="$BUILD_DIR/bench-models"
 mkdir -p "$MD"
+# shellcheck source=bench_models.inc
+source "$(dirname "$0")/bench_models.inc"
 
 if ! "$B" --model=models/stories260K/stories260K.gguf --bench=cuda_roofline --iters=1 |
         grep -q '"read_gb_per_s": [1-9]'; then
@@ -46,11 +48,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
     run_model models/stories260K/stories260K.gguf stories260K 6
     exit 0
 fi
-for ty in f32 bf16; do
-    f="$MD/llama110m-$ty.gguf"
-    [ -f "$f" ] || "$MOONLET" gen-model --out "$f" --dim 768 --hidden 2048 --layers 12 \
-        --heads 12 --vocab 32000 --seq-len 1024 --type "$ty" --seed 1
-done
+gen_llama110m
 for i in $(seq "${REPEAT:-1}"); do
     run_model "$MD/llama110m-f32.gguf" llama110m-f32 300
     run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 300

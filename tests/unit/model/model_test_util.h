@@ -55,4 +55,20 @@ static inline float mt_rel_diff(const float *a, const float *b, uint32_t n)
     return md / mb;
 }
 
+#ifdef MOON_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+/* 1 (and the test reports itself skipped) when no GPU is usable here. */
+static inline int mt_no_cuda_device(void)
+{
+    int n_dev = 0;
+
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
+        moon_test_skip("no device");
+        return 1;
+    }
+    return 0;
+}
+#endif
+
 #endif /* MOON_MODEL_TEST_UTIL_H */

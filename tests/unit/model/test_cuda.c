@@ -9,24 +9,12 @@
  * prints "skipped: no device". */
 #include "model_test_util.h"
 
-#include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TOL 1e-3f
 #define VOCAB 400
 #define BT 8 /* block tokens: every prefill below crosses blocks */
-
-static int no_device(void)
-{
-    int n_dev = 0;
-
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
-        moon_test_skip("no device");
-        return 1;
-    }
-    return 0;
-}
 
 static moon_model_t *model_of(moon_ggml_type_t type, char *path, size_t len)
 {
@@ -117,7 +105,7 @@ static void test_cuda_matches_cpu(void)
     } types[] = {{MOON_GGML_F32, "f32"}, {MOON_GGML_BF16, "bf16"}, {MOON_GGML_Q8_0, "q8_0"}};
     char path[256];
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         return;
     }
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
@@ -135,7 +123,7 @@ static void test_cuda_head_sizes(void)
     moon_model_config_t hs128 = mt_shape(256, 512, 2, 2, 1, VOCAB, 128);
     char                path[256];
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         return;
     }
     check_model(model_shaped(&hs20, path, sizeof(path)), 1, "head 20");
@@ -162,7 +150,7 @@ static void test_cuda_long_context(void)
     float                lc[VOCAB], lg[VOCAB], worst = 0.0f;
     uint64_t             rng = 5;
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         free(toks);
         return;
     }
@@ -228,7 +216,7 @@ static void test_mirror_follows_the_host_cache(void)
     size_t           bb;
     void            *buf;
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         return;
     }
     m = model_of(MOON_GGML_F32, path, sizeof(path));
@@ -336,7 +324,7 @@ static void test_new_cache_of_another_shape(void)
     int32_t        toks[64];
     uint64_t       rng = 9;
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         free(lg);
         free(lr);
         return;
@@ -395,7 +383,7 @@ static void test_bad_calls_change_nothing(void)
     int32_t          toks[64] = {0};
     float           *lg       = calloc(5 * VOCAB, sizeof(float));
 
-    if (no_device()) {
+    if (mt_no_cuda_device()) {
         free(lg);
         return;
     }

@@ -4,13 +4,9 @@
  * (decode) and with the prompt run as one prefill chunk; on the CUDA backend
  * too where the build has it and a device is present (else "skipped"). Also
  * the first-step sanity logits (tolerance 1e-4 relative). */
-#include "moon_test.h"
-#include "moonlet/model.h"
+#include "model_test_util.h"
 
 #include <cjson/cJSON.h>
-#ifdef MOON_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,25 +151,15 @@ static void test_cpu_prefill(void)
 }
 
 #ifdef MOON_WITH_CUDA
-static int no_cuda_device(void)
-{
-    int n_dev = 0;
-
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
-        moon_test_skip("no device");
-        return 1;
-    }
-    return 0;
-}
 static void test_cuda_decode(void)
 {
-    if (!no_cuda_device()) {
+    if (!mt_no_cuda_device()) {
         run_all(MOON_BACKEND_CUDA, 0);
     }
 }
 static void test_cuda_prefill(void)
 {
-    if (!no_cuda_device()) {
+    if (!mt_no_cuda_device()) {
         run_all(MOON_BACKEND_CUDA, 1);
     }
 }
@@ -210,7 +196,7 @@ static void test_first_step_logits(void)
 #ifdef MOON_WITH_CUDA
 static void test_cuda_first_step_logits(void)
 {
-    if (!no_cuda_device()) {
+    if (!mt_no_cuda_device()) {
         check_first_step(MOON_BACKEND_CUDA);
     }
 }
