@@ -19,24 +19,28 @@
 #include <unistd.h>
 
 #define SEG_MAGIC 0x474e495248534d4dull /* "MMSHRING" */
-#define REC_MAGIC 0x5247u
 #define REC_BYTES 16u
 #define MAX_FRAME ((uint32_t)64 << 20) /* dist frames stay under 17 MiB */
 
 enum { K_WHOLE = 1, K_FIRST, K_MIDDLE, K_LAST, K_SKIP };
 
-/* A record's header; its payload follows, padded to 16 bytes. */
+/* A record's header; its payload follows, padded to 16 bytes. The tag,
+ * stored last (release), publishes the record: it is the record's position
+ * in the ring's stream (a multiple of 16) mixed with the job's key, and the
+ * record's kind in the low 4 bits. The reader polls the tag where the next
+ * record goes: what it waits on is the line the record's first bytes come
+ * in, so a small frame costs the reader one line from the writer's core
+ * (a published `head` beside the data cost two, one after the other). A tag
+ * from an earlier lap, or payload bytes, never match: the position differs,
+ * and the key is the job's. */
 typedef struct {
-    uint32_t len;   /* payload bytes of this record */
-    uint32_t total; /* bytes of the whole frame */
-    uint16_t magic;
-    uint16_t kind;
-    uint32_t pad;
+    uint32_t         len;   /* payload bytes of this record */
+    uint32_t         total; /* bytes of the whole frame */
+    _Atomic uint64_t tag;
 } rec_t;
 _Static_assert(sizeof(rec_t) == REC_BYTES, "record header size changed");
 
 typedef struct {
-    alignas(64) _Atomic uint64_t head; /* bytes the writer published */
     alignas(64) _Atomic uint64_t tail; /* bytes the reader gave back */
     alignas(64) unsigned char data[];  /* cap bytes */
 } ring_t;
@@ -52,11 +56,11 @@ typedef struct {
 
 /* One end of a ring, as this rank sees it. */
 typedef struct {
-    ring_t  *ring;   /* NULL: the peer is not on this host */
-    uint64_t pos;    /* writer: head; reader: tail (our own copy) */
-    uint64_t seen;   /* writer: the reader's tail as last read */
-    seg_t   *seg;    /* writer: the receiver's segment (its sleep mark) */
-    char    *frag;   /* reader: a fragmented frame being put together */
+    ring_t  *ring; /* NULL: the peer is not on this host */
+    uint64_t pos;  /* the stream position: writer, of its next record; reader, its tail */
+    uint64_t seen; /* writer: the reader's tail as last read */
+    seg_t   *seg;  /* writer: the receiver's segment (its sleep mark) */
+    char    *frag; /* reader: a fragmented frame being put together */
     uint32_t frag_len, frag_total;
     int      dead;
 } end_t;
@@ -64,6 +68,7 @@ typedef struct {
 struct shm_rings {
     uint32_t  rank, size;
     uint64_t  cap;
+    uint64_t  key; /* the job's, mixed into every record's tag */
     size_t    seg_bytes;
     seg_t    *own;  /* the rings others write to us */
     seg_t   **segs; /* by rank: a local peer's segment, mapped */
@@ -75,6 +80,11 @@ struct shm_rings {
 static uint64_t pad16(uint64_t n)
 {
     return (n + 15) & ~(uint64_t)15;
+}
+
+static uint64_t rec_tag(const shm_rings_t *s, uint64_t pos, uint16_t kind)
+{
+    return ((pos ^ s->key) & ~(uint64_t)15) | kind;
 }
 
 static size_t ring_stride(uint64_t cap)
@@ -135,7 +145,8 @@ static seg_t *seg_map(const char *name, size_t bytes, int create)
     }
     /* the pages reserved now: on a full /dev/shm a sparse segment would
      * raise SIGBUS at the first write that needs a page */
-    if (!create || (ftruncate(fd, (off_t)bytes) == 0 && posix_fallocate(fd, 0, (off_t)bytes) == 0)) {
+    if (!create ||
+        (ftruncate(fd, (off_t)bytes) == 0 && posix_fallocate(fd, 0, (off_t)bytes) == 0)) {
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     close(fd);
@@ -180,7 +191,7 @@ void shm_rings_close(shm_rings_t *s)
 shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const dist_proc_t *procs,
                             size_t ring_bytes)
 {
-    shm_rings_t *s = moon_calloc(1, sizeof(*s));
+    shm_rings_t *s     = moon_calloc(1, sizeof(*s));
     uint64_t     token = 0;
     char         name[64];
     int          ok = s != NULL && procs != NULL && ring_bytes >= (64u << 10) &&
@@ -207,6 +218,10 @@ shm_rings_t *shm_rings_open(MPI_Comm comm, uint32_t rank, uint32_t size, const d
         token = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
     }
     MPI_Bcast(&token, 1, MPI_UINT64_T, 0, comm);
+    if (s != NULL) {
+        /* spread over every bit; the top one set, so no tag is 0 (a fresh ring) */
+        s->key = (token * 0x9e3779b97f4a7c15ull) | (1ull << 63);
+    }
     /* 1. each rank with peers on its host creates its segment */
     if (ok && s->n_local > 1) {
         s->seg_bytes = sizeof(seg_t) + (size_t)(s->n_local - 1) * ring_stride(s->cap);
@@ -272,24 +287,25 @@ static int has_room(const shm_rings_t *s, end_t *e, uint64_t need)
     return e->pos + need - e->seen <= s->cap;
 }
 
-static void put_record(end_t *e, uint64_t cap, uint16_t kind, const void *src, uint32_t len,
+static void put_record(const shm_rings_t *s, end_t *e, uint16_t kind, const void *src, uint32_t len,
                        uint32_t total)
 {
-    uint64_t off = e->pos & (cap - 1);
-    rec_t    h   = {len, total, REC_MAGIC, kind, 0};
+    uint64_t cap = s->cap, off = e->pos & (cap - 1);
+    rec_t   *h = (rec_t *)(e->ring->data + off);
 
-    memcpy(e->ring->data + off, &h, sizeof(h));
+    h->len   = len;
+    h->total = total;
     if (len > 0) {
         memcpy(e->ring->data + off + REC_BYTES, src, len);
     }
+    atomic_store_explicit(&h->tag, rec_tag(s, e->pos, kind), memory_order_release);
     e->pos += kind == K_SKIP ? cap - off : REC_BYTES + pad16(len);
-    atomic_store_explicit(&e->ring->head, e->pos, memory_order_release);
 }
 
 int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len, size_t *off)
 {
-    end_t   *e   = &s->out[peer];
-    uint64_t cap = s->cap;
+    end_t   *e     = &s->out[peer];
+    uint64_t cap   = s->cap;
     int      whole = len + REC_BYTES <= cap / 2; /* small frames never split */
 
     if (e->dead || len > MAX_FRAME) {
@@ -308,7 +324,7 @@ int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len
             if (!has_room(s, e, room)) {
                 return 0;
             }
-            put_record(e, cap, K_SKIP, NULL, 0, 0); /* to the start */
+            put_record(s, e, K_SKIP, NULL, 0, 0); /* to the start */
             continue;
         }
         chunk = whole ? len : MOON_MIN(left, MOON_MIN(room, cap / 2) - REC_BYTES);
@@ -320,11 +336,8 @@ int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len
             }
             chunk = MOON_MIN(chunk, (free - REC_BYTES) & ~(uint64_t)15); /* what fits now */
         }
-        kind = whole ? K_WHOLE
-               : *off == 0 ? K_FIRST
-               : *off + chunk == len ? K_LAST
-                                     : K_MIDDLE;
-        put_record(e, cap, kind, (const char *)frame + *off, (uint32_t)chunk, (uint32_t)len);
+        kind = whole ? K_WHOLE : *off == 0 ? K_FIRST : *off + chunk == len ? K_LAST : K_MIDDLE;
+        put_record(s, e, kind, (const char *)frame + *off, (uint32_t)chunk, (uint32_t)len);
         *off += chunk;
     }
     return 1;
@@ -332,7 +345,7 @@ int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len
 
 int shm_rings_peer_asleep(shm_rings_t *s, uint32_t peer)
 {
-    /* pairs with the fence in shm_rings_arm: our head store, then its mark */
+    /* pairs with the fence in shm_rings_arm: our tag store, then its mark */
     atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&s->out[peer].seg->asleep, memory_order_relaxed) != 0;
 }
@@ -345,30 +358,32 @@ static void ring_corrupt(end_t *e, uint32_t from, const char *why)
     e->frag = NULL;
 }
 
-/* One record of the ring from `from`, of the `avail` bytes published: 1
- * delivered a frame, 0 consumed something else, -1 stop reading this ring
- * for now. Nothing the writer put there is trusted: each record must lie
- * inside what was published. */
-static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint64_t avail, shm_deliver_fn fn,
+/* The kind of the record published at e->pos, 0 if none is yet. */
+static uint16_t published(const shm_rings_t *s, const end_t *e)
+{
+    const rec_t *h   = (const rec_t *)(e->ring->data + (e->pos & (s->cap - 1)));
+    uint64_t     tag = atomic_load_explicit(&h->tag, memory_order_acquire);
+
+    return (tag & ~(uint64_t)15) == (rec_tag(s, e->pos, 0) & ~(uint64_t)15) ? (uint16_t)(tag & 15)
+                                                                            : 0;
+}
+
+/* One record of the ring from `from`, published as `kind`: 1 delivered a
+ * frame, 0 consumed something else, -1 stop reading this ring for now.
+ * Nothing the writer put there is trusted: a record must lie inside the
+ * ring, and fragments must come in order. */
+static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint16_t kind, shm_deliver_fn fn,
                        void *ctx)
 {
     uint64_t             cap = s->cap, off = e->pos & (cap - 1);
     const unsigned char *at  = e->ring->data + off;
-    rec_t                h;
+    const rec_t         *rec = (const rec_t *)at;
+    uint32_t             len = rec->len, total = rec->total;
     int                  delivered = 0;
     char                *whole;
 
-    if (avail > cap || avail < REC_BYTES) {
-        ring_corrupt(e, from, "ring indices out of bounds");
-        return -1;
-    }
-    memcpy(&h, at, sizeof(h));
-    if (h.magic != REC_MAGIC) {
-        ring_corrupt(e, from, "bad record");
-        return -1;
-    }
-    if (h.kind == K_SKIP) {
-        if (off == 0 || cap - off > avail) {
+    if (kind == K_SKIP) {
+        if (off == 0) {
             ring_corrupt(e, from, "bad skip record");
             return -1;
         }
@@ -376,18 +391,17 @@ static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint64_t avail, 
         atomic_store_explicit(&e->ring->tail, e->pos, memory_order_release);
         return 0;
     }
-    if (h.len > cap - off - REC_BYTES || REC_BYTES + pad16(h.len) > avail ||
-        h.total > MAX_FRAME || h.len > h.total) {
+    if (len > cap - off - REC_BYTES || len > cap / 2 || total > MAX_FRAME || len > total) {
         ring_corrupt(e, from, "record out of bounds");
         return -1;
     }
-    switch (h.kind) {
+    switch (kind) {
     case K_WHOLE:
-        if (h.len != h.total) {
+        if (len != total) {
             ring_corrupt(e, from, "bad record");
             return -1;
         }
-        fn(ctx, from, at + REC_BYTES, h.len); /* in place: the room goes back after */
+        fn(ctx, from, at + REC_BYTES, len); /* in place: the room goes back after */
         delivered = 1;
         break;
     case K_FIRST:
@@ -395,23 +409,23 @@ static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint64_t avail, 
             ring_corrupt(e, from, "fragments out of order");
             return -1;
         }
-        if ((e->frag = moon_malloc(h.total)) == NULL) {
+        if ((e->frag = moon_malloc(total)) == NULL) {
             return -1; /* left in the ring: tried again at the next poll */
         }
-        memcpy(e->frag, at + REC_BYTES, h.len);
-        e->frag_len   = h.len;
-        e->frag_total = h.total;
+        memcpy(e->frag, at + REC_BYTES, len);
+        e->frag_len   = len;
+        e->frag_total = total;
         break;
     case K_MIDDLE:
     case K_LAST:
-        if (e->frag == NULL || h.total != e->frag_total || e->frag_len + h.len > h.total ||
-            (h.kind == K_LAST && e->frag_len + h.len != h.total)) {
+        if (e->frag == NULL || total != e->frag_total || e->frag_len + len > total ||
+            (kind == K_LAST && e->frag_len + len != total)) {
             ring_corrupt(e, from, "fragments out of order");
             return -1;
         }
-        memcpy(e->frag + e->frag_len, at + REC_BYTES, h.len);
-        e->frag_len += h.len;
-        if (h.kind == K_LAST) {
+        memcpy(e->frag + e->frag_len, at + REC_BYTES, len);
+        e->frag_len += len;
+        if (kind == K_LAST) {
             whole   = e->frag; /* ours now: delivering may forget the ring */
             e->frag = NULL;
             fn(ctx, from, whole, e->frag_total);
@@ -423,7 +437,7 @@ static int take_record(shm_rings_t *s, end_t *e, uint32_t from, uint64_t avail, 
         ring_corrupt(e, from, "bad record");
         return -1;
     }
-    e->pos += REC_BYTES + pad16(h.len);
+    e->pos += REC_BYTES + pad16(len);
     atomic_store_explicit(&e->ring->tail, e->pos, memory_order_release);
     return delivered;
 }
@@ -436,15 +450,15 @@ int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget)
         uint32_t from  = s->local[i];
         end_t   *e     = &s->in[from];
         int      taken = 0; /* a budget per ring: a busy one does not keep the others waiting */
-        uint64_t head;
+        uint16_t kind;
 
         if (e->ring == NULL || e->dead) {
             continue;
         }
-        head = atomic_load_explicit(&e->ring->head, memory_order_acquire);
-        for (int records = 0; e->pos != head && taken < budget && records < 4 * budget && !e->dead;
+        for (int records = 0;
+             taken < budget && records < 4 * budget && !e->dead && (kind = published(s, e)) != 0;
              records++) {
-            int got = take_record(s, e, from, head - e->pos, fn, ctx);
+            int got = take_record(s, e, from, kind, fn, ctx);
             if (got < 0) {
                 break;
             }
@@ -458,11 +472,10 @@ int shm_rings_poll(shm_rings_t *s, shm_deliver_fn fn, void *ctx, int budget)
 int shm_rings_arm(shm_rings_t *s)
 {
     atomic_store(&s->own->asleep, 1);
-    atomic_thread_fence(memory_order_seq_cst); /* the mark, then a last look at the heads */
+    atomic_thread_fence(memory_order_seq_cst); /* the mark, then a last look at the rings */
     for (uint32_t i = 0; i < s->n_local; i++) {
         end_t *e = &s->in[s->local[i]];
-        if (e->ring != NULL && !e->dead &&
-            atomic_load_explicit(&e->ring->head, memory_order_acquire) != e->pos) {
+        if (e->ring != NULL && !e->dead && published(s, e) != 0) {
             atomic_store(&s->own->asleep, 0);
             return 0;
         }

@@ -7,9 +7,11 @@
  * hears nobody on the host again (a false loss of every other rank). With a
  * ring per pair, a dead sender stalls only its own ring, which nobody needs.
  *
- * A ring is single-producer single-consumer: the sender appends records and
- * publishes them with a release store of `head`; the receiver reads them in
- * place and gives the room back with a release store of `tail`. A frame
+ * A ring is single-producer single-consumer: the sender appends records,
+ * each published by a release store of its header's tag (its position in
+ * the ring's stream); the receiver polls the tag where the next record goes,
+ * reads records in place and gives the room back with a release store of
+ * `tail`. A frame
  * larger than half a ring goes in fragments, reassembled by the receiver.
  * Each receiver's rings live in one segment it creates (POSIX shm, unlinked
  * as soon as every sender has mapped it, so nothing outlives the job).

@@ -6,8 +6,10 @@
  *     the writer finds the ring full and waits for room;
  *   - the sleep mark: a reader that armed is seen asleep by the writer, and
  *     arming fails when a frame is already waiting;
+ *   - a record is read only once its tag publishes it (a header in place
+ *     with another lap's tag is not read, nor counted by the sleep mark);
  *   - a corrupt record (the writer scribbles over its ring: a length past
- *     the ring, or past what it published) is logged, the ring is read no
+ *     the ring, or a kind it never writes) is logged, the ring is read no
  *     more, and nothing crashes;
  *   - a forgotten peer's frames are dropped at the writer;
  *   - a segment name a dead process left in /dev/shm is swept at set-up.
@@ -27,8 +29,8 @@
 #define RING_BYTES ((size_t)64 << 10)
 #define N_FRAMES 3000
 
-static int          g_rank, g_size;
-static char         g_stale[96]; /* rank 0: a segment name of a dead process, made before set-up */
+static int  g_rank, g_size;
+static char g_stale[96]; /* rank 0: a segment name of a dead process, made before set-up */
 
 static void nap_us(long us)
 {
@@ -42,9 +44,12 @@ static dist_proc_t  g_procs[2];
 static size_t frame_len(int i)
 {
     switch (i % 10) {
-    case 3: return RING_BYTES / 2 - 16 + (size_t)(i % 7); /* the whole/fragment edge */
-    case 7: return 3 * RING_BYTES + (size_t)i;            /* fragments */
-    default: return 1 + (size_t)(i * 37) % 4000;
+    case 3:
+        return RING_BYTES / 2 - 16 + (size_t)(i % 7); /* the whole/fragment edge */
+    case 7:
+        return 3 * RING_BYTES + (size_t)i; /* fragments */
+    default:
+        return 1 + (size_t)(i * 37) % 4000;
     }
 }
 
@@ -74,9 +79,9 @@ static void on_frame(void *ctx, uint32_t from, const void *frame, size_t len)
 
 static void test_frames_cross_in_order(void)
 {
-    unsigned char *buf = malloc(4 * RING_BYTES);
+    unsigned char *buf   = malloc(4 * RING_BYTES);
     int            waits = 0;
-    reader_t       r = {0, 0};
+    reader_t       r     = {0, 0};
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
     if (g_rank == 0) {
@@ -132,20 +137,22 @@ static void test_sleep_mark(void)
 }
 
 /* Overwrites the header of the last record written to peer (a frame of
- * `len` bytes) with one that claims `claim` bytes. */
-static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len, uint32_t claim)
+ * `len` bytes) with a published one of `kind` that claims `claim` bytes. */
+static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len, uint32_t claim, uint16_t kind)
 {
-    end_t   *e  = &s->out[peer];
-    uint64_t at = (e->pos - (REC_BYTES + pad16(len))) & (s->cap - 1);
-    rec_t    h  = {claim, claim, REC_MAGIC, K_WHOLE, 0};
+    end_t   *e   = &s->out[peer];
+    uint64_t pos = e->pos - (REC_BYTES + pad16(len));
+    rec_t   *h   = (rec_t *)(e->ring->data + (pos & (s->cap - 1)));
 
-    memcpy(e->ring->data + at, &h, sizeof(h));
+    h->len   = claim;
+    h->total = claim;
+    atomic_store(&h->tag, rec_tag(s, pos, kind));
 }
 
 /* Rank `writer` writes a 256-byte frame to `reader` and overwrites its
- * record header with one claiming `claim` bytes; the reader must deliver
- * nothing, then and later (the ring is read no more), and not crash. */
-static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim)
+ * record header with one of `kind` claiming `claim` bytes; the reader must
+ * deliver nothing, then and later (the ring is read no more), and not crash. */
+static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uint16_t kind)
 {
     unsigned char junk[256];
     size_t        off = 0;
@@ -154,7 +161,7 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim)
     memset(junk, 0xa5, sizeof(junk));
     if (g_rank == writer) {
         CU_ASSERT_EQUAL(shm_rings_write(g_rings, (uint32_t)reader, junk, sizeof(junk), &off), 1);
-        scribble_last(g_rings, (uint32_t)reader, sizeof(junk), claim);
+        scribble_last(g_rings, (uint32_t)reader, sizeof(junk), claim, kind);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == reader) {
@@ -162,16 +169,52 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim)
         moon_log_set_level(0); /* the error is expected */
         CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
         CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0); /* read no more */
+        CU_ASSERT_EQUAL(r.next, 0);
         moon_log_set_level(saved);
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* A record that stays inside the ring but runs past what the writer
- * published (rank 1 to rank 0): refused, never delivered. */
-static void test_record_past_head_is_refused(void)
+/* A record is read only once its tag says so: a header and payload in
+ * place (a writer between its stores), or a tag of another lap of the
+ * ring, is not a record yet; the frame the writer then publishes there is. */
+static void test_unpublished_record_is_not_read(void)
 {
-    corrupt_frame_is_refused(1, 0, 4096);
+    reader_t r = {0, 0};
+
+    if (g_rank == 0) {
+        end_t *e = &g_rings->out[1];
+        rec_t *h = (rec_t *)(e->ring->data + (e->pos & (g_rings->cap - 1)));
+
+        h->len   = 1;
+        h->total = 1;
+        atomic_store(&h->tag, rec_tag(g_rings, e->pos - g_rings->cap, K_WHOLE)); /* last lap's */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
+        CU_ASSERT_EQUAL(shm_rings_arm(g_rings), 1); /* nothing waits: it may sleep */
+        shm_rings_awake(g_rings);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        unsigned char one = 7;
+        size_t        off = 0;
+        CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, &one, 1, &off), 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        r.next = -1; /* not one of the numbered frames */
+        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A record of no kind the writer uses (rank 1 to rank 0): refused, never
+ * delivered. */
+static void test_record_of_bad_kind_is_refused(void)
+{
+    corrupt_frame_is_refused(1, 0, 256, 9);
 }
 
 /* A record longer than the ring (rank 0 to rank 1); then rank 0 forgets
@@ -181,7 +224,7 @@ static void test_corrupt_ring_is_dropped(void)
     unsigned char junk[256] = {0};
     size_t        off       = 0;
 
-    corrupt_frame_is_refused(0, 1, (uint32_t)RING_BYTES);
+    corrupt_frame_is_refused(0, 1, (uint32_t)RING_BYTES, K_WHOLE);
     if (g_rank == 0) {
         shm_rings_forget(g_rings, 1);
         CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1); /* dropped */
@@ -216,8 +259,7 @@ static void make_stale_segment(void)
         _exit(0);
     }
     waitpid(child, NULL, 0);
-    snprintf(g_stale, sizeof(g_stale), "/moonlet.%016llx.%u.%lld", 0xdeadull, 0u,
-             (long long)child);
+    snprintf(g_stale, sizeof(g_stale), "/moonlet.%016llx.%u.%lld", 0xdeadull, 0u, (long long)child);
     if ((fd = shm_open(g_stale, O_CREAT | O_RDWR, 0600)) >= 0) {
         close(fd);
     }
@@ -226,7 +268,8 @@ static void make_stale_segment(void)
 static CU_TestInfo tests[] = {
     {"frames_cross_in_order", test_frames_cross_in_order},
     {"sleep_mark", test_sleep_mark},
-    {"record_past_head_is_refused", test_record_past_head_is_refused}, /* before the forget */
+    {"unpublished_record_is_not_read", test_unpublished_record_is_not_read},
+    {"record_of_bad_kind_is_refused", test_record_of_bad_kind_is_refused}, /* before the forget */
     {"corrupt_ring_is_dropped", test_corrupt_ring_is_dropped},
     {"stale_segment_is_swept", test_stale_segment_is_swept},
     CU_TEST_INFO_NULL,
