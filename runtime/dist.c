@@ -44,10 +44,10 @@ MOON_MSG_DEFINE(MOON_DIST_MSGS, moon_dist_msg_descs)
  * dist_bulk.c. */
 #define FRAME_MAGIC 0x4d44u /* "MD" */
 enum {
-    FRAME_BATCH     = 1, /* records */
-    FRAME_CREDIT    = 2, /* credits only */
-    FRAME_HEARTBEAT = 3,
-    FRAME_GOODBYE   = 4,
+    FRAME_BATCH       = 1, /* records */
+    FRAME_CREDIT      = 2, /* credits only */
+    FRAME_HEARTBEAT   = 3,
+    FRAME_GOODBYE     = 4,
     FRAME_REGION_GONE = 5, /* u64 region id: its owner deregistered it */
 };
 
@@ -56,7 +56,7 @@ typedef struct {
     uint8_t  kind;
     uint8_t  pad;
     uint32_t src_rank;
-    uint32_t credits;   /* returned to the receiver of this frame */
+    uint32_t credits; /* returned to the receiver of this frame */
     uint32_t n_records;
 } frame_hdr_t;
 _Static_assert(sizeof(frame_hdr_t) == 16, "frame header size changed");
@@ -88,10 +88,10 @@ static rec_hdr_t rec_read(const char *p)
 }
 
 /* ---- state (the structs: dist_state.h) ----------------------------------- */
-#define SPIN_PASSES     256 /* idle passes (yielding after the first few) before sleeping */
-#define TICK_NS         (5 * 1000 * 1000ull)
-#define MAX_PER_PEER    512 /* messages per peer per pass: control stays interleaved */
-#define BUF_POOL_MAX    64
+#define SPIN_PASSES 256 /* idle passes (yielding after the first few) before sleeping */
+#define TICK_NS (5 * 1000 * 1000ull)
+#define MAX_PER_PEER 512 /* messages per peer per pass: control stays interleaved */
+#define BUF_POOL_MAX 64
 
 /* Adds to a counter that only holders of the progress lock write: a plain
  * load and store, not a locked add, on the per-message path (readers of the
@@ -171,18 +171,18 @@ int moon_dist_peer_alive(moon_dist_t *d, uint32_t r)
 
 void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *s)
 {
-    s->n_sent            = atomic_load(&d->st.sent);
-    s->n_received        = atomic_load(&d->st.received);
-    s->n_frames_sent     = atomic_load(&d->st.frames_sent);
-    s->n_frames_received = atomic_load(&d->st.frames_received);
-    s->n_bad_frames      = atomic_load(&d->st.bad_frames);
-    s->n_bad_msgs        = atomic_load(&d->st.bad_msgs);
-    s->n_stale           = atomic_load(&d->st.stale);
-    s->n_credit_stalls   = atomic_load(&d->st.credit_stalls);
-    s->n_gate_mutes      = atomic_load(&d->st.gate_mutes);
-    s->n_peers_lost      = atomic_load(&d->st.peers_lost);
-    s->n_bulk_done       = atomic_load(&d->st.bulk_done);
-    s->bulk_bytes        = atomic_load(&d->st.bulk_bytes);
+    s->n_sent                   = atomic_load(&d->st.sent);
+    s->n_received               = atomic_load(&d->st.received);
+    s->n_frames_sent            = atomic_load(&d->st.frames_sent);
+    s->n_frames_received        = atomic_load(&d->st.frames_received);
+    s->n_bad_frames             = atomic_load(&d->st.bad_frames);
+    s->n_bad_msgs               = atomic_load(&d->st.bad_msgs);
+    s->n_stale                  = atomic_load(&d->st.stale);
+    s->n_credit_stalls          = atomic_load(&d->st.credit_stalls);
+    s->n_gate_mutes             = atomic_load(&d->st.gate_mutes);
+    s->n_peers_lost             = atomic_load(&d->st.peers_lost);
+    s->n_bulk_done              = atomic_load(&d->st.bulk_done);
+    s->bulk_bytes               = atomic_load(&d->st.bulk_bytes);
     s->n_peer_regions_forgotten = atomic_load(&d->st.regions_forgotten);
 }
 
@@ -219,9 +219,9 @@ static int launched_by_mpi(void)
 moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *cfg,
                              moon_dist_t **dist_p)
 {
-    moon_dist_t *d;
-    int          inited = 0, provided = 0, rank = 0, size = 1;
-    const char  *env;
+    moon_dist_t  *d;
+    int           inited = 0, provided = 0, rank = 0, size = 1;
+    const char   *env;
     moon_status_t status;
 
     status = moon_msg_register(moon_dist_msg_descs);
@@ -309,7 +309,7 @@ static void sleepy_barrier(moon_dist_t *d)
     /* Backing off to 2 ms: the waiting thread shares its core with the
      * workers (mpirun binds a rank to one), and each wake-up takes it from them. */
     for (useconds_t nap_us = 50; MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;
-         nap_us = nap_us < 2000 ? nap_us * 2 : 2000) {
+         nap_us            = nap_us < 2000 ? nap_us * 2 : 2000) {
         usleep(nap_us);
     }
 }
@@ -392,6 +392,18 @@ static void frame_begin(moon_dist_t *d, dist_buf_t *b, uint32_t kind)
     b->len = sizeof(h);
 }
 
+/* The credits a frame about to leave for p carries back: all this rank
+ * owes p. Counts the frame. */
+static uint32_t frame_carry_credits(moon_dist_t *d, dist_peer_t *p)
+{
+    uint32_t owed = p->owed;
+
+    p->owed = 0;
+    p->tx_frames++;
+    count_locked(&d->st.frames_sent, 1);
+    return owed;
+}
+
 /* Sends b (header filled, records counted); piggybacks owed credits. */
 static void frame_send(moon_dist_t *d, dist_buf_t *b, uint32_t n_records)
 {
@@ -403,12 +415,9 @@ static void frame_send(moon_dist_t *d, dist_buf_t *b, uint32_t n_records)
         dist_buf_put(d, b);
         return;
     }
-    h->credits   = p->owed;
+    h->credits   = frame_carry_credits(d, p);
     h->n_records = n_records;
-    p->owed      = 0;
-    p->tx_frames++;
-    count_locked(&d->st.frames_sent, 1);
-    status = d->eng->send_frame(d, b);
+    status       = d->eng->send_frame(d, b);
     if (status != MOON_OK) {
         /* the engine did not take it */
         if (moon_status_is_peer(status)) {
@@ -524,13 +533,15 @@ void dist_enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *ms
     }
 }
 
-static int  send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg);
+static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg,
+                       size_t bound);
 
 static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     moon_dist_t *d = ctx;
     uint32_t     r = moon_addr_rank(to);
     dist_peer_t *p;
+    size_t       bound;
 
     if (MOON_UNLIKELY(r >= d->size || r == d->rank)) {
         return MOON_ERR_NO_ACTOR;
@@ -542,12 +553,14 @@ static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
     if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
         dist_note_sys_tx(d, to, msg);
     }
-    if (send_direct(d, r, to, msg)) {
+    if (MOON_UNLIKELY((bound = moon_msg_checked_bound(msg)) == 0)) {
+        return MOON_ERR_INVALID_PARAM; /* logged; the message stays the sender's */
+    }
+    if (send_direct(d, r, to, msg, bound)) {
         return MOON_OK;
     }
     dist_enqueue(d, r, to, msg);
-    if (MOON_UNLIKELY(atomic_load_explicit(&p->queued, memory_order_relaxed) >
-                      d->cfg.credits)) {
+    if (MOON_UNLIKELY(atomic_load_explicit(&p->queued, memory_order_relaxed) > d->cfg.credits)) {
         gate_close(d, p, msg);
     }
     return MOON_OK;
@@ -579,22 +592,31 @@ static void send_error_reply(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_ad
 }
 
 /* ---- sending: drain ready peers into frames ------------------------------- */
-/* Encodes msg for `to` as one more record of frame b; -1 (logged by the
- * codec) if it does not encode into the room left. */
-static int frame_add(moon_dist_t *d, dist_buf_t *b, moon_addr_t to, const moon_msg_hdr_t *msg)
+/* Encodes msg for `to` as a record at rec, in room bytes (>= REC_BYTES);
+ * the record's bytes, or 0 (logged by the codec) if it does not encode. */
+static size_t record_put(moon_dist_t *d, char *rec, size_t room, moon_addr_t to,
+                         const moon_msg_hdr_t *msg)
 {
     size_t len = 0;
 
-    if (moon_msg_encode(msg, b->data + b->len + REC_BYTES, b->cap - b->len - REC_BYTES, &len) !=
-        MOON_OK) {
-        return -1;
+    if (moon_msg_encode(msg, rec + REC_BYTES, room - REC_BYTES, &len) != MOON_OK) {
+        return 0;
     }
-    rec_write(b->data + b->len, to, (uint32_t)len);
-    b->len += (uint32_t)(REC_BYTES + len);
+    rec_write(rec, to, (uint32_t)len);
     if (MOON_UNLIKELY(d->trace != NULL)) {
         trace_msg(d, "tx", to, msg, msg->src, msg->seq, msg->type);
     }
-    return 0;
+    return REC_BYTES + len;
+}
+
+/* One more record of frame b; -1 (logged by the codec) if msg does not
+ * encode into the room left. */
+static int frame_add(moon_dist_t *d, dist_buf_t *b, moon_addr_t to, const moon_msg_hdr_t *msg)
+{
+    size_t n = record_put(d, b->data + b->len, b->cap - b->len, to, msg);
+
+    b->len += (uint32_t)n;
+    return n > 0 ? 0 : -1;
 }
 
 static int drain_peer(moon_dist_t *d, uint32_t r)
@@ -675,44 +697,75 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
 static int  progress_trylock(moon_dist_t *d);
 static void progress_unlock(moon_dist_t *d);
 
+/* send_direct's frame of one record, encoded straight into the engine's
+ * memory (a shared-memory ring): no frame buffer, no copy. 1 sent, -1 the
+ * message did not encode (logged by the codec; nothing sent), 0 no room in
+ * place (then a frame buffer). */
+static int send_in_place(moon_dist_t *d, uint32_t r, moon_addr_t to, const moon_msg_hdr_t *msg,
+                         size_t need)
+{
+    char       *f = d->eng->frame_reserve != NULL ? d->eng->frame_reserve(d, r, need) : NULL;
+    frame_hdr_t h = {FRAME_MAGIC, FRAME_BATCH, 0, d->rank, 0, 1};
+    size_t      n;
+
+    if (f == NULL) {
+        return 0;
+    }
+    if ((n = record_put(d, f + sizeof(h), need - sizeof(h), to, msg)) == 0) {
+        return -1; /* the room was not committed: it stays free */
+    }
+    h.credits = frame_carry_credits(d, &d->peers[r]);
+    memcpy(f, &h, sizeof(h));
+    d->eng->frame_commit(d, r, sizeof(h) + n);
+    return 1;
+}
+
 /* The first remote message a handler sends, to a peer whose queue is empty,
  * leaves at once from the handler's thread as a frame of its own: a request
  * or a reply does not wait for the worker to finish its turn, come back idle
  * and drain the queue. The handler's later messages (to any peer) queue up
  * and leave batched. FIFO per pair holds: an empty queue, checked under the progress
- * lock, means everything sent before is already with the engine. Returns 1 if
- * msg was consumed. */
-static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg)
+ * lock, means everything sent before is already with the engine. bound:
+ * msg's encoded bound. Returns 1 if msg was consumed. */
+static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg,
+                       size_t bound)
 {
     static _Thread_local uint64_t last_seq;
     dist_peer_t                  *p   = &d->peers[r];
     uint64_t                      seq = moon_rt_dispatch_seq();
-    dist_buf_t                   *b;
+    dist_buf_t                   *b   = NULL;
+    size_t                        need;
+    int                           sent;
 
     if (seq == 0 || seq == last_seq || !atomic_load_explicit(&d->direct, memory_order_relaxed) ||
         atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
         return 0;
     }
+    need = sizeof(frame_hdr_t) + REC_BYTES + bound;
     if (atomic_load(&d->closing) || p->credits == 0 ||
         atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->down, memory_order_relaxed) ||
-        (b = buf_get(d, r, sizeof(frame_hdr_t) + REC_BYTES +
-                               moon_msg_encoded_bound(msg))) == NULL) {
+        ((sent = send_in_place(d, r, to, msg, need)) == 0 && (b = buf_get(d, r, need)) == NULL)) {
         progress_unlock(d);
         return 0;
     }
     last_seq = seq;
-    frame_begin(d, b, FRAME_BATCH);
-    if (frame_add(d, b, to, msg) == 0) {
+    if (b != NULL) {
+        frame_begin(d, b, FRAME_BATCH);
+        sent = frame_add(d, b, to, msg) == 0 ? 1 : -1;
+        if (sent > 0) {
+            frame_send(d, b, 1);
+        } else {
+            dist_buf_put(d, b);
+        }
+    }
+    if (sent > 0) {
         __atomic_store_n(&p->credits, p->credits - 1, __ATOMIC_RELAXED);
-        frame_send(d, b, 1);
         count_locked(&d->st.sent, 1);
-    } else {
-        dist_buf_put(d, b); /* dropped, logged by the codec */
     }
     progress_unlock(d);
-    moon_msg_release(msg);
+    moon_msg_release(msg); /* sent, or dropped (logged by the codec) */
     return 1;
 }
 
@@ -885,7 +938,8 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
         return; /* declared lost: late frames are ignored */
     }
     if (h.credits > 0) {
-        uint32_t c = MOON_MIN(p->credits + h.credits, d->cfg.credits); /* a lying peer gains nothing */
+        uint32_t c =
+            MOON_MIN(p->credits + h.credits, d->cfg.credits); /* a lying peer gains nothing */
         __atomic_store_n(&p->credits, c, __ATOMIC_RELAXED);
         if (p->stalled) {
             p->stalled = 0;
@@ -939,7 +993,7 @@ void dist_on_frame(moon_dist_t *d, const void *data, size_t len)
 bad:
     atomic_fetch_add_explicit(&d->st.bad_frames, 1, memory_order_relaxed);
     dist_log_once(&d->logged_bad_frame, "a malformed frame", len >= sizeof(h) ? h.src_rank : 0,
-             MOON_ERR_INVALID_PARAM);
+                  MOON_ERR_INVALID_PARAM);
 }
 
 /* ---- the progress thread -------------------------------------------------- */
@@ -979,8 +1033,8 @@ static void tick(moon_dist_t *d, uint64_t now)
             p->last_tx_ns = now;
         }
         if (now - p->last_tx_ns >= atomic_load_explicit(&d->hb_ns, memory_order_relaxed)) {
-            send_small_frame(d, r, atomic_load(&d->saying_goodbye) ? FRAME_GOODBYE
-                                                                   : FRAME_HEARTBEAT);
+            send_small_frame(d, r,
+                             atomic_load(&d->saying_goodbye) ? FRAME_GOODBYE : FRAME_HEARTBEAT);
         }
         if (!p->goodbye && now - p->last_rx_ns > d->cfg.peer_timeout_ns) {
             dist_peer_failed(d, r, MOON_ERR_PEER_LOST);
@@ -1191,7 +1245,7 @@ static void *progress_main(void *arg)
             with_clock = 1;
         }
         missed = 0;
-        n = progress_pass(d, with_clock ? PASS_CLOCK : 0, &busy);
+        n      = progress_pass(d, with_clock ? PASS_CLOCK : 0, &busy);
         progress_unlock(d);
         if (worker_polling(d)) {
             /* An idle worker is driving progress: stay out of its core (a
@@ -1282,9 +1336,9 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         MOON_ERROR("the MPI transport needs MPI_THREAD_MULTIPLE");
         return MOON_ERR_UNSUPPORTED;
     }
-    d->peers = moon_calloc(d->size, sizeof(*d->peers));
+    d->peers         = moon_calloc(d->size, sizeof(*d->peers));
     d->n_ready_words = (d->size + 63) / 64;
-    d->ready = moon_calloc(d->n_ready_words, sizeof(*d->ready));
+    d->ready         = moon_calloc(d->n_ready_words, sizeof(*d->ready));
     if (d->peers == NULL || d->ready == NULL) {
         status = MOON_ERR_NO_MEMORY;
         goto err;
@@ -1356,8 +1410,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     if (getenv("MOON_DIST_NO_WORKER_POLL") == NULL) {
         moon_runtime_set_idle_hook(rt, worker_poll, d);
     }
-    MOON_INFO("distributed runtime up: rank %u of %u, engine %s", d->rank, d->size,
-              d->eng->name);
+    MOON_INFO("distributed runtime up: rank %u of %u, engine %s", d->rank, d->size, d->eng->name);
     return MOON_OK;
 
 err:

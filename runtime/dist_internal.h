@@ -61,6 +61,12 @@ typedef struct {
     /* Sends buf (buf->len bytes) to buf->peer in order. The engine calls
      * dist_frame_done(d, buf, status) once buf may be reused (maybe inline). */
     moon_status_t (*send_frame)(moon_dist_t *d, dist_buf_t *buf);
+    /* Optional: room for a frame of at most max bytes to peer, written in
+     * place (no frame buffer, no copy), or NULL (then send_frame). Called
+     * only when nothing else waits for peer; frame_commit(d, peer, len)
+     * sends the first len bytes, in order after everything sent before. */
+    void *(*frame_reserve)(moon_dist_t *d, uint32_t peer, size_t max);
+    void (*frame_commit)(moon_dist_t *d, uint32_t peer, size_t len);
     /* Drives the engine; returns the number of events seen. */
     int (*progress)(moon_dist_t *d);
     /* Fd that becomes readable on engine activity, or -1 (then the progress

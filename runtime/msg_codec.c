@@ -58,13 +58,46 @@ size_t moon_msg_encoded_bound(const moon_msg_hdr_t *msg)
 
         switch (d->fields[i].kind) {
         case MOON_FIELD_str:
-        case MOON_FIELD_bytes: bound += 5 + span->n; break;
-        case MOON_FIELD_u32s: bound += 5 + (size_t)span->n * 5; break;
-        case MOON_FIELD_u64s: bound += 5 + (size_t)span->n * 9; break;
-        default: bound += 9; break;
+        case MOON_FIELD_bytes:
+            bound += 5 + span->n;
+            break;
+        case MOON_FIELD_u32s:
+            bound += 5 + (size_t)span->n * 5;
+            break;
+        case MOON_FIELD_u64s:
+            bound += 5 + (size_t)span->n * 9;
+            break;
+        default:
+            bound += 9;
+            break;
         }
     }
     return bound;
+}
+
+size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg)
+{
+    const moon_msg_desc_t *d = moon_msg_desc(msg->type);
+
+    if (d == NULL) {
+        MOON_ERROR("send: message type %u is not registered", msg->type);
+        return 0;
+    }
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
+        uint32_t           kind = d->fields[i].kind;
+
+        if ((kind == MOON_FIELD_str || kind == MOON_FIELD_bytes || kind == MOON_FIELD_u32s ||
+             kind == MOON_FIELD_u64s) &&
+            !span_ok(msg, *span,
+                     kind == MOON_FIELD_u32s   ? 4
+                     : kind == MOON_FIELD_u64s ? 8
+                                               : 1)) {
+            MOON_ERROR("send %s: field %s: span outside the message", d->name, d->fields[i].name);
+            return 0;
+        }
+    }
+    return moon_msg_encoded_bound(msg);
 }
 
 moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, size_t *len_p)
@@ -90,15 +123,31 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
         const char        *data = (const char *)msg;
 
         switch (d->fields[i].kind) {
-        case MOON_FIELD_u8: msgpack_pack_uint8(&pk, *(const uint8_t *)f); break;
-        case MOON_FIELD_u16: msgpack_pack_uint16(&pk, *(const uint16_t *)f); break;
-        case MOON_FIELD_u32: msgpack_pack_uint32(&pk, *(const uint32_t *)f); break;
+        case MOON_FIELD_u8:
+            msgpack_pack_uint8(&pk, *(const uint8_t *)f);
+            break;
+        case MOON_FIELD_u16:
+            msgpack_pack_uint16(&pk, *(const uint16_t *)f);
+            break;
+        case MOON_FIELD_u32:
+            msgpack_pack_uint32(&pk, *(const uint32_t *)f);
+            break;
         case MOON_FIELD_u64:
-        case MOON_FIELD_addr: msgpack_pack_uint64(&pk, *(const uint64_t *)f); break;
-        case MOON_FIELD_i32: msgpack_pack_int32(&pk, *(const int32_t *)f); break;
-        case MOON_FIELD_i64: msgpack_pack_int64(&pk, *(const int64_t *)f); break;
-        case MOON_FIELD_f32: msgpack_pack_float(&pk, *(const float *)f); break;
-        case MOON_FIELD_f64: msgpack_pack_double(&pk, *(const double *)f); break;
+        case MOON_FIELD_addr:
+            msgpack_pack_uint64(&pk, *(const uint64_t *)f);
+            break;
+        case MOON_FIELD_i32:
+            msgpack_pack_int32(&pk, *(const int32_t *)f);
+            break;
+        case MOON_FIELD_i64:
+            msgpack_pack_int64(&pk, *(const int64_t *)f);
+            break;
+        case MOON_FIELD_f32:
+            msgpack_pack_float(&pk, *(const float *)f);
+            break;
+        case MOON_FIELD_f64:
+            msgpack_pack_double(&pk, *(const double *)f);
+            break;
         case MOON_FIELD_str:
         case MOON_FIELD_bytes:
             if (!span_ok(msg, *span, 1)) {
@@ -181,11 +230,29 @@ static int rd_be(rd_t *r, size_t n, uint64_t *v)
         return -1;
     }
     switch (n) {
-    case 1: *v = b[0]; break;
-    case 2: { uint16_t x; memcpy(&x, b, 2); *v = BE16(x); break; }
-    case 4: { uint32_t x; memcpy(&x, b, 4); *v = BE32(x); break; }
-    case 8: { uint64_t x; memcpy(&x, b, 8); *v = BE64(x); break; }
-    default: return -1;
+    case 1:
+        *v = b[0];
+        break;
+    case 2: {
+        uint16_t x;
+        memcpy(&x, b, 2);
+        *v = BE16(x);
+        break;
+    }
+    case 4: {
+        uint32_t x;
+        memcpy(&x, b, 4);
+        *v = BE32(x);
+        break;
+    }
+    case 8: {
+        uint64_t x;
+        memcpy(&x, b, 8);
+        *v = BE64(x);
+        break;
+    }
+    default:
+        return -1;
     }
     return 0;
 }
@@ -210,15 +277,36 @@ static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
         return 0;
     }
     switch (b[0]) {
-    case 0xcc: return rd_be(r, 1, u);
-    case 0xcd: return rd_be(r, 2, u);
-    case 0xce: return rd_be(r, 4, u);
-    case 0xcf: return rd_be(r, 8, u);
-    case 0xd0: if (rd_be(r, 1, &v)) return -1; *i = (int8_t)v; break;
-    case 0xd1: if (rd_be(r, 2, &v)) return -1; *i = (int16_t)v; break;
-    case 0xd2: if (rd_be(r, 4, &v)) return -1; *i = (int32_t)v; break;
-    case 0xd3: if (rd_be(r, 8, &v)) return -1; *i = (int64_t)v; break;
-    default: return -1;
+    case 0xcc:
+        return rd_be(r, 1, u);
+    case 0xcd:
+        return rd_be(r, 2, u);
+    case 0xce:
+        return rd_be(r, 4, u);
+    case 0xcf:
+        return rd_be(r, 8, u);
+    case 0xd0:
+        if (rd_be(r, 1, &v))
+            return -1;
+        *i = (int8_t)v;
+        break;
+    case 0xd1:
+        if (rd_be(r, 2, &v))
+            return -1;
+        *i = (int16_t)v;
+        break;
+    case 0xd2:
+        if (rd_be(r, 4, &v))
+            return -1;
+        *i = (int32_t)v;
+        break;
+    case 0xd3:
+        if (rd_be(r, 8, &v))
+            return -1;
+        *i = (int64_t)v;
+        break;
+    default:
+        return -1;
     }
     if (*i >= 0) {
         *u = (uint64_t)*i;
@@ -254,7 +342,7 @@ static inline int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
         return -1;
     }
     if (p[0] <= 0x7f) {
-        v = p[0];
+        v    = p[0];
         r->p = p + 1;
     } else if (p[0] >= 0xcc && p[0] <= 0xcf) {
         size_t n = (size_t)1 << (p[0] - 0xcc);
@@ -263,10 +351,27 @@ static inline int rd_uint_max(rd_t *r, uint64_t max, uint64_t *out)
             return -1;
         }
         switch (n) {
-        case 1: v = p[1]; break;
-        case 2: { uint16_t x; memcpy(&x, p + 1, 2); v = BE16(x); break; }
-        case 4: { uint32_t x; memcpy(&x, p + 1, 4); v = BE32(x); break; }
-        default: { uint64_t x; memcpy(&x, p + 1, 8); v = BE64(x); break; }
+        case 1:
+            v = p[1];
+            break;
+        case 2: {
+            uint16_t x;
+            memcpy(&x, p + 1, 2);
+            v = BE16(x);
+            break;
+        }
+        case 4: {
+            uint32_t x;
+            memcpy(&x, p + 1, 4);
+            v = BE32(x);
+            break;
+        }
+        default: {
+            uint64_t x;
+            memcpy(&x, p + 1, 8);
+            v = BE64(x);
+            break;
+        }
         }
         r->p = p + 1 + n;
     } else {
@@ -342,9 +447,11 @@ static inline int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t 
     if (want_str && b[0] >= 0xa0 && b[0] <= 0xbf) {
         len = b[0] & 0x1f;
     } else if (want_str && b[0] >= 0xd9 && b[0] <= 0xdb) {
-        if (rd_be(r, (size_t)1 << (b[0] - 0xd9), &len)) return -1;
+        if (rd_be(r, (size_t)1 << (b[0] - 0xd9), &len))
+            return -1;
     } else if (!want_str && b[0] >= 0xc4 && b[0] <= 0xc6) {
-        if (rd_be(r, (size_t)1 << (b[0] - 0xc4), &len)) return -1;
+        if (rd_be(r, (size_t)1 << (b[0] - 0xc4), &len))
+            return -1;
     } else {
         return -1;
     }
@@ -366,9 +473,11 @@ static inline int rd_array(rd_t *r, uint32_t *n)
     if (b[0] >= 0x90 && b[0] <= 0x9f) {
         len = b[0] & 0x0f;
     } else if (b[0] == 0xdc) {
-        if (rd_be(r, 2, &len)) return -1;
+        if (rd_be(r, 2, &len))
+            return -1;
     } else if (b[0] == 0xdd) {
-        if (rd_be(r, 4, &len)) return -1;
+        if (rd_be(r, 4, &len))
+            return -1;
     } else {
         return -1;
     }
@@ -402,24 +511,65 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
         uint32_t       n;
 
         switch (kind) {
-        case MOON_FIELD_u8:  if (rd_uint_max(r, UINT8_MAX, &u)) return -1; if (f) *(uint8_t *)f = (uint8_t)u; break;
-        case MOON_FIELD_u16: if (rd_uint_max(r, UINT16_MAX, &u)) return -1; if (f) *(uint16_t *)f = (uint16_t)u; break;
-        case MOON_FIELD_u32: if (rd_uint_max(r, UINT32_MAX, &u)) return -1; if (f) *(uint32_t *)f = (uint32_t)u; break;
+        case MOON_FIELD_u8:
+            if (rd_uint_max(r, UINT8_MAX, &u))
+                return -1;
+            if (f)
+                *(uint8_t *)f = (uint8_t)u;
+            break;
+        case MOON_FIELD_u16:
+            if (rd_uint_max(r, UINT16_MAX, &u))
+                return -1;
+            if (f)
+                *(uint16_t *)f = (uint16_t)u;
+            break;
+        case MOON_FIELD_u32:
+            if (rd_uint_max(r, UINT32_MAX, &u))
+                return -1;
+            if (f)
+                *(uint32_t *)f = (uint32_t)u;
+            break;
         case MOON_FIELD_u64:
-        case MOON_FIELD_addr: if (rd_uint_max(r, UINT64_MAX, &u)) return -1; if (f) *(uint64_t *)f = u; break;
-        case MOON_FIELD_i32: if (rd_sint(r, INT32_MIN, INT32_MAX, &s)) return -1; if (f) *(int32_t *)f = (int32_t)s; break;
-        case MOON_FIELD_i64: if (rd_sint(r, INT64_MIN, INT64_MAX, &s)) return -1; if (f) *(int64_t *)f = s; break;
-        case MOON_FIELD_f32: if (rd_float(r, &x)) return -1; if (f) *(float *)f = (float)x; break;
-        case MOON_FIELD_f64: if (rd_float(r, &x)) return -1; if (f) *(double *)f = x; break;
+        case MOON_FIELD_addr:
+            if (rd_uint_max(r, UINT64_MAX, &u))
+                return -1;
+            if (f)
+                *(uint64_t *)f = u;
+            break;
+        case MOON_FIELD_i32:
+            if (rd_sint(r, INT32_MIN, INT32_MAX, &s))
+                return -1;
+            if (f)
+                *(int32_t *)f = (int32_t)s;
+            break;
+        case MOON_FIELD_i64:
+            if (rd_sint(r, INT64_MIN, INT64_MAX, &s))
+                return -1;
+            if (f)
+                *(int64_t *)f = s;
+            break;
+        case MOON_FIELD_f32:
+            if (rd_float(r, &x))
+                return -1;
+            if (f)
+                *(float *)f = (float)x;
+            break;
+        case MOON_FIELD_f64:
+            if (rd_float(r, &x))
+                return -1;
+            if (f)
+                *(double *)f = x;
+            break;
         case MOON_FIELD_str:
         case MOON_FIELD_bytes: {
             int is_str = kind == MOON_FIELD_str;
 
-            if (rd_blob(r, is_str, &body, &n)) return -1;
+            if (rd_blob(r, is_str, &body, &n))
+                return -1;
             if (f) {
                 moon_span_t *span = (moon_span_t *)f;
-                span->off = (uint32_t)off;
-                span->n   = n;
+                span->off         = (uint32_t)off;
+                span->n           = n;
                 memcpy((char *)msg + off, body, n);
                 if (is_str) {
                     ((char *)msg)[off + n] = '\0';
@@ -430,15 +580,17 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
         }
         case MOON_FIELD_u32s:
         case MOON_FIELD_u64s: {
-            uint32_t a      = span_align(kind);
-            uint64_t max    = a == 4 ? UINT32_MAX : UINT64_MAX;
+            uint32_t a   = span_align(kind);
+            uint64_t max = a == 4 ? UINT32_MAX : UINT64_MAX;
             char    *dst;
 
-            if (rd_array(r, &n)) return -1;
+            if (rd_array(r, &n))
+                return -1;
             off = (off + a - 1) & ~(uint64_t)(a - 1);
             dst = msg != NULL ? (char *)msg + off : NULL;
             for (uint32_t k = 0; k < n; k++) {
-                if (rd_uint_max(r, max, &u)) return -1;
+                if (rd_uint_max(r, max, &u))
+                    return -1;
                 if (dst != NULL && a == 4) {
                     uint32_t v = (uint32_t)u;
                     memcpy(dst + 4 * (size_t)k, &v, 4);
@@ -468,8 +620,8 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
 }
 
 /* The header items every encoding starts with; 0 if they read. */
-static inline int rd_header(rd_t *r, uint32_t *n_items, uint64_t *type, uint64_t *flags, uint64_t *src,
-                     uint64_t *seq)
+static inline int rd_header(rd_t *r, uint32_t *n_items, uint64_t *type, uint64_t *flags,
+                            uint64_t *src, uint64_t *seq)
 {
     return rd_array(r, n_items) || *n_items < HDR_ITEMS || rd_uint_max(r, UINT16_MAX, type) ||
                    rd_uint_max(r, UINT16_MAX, flags) || rd_uint_max(r, UINT64_MAX, src) ||
@@ -548,10 +700,10 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
     r = fields_start;
     (void)decode_fields(&r, d, msg, NULL);
 done:
-    msg->flags              = (uint16_t)flags;
-    msg->src                = src;
-    msg->seq                = seq;
-    *msg_p                  = msg;
+    msg->flags = (uint16_t)flags;
+    msg->src   = src;
+    msg->seq   = seq;
+    *msg_p     = msg;
     return MOON_OK;
 }
 
@@ -559,11 +711,21 @@ done:
 static size_t scalar_bytes(uint32_t kind)
 {
     switch (kind) {
-    case MOON_FIELD_u8: return 1;
-    case MOON_FIELD_u16: return 2;
-    case MOON_FIELD_u32: case MOON_FIELD_i32: case MOON_FIELD_f32: return 4;
-    case MOON_FIELD_u64: case MOON_FIELD_i64: case MOON_FIELD_f64: case MOON_FIELD_addr: return 8;
-    default: return 0;
+    case MOON_FIELD_u8:
+        return 1;
+    case MOON_FIELD_u16:
+        return 2;
+    case MOON_FIELD_u32:
+    case MOON_FIELD_i32:
+    case MOON_FIELD_f32:
+        return 4;
+    case MOON_FIELD_u64:
+    case MOON_FIELD_i64:
+    case MOON_FIELD_f64:
+    case MOON_FIELD_addr:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -590,8 +752,8 @@ int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)
         memcpy(&sa, fa, sizeof(sa));
         memcpy(&sb, fb, sizeof(sb));
         size = span_align(d->fields[i].kind);
-        if (sa.n != sb.n || memcmp((const char *)a + sa.off, (const char *)b + sb.off,
-                                   (size_t)sa.n * size) != 0) {
+        if (sa.n != sb.n ||
+            memcmp((const char *)a + sa.off, (const char *)b + sb.off, (size_t)sa.n * size) != 0) {
             return 0;
         }
     }

@@ -40,6 +40,11 @@ static inline moon_addr_t moon_env_msg_dst(const moon_msg_hdr_t *msg)
 /* A zeroed message of type d with exactly tail_bytes of span room (codec). */
 void *moon_msg_new_for_decode(const moon_msg_desc_t *d, size_t tail_bytes);
 
+/* moon_msg_encoded_bound of a message that encodes; 0 (logged) if its type
+ * is not registered or a span lies outside it: a transport refuses such a
+ * message to its sender at once, instead of dropping it when it encodes. */
+size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg);
+
 /* Registers the runtime's own message types (idempotent). */
 moon_status_t moon_sys_msgs_register(void);
 

@@ -295,7 +295,7 @@ static void put_record(const shm_rings_t *s, end_t *e, uint16_t kind, const void
 
     h->len   = len;
     h->total = total;
-    if (len > 0) {
+    if (src != NULL && len > 0) { /* NULL: the payload is in place already */
         memcpy(e->ring->data + off + REC_BYTES, src, len);
     }
     atomic_store_explicit(&h->tag, rec_tag(s, e->pos, kind), memory_order_release);
@@ -341,6 +341,32 @@ int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len
         *off += chunk;
     }
     return 1;
+}
+
+void *shm_rings_reserve(shm_rings_t *s, uint32_t peer, size_t max)
+{
+    uint64_t need = REC_BYTES + pad16(max), room;
+    end_t   *e;
+
+    if (peer >= s->size || (e = &s->out[peer])->ring == NULL || e->dead || need > s->cap / 2) {
+        return NULL;
+    }
+    room = s->cap - (e->pos & (s->cap - 1)); /* to the ring's end */
+    if (room < need) {
+        if (!has_room(s, e, room)) {
+            return NULL;
+        }
+        put_record(s, e, K_SKIP, NULL, 0, 0); /* to the start */
+    }
+    if (!has_room(s, e, need)) {
+        return NULL;
+    }
+    return e->ring->data + (e->pos & (s->cap - 1)) + REC_BYTES;
+}
+
+void shm_rings_commit(shm_rings_t *s, uint32_t peer, size_t len)
+{
+    put_record(s, &s->out[peer], K_WHOLE, NULL, (uint32_t)len, (uint32_t)len);
 }
 
 int shm_rings_peer_asleep(shm_rings_t *s, uint32_t peer)

@@ -52,6 +52,12 @@ int shm_rings_reaches(const shm_rings_t *s, uint32_t peer);
  * advancing *off (0 for a new frame); 1 once the whole frame is in. Frames
  * to one peer must be written whole, in order. */
 int shm_rings_write(shm_rings_t *s, uint32_t peer, const void *frame, size_t len, size_t *off);
+/* Room for a frame of at most max bytes to peer, to be written in place:
+ * the frame's bytes, or NULL (no ring to peer, or no room now; then
+ * shm_rings_write). shm_rings_commit publishes the frame's first len bytes
+ * (len <= max); nothing else may be written to peer in between. */
+void *shm_rings_reserve(shm_rings_t *s, uint32_t peer, size_t max);
+void  shm_rings_commit(shm_rings_t *s, uint32_t peer, size_t len);
 /* 1 if peer's segment says it sleeps (call after a write that returned 1). */
 int shm_rings_peer_asleep(shm_rings_t *s, uint32_t peer);
 /* Delivers up to budget frames from each ring to this rank; returns how

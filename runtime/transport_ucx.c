@@ -24,10 +24,10 @@
 #include <string.h>
 
 #define AM_FRAME_ID 7
-#define AM_WAKE_ID  8 /* no payload: wakes a receiver asleep over its frame rings */
+#define AM_WAKE_ID 8 /* no payload: wakes a receiver asleep over its frame rings */
 #define RING_BYTES_DEFAULT ((size_t)256 << 10)
-#define RKEY_CACHE  64 /* unpacked remote keys kept unused (a few regions per peer) */
-#define STREAM_MIN  (64u << 10) /* puts from this size stream into a mapped peer */
+#define RKEY_CACHE 64          /* unpacked remote keys kept unused (a few regions per peer) */
+#define STREAM_MIN (64u << 10) /* puts from this size stream into a mapped peer */
 /* Gets from this size stream out of one: a few blocks this large in flight
  * outgrow the cache, and a plain copy then pays for reading each destination
  * line first (4 MiB gets of the kvstore suite: 44-47 GB/s streamed, 25-30
@@ -35,28 +35,28 @@
 #define STREAM_GET_MIN ((size_t)4 << 20)
 
 typedef struct {
-    moon_dist_t  *d;
-    uint32_t      rank;
-    ucp_ep_h      ep;      /* frames */
-    ucp_ep_h      bulk_ep; /* bulk slices and their flushes */
-    int           failed;
-    int           err_peer; /* ep has UCX peer error handling (not on shm in 1.13) */
-    int           close_pending; /* lost: close outside UCX callbacks */
-    dist_buf_t   *pend, *pend_last; /* frames waiting for room in the ring to the peer */
-    size_t        pend_off;         /* bytes of the first already in the ring */
-    int           wake_pending;     /* a wake-up to the peer not yet gone out */
+    moon_dist_t *d;
+    uint32_t     rank;
+    ucp_ep_h     ep;      /* frames */
+    ucp_ep_h     bulk_ep; /* bulk slices and their flushes */
+    int          failed;
+    int          err_peer;         /* ep has UCX peer error handling (not on shm in 1.13) */
+    int          close_pending;    /* lost: close outside UCX callbacks */
+    dist_buf_t  *pend, *pend_last; /* frames waiting for room in the ring to the peer */
+    size_t       pend_off;         /* bytes of the first already in the ring */
+    int          wake_pending;     /* a wake-up to the peer not yet gone out */
 } ucx_peer_t;
 
 typedef struct {
     ucp_context_h ctx;
     ucp_worker_h  worker;
     int           efd;
-    char         *addrs;    /* all ranks' worker addresses */
+    char         *addrs; /* all ranks' worker addresses */
     int          *addr_len, *addr_off;
     ucx_peer_t   *peers;
     int           n_close_pending;
     uint32_t      ring_busy_passes; /* passes that delivered ring frames (UCX every 8th) */
-    int           no_shm; /* UCX_TLS rules shared memory out: peer error handling */
+    int           no_shm;           /* UCX_TLS rules shared memory out: peer error handling */
     ucx_rkeys_t  *rkeys;
     shm_rings_t  *rings;  /* frames to ranks of this host; NULL: all through UCX */
     uint32_t      n_pend; /* peers with frames waiting for ring room */
@@ -76,26 +76,36 @@ static int tls_without_shm(void)
         return 0;
     }
     return strstr(tls, "sysv") == NULL && strstr(tls, "posix") == NULL &&
-           strstr(tls, "sm") == NULL && strstr(tls, "shm") == NULL &&
-           strstr(tls, "all") == NULL && strstr(tls, "mm") == NULL;
+           strstr(tls, "sm") == NULL && strstr(tls, "shm") == NULL && strstr(tls, "all") == NULL &&
+           strstr(tls, "mm") == NULL;
 }
 
 static moon_status_t from_ucs(ucs_status_t s)
 {
     switch (s) {
-    case UCS_OK: return MOON_OK;
-    case UCS_INPROGRESS: return MOON_INPROGRESS;
-    case UCS_ERR_NO_MEMORY: return MOON_ERR_NO_MEMORY;
-    case UCS_ERR_INVALID_PARAM: return MOON_ERR_INVALID_PARAM;
-    case UCS_ERR_NO_RESOURCE: return MOON_ERR_NO_RESOURCE;
-    case UCS_ERR_TIMED_OUT: return MOON_ERR_TIMED_OUT;
-    case UCS_ERR_CANCELED: return MOON_ERR_CANCELED;
-    case UCS_ERR_UNSUPPORTED: return MOON_ERR_UNSUPPORTED;
+    case UCS_OK:
+        return MOON_OK;
+    case UCS_INPROGRESS:
+        return MOON_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return MOON_ERR_NO_MEMORY;
+    case UCS_ERR_INVALID_PARAM:
+        return MOON_ERR_INVALID_PARAM;
+    case UCS_ERR_NO_RESOURCE:
+        return MOON_ERR_NO_RESOURCE;
+    case UCS_ERR_TIMED_OUT:
+        return MOON_ERR_TIMED_OUT;
+    case UCS_ERR_CANCELED:
+        return MOON_ERR_CANCELED;
+    case UCS_ERR_UNSUPPORTED:
+        return MOON_ERR_UNSUPPORTED;
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_REJECTED: return MOON_ERR_PEER_LOST;
-    default: return MOON_ERR_IO;
+    case UCS_ERR_REJECTED:
+        return MOON_ERR_PEER_LOST;
+    default:
+        return MOON_ERR_IO;
     }
 }
 
@@ -144,8 +154,8 @@ static ucs_status_t am_frame_cb(void *arg, const void *header, size_t header_len
     (void)header_length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         /* frames go eager; a rendezvous one is still read whole */
-        ucp_request_param_t rp = {0};
-        rndv_ctx_t         *r  = moon_malloc(sizeof(*r));
+        ucp_request_param_t rp  = {0};
+        rndv_ctx_t         *r   = moon_malloc(sizeof(*r));
         void               *buf = moon_malloc(length ? length : 1);
         ucs_status_ptr_t    sp;
 
@@ -155,11 +165,11 @@ static ucs_status_t am_frame_cb(void *arg, const void *header, size_t header_len
             MOON_ERROR("no memory for a %zu-byte frame: dropped", length);
             return UCS_OK;
         }
-        *r = (rndv_ctx_t){d, buf, length};
+        *r              = (rndv_ctx_t){d, buf, length};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         rp.cb.recv_am   = rndv_done;
         rp.user_data    = r;
-        sp = ucp_am_recv_data_nbx(U(d)->worker, data, buf, length, &rp);
+        sp              = ucp_am_recv_data_nbx(U(d)->worker, data, buf, length, &rp);
         if (sp == NULL) {
             rndv_done(NULL, UCS_OK, length, r);
         } else if (UCS_PTR_IS_ERR(sp)) {
@@ -191,14 +201,14 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 
     (void)ep;
     p->failed = 1;
-    dist_peer_failed(p->d, p->rank, from_ucs(status) == MOON_ERR_IO ? MOON_ERR_PEER_LOST
-                                                                    : from_ucs(status));
+    dist_peer_failed(p->d, p->rank,
+                     from_ucs(status) == MOON_ERR_IO ? MOON_ERR_PEER_LOST : from_ucs(status));
 }
 
 /* Creates *ep_p to rank r on first use; NULL once the peer failed. */
 static MOON_NOINLINE ucp_ep_h ep_create(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
 {
-    ucx_t          *u = U(d);
+    ucx_t          *u  = U(d);
     ucp_ep_params_t ep = {0};
     ucs_status_t    s;
 
@@ -312,17 +322,17 @@ static shm_rings_t *rings_open(moon_dist_t *d, MPI_Comm comm, int no_shm)
 
 static moon_status_t ucx_open(moon_dist_t *d)
 {
-    uint32_t          size = moon_dist_size_(d);
-    MPI_Comm          comm = *(MPI_Comm *)dist_mpi_comm(d);
-    ucp_config_t     *config;
-    ucp_params_t      params = {0};
-    ucp_worker_params_t wp   = {0};
-    ucp_am_handler_param_t ap = {0};
-    ucp_address_t    *addr;
-    size_t            addr_len;
-    int               my_len, total = 0;
-    ucs_status_t      s;
-    ucx_t            *u = moon_calloc(1, sizeof(*u));
+    uint32_t               size = moon_dist_size_(d);
+    MPI_Comm               comm = *(MPI_Comm *)dist_mpi_comm(d);
+    ucp_config_t          *config;
+    ucp_params_t           params = {0};
+    ucp_worker_params_t    wp     = {0};
+    ucp_am_handler_param_t ap     = {0};
+    ucp_address_t         *addr;
+    size_t                 addr_len;
+    int                    my_len, total = 0;
+    ucs_status_t           s;
+    ucx_t                 *u = moon_calloc(1, sizeof(*u));
 
     if (u == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -338,17 +348,18 @@ static moon_status_t ucx_open(moon_dist_t *d)
         MOON_ERROR("ucp_config_read: %s", ucs_status_string(s));
         goto err_ucs;
     }
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features   = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features          = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 1;
-    s = ucp_init(&params, config, &u->ctx);
+    s                        = ucp_init(&params, config, &u->ctx);
     ucp_config_release(config);
     if (s != UCS_OK) {
         MOON_ERROR("ucp_init: %s", ucs_status_string(s));
         goto err_ucs;
     }
-    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* the progress thread or an idle worker, under progress_lock */
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode =
+        UCS_THREAD_MODE_SERIALIZED; /* the progress thread or an idle worker, under progress_lock */
     if ((s = ucp_worker_create(u->ctx, &wp, &u->worker)) != UCS_OK) {
         MOON_ERROR("ucp_worker_create: %s", ucs_status_string(s));
         goto err_ctx;
@@ -500,12 +511,12 @@ static void ucx_disarm(moon_dist_t *d)
 static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **memh_p,
                                  void **rkey_p, size_t *rkey_len_p)
 {
-    ucx_t             *u = U(d);
+    ucx_t               *u  = U(d);
     ucp_mem_map_params_t mp = {0};
-    ucp_mem_h          memh;
-    void              *rkey;
-    size_t             rkey_len;
-    ucs_status_t       s;
+    ucp_mem_h            memh;
+    void                *rkey;
+    size_t               rkey_len;
+    ucs_status_t         s;
 
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address    = addr;
@@ -534,17 +545,17 @@ static moon_status_t ucx_mem_map(moon_dist_t *d, void *addr, size_t len, void **
 static moon_status_t ucx_mem_alloc(moon_dist_t *d, size_t len, void **addr_p, void **memh_p,
                                    void **rkey_p, size_t *rkey_len_p)
 {
-    ucx_t               *u  = U(d);
-    ucp_mem_map_params_t mp = {0};
+    ucx_t               *u    = U(d);
+    ucp_mem_map_params_t mp   = {0};
     ucp_mem_attr_t       attr = {0};
     ucp_mem_h            memh;
     ucs_status_t         s;
 
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                     UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address    = NULL;
-    mp.length     = len;
-    mp.flags      = UCP_MEM_MAP_ALLOCATE;
+    mp.address = NULL;
+    mp.length  = len;
+    mp.flags   = UCP_MEM_MAP_ALLOCATE;
     if ((s = ucp_mem_map(u->ctx, &mp, &memh)) != UCS_OK) {
         MOON_ERROR("ucp_mem_map (allocate) of %zu bytes failed: %s", len, ucs_status_string(s));
         return from_ucs(s);
@@ -615,8 +626,7 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
     if (op->eng_rkey == NULL) {
         int          fresh;
         ucs_status_t s = ucx_rkeys_acquire(U(d)->rkeys, ep, op->peer, op->region_id, op->rkey,
-                                           op->rkey_len, (ucx_rkey_ref_t **)&op->eng_rkey,
-                                           &fresh);
+                                           op->rkey_len, (ucx_rkey_ref_t **)&op->eng_rkey, &fresh);
         if (s != UCS_OK) {
             MOON_ERROR("ucp_ep_rkey_unpack from rank %u failed: %s", op->peer,
                        ucs_status_string(s));
@@ -629,7 +639,8 @@ static moon_status_t ucx_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
              * mapping leaves off the lock when the key goes */
             if (ucp_rkey_ptr(ucx_rkeys_handle(op->eng_rkey), op->region_addr, &base) == UCS_OK) {
                 ucx_rkeys_set_mapping(op->eng_rkey, base, op->region_len);
-                if (op->stream) { /* a streaming region (an arena) is touched all over: map it in now */
+                if (op->stream) { /* a streaming region (an arena) is touched all over: map it in
+                                     now */
                     ucx_rkeys_populate(op->eng_rkey, base, op->region_len);
                 }
             }
@@ -738,8 +749,8 @@ static void ring_written(moon_dist_t *d, ucx_peer_t *p)
         (ep = get_ep(d, p->rank)) == NULL) {
         return;
     }
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
-                      UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.op_attr_mask =
+        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.flags        = UCP_AM_SEND_FLAG_EAGER;
     rp.cb.send      = wake_sent;
     rp.user_data    = p;
@@ -833,6 +844,21 @@ static moon_status_t ring_send(moon_dist_t *d, dist_buf_t *b)
     return MOON_OK;
 }
 
+/* In place in the ring to peer, when nothing waits for room there. */
+static void *ucx_frame_reserve(moon_dist_t *d, uint32_t peer, size_t max)
+{
+    ucx_t *u = U(d);
+
+    return u->rings != NULL && u->peers[peer].pend == NULL ? shm_rings_reserve(u->rings, peer, max)
+                                                           : NULL;
+}
+
+static void ucx_frame_commit(moon_dist_t *d, uint32_t peer, size_t len)
+{
+    shm_rings_commit(U(d)->rings, peer, len);
+    ring_written(d, &U(d)->peers[peer]);
+}
+
 static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
 {
     if (U(d)->rings != NULL && shm_rings_reaches(U(d)->rings, buf->peer)) {
@@ -846,12 +872,12 @@ static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
     if (ep == NULL) {
         return MOON_ERR_PEER_LOST;
     }
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                      UCP_OP_ATTR_FIELD_FLAGS;
-    rp.cb.send      = frame_sent;
-    rp.user_data    = buf;
-    rp.flags        = UCP_AM_SEND_FLAG_EAGER;
-    sp = ucp_am_send_nbx(ep, AM_FRAME_ID, NULL, 0, buf->data, buf->len, &rp);
+    rp.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send   = frame_sent;
+    rp.user_data = buf;
+    rp.flags     = UCP_AM_SEND_FLAG_EAGER;
+    sp           = ucp_am_send_nbx(ep, AM_FRAME_ID, NULL, 0, buf->data, buf->len, &rp);
     if (sp == NULL) {
         dist_frame_done(d, buf, MOON_OK);
     } else if (UCS_PTR_IS_ERR(sp)) {
@@ -861,21 +887,23 @@ static moon_status_t ucx_send_frame(moon_dist_t *d, dist_buf_t *buf)
 }
 
 const dist_engine_ops_t moon_dist_engine_ucx = {
-    .name         = "ucx",
-    .open         = ucx_open,
-    .close        = ucx_close,
-    .send_frame   = ucx_send_frame,
-    .progress     = ucx_progress,
-    .event_fd     = ucx_event_fd,
-    .arm          = ucx_arm,
-    .disarm       = ucx_disarm,
-    .mem_map      = ucx_mem_map,
-    .mem_unmap    = ucx_mem_unmap,
-    .mem_alloc    = ucx_mem_alloc,
-    .slice_bytes  = ucx_slice_bytes,
-    .region_gone  = ucx_region_gone,
-    .rma          = ucx_rma,
-    .flush        = ucx_flush,
-    .bulk_release = ucx_bulk_release,
-    .peer_lost    = ucx_peer_lost,
+    .name          = "ucx",
+    .open          = ucx_open,
+    .close         = ucx_close,
+    .send_frame    = ucx_send_frame,
+    .frame_reserve = ucx_frame_reserve,
+    .frame_commit  = ucx_frame_commit,
+    .progress      = ucx_progress,
+    .event_fd      = ucx_event_fd,
+    .arm           = ucx_arm,
+    .disarm        = ucx_disarm,
+    .mem_map       = ucx_mem_map,
+    .mem_unmap     = ucx_mem_unmap,
+    .mem_alloc     = ucx_mem_alloc,
+    .slice_bytes   = ucx_slice_bytes,
+    .region_gone   = ucx_region_gone,
+    .rma           = ucx_rma,
+    .flush         = ucx_flush,
+    .bulk_release  = ucx_bulk_release,
+    .peer_lost     = ucx_peer_lost,
 };

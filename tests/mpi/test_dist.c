@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* ---- messages ------------------------------------------------------------- */
-#define T_X_FIELDS(F, T)    F(T, u64, x)
+#define T_X_FIELDS(F, T) F(T, u64, x)
 #define T_DESC_FIELDS(F, T) F(T, u64, len) F(T, bytes, desc)
 #define T_MSGS(X)                                                                                  \
     X(T_PING, t_ping_t, T_X_FIELDS)                                                                \
@@ -52,8 +52,7 @@ static moon_status_t echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
     (void)send_x(self, msg->src, T_PONG, ((const t_ping_t *)msg)->x);
     return MOON_OK;
 }
-static const moon_actor_ops_t echo_ops = {
-    .name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
+static const moon_actor_ops_t echo_ops = {.name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
 
 /* ---- client: count round trips, or report a SYS_ERROR ---------------------- */
 typedef struct {
@@ -358,8 +357,8 @@ static void run_all_to_all(uint64_t n, uint32_t spin_ns, uint32_t only_to_zero)
 {
     char           name[32];
     _Atomic int    cdone = 0, sdone = 0, bad = 0;
-    coll_state_t   cs   = {0};
-    sender_state_t ss   = {0};
+    coll_state_t   cs = {0};
+    sender_state_t ss = {0};
     moon_addr_t    coll, snd, addr;
     uint32_t       n_senders = only_to_zero ? (g_rank == 0 ? g_size - 1 : 0) : g_size - 1;
 
@@ -390,7 +389,7 @@ static void run_all_to_all(uint64_t n, uint32_t spin_ns, uint32_t only_to_zero)
         CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &sender_ops, &ss, NULL, &snd), MOON_OK);
         CU_ASSERT(dist_test_wait(&sdone, 120));
         if (spin_ns) {
-            moon_dist_stats_t st;
+            moon_dist_stats_t  st;
             moon_actor_stats_t as;
             moon_dist_stats(g_dist, &st);
             /* the flooding sender was muted by the full window, and stalled on credits */
@@ -454,12 +453,12 @@ static void test_bad_input_is_counted_and_dropped(void)
          * u32 src_rank, u32 credits, u32 n_records; records: u64 to, u32 len,
          * then len bytes of msgpack. */
         unsigned char f[16 + 12 + 8] = {0};
-        uint16_t      magic = 0x4d44;
+        uint16_t      magic          = 0x4d44;
         uint32_t      one = 1, n_rec = 1, len = 8;
         uint64_t      to = stale;
 
         CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, "abc", 3), MOON_OK); /* truncated */
-        memcpy(f, "XXXXXXXXXXXXXXXX", 16);                                  /* bad magic */
+        memcpy(f, "XXXXXXXXXXXXXXXX", 16);                                 /* bad magic */
         CU_ASSERT_EQUAL(moon_dist_send_raw(g_dist, 0, f, 16), MOON_OK);
         memset(f, 0, sizeof(f));
         memcpy(f, &magic, 2);
@@ -495,7 +494,8 @@ static void test_bad_input_is_counted_and_dropped(void)
     /* the receiver still works */
     CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &echo), MOON_OK);
     CU_ASSERT_EQUAL(moon_dist_register(g_dist, g_rank == 0 ? "echo-after-bad/0" : "x", echo) ==
-                        MOON_OK || g_rank != 0,
+                            MOON_OK ||
+                        g_rank != 0,
                     1);
     moon_dist_barrier(g_dist);
     if (g_rank == 1) {
@@ -510,6 +510,84 @@ static void test_bad_input_is_counted_and_dropped(void)
     }
     moon_dist_barrier(g_dist);
     moon_stop(g_rt, echo, MOON_OK);
+}
+
+/* ---- a message that does not encode: its span lies outside it -------------- */
+typedef struct {
+    moon_addr_t  target;
+    _Atomic int *done;
+    _Atomic int *status; /* moon_send's status for the bad message */
+} badspan_args_t;
+
+static moon_status_t badspan_init(moon_actor_t *self, const void *args)
+{
+    badspan_args_t *s = moon_actor_state(self);
+
+    *s = *(const badspan_args_t *)args;
+    return send_x(self, s->target, T_PING, 0);
+}
+/* From a handler: the first message of a turn leaves at once (dist.c's
+ * direct path, which encodes in place into a shared-memory ring). */
+static moon_status_t badspan_on_pong(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    badspan_args_t *s = moon_actor_state(self);
+    t_desc_t       *m = moon_msg_new(T_DESC, 16);
+    moon_status_t   status;
+
+    (void)msg;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    m->desc.off = 1u << 20; /* past the message's end */
+    m->desc.n   = 16;
+    status      = moon_send(self, s->target, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr); /* refused: still ours */
+    }
+    atomic_store(s->status, status);
+    atomic_store(s->done, 1);
+    moon_actor_exit(self, MOON_OK);
+    return MOON_OK;
+}
+static const moon_actor_ops_t badspan_ops = {.name        = "badspan",
+                                             .state_bytes = sizeof(badspan_args_t),
+                                             .init        = badspan_init,
+                                             .on_msg      = {[T_PONG] = badspan_on_pong}};
+
+/* A remote message that cannot be encoded (a sender's bug) is refused to
+ * its sender with an error, and nothing reaches the wire: the pair still
+ * carries round trips after it. */
+static void test_unencodable_message_is_refused(void)
+{
+    moon_addr_t    echo = MOON_ADDR_NONE, actor;
+    _Atomic int    done = 0, status = 0, error = 0;
+    badspan_args_t ba;
+    client_args_t  ca;
+
+    if (g_size < 2) {
+        return;
+    }
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &echo_ops, NULL, NULL, &echo), MOON_OK);
+    }
+    MPI_Bcast(&echo, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank == 1) {
+        int saved = moon_log_level;
+
+        moon_log_set_level(0); /* the codec's error is expected */
+        ba = (badspan_args_t){echo, &done, &status};
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &badspan_ops, &ba, NULL, &actor), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 10));
+        moon_log_set_level(saved);
+        CU_ASSERT_EQUAL(atomic_load(&status), MOON_ERR_INVALID_PARAM);
+        atomic_store(&done, 0);
+        ca = (client_args_t){echo, 100, &done, &error};
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &client_ops, &ca, NULL, &actor), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 10));
+        CU_ASSERT_EQUAL(atomic_load(&error), 0);
+    }
+    moon_dist_barrier(g_dist);
+    if (g_rank == 0) {
+        moon_stop(g_rt, echo, MOON_OK);
+    }
 }
 
 /* ---- bulk: owner hands out its descriptor in a message ---------------------- */
@@ -549,17 +627,17 @@ typedef struct {
 } bulk_step_t;
 
 typedef struct {
-    moon_addr_t          owner;
-    const bulk_step_t   *steps;
-    uint32_t             n_steps, step;
-    char                *local;
-    moon_dist_region_t  *local_reg;
-    char                *desc;
-    size_t               desc_len;
-    _Atomic int         *done;
-    _Atomic int         *bad;
-    double               t0;
-    double              *elapsed;
+    moon_addr_t         owner;
+    const bulk_step_t  *steps;
+    uint32_t            n_steps, step;
+    char               *local;
+    moon_dist_region_t *local_reg;
+    char               *desc;
+    size_t              desc_len;
+    _Atomic int        *done;
+    _Atomic int        *bad;
+    double              t0;
+    double             *elapsed;
 } bclient_state_t;
 
 static moon_status_t bclient_issue(moon_actor_t *self)
@@ -570,13 +648,11 @@ static moon_status_t bclient_issue(moon_actor_t *self)
 
     s->t0 = moon_test_now_s();
     if (st->is_put) {
-        status = moon_dist_put(g_dist, s->local + st->local_off, s->local_reg, s->desc,
-                               s->desc_len, st->remote_off, st->len, moon_actor_addr(self),
-                               s->step);
+        status = moon_dist_put(g_dist, s->local + st->local_off, s->local_reg, s->desc, s->desc_len,
+                               st->remote_off, st->len, moon_actor_addr(self), s->step);
     } else {
-        status = moon_dist_get(g_dist, s->local + st->local_off, s->local_reg, s->desc,
-                               s->desc_len, st->remote_off, st->len, moon_actor_addr(self),
-                               s->step);
+        status = moon_dist_get(g_dist, s->local + st->local_off, s->local_reg, s->desc, s->desc_len,
+                               st->remote_off, st->len, moon_actor_addr(self), s->step);
     }
     if (status != MOON_OK) {
         atomic_store(s->bad, 1);
@@ -668,16 +744,16 @@ static void bulk_odd_sizes(int alloc, uint32_t salt)
     moon_dist_region_t *reg = NULL, *lreg = NULL;
     moon_addr_t         owner = MOON_ADDR_NONE, bc;
     _Atomic int         done = 0, bad = 0;
-    uint64_t            pbase = 0;
+    uint64_t            pbase   = 0;
     bulk_step_t         steps[] = {
-        {0, 0, 0, 1},                     /* 1 B */
-        {0, region - 1, 1, 1},            /* last byte, unaligned local */
-        {0, 3, 5, 4097},                  /* unaligned both sides */
-        {0, 1001, 8195, (3u << 20) + 5},  /* several slices */
-        {0, 0, 4u << 20, region},         /* the whole region */
-        {1, 0, 0, 0},                     /* put: filled in below */
-        {1, 0, 0, 0},
-        {0, 0, 0, 0},                     /* read the puts back */
+                {0, 0, 0, 1},                    /* 1 B */
+                {0, region - 1, 1, 1},           /* last byte, unaligned local */
+                {0, 3, 5, 4097},                 /* unaligned both sides */
+                {0, 1001, 8195, (3u << 20) + 5}, /* several slices */
+                {0, 0, 4u << 20, region},        /* the whole region */
+                {1, 0, 0, 0},                    /* put: filled in below */
+                {1, 0, 0, 0},
+                {0, 0, 0, 0}, /* read the puts back */
     };
     bclient_state_t bs   = {0};
     int             ok   = 1;
@@ -703,8 +779,13 @@ static void bulk_odd_sizes(int alloc, uint32_t salt)
     local    = region_make(alloc, back + 65538 + 64, &lreg);
     memset(local, 0, back + 65538 + 64);
     if (g_rank != 0) {
-        bs = (bclient_state_t){.owner = owner, .steps = steps, .n_steps = 5, .local = local,
-                               .local_reg = lreg, .done = &done, .bad = &bad};
+        bs = (bclient_state_t){.owner     = owner,
+                               .steps     = steps,
+                               .n_steps   = 5,
+                               .local     = local,
+                               .local_reg = lreg,
+                               .done      = &done,
+                               .bad       = &bad};
         /* gets first (content checked), then puts and the read-back */
         CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &bclient_ops, &bs, NULL, &bc), MOON_OK);
         CU_ASSERT(dist_test_wait(&done, 60));
@@ -769,7 +850,7 @@ static void test_bulk_odd_sizes_allocated(void)
     /* rank 0 deregistered the region the others mapped: with UCX they drop
      * its key from their caches (the mapping kept rank 0's memory alive) */
     if (g_rank != 0 && strcmp(moon_dist_engine(g_dist), "ucx") == 0) {
-        moon_dist_stats_t st = {0};
+        moon_dist_stats_t st  = {0};
         double            end = moon_test_now_s() + 10;
         do {
             nanosleep(&(struct timespec){0, 1000000}, NULL);
@@ -810,7 +891,7 @@ static void test_bulk_cache_eviction_keeps_regions(void)
     char               *mem[EVICT_N_REG] = {0}, *local;
     moon_dist_region_t *reg[EVICT_N_REG] = {0}, *lreg = NULL;
     moon_addr_t         owners[EVICT_N_REG] = {0};
-    int                 ok = 1;
+    int                 ok                  = 1;
 
     if (g_size < 2) {
         return;
@@ -831,8 +912,13 @@ static void test_bulk_cache_eviction_keeps_regions(void)
         for (int k = 0; k < EVICT_N_REG; k++) {
             bulk_step_t     step = {0, 0, 0, evict_len(k)};
             _Atomic int     done = 0, bad = 0;
-            bclient_state_t bs   = {.owner = owners[k], .steps = &step, .n_steps = 1,
-                                    .local = local, .local_reg = lreg, .done = &done, .bad = &bad};
+            bclient_state_t bs = {.owner     = owners[k],
+                                  .steps     = &step,
+                                  .n_steps   = 1,
+                                  .local     = local,
+                                  .local_reg = lreg,
+                                  .done      = &done,
+                                  .bad       = &bad};
             moon_addr_t     bc;
 
             memset(local, 0, evict_len(k));
@@ -888,6 +974,7 @@ static CU_TestInfo tests[] = {
     {"fifo_order_all_pairs", test_fifo_order_all_pairs},
     {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
     {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},
+    {"unencodable_message_is_refused", test_unencodable_message_is_refused},
     {"bulk_odd_sizes", test_bulk_odd_sizes},
     {"bulk_odd_sizes_allocated", test_bulk_odd_sizes_allocated},
     {"bulk_cache_eviction_keeps_regions", test_bulk_cache_eviction_keeps_regions},
