@@ -45,34 +45,44 @@ static int span_ok(const moon_msg_hdr_t *msg, moon_span_t span, uint64_t elem_by
            (span.n == 0 || span.off >= sizeof(moon_msg_hdr_t));
 }
 
-size_t moon_msg_encoded_bound(const moon_msg_hdr_t *msg)
+/* The encoded bound of msg, of type d; with check, 0 (logged) if a span lies
+ * outside the message. */
+static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int check)
 {
-    const moon_msg_desc_t *d     = moon_msg_desc(msg->type);
-    size_t                 bound = 5 + HDR_ITEMS * 9;
+    size_t bound = 5 + HDR_ITEMS * 9;
 
-    if (d == NULL) {
-        return bound;
-    }
     for (uint32_t i = 0; i < d->n_fields; i++) {
         const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
+        uint32_t           elem;
 
         switch (d->fields[i].kind) {
         case MOON_FIELD_str:
         case MOON_FIELD_bytes:
-            bound += 5 + span->n;
+            elem = 1, bound += 5 + span->n;
             break;
         case MOON_FIELD_u32s:
-            bound += 5 + (size_t)span->n * 5;
+            elem = 4, bound += 5 + (size_t)span->n * 5;
             break;
         case MOON_FIELD_u64s:
-            bound += 5 + (size_t)span->n * 9;
+            elem = 8, bound += 5 + (size_t)span->n * 9;
             break;
         default:
             bound += 9;
-            break;
+            continue;
+        }
+        if (check && !span_ok(msg, *span, elem)) {
+            MOON_ERROR("send %s: field %s: span outside the message", d->name, d->fields[i].name);
+            return 0;
         }
     }
     return bound;
+}
+
+size_t moon_msg_encoded_bound(const moon_msg_hdr_t *msg)
+{
+    const moon_msg_desc_t *d = moon_msg_desc(msg->type);
+
+    return d != NULL ? bound_of(msg, d, 0) : 5 + HDR_ITEMS * 9;
 }
 
 size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg)
@@ -83,21 +93,7 @@ size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg)
         MOON_ERROR("send: message type %u is not registered", msg->type);
         return 0;
     }
-    for (uint32_t i = 0; i < d->n_fields; i++) {
-        const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
-        uint32_t           kind = d->fields[i].kind;
-
-        if ((kind == MOON_FIELD_str || kind == MOON_FIELD_bytes || kind == MOON_FIELD_u32s ||
-             kind == MOON_FIELD_u64s) &&
-            !span_ok(msg, *span,
-                     kind == MOON_FIELD_u32s   ? 4
-                     : kind == MOON_FIELD_u64s ? 8
-                                               : 1)) {
-            MOON_ERROR("send %s: field %s: span outside the message", d->name, d->fields[i].name);
-            return 0;
-        }
-    }
-    return moon_msg_encoded_bound(msg);
+    return bound_of(msg, d, 1);
 }
 
 moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, size_t *len_p)
