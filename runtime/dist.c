@@ -550,11 +550,11 @@ static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
     if (MOON_UNLIKELY(atomic_load_explicit(&p->down, memory_order_relaxed))) {
         return MOON_ERR_PEER_LOST;
     }
-    if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
-        dist_note_sys_tx(d, to, msg);
-    }
     if (MOON_UNLIKELY((bound = moon_msg_checked_bound(msg)) == 0)) {
         return MOON_ERR_INVALID_PARAM; /* logged; the message stays the sender's */
+    }
+    if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
+        dist_note_sys_tx(d, to, msg);
     }
     if (send_direct(d, r, to, msg, bound)) {
         return MOON_OK;

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SEG_MAGIC 0x474e495248534d4dull /* "MMSHRING" */
+#define SEG_MAGIC 0x324e495248534d4dull /* "MMSHRIN2": records published by tags */
 #define REC_BYTES 16u
 #define MAX_FRAME ((uint32_t)64 << 20) /* dist frames stay under 17 MiB */
 

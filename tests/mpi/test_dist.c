@@ -526,8 +526,8 @@ static moon_status_t badspan_init(moon_actor_t *self, const void *args)
     *s = *(const badspan_args_t *)args;
     return send_x(self, s->target, T_PING, 0);
 }
-/* From a handler: the first message of a turn leaves at once (dist.c's
- * direct path, which encodes in place into a shared-memory ring). */
+/* From a handler, where a message may leave at once (dist.c's direct
+ * path); dist_send refuses it before any path is chosen. */
 static moon_status_t badspan_on_pong(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     badspan_args_t *s = moon_actor_state(self);

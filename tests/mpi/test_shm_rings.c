@@ -4,6 +4,8 @@
  *   - frames of every size class (tiny, around a ring's half, several times a
  *     ring) cross in order and intact, the ring wrapping many times, while
  *     the writer finds the ring full and waits for room;
+ *   - frames written in place (reserve, write, commit a shorter length)
+ *     wrap the ring and come out whole and in order;
  *   - the sleep mark: a reader that armed is seen asleep by the writer, and
  *     arming fails when a frame is already waiting;
  *   - a record is read only once its tag publishes it (a header in place
@@ -71,6 +73,22 @@ static void on_frame(void *ctx, uint32_t from, const void *frame, size_t len)
         r->bad++;
     } else {
         for (size_t k = 0; k < len; k += 1 + k / 64) {
+            r->bad += p[k] != frame_byte(r->next, k);
+        }
+    }
+    r->next++;
+}
+
+/* Frames of test_frames_written_in_place: 1 + (i * 37) % 4000 bytes. */
+static void on_placed_frame(void *ctx, uint32_t from, const void *frame, size_t len)
+{
+    reader_t            *r = ctx;
+    const unsigned char *p = frame;
+
+    if (from != 0 || len != 1 + (size_t)(r->next * 37) % 4000) {
+        r->bad++;
+    } else {
+        for (size_t k = 0; k < len; k++) {
             r->bad += p[k] != frame_byte(r->next, k);
         }
     }
@@ -210,6 +228,44 @@ static void test_unpublished_record_is_not_read(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A frame written in place: reserve room for more than it takes, write it
+ * there, commit its length. Many of them wrap the ring (reserve writes the
+ * skip record), each comes out whole and in order; room larger than half
+ * the ring is refused. */
+static void test_frames_written_in_place(void)
+{
+    reader_t r = {0, 0};
+
+    if (g_rank == 0) {
+        int sent = 0;
+
+        CU_ASSERT_PTR_NULL(shm_rings_reserve(g_rings, 1, RING_BYTES / 2));
+        CU_ASSERT_PTR_NULL(shm_rings_reserve(g_rings, 0, 64)); /* no ring to itself */
+        while (sent < N_FRAMES) {
+            size_t         len = 1 + (size_t)(sent * 37) % 4000;
+            unsigned char *f   = shm_rings_reserve(g_rings, 1, len + 100);
+
+            if (f == NULL) {
+                nap_us(50); /* full: the reader makes room */
+                continue;
+            }
+            for (size_t k = 0; k < len + 100; k++) {
+                f[k] = k < len ? frame_byte(sent, k) : 0xee; /* junk past the frame */
+            }
+            shm_rings_commit(g_rings, 1, len);
+            sent++;
+        }
+    } else {
+        while (r.next < N_FRAMES) {
+            if (shm_rings_poll(g_rings, on_placed_frame, &r, 16) == 0) {
+                nap_us(20);
+            }
+        }
+        CU_ASSERT_EQUAL(r.bad, 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* A record of no kind the writer uses (rank 1 to rank 0): refused, never
  * delivered. */
 static void test_record_of_bad_kind_is_refused(void)
@@ -268,6 +324,7 @@ static void make_stale_segment(void)
 static CU_TestInfo tests[] = {
     {"frames_cross_in_order", test_frames_cross_in_order},
     {"sleep_mark", test_sleep_mark},
+    {"frames_written_in_place", test_frames_written_in_place},
     {"unpublished_record_is_not_read", test_unpublished_record_is_not_read},
     {"record_of_bad_kind_is_refused", test_record_of_bad_kind_is_refused}, /* before the forget */
     {"corrupt_ring_is_dropped", test_corrupt_ring_is_dropped},
