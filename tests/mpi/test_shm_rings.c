@@ -42,6 +42,12 @@ static void nap_us(long us)
 static shm_rings_t *g_rings;
 static dist_proc_t  g_procs[2];
 
+/* A small frame's size, under 4000 bytes. */
+static size_t small_frame_len(int i)
+{
+    return 1 + (size_t)(i * 37) % 4000;
+}
+
 /* Frame i's size: mostly small, some around half a ring, some far larger. */
 static size_t frame_len(int i)
 {
@@ -51,7 +57,7 @@ static size_t frame_len(int i)
     case 7:
         return 3 * RING_BYTES + (size_t)i; /* fragments */
     default:
-        return 1 + (size_t)(i * 37) % 4000;
+        return small_frame_len(i);
     }
 }
 
@@ -62,6 +68,7 @@ static unsigned char frame_byte(int i, size_t k)
 
 typedef struct {
     int next, bad;
+    size_t (*len_of)(int i); /* frame i's size; NULL: frame_len */
 } reader_t;
 
 static void on_frame(void *ctx, uint32_t from, const void *frame, size_t len)
@@ -69,26 +76,10 @@ static void on_frame(void *ctx, uint32_t from, const void *frame, size_t len)
     reader_t            *r = ctx;
     const unsigned char *p = frame;
 
-    if (from != 0 || len != frame_len(r->next)) {
+    if (from != 0 || len != (r->len_of != NULL ? r->len_of : frame_len)(r->next)) {
         r->bad++;
     } else {
         for (size_t k = 0; k < len; k += 1 + k / 64) {
-            r->bad += p[k] != frame_byte(r->next, k);
-        }
-    }
-    r->next++;
-}
-
-/* Frames of test_frames_written_in_place: 1 + (i * 37) % 4000 bytes. */
-static void on_placed_frame(void *ctx, uint32_t from, const void *frame, size_t len)
-{
-    reader_t            *r = ctx;
-    const unsigned char *p = frame;
-
-    if (from != 0 || len != 1 + (size_t)(r->next * 37) % 4000) {
-        r->bad++;
-    } else {
-        for (size_t k = 0; k < len; k++) {
             r->bad += p[k] != frame_byte(r->next, k);
         }
     }
@@ -99,7 +90,7 @@ static void test_frames_cross_in_order(void)
 {
     unsigned char *buf   = malloc(4 * RING_BYTES);
     int            waits = 0;
-    reader_t       r     = {0, 0};
+    reader_t       r     = {0, 0, NULL};
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
     if (g_rank == 0) {
@@ -130,7 +121,7 @@ static void test_sleep_mark(void)
 {
     char     one = 1;
     size_t   off = 0;
-    reader_t r   = {0, 0};
+    reader_t r   = {0, 0, NULL};
 
     if (g_rank == 1) {
         CU_ASSERT_EQUAL(shm_rings_arm(g_rings), 1); /* nothing waits: it may sleep */
@@ -174,7 +165,7 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uin
 {
     unsigned char junk[256];
     size_t        off = 0;
-    reader_t      r   = {0, 0};
+    reader_t      r   = {0, 0, NULL};
 
     memset(junk, 0xa5, sizeof(junk));
     if (g_rank == writer) {
@@ -198,7 +189,7 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uin
  * ring, is not a record yet; the frame the writer then publishes there is. */
 static void test_unpublished_record_is_not_read(void)
 {
-    reader_t r = {0, 0};
+    reader_t r = {0, 0, NULL};
 
     if (g_rank == 0) {
         end_t *e = &g_rings->out[1];
@@ -234,7 +225,7 @@ static void test_unpublished_record_is_not_read(void)
  * the ring is refused. */
 static void test_frames_written_in_place(void)
 {
-    reader_t r = {0, 0};
+    reader_t r = {0, 0, small_frame_len};
 
     if (g_rank == 0) {
         int sent = 0;
@@ -242,7 +233,7 @@ static void test_frames_written_in_place(void)
         CU_ASSERT_PTR_NULL(shm_rings_reserve(g_rings, 1, RING_BYTES / 2));
         CU_ASSERT_PTR_NULL(shm_rings_reserve(g_rings, 0, 64)); /* no ring to itself */
         while (sent < N_FRAMES) {
-            size_t         len = 1 + (size_t)(sent * 37) % 4000;
+            size_t         len = small_frame_len(sent);
             unsigned char *f   = shm_rings_reserve(g_rings, 1, len + 100);
 
             if (f == NULL) {
@@ -257,7 +248,7 @@ static void test_frames_written_in_place(void)
         }
     } else {
         while (r.next < N_FRAMES) {
-            if (shm_rings_poll(g_rings, on_placed_frame, &r, 16) == 0) {
+            if (shm_rings_poll(g_rings, on_frame, &r, 16) == 0) {
                 nap_us(20);
             }
         }
