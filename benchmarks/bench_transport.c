@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define B_X_FIELDS(F, T)   F(T, u64, x) F(T, bytes, pad)
+#define B_X_FIELDS(F, T) F(T, u64, x) F(T, bytes, pad)
 #define B_MSGS(X)                                                                                  \
     X(B_PING, b_ping_t, B_X_FIELDS)                                                                \
     X(B_PONG, b_pong_t, B_X_FIELDS)                                                                \
@@ -53,18 +53,19 @@ static void tell(moon_actor_t *self, moon_addr_t to, void *m)
 }
 
 /* Backing off to 2 ms: this thread shares the rank's core with its worker. */
-static void wait_flag(_Atomic int *flag)
+/* A phase that has not ended after this long is stuck: say so. */
+static void wait_done(moon_bench_done_t *done, const char *what)
 {
-    for (long nap_ns = 50000; !atomic_load(flag); nap_ns = MOON_MIN(nap_ns * 2, 2000000)) {
-        struct timespec ts = {0, nap_ns};
-        nanosleep(&ts, NULL);
+    if (moon_bench_done_wait(done, 300ull * 1000000000ull, NULL) != 0) {
+        fprintf(stderr, "rank %u: %s not done after 300 s\n", g_rank, what);
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
 }
 
 /* ---- round trip ----------------------------------------------------------- */
-static _Atomic int g_rt_done;
-static uint64_t    g_rt_iters, g_rt_warm, g_rt_t0, g_rt_t1;
-static moon_addr_t g_echo;
+static moon_bench_done_t g_rt_done = MOON_BENCH_DONE_INIT;
+static uint64_t          g_rt_iters, g_rt_warm, g_rt_t0, g_rt_t1;
+static moon_addr_t       g_echo;
 
 static moon_status_t echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
@@ -86,7 +87,7 @@ static moon_status_t pinger_on_pong(moon_actor_t *self, const moon_msg_hdr_t *ms
     }
     if (x == g_rt_warm + g_rt_iters) {
         g_rt_t1 = moon_bench_now_ns();
-        atomic_store(&g_rt_done, 1);
+        moon_bench_done_set(&g_rt_done);
         return MOON_OK;
     }
     tell(self, g_echo, msg64(B_PING, x));
@@ -94,9 +95,9 @@ static moon_status_t pinger_on_pong(moon_actor_t *self, const moon_msg_hdr_t *ms
 }
 
 /* ---- stream --------------------------------------------------------------- */
-static _Atomic int g_st_done;
-static uint64_t    g_st_n, g_st_sent, g_st_got, g_st_t0, g_st_t1;
-static moon_addr_t g_sink;
+static moon_bench_done_t g_st_done = MOON_BENCH_DONE_INIT;
+static uint64_t          g_st_n, g_st_sent, g_st_got, g_st_t0, g_st_t1;
+static moon_addr_t       g_sink;
 
 static moon_status_t sink_on_data(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
@@ -129,18 +130,18 @@ static moon_status_t streamer_on_ack(moon_actor_t *self, const moon_msg_hdr_t *m
     (void)self;
     (void)msg;
     g_st_t1 = moon_bench_now_ns();
-    atomic_store(&g_st_done, 1);
+    moon_bench_done_set(&g_st_done);
     return MOON_OK;
 }
 
 /* ---- bulk ----------------------------------------------------------------- */
-static _Atomic int          g_bk_done;
-static uint64_t             g_bk_total, g_bk_issued, g_bk_completed, g_bk_t0, g_bk_t1;
-static int                  g_bk_put, g_bk_failed;
-static size_t               g_bk_size;
-static char                *g_bk_local, g_bk_desc[512];
-static size_t               g_bk_desc_len;
-static moon_dist_region_t  *g_bk_lreg;
+static moon_bench_done_t   g_bk_done = MOON_BENCH_DONE_INIT;
+static uint64_t            g_bk_total, g_bk_issued, g_bk_completed, g_bk_t0, g_bk_t1;
+static int                 g_bk_put, g_bk_failed;
+static size_t              g_bk_size;
+static char               *g_bk_local, g_bk_desc[512];
+static size_t              g_bk_desc_len;
+static moon_dist_region_t *g_bk_lreg;
 
 static void bulk_issue(moon_actor_t *self)
 {
@@ -171,7 +172,7 @@ static moon_status_t bulker_on_done(moon_actor_t *self, const moon_msg_hdr_t *ms
     g_bk_failed |= ((const moon_dist_bulk_done_t *)msg)->status != MOON_OK;
     if (++g_bk_completed == g_bk_total) {
         g_bk_t1 = moon_bench_now_ns();
-        atomic_store(&g_bk_done, 1);
+        moon_bench_done_set(&g_bk_done);
     } else if (g_bk_issued < g_bk_total) {
         bulk_issue(self);
     }
@@ -180,19 +181,18 @@ static moon_status_t bulker_on_done(moon_actor_t *self, const moon_msg_hdr_t *ms
 
 static const moon_actor_ops_t rank1_ops = {
     .name = "bench-echo", .on_msg = {[B_PING] = echo_on_ping, [B_DATA] = sink_on_data}};
-static const moon_actor_ops_t rank0_ops = {
-    .name   = "bench-driver",
-    .on_msg = {[B_PING]                  = pinger_on_go,
-               [B_PONG]                  = pinger_on_pong,
-               [B_GO]                    = streamer_on_go,
-               [B_ACK]                   = streamer_on_ack,
-               [B_DATA]                  = bulker_on_go,
-               [MOON_MSG_DIST_BULK_DONE] = bulker_on_done}};
+static const moon_actor_ops_t rank0_ops = {.name   = "bench-driver",
+                                           .on_msg = {[B_PING]                  = pinger_on_go,
+                                                      [B_PONG]                  = pinger_on_pong,
+                                                      [B_GO]                    = streamer_on_go,
+                                                      [B_ACK]                   = streamer_on_ack,
+                                                      [B_DATA]                  = bulker_on_go,
+                                                      [MOON_MSG_DIST_BULK_DONE] = bulker_on_done}};
 
 /* Optional dispatch trace (env MOON_BENCH_DISPATCH_TRACE=dir): with the
  * transport's MOON_DIST_TRACE it splits a round trip into its hops. */
 static FILE *g_dtrace;
-static void dispatch_trace(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
+static void  dispatch_trace(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
 {
     (void)arg;
     (void)dst;
@@ -246,25 +246,24 @@ static void run_bulk(moon_addr_t driver, int put, size_t size, uint64_t iters, i
 {
     b_go_t *go;
 
-    g_bk_put = put;
-    g_bk_size = size;
-    g_bk_total = iters;
+    g_bk_put    = put;
+    g_bk_size   = size;
+    g_bk_total  = iters;
     g_bk_issued = g_bk_completed = 0;
-    g_bk_failed = 0;
-    atomic_store(&g_bk_done, 0);
+    g_bk_failed                  = 0;
+    moon_bench_done_reset(&g_bk_done);
     go    = moon_msg_new(B_DATA, 0);
     go->x = size >= (32u << 20) ? 2 : 4; /* transfers in flight */
     if (moon_runtime_send(g_rt, driver, &go->hdr) != MOON_OK) {
         moon_msg_release(&go->hdr);
         return;
     }
-    wait_flag(&g_bk_done);
+    wait_done(&g_bk_done, "bulk transfers");
     if (quiet) {
         return;
     }
     json_line(put ? "bulk_put" : "bulk_get", "moonlet", size, "gb_per_s",
-              g_bk_failed ? 0.0 : (double)size * iters / ((g_bk_t1 - g_bk_t0) * 1e-9) / 1e9,
-              iters);
+              g_bk_failed ? 0.0 : (double)size * iters / ((g_bk_t1 - g_bk_t0) * 1e-9) / 1e9, iters);
 }
 
 int main(int argc, char **argv)
@@ -310,8 +309,8 @@ int main(int argc, char **argv)
         mpi_pingpong(mpi_iters);
     }
     moon_spawn(g_rt, g_rank == 0 ? &rank0_ops : &rank1_ops, NULL, NULL, &me);
-    MPI_Sendrecv(&me, 1, MPI_UINT64_T, 1 - (int)g_rank, 1, &peer, 1, MPI_UINT64_T,
-                 1 - (int)g_rank, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(&me, 1, MPI_UINT64_T, 1 - (int)g_rank, 1, &peer, 1, MPI_UINT64_T, 1 - (int)g_rank,
+                 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     g_echo = g_sink = peer;
 
     /* round trip */
@@ -319,7 +318,7 @@ int main(int argc, char **argv)
         g_rt_iters = rt_iters;
         g_rt_warm  = rt_iters / 10;
         moon_runtime_send(g_rt, me, msg64(B_PING, 0));
-        wait_flag(&g_rt_done);
+        wait_done(&g_rt_done, "round trips");
         json_line("roundtrip", "moonlet", 64, "round_trips_per_s",
                   rt_iters / ((g_rt_t1 - g_rt_t0) * 1e-9), rt_iters);
     }
@@ -330,7 +329,7 @@ int main(int argc, char **argv)
     moon_dist_barrier(g_dist);
     if (g_rank == 0 && stream_n > 0) {
         moon_runtime_send(g_rt, me, msg64(B_GO, 0));
-        wait_flag(&g_st_done);
+        wait_done(&g_st_done, "stream");
         json_line("stream", "moonlet", sizeof(b_data_t), "msgs_per_s",
                   stream_n / ((g_st_t1 - g_st_t0) * 1e-9), stream_n);
     }
@@ -344,7 +343,7 @@ int main(int argc, char **argv)
     }
     memset(region, 1, max_bulk);
     if (g_rank == 1) {
-        b_ping_t   *m = moon_msg_new(B_PING, moon_dist_region_desc_bytes(reg));
+        b_ping_t *m = moon_msg_new(B_PING, moon_dist_region_desc_bytes(reg));
         moon_dist_region_desc(reg, m, &m->pad);
         g_bk_desc_len = m->pad.n;
         memcpy(g_bk_desc, MOON_SPAN_PTR(m, m->pad), g_bk_desc_len);

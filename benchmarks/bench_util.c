@@ -49,8 +49,7 @@ static void json_raw(moon_bench_json_t *j, const char *fmt, const char *key, con
     if (j->len >= sizeof(j->buf)) {
         return;
     }
-    n = snprintf(j->buf + j->len, sizeof(j->buf) - j->len, fmt, j->len > 1 ? ", " : "", key,
-                 val);
+    n = snprintf(j->buf + j->len, sizeof(j->buf) - j->len, fmt, j->len > 1 ? ", " : "", key, val);
     if (n > 0) {
         j->len += (size_t)n;
     }
@@ -110,4 +109,45 @@ int64_t moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt
     const char *s = moon_bench_arg_str(argc, argv, name, NULL);
 
     return s != NULL ? strtoll(s, NULL, 0) : dflt;
+}
+
+void moon_bench_done_reset(moon_bench_done_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    d->done = 0;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void moon_bench_done_set(moon_bench_done_t *d)
+{
+    uint64_t t = moon_bench_now_ns();
+
+    pthread_mutex_lock(&d->lock);
+    d->done = 1;
+    d->t_ns = t;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+int moon_bench_done_wait(moon_bench_done_t *d, uint64_t timeout_ns, uint64_t *t_ns)
+{
+    struct timespec until;
+    int             done;
+
+    clock_gettime(CLOCK_REALTIME, &until); /* the condvar's clock */
+    until.tv_sec += (time_t)(timeout_ns / 1000000000ull);
+    until.tv_nsec += (long)(timeout_ns % 1000000000ull);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&d->lock);
+    while (!d->done && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0) {
+    }
+    done = d->done;
+    if (done && t_ns != NULL) {
+        *t_ns = d->t_ns;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return done ? 0 : -1;
 }

@@ -1,8 +1,10 @@
 /* benchmarks/bench_util.h - timing, percentiles, peak RSS and one-JSON-line
- * output shared by every benchmark (STYLE §14). Single-threaded helpers. */
+ * output shared by every benchmark (STYLE §14). Single-threaded helpers,
+ * except moon_bench_done_t. */
 #ifndef MOON_BENCH_UTIL_H
 #define MOON_BENCH_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,7 +31,29 @@ void moon_bench_json_num(moon_bench_json_t *j, const char *key, double val);
 void moon_bench_json_end(moon_bench_json_t *j);
 
 /* Integer from argv "--name=value" or the environment variable, else dflt. */
-int64_t moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt);
+int64_t     moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt);
 const char *moon_bench_arg_str(int argc, char **argv, const char *name, const char *dflt);
+
+/* The end of a measured phase, set by an actor, waited for by the main
+ * thread. The waiter blocks instead of polling with naps: on a 2-core
+ * machine every wake-up of an idle main thread takes the core from a worker
+ * for microseconds (500 naps a second cost a shared-memory round trip a
+ * tenth of its mean). The setter stamps the time, so a late wake-up is not
+ * measured. Statically initialised with MOON_BENCH_DONE_INIT. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    int             done;
+    uint64_t        t_ns; /* moon_bench_now_ns() at the set */
+} moon_bench_done_t;
+#define MOON_BENCH_DONE_INIT                                                                       \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0                                  \
+    }
+
+void moon_bench_done_reset(moon_bench_done_t *d);
+void moon_bench_done_set(moon_bench_done_t *d);
+/* 0 once set (returns its time in *t_ns when not NULL), -1 after timeout_ns. */
+int moon_bench_done_wait(moon_bench_done_t *d, uint64_t timeout_ns, uint64_t *t_ns);
 
 #endif /* MOON_BENCH_UTIL_H */

@@ -292,12 +292,23 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
     return MOON_OK;
 }
 
+/* The barrier's waits back off from 50 us to 16 ms: the waiting thread
+ * shares its core with the workers (mpirun binds a rank to one), and each
+ * wake-up takes it from them for microseconds; a long wait wakes ~60 times
+ * a second, and ends at most its own length late. */
+static void backoff_nap(useconds_t *nap_us)
+{
+    usleep(*nap_us);
+    *nap_us = MOON_MIN(*nap_us * 2, 16000);
+}
+
 /* MPI_Barrier that sleeps instead of spinning: the main thread must not
  * take a core from the workers and the progress thread while it waits. */
 static void sleepy_barrier(moon_dist_t *d)
 {
     MPI_Request req;
-    int         done = 0;
+    int         done   = 0;
+    useconds_t  nap_us = 50;
 
     if (!d->use_mpi) {
         return;
@@ -306,11 +317,8 @@ static void sleepy_barrier(moon_dist_t *d)
         MPI_Barrier(d->comm);
         return;
     }
-    /* Backing off to 2 ms: the waiting thread shares its core with the
-     * workers (mpirun binds a rank to one), and each wake-up takes it from them. */
-    for (useconds_t nap_us = 50; MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;
-         nap_us            = nap_us < 2000 ? nap_us * 2 : 2000) {
-        usleep(nap_us);
+    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        backoff_nap(&nap_us);
     }
 }
 
@@ -331,11 +339,12 @@ static int all_delivered(moon_dist_t *d)
 
 void moon_dist_barrier(moon_dist_t *d)
 {
-    uint64_t deadline = now_ns() + 10000000000ull;
+    uint64_t   deadline = now_ns() + 10000000000ull;
+    useconds_t nap_us   = 50;
 
     /* what was sent before the barrier is delivered before anyone leaves it */
     while (d->eng != NULL && !all_delivered(d) && now_ns() < deadline) {
-        usleep(200);
+        backoff_nap(&nap_us);
     }
     sleepy_barrier(d);
 }
@@ -1198,22 +1207,32 @@ static void drain_wake_fd(moon_dist_t *d)
     (void)rr;
 }
 
-/* Sleeps up to 1 ms, or until woken: a parking worker hands progress back
+/* Sleeps up to ms, or until woken: a parking worker hands progress back
  * through the wake fd while `napping` is set. */
-static void nap(moon_dist_t *d, struct pollfd *wake_pfd)
+static void nap(moon_dist_t *d, struct pollfd *wake_pfd, int ms)
 {
     atomic_store(&d->napping, 1);
-    (void)poll(wake_pfd, 1, 1);
+    (void)poll(wake_pfd, 1, ms);
     if (wake_pfd->revents & POLLIN) {
         drain_wake_fd(d);
     }
     atomic_store(&d->napping, 0);
 }
 
+/* The longest nap while workers poll. Each wake takes the core from a
+ * worker for several microseconds (on these VMs ~10 us, counted in round
+ * trips): a wake each millisecond cost a shared-memory round trip a quarter
+ * of its mean. Clock-driven work (heartbeats, every peer_timeout / 8) only
+ * needs a pass now and then, and a parking worker wakes us at once; what
+ * the cap bounds is how long nobody progresses when the polling worker
+ * goes into a long turn instead of parking. */
+#define NAP_MAX_MS 8
+
 static void *progress_main(void *arg)
 {
     moon_dist_t  *d    = arg;
     uint32_t      idle = 0, missed = 0;
+    int           nap_ms = 1; /* doubles while workers keep polling */
     struct pollfd fds[2];
     int           n_fds = 0;
 
@@ -1234,7 +1253,7 @@ static void *progress_main(void *arg)
              * timeouts are ours. */
             if (++missed < 4) {
                 if (atomic_load_explicit(&d->worker_polled, memory_order_relaxed)) {
-                    nap(d, fds);
+                    nap(d, fds, nap_ms);
                 } else {
                     sched_yield();
                 }
@@ -1253,10 +1272,12 @@ static void *progress_main(void *arg)
              * for the lock on one core costs both of us a context switch),
              * wake for the clock-driven work (the pass after a nap has the
              * clock), or when it parks. */
-            nap(d, fds);
-            idle = 0;
+            nap(d, fds, nap_ms);
+            nap_ms = MOON_MIN(nap_ms * 2, NAP_MAX_MS);
+            idle   = 0;
             continue;
         }
+        nap_ms = 1;
         if (n > 0 || busy) {
             idle = 0;
             continue;

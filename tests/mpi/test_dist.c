@@ -427,6 +427,113 @@ static void test_flooding_sender_is_slowed_not_dropped(void)
     run_all_to_all(20000, 3000, 1);
 }
 
+/* ---- busy: a long turn on the only worker, right after round trips --------- */
+#define BUSY_PINGS 2000
+
+static _Atomic int      g_busy_started, g_busy_ended;
+static _Atomic uint64_t g_busy_rx_before;
+
+/* Echoes pings; the last one's pong leaves first, then the turn spins 1.5 s. */
+static moon_status_t busy_echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    moon_dist_stats_t st;
+    double            end;
+
+    if (((const t_ping_t *)msg)->x + 1 < BUSY_PINGS) {
+        return echo_on_ping(self, msg);
+    }
+    moon_dist_stats(g_dist, &st); /* nothing of the client's stream is in yet */
+    atomic_store(&g_busy_rx_before, st.n_received);
+    (void)echo_on_ping(self, msg);
+    atomic_store(&g_busy_started, 1);
+    for (end = moon_test_now_s() + 1.5; moon_test_now_s() < end;) {
+    }
+    atomic_store(&g_busy_ended, 1);
+    return MOON_OK;
+}
+static const moon_actor_ops_t busy_echo_ops = {.name   = "busy-echo",
+                                               .on_msg = {[T_PING] = busy_echo_on_ping}};
+
+/* Round trips, then, at the last pong, 100 messages to a collector. */
+typedef struct {
+    moon_addr_t  echo, coll;
+    _Atomic int *done;
+} busy_client_t;
+
+static moon_status_t busy_client_init(moon_actor_t *self, const void *args)
+{
+    *(busy_client_t *)moon_actor_state(self) = *(const busy_client_t *)args;
+    return send_x(self, ((const busy_client_t *)args)->echo, T_PING, 0);
+}
+static moon_status_t busy_client_on_pong(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    busy_client_t *s = moon_actor_state(self);
+    uint64_t       x = ((const t_pong_t *)msg)->x + 1;
+
+    if (x < BUSY_PINGS) {
+        return send_x(self, s->echo, T_PING, x);
+    }
+    for (uint64_t i = 0; i < 100; i++) {
+        CU_ASSERT_EQUAL(send_x(self, s->coll, T_SEQ, i), MOON_OK);
+    }
+    atomic_store(s->done, 1);
+    moon_actor_exit(self, MOON_OK);
+    return MOON_OK;
+}
+static const moon_actor_ops_t busy_client_ops = {.name        = "busy-client",
+                                                 .state_bytes = sizeof(busy_client_t),
+                                                 .init        = busy_client_init,
+                                                 .on_msg      = {[T_PONG] = busy_client_on_pong}};
+
+/* A rank whose only worker drove progress between round trips (its progress
+ * thread deferring to it), then runs a long turn, still takes in frames
+ * during it: the progress thread takes over within milliseconds, not when
+ * the turn ends. What came in is delivered, in order, after the turn. */
+static void test_busy_worker_does_not_stop_progress(void)
+{
+    moon_addr_t   ids[2] = {MOON_ADDR_NONE, MOON_ADDR_NONE}, actor;
+    _Atomic int   done = 0, bad = 0, seen_busy = 0;
+    coll_state_t  cs = {.expected = 100, .done = &done, .bad = &bad};
+    busy_client_t bc;
+
+    if (g_size < 2) {
+        return;
+    }
+    atomic_store(&g_busy_started, 0);
+    atomic_store(&g_busy_ended, 0);
+    if (g_rank == 0) {
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &busy_echo_ops, NULL, NULL, &ids[0]), MOON_OK);
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &coll_ops, &cs, NULL, &ids[1]), MOON_OK);
+    }
+    MPI_Bcast(ids, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        moon_dist_stats_t now;
+
+        CU_ASSERT_FATAL(dist_test_wait(&g_busy_started, 30));
+        while (!atomic_load(&g_busy_ended)) {
+            struct timespec ts = {0, 1000000};
+            moon_dist_stats(g_dist, &now);
+            if (now.n_received >= atomic_load(&g_busy_rx_before) + cs.expected) {
+                atomic_store(&seen_busy, !atomic_load(&g_busy_ended));
+                break;
+            }
+            nanosleep(&ts, NULL);
+        }
+        CU_ASSERT(atomic_load(&seen_busy)); /* all 100 taken in during the turn */
+        CU_ASSERT(dist_test_wait(&done, 10));
+        CU_ASSERT_EQUAL(atomic_load(&bad), 0);
+    } else if (g_rank == 1) {
+        bc = (busy_client_t){ids[0], ids[1], &done};
+        CU_ASSERT_EQUAL_FATAL(moon_spawn(g_rt, &busy_client_ops, &bc, NULL, &actor), MOON_OK);
+        CU_ASSERT(dist_test_wait(&done, 30));
+    }
+    moon_dist_barrier(g_dist);
+    if (g_rank == 0) {
+        moon_stop(g_rt, ids[0], MOON_OK);
+        moon_stop(g_rt, ids[1], MOON_OK);
+    }
+}
+
 /* Garbage frames, a record that fails to decode, and a message to a stale
  * address: counted, answered where possible, and the receiver goes on. */
 static void test_bad_input_is_counted_and_dropped(void)
@@ -974,6 +1081,7 @@ static CU_TestInfo tests[] = {
     {"fifo_order_all_pairs", test_fifo_order_all_pairs},
     {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
     {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},
+    {"busy_worker_does_not_stop_progress", test_busy_worker_does_not_stop_progress},
     {"unencodable_message_is_refused", test_unencodable_message_is_refused},
     {"bulk_odd_sizes", test_bulk_odd_sizes},
     {"bulk_odd_sizes_allocated", test_bulk_odd_sizes_allocated},
