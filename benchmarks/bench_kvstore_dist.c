@@ -41,7 +41,6 @@
 #define MAX_SMALL_DEPTH 64 /* 4 KiB blocks / queries in flight per client */
 #define BUF_BYTES ((size_t)MAX_DEPTH * (32u << 20))
 
-
 enum { OP_PUT = 1, OP_GET, OP_QUERY };
 
 #define B_RUN_FIELDS(F, T)                                                                         \
@@ -73,9 +72,10 @@ typedef struct {
     _Atomic int *done;
 } bench_state_t;
 
-static _Atomic int g_done, g_dumped;
-static double     *g_lat;
-static uint64_t    g_errors;
+static moon_bench_done_t g_done = MOON_BENCH_DONE_INIT;
+static _Atomic int       g_dumped;
+static double           *g_lat;
+static uint64_t          g_errors;
 
 static moon_kv_key_t key_of(uint32_t kind, uint64_t i)
 {
@@ -112,7 +112,7 @@ static moon_status_t issue(moon_actor_t *self, bench_state_t *st, uint32_t slot)
 static void finish_run(bench_state_t *st)
 {
     g_errors = st->n_errors;
-    atomic_store(&g_done, 1);
+    moon_bench_done_set(&g_done);
 }
 
 static void bench_on_done(moon_actor_t *self, void *arg, const moon_store_done_t *done)
@@ -258,51 +258,47 @@ static uint64_t run_local(uint32_t op, uint32_t kind, uint32_t depth, uint64_t i
                           uint64_t key_base)
 {
     b_run_t *m = moon_msg_new(B_MSG_RUN, 0);
-    uint64_t t0;
+    uint64_t t0, t1;
 
     m->op       = op;
     m->kind     = kind;
     m->depth    = depth;
     m->iters    = iters;
     m->key_base = key_base;
-    atomic_store(&g_done, 0);
+    moon_bench_done_reset(&g_done);
     t0 = moon_bench_now_ns();
     if (moon_runtime_send(g_rt, g_actor, &m->hdr) != MOON_OK) {
         fprintf(stderr, "rank %d: cannot reach the bench actor\n", g_rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    while (!atomic_load(&g_done)) {
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-        if (moon_bench_now_ns() - t0 > 120ull * 1000 * 1000 * 1000) {
-            /* a completion never came: say so rather than hang the suite */
-            b_dump_t *dump = moon_msg_new(B_MSG_DUMP, 0);
-            fprintf(stderr, "rank %d: op %u on kind %u (%llu ops, depth %u) not done after 120 s\n",
-                    g_rank, op, kind, (unsigned long long)iters, depth);
-            if (dump != NULL && moon_runtime_send(g_rt, g_actor, &dump->hdr) == MOON_OK) {
-                for (int i = 0; i < 1000 && !atomic_load(&g_dumped); i++) {
-                    nanosleep(&ts, NULL);
-                }
+    if (moon_bench_done_wait(&g_done, 120ull * 1000 * 1000 * 1000, &t1) != 0) {
+        /* a completion never came: say so rather than hang the suite */
+        b_dump_t       *dump = moon_msg_new(B_MSG_DUMP, 0);
+        struct timespec ts   = {0, 100000};
+
+        fprintf(stderr, "rank %d: op %u on kind %u (%llu ops, depth %u) not done after 120 s\n",
+                g_rank, op, kind, (unsigned long long)iters, depth);
+        if (dump != NULL && moon_runtime_send(g_rt, g_actor, &dump->hdr) == MOON_OK) {
+            for (int i = 0; i < 1000 && !atomic_load(&g_dumped); i++) {
+                nanosleep(&ts, NULL);
             }
-            MPI_Abort(MPI_COMM_WORLD, 2);
         }
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    return moon_bench_now_ns() - t0;
+    return t1 - t0;
 }
 
 /* Waits for a non-blocking collective without spinning in MPI: a rank's main
- * thread busy in MPI_Barrier takes a core from the actors on 2-core machines. */
+ * thread busy in MPI_Barrier takes a core from the actors on 2-core machines.
+ * The naps back off: the server rank waits here through every measured run,
+ * and a wake each 50 us took its core from the store for ~10 us each. */
 static void wait_req(MPI_Request *req)
 {
-    int done = 0;
+    int      done   = 0;
+    uint32_t nap_us = 50;
 
-    for (;;) {
-        struct timespec ts = {0, 50000};
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) {
-            return;
-        }
-        nanosleep(&ts, NULL);
+    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        moon_bench_backoff_nap(&nap_us);
     }
 }
 
@@ -341,8 +337,7 @@ static void run_config(const char *bench, uint32_t op, uint32_t kind, int client
         if (kind != 3 && op != OP_QUERY) {
             warm = MOON_MAX(warm, kind_slots[kind]);
         }
-        (void)run_local(op, kind, depth, warm,
-                        op == OP_GET ? *key_base : *key_base + (1ull << 32));
+        (void)run_local(op, kind, depth, warm, op == OP_GET ? *key_base : *key_base + (1ull << 32));
     }
     quiet_barrier();
     if (active) {

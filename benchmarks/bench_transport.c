@@ -52,7 +52,6 @@ static void tell(moon_actor_t *self, moon_addr_t to, void *m)
     }
 }
 
-/* Backing off to 2 ms: this thread shares the rank's core with its worker. */
 /* A phase that has not ended after this long is stuck: say so. */
 static void wait_done(moon_bench_done_t *done, const char *what)
 {

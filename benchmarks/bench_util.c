@@ -151,3 +151,11 @@ int moon_bench_done_wait(moon_bench_done_t *d, uint64_t timeout_ns, uint64_t *t_
     pthread_mutex_unlock(&d->lock);
     return done ? 0 : -1;
 }
+
+void moon_bench_backoff_nap(uint32_t *nap_us)
+{
+    struct timespec ts = {0, (long)*nap_us * 1000};
+
+    nanosleep(&ts, NULL);
+    *nap_us = *nap_us < 8000 ? *nap_us * 2 : 16000;
+}

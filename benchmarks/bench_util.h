@@ -34,6 +34,11 @@ void moon_bench_json_end(moon_bench_json_t *j);
 int64_t     moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt);
 const char *moon_bench_arg_str(int argc, char **argv, const char *name, const char *dflt);
 
+/* Sleeps *nap_us, then doubles it up to 16 ms: a thread waiting on something
+ * it must poll (an MPI request) wakes ~60 times a second once the wait is
+ * long, and a short wait still ends within twice its length. */
+void moon_bench_backoff_nap(uint32_t *nap_us);
+
 /* The end of a measured phase, set by an actor, waited for by the main
  * thread. The waiter blocks instead of polling with naps: on a 2-core
  * machine every wake-up of an idle main thread takes the core from a worker
