@@ -22,7 +22,7 @@
 #define REC_BYTES 16u
 #define MAX_FRAME ((uint32_t)64 << 20) /* dist frames stay under 17 MiB */
 
-enum { K_WHOLE = 1, K_FIRST, K_MIDDLE, K_LAST, K_SKIP };
+enum { K_WHOLE = 1, K_FIRST, K_MIDDLE, K_LAST, K_SKIP, K_BAD = 15 /* never written */ };
 
 /* A record's header; its payload follows, padded to 16 bytes. The tag,
  * stored last (release), publishes the record: it is the record's position
@@ -384,14 +384,18 @@ static void ring_corrupt(end_t *e, uint32_t from, const char *why)
     e->frag = NULL;
 }
 
-/* The kind of the record published at e->pos, 0 if none is yet. */
+/* The kind of the record published at e->pos, 0 if none is yet. A tag of
+ * this position with kind 0 (only a corrupt writer writes one) reads as
+ * K_BAD: refused, instead of stalling the ring as "not yet" for ever. */
 static uint16_t published(const shm_rings_t *s, const end_t *e)
 {
     const rec_t *h   = (const rec_t *)(e->ring->data + (e->pos & (s->cap - 1)));
     uint64_t     tag = atomic_load_explicit(&h->tag, memory_order_acquire);
 
-    return (tag & ~(uint64_t)15) == (rec_tag(s, e->pos, 0) & ~(uint64_t)15) ? (uint16_t)(tag & 15)
-                                                                            : 0;
+    if (((tag ^ rec_tag(s, e->pos, 0)) & ~(uint64_t)15) != 0) {
+        return 0;
+    }
+    return (tag & 15) != 0 ? (uint16_t)(tag & 15) : K_BAD;
 }
 
 /* One record of the ring from `from`, published as `kind`: 1 delivered a

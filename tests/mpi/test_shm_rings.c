@@ -179,6 +179,7 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uin
         CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
         CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0); /* read no more */
         CU_ASSERT_EQUAL(r.next, 0);
+        CU_ASSERT(g_rings->in[writer].dead); /* marked corrupt, not waited on */
         moon_log_set_level(saved);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -258,10 +259,10 @@ static void test_frames_written_in_place(void)
 }
 
 /* A record of no kind the writer uses (rank 1 to rank 0): refused, never
- * delivered. */
+ * delivered. Kind 0, the one a reader could take for "not yet published". */
 static void test_record_of_bad_kind_is_refused(void)
 {
-    corrupt_frame_is_refused(1, 0, 256, 9);
+    corrupt_frame_is_refused(1, 0, 256, 0);
 }
 
 /* A record longer than the ring (rank 0 to rank 1); then rank 0 forgets
