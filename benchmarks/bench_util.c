@@ -131,18 +131,23 @@ void moon_bench_done_set(moon_bench_done_t *d)
 
 int moon_bench_done_wait(moon_bench_done_t *d, uint64_t timeout_ns, uint64_t *t_ns)
 {
-    struct timespec until;
-    int             done;
+    uint64_t end = moon_bench_now_ns() + timeout_ns, now;
+    int      done;
 
-    clock_gettime(CLOCK_REALTIME, &until); /* the condvar's clock */
-    until.tv_sec += (time_t)(timeout_ns / 1000000000ull);
-    until.tv_nsec += (long)(timeout_ns % 1000000000ull);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&d->lock);
-    while (!d->done && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0) {
+    /* The condvar times out on the wall clock, which may jump: each wait is
+     * a second at most, and the deadline is the monotonic clock's. */
+    while (!d->done && (now = moon_bench_now_ns()) < end) {
+        uint64_t        ns = end - now < 1000000000ull ? end - now : 1000000000ull;
+        struct timespec until;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)ns;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&d->cond, &d->lock, &until);
     }
     done = d->done;
     if (done && t_ns != NULL) {

@@ -56,9 +56,12 @@ typedef struct {
         PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0                                  \
     }
 
+/* Clears d before the phase starts (nobody may wait on it then). */
 void moon_bench_done_reset(moon_bench_done_t *d);
+/* Any thread: marks the phase ended, stamps the time, wakes the waiter. */
 void moon_bench_done_set(moon_bench_done_t *d);
-/* 0 once set (returns its time in *t_ns when not NULL), -1 after timeout_ns. */
+/* 0 once set (its time in *t_ns when not NULL), -1 once timeout_ns have
+ * passed on the monotonic clock. */
 int moon_bench_done_wait(moon_bench_done_t *d, uint64_t timeout_ns, uint64_t *t_ns);
 
 #endif /* MOON_BENCH_UTIL_H */

@@ -1171,7 +1171,9 @@ static int worker_poll(void *ctx, int parking)
 
     if (parking) {
         atomic_store(&d->worker_polled, 0);
-        /* the progress thread takes over now (unless stop closes its fd) */
+        /* the progress thread takes over now (unless stop closes its fd):
+         * the count, then napping; nap() sets napping, then reads the count */
+        atomic_fetch_add(&d->parks, 1);
         if (atomic_load(&d->napping) && !atomic_load(&d->closing)) {
             uint64_t one = 1;
             ssize_t  ret = write(d->wake_fd, &one, sizeof(one));
@@ -1193,7 +1195,7 @@ static int worker_poll(void *ctx, int parking)
 }
 
 /* An idle worker ran a pass since the last look (the progress thread looks
- * about once per nap, 1 ms): the workers drive progress. */
+ * once per nap, 1-4 ms): the workers drive progress. */
 static int worker_polling(moon_dist_t *d)
 {
     return atomic_exchange_explicit(&d->worker_polled, 0, memory_order_relaxed);
@@ -1207,32 +1209,39 @@ static void drain_wake_fd(moon_dist_t *d)
     (void)rr;
 }
 
-/* Sleeps up to ms, or until woken: a parking worker hands progress back
- * through the wake fd while `napping` is set. */
-static void nap(moon_dist_t *d, struct pollfd *wake_pfd, int ms)
+/* Sleeps up to ms milliseconds, or until woken: a parking worker hands
+ * progress back through the wake fd while `napping` is set. parks: d->parks
+ * as read before the caller saw the worker polling; a worker that parked
+ * since, before `napping` was set, wrote no wake-up (Dekker with
+ * worker_poll: each side stores, then loads the other's), so no sleep. */
+static void nap(moon_dist_t *d, struct pollfd *wake_pfd, int ms, uint32_t parks)
 {
     atomic_store(&d->napping, 1);
-    (void)poll(wake_pfd, 1, ms);
-    if (wake_pfd->revents & POLLIN) {
-        drain_wake_fd(d);
+    if (atomic_load(&d->parks) == parks) {
+        (void)poll(wake_pfd, 1, ms);
+        if (wake_pfd->revents & POLLIN) {
+            drain_wake_fd(d);
+        }
     }
     atomic_store(&d->napping, 0);
 }
 
 /* The longest nap while workers poll. Each wake takes the core from a
- * worker for several microseconds (on these VMs ~10 us, counted in round
- * trips): a wake each millisecond cost a shared-memory round trip a quarter
- * of its mean. Clock-driven work (heartbeats, every peer_timeout / 8) only
- * needs a pass now and then, and a parking worker wakes us at once; what
- * the cap bounds is how long nobody progresses when the polling worker
- * goes into a long turn instead of parking. */
-#define NAP_MAX_MS 8
+ * worker for ~10 us on these VMs: with the waits of the main threads, a wake
+ * each millisecond cost a shared-memory round trip a quarter of its mean.
+ * Clock-driven work (heartbeats, every peer_timeout / 8) needs a pass now and
+ * then only, and a parking worker wakes us at once. What the cap bounds is
+ * how long frames wait (the pass after each nap still takes them in) when the
+ * polling worker goes into a long turn instead of parking: up to two naps,
+ * as the worker's last poll, from before the turn, counts once more. */
+#define NAP_MAX_MS 4
 
 static void *progress_main(void *arg)
 {
     moon_dist_t  *d    = arg;
     uint32_t      idle = 0, missed = 0;
     int           nap_ms = 1; /* doubles while workers keep polling */
+    uint32_t      parks;
     struct pollfd fds[2];
     int           n_fds = 0;
 
@@ -1252,8 +1261,9 @@ static void *progress_main(void *arg)
              * yield and try again. Then wait for it, as heartbeats and
              * timeouts are ours. */
             if (++missed < 4) {
+                parks = atomic_load(&d->parks);
                 if (atomic_load_explicit(&d->worker_polled, memory_order_relaxed)) {
-                    nap(d, fds, nap_ms);
+                    nap(d, fds, nap_ms, parks);
                 } else {
                     sched_yield();
                 }
@@ -1266,13 +1276,14 @@ static void *progress_main(void *arg)
         missed = 0;
         n      = progress_pass(d, with_clock ? PASS_CLOCK : 0, &busy);
         progress_unlock(d);
+        parks = atomic_load(&d->parks);
         if (worker_polling(d)) {
             /* An idle worker is driving progress: stay out of its core (a
              * pass of ours that found work does not change that: competing
              * for the lock on one core costs both of us a context switch),
              * wake for the clock-driven work (the pass after a nap has the
              * clock), or when it parks. */
-            nap(d, fds, nap_ms);
+            nap(d, fds, nap_ms, parks);
             nap_ms = MOON_MIN(nap_ms * 2, NAP_MAX_MS);
             idle   = 0;
             continue;

@@ -54,6 +54,7 @@ struct moon_dist {
     _Atomic int      progress_busy; /* held for a pass: the progress state below */
     _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
     _Atomic int      napping;        /* progress thread defers to polling workers */
+    _Atomic uint32_t parks;          /* workers that stopped polling: see nap() */
     _Atomic int      direct;         /* handlers may send their first message at once */
     _Atomic int      progress_wanted; /* threads waiting in progress_lock: workers stay off */
     _Atomic int      closing;         /* moon_dist_stop: no pass or direct send any more */

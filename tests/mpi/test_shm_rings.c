@@ -161,7 +161,8 @@ static void scribble_last(shm_rings_t *s, uint32_t peer, size_t len, uint32_t cl
 /* Rank `writer` writes a 256-byte frame to `reader` and overwrites its
  * record header with one of `kind` claiming `claim` bytes; the reader must
  * deliver nothing, then and later (the ring is read no more), and not crash. */
-static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uint16_t kind)
+static void corrupt_frame_is_refused(shm_rings_t *rings, int writer, int reader, uint32_t claim,
+                                     uint16_t kind)
 {
     unsigned char junk[256];
     size_t        off = 0;
@@ -169,17 +170,17 @@ static void corrupt_frame_is_refused(int writer, int reader, uint32_t claim, uin
 
     memset(junk, 0xa5, sizeof(junk));
     if (g_rank == writer) {
-        CU_ASSERT_EQUAL(shm_rings_write(g_rings, (uint32_t)reader, junk, sizeof(junk), &off), 1);
-        scribble_last(g_rings, (uint32_t)reader, sizeof(junk), claim, kind);
+        CU_ASSERT_EQUAL(shm_rings_write(rings, (uint32_t)reader, junk, sizeof(junk), &off), 1);
+        scribble_last(rings, (uint32_t)reader, sizeof(junk), claim, kind);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == reader) {
         int saved = moon_log_level;
         moon_log_set_level(0); /* the error is expected */
-        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0);
-        CU_ASSERT_EQUAL(shm_rings_poll(g_rings, on_frame, &r, 16), 0); /* read no more */
+        CU_ASSERT_EQUAL(shm_rings_poll(rings, on_frame, &r, 16), 0);
+        CU_ASSERT_EQUAL(shm_rings_poll(rings, on_frame, &r, 16), 0); /* read no more */
         CU_ASSERT_EQUAL(r.next, 0);
-        CU_ASSERT(g_rings->in[writer].dead); /* marked corrupt, not waited on */
+        CU_ASSERT(rings->in[writer].dead); /* marked corrupt, not waited on */
         moon_log_set_level(saved);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -259,10 +260,19 @@ static void test_frames_written_in_place(void)
 }
 
 /* A record of no kind the writer uses (rank 1 to rank 0): refused, never
- * delivered. Kind 0, the one a reader could take for "not yet published". */
+ * delivered. Kind 0, which a reader could take for "not yet published", and
+ * (on rings of their own: a refused ring is read no more) kind 9. */
 static void test_record_of_bad_kind_is_refused(void)
 {
-    corrupt_frame_is_refused(1, 0, 256, 0);
+    shm_rings_t *fresh;
+
+    corrupt_frame_is_refused(g_rings, 1, 0, 256, 0);
+    fresh = shm_rings_open(MPI_COMM_WORLD, (uint32_t)g_rank, 2, g_procs, RING_BYTES);
+    CU_ASSERT_PTR_NOT_NULL(fresh);
+    if (all_ok(MPI_COMM_WORLD, fresh != NULL)) {
+        corrupt_frame_is_refused(fresh, 1, 0, 256, 9);
+    }
+    shm_rings_close(fresh);
 }
 
 /* A record longer than the ring (rank 0 to rank 1); then rank 0 forgets
@@ -272,7 +282,7 @@ static void test_corrupt_ring_is_dropped(void)
     unsigned char junk[256] = {0};
     size_t        off       = 0;
 
-    corrupt_frame_is_refused(0, 1, (uint32_t)RING_BYTES, K_WHOLE);
+    corrupt_frame_is_refused(g_rings, 0, 1, (uint32_t)RING_BYTES, K_WHOLE);
     if (g_rank == 0) {
         shm_rings_forget(g_rings, 1);
         CU_ASSERT_EQUAL(shm_rings_write(g_rings, 1, junk, sizeof(junk), &off), 1); /* dropped */
