@@ -61,19 +61,31 @@ typedef struct {
 } frame_hdr_t;
 _Static_assert(sizeof(frame_hdr_t) == 16, "frame header size changed");
 
-/* A record: the destination and the length of the msgpack that follows (the
- * message's type, source and sequence number are inside it). 12 bytes on the
- * wire, unaligned: with the frame header, a small message fits UCX's short
- * active message (under 100 bytes on shared memory), which costs half as
- * many instructions to send as a buffered one. */
+/* A record: the destination and the length of the message that follows (its
+ * type, source and sequence number are inside it). 12 bytes on the wire,
+ * unaligned: with the frame header, a small message fits UCX's short active
+ * message (under 100 bytes on shared memory), which costs half as many
+ * instructions to send as a buffered one. The message is msgpack, or, to a
+ * peer of this host (dist_peer_t.images), its image (msg_internal.h): the
+ * length's top bit set, the payload its type's u32 layout, then the image. */
 typedef struct {
     uint64_t to;
-    uint32_t len;
+    uint32_t len;   /* of the payload */
+    int      image; /* the payload is a layout and an image */
 } rec_hdr_t;
 #define REC_BYTES 12u
+#define REC_IMAGE 0x80000000u /* in the length on the wire */
 
-static void rec_write(char *p, moon_addr_t to, uint32_t len)
+/* A record's bytes at most: a message as its image of `image` bytes, or
+ * (image 0) as msgpack of encoded bound `bound`. */
+static size_t record_need(size_t image, size_t bound)
 {
+    return REC_BYTES + (image > 0 ? 4 + image : bound);
+}
+
+static void rec_write(char *p, moon_addr_t to, uint32_t len, int image)
+{
+    len |= image ? REC_IMAGE : 0;
     memcpy(p, &to, 8);
     memcpy(p + 8, &len, 4);
 }
@@ -84,6 +96,8 @@ static rec_hdr_t rec_read(const char *p)
 
     memcpy(&rec.to, p, 8);
     memcpy(&rec.len, p + 8, 4);
+    rec.image = (rec.len & REC_IMAGE) != 0;
+    rec.len &= ~REC_IMAGE;
     return rec;
 }
 
@@ -543,14 +557,14 @@ void dist_enqueue(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *ms
 }
 
 static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg,
-                       size_t bound);
+                       size_t rec_need, size_t image);
 
 static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     moon_dist_t *d = ctx;
     uint32_t     r = moon_addr_rank(to);
     dist_peer_t *p;
-    size_t       bound;
+    size_t       bound, image = 0;
 
     if (MOON_UNLIKELY(r >= d->size || r == d->rank)) {
         return MOON_ERR_NO_ACTOR;
@@ -559,13 +573,13 @@ static moon_status_t dist_send(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg)
     if (MOON_UNLIKELY(atomic_load_explicit(&p->down, memory_order_relaxed))) {
         return MOON_ERR_PEER_LOST;
     }
-    if (MOON_UNLIKELY((bound = moon_msg_checked_bound(msg)) == 0)) {
+    if (MOON_UNLIKELY((bound = moon_msg_checked_bound(msg, p->images ? &image : NULL)) == 0)) {
         return MOON_ERR_INVALID_PARAM; /* logged; the message stays the sender's */
     }
     if (MOON_UNLIKELY(msg->type < MOON_MSG_SYS_END)) {
         dist_note_sys_tx(d, to, msg);
     }
-    if (send_direct(d, r, to, msg, bound)) {
+    if (send_direct(d, r, to, msg, record_need(image, bound), image)) {
         return MOON_OK;
     }
     dist_enqueue(d, r, to, msg);
@@ -601,28 +615,37 @@ static void send_error_reply(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_ad
 }
 
 /* ---- sending: drain ready peers into frames ------------------------------- */
-/* Encodes msg for `to` as a record at rec, in room bytes (>= REC_BYTES);
- * the record's bytes, or 0 (logged by the codec) if it does not encode. */
+
+/* Encodes msg for `to` as a record at rec, in room bytes (>= record_need):
+ * its image of `image` bytes, or (image 0) msgpack. The record's bytes, or
+ * 0 (logged by the codec) if it does not encode. */
 static size_t record_put(moon_dist_t *d, char *rec, size_t room, moon_addr_t to,
-                         const moon_msg_hdr_t *msg)
+                         const moon_msg_hdr_t *msg, size_t image)
 {
     size_t len = 0;
 
-    if (moon_msg_encode(msg, rec + REC_BYTES, room - REC_BYTES, &len) != MOON_OK) {
+    if (image > 0) {
+        uint32_t layout = moon_msg_layout(msg->type);
+
+        memcpy(rec + REC_BYTES, &layout, 4);
+        memcpy(rec + REC_BYTES + 4, msg, image);
+        len = 4 + image;
+    } else if (moon_msg_encode(msg, rec + REC_BYTES, room - REC_BYTES, &len) != MOON_OK) {
         return 0;
     }
-    rec_write(rec, to, (uint32_t)len);
+    rec_write(rec, to, (uint32_t)len, image > 0);
     if (MOON_UNLIKELY(d->trace != NULL)) {
         trace_msg(d, "tx", to, msg, msg->src, msg->seq, msg->type);
     }
     return REC_BYTES + len;
 }
 
-/* One more record of frame b; -1 (logged by the codec) if msg does not
- * encode into the room left. */
-static int frame_add(moon_dist_t *d, dist_buf_t *b, moon_addr_t to, const moon_msg_hdr_t *msg)
+/* One more record of frame b (see record_put); -1 (logged by the codec) if
+ * msg does not encode into the room left. */
+static int frame_add(moon_dist_t *d, dist_buf_t *b, moon_addr_t to, const moon_msg_hdr_t *msg,
+                     size_t image)
 {
-    size_t n = record_put(d, b->data + b->len, b->cap - b->len, to, msg);
+    size_t n = record_put(d, b->data + b->len, b->cap - b->len, to, msg, image);
 
     b->len += (uint32_t)n;
     return n > 0 ? 0 : -1;
@@ -641,7 +664,7 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
     while (n < MAX_PER_PEER) {
         moon_msg_env_t *env;
         moon_msg_hdr_t *msg;
-        size_t          need;
+        size_t          need, image;
 
         if (p->credits == 0) {
             if (!p->stalled) {
@@ -655,8 +678,9 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
             empty = 1;
             break;
         }
-        msg  = moon_env_msg(env);
-        need = REC_BYTES + moon_msg_encoded_bound(msg);
+        msg   = moon_env_msg(env);
+        image = p->images ? moon_msg_image_bytes(msg) : 0;
+        need  = record_need(image, image > 0 ? 0 : moon_msg_encoded_bound(msg));
         if (b != NULL && need > b->cap - b->len) {
             frame_send(d, b, n_rec);
             b     = NULL;
@@ -673,7 +697,7 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
             frame_begin(d, b, FRAME_BATCH);
         }
         atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
-        if (frame_add(d, b, env->dst, msg) != 0) {
+        if (frame_add(d, b, env->dst, msg, image) != 0) {
             continue; /* dropped, logged by the codec */
         }
         n_rec++;
@@ -706,12 +730,12 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
 static int  progress_trylock(moon_dist_t *d);
 static void progress_unlock(moon_dist_t *d);
 
-/* send_direct's frame of one record, encoded straight into the engine's
- * memory (a shared-memory ring): no frame buffer, no copy. 1 sent, -1 the
- * message did not encode (logged by the codec; nothing sent), 0 no room in
- * place (then a frame buffer). */
+/* send_direct's frame of one record (see record_put), encoded straight into
+ * the engine's memory (a shared-memory ring): no frame buffer, no copy. 1
+ * sent, -1 the message did not encode (logged by the codec; nothing sent), 0
+ * no room in place (then a frame buffer). */
 static int send_in_place(moon_dist_t *d, uint32_t r, moon_addr_t to, const moon_msg_hdr_t *msg,
-                         size_t need)
+                         size_t need, size_t image)
 {
     char       *f = d->eng->frame_reserve != NULL ? d->eng->frame_reserve(d, r, need) : NULL;
     frame_hdr_t h = {FRAME_MAGIC, FRAME_BATCH, 0, d->rank, 0, 1};
@@ -720,7 +744,7 @@ static int send_in_place(moon_dist_t *d, uint32_t r, moon_addr_t to, const moon_
     if (f == NULL) {
         return 0;
     }
-    if ((n = record_put(d, f + sizeof(h), need - sizeof(h), to, msg)) == 0) {
+    if ((n = record_put(d, f + sizeof(h), need - sizeof(h), to, msg, image)) == 0) {
         return -1; /* the room was not committed: it stays free */
     }
     h.credits = frame_carry_credits(d, &d->peers[r]);
@@ -734,10 +758,11 @@ static int send_in_place(moon_dist_t *d, uint32_t r, moon_addr_t to, const moon_
  * or a reply does not wait for the worker to finish its turn, come back idle
  * and drain the queue. The handler's later messages (to any peer) queue up
  * and leave batched. FIFO per pair holds: an empty queue, checked under the progress
- * lock, means everything sent before is already with the engine. bound:
- * msg's encoded bound. Returns 1 if msg was consumed. */
+ * lock, means everything sent before is already with the engine. rec_need:
+ * msg's record_need, as its image of `image` bytes or (0) msgpack. Returns 1
+ * if msg was consumed. */
 static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_t *msg,
-                       size_t bound)
+                       size_t rec_need, size_t image)
 {
     static _Thread_local uint64_t last_seq;
     dist_peer_t                  *p   = &d->peers[r];
@@ -751,18 +776,19 @@ static int send_direct(moon_dist_t *d, uint32_t r, moon_addr_t to, moon_msg_hdr_
         atomic_load_explicit(&d->progress_wanted, memory_order_relaxed) || !progress_trylock(d)) {
         return 0;
     }
-    need = sizeof(frame_hdr_t) + REC_BYTES + bound;
+    need = sizeof(frame_hdr_t) + rec_need;
     if (atomic_load(&d->closing) || p->credits == 0 ||
         atomic_load_explicit(&p->queued, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->down, memory_order_relaxed) ||
-        ((sent = send_in_place(d, r, to, msg, need)) == 0 && (b = buf_get(d, r, need)) == NULL)) {
+        ((sent = send_in_place(d, r, to, msg, need, image)) == 0 &&
+         (b = buf_get(d, r, need)) == NULL)) {
         progress_unlock(d);
         return 0;
     }
     last_seq = seq;
     if (b != NULL) {
         frame_begin(d, b, FRAME_BATCH);
-        sent = frame_add(d, b, to, msg) == 0 ? 1 : -1;
+        sent = frame_add(d, b, to, msg, image) == 0 ? 1 : -1;
         if (sent > 0) {
             frame_send(d, b, 1);
         } else {
@@ -846,13 +872,40 @@ static int target_relieved(moon_dist_t *d, dist_peer_t *p)
                (int64_t)d->rt->cfg.mailbox_bound / 2;
 }
 
+/* The message of a record: msgpack, or a layout and an image. */
+static moon_status_t decode_record(const rec_hdr_t *rec, const char *payload,
+                                   moon_msg_hdr_t **msg_p)
+{
+    uint32_t layout;
+
+    if (!rec->image) {
+        return moon_msg_decode(payload, rec->len, msg_p);
+    }
+    if (rec->len < 4) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(&layout, payload, 4);
+    return moon_msg_image_decode(payload + 4, rec->len - 4, layout, msg_p);
+}
+
+/* The header of a record's message that did not decode, if it reads. */
+static moon_status_t peek_record(const rec_hdr_t *rec, const char *payload, uint32_t *type_p,
+                                 moon_addr_t *src_p, uint64_t *seq_p)
+{
+    if (!rec->image) {
+        return moon_msg_peek(payload, rec->len, type_p, src_p, seq_p);
+    }
+    return rec->len < 4 ? MOON_ERR_INVALID_PARAM
+                        : moon_msg_image_peek(payload + 4, rec->len - 4, type_p, src_p, seq_p);
+}
+
 static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, const char *payload)
 {
     dist_peer_t    *p   = &d->peers[r];
     moon_msg_hdr_t *msg = NULL;
     moon_status_t   status;
 
-    status = moon_msg_decode(payload, rec->len, &msg);
+    status = decode_record(rec, payload, &msg);
     if (status != MOON_OK) {
         uint32_t    type;
         moon_addr_t src;
@@ -861,7 +914,7 @@ static void deliver_record(moon_dist_t *d, uint32_t r, const rec_hdr_t *rec, con
         atomic_fetch_add_explicit(&d->st.bad_msgs, 1, memory_order_relaxed);
         dist_log_once(&d->logged_bad_msg, "a message that failed to decode", r, status);
         /* a reply needs the sender, which only a readable header names */
-        if (moon_msg_peek(payload, rec->len, &type, &src, &seq) == MOON_OK) {
+        if (peek_record(rec, payload, &type, &src, &seq) == MOON_OK) {
             send_error_reply(d, r, rec->to, src, type, seq, MOON_ERR_PEER_REJECTED);
         }
         p->owed++;
@@ -1425,8 +1478,17 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         MPI_Barrier(d->comm); /* every engine is open before anyone sends */
     }
     now = peer_clock_ns();
-    for (uint32_t r = 0; r < d->size; r++) {
-        d->peers[r].last_rx_ns = now;
+    {
+        /* MOON_DIST_IMAGES=0: msgpack to every peer (to compare, or for a job
+         * whose ranks on one host run builds of different schemas: their
+         * images would be refused) */
+        const char *e      = getenv("MOON_DIST_IMAGES");
+        int         images = (e == NULL || strcmp(e, "0") != 0) && d->procs != NULL;
+
+        for (uint32_t r = 0; r < d->size; r++) {
+            d->peers[r].last_rx_ns = now;
+            d->peers[r].images     = images && d->procs[r].host == d->procs[d->rank].host;
+        }
     }
     d->next_tick_ns = now + TICK_NS;
     if (pthread_create(&d->thread, NULL, progress_main, d) != 0) {

@@ -30,6 +30,7 @@ typedef struct {
     uint32_t         held;           /* withheld while held_addr is overloaded */
     moon_addr_t      held_addr;
     _Atomic int      goodbye;        /* peer said goodbye: silence is fine (read by stop) */
+    int              images;         /* on this host: messages go as images (set at start) */
     /* Frames each way, counted per frame; tick() turns a change into a time
      * (no clock read per frame). Progress lock. */
     uint32_t         rx_frames, tx_frames, rx_seen, tx_seen;

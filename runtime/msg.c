@@ -21,7 +21,29 @@
 /* Written under registry_lock, read lock-free by the codec on any thread:
  * release stores pair with the acquire loads in moon_msg_desc(). */
 static _Atomic(const moon_msg_desc_t *) registry[MOON_MSG_MAX_TYPES];
+static uint32_t               layout_hash[MOON_MSG_MAX_TYPES]; /* written before its entry */
 static pthread_mutex_t        registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t fnv_u32(uint32_t h, uint32_t v)
+{
+    for (int k = 0; k < 4; k++, v >>= 8) {
+        h = (h ^ (v & 0xff)) * 16777619u;
+    }
+    return h;
+}
+
+/* FNV-1a of what a message image's bytes mean: the header's and the struct's
+ * sizes, and each field's kind and offset. Never 0. */
+static uint32_t layout_of(const moon_msg_desc_t *d)
+{
+    uint32_t h = fnv_u32(fnv_u32(2166136261u, (uint32_t)sizeof(moon_msg_hdr_t)), d->struct_bytes);
+
+    h = fnv_u32(h, d->n_fields);
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        h = fnv_u32(fnv_u32(h, d->fields[i].kind), d->fields[i].offset);
+    }
+    return h != 0 ? h : 1;
+}
 
 moon_status_t moon_msg_register(const moon_msg_desc_t *descs)
 {
@@ -44,6 +66,7 @@ moon_status_t moon_msg_register(const moon_msg_desc_t *descs)
     }
     for (const moon_msg_desc_t *d = descs; d->name != NULL; d++) {
         if (atomic_load_explicit(&registry[d->id], memory_order_relaxed) != d) {
+            layout_hash[d->id] = layout_of(d);
             atomic_store_explicit(&registry[d->id], d, memory_order_release);
         }
     }
@@ -57,6 +80,11 @@ const moon_msg_desc_t *moon_msg_desc(uint32_t type)
     return type < MOON_MSG_MAX_TYPES
                ? atomic_load_explicit(&registry[type], memory_order_acquire)
                : NULL;
+}
+
+uint32_t moon_msg_layout(uint32_t type)
+{
+    return moon_msg_desc(type) != NULL ? layout_hash[type] : 0; /* after the acquire */
 }
 
 const char *moon_msg_name(uint32_t type)

@@ -45,11 +45,34 @@ static int span_ok(const moon_msg_hdr_t *msg, moon_span_t span, uint64_t elem_by
            (span.n == 0 || span.off >= sizeof(moon_msg_hdr_t));
 }
 
-/* The encoded bound of msg, of type d; with check, 0 (logged) if a span lies
- * outside the message. */
-static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int check)
+/* One span as an image carries it: inside the message, its array aligned to
+ * its element, a str followed by its NUL. The image's end after it, or 0. */
+static uint64_t image_span_end(const moon_msg_hdr_t *msg, moon_span_t span, uint32_t elem,
+                               int is_str)
 {
-    size_t bound = 5 + HDR_ITEMS * 9;
+    uint64_t end = (uint64_t)span.off + (uint64_t)span.n * elem;
+
+    if (!span_ok(msg, span, elem) || span.off % elem != 0) {
+        return 0;
+    }
+    if (is_str) {
+        if (end >= msg->size_bytes || ((const char *)msg)[end] != '\0') {
+            return 0;
+        }
+        end++;
+    }
+    return end;
+}
+
+/* The encoded bound of msg, of type d; with check, 0 (logged) if a span lies
+ * outside the message. image_p, when not NULL: the bytes of msg's image (its
+ * bytes up to the end of its last span), or 0 if a span is not as an image
+ * carries it (image_span_end). */
+static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int check,
+                       size_t *image_p)
+{
+    size_t   bound = 5 + HDR_ITEMS * 9;
+    uint64_t image = d->struct_bytes;
 
     for (uint32_t i = 0; i < d->n_fields; i++) {
         const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
@@ -74,6 +97,13 @@ static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int 
             MOON_ERROR("send %s: field %s: span outside the message", d->name, d->fields[i].name);
             return 0;
         }
+        if (image_p != NULL && image != 0 && span->n > 0) {
+            uint64_t end = image_span_end(msg, *span, elem, d->fields[i].kind == MOON_FIELD_str);
+            image        = end == 0 ? 0 : MOON_MAX(image, end);
+        }
+    }
+    if (image_p != NULL) {
+        *image_p = (size_t)image;
     }
     return bound;
 }
@@ -82,10 +112,10 @@ size_t moon_msg_encoded_bound(const moon_msg_hdr_t *msg)
 {
     const moon_msg_desc_t *d = moon_msg_desc(msg->type);
 
-    return d != NULL ? bound_of(msg, d, 0) : 5 + HDR_ITEMS * 9;
+    return d != NULL ? bound_of(msg, d, 0, NULL) : 5 + HDR_ITEMS * 9;
 }
 
-size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg)
+size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg, size_t *image_p)
 {
     const moon_msg_desc_t *d = moon_msg_desc(msg->type);
 
@@ -93,7 +123,18 @@ size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg)
         MOON_ERROR("send: message type %u is not registered", msg->type);
         return 0;
     }
-    return bound_of(msg, d, 1);
+    return bound_of(msg, d, 1, image_p);
+}
+
+size_t moon_msg_image_bytes(const moon_msg_hdr_t *msg)
+{
+    const moon_msg_desc_t *d     = moon_msg_desc(msg->type);
+    size_t                 image = 0;
+
+    if (d != NULL) {
+        (void)bound_of(msg, d, 0, &image);
+    }
+    return image;
 }
 
 moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, size_t *len_p)
@@ -754,4 +795,67 @@ int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)
         }
     }
     return 1;
+}
+
+/* ---- images --------------------------------------------------------------- */
+moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout,
+                                    moon_msg_hdr_t **msg_p)
+{
+    const moon_msg_desc_t *d;
+    moon_msg_hdr_t         hdr, *msg;
+    uint32_t               size;
+
+    if (buf == NULL || len < sizeof(hdr) || len > MOON_MSG_MAX_BYTES) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    d = moon_msg_desc(hdr.type);
+    if (d == NULL || layout != moon_msg_layout(hdr.type) || len < d->struct_bytes) {
+        return MOON_ERR_INVALID_PARAM; /* another schema, or not a message of ours */
+    }
+    /* one byte more: the NUL empty strs point at */
+    msg = moon_msg_new_for_decode(d, len - d->struct_bytes + 1);
+    if (msg == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    size = msg->size_bytes;
+    memcpy(msg, buf, len);
+    msg->size_bytes    = size; /* the image's own claim is not ours */
+    ((char *)msg)[len] = '\0';
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        moon_span_t *span = (moon_span_t *)((char *)msg + d->fields[i].offset);
+        uint32_t     kind = d->fields[i].kind;
+        uint64_t     end;
+
+        if (kind != MOON_FIELD_str && kind != MOON_FIELD_bytes && kind != MOON_FIELD_u32s &&
+            kind != MOON_FIELD_u64s) {
+            continue;
+        }
+        if (span->n == 0) {
+            span->off = (uint32_t)len; /* as decoding msgpack leaves it: "" for a str */
+            continue;
+        }
+        end = image_span_end(msg, *span, span_align(kind), kind == MOON_FIELD_str);
+        if (end == 0 || end > len) {
+            moon_msg_release(msg);
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    *msg_p = msg;
+    return MOON_OK;
+}
+
+moon_status_t moon_msg_image_peek(const void *buf, size_t len, uint32_t *type_p, moon_addr_t *src_p,
+                                  uint64_t *seq_p)
+{
+    moon_msg_hdr_t hdr;
+
+    if (buf == NULL || len < sizeof(hdr)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(&hdr, buf, sizeof(hdr));
+    *type_p = hdr.type;
+    *src_p  = hdr.src;
+    *seq_p  = hdr.seq;
+    return MOON_OK;
 }

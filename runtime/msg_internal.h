@@ -42,8 +42,33 @@ void *moon_msg_new_for_decode(const moon_msg_desc_t *d, size_t tail_bytes);
 
 /* moon_msg_encoded_bound of a message that encodes; 0 (logged) if its type
  * is not registered or a span lies outside it: a transport refuses such a
- * message to its sender at once, instead of dropping it when it encodes. */
-size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg);
+ * message to its sender at once, instead of dropping it when it encodes.
+ * image_p, when not NULL: moon_msg_image_bytes, from the same walk. */
+size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg, size_t *image_p);
+
+/* ---- images: messages between ranks of one host ----------------------------
+ * Between processes of one host, built from the same schemas, a message can
+ * travel as its image, its own bytes up to the end of its last span, instead
+ * of msgpack: nothing to encode at the sender, one copy and a check at the
+ * receiver. The image goes with its type's layout (a hash of the schema's
+ * sizes, kinds and offsets): a receiver whose schema differs refuses it.
+ * Nothing in an image is trusted: it must cover its struct, and every span
+ * must lie inside it, an array aligned to its element, a str followed by
+ * its NUL. An empty span decodes as msgpack leaves it (a str reads ""). */
+
+/* The layout of a registered type (never 0), 0 for an unknown one. */
+uint32_t moon_msg_layout(uint32_t type);
+/* Bytes of msg's image, or 0 if a span of it is not as an image carries it
+ * (then the message travels as msgpack). */
+size_t moon_msg_image_bytes(const moon_msg_hdr_t *msg);
+/* A new message from an image of layout `layout`; MOON_ERR_INVALID_PARAM if
+ * it is not one of ours (see above), MOON_ERR_NO_MEMORY. */
+moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout,
+                                    moon_msg_hdr_t **msg_p);
+/* An image's type, source and sequence number (its header), for an error
+ * reply to a message that did not decode. */
+moon_status_t moon_msg_image_peek(const void *buf, size_t len, uint32_t *type_p, moon_addr_t *src_p,
+                                  uint64_t *seq_p);
 
 /* Registers the runtime's own message types (idempotent). */
 moon_status_t moon_sys_msgs_register(void);

@@ -1,6 +1,9 @@
-/* tests/unit/runtime/test_msg.c - message schema, spans, references, and the
- * msgpack codec: round trips of every type, and bad bytes of every kind. */
+/* tests/unit/runtime/test_msg.c - message schema, spans, references, the
+ * msgpack codec and message images (runtime/msg_internal.h): round trips of
+ * every type, and bad bytes of every kind. */
 #include "moonlet/moonlet.h"
+
+#include "msg_internal.h"
 
 #include "moon_test.h"
 #include "moon_test_msg.h"
@@ -478,6 +481,177 @@ static void test_peek_reads_the_header_only(void)
     moon_msg_release(&m->hdr);
 }
 
+/* ---- images ---------------------------------------------------------------- */
+static moon_msg_hdr_t *image_round_trip(const moon_msg_hdr_t *m)
+{
+    size_t          n   = moon_msg_image_bytes(m);
+    char           *buf = malloc(n + 1);
+    moon_msg_hdr_t *out = NULL;
+
+    CU_ASSERT_FATAL(n >= sizeof(moon_msg_hdr_t) && n <= m->size_bytes);
+    memcpy(buf, m, n);
+    CU_ASSERT_EQUAL(moon_msg_image_decode(buf, n, moon_msg_layout(m->type), &out), MOON_OK);
+    free(buf);
+    return out;
+}
+
+/* Every span of an accepted image lies inside the message, a str before its
+ * NUL: what a handler may rely on. */
+static void check_spans_inside(const moon_msg_hdr_t *m)
+{
+    const moon_msg_desc_t *d = moon_msg_desc(m->type);
+
+    CU_ASSERT_FATAL(d != NULL);
+    CU_ASSERT(moon_msg_checked_bound(m, NULL) > 0);
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const moon_span_t *span = (const moon_span_t *)((const char *)m + d->fields[i].offset);
+
+        if (d->fields[i].kind == MOON_FIELD_str) {
+            CU_ASSERT(span->off + span->n < m->size_bytes &&
+                      ((const char *)m)[span->off + span->n] == '\0');
+        }
+    }
+}
+
+static void test_image_round_trip_every_type(void)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt;
+
+    for (int i = 0; i < 2000; i++) {
+        t_all_t        *m   = random_all_kinds(i < 1000 ? 8 : 300, i % 2);
+        moon_msg_hdr_t *out = image_round_trip(&m->hdr);
+
+        CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+        CU_ASSERT(moon_msg_equal(&m->hdr, out));
+        CU_ASSERT_STRING_EQUAL((char *)MOON_SPAN_PTR(out, ((t_all_t *)out)->text),
+                               (char *)MOON_SPAN_PTR(m, m->text));
+        check_spans_inside(out);
+        moon_msg_release(out);
+        moon_msg_release(&m->hdr);
+    }
+    moon_runtime_config_default(&cfg); /* registers the runtime's types */
+    cfg.deterministic = 1;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    for (uint32_t t = 0; t < MOON_MSG_MAX_TYPES; t++) {
+        const moon_msg_desc_t *d = moon_msg_desc(t);
+
+        for (int k = 0; d != NULL && k < 50; k++) {
+            moon_msg_hdr_t *m   = moon_test_random_msg(d, &rng);
+            moon_msg_hdr_t *out = image_round_trip(m);
+
+            CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+            CU_ASSERT(moon_msg_equal(m, out));
+            moon_msg_release(out);
+            moon_msg_release(m);
+        }
+    }
+    moon_runtime_destroy(rt);
+}
+
+/* An empty str reads "" after the trip, as after msgpack; empty spans of
+ * other kinds stay empty. */
+static void test_image_of_empty_spans(void)
+{
+    t_all_t        *m = moon_msg_new(T_MSG_ALL, 0);
+    moon_msg_hdr_t *out;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&m->hdr), sizeof(t_all_t));
+    out = image_round_trip(&m->hdr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_STRING_EQUAL((char *)MOON_SPAN_PTR(out, ((t_all_t *)out)->text), "");
+    CU_ASSERT_EQUAL(((t_all_t *)out)->keys.n, 0);
+    CU_ASSERT(moon_msg_equal(&m->hdr, out));
+    moon_msg_release(out);
+    moon_msg_release(&m->hdr);
+}
+
+/* A message an image cannot carry as it is (a misaligned array, a str with
+ * no NUL) has no image: it goes as msgpack. */
+static void test_image_needs_aligned_arrays_and_nuls(void)
+{
+    t_all_t *m = moon_msg_new(T_MSG_ALL, 64);
+    char    *text;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    text = moon_msg_span_alloc(m, &m->text, 3, 1, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    memcpy(text, "abc", 3);
+    CU_ASSERT(moon_msg_image_bytes(&m->hdr) > 0);
+    m->keys = (moon_span_t){m->text.off + 1, 2}; /* in the message, not 8-aligned */
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&m->hdr), 0);
+    m->keys.n = 0;
+    text[3]   = 'd'; /* the NUL gone */
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&m->hdr), 0);
+    moon_msg_release(&m->hdr);
+}
+
+static void expect_image_rejected(const void *buf, size_t len, uint32_t layout)
+{
+    moon_msg_hdr_t *out = NULL;
+
+    CU_ASSERT_EQUAL(moon_msg_image_decode(buf, len, layout, &out), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_PTR_NULL(out);
+}
+
+/* Truncations, another layout, an unknown type, spans outside the image,
+ * misaligned or unterminated, and bit flips anywhere: refused, or accepted
+ * with every span inside; never a crash (the sanitizer runs see reads). */
+static void test_image_bad_bytes(void)
+{
+    for (int i = 0; i < 300; i++) {
+        t_all_t *m      = random_all_kinds(40, 0);
+        size_t   n      = moon_msg_image_bytes(&m->hdr);
+        uint32_t layout = moon_msg_layout(T_MSG_ALL);
+        uint8_t *buf    = malloc(n);
+        t_all_t *img    = (t_all_t *)buf;
+
+        CU_ASSERT_FATAL(n > 0);
+        memcpy(buf, m, n);
+        for (size_t cut = 0; cut < n; cut++) { /* the struct, or the last span, cut */
+            expect_image_rejected(buf, cut, layout);
+        }
+        expect_image_rejected(buf, n, layout ^ 1);
+        expect_image_rejected(buf, n, moon_msg_layout(T_MSG_NONE));
+        img->hdr.type = 199; /* not registered */
+        expect_image_rejected(buf, n, layout);
+        img->hdr.type = T_MSG_ALL;
+        if (m->keys.n > 0) {
+            img->keys.off += 4; /* misaligned */
+            expect_image_rejected(buf, n, layout);
+            img->keys.off = (uint32_t)n; /* past the end */
+            expect_image_rejected(buf, n, layout);
+            img->keys.off = 0; /* over the header */
+            expect_image_rejected(buf, n, layout);
+            img->keys = m->keys;
+        }
+        if (m->text.n > 0) {
+            buf[m->text.off + m->text.n] = 'x'; /* no NUL */
+            expect_image_rejected(buf, n, layout);
+            buf[m->text.off + m->text.n] = 0;
+        }
+        for (int k = 0; k < 50; k++) {
+            size_t          pos  = moon_test_rand(&rng) % n;
+            uint8_t         save = buf[pos];
+            moon_msg_hdr_t *out  = NULL;
+            moon_status_t   status;
+
+            buf[pos] ^= (uint8_t)(1u << (moon_test_rand(&rng) % 8));
+            status = moon_msg_image_decode(buf, n, layout, &out);
+            CU_ASSERT(status == MOON_OK || status == MOON_ERR_INVALID_PARAM);
+            if (status == MOON_OK) {
+                check_spans_inside(out);
+                moon_msg_release(out);
+            }
+            buf[pos] = save;
+        }
+        free(buf);
+        moon_msg_release(&m->hdr);
+    }
+    expect_image_rejected(NULL, 0, 1);
+}
+
 static CU_TestInfo tests[] = {
     {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
     {"round_trip_every_field_kind", test_round_trip_every_field_kind},
@@ -491,6 +665,10 @@ static CU_TestInfo tests[] = {
     {"decode_random_bytes_never_crashes", test_decode_random_bytes_never_crashes},
     {"decode_hostile_size_claims", test_decode_hostile_size_claims},
     {"peek_reads_the_header_only", test_peek_reads_the_header_only},
+    {"image_round_trip_every_type", test_image_round_trip_every_type},
+    {"image_of_empty_spans", test_image_of_empty_spans},
+    {"image_needs_aligned_arrays_and_nuls", test_image_needs_aligned_arrays_and_nuls},
+    {"image_bad_bytes", test_image_bad_bytes},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"msg", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
