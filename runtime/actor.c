@@ -865,9 +865,9 @@ uint64_t moon_actors_processed(moon_runtime_t *rt)
 void moon_actors_destroy_all(moon_runtime_t *rt)
 {
     for (uint32_t i = 1; i <= atomic_load(&rt->n_slots_used); i++) {
-        moon_actor_t *a = slot_get(rt, i);
+        moon_actor_t *a = slot_get(rt, i); /* NULL: past max_actors, or never published */
 
-        if (atomic_load(&a->alive)) {
+        if (a != NULL && atomic_load(&a->alive)) {
             set_current(a);
             if (a->ops->fini != NULL) {
                 a->ops->fini(a);

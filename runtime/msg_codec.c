@@ -45,23 +45,46 @@ static int span_ok(const moon_msg_hdr_t *msg, moon_span_t span, uint64_t elem_by
            (span.n == 0 || span.off >= sizeof(moon_msg_hdr_t));
 }
 
-/* One span as an image carries it: inside the message, its array aligned to
- * its element, a str followed by its NUL. The image's end after it, or 0. */
-static uint64_t image_span_end(const moon_msg_hdr_t *msg, moon_span_t span, uint32_t elem,
-                               int is_str)
+/* Whether span is a span kind's; its element bytes into *elem. */
+static int span_kind(uint32_t kind, uint32_t *elem)
 {
-    uint64_t end = (uint64_t)span.off + (uint64_t)span.n * elem;
-
-    if (!span_ok(msg, span, elem) || span.off % elem != 0) {
+    switch (kind) {
+    case MOON_FIELD_str:
+    case MOON_FIELD_bytes:
+        *elem = 1;
+        return 1;
+    case MOON_FIELD_u32s:
+        *elem = 4;
+        return 1;
+    case MOON_FIELD_u64s:
+        *elem = 8;
+        return 1;
+    default:
         return 0;
     }
-    if (is_str) {
-        if (end >= msg->size_bytes || ((const char *)msg)[end] != '\0') {
-            return 0;
-        }
-        end++;
+}
+
+/* One non-empty span as an image carries it: in the tail (past the struct,
+ * where a handler's writes to one span cannot reach another's record),
+ * within the first `limit` bytes, its array aligned to its element, a str
+ * followed by its NUL. The image's end after it, or 0. */
+static uint64_t image_span_end(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d,
+                               moon_span_t span, uint32_t elem, int is_str, uint64_t limit)
+{
+    uint64_t end = (uint64_t)span.off + (uint64_t)span.n * elem + (is_str ? 1 : 0);
+
+    if (span.off < d->struct_bytes || end > limit || span.off % elem != 0 ||
+        (is_str && ((const char *)msg)[end - 1] != '\0')) {
+        return 0;
     }
     return end;
+}
+
+/* Images much larger than their msgpack (a tail reserved and left mostly
+ * unused) go as msgpack: sending the gaps would cost more than encoding. */
+static uint64_t image_worth_it(uint64_t image, size_t bound)
+{
+    return image <= MOON_MSG_MAX_BYTES && image <= 2 * (uint64_t)bound + 64 ? image : 0;
 }
 
 /* The encoded bound of msg, of type d; with check, 0 (logged) if a span lies
@@ -98,12 +121,13 @@ static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int 
             return 0;
         }
         if (image_p != NULL && image != 0 && span->n > 0) {
-            uint64_t end = image_span_end(msg, *span, elem, d->fields[i].kind == MOON_FIELD_str);
+            uint64_t end = image_span_end(msg, d, *span, elem, d->fields[i].kind == MOON_FIELD_str,
+                                          msg->size_bytes);
             image        = end == 0 ? 0 : MOON_MAX(image, end);
         }
     }
     if (image_p != NULL) {
-        *image_p = (size_t)image;
+        *image_p = (size_t)image_worth_it(image, bound);
     }
     return bound;
 }
@@ -603,6 +627,9 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
 
             if (rd_blob(r, is_str, &body, &n))
                 return -1;
+            if (f && off + n + (uint64_t)is_str > msg->size_bytes) {
+                return -1; /* the input changed since it was measured */
+            }
             if (f) {
                 moon_span_t *span = (moon_span_t *)f;
                 span->off         = (uint32_t)off;
@@ -624,6 +651,9 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
             if (rd_array(r, &n))
                 return -1;
             off = (off + a - 1) & ~(uint64_t)(a - 1);
+            if (msg != NULL && off + (uint64_t)n * a > msg->size_bytes) {
+                return -1; /* the input changed since it was measured */
+            }
             dst = msg != NULL ? (char *)msg + off : NULL;
             for (uint32_t k = 0; k < n; k++) {
                 if (rd_uint_max(r, max, &u))
@@ -734,8 +764,13 @@ moon_status_t moon_msg_decode(const void *buf, size_t len, moon_msg_hdr_t **msg_
     if (msg == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    /* A second read of the input, which may be memory its sender can still
+     * write (a shared ring): the fill checks its writes against msg's size. */
     r = fields_start;
-    (void)decode_fields(&r, d, msg, NULL);
+    if (decode_fields(&r, d, msg, NULL) != 0 || r.p != r.end) {
+        moon_msg_release(msg);
+        return MOON_ERR_INVALID_PARAM;
+    }
 done:
     msg->flags = (uint16_t)flags;
     msg->src   = src;
@@ -804,6 +839,7 @@ moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout
     const moon_msg_desc_t *d;
     moon_msg_hdr_t         hdr, *msg;
     uint32_t               size;
+    uint64_t               extent;
 
     if (buf == NULL || len < sizeof(hdr) || len > MOON_MSG_MAX_BYTES) {
         return MOON_ERR_INVALID_PARAM;
@@ -818,31 +854,48 @@ moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout
     if (msg == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    /* Checked from here on is our copy only: buf may be memory the sender can
+     * still write (a shared ring). The type and the size are ours too. */
     size = msg->size_bytes;
     memcpy(msg, buf, len);
-    msg->size_bytes    = size; /* the image's own claim is not ours */
+    msg->type          = (uint16_t)d->id;
+    msg->size_bytes    = size;
     ((char *)msg)[len] = '\0';
+    extent             = d->struct_bytes;
+    for (uint32_t i = 0; i < d->n_fields; i++) {
+        const moon_span_t *span = (const moon_span_t *)((char *)msg + d->fields[i].offset);
+        uint32_t           elem;
+        uint64_t           end;
+
+        if (!span_kind(d->fields[i].kind, &elem) || span->n == 0) {
+            continue;
+        }
+        end = image_span_end(msg, d, *span, elem, d->fields[i].kind == MOON_FIELD_str, len);
+        if (end == 0) {
+            goto bad;
+        }
+        extent = MOON_MAX(extent, end);
+    }
+    if (extent != len) {
+        goto bad; /* bytes past the last span: not an image the sender makes */
+    }
+    /* Empty spans point where decoding msgpack would leave them (a str at a
+     * NUL: it reads ""), after every check: their records are in the struct,
+     * which no span of an accepted image overlaps. */
     for (uint32_t i = 0; i < d->n_fields; i++) {
         moon_span_t *span = (moon_span_t *)((char *)msg + d->fields[i].offset);
-        uint32_t     kind = d->fields[i].kind;
-        uint64_t     end;
+        uint32_t     elem;
 
-        if (kind != MOON_FIELD_str && kind != MOON_FIELD_bytes && kind != MOON_FIELD_u32s &&
-            kind != MOON_FIELD_u64s) {
-            continue;
-        }
-        if (span->n == 0) {
-            span->off = (uint32_t)len; /* as decoding msgpack leaves it: "" for a str */
-            continue;
-        }
-        end = image_span_end(msg, *span, span_align(kind), kind == MOON_FIELD_str);
-        if (end == 0 || end > len) {
-            moon_msg_release(msg);
-            return MOON_ERR_INVALID_PARAM;
+        if (span_kind(d->fields[i].kind, &elem) && span->n == 0) {
+            span->off = d->fields[i].kind == MOON_FIELD_str ? (uint32_t)len : d->struct_bytes;
         }
     }
     *msg_p = msg;
     return MOON_OK;
+
+bad:
+    moon_msg_release(msg);
+    return MOON_ERR_INVALID_PARAM;
 }
 
 moon_status_t moon_msg_image_peek(const void *buf, size_t len, uint32_t *type_p, moon_addr_t *src_p,

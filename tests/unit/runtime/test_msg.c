@@ -495,8 +495,9 @@ static moon_msg_hdr_t *image_round_trip(const moon_msg_hdr_t *m)
     return out;
 }
 
-/* Every span of an accepted image lies inside the message, a str before its
- * NUL: what a handler may rely on. */
+/* Every span of an accepted image lies in the message's tail, an array
+ * aligned, a str before its NUL: what a handler may rely on (as on a message
+ * decoded from msgpack). */
 static void check_spans_inside(const moon_msg_hdr_t *m)
 {
     const moon_msg_desc_t *d = moon_msg_desc(m->type);
@@ -505,10 +506,19 @@ static void check_spans_inside(const moon_msg_hdr_t *m)
     CU_ASSERT(moon_msg_checked_bound(m, NULL) > 0);
     for (uint32_t i = 0; i < d->n_fields; i++) {
         const moon_span_t *span = (const moon_span_t *)((const char *)m + d->fields[i].offset);
+        uint32_t           kind = d->fields[i].kind;
 
-        if (d->fields[i].kind == MOON_FIELD_str) {
+        if (kind == MOON_FIELD_str) {
             CU_ASSERT(span->off + span->n < m->size_bytes &&
                       ((const char *)m)[span->off + span->n] == '\0');
+        }
+        if ((kind == MOON_FIELD_u32s || kind == MOON_FIELD_u64s) && span->n > 0) {
+            CU_ASSERT(span->off % (kind == MOON_FIELD_u32s ? 4 : 8) == 0);
+        }
+        if ((kind == MOON_FIELD_str || kind == MOON_FIELD_bytes || kind == MOON_FIELD_u32s ||
+             kind == MOON_FIELD_u64s) &&
+            span->n > 0) {
+            CU_ASSERT(span->off >= d->struct_bytes);
         }
     }
 }
@@ -568,9 +578,24 @@ static void test_image_of_empty_spans(void)
 }
 
 /* A message an image cannot carry as it is (a misaligned array, a str with
- * no NUL) has no image: it goes as msgpack. */
+ * no NUL, a span over the struct), or one whose image would be mostly unused
+ * tail, has no image: it goes as msgpack. */
 static void test_image_needs_aligned_arrays_and_nuls(void)
 {
+    t_all_t *big = moon_msg_new(T_MSG_ALL, 1u << 20);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+    big->text = (moon_span_t){(uint32_t)big->hdr.size_bytes - 4, 3}; /* at the very end */
+    memcpy((char *)big + big->text.off, "xyz", 4);
+    CU_ASSERT(moon_msg_encoded_bound(&big->hdr) > 0);
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&big->hdr), 0);
+    big->text.off = sizeof(t_all_t);
+    memcpy((char *)big + big->text.off, "xyz", 4);
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&big->hdr), sizeof(t_all_t) + 4);
+    big->blob = (moon_span_t){sizeof(moon_msg_hdr_t), 8}; /* over the struct */
+    CU_ASSERT_EQUAL(moon_msg_image_bytes(&big->hdr), 0);
+    moon_msg_release(&big->hdr);
+
     t_all_t *m = moon_msg_new(T_MSG_ALL, 64);
     char    *text;
 
@@ -630,6 +655,20 @@ static void test_image_bad_bytes(void)
             buf[m->text.off + m->text.n] = 'x'; /* no NUL */
             expect_image_rejected(buf, n, layout);
             buf[m->text.off + m->text.n] = 0;
+        }
+        /* a span over the struct: one of the span records itself, or all of it */
+        img->tokens = (moon_span_t){(uint32_t)offsetof(t_all_t, keys), 2};
+        expect_image_rejected(buf, n, layout);
+        img->tokens = m->tokens;
+        img->blob   = (moon_span_t){(uint32_t)sizeof(moon_msg_hdr_t), (uint32_t)sizeof(t_all_t)};
+        expect_image_rejected(buf, n, layout);
+        img->blob = m->blob;
+        {
+            uint8_t *longer = malloc(n + 8); /* bytes past the last span */
+            memcpy(longer, buf, n);
+            memset(longer + n, 0, 8);
+            expect_image_rejected(longer, n + 8, layout);
+            free(longer);
         }
         for (int k = 0; k < 50; k++) {
             size_t          pos  = moon_test_rand(&rng) % n;
