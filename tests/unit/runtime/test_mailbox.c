@@ -34,6 +34,10 @@ static void test_fifo_and_empty_protocol(void)
 {
     moon_mailbox_t *mb = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*mb));
 
+    if (mb == NULL) {
+        CU_FAIL_FATAL("out of memory");
+        return;
+    }
     moon_mailbox_init(mb);
     CU_ASSERT_PTR_NULL(moon_mailbox_pop(mb));
     CU_ASSERT_EQUAL(moon_mailbox_push(mb, env_of(item(0, 1))), 1); /* found it empty */
@@ -63,6 +67,10 @@ static void test_depth_scan_is_bounded(void)
 {
     moon_mailbox_t *mb = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*mb));
 
+    if (mb == NULL) {
+        CU_FAIL_FATAL("out of memory");
+        return;
+    }
     moon_mailbox_init(mb);
     for (uint32_t n = 0; n < 1000; n++) {
         moon_mailbox_push(mb, env_of(item(0, n)));
@@ -114,6 +122,10 @@ static void test_multi_producer_stress(void)
     int       order_ok = 1;
 
     st.mb = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*st.mb));
+    if (st.mb == NULL) {
+        CU_FAIL_FATAL("out of memory");
+        return;
+    }
     moon_mailbox_init(st.mb);
     for (uintptr_t p = 0; p < N_PRODUCERS; p++) {
         pthread_create(&tid[p], NULL, producer, (void *)p);
