@@ -45,23 +45,16 @@ static int span_ok(const moon_msg_hdr_t *msg, moon_span_t span, uint64_t elem_by
            (span.n == 0 || span.off >= sizeof(moon_msg_hdr_t));
 }
 
-/* Whether span is a span kind's; its element bytes into *elem. */
-static int span_kind(uint32_t kind, uint32_t *elem)
+static int is_span(uint32_t kind)
 {
-    switch (kind) {
-    case MOON_FIELD_str:
-    case MOON_FIELD_bytes:
-        *elem = 1;
-        return 1;
-    case MOON_FIELD_u32s:
-        *elem = 4;
-        return 1;
-    case MOON_FIELD_u64s:
-        *elem = 8;
-        return 1;
-    default:
-        return 0;
-    }
+    return kind == MOON_FIELD_str || kind == MOON_FIELD_bytes || kind == MOON_FIELD_u32s ||
+           kind == MOON_FIELD_u64s;
+}
+
+/* A span kind's element bytes (its alignment too); 1 for the others. */
+static uint32_t span_align(uint32_t kind)
+{
+    return kind == MOON_FIELD_u64s ? 8 : (kind == MOON_FIELD_u32s ? 4 : 1);
 }
 
 /* One non-empty span as an image carries it: in the tail (past the struct,
@@ -101,21 +94,12 @@ static size_t bound_of(const moon_msg_hdr_t *msg, const moon_msg_desc_t *d, int 
         const moon_span_t *span = (const moon_span_t *)((const char *)msg + d->fields[i].offset);
         uint32_t           elem;
 
-        switch (d->fields[i].kind) {
-        case MOON_FIELD_str:
-        case MOON_FIELD_bytes:
-            elem = 1, bound += 5 + span->n;
-            break;
-        case MOON_FIELD_u32s:
-            elem = 4, bound += 5 + (size_t)span->n * 5;
-            break;
-        case MOON_FIELD_u64s:
-            elem = 8, bound += 5 + (size_t)span->n * 9;
-            break;
-        default:
-            bound += 9;
+        if (!is_span(d->fields[i].kind)) {
+            bound += 9; /* a scalar's widest msgpack */
             continue;
         }
+        elem = span_align(d->fields[i].kind);
+        bound += 5 + (size_t)span->n * (elem == 1 ? 1 : elem + 1); /* an int: tag and bytes */
         if (check && !span_ok(msg, *span, elem)) {
             MOON_ERROR("send %s: field %s: span outside the message", d->name, d->fields[i].name);
             return 0;
@@ -550,11 +534,6 @@ static inline int rd_array(rd_t *r, uint32_t *n)
     return 0;
 }
 
-static uint32_t span_align(uint32_t kind)
-{
-    return kind == MOON_FIELD_u64s ? 8 : (kind == MOON_FIELD_u32s ? 4 : 1);
-}
-
 /* One pass over the fields. msg NULL: validate and add up the tail into *tail;
  * else fill msg, still validating (the caller sized msg for the tail: measured
  * by a first pass, or bounded by the input's length). */
@@ -864,13 +843,13 @@ moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout
     extent             = d->struct_bytes;
     for (uint32_t i = 0; i < d->n_fields; i++) {
         const moon_span_t *span = (const moon_span_t *)((char *)msg + d->fields[i].offset);
-        uint32_t           elem;
+        uint32_t           kind = d->fields[i].kind;
         uint64_t           end;
 
-        if (!span_kind(d->fields[i].kind, &elem) || span->n == 0) {
+        if (!is_span(kind) || span->n == 0) {
             continue;
         }
-        end = image_span_end(msg, d, *span, elem, d->fields[i].kind == MOON_FIELD_str, len);
+        end = image_span_end(msg, d, *span, span_align(kind), kind == MOON_FIELD_str, len);
         if (end == 0) {
             goto bad;
         }
@@ -884,9 +863,8 @@ moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout
      * which no span of an accepted image overlaps. */
     for (uint32_t i = 0; i < d->n_fields; i++) {
         moon_span_t *span = (moon_span_t *)((char *)msg + d->fields[i].offset);
-        uint32_t     elem;
 
-        if (span_kind(d->fields[i].kind, &elem) && span->n == 0) {
+        if (is_span(d->fields[i].kind) && span->n == 0) {
             span->off = d->fields[i].kind == MOON_FIELD_str ? (uint32_t)len : d->struct_bytes;
         }
     }
