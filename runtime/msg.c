@@ -291,6 +291,9 @@ void *moon_msg_span_alloc(void *msg, moon_span_t *span, uint32_t n, uint32_t ele
         return NULL;
     }
     p = (char *)msg + off;
+    /* the alignment gap zeroed: a message image carries it to a peer, which
+     * should not get a previous message's bytes */
+    memset((char *)msg + env->tail_used, 0, (size_t)(off - env->tail_used));
     if (is_str) {
         p[bytes - 1] = '\0';
     }

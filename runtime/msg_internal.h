@@ -54,7 +54,11 @@ size_t moon_msg_checked_bound(const moon_msg_hdr_t *msg, size_t *image_p);
  * sizes, kinds and offsets): a receiver whose schema differs refuses it.
  * Nothing in an image is trusted: it must cover its struct, and every span
  * must lie inside it, an array aligned to its element, a str followed by
- * its NUL. An empty span decodes as msgpack leaves it (a str reads ""). */
+ * its NUL. An empty span decodes as msgpack leaves it (a str reads "").
+ * Unlike msgpack's, an image's spans may overlap: a received message is
+ * read-only to its handler (a const pointer), so that stays harmless. A
+ * receiver takes images from any peer (it checks everything), whether or
+ * not it sends them. */
 
 /* The layout of a registered type (never 0), 0 for an unknown one. */
 uint32_t moon_msg_layout(uint32_t type);
