@@ -661,6 +661,8 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
     if (msg == NULL) {
         /* Worst-case alignment padding: 7 bytes per span field. */
         *tail = off + 7u * d->n_fields;
+    } else {
+        moon_msg_env(msg)->tail_used = (uint32_t)off; /* a span added later goes after */
     }
     return 0;
 }
@@ -858,6 +860,7 @@ moon_status_t moon_msg_image_decode(const void *buf, size_t len, uint32_t layout
     if (extent != len) {
         goto bad; /* bytes past the last span: not an image the sender makes */
     }
+    moon_msg_env(msg)->tail_used = (uint32_t)len + 1; /* a span added later goes after the NUL */
     /* Empty spans point where decoding msgpack would leave them (a str at a
      * NUL: it reads ""), after every check: their records are in the struct,
      * which no span of an accepted image overlaps. */

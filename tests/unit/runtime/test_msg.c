@@ -612,6 +612,42 @@ static void test_image_needs_aligned_arrays_and_nuls(void)
     moon_msg_release(&m->hdr);
 }
 
+/* A decoded message, duplicated, takes one more span after the ones it came
+ * with (a forwarder adding data): they stay intact, from msgpack and from an
+ * image alike. */
+static void test_decoded_message_takes_a_new_span_after_its_own(void)
+{
+    for (int i = 0; i < 200; i++) {
+        t_all_t        *m = random_all_kinds(40, 0);
+        moon_msg_hdr_t *in[2];
+        char           *blob;
+
+        m->blob.n = 0; /* the span the copy adds */
+        if (i % 2 == 0) {
+            m->text.n = 0; /* an empty str points at a NUL the new span must not take */
+        }
+        in[0]     = round_trip(&m->hdr);
+        in[1]     = image_round_trip(&m->hdr);
+        for (int k = 0; k < 2; k++) {
+            t_all_t *copy;
+
+            CU_ASSERT_PTR_NOT_NULL_FATAL(in[k]);
+            copy = moon_msg_dup(in[k]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
+            blob = moon_msg_span_alloc(copy, &copy->blob, 7, 1, 0);
+            if (blob != NULL) { /* room left in the tail */
+                memset(blob, 0xaa, 7);
+                copy->blob.n = 0;
+            }
+            CU_ASSERT(moon_msg_equal(&m->hdr, &copy->hdr));
+            CU_ASSERT_EQUAL(strlen((char *)MOON_SPAN_PTR(copy, copy->text)), m->text.n);
+            moon_msg_release(&copy->hdr);
+            moon_msg_release(in[k]);
+        }
+        moon_msg_release(&m->hdr);
+    }
+}
+
 static void expect_image_rejected(const void *buf, size_t len, uint32_t layout)
 {
     moon_msg_hdr_t *out = NULL;
@@ -708,6 +744,8 @@ static CU_TestInfo tests[] = {
     {"image_of_empty_spans", test_image_of_empty_spans},
     {"image_needs_aligned_arrays_and_nuls", test_image_needs_aligned_arrays_and_nuls},
     {"image_bad_bytes", test_image_bad_bytes},
+    {"decoded_message_takes_a_new_span_after_its_own",
+     test_decoded_message_takes_a_new_span_after_its_own},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"msg", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
