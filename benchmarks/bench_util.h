@@ -42,8 +42,9 @@ void moon_bench_backoff_nap(uint32_t *nap_us);
 /* The end of a measured phase, set by an actor, waited for by the main
  * thread. The waiter blocks instead of polling with naps: on a 2-core
  * machine every wake-up of an idle main thread takes the core from a worker
- * for microseconds (500 naps a second cost a shared-memory round trip a
- * tenth of its mean). The setter stamps the time, so a late wake-up is not
+ * for ~10 us (such wake-ups, with the progress threads', put a shared-memory
+ * round trip's mean a quarter above its median). The setter stamps the time,
+ * so a late wake-up is not
  * measured. Statically initialised with MOON_BENCH_DONE_INIT. */
 typedef struct {
     pthread_mutex_t lock;
