@@ -44,8 +44,8 @@ void moon_bench_backoff_nap(uint32_t *nap_us);
  * machine every wake-up of an idle main thread takes the core from a worker
  * for ~10 us (such wake-ups, with the progress threads', put a shared-memory
  * round trip's mean a quarter above its median). The setter stamps the time,
- * so a late wake-up is not
- * measured. Statically initialised with MOON_BENCH_DONE_INIT. */
+ * so a late wake-up is not measured. Statically initialised with
+ * MOON_BENCH_DONE_INIT. */
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
