@@ -74,9 +74,10 @@ MOON_API moon_status_t moon_sched_cost_fit_prefill(const moon_sched_prefill_samp
                                                    uint32_t n_samples, moon_sched_cost_t *cost);
 
 /* The same for cost->d0, d1, d2 from timed decode steps (samples with
- * batch >= 1). When ctx grows with batch in lockstep (ctx = L batch) the two
- * terms cannot be told apart; the fit then keeps the smaller subset (d0 + d1 b,
- * the lower residual on a tie). Writes only d0..d2, only on success.
+ * batch >= 1); the tie order is d0 before d1 before d2, then {d0, d1},
+ * {d0, d2}, {d1, d2}, all (one sample: d0 = seconds). When ctx grows with
+ * batch in lockstep (ctx = L batch) the two terms cannot be told apart and
+ * the fit keeps a pair (d0 + d1 b). Writes only d0..d2, only on success.
  * MOON_ERR_INVALID_PARAM (logged, nothing changed): NULL, n_samples = 0, a
  * sample with batch = 0 or seconds not finite and > 0. */
 MOON_API moon_status_t moon_sched_cost_fit_decode(const moon_sched_decode_sample_t *samples,

@@ -41,7 +41,7 @@ MOON_EXTERN_C_BEGIN
 
 typedef struct moon_sched_policy moon_sched_policy_t; /* opaque */
 
-#define MOON_SCHED_POLICY_DEFAULT           "moonlet"
+#define MOON_SCHED_POLICY_DEFAULT "moonlet"
 #define MOON_SCHED_BALANCE_THRESHOLD_DEFAULT 2.0
 
 typedef struct {
@@ -65,7 +65,7 @@ MOON_API void          moon_sched_policy_destroy(moon_sched_policy_t *policy); /
 /* The policy's base name ("mooncake"); never NULL. */
 MOON_API const char *moon_sched_policy_name(const moon_sched_policy_t *policy);
 /* Whether it rejects early. */
-MOON_API int         moon_sched_policy_early_reject(const moon_sched_policy_t *policy);
+MOON_API int moon_sched_policy_early_reject(const moon_sched_policy_t *policy);
 
 /* The i-th policy name and its one-line doc, i = 0, 1, ... (for
  * `moonlet replay --list-policies`); NULL past the end. */
@@ -83,12 +83,14 @@ MOON_API const char *moon_sched_policy_doc_at(uint32_t i);
  * prompt, local/store blocks over n_blocks); a view mixing colocated with
  * prefill/decode instances. MOON_ERR_NO_RESOURCE (logged, nothing changed):
  * no alive prefill instance or no alive decode instance (colocated: no alive
- * instance). The policy's own state (generator, cursor) advances only on
+ * instance). MOON_ERR_NO_MEMORY (logged, nothing changed): the policy could
+ * not grow its scratch (as many entries as the busiest instance has predicted
+ * sequences). The policy's own state (generator, cursor) advances only on
  * MOON_OK. */
-MOON_API moon_status_t moon_sched_policy_decide(moon_sched_policy_t         *policy,
-                                                const moon_sched_view_t     *view,
-                                                const moon_sched_request_t  *req,
-                                                moon_sched_decision_t       *decision_p);
+MOON_API moon_status_t moon_sched_policy_decide(moon_sched_policy_t        *policy,
+                                                const moon_sched_view_t    *view,
+                                                const moon_sched_request_t *req,
+                                                moon_sched_decision_t      *decision_p);
 
 MOON_EXTERN_C_END
 
