@@ -20,5 +20,7 @@ int moon_cmd_generate(int argc, char **argv);
 
 /* serving (launch/cmd_serve.c) */
 int moon_cmd_serve(int argc, char **argv);
+/* trace replay (launch/cmd_replay.c) */
+int moon_cmd_replay(int argc, char **argv);
 
 #endif /* MOON_LAUNCH_COMMANDS_H */
