@@ -18,4 +18,7 @@ int moon_cmd_convert(int argc, char **argv);
 int moon_cmd_gen_model(int argc, char **argv);
 int moon_cmd_generate(int argc, char **argv);
 
+/* serving benchmark client (launch/cmd_bench.c; built with libcurl and cJSON) */
+int moon_cmd_bench(int argc, char **argv);
+
 #endif /* MOON_LAUNCH_COMMANDS_H */
