@@ -5,6 +5,8 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "moonlet/reader.h"
+#include "moonlet/vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,53 +43,24 @@ struct moon_gguf {
     moon_gguf_tensor_t *tensors; /* (n_tensors) */
 };
 
-typedef struct {
-    const uint8_t *p;
-    const uint8_t *end;
-} cursor_t;
-
-static size_t cur_left(const cursor_t *c)
+/* The header is read through moonlet/reader.h, in host byte order (GGUF is
+ * little-endian, as are the hosts this builds for). */
+static moon_status_t cur_u32(moon_reader_t *c, uint32_t *v)
 {
-    return (size_t)(c->end - c->p);
+    return moon_reader_copy(c, v, 4);
 }
 
-static int cur_read(cursor_t *c, void *dst, size_t n)
+static moon_status_t cur_u64(moon_reader_t *c, uint64_t *v)
 {
-    if (cur_left(c) < n) {
-        return 0;
-    }
-    memcpy(dst, c->p, n);
-    c->p += n;
-    return 1;
-}
-
-static int cur_skip(cursor_t *c, uint64_t n)
-{
-    if ((uint64_t)cur_left(c) < n) {
-        return 0;
-    }
-    c->p += n;
-    return 1;
-}
-
-static int cur_u32(cursor_t *c, uint32_t *v)
-{
-    return cur_read(c, v, 4);
-}
-static int cur_u64(cursor_t *c, uint64_t *v)
-{
-    return cur_read(c, v, 8);
+    return moon_reader_copy(c, v, 8);
 }
 
 /* A GGUF string: u64 length then bytes. Returns a pointer into the file. */
-static int cur_str(cursor_t *c, const uint8_t **s, uint64_t *len)
+static moon_status_t cur_str(moon_reader_t *c, const uint8_t **s, uint64_t *len)
 {
-    if (!cur_u64(c, len) || (uint64_t)cur_left(c) < *len) {
-        return 0;
-    }
-    *s = c->p;
-    c->p += *len;
-    return 1;
+    moon_status_t status = cur_u64(c, len);
+
+    return status != MOON_OK ? status : moon_reader_take(c, *len, s);
 }
 
 static size_t scalar_bytes(moon_gguf_type_t t)
@@ -114,12 +87,12 @@ static size_t scalar_bytes(moon_gguf_type_t t)
 }
 
 /* Skips one value of type t (arrays recursively, depth-limited). */
-static int skip_value(cursor_t *c, uint32_t t, int depth)
+static moon_status_t skip_value(moon_reader_t *c, uint32_t t, int depth)
 {
     size_t sb = scalar_bytes((moon_gguf_type_t)t);
 
     if (sb != 0) {
-        return cur_skip(c, sb);
+        return moon_reader_skip(c, sb);
     }
     if (t == MOON_GGUF_STRING) {
         const uint8_t *s;
@@ -129,28 +102,30 @@ static int skip_value(cursor_t *c, uint32_t t, int depth)
     if (t == MOON_GGUF_ARRAY) {
         uint32_t et;
         uint64_t n;
-        if (depth >= GGUF_MAX_ARR_DEPTH || !cur_u32(c, &et) || !cur_u64(c, &n)) {
-            return 0;
+        if (depth >= GGUF_MAX_ARR_DEPTH || cur_u32(c, &et) != MOON_OK ||
+            cur_u64(c, &n) != MOON_OK) {
+            return MOON_ERR_INVALID_PARAM;
         }
         sb = scalar_bytes((moon_gguf_type_t)et);
         if (sb != 0) {
-            return n <= (uint64_t)cur_left(c) / sb && cur_skip(c, n * sb);
+            return n <= (uint64_t)moon_reader_left(c) / sb ? moon_reader_skip(c, n * sb)
+                                                           : MOON_ERR_INVALID_PARAM;
         }
         if (et != MOON_GGUF_STRING && et != MOON_GGUF_ARRAY) {
-            return 0;
+            return MOON_ERR_INVALID_PARAM;
         }
         /* each element takes at least 8 bytes: bounds the loop by the file size */
-        if (n > (uint64_t)cur_left(c) / 8) {
-            return 0;
+        if (n > (uint64_t)moon_reader_left(c) / 8) {
+            return MOON_ERR_INVALID_PARAM;
         }
         for (uint64_t i = 0; i < n; i++) {
-            if (!skip_value(c, et, depth + 1)) {
-                return 0;
+            if (skip_value(c, et, depth + 1) != MOON_OK) {
+                return MOON_ERR_INVALID_PARAM;
             }
         }
-        return 1;
+        return MOON_OK;
     }
-    return 0;
+    return MOON_ERR_INVALID_PARAM;
 }
 
 uint32_t moon_ggml_block_size(moon_ggml_type_t type)
@@ -241,33 +216,34 @@ static char *dup_bytes(const uint8_t *s, uint64_t len)
         goto out;                                                                                  \
     } while (0)
 
-static moon_status_t parse_kv(moon_gguf_t *g, cursor_t *c, gguf_kv_t *kv)
+static moon_status_t parse_kv(moon_gguf_t *g, moon_reader_t *c, gguf_kv_t *kv)
 {
     moon_status_t  status = MOON_OK;
     const uint8_t *ks;
     uint64_t       klen;
     uint32_t       t;
 
-    if (!cur_str(c, &ks, &klen) || klen > GGUF_MAX_KEY_BYTES) {
+    if (cur_str(c, &ks, &klen) != MOON_OK || klen > GGUF_MAX_KEY_BYTES) {
         CORRUPT("truncated or oversized key");
     }
     kv->key = dup_bytes(ks, klen);
     if (kv->key == NULL) {
         NOMEM();
     }
-    if (!cur_u32(c, &t) || t >= MOON_GGUF_TYPE_COUNT) {
+    if (cur_u32(c, &t) != MOON_OK || t >= MOON_GGUF_TYPE_COUNT) {
         CORRUPT("key '%s': bad value type", kv->key);
     }
     kv->type = (moon_gguf_type_t)t;
     if (t == MOON_GGUF_ARRAY) {
         uint32_t et;
-        if (!cur_u32(c, &et) || et >= MOON_GGUF_TYPE_COUNT || !cur_u64(c, &kv->n)) {
+        if (cur_u32(c, &et) != MOON_OK || et >= MOON_GGUF_TYPE_COUNT ||
+            cur_u64(c, &kv->n) != MOON_OK) {
             CORRUPT("key '%s': truncated array header", kv->key);
         }
         kv->elem_type = (moon_gguf_type_t)et;
         kv->val       = c->p;
         if (et == MOON_GGUF_STRING) {
-            if (kv->n > (uint64_t)cur_left(c) / 8) {
+            if (kv->n > (uint64_t)moon_reader_left(c) / 8) {
                 CORRUPT("key '%s': string array count %llu exceeds the file", kv->key,
                         (unsigned long long)kv->n);
             }
@@ -279,19 +255,19 @@ static moon_status_t parse_kv(moon_gguf_t *g, cursor_t *c, gguf_kv_t *kv)
                 const uint8_t *s;
                 uint64_t       len;
                 kv->strs[i] = c->p;
-                if (!cur_str(c, &s, &len)) {
+                if (cur_str(c, &s, &len) != MOON_OK) {
                     CORRUPT("key '%s': truncated string %llu", kv->key, (unsigned long long)i);
                 }
             }
         } else {
             c->p -= 12; /* rewind to the array header and skip it as a whole */
-            if (!skip_value(c, MOON_GGUF_ARRAY, 0)) {
+            if (skip_value(c, MOON_GGUF_ARRAY, 0) != MOON_OK) {
                 CORRUPT("key '%s': truncated or malformed array", kv->key);
             }
         }
     } else {
         kv->val = c->p;
-        if (!skip_value(c, t, 0)) {
+        if (skip_value(c, t, 0) != MOON_OK) {
             CORRUPT("key '%s': truncated value", kv->key);
         }
     }
@@ -304,22 +280,22 @@ out:
 static moon_status_t parse(moon_gguf_t *g)
 {
     moon_status_t status = MOON_OK;
-    cursor_t      c      = {g->base, g->base + g->size};
+    moon_reader_t c      = {g->base, g->base + g->size};
     uint32_t      magic;
     uint64_t      data_start;
     uint64_t      data_size;
 
-    if (!cur_u32(&c, &magic) || magic != GGUF_MAGIC) {
+    if (cur_u32(&c, &magic) != MOON_OK || magic != GGUF_MAGIC) {
         CORRUPT("bad magic (not a GGUF file)");
     }
-    if (!cur_u32(&c, &g->version) || (g->version != 2 && g->version != 3)) {
+    if (cur_u32(&c, &g->version) != MOON_OK || (g->version != 2 && g->version != 3)) {
         CORRUPT("unsupported version %u (want 3)", g->version);
     }
-    if (!cur_u64(&c, &g->n_tensors) || !cur_u64(&c, &g->n_kv)) {
+    if (cur_u64(&c, &g->n_tensors) != MOON_OK || cur_u64(&c, &g->n_kv) != MOON_OK) {
         CORRUPT("truncated header");
     }
     /* minimum encoded sizes: a kv takes >= 13 bytes, a tensor info >= 32 */
-    if (g->n_kv > cur_left(&c) / 13 || g->n_tensors > cur_left(&c) / 32) {
+    if (g->n_kv > moon_reader_left(&c) / 13 || g->n_tensors > moon_reader_left(&c) / 32) {
         CORRUPT("counts (%llu kv, %llu tensors) exceed the file size", (unsigned long long)g->n_kv,
                 (unsigned long long)g->n_tensors);
     }
@@ -349,14 +325,15 @@ static moon_status_t parse(moon_gguf_t *g)
         uint64_t            nlen;
         uint32_t            type;
 
-        if (!cur_str(&c, &ns, &nlen) || nlen > GGUF_MAX_KEY_BYTES) {
+        if (cur_str(&c, &ns, &nlen) != MOON_OK || nlen > GGUF_MAX_KEY_BYTES) {
             CORRUPT("tensor %llu: truncated name", (unsigned long long)i);
         }
         t->name = dup_bytes(ns, nlen);
         if (t->name == NULL) {
             NOMEM();
         }
-        if (!cur_u32(&c, &t->n_dims) || t->n_dims == 0 || t->n_dims > MOON_GGUF_MAX_DIMS) {
+        if (cur_u32(&c, &t->n_dims) != MOON_OK || t->n_dims == 0 ||
+            t->n_dims > MOON_GGUF_MAX_DIMS) {
             CORRUPT("tensor '%s': bad dimension count", t->name);
         }
         t->n_elems = 1;
@@ -364,7 +341,7 @@ static moon_status_t parse(moon_gguf_t *g)
             t->ne[d] = 1;
         }
         for (uint32_t d = 0; d < t->n_dims; d++) {
-            if (!cur_u64(&c, &t->ne[d])) {
+            if (cur_u64(&c, &t->ne[d]) != MOON_OK) {
                 CORRUPT("tensor '%s': truncated dims", t->name);
             }
             if (t->ne[d] > (1ull << 40) ||
@@ -373,7 +350,7 @@ static moon_status_t parse(moon_gguf_t *g)
             }
             t->n_elems *= t->ne[d];
         }
-        if (!cur_u32(&c, &type) || !cur_u64(&c, &t->offset)) {
+        if (cur_u32(&c, &type) != MOON_OK || cur_u64(&c, &t->offset) != MOON_OK) {
             CORRUPT("tensor '%s': truncated info", t->name);
         }
         t->type = (moon_ggml_type_t)type;
@@ -970,11 +947,9 @@ typedef struct {
 } wtensor_t;
 
 struct moon_gguf_writer {
-    uint8_t   *kv; /* serialized key/values */
-    size_t     kv_len, kv_cap;
+    moon_vec_t kv; /* uint8_t: the serialized key/values */
     uint64_t   n_kv;
-    wtensor_t *tensors;
-    uint64_t   n_tensors, cap_tensors;
+    moon_vec_t tensors; /* wtensor_t */
 };
 
 moon_status_t moon_gguf_writer_create(moon_gguf_writer_t **w_p)
@@ -988,6 +963,8 @@ moon_status_t moon_gguf_writer_create(moon_gguf_writer_t **w_p)
     if (w == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    moon_vec_init(&w->kv, 1);
+    moon_vec_init(&w->tensors, sizeof(wtensor_t));
     *w_p = w;
     return MOON_OK;
 }
@@ -997,28 +974,17 @@ void moon_gguf_writer_destroy(moon_gguf_writer_t *w)
     if (w == NULL) {
         return;
     }
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        moon_free(w->tensors[i].name);
+    for (size_t i = 0; i < moon_vec_len(&w->tensors); i++) {
+        moon_free(((wtensor_t *)moon_vec_at(&w->tensors, i))->name);
     }
-    moon_free(w->tensors);
-    moon_free(w->kv);
+    moon_vec_fini(&w->tensors);
+    moon_vec_fini(&w->kv);
     moon_free(w);
 }
 
 static int wput(moon_gguf_writer_t *w, const void *p, size_t n)
 {
-    if (w->kv_len + n > w->kv_cap) {
-        size_t   cap = MOON_MAX(w->kv_cap * 2, w->kv_len + n + 256);
-        uint8_t *nb  = moon_realloc(w->kv, cap);
-        if (nb == NULL) {
-            return 0;
-        }
-        w->kv     = nb;
-        w->kv_cap = cap;
-    }
-    memcpy(w->kv + w->kv_len, p, n);
-    w->kv_len += n;
-    return 1;
+    return moon_vec_append(&w->kv, p, n) == MOON_OK;
 }
 
 static int wput_u32(moon_gguf_writer_t *w, uint32_t v)
@@ -1039,9 +1005,9 @@ static moon_status_t wkv_begin(moon_gguf_writer_t *w, const char *key, moon_gguf
     if (w == NULL || key == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    *mark = w->kv_len;
+    *mark = moon_vec_len(&w->kv);
     if (!wput_str(w, key) || !wput_u32(w, (uint32_t)t)) {
-        w->kv_len = *mark;
+        moon_vec_truncate(&w->kv, *mark);
         return MOON_ERR_NO_MEMORY;
     }
     return MOON_OK;
@@ -1050,7 +1016,7 @@ static moon_status_t wkv_begin(moon_gguf_writer_t *w, const char *key, moon_gguf
 static moon_status_t wkv_end(moon_gguf_writer_t *w, int ok, size_t mark)
 {
     if (!ok) {
-        w->kv_len = mark;
+        moon_vec_truncate(&w->kv, mark);
         return MOON_ERR_NO_MEMORY;
     }
     w->n_kv++;
@@ -1153,26 +1119,21 @@ moon_status_t moon_gguf_writer_tensor(moon_gguf_writer_t *w, const char *name,
                                       const void *data)
 {
     wtensor_t *t;
-    uint64_t   n = 1;
+    wtensor_t  added = {0};
+    uint64_t   n     = 1;
 
     if (w == NULL || name == NULL || ne == NULL || data == NULL || n_dims == 0 ||
         n_dims > MOON_GGUF_MAX_DIMS || moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 ||
         ne[0] % moon_ggml_block_size(type) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (w->n_tensors == w->cap_tensors) {
-        uint64_t   cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
-        wtensor_t *nt  = moon_realloc(w->tensors, cap * sizeof(*nt));
-        if (nt == NULL) {
-            return MOON_ERR_NO_MEMORY;
-        }
-        w->tensors     = nt;
-        w->cap_tensors = cap;
+    if (moon_vec_push(&w->tensors, &added) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
     }
-    t = &w->tensors[w->n_tensors];
-    memset(t, 0, sizeof(*t));
+    t       = moon_vec_at(&w->tensors, moon_vec_len(&w->tensors) - 1);
     t->name = moon_strdup(name);
     if (t->name == NULL) {
+        moon_vec_pop(&w->tensors);
         return MOON_ERR_NO_MEMORY;
     }
     t->type   = type;
@@ -1183,7 +1144,6 @@ moon_status_t moon_gguf_writer_tensor(moon_gguf_writer_t *w, const char *name,
     }
     t->bytes = moon_ggml_type_bytes(type, n);
     t->data  = data;
-    w->n_tensors++;
     return MOON_OK;
 }
 
@@ -1204,23 +1164,26 @@ moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path)
     const uint64_t align  = MOON_GGUF_DEFAULT_ALIGNMENT;
     uint32_t       hdr[2] = {GGUF_MAGIC, 3};
     uint64_t       off    = 0;
-    uint64_t       pos;
+    uint64_t       pos, n_tensors;
+    wtensor_t     *tensors;
     FILE          *f;
     int            ok;
 
     if (w == NULL || path == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
+    n_tensors = moon_vec_len(&w->tensors);
+    tensors   = moon_vec_data(&w->tensors);
     f = fopen(path, "wb");
     if (f == NULL) {
         MOON_ERROR("gguf: create %s: %s", path, strerror(errno));
         return MOON_ERR_IO;
     }
-    ok = fwrite_all(f, hdr, 8) && fwrite_all(f, &w->n_tensors, 8) && fwrite_all(f, &w->n_kv, 8) &&
-         fwrite_all(f, w->kv, w->kv_len);
-    pos = 24 + w->kv_len;
-    for (uint64_t i = 0; ok && i < w->n_tensors; i++) {
-        wtensor_t *t   = &w->tensors[i];
+    ok = fwrite_all(f, hdr, 8) && fwrite_all(f, &n_tensors, 8) && fwrite_all(f, &w->n_kv, 8) &&
+         fwrite_all(f, moon_vec_data(&w->kv), moon_vec_len(&w->kv));
+    pos = 24 + moon_vec_len(&w->kv);
+    for (uint64_t i = 0; ok && i < n_tensors; i++) {
+        wtensor_t *t   = &tensors[i];
         uint64_t   len = strlen(t->name);
         uint32_t   ty  = t->type;
         t->offset      = off;
@@ -1231,9 +1194,8 @@ moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path)
         pos += 8 + len + 4 + 8 * t->n_dims + 4 + 8;
     }
     ok = ok && fpad(f, pos, align);
-    for (uint64_t i = 0; ok && i < w->n_tensors; i++) {
-        ok = fwrite_all(f, w->tensors[i].data, w->tensors[i].bytes) &&
-             fpad(f, w->tensors[i].bytes, align);
+    for (uint64_t i = 0; ok && i < n_tensors; i++) {
+        ok = fwrite_all(f, tensors[i].data, tensors[i].bytes) && fpad(f, tensors[i].bytes, align);
     }
     if (fclose(f) != 0) {
         ok = 0;
