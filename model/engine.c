@@ -11,7 +11,8 @@ struct moon_engine {
     const moon_model_backend_ops_t *ops;
     void                           *state;
     const moon_model_t             *model;
-    moon_engine_config_t            cfg;
+    moon_engine_config_t            cfg; /* cfg.tuning points at tuning */
+    moon_engine_tuning_t            tuning;
     moon_model_config_t             shape;
 };
 
@@ -37,6 +38,13 @@ moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_co
     }
     e->cfg   = *cfg;
     e->model = model;
+    if (cfg->tuning != NULL) {
+        e->tuning = *cfg->tuning;
+    } else if ((status = moon_engine_tuning_default(&e->tuning)) != MOON_OK) {
+        moon_free(e);
+        return status;
+    }
+    e->cfg.tuning = &e->tuning; /* backends read it at create, never NULL */
     if (e->cfg.max_batch == 0) {
         e->cfg.max_batch = 64;
     }

@@ -10,6 +10,7 @@
 #ifndef MOONLET_MODEL_H
 #define MOONLET_MODEL_H
 
+#include "moonlet/config.h"
 #include "moonlet/defs.h"
 #include "moonlet/gguf.h"
 #include "moonlet/kv_cache.h"
@@ -97,12 +98,41 @@ typedef struct {
     double              step_overhead_s;   /* fixed cost per call */
 } moon_cost_config_t;
 
+typedef enum {
+    MOON_CPU_ISA_AUTO,   /* the widest kernels this CPU runs */
+    MOON_CPU_ISA_AVX512, /* the same (named so a test can ask for it) */
+    MOON_CPU_ISA_AVX2,   /* at most AVX2 */
+    MOON_CPU_ISA_SCALAR, /* plain C kernels */
+} moon_cpu_isa_t;
+
+/* Switches of the fast backends, for tests and A/B runs: rows of
+ * moon_engine_tuning_table (env MOON_CPU_*, MOON_CUDA_GRAPHS), whose docs and
+ * defaults `moonlet config` shows. */
 typedef struct {
-    moon_backend_kind_t kind;
-    uint32_t            n_threads; /* CPU: 0 = online cores */
-    uint32_t            max_batch; /* decode sequences per call (0: 64) */
-    uint32_t            max_chunk; /* prefill tokens per call (0: 512) */
-    moon_cost_config_t  cost;      /* COST only */
+    int      cpu_isa;            /* moon_cpu_isa_t */
+    uint64_t cpu_par_min_macs;   /* below, a step runs on the calling thread */
+    uint64_t cpu_split_max_macs; /* below, a decode batch splits across threads */
+    uint32_t cpu_op_min_b;       /* AVX-512 outer-product matmul from this batch */
+    uint32_t cpu_bt_min_b;       /* AVX-512 batch-in-lanes matmul from this batch */
+    int      cpu_bf16_dp;        /* BF16 products in batch-in-lanes steps (AVX512_BF16) */
+    int      cpu_nt;             /* batched NT kernels (0: through sgemm) */
+    int      cuda_graphs;        /* CUDA decode steps replayed as graphs */
+} moon_engine_tuning_t;
+
+MOON_API extern const moon_config_table_t moon_engine_tuning_table;
+
+/* The table's defaults, then the environment. MOON_ERR_INVALID_PARAM: a
+ * malformed variable (logged, naming it); t then holds the defaults only. */
+MOON_API moon_status_t moon_engine_tuning_default(moon_engine_tuning_t *t);
+
+typedef struct {
+    moon_backend_kind_t         kind;
+    uint32_t                    n_threads; /* CPU: 0 = online cores */
+    uint32_t                    max_batch; /* decode sequences per call (0: 64) */
+    uint32_t                    max_chunk; /* prefill tokens per call (0: 512) */
+    moon_cost_config_t          cost;      /* COST only */
+    const moon_engine_tuning_t *tuning;    /* borrowed for create; NULL: defaults and
+                                            * environment (moon_engine_tuning_default) */
 } moon_engine_config_t;
 
 typedef struct moon_engine moon_engine_t;
