@@ -21,9 +21,11 @@
  *   moonlet       ours (the default): every fetch option is priced (pull
  *                 exactly when the transfer costs less than the compute it
  *                 saves: no hand-tuned threshold); decode picked by the TBT
- *                 predicted at the prefill's end from the sequences' predicted
- *                 finish times, among instances with KV and batch room then.
- *                 scheduler/README.md says why it wins.
+ *                 predicted at the prefill's end, including the wait for KV or
+ *                 batch room, and from the peak step over the sequence's
+ *                 predicted life (sequences placed earlier that join during
+ *                 it slow it and its neighbours), which early rejection then
+ *                 judges. scheduler/README.md says why it wins.
  * Random, round-robin and least-loaded reuse the chosen instance's local
  * prefix and fetch nothing. Every policy predicts TTFT and TBT the same way
  * for what it picked, and rejects early (when early rejection is on) if the

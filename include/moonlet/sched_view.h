@@ -124,7 +124,8 @@ typedef struct {
     double   ttft_s;        /* transfer_s + queue_s + prefill_s (policies may overlap terms) */
     double   decode_join_s; /* predicted time it joins the decode batch: the prefill's end,
                                or later when the instance has no KV or batch room then */
-    double step_s;          /* predicted decode step once it has joined */
+    double step_s;          /* predicted decode step once joined (moonlet: the largest over
+                               its predicted life; commit uses it for the finish time) */
     double tbt_s;           /* predicted TBT, the mean of its slowest 10 % of token gaps:
                                step_s + (join wait) / ceil((max_tokens - 1) / 10); 0 for
                                max_tokens 1; HUGE_VAL when room never comes */

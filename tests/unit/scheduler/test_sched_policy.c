@@ -494,6 +494,39 @@ static void test_moonlet_picks_decode_by_load_at_prefill_end(void)
     moon_sched_view_fini(&view);
 }
 
+static void test_moonlet_tbt_counts_sequences_joining_during_its_life(void)
+{
+    moon_sched_view_t     view;
+    moon_sched_request_t  req  = sched_test_request(125, NULL); /* joins at 2 s, ~1.1 s of life */
+    moon_sched_policy_t  *ours = sched_test_policy("moonlet+reject");
+    moon_sched_policy_t  *alg1 = sched_test_policy("mooncake+reject");
+    moon_sched_decision_t d;
+
+    sched_test_view(&view, 1, 1);
+    add_seqs(&view, 1, 40, 2.5, 100.0); /* placed earlier, they join half a second later */
+    add_seqs(&view, 1, 40, 9.0, 100.0); /* ...and these after it is done */
+    req.tbt_slo_s = 0.03;
+    /* Algorithm 1 sees the batch at the prefill's end only: 11 ms */
+    d = decide_ok(alg1, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
+    SCHED_ASSERT_NEAR(d.tbt_s, 0.011, 1e-12);
+    /* moonlet: 41 sequences from 2.5 s on, a 51 ms step for it and them */
+    d = decide_ok(ours, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_REJECT_TBT);
+    SCHED_ASSERT_NEAR(d.step_s, 0.051, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, 0.051, 1e-12);
+    /* sequences that finish before it joins do not count */
+    moon_sched_view_fini(&view);
+    sched_test_view(&view, 1, 1);
+    add_seqs(&view, 1, 40, 0.0, 1.9);
+    d = decide_ok(ours, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
+    SCHED_ASSERT_NEAR(d.tbt_s, 0.011, 1e-12);
+    moon_sched_policy_destroy(ours);
+    moon_sched_policy_destroy(alg1);
+    moon_sched_view_fini(&view);
+}
+
 static void test_full_decode_waits_for_room(void)
 {
     moon_sched_view_t     view;
@@ -669,6 +702,8 @@ static CU_TestInfo tests[] = {
      test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit},
     {"moonlet_picks_decode_by_load_at_prefill_end",
      test_moonlet_picks_decode_by_load_at_prefill_end},
+    {"moonlet_tbt_counts_sequences_joining_during_its_life",
+     test_moonlet_tbt_counts_sequences_joining_during_its_life},
     {"full_decode_waits_for_room", test_full_decode_waits_for_room},
     {"colocated_uses_one_instance_and_local_cache",
      test_colocated_uses_one_instance_and_local_cache},
