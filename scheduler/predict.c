@@ -89,7 +89,9 @@ static double join_time(const sched_ctx_t *c, const moon_sched_instance_t *inst,
             c->scratch[n++] = (sched_event_t){s->finish_s, -1, s->kv_blocks, 0};
         }
     }
-    qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    if (n > 1) {
+        qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    }
     for (uint32_t k = 0; k < n; k++) {
         batch--;
         kv_free += c->scratch[k].kv_blocks;
@@ -123,7 +125,9 @@ static double peak_step(const sched_ctx_t *c, const moon_sched_instance_t *inst,
             c->scratch[n++] = (sched_event_t){s->finish_s, -1, 0, -(int64_t)s->ctx_tokens};
         }
     }
-    qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    if (n > 1) {
+        qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    }
     for (uint32_t k = 0; k < n; k++) {
         b += c->scratch[k].d_batch;
         x += c->scratch[k].d_ctx;
@@ -162,10 +166,11 @@ void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_de
         p->tbt_s = HUGE_VAL;
         return;
     }
-    /* the wait to join lengthens the first gap; TBT is the mean of the
+    /* the first gap is longer by the wait to join plus up to a step (a
+     * sequence joins the batch between steps); TBT is the mean of the
      * slowest tenth of the gaps, which that one belongs to */
     n_slow   = (gaps + 9) / 10;
-    p->tbt_s = p->step_s + (p->join_s - t_s) / n_slow;
+    p->tbt_s = p->step_s + (p->join_s - t_s + p->step_s) / n_slow;
 }
 
 void sched_set_decode(const sched_ctx_t *c, uint32_t j, moon_sched_decision_t *d)
