@@ -78,8 +78,9 @@ MOON_API const char *moon_sched_policy_doc_at(uint32_t i);
  * decision_p->rejected says whether it was placed (MOON_SCHED_ADMIT) or
  * rejected early (then reason says why; the instances it would have used and
  * the predictions are still filled). Without early rejection a request is
- * always placed; if no decode instance has room it goes to the one that
- * frees room first (it waits there).
+ * always placed; on a decode instance without room it waits there (mooncake
+ * and moonlet count that wait in the TBT they pick by; when room never comes
+ * anywhere, moonlet takes the least-loaded instance).
  * MOON_ERR_INVALID_PARAM (logged, nothing changed): NULL argument; a bad
  * request (prompt_tokens, block_tokens or max_tokens 0, n_blocks over the
  * prompt, local/store blocks over n_blocks); a view mixing colocated with
