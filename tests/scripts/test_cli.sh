@@ -46,6 +46,9 @@ expect 2 "--model is required" "$M" generate --prompt Once
 expect 2 "exclude each other" "$M" "${G[@]}" --prompt Once --prompt-file "$T/none"
 expect 1 "$T/none: No such file" "$M" "${G[@]}" --prompt-file "$T/none"
 expect 2 "--cpu-isa: 'avx1' is not one of" "$M" "${G[@]}" --cpu-isa avx1
+# a FIFO as the model fails at once (timeout: a hang in open() fails the test)
+mkfifo "$T/fifo"
+expect 1 "not a regular file" timeout 30 "$M" generate --model "$T/fifo" --prompt Once
 expect 2 "--log-level: 'loud'" "$M" "${G[@]}" --log-level loud
 expect 2 "--dim: 'abc'" "$M" gen-model --out "$T/m.gguf" --dim abc
 expect 2 "--type: 'f8' is not one of f32" "$M" gen-model --out "$T/m.gguf" --type f8
