@@ -75,31 +75,8 @@ __attribute__((target("avx2,fma"))) void moon_cpu_axpy_avx2(float *y, float a, c
 #define NT2_KERNEL(_name, _load)                                                                   \
     __attribute__((target("avx2,fma"))) void _name(                                                \
         const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
-    {                                                                                              \
-        __m256 acc[NT2_MR][NT2_NB];                                                                \
-        for (int i = 0; i < NT2_MR; i++) {                                                         \
-            for (int j = 0; j < NT2_NB; j++) {                                                     \
-                acc[i][j] = _mm256_setzero_ps();                                                   \
-            }                                                                                      \
-        }                                                                                          \
-        for (uint32_t k = 0; k + 8 <= K; k += 8) {                                                 \
-            __m256 wv[NT2_MR];                                                                     \
-            for (int i = 0; i < NT2_MR; i++) {                                                     \
-                wv[i] = _load(w + (size_t)i * row_bytes, k);                                       \
-            }                                                                                      \
-            for (int j = 0; j < NT2_NB; j++) {                                                     \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)j * K + k);                                \
-                for (int i = 0; i < NT2_MR; i++) {                                                 \
-                    acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);                             \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int i = 0; i < NT2_MR; i++) {                                                         \
-            for (int j = 0; j < NT2_NB; j++) {                                                     \
-                y[(size_t)j * ldy + i] = hsum256(acc[i][j]);                                       \
-            }                                                                                      \
-        }                                                                                          \
-    }
+        MOON_CPU_NT_BODY(__m256, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum256,     \
+                         _load, NT2_MR, NT2_NB, 8)
 
 __attribute__((target("avx2,fma"))) static inline __m256 nt2_load_f32(const uint8_t *row,
                                                                       uint32_t       k)

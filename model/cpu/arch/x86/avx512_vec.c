@@ -130,32 +130,8 @@ __attribute__((target("avx512f"))) float moon_cpu_softmax_exp_avx512(float *a, u
 #define NT_KERNEL(_name, _load)                                                                    \
     __attribute__((target("avx512f"))) void _name(                                                 \
         const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
-    {                                                                                              \
-        __m512   acc[NT_MR][NT_NB];                                                                \
-        uint32_t k;                                                                                \
-        for (int i = 0; i < NT_MR; i++) {                                                          \
-            for (int j = 0; j < NT_NB; j++) {                                                      \
-                acc[i][j] = _mm512_setzero_ps();                                                   \
-            }                                                                                      \
-        }                                                                                          \
-        for (k = 0; k + 16 <= K; k += 16) {                                                        \
-            __m512 wv[NT_MR];                                                                      \
-            for (int i = 0; i < NT_MR; i++) {                                                      \
-                wv[i] = _load(w + (size_t)i * row_bytes, k);                                       \
-            }                                                                                      \
-            for (int j = 0; j < NT_NB; j++) {                                                      \
-                __m512 xv = _mm512_loadu_ps(x + (size_t)j * K + k);                                \
-                for (int i = 0; i < NT_MR; i++) {                                                  \
-                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);                             \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int i = 0; i < NT_MR; i++) {                                                          \
-            for (int j = 0; j < NT_NB; j++) {                                                      \
-                y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);                          \
-            }                                                                                      \
-        }                                                                                          \
-    }
+        MOON_CPU_NT_BODY(__m512, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps,              \
+                         _mm512_reduce_add_ps, _load, NT_MR, NT_NB, 16)
 
 __attribute__((target("avx512f"))) static inline __m512 nt_load_f32(const uint8_t *row, uint32_t k)
 {

@@ -55,6 +55,38 @@ __attribute__((target("avx512f"))) static inline void moon_cpu_op_tr16(__m512 r[
     }
 }
 
+/* The batched NT kernel body (see avx512_vec.c): Y[j][i] = W[i] . X[j] for
+ * _mr weight rows of w and _nb batch rows of x, K % _kstep == 0, in _mr x _nb
+ * vector accumulators of type _vec (_zero, _fma, _hsum its ISA's setzero,
+ * fmadd and horizontal sum); _load reads _kstep weights of a row at k. One
+ * body for every ISA, instantiated inside a function of that ISA's target. */
+#define MOON_CPU_NT_BODY(_vec, _zero, _loadx, _fma, _hsum, _load, _mr, _nb, _kstep)                \
+    {                                                                                              \
+        _vec acc[_mr][_nb];                                                                        \
+        for (int i = 0; i < (_mr); i++) {                                                          \
+            for (int j = 0; j < (_nb); j++) {                                                      \
+                acc[i][j] = _zero();                                                               \
+            }                                                                                      \
+        }                                                                                          \
+        for (uint32_t k = 0; k + (_kstep) <= K; k += (_kstep)) {                                   \
+            _vec wv[_mr];                                                                          \
+            for (int i = 0; i < (_mr); i++) {                                                      \
+                wv[i] = _load(w + (size_t)i * row_bytes, k);                                       \
+            }                                                                                      \
+            for (int j = 0; j < (_nb); j++) {                                                      \
+                _vec xv = _loadx(x + (size_t)j * K + k);                                           \
+                for (int i = 0; i < (_mr); i++) {                                                  \
+                    acc[i][j] = _fma(wv[i], xv, acc[i][j]);                                        \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int i = 0; i < (_mr); i++) {                                                          \
+            for (int j = 0; j < (_nb); j++) {                                                      \
+                y[(size_t)j * ldy + i] = _hsum(acc[i][j]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #endif /* MOON_X86 */
 
 #endif /* MOON_MODEL_CPU_X86_H */
