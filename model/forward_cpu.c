@@ -147,10 +147,10 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     const moon_model_config_t  *c      = &m->cfg;
     const moon_engine_tuning_t *t      = cfg->tuning; /* set by moon_engine_create */
     cpu_state_t                *s      = moon_calloc(1, sizeof(*s));
-    uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    size_t                     B;
-    long                       ncpu;
-    moon_status_t              status;
+    uint32_t                    kv_dim = c->n_kv_heads * c->head_dim;
+    size_t                      B;
+    long                        ncpu;
+    moon_status_t               status;
 
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -166,10 +166,9 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->par_min_macs   = t->cpu_par_min_macs;
     s->split_max_macs = t->cpu_split_max_macs;
     /* the largest matmul step of one row: QKV, w1 + w3, w2 or the classifier */
-    s->row_max_macs = MOON_MAX(MOON_MAX((uint64_t)c->dim * (c->dim + 2 * kv_dim),
-                                        (uint64_t)c->dim * 2 * c->hidden_dim),
-                               MOON_MAX((uint64_t)c->hidden_dim * c->dim,
-                                        (uint64_t)c->dim * c->vocab_size));
+    s->row_max_macs = MOON_MAX(
+        MOON_MAX((uint64_t)c->dim * (c->dim + 2 * kv_dim), (uint64_t)c->dim * 2 * c->hidden_dim),
+        MOON_MAX((uint64_t)c->hidden_dim * c->dim, (uint64_t)c->dim * c->vocab_size));
 #ifdef MOON_X86
     /* BF16 products in the batch-in-lanes steps unless cpu-bf16-dp is off
      * (exact mode: activations stay F32 there too) */
@@ -216,11 +215,11 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->seq       = moon_malloc(B * sizeof(*s->seq));
     s->pos       = moon_malloc(B * sizeof(*s->pos));
     s->ao        = s->q;
-    s->view_stride = (sizeof(cpu_state_t) + MOON_CACHE_LINE - 1) / MOON_CACHE_LINE * MOON_CACHE_LINE;
-    s->views       = moon_aligned_alloc(MOON_CACHE_LINE, s->nth * s->view_stride);
+    s->view_stride =
+        (sizeof(cpu_state_t) + MOON_CACHE_LINE - 1) / MOON_CACHE_LINE * MOON_CACHE_LINE;
+    s->views = moon_aligned_alloc(MOON_CACHE_LINE, s->nth * s->view_stride);
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->hb || !s->hb2 || !s->att || !s->wtile ||
-        !s->pack || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos ||
-        !s->views) {
+        !s->pack || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos || !s->views) {
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }

@@ -415,8 +415,8 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
      * images would be refused) */
     for (uint32_t r = 0; r < d->size; r++) {
         d->peers[r].last_rx_ns = now;
-        d->peers[r].images     = d->cfg.images && d->procs != NULL &&
-                             d->procs[r].host == d->procs[d->rank].host;
+        d->peers[r].images =
+            d->cfg.images && d->procs != NULL && d->procs[r].host == d->procs[d->rank].host;
     }
     d->next_tick_ns = now + TICK_NS;
     if (pthread_create(&d->thread, NULL, dist_progress_main, d) != 0) {
