@@ -12,6 +12,7 @@
 #include "trace.h"
 
 #include "moonlet/log.h"
+#include "moonlet/sched_policy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DEFAULT_POLICY "moonlet"
+/* The label of a run without --policy: the conductor's own placement. */
+#define CONDUCTOR_LABEL "conductor"
 
 static int make_dir(const char *dir)
 {
@@ -102,12 +104,15 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
     };
     moon_status_t status;
 
+    if (policy != NULL && strcmp(policy, CONDUCTOR_LABEL) == 0) {
+        cfg.policy = NULL;
+    }
     if (moon_sim_records_init(recs, (uint32_t)trace->n_reqs) != MOON_OK) {
         fprintf(stderr, "moonlet replay: out of memory\n");
         return -1;
     }
     moon_progress_init(&bar, STDERR_FILENO, trace->n_reqs, 0);
-    status = moon_sim_run(&cfg, recs);
+    status = moon_sim_replay(&cfg, recs);
     moon_progress_finish(&bar);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet replay: policy %s: %s\n", policy, moon_status_str(status));
@@ -129,7 +134,7 @@ static int replay(const moon_replay_opts_t *o)
     moon_sim_summary_t  s;
     int                 n = 1, done = 0, rc = 1;
 
-    names[0] = o->policy ? o->policy : DEFAULT_POLICY;
+    names[0] = o->policy ? o->policy : CONDUCTOR_LABEL;
     if (o->compare != NULL) {
         n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, NULL, 0);
         if (n < 0) {
@@ -187,8 +192,13 @@ int moon_cmd_replay(int argc, char **argv)
         return 0;
     }
     if (o.list_policies) {
-        fprintf(stderr, "moonlet replay: the scheduler library is not in this build\n");
-        return 1;
+        printf("%-14s %s\n", CONDUCTOR_LABEL,
+               "the conductor's built-in placement (least loaded, round robin among equals)");
+        for (uint32_t i = 0; moon_sched_policy_name_at(i) != NULL; i++) {
+            printf("%-14s %s (the conductor does not take it yet)\n", moon_sched_policy_name_at(i),
+                   moon_sched_policy_doc_at(i));
+        }
+        return 0;
     }
     if (!o.sim) {
         fprintf(stderr, "moonlet replay: replay against a running cluster goes through the "

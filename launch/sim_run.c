@@ -1,0 +1,301 @@
+/* launch/sim_run.c - the simulated cluster: the real conductor, store shard,
+ * prefill and decode actors in one deterministic runtime (virtual clock,
+ * seeded order), instances on the COST engine (inline runners: modeled
+ * durations become timers), and the replay driver actor.
+ *
+ * The instances need a model for their bookkeeping (vocabulary, context,
+ * KV pools, tokenizer): a tiny random one (dim 2, one layer, one head) is
+ * written and loaded for the run, and the engine models the profile's shape
+ * (moonlet/model.h: COST over a model with a modeled shape). So KV pools and
+ * store arenas hold 16 bytes per token whatever the modeled model, and their
+ * capacities in blocks come from the profile (HBM left after the weights,
+ * store DRAM), the store's capped by what the trace can ever fill. Which
+ * instances the conductor chose is read off its PREFILL messages as they are
+ * dispatched (the runtime's trace hook). */
+#include "sim_run.h"
+
+#include "conductor.h"
+#include "decode.h"
+#include "prefill.h"
+#include "serve_instance.h"
+#include "serve_msgs.h"
+#include "sim_driver.h"
+#include "store_shard.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/dist.h"
+#include "moonlet/log.h"
+#include "moonlet/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SIM_MAX_SEQS 256u
+#define SIM_MAX_BATCH 128u
+#define SIM_PREFILL_CHUNK 8192u
+#define SIM_FIRST_TOKEN 3u /* after unk, bos, eos of the random model's tokenizer */
+#define SIM_VOCAB 512u
+#define SIM_START_NS 1000000ull /* the driver's first arrival: every LOAD is in by then */
+
+typedef struct {
+    moon_runtime_t     *rt;
+    moon_model_t       *model;
+    moon_kv_tag_t       tag;
+    moon_addr_t         conductor;
+    moon_addr_t        *shards, *inst; /* inst: prefill instances, then decode ones */
+    uint32_t            n_store, n_prefill, n_decode;
+    moon_sim_records_t *recs;
+} sim_t;
+
+static int32_t index_of(const sim_t *s, moon_addr_t a, uint32_t from, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (s->inst[from + i] == a) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+/* The runtime's trace hook: the conductor's placements, as they are delivered. */
+static void on_dispatch(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
+{
+    sim_t                      *s = arg;
+    const moon_serve_prefill_t *p = (const void *)msg;
+
+    (void)now_ns;
+    if (msg->type != MOON_MSG_SERVE_PREFILL || p->request_id >= s->recs->n) {
+        return;
+    }
+    moon_sim_records_place(s->recs, (uint32_t)p->request_id, index_of(s, dst, 0, s->n_prefill),
+                           index_of(s, p->decode, s->n_prefill, s->n_decode), 0);
+}
+
+/* A random model of the bookkeeping shape, its context the profile's. */
+static moon_status_t load_tiny_model(sim_t *s, const moon_sim_run_config_t *cfg)
+{
+    moon_model_config_t mc     = {.dim        = 2,
+                                  .hidden_dim = 2,
+                                  .n_layers   = 1,
+                                  .n_heads    = 1,
+                                  .n_kv_heads = 1,
+                                  .head_dim   = 2,
+                                  .vocab_size = SIM_VOCAB,
+                                  .seq_len    = cfg->profile->shape.seq_len,
+                                  .norm_eps   = 1e-5f,
+                                  .rope_theta = 10000.0f};
+    char                path[] = "/tmp/moonlet-sim-XXXXXX";
+    int                 fd     = mkstemp(path);
+    moon_status_t       status;
+
+    if (fd < 0) {
+        MOON_ERROR("replay: cannot create a temporary model file");
+        return MOON_ERR_IO;
+    }
+    close(fd);
+    status = moon_model_write_random(&mc, MOON_GGML_F32, cfg->seed, path);
+    if (status == MOON_OK) {
+        status = moon_model_load(path, &s->model);
+    }
+    if (status == MOON_OK) {
+        status = moon_serve_model_tag(path, cfg->block_tokens, &s->tag);
+    }
+    unlink(path); /* the mapping stays */
+    if (status != MOON_OK) {
+        MOON_ERROR("replay: the simulator's bookkeeping model failed: %s", moon_status_str(status));
+    }
+    return status;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Distinct blocks the trace can put into the store at block_tokens (an upper
+ * bound: distinct trace ids times the blocks one id spans). */
+static uint64_t trace_blocks(const moon_trace_t *t, uint32_t block_tokens)
+{
+    uint64_t *ids = moon_malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint64_t));
+    uint64_t  n = 0, per = (t->block_tokens + block_tokens - 1) / block_tokens;
+
+    if (ids == NULL) {
+        return UINT64_MAX;
+    }
+    memcpy(ids, t->ids, t->n_ids * sizeof(uint64_t));
+    qsort(ids, t->n_ids, sizeof(uint64_t), cmp_u64);
+    for (size_t i = 0; i < t->n_ids; i++) {
+        n += i == 0 || ids[i] != ids[i - 1];
+    }
+    moon_free(ids);
+    return n * per;
+}
+
+static moon_status_t spawn(sim_t *s, const moon_actor_ops_t *ops, const void *args, uint32_t flags,
+                           moon_addr_t *addr_p)
+{
+    moon_spawn_opts_t opts   = {.flags = flags};
+    moon_status_t     status = moon_spawn(s->rt, ops, args, &opts, addr_p);
+
+    if (status != MOON_OK) {
+        MOON_ERROR("replay: spawning a %s failed: %s", ops->name, moon_status_str(status));
+    }
+    return status;
+}
+
+static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
+{
+    const moon_profile_t *pf   = cfg->profile;
+    moon_cost_config_t    cost = moon_profile_cost(pf);
+    double   blk_model         = (double)cfg->block_tokens * moon_cost_kv_bytes_per_token(&cost);
+    uint64_t kv_blocks         = (uint64_t)(moon_profile_kv_capacity_bytes(pf) / blk_model);
+    uint64_t ctx_blocks        = (pf->shape.seq_len + cfg->block_tokens - 1) / cfg->block_tokens;
+    uint64_t slots             = (uint64_t)(pf->store.dram_bytes / blk_model);
+    uint64_t need              = trace_blocks(cfg->trace, cfg->block_tokens);
+    moon_conductor_args_t ca   = {
+          .model = s->model, .tag = s->tag, .block_tokens = cfg->block_tokens};
+    moon_status_t status;
+
+    if (kv_blocks < ctx_blocks || kv_blocks > UINT32_MAX) {
+        MOON_ERROR("replay: profile %s holds %llu KV blocks of %u tokens per instance: not one "
+                   "full context (%llu)",
+                   pf->name, (unsigned long long)kv_blocks, cfg->block_tokens,
+                   (unsigned long long)ctx_blocks);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* rendezvous hashing spreads unevenly: twice the even share, at least 16 */
+    if (need != UINT64_MAX && slots > 2 * need / s->n_store + 16) {
+        slots = 2 * need / s->n_store + 16;
+    }
+    status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, &s->conductor);
+    for (uint32_t i = 0; status == MOON_OK && i < s->n_store; i++) {
+        const moon_model_config_t *mc = moon_model_config(s->model);
+        moon_store_shard_args_t    sa = {
+               .shard_id   = i,
+               .slot_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens *
+                             sizeof(float),
+               .n_slots = (uint32_t)(slots > 0 ? slots : 1),
+        };
+        status = spawn(s, &moon_store_shard_ops, &sa, 0, &s->shards[i]);
+    }
+    for (uint32_t i = 0; status == MOON_OK && i < s->n_prefill + s->n_decode; i++) {
+        int                        dec = i >= s->n_prefill;
+        moon_serve_instance_args_t ia  = {
+             .model         = s->model,
+             .engine        = {.kind      = MOON_BACKEND_COST,
+                               .max_batch = dec ? SIM_MAX_BATCH : 1,
+                               .max_chunk = SIM_PREFILL_CHUNK,
+                               .cost      = cost},
+             .role          = dec ? MOON_SERVE_ROLE_DECODE : MOON_SERVE_ROLE_PREFILL,
+             .instance      = dec ? i - s->n_prefill : i,
+             .block_tokens  = cfg->block_tokens,
+             .n_blocks      = (uint32_t)kv_blocks,
+             .max_seqs      = SIM_MAX_SEQS,
+             .prefill_chunk = SIM_PREFILL_CHUNK,
+             .conductor     = s->conductor,
+             .shards        = s->shards,
+             .n_shards      = s->n_store,
+             .n_replicas    = 1,
+             .tag           = s->tag,
+             .threaded      = 0,
+        };
+        status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, &s->inst[i]);
+    }
+    return status;
+}
+
+static moon_status_t check(const moon_sim_run_config_t *cfg, const moon_sim_records_t *recs)
+{
+    if (cfg == NULL || recs == NULL || cfg->trace == NULL || cfg->profile == NULL ||
+        recs->n != cfg->trace->n_reqs || cfg->nodes_prefill == 0 || cfg->nodes_decode == 0 ||
+        cfg->nodes_prefill > 64 || cfg->nodes_decode > 64 || cfg->block_tokens == 0 ||
+        !(cfg->time_scale > 0.0)) {
+        MOON_ERROR("replay: bad simulation configuration (1-64 prefill and decode instances, "
+                   "a block size, a time scale > 0, records for every request)");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (cfg->colocated) {
+        MOON_ERROR("replay: the serving actors have no colocated mode yet");
+        return MOON_ERR_UNSUPPORTED;
+    }
+    if (cfg->policy != NULL) {
+        MOON_ERROR("replay: the conductor does not take a policy yet (its built-in least-loaded "
+                   "placement only); run without --policy");
+        return MOON_ERR_UNSUPPORTED;
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_sim_replay(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs)
+{
+    sim_t                  s = {.recs = recs};
+    moon_runtime_config_t  rc;
+    moon_sim_driver_args_t da;
+    moon_addr_t            driver;
+    moon_status_t          status = check(cfg, recs);
+    uint64_t               last;
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    s.n_prefill = cfg->nodes_prefill;
+    s.n_decode  = cfg->nodes_decode;
+    s.n_store   = s.n_prefill + s.n_decode; /* every node lends its DRAM to the store */
+    s.shards    = moon_calloc(s.n_store, sizeof(moon_addr_t));
+    s.inst      = moon_calloc(s.n_prefill + s.n_decode, sizeof(moon_addr_t));
+    status      = s.shards && s.inst ? MOON_OK : MOON_ERR_NO_MEMORY;
+    if (status == MOON_OK) {
+        status = moon_serve_msgs_register();
+    }
+    if (status == MOON_OK) {
+        status = moon_msg_register(moon_dist_msg_descs); /* bulk completions in one process */
+    }
+    if (status == MOON_OK) {
+        status = load_tiny_model(&s, cfg);
+    }
+    if (status == MOON_OK) {
+        last = moon_trace_arrival_ns(&cfg->trace->reqs[cfg->trace->n_reqs - 1], cfg->time_scale);
+        moon_runtime_config_default(&rc);
+        rc.deterministic = 1;
+        rc.seed          = cfg->seed;
+        rc.max_actors    = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
+        rc.sim_max_ns    = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
+        rc.trace         = on_dispatch;
+        rc.trace_arg     = &s;
+        status           = moon_runtime_create(&rc, &s.rt);
+    }
+    if (status == MOON_OK) {
+        status = spawn_cluster(&s, cfg);
+    }
+    if (status == MOON_OK) {
+        da     = (moon_sim_driver_args_t){.trace          = cfg->trace,
+                                          .time_scale     = cfg->time_scale,
+                                          .conductor      = s.conductor,
+                                          .first_token_id = SIM_FIRST_TOKEN,
+                                          .vocab_size     = SIM_VOCAB,
+                                          .seed           = cfg->seed,
+                                          .recs           = recs,
+                                          .progress       = cfg->progress,
+                                          .start_ns       = SIM_START_NS};
+        status = spawn(&s, &moon_sim_driver_ops, &da, 0, &driver);
+    }
+    if (status == MOON_OK) {
+        uint32_t pending = 0;
+
+        moon_runtime_run(s.rt);
+        for (uint32_t i = 0; i < recs->n; i++) {
+            pending += recs->recs[i].status == MOON_SIM_REQ_PENDING;
+        }
+        if (pending > 0) {
+            MOON_WARN("replay: %u requests had not finished when the simulation stopped", pending);
+        }
+    }
+    moon_runtime_destroy(s.rt);
+    moon_model_destroy(s.model);
+    moon_free(s.shards);
+    moon_free(s.inst);
+    return status;
+}
