@@ -229,7 +229,7 @@ static moon_status_t check(const moon_sim_run_config_t *cfg, const moon_sim_reco
     return MOON_OK;
 }
 
-moon_status_t moon_sim_replay(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs)
+moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs)
 {
     sim_t                  s = {.recs = recs};
     moon_runtime_config_t  rc;

@@ -52,7 +52,7 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
     c = config(t, 1, 1);
-    CU_ASSERT_EQUAL_FATAL(moon_sim_replay(&c, &r), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_replay_sim_run(&c, &r), MOON_OK);
     x = &r.recs[0];
     CU_ASSERT_EQUAL(x->status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(x->prefill, 0);
@@ -88,7 +88,7 @@ static char *run_csv(const moon_trace_t *t, double time_scale, size_t *len_p)
     c.time_scale = time_scale;
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, (uint32_t)t->n_reqs), MOON_OK);
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_OK);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
     CU_ASSERT_EQUAL(moon_sim_records_write_csv(&r, f), MOON_OK);
     fclose(f);
     for (uint32_t i = 0; i < r.n; i++) {
@@ -133,20 +133,20 @@ static void test_refused_configs(void)
     moon_log_set_level(0);
     c           = config(t, 1, 1);
     c.colocated = 1;
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_UNSUPPORTED);
     c        = config(t, 1, 1);
     c.policy = "mooncake";
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_UNSUPPORTED);
     c = config(t, 0, 1);
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_INVALID_PARAM);
     c            = config(t, 1, 1);
     c.time_scale = 0;
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_INVALID_PARAM);
     moon_log_set_level(MOON_LOG_WARN);
     CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_PENDING); /* nothing ran */
     /* the smallest run: one 8-token request, one token out */
     c = config(t, 1, 1);
-    CU_ASSERT_EQUAL(moon_sim_replay(&c, &r), MOON_OK);
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
     CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(r.recs[0].output_tokens, 1);
     moon_sim_records_fini(&r);
