@@ -148,6 +148,20 @@ static int replay(const moon_replay_opts_t *o)
         moon_trace_destroy(trace);
         return 1; /* the loaders logged why */
     }
+    if (o->block_scale > 0 || o->max_context > 0) {
+        moon_trace_t *scaled = NULL;
+
+        if (moon_trace_scale(trace, o->block_scale ? o->block_scale : trace->block_tokens,
+                             o->max_context, &scaled) != MOON_OK) {
+            fprintf(stderr,
+                    "moonlet replay: --block-scale must be at most the trace's block "
+                    "(%u)\n",
+                    trace->block_tokens);
+            goto out;
+        }
+        moon_trace_destroy(trace);
+        trace = scaled;
+    }
     if (make_dir(o->out) != 0) {
         goto out;
     }

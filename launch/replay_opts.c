@@ -34,6 +34,8 @@ const char moon_replay_usage[] =
     "  --profile NAME|PATH   hardware/model profile (default " MOON_PROFILE_DEFAULT ")\n"
     "  --block-tokens N      KV block size (default 512)\n"
     "  --max-requests N      only the first N requests\n"
+    "  --block-scale N       tokens per 512-token trace block: lengths scale by N/512\n"
+    "  --max-context C       clamp output to C-1 and input to C-output tokens\n"
     "  --list-policies       print the policies and exit\n";
 
 typedef enum { O_FLAG, O_STR, O_U32, O_U64, O_MS, O_POS } okind_t;
@@ -61,6 +63,8 @@ static const opt_t opts_table[] = {
     {"--nodes-decode", O_U32, OFF(nodes_decode), 1, 4096},
     {"--block-tokens", O_U32, OFF(block_tokens), 1, 65536},
     {"--max-requests", O_U64, OFF(max_requests), 1, 1e15},
+    {"--block-scale", O_U32, OFF(block_scale), 1, 512},
+    {"--max-context", O_U32, OFF(max_context), 2, 1u << 30},
     {"--seed", O_U64, OFF(seed), 0, 1.8e19},
     {"--ttft-slo-ms", O_MS, OFF(ttft_slo_s), 1e-3, 1e9},
     {"--tbt-slo-ms", O_MS, OFF(tbt_slo_s), 1e-3, 1e9},

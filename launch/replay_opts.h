@@ -24,6 +24,9 @@
  *   --profile NAME|PATH   hardware/model profile (default llama3-70b-8xa800)
  *   --block-tokens N      KV block size of the deployment (default 512)
  *   --max-requests N      replay only the first N requests (default all)
+ *   --block-scale N       tokens per trace block: every length scales by
+ *                         N / 512 (as moonlet bench's --block-scale)
+ *   --max-context C       clamp output to C - 1 and input to C - output
  *   --list-policies       print the policies and exit
  *   --help                print this and exit
  * Values come as "--opt VALUE" or "--opt=VALUE". */
@@ -45,6 +48,8 @@ typedef struct {
     uint32_t    nodes_prefill, nodes_decode;
     uint32_t    block_tokens;
     uint64_t    max_requests; /* 0: all */
+    uint32_t    block_scale;  /* 0: lengths as in the trace */
+    uint32_t    max_context;  /* 0: no clamp */
     uint64_t    seed;
     double      ttft_slo_s, tbt_slo_s;
     double      time_scale;

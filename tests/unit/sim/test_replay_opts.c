@@ -33,7 +33,7 @@ static void test_defaults_and_forms(void)
                           "--nodes-decode=5", "--colocated", "--policy", "mooncake+reject",
                           "--ttft-slo-ms", "10000", "--tbt-slo-ms=200", "--time-scale", "0.5",
                           "--seed", "42", "--profile", "llama3-8b-h200", "--block-tokens", "256",
-                          "--max-requests", "100"),
+                          "--max-requests", "100", "--block-scale", "16", "--max-context=512"),
                     0);
     CU_ASSERT_EQUAL(o.nodes_prefill, 3);
     CU_ASSERT_EQUAL(o.nodes_decode, 5);
@@ -45,6 +45,8 @@ static void test_defaults_and_forms(void)
     CU_ASSERT_EQUAL(o.seed, 42);
     CU_ASSERT_EQUAL(o.block_tokens, 256);
     CU_ASSERT_EQUAL(o.max_requests, 100);
+    CU_ASSERT_EQUAL(o.block_scale, 16);
+    CU_ASSERT_EQUAL(o.max_context, 512);
     /* --list-policies and --help need nothing else */
     CU_ASSERT_EQUAL(PARSE(&o, err, "--list-policies"), 0);
     CU_ASSERT_TRUE(o.list_policies);
@@ -72,6 +74,8 @@ static void test_bad_input_names_the_option(void)
         {{"--trace", "t", "--policy", "a"}, NULL},
         {{"--trace", "t", "--policy=a", "--compare=b"}, "exclude each other"},
         {{"--trace", "t", "--block-tokens", "99999999999"}, "out of range"},
+        {{"--trace", "t", "--block-scale", "513"}, "--block-scale: 513 is out of range"},
+        {{"--trace", "t", "--max-context", "1"}, "--max-context: 1 is out of range"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char              *argv[6] = {"replay"};
