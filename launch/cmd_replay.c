@@ -202,7 +202,7 @@ int moon_cmd_replay(int argc, char **argv)
         return 2;
     }
     if (o.help) {
-        fputs(moon_replay_usage, stdout);
+        moon_replay_opts_print_help(stdout);
         return 0;
     }
     if (o.list_policies) {

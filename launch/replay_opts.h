@@ -29,12 +29,16 @@
  *   --max-context C       clamp output to C - 1 and input to C - output
  *   --list-policies       print the policies and exit
  *   --help                print this and exit
- * Values come as "--opt VALUE" or "--opt=VALUE". */
+ * Values come as "--opt VALUE" or "--opt=VALUE" (moonlet/config.h: one table,
+ * moon_replay_config_table; flags only, no environment). */
 #ifndef MOON_LAUNCH_REPLAY_OPTS_H
 #define MOON_LAUNCH_REPLAY_OPTS_H
 
+#include "moonlet/config.h"
+
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MOON_REPLAY_MAX_COMPARE 16
 
@@ -51,7 +55,7 @@ typedef struct {
     uint32_t    block_scale;  /* 0: lengths as in the trace */
     uint32_t    max_context;  /* 0: no clamp */
     uint64_t    seed;
-    double      ttft_slo_s, tbt_slo_s;
+    double      ttft_slo_s, tbt_slo_s; /* seconds after parsing (the flags are ms) */
     double      time_scale;
 } moon_replay_opts_t;
 
@@ -69,7 +73,10 @@ int moon_replay_split_compare(const char *list, char *buf, size_t buf_len,
                               const char *names[MOON_REPLAY_MAX_COMPARE], const char *const *all,
                               uint32_t n_all);
 
-/* The usage text above. */
+/* The options as a configuration table (flags only, no environment). */
+extern const moon_config_table_t moon_replay_config_table;
+/* The usage lines and every option's help. */
+void              moon_replay_opts_print_help(FILE *f);
 extern const char moon_replay_usage[];
 
 #endif /* MOON_LAUNCH_REPLAY_OPTS_H */
