@@ -75,13 +75,15 @@ static moon_status_t time_decode(cal_t *c, uint32_t b, uint32_t ctx, double *s_p
     moon_status_t status = MOON_OK;
     uint32_t      made   = 0;
 
-    for (; status == MOON_OK && made < b; made++) {
+    for (; made < b; made++) {
         status = moon_kv_seq_create(c->kv, &c->seqs[made]);
-        if (status == MOON_OK) {
-            status = prefill(c, c->seqs[made], ctx, &skip);
-            if (status != MOON_OK) {
-                made++;
-            }
+        if (status != MOON_OK) {
+            break;
+        }
+        status = prefill(c, c->seqs[made], ctx, &skip);
+        if (status != MOON_OK) {
+            made++; /* created: destroyed below */
+            break;
         }
     }
     for (uint32_t r = 0; status == MOON_OK && r < c->repeats; r++) {
@@ -106,15 +108,15 @@ static moon_status_t measure(cal_t *c, uint32_t ctx, uint32_t max_batch, moon_co
     moon_status_t               status = MOON_OK;
 
     for (uint32_t div = 16; status == MOON_OK && div >= 2; div /= 2) {
-        uint32_t n = ctx / div > c->max_chunk ? c->max_chunk : ctx / div;
-        n          = n ? n : 1;
+        uint32_t n = ctx / div ? ctx / div : 1; /* longer than a chunk: chunked, as served */
         for (uint32_t p = 0; status == MOON_OK && p <= n && p + n < ctx; p += n) {
-            status = time_prefill(c, p, n, &ps[np].seconds);
+            status          = time_prefill(c, p, n, &ps[np].seconds);
             ps[np].n_new    = n;
             ps[np].n_prefix = p;
             if (status == MOON_OK && c->samples != NULL) {
-                fprintf(c->samples, "{\"kind\": \"prefill\", \"n_new\": %u, \"n_prefix\": %u, "
-                                    "\"seconds\": %.9g}\n",
+                fprintf(c->samples,
+                        "{\"kind\": \"prefill\", \"n_new\": %u, \"n_prefix\": %u, "
+                        "\"seconds\": %.9g}\n",
                         n, p, ps[np].seconds);
             }
             np++;
@@ -122,13 +124,15 @@ static moon_status_t measure(cal_t *c, uint32_t ctx, uint32_t max_batch, moon_co
     }
     for (uint32_t b = 1; status == MOON_OK && b <= max_batch; b *= 2) {
         for (uint32_t div = 8; status == MOON_OK && div >= 2; div /= 4) {
-            uint32_t cx = ctx / div ? ctx / div : 1;
-            status      = time_decode(c, b, cx, &ds[nd].seconds);
-            ds[nd].batch      = b;
-            ds[nd].ctx_tokens = (uint64_t)b * (cx + 1);
+            uint32_t cx  = ctx / div ? ctx / div : 1;
+            status       = time_decode(c, b, cx, &ds[nd].seconds);
+            ds[nd].batch = b;
+            /* each repeat's step reads one more token per sequence: the median's */
+            ds[nd].ctx_tokens = (uint64_t)b * (cx + 1 + c->repeats / 2);
             if (status == MOON_OK && c->samples != NULL) {
-                fprintf(c->samples, "{\"kind\": \"decode\", \"batch\": %u, \"ctx_tokens\": %llu, "
-                                    "\"seconds\": %.9g}\n",
+                fprintf(c->samples,
+                        "{\"kind\": \"decode\", \"batch\": %u, \"ctx_tokens\": %llu, "
+                        "\"seconds\": %.9g}\n",
                         b, (unsigned long long)ds[nd].ctx_tokens, ds[nd].seconds);
             }
             nd++;
@@ -157,7 +161,7 @@ static moon_status_t measure(cal_t *c, uint32_t ctx, uint32_t max_batch, moon_co
 }
 
 moon_status_t moon_calibrate_engine(const moon_model_t *model, moon_engine_t *engine,
-                                    const moon_engine_config_t *ecfg,
+                                    const moon_engine_config_t  *ecfg,
                                     const moon_calibrate_opts_t *opts, moon_cost_fit_t *fit_p)
 {
     const moon_model_config_t *mc;
@@ -188,8 +192,8 @@ moon_status_t moon_calibrate_engine(const moon_model_t *model, moon_engine_t *en
         return MOON_ERR_INVALID_PARAM;
     }
     /* room for max_batch sequences of half a context, plus one full one */
-    kcfg   = moon_model_kv_config(mc, 16, (max_batch + 2) * ((ctx + 15) / 16), max_batch + 1);
-    status = moon_kv_cache_create(&kcfg, &c.kv);
+    kcfg     = moon_model_kv_config(mc, 16, (max_batch + 2) * ((ctx + 15) / 16), max_batch + 1);
+    status   = moon_kv_cache_create(&kcfg, &c.kv);
     c.tokens = moon_malloc((size_t)ctx * sizeof(int32_t));
     c.seqs   = moon_malloc((size_t)max_batch * sizeof(uint32_t));
     if (status == MOON_OK && (c.tokens == NULL || c.seqs == NULL)) {

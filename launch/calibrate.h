@@ -21,12 +21,13 @@ typedef struct {
 
 /* Times engine (created on model by the caller, at least 4 * max_batch
  * sequences allowed by the KV cache made here) and fits *fit_p (enabled).
- * Prefill points: n new tokens in {ctx/16, ctx/8, ctx/4, ctx/2} (at most the
- * engine's chunk, at least 1) after prefixes 0 and n; decode points: batches
+ * Prefill points: n new tokens in {ctx/16, ctx/8, ctx/4, ctx/2} (at least 1;
+ * in calls of at most the engine's chunk, as an instance serves) after
+ * prefixes 0 and n; decode points: batches
  * 1, 2, 4, ... max_batch at contexts ctx/8 and ctx/2. MOON_ERR_INVALID_PARAM,
  * MOON_ERR_NO_MEMORY, or an engine call's status. */
 moon_status_t moon_calibrate_engine(const moon_model_t *model, moon_engine_t *engine,
-                                    const moon_engine_config_t *ecfg,
+                                    const moon_engine_config_t  *ecfg,
                                     const moon_calibrate_opts_t *opts, moon_cost_fit_t *fit_p);
 
 #endif /* MOON_LAUNCH_CALIBRATE_H */

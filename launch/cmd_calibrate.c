@@ -1,0 +1,141 @@
+/* launch/cmd_calibrate.c - `moonlet calibrate`: times the engine on a model
+ * (calibrate.h) and writes a profile with the fitted coefficients: the base
+ * profile's device, network and store, the model's shape, a "fitted" section
+ * (profile.h). The simulator then replays with this machine's costs
+ * (moonlet replay --profile FILE). */
+#include "calibrate.h"
+#include "commands.h"
+#include "profile.h"
+
+#include "moonlet/config.h"
+#include "moonlet/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *model, *base, *out, *name;
+    int         backend;
+    uint32_t    threads, max_chunk, max_batch, repeats;
+    int         samples;
+} cal_opts_t;
+
+static const char *const backends[] = {"ref", "cpu", "cuda", "cost", NULL};
+
+#define CO(_f) MOON_CONFIG_AT(cal_opts_t, _f)
+static const moon_config_field_t cal_fields[] = {
+    {"model", MOON_CONFIG_STRING, CO(model), .doc = "gguf model file to time"},
+    {"out", MOON_CONFIG_STRING, CO(out), .doc = "profile file to write"},
+    {"base", MOON_CONFIG_STRING, CO(base), .dflt = "stories260k-cpu",
+     .doc = "profile whose device, network and store the fitted one keeps"},
+    {"name", MOON_CONFIG_STRING, CO(name), .doc = "the new profile's name (default: base-fitted)"},
+    {"backend", MOON_CONFIG_ENUM, CO(backend), .dflt = "cpu", .doc = "engine backend",
+     .choices = backends},
+    {"threads", MOON_CONFIG_U32, CO(threads), .dflt = "1",
+     .doc = "engine threads (0: all cores), as the instance serves", .max = 1024},
+    {"max-chunk", MOON_CONFIG_U32, CO(max_chunk), .dflt = "128",
+     .doc = "prefill tokens per call, as the instance serves", .min = 1, .max = 65536},
+    {"max-batch", MOON_CONFIG_U32, CO(max_batch), .dflt = "16", .doc = "largest batch timed",
+     .min = 1, .max = 1024},
+    {"repeats", MOON_CONFIG_U32, CO(repeats), .dflt = "3",
+     .doc = "timings per point (the median is kept)", .min = 1, .max = 15},
+    {"samples", MOON_CONFIG_BOOL, CO(samples), .dflt = "0",
+     .doc = "print every timed point as a json line"},
+    MOON_CONFIG_END,
+};
+#undef CO
+static const moon_config_table_t cal_table = {"calibrate", "moonlet calibrate", NULL, cal_fields};
+
+/* Parses argv into o; returns -1 (message printed) on bad input, 1 for --help. */
+static int parse(int argc, char **argv, cal_opts_t *o)
+{
+    moon_config_t *cfg = NULL;
+    int            rc  = 0;
+
+    if (moon_config_defaults(&cal_table, o) != MOON_OK || moon_config_create(&cfg) != MOON_OK ||
+        moon_config_add(cfg, &cal_table, o) != MOON_OK) {
+        moon_config_destroy(cfg);
+        return -1;
+    }
+    if (moon_config_parse(cfg, argc, argv) != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: %s (moonlet calibrate --help)\n",
+                moon_config_error(cfg));
+        rc = -1;
+    } else if (moon_config_help_requested(cfg)) {
+        printf("usage: moonlet calibrate --model M.gguf --out PROFILE.json [options]\n"
+               "times the engine and writes a profile fitted to this machine\n\n");
+        moon_config_print_help(cfg, stdout);
+        rc = 1;
+    } else if (o->model == NULL || o->out == NULL || moon_config_n_args(cfg) > 0) {
+        fprintf(stderr, "moonlet calibrate: --model and --out are required, nothing else "
+                        "(moonlet calibrate --help)\n");
+        rc = -1;
+    }
+    moon_config_destroy(cfg);
+    return rc;
+}
+
+int moon_cmd_calibrate(int argc, char **argv)
+{
+    cal_opts_t            o;
+    moon_profile_t        p;
+    moon_model_t         *m   = NULL;
+    moon_engine_t        *eng = NULL;
+    moon_engine_config_t  ecfg;
+    moon_calibrate_opts_t copts;
+    moon_cost_fit_t       fit;
+    char                  source[128];
+    int                   rc = parse(argc, argv, &o);
+
+    if (rc != 0) {
+        return rc < 0 ? 2 : 0;
+    }
+    if (moon_profile_load(o.base, NULL, &p, NULL) != MOON_OK ||
+        moon_model_load(o.model, &m) != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: cannot load %s\n", m == NULL ? o.model : o.base);
+        moon_model_destroy(m);
+        return 1;
+    }
+    memset(&ecfg, 0, sizeof(ecfg));
+    ecfg.kind      = (moon_backend_kind_t)o.backend;
+    ecfg.n_threads = o.threads;
+    ecfg.max_batch = o.max_batch;
+    ecfg.max_chunk = o.max_chunk;
+    ecfg.cost      = moon_profile_cost(&p);
+    if (moon_engine_create(m, &ecfg, &eng) != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: the %s engine cannot run here\n", backends[o.backend]);
+        moon_model_destroy(m);
+        return 1;
+    }
+    copts = (moon_calibrate_opts_t){
+        .repeats = o.repeats, .max_batch = o.max_batch, .samples = o.samples ? stdout : NULL};
+    rc = moon_calibrate_engine(m, eng, &ecfg, &copts, &fit) == MOON_OK ? 0 : 1;
+    if (rc == 0) {
+        const moon_model_config_t *mc = moon_model_config(m);
+
+        p.shape                  = *mc;
+        p.weight_bytes_per_param = (double)moon_model_weight_bytes(m) / moon_cost_params(mc);
+        p.kv_bytes_per_elem      = 4; /* the engines' KV caches are fp32 */
+        snprintf(source, sizeof(source), "moonlet calibrate: %s backend, %u threads, chunk %u",
+                 backends[o.backend], o.threads, o.max_chunk);
+        if (o.name != NULL) {
+            snprintf(p.name, sizeof(p.name), "%s", o.name);
+        } else {
+            size_t n = strlen(p.name);
+            snprintf(p.name + (n > 56 ? 56 : n), sizeof(p.name) - (n > 56 ? 56 : n), "-fitted");
+        }
+        snprintf(p.doc, sizeof(p.doc), "%s fitted on this machine (%s)", o.model, source);
+        rc = moon_profile_set_fit(&p, &fit, source) == MOON_OK &&
+                     moon_profile_write(&p, o.out) == MOON_OK
+                 ? 0
+                 : 1;
+    }
+    if (rc == 0) {
+        printf("{\"profile\": \"%s\", \"a0\": %.6g, \"a1\": %.6g, \"a2\": %.6g, \"d0\": %.6g, "
+               "\"d1\": %.6g, \"d2\": %.6g}\n",
+               o.out, fit.a0, fit.a1, fit.a2, fit.d0, fit.d1, fit.d2);
+    }
+    moon_engine_destroy(eng);
+    moon_model_destroy(m);
+    return rc;
+}
