@@ -4,7 +4,7 @@
  * durations become timers), and the replay driver actor.
  *
  * The instances need a model for their bookkeeping (vocabulary, context,
- * KV pools, tokenizer): a tiny random one (dim 2, one layer, one head) is
+ * KV pools, tokenizer): a tiny random one (dim 2, one layer, one head: RoPE needs pairs) is
  * written and loaded for the run, and the engine models the profile's shape
  * (moonlet/model.h: COST over a model with a modeled shape). So KV pools and
  * store arenas hold 16 bytes per token whatever the modeled model, and their
@@ -166,9 +166,10 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
                    (unsigned long long)ctx_blocks);
         return MOON_ERR_INVALID_PARAM;
     }
-    /* rendezvous hashing spreads unevenly: twice the even share, at least 16 */
-    if (need != UINT64_MAX && slots > 2 * need / s->n_store + 16) {
-        slots = 2 * need / s->n_store + 16;
+    /* rendezvous hashing spreads a little unevenly: 1.5 times the even share + 64
+     * (a shard that fills anyway evicts, as a real one would) */
+    if (need != UINT64_MAX && slots > 3 * need / (2 * s->n_store) + 64) {
+        slots = 3 * need / (2 * s->n_store) + 64;
     }
     status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, &s->conductor);
     for (uint32_t i = 0; status == MOON_OK && i < s->n_store; i++) {
