@@ -142,7 +142,7 @@ static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
         return MOON_OK;
     }
     x = &d->a.recs->recs[id];
-    /* TODO(#16): DONE should name the prefill and decode instances */
+    /* the instances were noted at placement (sim_run.c reads them off PREFILL) */
     moon_sim_records_place(d->a.recs, id, x->prefill, x->decode, ev.n_cached);
     if (ev.finish != MOON_FINISH_REJECTED) {
         moon_sim_records_prefill_start(d->a.recs, id, x->arrival_ns + ev.queue_ns);

@@ -20,6 +20,7 @@
 #include "serve_instance.h"
 #include "serve_msgs.h"
 #include "sim_driver.h"
+#include "store_client.h"
 #include "store_shard.h"
 
 #include "moonlet/alloc.h"
@@ -153,8 +154,9 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     double   blk_model         = (double)cfg->block_tokens * moon_cost_kv_bytes_per_token(&cost);
     uint64_t kv_blocks         = (uint64_t)(moon_profile_kv_capacity_bytes(pf) / blk_model);
     uint64_t ctx_blocks        = (pf->shape.seq_len + cfg->block_tokens - 1) / cfg->block_tokens;
-    uint64_t slots             = (uint64_t)(pf->store.dram_bytes / blk_model);
-    uint64_t need              = trace_blocks(cfg->trace, cfg->block_tokens);
+    uint64_t slots =
+        (uint64_t)(pf->store.dram_bytes * (s->n_prefill + s->n_decode) / s->n_store / blk_model);
+    uint64_t              need = trace_blocks(cfg->trace, cfg->block_tokens);
     moon_conductor_args_t ca   = {
           .model = s->model, .tag = s->tag, .block_tokens = cfg->block_tokens};
     moon_status_t status;
@@ -244,10 +246,12 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     }
     s.n_prefill = cfg->nodes_prefill;
     s.n_decode  = cfg->nodes_decode;
-    s.n_store   = s.n_prefill + s.n_decode; /* every node lends its DRAM to the store */
-    s.shards    = moon_calloc(s.n_store, sizeof(moon_addr_t));
-    s.inst      = moon_calloc(s.n_prefill + s.n_decode, sizeof(moon_addr_t));
-    status      = s.shards && s.inst ? MOON_OK : MOON_ERR_NO_MEMORY;
+    /* every node lends its DRAM to the store; past the client's shard limit
+     * one shard holds the DRAM of several nodes */
+    s.n_store = MOON_MIN(s.n_prefill + s.n_decode, MOON_STORE_CLIENT_MAX_SHARDS);
+    s.shards  = moon_calloc(s.n_store, sizeof(moon_addr_t));
+    s.inst    = moon_calloc(s.n_prefill + s.n_decode, sizeof(moon_addr_t));
+    status    = s.shards && s.inst ? MOON_OK : MOON_ERR_NO_MEMORY;
     if (status == MOON_OK) {
         status = moon_serve_msgs_register();
     }
