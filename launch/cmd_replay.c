@@ -136,7 +136,14 @@ static int replay(const moon_replay_opts_t *o)
 
     names[0] = o->policy ? o->policy : CONDUCTOR_LABEL;
     if (o->compare != NULL) {
-        n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, NULL, 0);
+        const char *all[MOON_REPLAY_MAX_COMPARE];
+        uint32_t    n_all = 0;
+
+        while (n_all < MOON_REPLAY_MAX_COMPARE && moon_sched_policy_name_at(n_all) != NULL) {
+            all[n_all] = moon_sched_policy_name_at(n_all);
+            n_all++;
+        }
+        n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, all, n_all);
         if (n < 0) {
             fprintf(stderr, "moonlet replay: --compare: a list of up to %d distinct names\n",
                     MOON_REPLAY_MAX_COMPARE);
