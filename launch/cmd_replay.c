@@ -20,9 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The label of a run without --policy: the conductor's own placement. */
-#define CONDUCTOR_LABEL "conductor"
-
 static int make_dir(const char *dir)
 {
     struct stat st;
@@ -104,9 +101,6 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
     };
     moon_status_t status;
 
-    if (policy != NULL && strcmp(policy, CONDUCTOR_LABEL) == 0) {
-        cfg.policy = NULL;
-    }
     if (moon_sim_records_init(recs, (uint32_t)trace->n_reqs) != MOON_OK) {
         fprintf(stderr, "moonlet replay: out of memory\n");
         return -1;
@@ -134,7 +128,7 @@ static int replay(const moon_replay_opts_t *o)
     moon_sim_summary_t  s;
     int                 n = 1, done = 0, rc = 1;
 
-    names[0] = o->policy ? o->policy : CONDUCTOR_LABEL;
+    names[0] = o->policy ? o->policy : MOON_SCHED_POLICY_DEFAULT;
     if (o->compare != NULL) {
         const char *all[MOON_REPLAY_MAX_COMPARE];
         uint32_t    n_all = 0;
@@ -213,12 +207,11 @@ int moon_cmd_replay(int argc, char **argv)
         return 0;
     }
     if (o.list_policies) {
-        printf("%-14s %s\n", CONDUCTOR_LABEL,
-               "the conductor's built-in placement (least loaded, round robin among equals)");
         for (uint32_t i = 0; moon_sched_policy_name_at(i) != NULL; i++) {
-            printf("%-14s %s (the conductor does not take it yet)\n", moon_sched_policy_name_at(i),
-                   moon_sched_policy_doc_at(i));
+            printf("%-14s %s\n", moon_sched_policy_name_at(i), moon_sched_policy_doc_at(i));
         }
+        printf("(NAME+reject: the same with early rejection at the SLOs; default %s)\n",
+               MOON_SCHED_POLICY_DEFAULT);
         return 0;
     }
     if (!o.sim) {

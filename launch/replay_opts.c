@@ -31,7 +31,7 @@ static const moon_config_field_t replay_fields[] = {
     {"colocated", MOON_CONFIG_BOOL, RO(colocated), .dflt = "0",
      .doc = "p + d instances that each prefill and decode (baseline)"},
     {"policy", MOON_CONFIG_STRING, RO(policy),
-     .doc = "conductor policy (name+reject: early rejection; default: the conductor's own)"},
+     .doc = "conductor policy (name+reject: early rejection; default moonlet)"},
     {"compare", MOON_CONFIG_STRING, RO(compare),
      .doc = "comma-separated policies or all, drawn on one plot"},
     {"ttft-slo-ms", MOON_CONFIG_DOUBLE, RO(ttft_slo_s), .dflt = "30000", .doc = "ttft slo, ms",

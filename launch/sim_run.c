@@ -27,6 +27,7 @@
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
+#include "moonlet/sched_policy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +35,8 @@
 
 #define SIM_MAX_SEQS 256u
 #define SIM_MAX_BATCH 128u
-#define SIM_PREFILL_CHUNK 8192u
-#define SIM_FIRST_TOKEN 3u /* after unk, bos, eos of the random model's tokenizer */
+#define SIM_PREFILL_CHUNK 8192u /* at most; a quarter of the context for short ones */
+#define SIM_FIRST_TOKEN 3u      /* after unk, bos, eos of the random model's tokenizer */
 #define SIM_VOCAB 512u
 #define SIM_START_NS 1000000ull /* the driver's first arrival: every LOAD is in by then */
 
@@ -157,9 +158,9 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     uint64_t slots =
         (uint64_t)(pf->store.dram_bytes * (s->n_prefill + s->n_decode) / s->n_store / blk_model);
     uint64_t              need = trace_blocks(cfg->trace, cfg->block_tokens);
-    moon_conductor_args_t ca   = {
-          .model = s->model, .tag = s->tag, .block_tokens = cfg->block_tokens};
-    moon_status_t status;
+    moon_conductor_args_t ca;
+    char                  policy[96];
+    moon_status_t         status = MOON_OK;
 
     if (kv_blocks < ctx_blocks || kv_blocks > UINT32_MAX) {
         MOON_ERROR("replay: profile %s holds %llu KV blocks of %u tokens per instance: not one "
@@ -173,7 +174,6 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     if (need != UINT64_MAX && slots > 3 * need / (2 * s->n_store) + 64) {
         slots = 3 * need / (2 * s->n_store) + 64;
     }
-    status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, &s->conductor);
     for (uint32_t i = 0; status == MOON_OK && i < s->n_store; i++) {
         const moon_model_config_t *mc = moon_model_config(s->model);
         moon_store_shard_args_t    sa = {
@@ -184,26 +184,51 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
         };
         status = spawn(s, &moon_store_shard_ops, &sa, 0, &s->shards[i]);
     }
+    /* the SLOs are the conductor's predictions' targets; it rejects early only
+     * when the policy says NAME+reject (a bare NAME replays every request) */
+    snprintf(policy, sizeof(policy), "%s%s", cfg->policy ? cfg->policy : MOON_SCHED_POLICY_DEFAULT,
+             cfg->policy && strchr(cfg->policy, '+') ? "" : "+noreject");
+    ca = (moon_conductor_args_t){
+        .model        = s->model,
+        .tag          = s->tag,
+        .block_tokens = cfg->block_tokens,
+        .max_requests = (uint32_t)MOON_MIN(cfg->trace->n_reqs + 1, 1u << 20),
+        .n_prefill    = s->n_prefill,
+        .n_decode     = s->n_decode,
+        .shards       = s->shards,
+        .n_shards     = s->n_store,
+        .policy       = policy,
+        .ttft_slo_s   = cfg->ttft_slo_s,
+        .tbt_slo_s    = cfg->tbt_slo_s,
+        .kv_link_bytes_per_s =
+            MOON_MIN(pf->network.nics_per_node * moon_profile_nic_bytes_per_s(pf),
+                     pf->store.dram_bytes_per_s),
+        .seed = cfg->seed,
+    };
+    if (status == MOON_OK) {
+        status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, &s->conductor);
+    }
     for (uint32_t i = 0; status == MOON_OK && i < s->n_prefill + s->n_decode; i++) {
-        int                        dec = i >= s->n_prefill;
-        moon_serve_instance_args_t ia  = {
-             .model         = s->model,
-             .engine        = {.kind      = MOON_BACKEND_COST,
-                               .max_batch = dec ? SIM_MAX_BATCH : 1,
-                               .max_chunk = SIM_PREFILL_CHUNK,
-                               .cost      = cost},
-             .role          = dec ? MOON_SERVE_ROLE_DECODE : MOON_SERVE_ROLE_PREFILL,
-             .instance      = dec ? i - s->n_prefill : i,
-             .block_tokens  = cfg->block_tokens,
-             .n_blocks      = (uint32_t)kv_blocks,
-             .max_seqs      = SIM_MAX_SEQS,
-             .prefill_chunk = SIM_PREFILL_CHUNK,
-             .conductor     = s->conductor,
-             .shards        = s->shards,
-             .n_shards      = s->n_store,
-             .n_replicas    = 1,
-             .tag           = s->tag,
-             .threaded      = 0,
+        uint32_t chunk = MOON_MIN(SIM_PREFILL_CHUNK, MOON_MAX(16u, pf->shape.seq_len / 4));
+        int      dec   = i >= s->n_prefill;
+        moon_serve_instance_args_t ia = {
+            .model         = s->model,
+            .engine        = {.kind      = MOON_BACKEND_COST,
+                              .max_batch = dec ? SIM_MAX_BATCH : 1,
+                              .max_chunk = chunk,
+                              .cost      = cost},
+            .role          = dec ? MOON_SERVE_ROLE_DECODE : MOON_SERVE_ROLE_PREFILL,
+            .instance      = dec ? i - s->n_prefill : i,
+            .block_tokens  = cfg->block_tokens,
+            .n_blocks      = (uint32_t)kv_blocks,
+            .max_seqs      = SIM_MAX_SEQS,
+            .prefill_chunk = chunk,
+            .conductor     = s->conductor,
+            .shards        = s->shards,
+            .n_shards      = s->n_store,
+            .n_replicas    = 1,
+            .tag           = s->tag,
+            .threaded      = 0,
         };
         status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, &s->inst[i]);
     }
@@ -224,10 +249,9 @@ static moon_status_t check(const moon_sim_run_config_t *cfg, const moon_sim_reco
         MOON_ERROR("replay: the serving actors have no colocated mode yet");
         return MOON_ERR_UNSUPPORTED;
     }
-    if (cfg->policy != NULL) {
-        MOON_ERROR("replay: the conductor does not take a policy yet (its built-in least-loaded "
-                   "placement only); run without --policy");
-        return MOON_ERR_UNSUPPORTED;
+    if (cfg->policy != NULL && strlen(cfg->policy) > 64) {
+        MOON_ERROR("replay: policy name too long");
+        return MOON_ERR_INVALID_PARAM;
     }
     return MOON_OK;
 }

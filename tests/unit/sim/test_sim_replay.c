@@ -135,8 +135,8 @@ static void test_refused_configs(void)
     c.colocated = 1;
     CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_UNSUPPORTED);
     c        = config(t, 1, 1);
-    c.policy = "mooncake";
-    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_UNSUPPORTED);
+    c.policy = "no-such-policy";
+    CU_ASSERT_NOT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
     c = config(t, 0, 1);
     CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_INVALID_PARAM);
     c            = config(t, 1, 1);
