@@ -19,6 +19,7 @@
 #include "prefill.h"
 #include "serve_instance.h"
 #include "serve_msgs.h"
+#include "replay_watch.h"
 #include "sim_driver.h"
 #include "store_client.h"
 #include "store_shard.h"
@@ -48,31 +49,8 @@ typedef struct {
     moon_addr_t        *shards, *inst; /* inst: prefill instances, then decode ones */
     uint32_t            n_store, n_prefill, n_decode;
     moon_sim_records_t *recs;
+    moon_replay_watch_t watch; /* placements, read off the dispatched messages */
 } sim_t;
-
-static int32_t index_of(const sim_t *s, moon_addr_t a, uint32_t from, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        if (s->inst[from + i] == a) {
-            return (int32_t)i;
-        }
-    }
-    return -1;
-}
-
-/* The runtime's trace hook: the conductor's placements, as they are delivered. */
-static void on_dispatch(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
-{
-    sim_t                      *s = arg;
-    const moon_serve_prefill_t *p = (const void *)msg;
-
-    (void)now_ns;
-    if (msg->type != MOON_MSG_SERVE_PREFILL || p->request_id >= s->recs->n) {
-        return;
-    }
-    moon_sim_records_place(s->recs, (uint32_t)p->request_id, index_of(s, dst, 0, s->n_prefill),
-                           index_of(s, p->decode, s->n_prefill, s->n_decode), 0);
-}
 
 /* A random model of the bookkeeping shape, its context the profile's. */
 static moon_status_t load_tiny_model(sim_t *s, const moon_sim_run_config_t *cfg)
@@ -268,6 +246,7 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     if (status != MOON_OK) {
         return status;
     }
+    moon_replay_watch_init(&s.watch, recs);
     s.n_prefill = cfg->nodes_prefill;
     s.n_decode  = cfg->nodes_decode;
     /* every node lends its DRAM to the store; past the client's shard limit
@@ -292,8 +271,8 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
         rc.seed          = cfg->seed;
         rc.max_actors    = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
         rc.sim_max_ns    = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
-        rc.trace         = on_dispatch;
-        rc.trace_arg     = &s;
+        rc.trace         = moon_replay_watch_hook;
+        rc.trace_arg     = &s.watch;
         status           = moon_runtime_create(&rc, &s.rt);
     }
     if (status == MOON_OK) {
@@ -326,5 +305,6 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     moon_model_destroy(s.model);
     moon_free(s.shards);
     moon_free(s.inst);
+    moon_replay_watch_fini(&s.watch);
     return status;
 }
