@@ -98,6 +98,9 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         .time_scale    = o->time_scale,
         .seed          = o->seed,
         .progress      = &bar,
+        .model_path    = o->model,
+        .workers       = o->workers,
+        .threads       = o->threads,
     };
     moon_status_t status;
 
@@ -106,7 +109,7 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         return -1;
     }
     moon_progress_init(&bar, STDERR_FILENO, trace->n_reqs, 0);
-    status = moon_replay_sim_run(&cfg, recs);
+    status = o->real ? moon_replay_real_run(&cfg, recs) : moon_replay_sim_run(&cfg, recs);
     moon_progress_finish(&bar);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet replay: policy %s: %s\n", policy, moon_status_str(status));
@@ -214,7 +217,7 @@ int moon_cmd_replay(int argc, char **argv)
                MOON_SCHED_POLICY_DEFAULT);
         return 0;
     }
-    if (!o.sim) {
+    if (!o.sim && !o.real) {
         fprintf(stderr, "moonlet replay: replay against a running cluster goes through the "
                         "HTTP bench client (moonlet bench); use --sim to simulate\n");
         return 2;

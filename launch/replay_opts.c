@@ -24,6 +24,13 @@ const char moon_replay_usage[] =
 static const moon_config_field_t replay_fields[] = {
     {"trace", MOON_CONFIG_STRING, RO(trace), .doc = "mooncake jsonl trace"},
     {"sim", MOON_CONFIG_BOOL, RO(sim), .dflt = "0", .doc = "simulate the cluster (virtual time)"},
+    {"real", MOON_CONFIG_BOOL, RO(real), .dflt = "0",
+     .doc = "replay against a real cluster of the same actors in this process (wall clock)"},
+    {"model", MOON_CONFIG_STRING, RO(model), .doc = "--real: the gguf the instances serve"},
+    {"workers", MOON_CONFIG_U32, RO(workers), .dflt = "1", .doc = "--real: runtime worker threads",
+     .min = 1, .max = 1024},
+    {"threads", MOON_CONFIG_U32, RO(threads), .dflt = "1",
+     .doc = "--real: engine threads per instance", .min = 1, .max = 1024},
     {"nodes-prefill", MOON_CONFIG_U32, RO(nodes_prefill), .dflt = "8", .doc = "prefill instances",
      .min = 1, .max = 4096},
     {"nodes-decode", MOON_CONFIG_U32, RO(nodes_decode), .dflt = "8", .doc = "decode instances",
@@ -125,8 +132,14 @@ int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char
     if (opts->trace == NULL) {
         return fail(err, err_len, "--trace is required");
     }
-    if (opts->sim && opts->out == NULL) {
-        return fail(err, err_len, "--out is required with --sim");
+    if ((opts->sim || opts->real) && opts->out == NULL) {
+        return fail(err, err_len, "--out is required with --sim or --real");
+    }
+    if (opts->sim && opts->real) {
+        return fail(err, err_len, "--sim and --real exclude each other");
+    }
+    if (opts->real && opts->model == NULL) {
+        return fail(err, err_len, "--real needs --model");
     }
     if (opts->policy != NULL && opts->compare != NULL) {
         return fail(err, err_len, "--policy and --compare exclude each other");

@@ -6,6 +6,10 @@
  *   --trace PATH          Mooncake JSONL trace (required but for --list-policies)
  *   --sim                 replay against a simulated cluster (virtual time);
  *                         without it: against a running cluster over HTTP
+ *   --real --model M      replay against a real cluster of the same actors in
+ *                         this process (wall clock, the CPU engine on M):
+ *                         the cross-check of the simulator
+ *   --workers N --threads N   --real: runtime workers, engine threads
  *   --nodes-prefill P     prefill instances (default 8)
  *   --nodes-decode D      decode instances (default 8)
  *   --colocated           P + D instances that each prefill and decode
@@ -48,7 +52,9 @@ typedef struct {
     const char *profile; /* borrowed or a default string */
     const char *policy;  /* borrowed, NULL: the scheduler's default */
     const char *compare; /* borrowed LIST as given, NULL: no comparison */
-    int         sim, colocated, list_policies, help;
+    int         sim, real, colocated, list_policies, help;
+    const char *model;            /* --real: the GGUF served (borrowed) */
+    uint32_t    workers, threads; /* --real: runtime workers, engine threads per instance */
     uint32_t    nodes_prefill, nodes_decode;
     uint32_t    block_tokens;
     uint64_t    max_requests; /* 0: all */

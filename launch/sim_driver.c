@@ -65,7 +65,11 @@ static void ended(moon_actor_t *self, driver_t *d)
                              (double)(moon_now(moon_actor_runtime(self)) - d->t0_ns) * 1e-9);
     }
     if (d->n_done == d->a.trace->n_reqs) {
-        moon_runtime_shutdown(moon_actor_runtime(self), 0);
+        if (d->a.done != NULL) {
+            atomic_store(d->a.done, 1); /* release: the records are complete */
+        } else {
+            moon_runtime_shutdown(moon_actor_runtime(self), 0);
+        }
     }
 }
 

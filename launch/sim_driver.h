@@ -7,7 +7,7 @@
  * equal ids, equal tokens, so the conductor's block keys see the trace's
  * prefix sharing); max_tokens is the trace's output length and EOS is
  * ignored, so every request streams exactly that many tokens. When the last
- * request ends the driver shuts the runtime down (code 0). */
+ * request ends the driver shuts the runtime down (code 0), or sets *done. */
 #ifndef MOON_LAUNCH_SIM_DRIVER_H
 #define MOON_LAUNCH_SIM_DRIVER_H
 
@@ -16,6 +16,8 @@
 #include "trace.h"
 
 #include "moonlet/actor.h"
+
+#include <stdatomic.h>
 
 typedef struct {
     const moon_trace_t *trace;      /* borrowed: outlives the actor */
@@ -27,6 +29,7 @@ typedef struct {
     moon_sim_records_t *recs;     /* borrowed, initialised with trace->n_reqs records */
     moon_progress_t    *progress; /* may be NULL */
     uint64_t            start_ns; /* the trace's 0 is this long after the spawn */
+    _Atomic int        *done;     /* NULL: shut the runtime down at the end; else set to 1 */
 } moon_sim_driver_args_t;
 
 /* Spawn with args (copied at init). init fails with MOON_ERR_INVALID_PARAM on
