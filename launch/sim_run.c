@@ -133,9 +133,10 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     double   blk_model         = (double)cfg->block_tokens * moon_cost_kv_bytes_per_token(&cost);
     uint64_t kv_blocks         = (uint64_t)(moon_profile_kv_capacity_bytes(pf) / blk_model);
     uint64_t ctx_blocks        = (pf->shape.seq_len + cfg->block_tokens - 1) / cfg->block_tokens;
-    uint64_t slots =
-        (uint64_t)(pf->store.dram_bytes * (s->n_prefill + s->n_decode) / s->n_store / blk_model);
-    uint64_t              need = trace_blocks(cfg->trace, cfg->block_tokens);
+    uint64_t slots = s->n_store ? (uint64_t)(pf->store.dram_bytes * (s->n_prefill + s->n_decode) /
+                                             s->n_store / blk_model)
+                                : 0;
+    uint64_t need  = trace_blocks(cfg->trace, cfg->block_tokens);
     moon_conductor_args_t ca;
     char                  policy[96];
     moon_status_t         status = MOON_OK;
@@ -149,7 +150,7 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     }
     /* rendezvous hashing spreads a little unevenly: 1.5 times the even share + 64
      * (a shard that fills anyway evicts, as a real one would) */
-    if (need != UINT64_MAX && slots > 3 * need / (2 * s->n_store) + 64) {
+    if (need != UINT64_MAX && s->n_store > 0 && slots > 3 * need / (2 * s->n_store) + 64) {
         slots = 3 * need / (2 * s->n_store) + 64;
     }
     for (uint32_t i = 0; status == MOON_OK && i < s->n_store; i++) {
@@ -172,6 +173,7 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
         .block_tokens = cfg->block_tokens,
         .max_requests = (uint32_t)MOON_MIN(cfg->trace->n_reqs + 1, 1u << 20),
         .n_prefill    = s->n_prefill,
+        .colocated    = cfg->colocated,
         .n_decode     = s->n_decode,
         .shards       = s->shards,
         .n_shards     = s->n_store,
@@ -195,7 +197,9 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
                               .max_batch = dec ? SIM_MAX_BATCH : 1,
                               .max_chunk = chunk,
                               .cost      = cost},
-            .role          = dec ? MOON_SERVE_ROLE_DECODE : MOON_SERVE_ROLE_PREFILL,
+            .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED
+                             : dec          ? MOON_SERVE_ROLE_DECODE
+                                            : MOON_SERVE_ROLE_PREFILL,
             .instance      = dec ? i - s->n_prefill : i,
             .block_tokens  = cfg->block_tokens,
             .n_blocks      = (uint32_t)kv_blocks,
@@ -218,14 +222,12 @@ static moon_status_t check(const moon_sim_run_config_t *cfg, const moon_sim_reco
     if (cfg == NULL || recs == NULL || cfg->trace == NULL || cfg->profile == NULL ||
         recs->n != cfg->trace->n_reqs || cfg->nodes_prefill == 0 || cfg->nodes_decode == 0 ||
         cfg->nodes_prefill > 64 || cfg->nodes_decode > 64 || cfg->block_tokens == 0 ||
-        !(cfg->time_scale > 0.0)) {
+        !(cfg->time_scale > 0.0) ||
+        (cfg->colocated && cfg->nodes_prefill + cfg->nodes_decode > 64)) {
         MOON_ERROR("replay: bad simulation configuration (1-64 prefill and decode instances, "
-                   "a block size, a time scale > 0, records for every request)");
+                   "at most 64 colocated, a block size, a time scale > 0, records for every "
+                   "request)");
         return MOON_ERR_INVALID_PARAM;
-    }
-    if (cfg->colocated) {
-        MOON_ERROR("replay: the serving actors have no colocated mode yet");
-        return MOON_ERR_UNSUPPORTED;
     }
     if (cfg->policy != NULL && strlen(cfg->policy) > 64) {
         MOON_ERROR("replay: policy name too long");
@@ -252,9 +254,16 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     /* every node lends its DRAM to the store; past the client's shard limit
      * one shard holds the DRAM of several nodes */
     s.n_store = MOON_MIN(s.n_prefill + s.n_decode, MOON_STORE_CLIENT_MAX_SHARDS);
-    s.shards  = moon_calloc(s.n_store, sizeof(moon_addr_t));
-    s.inst    = moon_calloc(s.n_prefill + s.n_decode, sizeof(moon_addr_t));
-    status    = s.shards && s.inst ? MOON_OK : MOON_ERR_NO_MEMORY;
+    if (cfg->colocated) {
+        /* vLLM-like: P + D instances that prefill and decode, each with its own
+         * prefix cache in its pool; no store */
+        s.n_decode  = s.n_prefill + s.n_decode;
+        s.n_prefill = 0;
+        s.n_store   = 0;
+    }
+    s.shards = moon_calloc(s.n_store + 1, sizeof(moon_addr_t));
+    s.inst   = moon_calloc(s.n_prefill + s.n_decode, sizeof(moon_addr_t));
+    status   = s.shards && s.inst ? MOON_OK : MOON_ERR_NO_MEMORY;
     if (status == MOON_OK) {
         status = moon_serve_msgs_register();
     }

@@ -120,6 +120,38 @@ static void test_two_runs_byte_identical(void)
     moon_trace_destroy(t);
 }
 
+/* The colocated baseline on the same trace: request 0 as from scratch; request
+ * 1 reuses the 1024 tokens its instance holds only if it lands there. */
+static void test_colocated(void)
+{
+    static const char *text =
+        "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [1, 2]}\n"
+        "{\"timestamp\": 60000, \"input_length\": 1536, \"output_length\": 2, "
+        "\"hash_ids\": [1, 2, 3]}\n";
+    moon_trace_t         *t = NULL;
+    moon_sim_records_t    r;
+    moon_sim_run_config_t c;
+    moon_cost_config_t    cost = moon_profile_cost(&profile);
+
+    CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
+    c           = config(t, 1, 1);
+    c.colocated = 1;
+    CU_ASSERT_EQUAL_FATAL(moon_replay_sim_run(&c, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_OK);
+    CU_ASSERT_EQUAL(r.recs[1].status, MOON_SIM_REQ_OK);
+    CU_ASSERT_EQUAL(r.recs[0].prefill, r.recs[0].decode); /* one instance does both */
+    CU_ASSERT_EQUAL(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
+                    ns(moon_cost_prefill_s(&cost, 0, 1024)));
+    if (r.recs[1].prefill == r.recs[0].prefill) {
+        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 1024);
+    } else {
+        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 0);
+    }
+    moon_sim_records_fini(&r);
+    moon_trace_destroy(t);
+}
+
 static void test_refused_configs(void)
 {
     static const char    *text = "{\"timestamp\": 0, \"input_length\": 8, \"output_length\": 1, "
@@ -131,9 +163,9 @@ static void test_refused_configs(void)
     CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 1), MOON_OK);
     moon_log_set_level(0);
-    c           = config(t, 1, 1);
-    c.colocated = 1;
-    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_UNSUPPORTED);
+    c           = config(t, 40, 40);
+    c.colocated = 1; /* 80 colocated instances: more than the conductor takes */
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_ERR_INVALID_PARAM);
     c        = config(t, 1, 1);
     c.policy = "no-such-policy";
     CU_ASSERT_NOT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
@@ -163,6 +195,7 @@ static int setup(void)
 static CU_TestInfo tests[] = {
     {"hand_checked_trace", test_hand_checked_trace},
     {"two_runs_byte_identical", test_two_runs_byte_identical},
+    {"colocated", test_colocated},
     {"refused_configs", test_refused_configs},
     CU_TEST_INFO_NULL,
 };
