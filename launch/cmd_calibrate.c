@@ -5,6 +5,7 @@
  * profile's device, network and store, the model's shape, a "fitted" section
  * (profile.h). The simulator then replays with this machine's costs
  * (moonlet replay --profile FILE). */
+#include "cli.h"
 #include "commands.h"
 #include "profile.h"
 #include "serve_calibrate.h"
@@ -43,35 +44,6 @@ static const moon_config_field_t cal_fields[] = {
 #undef CO
 static const moon_config_table_t cal_table = {"calibrate", "moonlet calibrate", NULL, cal_fields};
 
-/* Parses argv into o; returns -1 (message printed) on bad input, 1 for --help. */
-static int parse(int argc, char **argv, cal_opts_t *o)
-{
-    moon_config_t *cfg = NULL;
-    int            rc  = 0;
-
-    if (moon_config_defaults(&cal_table, o) != MOON_OK || moon_config_create(&cfg) != MOON_OK ||
-        moon_config_add(cfg, &cal_table, o) != MOON_OK) {
-        moon_config_destroy(cfg);
-        return -1;
-    }
-    if (moon_config_parse(cfg, argc, argv) != MOON_OK) {
-        fprintf(stderr, "moonlet calibrate: %s (moonlet calibrate --help)\n",
-                moon_config_error(cfg));
-        rc = -1;
-    } else if (moon_config_help_requested(cfg)) {
-        printf("usage: moonlet calibrate --model M.gguf --out PROFILE.json [options]\n"
-               "times the engine and writes a profile fitted to this machine\n\n");
-        moon_config_print_help(cfg, stdout);
-        rc = 1;
-    } else if (o->model == NULL || o->out == NULL || moon_config_n_args(cfg) > 0) {
-        fprintf(stderr, "moonlet calibrate: --model and --out are required, nothing else "
-                        "(moonlet calibrate --help)\n");
-        rc = -1;
-    }
-    moon_config_destroy(cfg);
-    return rc;
-}
-
 /* The fit of the engine of (m, ecfg) on this machine, as an instance would
  * time it at start-up: a KV cache of max_batch + 1 contexts. */
 static moon_status_t fit_engine(const moon_model_t *m, const moon_engine_config_t *ecfg,
@@ -109,22 +81,35 @@ static moon_status_t fit_engine(const moon_model_t *m, const moon_engine_config_
 
 int moon_cmd_calibrate(int argc, char **argv)
 {
-    cal_opts_t           o;
-    moon_profile_t       p;
-    moon_model_t        *m = NULL;
-    moon_engine_config_t ecfg;
-    moon_cost_fit_t      fit;
-    moon_status_t        status;
-    char                 source[128];
-    int                  rc = parse(argc, argv, &o);
+    cal_opts_t             o;
+    moon_profile_t         p;
+    moon_model_t          *m = NULL;
+    moon_engine_config_t   ecfg;
+    moon_cost_fit_t        fit;
+    moon_status_t          status;
+    char                   source[128];
+    moon_config_t         *cfg      = NULL;
+    const moon_cli_table_t tables[] = {{&cal_table, &o}};
+    int                    rc;
 
-    if (rc != 0) {
-        return rc < 0 ? 2 : 0;
+    memset(&o, 0, sizeof(o));
+    rc = moon_cli_parse("calibrate",
+                        "usage: moonlet calibrate --model M.gguf --out PROFILE.json [options]\n"
+                        "  times the engine as a serving instance does at start-up and writes a\n"
+                        "  profile fitted to this machine\n",
+                        tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.model == NULL || o.out == NULL) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("calibrate", "--model and --out are required");
     }
     if (moon_profile_load(o.base, NULL, &p, NULL) != MOON_OK ||
         moon_model_load(o.model, &m) != MOON_OK) {
         fprintf(stderr, "moonlet calibrate: cannot load %s\n", m == NULL ? o.model : o.base);
         moon_model_destroy(m);
+        moon_config_destroy(cfg);
         return 1;
     }
     memset(&ecfg, 0, sizeof(ecfg));
@@ -163,5 +148,6 @@ int moon_cmd_calibrate(int argc, char **argv)
                o.out, fit.a0, fit.a1, fit.a2, fit.d0, fit.d1, fit.d2);
     }
     moon_model_destroy(m);
+    moon_config_destroy(cfg); /* the string options borrowed argv until here */
     return rc;
 }
