@@ -2,6 +2,7 @@
  * the simulated cluster once per policy (sim_run.h) and writes the outputs:
  * DIR/requests.csv, DIR/summary.json and the plots (with --compare, each
  * policy's CSV and summary in DIR/POLICY/ and the plots of all in DIR). */
+#include "cli.h"
 #include "commands.h"
 #include "profile.h"
 #include "progress.h"
@@ -196,19 +197,34 @@ out:
     return rc;
 }
 
+static int run(const moon_replay_opts_t *po);
+
 int moon_cmd_replay(int argc, char **argv)
 {
-    moon_replay_opts_t o;
-    char               err[256];
+    moon_replay_opts_t     o;
+    moon_config_t         *cfg      = NULL;
+    const moon_cli_table_t tables[] = {{&moon_replay_config_table, &o}};
+    char                   err[256];
+    int                    rc;
 
-    if (moon_replay_opts_parse(argc, argv, &o, err, sizeof(err)) != 0) {
-        fprintf(stderr, "moonlet replay: %s\n", err);
-        return 2;
+    memset(&o, 0, sizeof(o));
+    rc = moon_cli_parse("replay", moon_replay_usage, tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc; /* --help, or a bad flag (named on stderr) */
     }
-    if (o.help) {
-        moon_replay_opts_print_help(stdout);
-        return 0;
+    if (moon_replay_opts_finish(&o, err, sizeof(err)) != 0) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("replay", "%s", err);
     }
+    rc = run(&o);
+    moon_config_destroy(cfg); /* the string options borrowed argv until here */
+    return rc;
+}
+
+static int run(const moon_replay_opts_t *po)
+{
+    moon_replay_opts_t o = *po;
+
     if (o.list_policies) {
         for (uint32_t i = 0; moon_sched_policy_name_at(i) != NULL; i++) {
             printf("%-14s %s\n", moon_sched_policy_name_at(i), moon_sched_policy_doc_at(i));

@@ -18,7 +18,7 @@ const char moon_replay_usage[] =
     "usage: moonlet replay --trace T.jsonl --sim --out DIR [options]\n"
     "       moonlet replay --list-policies\n"
     "replays a Mooncake trace against a simulated cluster (virtual time, the real\n"
-    "conductor/prefill/decode actors, modeled compute and transfers)\n\n";
+    "conductor/prefill/decode actors, modeled compute and transfers)\n";
 
 #define RO(_f) MOON_CONFIG_AT(moon_replay_opts_t, _f)
 static const moon_config_field_t replay_fields[] = {
@@ -80,20 +80,6 @@ static int fail(char *err, size_t n, const char *fmt, ...)
     return -1;
 }
 
-void moon_replay_opts_print_help(FILE *f)
-{
-    moon_replay_opts_t o;
-    moon_config_t     *cfg = NULL;
-
-    fputs(moon_replay_usage, f);
-    if (moon_config_defaults(&moon_replay_config_table, &o) == MOON_OK &&
-        moon_config_create(&cfg) == MOON_OK &&
-        moon_config_add(cfg, &moon_replay_config_table, &o) == MOON_OK) {
-        moon_config_print_help(cfg, f);
-    }
-    moon_config_destroy(cfg);
-}
-
 int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char *err,
                            size_t err_len)
 {
@@ -117,6 +103,12 @@ int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char
     if (rc != 0) {
         return rc;
     }
+    return moon_replay_opts_finish(opts, err, err_len);
+}
+
+int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len)
+{
+    err[0] = '\0';
     opts->ttft_slo_s *= 1e-3; /* the table reads milliseconds */
     opts->tbt_slo_s *= 1e-3;
     if (opts->help || opts->list_policies) {

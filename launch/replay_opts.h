@@ -71,6 +71,11 @@ typedef struct {
 int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char *err,
                            size_t err_len);
 
+/* What parse does after the table: the SLOs from ms to s, and the rules
+ * between options. For a caller that parsed the table itself (moon_cli_parse).
+ * 0, or -1 with the reason in err. */
+int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len);
+
 /* Splits the --compare LIST (borrowed text) into names[] (pointers into buf,
  * a copy the caller provides of buf_len bytes). "all": n_all names from all
  * (e.g. the scheduler's list). Returns the count, or -1 when empty, too many
