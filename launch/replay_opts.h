@@ -86,8 +86,7 @@ int moon_replay_split_compare(const char *list, char *buf, size_t buf_len,
 
 /* The options as a configuration table (flags only, no environment). */
 extern const moon_config_table_t moon_replay_config_table;
-/* The usage lines and every option's help. */
-void              moon_replay_opts_print_help(FILE *f);
+/* The usage lines heading --help. */
 extern const char moon_replay_usage[];
 
 #endif /* MOON_LAUNCH_REPLAY_OPTS_H */
