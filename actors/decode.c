@@ -934,7 +934,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     }
     if (status == MOON_OK) {
         status = moon_engine_runner_create(moon_actor_runtime(self), moon_actor_addr(self),
-                                           d->a.threaded, &d->runner);
+                                           d->a.threaded,
+                                           d->a.engine.pin ? (int32_t)d->a.engine.first_core : -1,
+                                           &d->runner);
     }
     if (status == MOON_OK) {
         uint64_t period = d->a.load_period_ns ? d->a.load_period_ns : 50000000ull;

@@ -5,6 +5,7 @@
 #include "engine_runner.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/cpu.h"
 #include "moonlet/log.h"
 #include "serve_msgs.h"
 
@@ -14,6 +15,7 @@ struct moon_engine_runner {
     moon_runtime_t    *rt;
     moon_addr_t        owner;
     int                threaded;
+    int32_t            core;
     pthread_t          thread;
     pthread_mutex_t    lock;
     pthread_cond_t     cond;
@@ -47,6 +49,9 @@ static void *runner_main(void *p)
 {
     moon_engine_runner_t *r = p;
 
+    if (r->core >= 0) {
+        moon_cpu_pin_self((uint32_t)r->core);
+    }
     pthread_mutex_lock(&r->lock);
     for (;;) {
         while (!r->pending && !r->quit) {
@@ -71,7 +76,7 @@ static void *runner_main(void *p)
 }
 
 moon_status_t moon_engine_runner_create(moon_runtime_t *rt, moon_addr_t owner, int threaded,
-                                        moon_engine_runner_t **runner_p)
+                                        int32_t core, moon_engine_runner_t **runner_p)
 {
     moon_engine_runner_t *r = moon_calloc(1, sizeof(*r));
 
@@ -81,6 +86,7 @@ moon_status_t moon_engine_runner_create(moon_runtime_t *rt, moon_addr_t owner, i
     r->rt       = rt;
     r->owner    = owner;
     r->threaded = threaded;
+    r->core     = core;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     if (threaded && pthread_create(&r->thread, NULL, runner_main, r) != 0) {

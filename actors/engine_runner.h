@@ -25,10 +25,12 @@ typedef struct moon_engine_runner moon_engine_runner_t;
 /* Timer cookies with this bit set belong to an inline runner. */
 #define MOON_ENGINE_RUNNER_TIMER_TAG (1ull << 63)
 
-/* Creates a runner for the actor owner of rt; threaded starts the thread.
- * MOON_ERR_NO_MEMORY, MOON_ERR_IO (thread creation failed). */
+/* Creates a runner for the actor owner of rt; threaded starts the thread,
+ * bound to core when core >= 0. MOON_ERR_NO_MEMORY, MOON_ERR_IO (thread
+ * creation failed). */
 MOON_API moon_status_t moon_engine_runner_create(moon_runtime_t *rt, moon_addr_t owner,
-                                                 int threaded, moon_engine_runner_t **runner_p);
+                                                 int threaded, int32_t core,
+                                                 moon_engine_runner_t **runner_p);
 /* Waits for a job in flight, joins the thread, frees. NULL: no-op. */
 MOON_API void moon_engine_runner_destroy(moon_engine_runner_t *runner);
 /* Starts fn(arg) as job. self is the owner (inline timers). MOON_OK: one

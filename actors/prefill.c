@@ -621,7 +621,9 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     p->a.shards = NULL; /* copied by the store client */
     if (status == MOON_OK) {
         status = moon_engine_runner_create(moon_actor_runtime(self), moon_actor_addr(self),
-                                           p->a.threaded, &p->runner);
+                                           p->a.threaded,
+                                           p->a.engine.pin ? (int32_t)p->a.engine.first_core : -1,
+                                           &p->runner);
     }
     if (status == MOON_OK) {
         uint64_t period = p->a.load_period_ns ? p->a.load_period_ns : 50000000ull;

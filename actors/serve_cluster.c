@@ -27,6 +27,7 @@ struct moon_serve_cluster {
     moon_addr_t         conductor;
     moon_addr_t        *shards;
     moon_addr_t         mine[CLUSTER_MAX_ACTORS]; /* spawned on this rank */
+    uint32_t            next_core; /* engine cores handed out on this rank */
     uint32_t            n_mine;
 };
 
@@ -53,6 +54,9 @@ static const moon_config_field_t serve_fields[] = {
     {"max-batch", MOON_CONFIG_U32, SC(max_batch), "32", "decode batch", 1, 1024, 0, 0, NULL},
     {"threads", MOON_CONFIG_U32, SC(threads), "1", "engine threads per instance (0: all cores)",
      0, 1024, 0, 0, NULL},
+    {"pin", MOON_CONFIG_BOOL, SC(pin), "1",
+     "bind each instance's engine threads to cores of their own, after the actor workers'", 0, 1,
+     0, 0, NULL},
     {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0,
      backend_names},
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
@@ -239,9 +243,16 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             if (rank_of(spec, name, n_ranks) != me) {
                 continue;
             }
+            /* cores: the runtime's workers take the first ones, each instance
+             * of this rank the next (wrapping round when they run out) */
+            moon_runtime_stats_t rs;
+            moon_runtime_stats(c->rt, &rs);
+            uint32_t first = rs.n_workers + c->next_core;
+            c->next_core += cfg->threads ? cfg->threads : 1;
             moon_serve_instance_args_t ia = {
                 .model         = c->model,
                 .engine        = {.kind = cfg->backend, .n_threads = cfg->threads,
+                                  .pin = (uint32_t)cfg->pin, .first_core = first,
                                   .max_batch = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
                                   .max_chunk = cfg->prefill_chunk},
                 .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,

@@ -21,6 +21,8 @@ typedef struct {
     uint32_t            max_seqs;      /* sequences per instance (0: 64) */
     uint32_t            max_batch;     /* decode batch (0: 32) */
     uint32_t            threads;       /* engine threads per instance (0: 1) */
+    int                 pin;           /* bind engine threads to cores after the runtime's
+                                          workers' (which the runtime pins) */
     moon_backend_kind_t backend;
     uint64_t            store_dram_mib; /* per shard */
     const char         *store_ssd;      /* a folder for each shard's SSD tier file (NULL: none) */

@@ -180,7 +180,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
 #ifdef MOON_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* parallelism comes from our own pool */
 #endif
-    status = moon_tp_create(s->nth, &s->tp);
+    status = moon_tp_create(s->nth, (int)cfg->pin, cfg->first_core, &s->tp);
     if (status != MOON_OK) {
         cpu_destroy(s);
         return status;

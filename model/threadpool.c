@@ -4,6 +4,7 @@
 #include "threadpool.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/cpu.h"
 #include "moonlet/log.h"
 
 #include <pthread.h>
@@ -17,6 +18,8 @@
 
 struct moon_tp {
     uint32_t   n;
+    int        pin;
+    uint32_t   first_core;
     pthread_t *threads; /* (n - 1) */
     moon_tp_fn fn;      /* written before the release on gen */
     void      *arg;
@@ -47,6 +50,9 @@ static void *worker_main(void *p)
     uint32_t   ith  = ((worker_arg_t *)p)->ith;
     uint64_t   seen = 0;
 
+    if (tp->pin) {
+        moon_cpu_pin_self(tp->first_core + ith);
+    }
     for (;;) {
         uint64_t g;
         uint32_t spins = 0;
@@ -92,7 +98,7 @@ static void publish(moon_tp_t *tp)
     pthread_mutex_unlock(&tp->lock);
 }
 
-moon_status_t moon_tp_create(uint32_t n_threads, moon_tp_t **tp_p)
+moon_status_t moon_tp_create(uint32_t n_threads, int pin, uint32_t first_core, moon_tp_t **tp_p)
 {
     moon_tp_t    *tp;
     worker_arg_t *args;
@@ -107,7 +113,9 @@ moon_status_t moon_tp_create(uint32_t n_threads, moon_tp_t **tp_p)
         moon_free(args);
         return MOON_ERR_NO_MEMORY;
     }
-    tp->n = n_threads;
+    tp->n          = n_threads;
+    tp->pin        = pin;
+    tp->first_core = first_core;
     atomic_init(&tp->gen, 0);
     atomic_init(&tp->done, 0);
     pthread_mutex_init(&tp->lock, NULL);

@@ -10,8 +10,9 @@
 typedef void (*moon_tp_fn)(void *arg, uint32_t ith, uint32_t nth);
 typedef struct moon_tp moon_tp_t;
 
-/* n_threads >= 1 (1: no workers, runs inline). */
-moon_status_t moon_tp_create(uint32_t n_threads, moon_tp_t **tp_p);
+/* n_threads >= 1 (1: no workers, runs inline). pin: worker i is bound to
+ * core first_core + i (wrapping; the caller is thread 0). */
+moon_status_t moon_tp_create(uint32_t n_threads, int pin, uint32_t first_core, moon_tp_t **tp_p);
 void          moon_tp_destroy(moon_tp_t *tp); /* NULL: no-op; joins the workers */
 uint32_t      moon_tp_n(const moon_tp_t *tp);
 void          moon_tp_run(moon_tp_t *tp, moon_tp_fn fn, void *arg);

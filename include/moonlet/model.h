@@ -156,6 +156,9 @@ MOON_API moon_status_t moon_engine_tuning_default(moon_engine_tuning_t *t);
 typedef struct {
     moon_backend_kind_t         kind;
     uint32_t                    n_threads; /* CPU: 0 = online cores */
+    uint32_t pin;        /* CPU: 1 binds pool thread i to core first_core + i (thread 0 is the
+                            caller, which binds itself if it wants: moon_cpu_pin_self) */
+    uint32_t first_core;
     uint32_t                    max_batch; /* decode sequences per call (0: 64) */
     uint32_t                    max_chunk; /* prefill tokens per call (0: 512) */
     moon_cost_config_t          cost;      /* COST only */
