@@ -14,7 +14,8 @@ typedef struct {
     void                      *base;
 } moon_cli_table_t;
 
-/* Fills each struct with its table's defaults, then parses the environment
+/* Fills each struct with its table's defaults (fields outside the table are
+ * left as they are: zero the struct first, or call its _default()), then parses the environment
  * (tables with a prefix) and argv (argv[0] is the subcommand's name) over all
  * tables, in order (flags of any table anywhere on the line), and the log's
  * table last (--log-level, applied here). usage is the

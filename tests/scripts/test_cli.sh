@@ -55,6 +55,10 @@ expect 2 "--type: 'f8' is not one of f32" "$M" gen-model --out "$T/m.gguf" --typ
 expect 2 "--out is required" "$M" gen-model --dim 8
 expect 2 "unknown option '--bogus'" "$M" convert --bogus
 expect 2 "--checkpoint, --tokenizer and --out are required" "$M" convert --out x
+expect 2 "--prefill: 'x' is not an integer" "$M" serve --model "$MODEL" --prefill x
+expect 2 "--transport: 'tcp' is not one of auto\|ucx\|mpi" "$M" serve --model "$MODEL" --transport tcp
+expect 2 "--model is required" "$M" serve
+expect 0 "dist options \(distributed runtime\)" "$M" serve --help
 expect 2 "unknown command 'bogus'" "$M" bogus
 expect 2 "usage: moonlet COMMAND" "$M"
 
