@@ -9,21 +9,9 @@
 
 #include <string.h>
 
-#define TAG_USED 0x80000000u
+#define TAG_USED MOON_HTAB_TAG_USED
 #define MIN_SLOTS 8u
 #define DEFAULT_CAP 8u
-
-struct moon_htab {
-    const moon_htab_type_t *type;
-    void                   *arg;
-    uint8_t                *slots;    /* (mask + 1) * stride */
-    size_t                  stride;   /* bytes per slot */
-    size_t                  elem_off; /* the element's offset in its slot */
-    size_t                  mask;
-    size_t                  n;     /* elements stored */
-    size_t                  max_n; /* FIXED: the capacity; else 2/3 of the slots */
-    unsigned                flags;
-};
 
 static inline uint32_t tag_of(uint64_t hash)
 {
@@ -124,27 +112,9 @@ uint64_t moon_htab_hash(const moon_htab_t *h, const void *key)
                                  : moon_hash_bytes(key, h->type->key_bytes);
 }
 
-static inline int key_eq(const moon_htab_t *h, const void *key, const void *elem)
-{
-    return h->type->key_eq != NULL ? h->type->key_eq(key, elem, h->arg)
-                                   : memcmp(key, elem, h->type->key_bytes) == 0;
-}
-
 void *moon_htab_find_hashed(const moon_htab_t *h, const void *key, uint64_t hash)
 {
-    uint32_t tag = tag_of(hash);
-
-    /* load < 1: the probe ends at an empty slot */
-    for (size_t pos = tag & h->mask;; pos = (pos + 1) & h->mask) {
-        uint32_t t = slot_tag(h, pos);
-
-        if (t == 0) {
-            return NULL;
-        }
-        if (t == tag && key_eq(h, key, slot_at(h, pos) + h->elem_off)) {
-            return slot_at(h, pos) + h->elem_off;
-        }
-    }
+    return moon_htab_find_with(h, key, hash, h->type->key_eq);
 }
 
 void *moon_htab_find(const moon_htab_t *h, const void *key)

@@ -13,9 +13,14 @@
 #include "moonlet/defs.h"
 #include "moonlet/status.h"
 
+#include <string.h>
+
 MOON_EXTERN_C_BEGIN
 
-typedef struct moon_htab moon_htab_t; /* opaque */
+typedef struct moon_htab moon_htab_t;
+
+/* 1 if key equals the key of the stored element elem; arg: the create's. */
+typedef int (*moon_htab_eq_fn)(const void *key, const void *elem, void *arg);
 
 /* What a table holds; borrowed by moon_htab_create and read until destroy
  * (usually a static const). arg is the create's arg, given back to each call. */
@@ -26,12 +31,28 @@ typedef struct {
     uint64_t (*hash)(const void *key, void *arg);
     /* Optional: 1 if key equals the key of the stored element elem (for an
      * index whose keys live elsewhere). NULL: memcmp of key_bytes. */
-    int (*key_eq)(const void *key, const void *elem, void *arg);
+    moon_htab_eq_fn key_eq;
     /* Optional: releases what an element owns when the table drops it
      * (remove, clear, destroy). NULL: the table frees nothing. */
     void (*elem_free)(void *elem, void *arg);
 } moon_htab_type_t;
 
+/* The struct is here only for moon_htab_find_with's inline probe: use the
+ * functions. */
+struct moon_htab {
+    /* private: */
+    const moon_htab_type_t *type;
+    void                   *arg;
+    uint8_t                *slots;    /* (mask + 1) * stride: a u32 tag, then the element */
+    size_t                  stride;   /* bytes per slot */
+    size_t                  elem_off; /* the element's offset in its slot */
+    size_t                  mask;
+    size_t                  n;     /* elements stored */
+    size_t                  max_n; /* FIXED: the capacity; else 2/3 of the slots */
+    unsigned                flags;
+};
+
+#define MOON_HTAB_TAG_USED 0x80000000u /* a slot's tag: this bit and the hash's low 31 */
 #define MOON_HTAB_MAX_ELEM_BYTES 4096
 #define MOON_HTAB_MAX_CAPACITY (1ull << 30)
 
@@ -57,6 +78,31 @@ MOON_API uint64_t moon_htab_hash(const moon_htab_t *htab, const void *key);
  * until the next insert or remove. */
 MOON_API void *moon_htab_find(const moon_htab_t *htab, const void *key);
 MOON_API void *moon_htab_find_hashed(const moon_htab_t *htab, const void *key, uint64_t hash);
+
+/* moon_htab_find_hashed inline, comparing with eq (the type's key_eq, or
+ * NULL: its memcmp): for a hot path whose hash and comparison are known at
+ * the call site, so the probe and both inline there. Same result. */
+static inline void *moon_htab_find_with(const moon_htab_t *htab, const void *key, uint64_t hash,
+                                        moon_htab_eq_fn eq)
+{
+    uint32_t tag = (uint32_t)hash | MOON_HTAB_TAG_USED;
+
+    /* load < 1: the probe ends at an empty slot */
+    for (size_t pos = tag & htab->mask;; pos = (pos + 1) & htab->mask) {
+        uint8_t *slot = htab->slots + pos * htab->stride;
+        uint32_t t;
+
+        memcpy(&t, slot, sizeof(t));
+        if (t == 0) {
+            return NULL;
+        }
+        if (t == tag &&
+            (eq != NULL ? eq(key, slot + htab->elem_off, htab->arg)
+                        : memcmp(key, slot + htab->elem_off, htab->type->key_bytes) == 0)) {
+            return slot + htab->elem_off;
+        }
+    }
+}
 
 /* Copies elem (elem_bytes) in under key; *elem_p (optional) gets the stored
  * copy. MOON_ERR_EXISTS: key is there already (*elem_p: that element);
