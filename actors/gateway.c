@@ -27,20 +27,46 @@ typedef struct {
     int                   own_metrics;
     moon_gw_bridge_t     *bridge;
     moon_gw_http_t       *http;
-    uint32_t              n_running; /* live requests past their first token */
+    uint64_t              stats_timer;
+    uint64_t              stats_sent, stats_seen; /* STATS asked, answered */
 } gw_state_t;
 
-void moon_gateway_config_default(moon_gateway_config_t *cfg)
+#define CFG(_f) MOON_CONFIG_AT(moon_gateway_config_t, _f)
+static const moon_config_field_t gateway_fields[] = {
+    {"host", MOON_CONFIG_STRING, CFG(host), .dflt = "127.0.0.1",
+     .doc = "address the http server binds (ipv4, ipv6 or a name)"},
+    {"port", MOON_CONFIG_U32, CFG(port), .dflt = "8000", .max = 65535,
+     .doc = "http port (0: any free port)"},
+    {"model-name", MOON_CONFIG_STRING, CFG(model_name), .dflt = NULL,
+     .doc = "model id served and listed by /v1/models (default: the model file's stem)"},
+    {"api-key", MOON_CONFIG_STRING, CFG(api_key), .dflt = NULL,
+     .doc = "if set, /v1/ routes need the header 'authorization: bearer key'"},
+    {"body-limit", MOON_CONFIG_SIZE, CFG(body_limit_bytes), .dflt = "4m", .min = 1,
+     .doc = "largest request body (bigger: 413)"},
+    {"idle-timeout", MOON_CONFIG_U32, CFG(idle_timeout_s), .dflt = "30",
+     .doc = "seconds a silent connection stays open (half-sent requests; 0: forever)"},
+    {"request-timeout", MOON_CONFIG_U32, CFG(request_timeout_s), .dflt = "60",
+     .doc = "seconds a request body may take to arrive (0: forever)"},
+    {"http-threads", MOON_CONFIG_U32, CFG(http_threads), .dflt = "2", .min = 1, .max = 256,
+     .doc = "http server threads"},
+    {"max-connections", MOON_CONFIG_U32, CFG(max_connections), .dflt = "1024", .min = 1,
+     .doc = "open http connections at most"},
+    {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1,
+     .max = 1u << 23, .doc = "requests on their way to the gateway actor at once (more: 503)"},
+    {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,
+     .doc = "milliseconds between the gateway's polls of the conductor's counters"},
+    MOON_CONFIG_END,
+};
+#undef CFG
+
+const moon_config_table_t moon_gateway_config_table = {"gateway", "openai http gateway",
+                                                       "MOON_GATEWAY_", gateway_fields};
+
+moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg)
 {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->host              = "127.0.0.1";
-    cfg->port              = 8000;
-    cfg->body_limit_bytes  = 4u << 20;
-    cfg->idle_timeout_s    = 30;
-    cfg->request_timeout_s = 60;
-    cfg->http_threads      = 2;
-    cfg->max_connections   = 1024;
-    cfg->max_inflight      = 4096;
+    moon_status_t status = moon_config_defaults(&moon_gateway_config_table, cfg);
+
+    return status != MOON_OK ? status : moon_config_load_env(&moon_gateway_config_table, cfg);
 }
 
 /* "models/stories260K.gguf" -> "stories260K" */
@@ -124,15 +150,6 @@ out:
     return status;
 }
 
-static void set_gauges(gw_state_t *st)
-{
-    uint32_t live = moon_gw_bridge_n_live(st->bridge);
-
-    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_RUNNING, NULL, st->n_running);
-    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_WAITING, NULL,
-                              live > st->n_running ? live - st->n_running : 0);
-}
-
 static moon_status_t gw_init(moon_actor_t *self, const void *arg)
 {
     const moon_gateway_args_t *args = arg;
@@ -143,15 +160,18 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     char                       labels[160];
     uint32_t                   h = 2166136261u;
 
-    if (args == NULL || args->conductor == MOON_ADDR_NONE || args->config.host == NULL) {
-        MOON_ERROR("gateway: needs a conductor address and a host");
+    if (args == NULL || args->conductor == MOON_ADDR_NONE || args->config.host == NULL ||
+        args->config.port > 65535 || args->config.body_limit_bytes == 0 ||
+        args->config.stats_interval_ms == 0) {
+        MOON_ERROR("gateway: needs a conductor address, a host, a port, a body limit and a "
+                   "stats interval");
         return MOON_ERR_INVALID_PARAM;
     }
     st->conductor = args->conductor;
     st->cfg       = args->config;
     st->host      = moon_strdup(args->config.host);
     st->api_key   = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
-    st->wait_roles = moon_strdup(args->wait_roles != NULL ? args->wait_roles : "");
+    st->wait_roles = moon_strdup(args->wait_roles != NULL ? args->wait_roles : "prefill,decode");
     if (st->host == NULL || st->wait_roles == NULL ||
         (args->config.api_key != NULL && st->api_key == NULL)) {
         goto err;
@@ -167,7 +187,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
         moon_gw_template_init(&st->tpl, NULL, 0, -1, -1, NULL, NULL);
     }
     status = MOON_ERR_NO_MEMORY;
-    st->model_name = args->model_name != NULL   ? moon_strdup(args->model_name)
+    st->model_name = args->config.model_name != NULL ? moon_strdup(args->config.model_name)
                      : args->model_path != NULL ? stem_of(args->model_path)
                                                 : moon_strdup("moonlet");
     if (st->model_name == NULL) {
@@ -223,13 +243,18 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     if (status != MOON_OK) {
         MOON_WARN("gateway: cannot monitor the conductor: %s", moon_status_str(status));
     }
+    status = moon_timer_start(self, 0, (uint64_t)st->cfg.stats_interval_ms * 1000000ull, 0,
+                              &st->stats_timer);
+    if (status != MOON_OK) {
+        moon_gw_http_stop(st->http);
+        goto err;
+    }
     if (args->port_p != NULL) {
         *args->port_p = moon_gw_http_port(st->http);
     }
     MOON_INFO("gateway: listening on http://%s:%u (model %s, context %u, chat template %s)",
               st->host, moon_gw_http_port(st->http), st->model_name, st->n_ctx,
               moon_gw_template_name(st->tpl.kind));
-    set_gauges(st);
     return MOON_OK;
 
 err:
@@ -281,7 +306,6 @@ static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
     (void)msg;
     moon_gw_bridge_drain(st->bridge, self, st->conductor);
-    set_gauges(st);
     return MOON_OK;
 }
 
@@ -307,8 +331,6 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
     if (t->first_token_ns == 0) {
         t->first_token_ns = now;
         moon_gw_metrics_observe(st->metrics, MOON_GW_M_TTFT, NULL, secs(now - t->arrival_ns));
-        st->n_running++;
-        set_gauges(st);
     } else {
         moon_gw_metrics_observe(st->metrics, MOON_GW_M_ITL, NULL, secs(now - t->last_token_ns));
     }
@@ -356,11 +378,7 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_metrics_add(m, MOON_GW_M_GEN_TOKENS, NULL, d->n_completion);
     moon_gw_metrics_add(m, MOON_GW_M_CACHE_QUERIES, NULL, d->n_prompt);
     moon_gw_metrics_add(m, MOON_GW_M_CACHE_HITS, NULL, d->n_cached);
-    if (t->first_token_ns != 0 && st->n_running > 0) {
-        st->n_running--;
-    }
     moon_gw_bridge_deliver(st->bridge, req, msg);
-    set_gauges(st);
     return MOON_OK;
 }
 
@@ -375,10 +393,64 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
     }
     moon_gw_http_set_down(st->http, 1);
     n = moon_gw_bridge_fail_all(st->bridge, MOON_ERR_PEER_LOST, "the conductor is gone");
-    st->n_running = 0;
-    set_gauges(st);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"prefill\"", 0);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"decode\"", 0);
     MOON_ERROR("gateway: the conductor ended (%s): %u requests failed, new ones get 503",
                moon_status_str(down->reason), n);
+    return MOON_OK;
+}
+
+/* The stats timer: ask the conductor (one question at a time). */
+static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t             *st = moon_actor_state(self);
+    moon_serve_stats_req_t *q;
+
+    (void)msg;
+    if (st->stats_sent != st->stats_seen && st->stats_sent - st->stats_seen < 20) {
+        return MOON_OK; /* the last one is unanswered: the conductor is busy */
+    }
+    q = moon_msg_new(MOON_MSG_SERVE_STATS, 0);
+    if (q == NULL) {
+        return MOON_OK;
+    }
+    q->req = ++st->stats_sent;
+    moon_tell(self, st->conductor, &q->hdr);
+    return MOON_OK;
+}
+
+static void set_pool_gauges(gw_state_t *st, const moon_serve_stats_reply_t *r)
+{
+    const uint32_t *used  = MOON_SPAN_PTR(r, r->blocks_used);
+    const uint32_t *total = MOON_SPAN_PTR(r, r->blocks_total);
+    double          u[2] = {0, 0}, t[2] = {0, 0};
+
+    for (uint32_t i = 0; i < r->blocks_used.n && i < r->blocks_total.n; i++) {
+        u[i >= r->n_prefill] += used[i];
+        t[i >= r->n_prefill] += total[i];
+    }
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_USED, "tier=\"prefill_pool\"", u[0]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_USED, "tier=\"decode_pool\"", u[1]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_TOTAL, "tier=\"prefill_pool\"", t[0]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_TOTAL, "tier=\"decode_pool\"", t[1]);
+}
+
+static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                     *st = moon_actor_state(self);
+    const moon_serve_stats_reply_t *r  = (const moon_serve_stats_reply_t *)msg;
+    moon_gw_metrics_t              *m  = st->metrics;
+
+    if (r->req > st->stats_seen) {
+        st->stats_seen = r->req;
+    }
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"prefill\"", r->n_prefill_up);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"decode\"", r->n_decode_up);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_RUNNING, NULL, (double)r->running);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_WAITING, NULL, (double)r->waiting);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_IN_FLIGHT, NULL, r->in_flight);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_HITS, NULL, (double)r->store_hit_tokens);
+    set_pool_gauges(st, r);
     return MOON_OK;
 }
 
@@ -393,5 +465,7 @@ const moon_actor_ops_t moon_gateway_ops = {
             [MOON_MSG_SERVE_TOKEN] = gw_on_token,
             [MOON_MSG_SERVE_DONE]  = gw_on_done,
             [MOON_MSG_SYS_DOWN]    = gw_on_down,
+            [MOON_MSG_SYS_TIMER]   = gw_on_timer,
+            [MOON_MSG_SERVE_STATS_REPLY] = gw_on_stats,
         },
 };

@@ -441,6 +441,10 @@ static const decl_t serving[] = {
     {MOON_GW_M_ALIVE, "Serving instances alive, per role.", MOON_GW_GAUGE, NULL, 0},
     {MOON_GW_M_STORE_OPS, "KV store operations, per kind.", MOON_GW_COUNTER, NULL, 0},
     {MOON_GW_M_STORE_EVICT, "KV store blocks evicted.", MOON_GW_COUNTER, NULL, 0},
+    {MOON_GW_M_IN_FLIGHT, "Requests placed by the conductor and not yet released.",
+     MOON_GW_GAUGE, NULL, 0},
+    {MOON_GW_M_STORE_HITS, "Prompt tokens whose KV was fetched from the store.",
+     MOON_GW_COUNTER, NULL, 0},
 };
 
 static const struct {
