@@ -395,8 +395,12 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
     n = moon_gw_bridge_fail_all(st->bridge, MOON_ERR_PEER_LOST, "the conductor is gone");
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"prefill\"", 0);
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"decode\"", 0);
-    MOON_ERROR("gateway: the conductor ended (%s): %u requests failed, new ones get 503",
-               moon_status_str(down->reason), n);
+    if (down->reason == MOON_OK && n == 0) {
+        MOON_INFO("gateway: the conductor stopped: new requests get 503");
+    } else {
+        MOON_ERROR("gateway: the conductor ended (%s): %u requests failed, new ones get 503",
+                   moon_status_str(down->reason), n);
+    }
     return MOON_OK;
 }
 

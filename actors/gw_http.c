@@ -632,6 +632,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages are mostly about clients (one that hung up
+ * mid-stream, a malformed request): debug level, so a busy server does not
+ * flood the log; a bind failure is reported by moon_gw_http_start. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char line[256];
@@ -639,7 +642,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     (void)cls;
     vsnprintf(line, sizeof(line), fmt, ap);
     line[strcspn(line, "\n")] = '\0';
-    MOON_WARN("gateway: http: %s", line);
+    MOON_DEBUG_LOG("gateway: http: %s", line);
 }
 
 /* ---- start / stop --------------------------------------------------------------------- */
@@ -685,10 +688,11 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
         flags |= MHD_USE_IPv6;
     }
     h->daemon = MHD_start_daemon(
-        flags, args->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)args->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)args->cfg.idle_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)args->cfg.max_connections,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)MOON_MAX(args->cfg.http_threads, 1u),
         MHD_OPTION_END);
     freeaddrinfo(ai);
