@@ -630,6 +630,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     moon_free(c->out);
     moon_free(c);
     *con_cls = NULL;
+    /* libmicrohttpd's threads end without telling us: give the messages this
+     * thread cached back to the shared pool now (else they leak at its exit). */
+    moon_msg_cache_flush();
 }
 
 /* libmicrohttpd's messages are mostly about clients (one that hung up
