@@ -30,20 +30,47 @@ struct moon_serve_cluster {
     uint32_t            n_mine;
 };
 
+static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
+
+#define SC(_f) MOON_CONFIG_AT(moon_serve_config_t, _f)
+static const moon_config_field_t serve_fields[] = {
+    {"model", MOON_CONFIG_STRING, SC(model_path), NULL, "gguf model file to serve", 0, 0, 0, 0, NULL},
+    {"prefill", MOON_CONFIG_U32, SC(n_prefill), "1", "prefill instances", 1, 64, 0, 0, NULL},
+    {"decode", MOON_CONFIG_U32, SC(n_decode), "1", "decode instances", 1, 64, 0, 0, NULL},
+    {"store", MOON_CONFIG_U32, SC(n_store), "1", "kv store shards (0: no store)", 0, 64, 0, 0, NULL},
+    {"colocated", MOON_CONFIG_BOOL, SC(colocated), "0",
+     "each instance prefills and decodes (not built yet)", 0, 1, 0, 0, NULL},
+    {"block-tokens", MOON_CONFIG_U32, SC(block_tokens), "16",
+     "tokens per kv block and store key (fixed per deployment)", 1, 4096, 0, 0, NULL},
+    {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1,
+     8192, 0, 0, NULL},
+    {"kv-blocks", MOON_CONFIG_U32, SC(kv_blocks), "0",
+     "kv pool blocks per instance (0: four full contexts)", 0, 1u << 24, 0, 0, NULL},
+    {"max-seqs", MOON_CONFIG_U32, SC(max_seqs), "64", "sequences per instance", 1, 4096, 0, 0,
+     NULL},
+    {"max-batch", MOON_CONFIG_U32, SC(max_batch), "32", "decode batch", 1, 1024, 0, 0, NULL},
+    {"threads", MOON_CONFIG_U32, SC(threads), "1", "engine threads per instance (0: all cores)",
+     0, 1024, 0, 0, NULL},
+    {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0,
+     backend_names},
+    {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
+     1, 1u << 20, 0, 0, NULL},
+    {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
+     NULL},
+    {"client-ranks", MOON_CONFIG_U32, SC(client_ranks), "0",
+     "ranks at the end left to client programs (no serving role)", 0, 1u << 20, 0, 0, NULL},
+    MOON_CONFIG_END,
+};
+#undef SC
+
+const moon_config_table_t moon_serve_config_table = {
+    "serve", "the serving cluster", "MOON_", serve_fields,
+};
+
 void moon_serve_config_default(moon_serve_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->n_prefill      = 1;
-    cfg->n_decode       = 1;
-    cfg->n_store        = 1;
-    cfg->block_tokens   = 16;
-    cfg->prefill_chunk  = 128;
-    cfg->max_seqs       = 64;
-    cfg->max_batch      = 32;
-    cfg->threads        = 1;
-    cfg->backend        = MOON_BACKEND_CPU;
-    cfg->store_dram_mib = 64;
-    cfg->replicas       = 1;
+    MOON_CHECK(moon_config_defaults(&moon_serve_config_table, cfg) == MOON_OK);
 }
 
 /* "conductor=0; store*=a,b; prefill*=...; decode*=..." over ranks 1..n-1-clients. */

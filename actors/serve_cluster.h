@@ -27,6 +27,11 @@ typedef struct {
     uint32_t            client_ranks;   /* ranks at the end left to drivers (no role) */
 } moon_serve_config_t;
 
+/* The options of a serving deployment (`moonlet serve --help`): rows
+ * writing a moon_serve_config_t, env MOON_<NAME>. */
+#include "moonlet/config.h"
+MOON_API extern const moon_config_table_t moon_serve_config_table;
+
 /* The defaults: 1 prefill, 1 decode, 1 store, block 16, chunk 128, CPU. */
 MOON_API void moon_serve_config_default(moon_serve_config_t *cfg);
 

@@ -6,6 +6,8 @@
 #include "store_shard.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
+#include "moonlet/htab.h"
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"
 #include "store_msgs.h"
@@ -34,55 +36,23 @@ typedef struct {
     uint64_t            n_dropped;     /* reservations + leases dropped with dead clients */
     uint64_t            n_renewals;    /* RENEW requests served, granted or refused */
     /* Clients holding (or having held) a reservation or lease, each monitored
-     * once: open addressing, linear probing, backward-shift deletion. */
-    moon_addr_t *clients; /* cap_clients (power of two), MOON_ADDR_NONE = empty */
-    uint32_t     n_clients, cap_clients, max_clients;
+     * once: a set of moon_addr_t, fixed at max_clients. */
+    moon_htab_t *clients;
+    uint32_t     max_clients;
 } shard_state_t;
 
 /* ---- clients: monitored once, dropped when they end ---------------------- */
-static uint32_t client_slot(const shard_state_t *st, moon_addr_t a)
+static uint64_t client_hash(const void *key, void *arg)
 {
-    uint64_t h = a * 0x9e3779b97f4a7c15ull;
+    moon_addr_t a;
 
-    return (uint32_t)(h >> 32) & (st->cap_clients - 1);
+    (void)arg;
+    memcpy(&a, key, sizeof(a));
+    return moon_hash_mix64(a);
 }
 
-/* 1 if a is tracked (monitored) already. */
-static int clients_has(const shard_state_t *st, moon_addr_t a)
-{
-    for (uint32_t i = client_slot(st, a);; i = (i + 1) & (st->cap_clients - 1)) {
-        if (st->clients[i] == a) {
-            return 1;
-        }
-        if (st->clients[i] == MOON_ADDR_NONE) {
-            return 0;
-        }
-    }
-}
-
-static void clients_del(shard_state_t *st, moon_addr_t a)
-{
-    uint32_t mask = st->cap_clients - 1, i = client_slot(st, a);
-
-    while (st->clients[i] != a) {
-        if (st->clients[i] == MOON_ADDR_NONE) {
-            return;
-        }
-        i = (i + 1) & mask;
-    }
-    st->clients[i] = MOON_ADDR_NONE;
-    st->n_clients--;
-    /* backward shift: move later entries of the cluster into the hole when
-     * their home slot does not lie cyclically in (hole, j] */
-    for (uint32_t j = (i + 1) & mask; st->clients[j] != MOON_ADDR_NONE; j = (j + 1) & mask) {
-        uint32_t home = client_slot(st, st->clients[j]);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            st->clients[i] = st->clients[j];
-            st->clients[j] = MOON_ADDR_NONE;
-            i              = j;
-        }
-    }
-}
+static const moon_htab_type_t clients_type = {
+    .elem_bytes = sizeof(moon_addr_t), .key_bytes = sizeof(moon_addr_t), .hash = client_hash};
 
 /* Makes sure the sender of a reserve/get is monitored, so that whatever it
  * holds is dropped when it ends (its rank lost included: DOWN with
@@ -91,28 +61,24 @@ static void clients_del(shard_state_t *st, moon_addr_t a)
 static moon_status_t clients_track(moon_actor_t *self, shard_state_t *st, moon_addr_t a)
 {
     moon_status_t status;
-    uint32_t      i;
 
     if (a == MOON_ADDR_NONE) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (clients_has(st, a)) {
+    if (moon_htab_find(st->clients, &a) != NULL) {
         return MOON_OK;
     }
-    if (st->n_clients == st->max_clients) {
+    if (moon_htab_count(st->clients) == st->max_clients) {
         MOON_WARN("store shard %u: %u clients already, refusing one more", st->shard_id,
-                  st->n_clients);
+                  st->max_clients);
         return MOON_ERR_NO_RESOURCE;
     }
     status = moon_monitor(self, a, 0);
     if (status != MOON_OK) {
         return status;
     }
-    for (i = client_slot(st, a); st->clients[i] != MOON_ADDR_NONE;
-         i = (i + 1) & (st->cap_clients - 1)) {
-    }
-    st->clients[i] = a;
-    st->n_clients++;
+    /* absent and under max_clients, in a table fixed at max_clients: cannot fail */
+    MOON_CHECK(moon_htab_insert(st->clients, &a, &a, NULL) == MOON_OK);
     return MOON_OK;
 }
 
@@ -481,10 +447,9 @@ static moon_status_t shard_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg
     const moon_sys_down_t *m  = (const moon_sys_down_t *)msg;
     uint64_t               n;
 
-    if (!clients_has(st, m->actor)) {
-        return MOON_OK;
+    if (moon_htab_remove(st->clients, &m->actor) != MOON_OK) {
+        return MOON_OK; /* not a client */
     }
-    clients_del(st, m->actor);
     n = moon_kv_shard_drop_client(st->kv, m->actor);
     st->n_dropped += n;
     if (n > 0) {
@@ -531,11 +496,12 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     st->cap_events       = a->n_slots + 64; /* one call evicts at most the arena */
     st->events           = moon_calloc(st->cap_events, sizeof(*st->events));
     st->max_clients      = a->max_clients ? a->max_clients : DEFAULT_MAX_CLIENTS;
-    for (st->cap_clients = 4; st->cap_clients < 2 * st->max_clients; st->cap_clients *= 2) {
-    }
-    st->clients = moon_calloc(st->cap_clients, sizeof(*st->clients));
-    if (st->events == NULL || st->clients == NULL) {
+    if (st->events == NULL) {
         status = MOON_ERR_NO_MEMORY;
+        goto err_free_events;
+    }
+    status = moon_htab_create(&clients_type, NULL, st->max_clients, MOON_HTAB_FIXED, &st->clients);
+    if (status != MOON_OK) {
         goto err_free_events;
     }
     moon_kv_shard_config_init(&cfg);
@@ -609,7 +575,7 @@ err_deregister:
     moon_dist_region_deregister(st->dist, st->reg); /* frees the arena; NULL: no-op */
     st->reg = NULL;
 err_free_events:
-    moon_free(st->clients);
+    moon_htab_destroy(st->clients);
     moon_free(st->events);
     st->clients = NULL;
     st->events  = NULL;
@@ -624,7 +590,7 @@ static void shard_fini(moon_actor_t *self)
     if (st->reg != NULL) {
         moon_dist_region_deregister(st->dist, st->reg);
     }
-    moon_free(st->clients);
+    moon_htab_destroy(st->clients);
     moon_free(st->events);
 }
 

@@ -14,6 +14,7 @@
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
 #include "moonlet/log.h"
 
 #include <stdio.h>
@@ -151,30 +152,27 @@ void dist_fail_queue(moon_dist_t *d, uint32_t r)
 /* ---- processes: a dead peer or a silent live one ------------------------------ */
 static uint64_t host_hash(void)
 {
-    char     name[256] = {0};
-    uint64_t h         = 1469598103934665603ull; /* FNV-1a */
+    char name[256] = {0};
 
     (void)gethostname(name, sizeof(name) - 1);
-    for (const char *c = name; *c != '\0'; c++) {
-        h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    }
-    return h;
+    return moon_hash_str(name);
 }
 
-/* MOON_SPLIT_HOSTS=N: ranks count as N hosts (rank % N) wherever they run,
- * so one machine can run what several would (frames between "hosts" then
- * take the network path; the tests use it for a job that mixes both). */
+/* cfg.split_hosts = N > 1 (MOON_SPLIT_HOSTS): ranks count as N hosts (rank %
+ * N) wherever they run, so one machine can run what several would (frames
+ * between "hosts" then take the network path; the tests use it for a job that
+ * mixes both). */
 void dist_procs_gather(moon_dist_t *d)
 {
-    const char *split = getenv("MOON_SPLIT_HOSTS");
+    uint32_t    split = d->cfg.split_hosts;
     dist_proc_t me    = {(int64_t)getpid(), host_hash()};
     int         ok, all = 0;
 
     if (!d->use_mpi) {
         return;
     }
-    if (split != NULL && atoi(split) > 1) {
-        me.host += 0x9e3779b97f4a7c15ull * (d->rank % (uint32_t)atoi(split) + 1);
+    if (split > 1) {
+        me.host += 0x9e3779b97f4a7c15ull * (d->rank % split + 1);
     }
     /* all ranks allocate, or none gathers: a rank that skipped the
      * collective would hang the others */

@@ -1,0 +1,96 @@
+/* base/alloc.c - heap wrappers with fault injection (moonlet/alloc.h).
+ * The disarmed fast path is one relaxed load. */
+#include "moonlet/alloc.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic uint64_t  fault_at;     /* 0: disarmed; else fail from this count on */
+static _Atomic uint64_t  fault_count;  /* allocations since arming */
+static _Atomic uintptr_t fault_thread; /* 0: every thread; else the one armed (its tls_self) */
+static _Thread_local char tls_self;    /* its address names the thread */
+
+static int fault_hit(void)
+{
+    uint64_t  at = atomic_load_explicit(&fault_at, memory_order_relaxed);
+    uintptr_t only;
+
+    if (MOON_LIKELY(at == 0)) {
+        return 0;
+    }
+    only = atomic_load_explicit(&fault_thread, memory_order_relaxed);
+    if (only != 0 && only != (uintptr_t)&tls_self) {
+        return 0;
+    }
+    return atomic_fetch_add_explicit(&fault_count, 1, memory_order_relaxed) + 1 >= at;
+}
+
+static void arm(uint64_t n, uintptr_t only)
+{
+    atomic_store(&fault_at, 0);
+    atomic_store(&fault_count, 0);
+    atomic_store(&fault_thread, only);
+    atomic_store(&fault_at, n);
+}
+
+void moon_fault_fail_after(uint64_t n)
+{
+    arm(n, 0);
+}
+
+void moon_fault_fail_after_here(uint64_t n)
+{
+    arm(n, (uintptr_t)&tls_self);
+}
+
+void moon_fault_reset(void)
+{
+    atomic_store(&fault_at, 0);
+}
+
+uint64_t moon_fault_count(void)
+{
+    return atomic_load(&fault_count);
+}
+
+void *moon_malloc(size_t bytes)
+{
+    return fault_hit() ? NULL : malloc(bytes);
+}
+
+void *moon_calloc(size_t n, size_t bytes)
+{
+    return fault_hit() ? NULL : calloc(n, bytes);
+}
+
+void *moon_realloc(void *ptr, size_t bytes)
+{
+    return fault_hit() ? NULL : realloc(ptr, bytes);
+}
+
+void *moon_aligned_alloc(size_t alignment, size_t bytes)
+{
+    void *ptr = NULL;
+
+    if (fault_hit() || posix_memalign(&ptr, alignment, bytes) != 0) {
+        return NULL;
+    }
+    return ptr;
+}
+
+char *moon_strdup(const char *s)
+{
+    size_t len  = strlen(s) + 1;
+    char  *copy = moon_malloc(len);
+
+    if (copy != NULL) {
+        memcpy(copy, s, len);
+    }
+    return copy;
+}
+
+void moon_free(void *ptr)
+{
+    free(ptr);
+}

@@ -1,0 +1,82 @@
+/* launch/bench_opts.h - the options of `moonlet bench`, parsed from argv by
+ * one table (name, kind, default, help). Strict: an unknown flag, a missing
+ * value or a malformed or out-of-range number is an error naming the flag.
+ * Single-threaded; the options struct owns nothing (strings point into argv
+ * or into the table's defaults). */
+#ifndef MOON_LAUNCH_BENCH_OPTS_H
+#define MOON_LAUNCH_BENCH_OPTS_H
+
+#include "moonlet/status.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    MOON_BENCH_WL_RANDOM = 0,    /* random prompts of given length ranges */
+    MOON_BENCH_WL_SHARED_PREFIX, /* multi-turn chats over a few long system prompts */
+    MOON_BENCH_WL_TRACE,         /* Mooncake JSONL trace replay */
+} moon_bench_workload_kind_t;
+
+typedef struct {
+    /* positional: the workload and, for trace, its file */
+    moon_bench_workload_kind_t workload;
+    const char                *trace_path;
+
+    /* server */
+    const char *base_url;  /* http://127.0.0.1:8000 */
+    const char *endpoint;  /* "completions", "chat" or a path starting with '/' */
+    const char *model;     /* NULL: the first id of GET /v1/models */
+    const char *api_key;   /* NULL: no Authorization header */
+    double      timeout_s; /* per request; 0: none */
+
+    /* arrivals */
+    uint32_t num_prompts;     /* 0 with trace: every record */
+    double   rate;            /* requests/s; 0 = infinity: all at once */
+    double   burstiness;      /* Gamma shape; 1 = Poisson */
+    uint32_t max_concurrency; /* 0: unbounded */
+    uint64_t seed;
+    double   time_scale; /* trace: send at timestamp * time_scale */
+
+    /* prompts */
+    const char
+            *prompt_format; /* "tokens", "words" or NULL: tokens for completions, words for chat */
+    uint32_t vocab;         /* token ids drawn from 3..vocab-1 */
+    uint32_t input_len, output_len;
+    double   range_ratio; /* lengths uniform in len*(1-r) .. len*(1+r) */
+    uint32_t num_prefixes, prefix_len, turns, question_len;
+    uint32_t block_scale; /* trace: tokens per 512-token block */
+    uint32_t max_context; /* input + output clamp; 0: none */
+    int      ignore_eos;  /* ask for exactly max_tokens */
+    double   temperature;
+
+    /* service-level objectives; 0: not given */
+    double slo_ttft_ms, slo_tpot_ms, slo_e2el_ms;
+
+    /* output */
+    const char *result_file; /* NULL: none */
+    const char *plot_dir;    /* NULL: none */
+    const char *label;       /* free text copied into the result */
+    int         progress;    /* progress bar when stderr is a tty */
+    int         help;        /* --help was given */
+} moon_bench_opts_t;
+
+/* Parses `bench` arguments (argv[0] is the subcommand name) into *opts, which
+ * it first fills with every default. On an error writes one line naming the
+ * flag or positional into err (NUL-terminated, at most err_len bytes) and
+ * returns MOON_ERR_INVALID_PARAM; *opts is then partly filled. --help sets
+ * opts->help and skips the positional check. Borrowed: opts' strings point
+ * into argv, which must outlive opts. */
+moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
+                                    size_t err_len);
+
+/* Prints the usage text with every option, its default and its help line. */
+void moon_bench_opts_usage(FILE *f);
+
+/* True when requests go to the chat completions API (endpoint "chat" or a
+ * path containing "chat"). */
+int moon_bench_opts_is_chat(const moon_bench_opts_t *opts);
+
+/* True when prompts are token-id arrays (prompt_format, or its default). */
+int moon_bench_opts_tokens(const moon_bench_opts_t *opts);
+
+#endif /* MOON_LAUNCH_BENCH_OPTS_H */

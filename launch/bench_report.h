@@ -1,0 +1,30 @@
+/* launch/bench_report.h - what `moonlet bench` hands back: the human summary
+ * in `vllm bench serve`'s layout, and the JSON result file (vLLM's keys, plus
+ * p90, SLO attainment and the run's parameters). Single-threaded. */
+#ifndef MOON_LAUNCH_BENCH_REPORT_H
+#define MOON_LAUNCH_BENCH_REPORT_H
+
+#include "bench_opts.h"
+#include "bench_stats.h"
+
+#include "moonlet/status.h"
+
+#include <stdio.h>
+
+/* Prints the summary of stats to f. */
+void moon_bench_report_print(FILE *f, const moon_bench_opts_t *opts, const char *model,
+                             const moon_bench_stats_t *stats);
+
+/* The JSON result as a NUL-terminated string (caller frees with moon_free):
+ * the parameters, every metric of stats, and per-request arrays of the n
+ * results. MOON_ERR_NO_MEMORY. */
+moon_status_t moon_bench_report_json(const moon_bench_opts_t *opts, const char *model,
+                                     const moon_bench_stats_t  *stats,
+                                     const moon_bench_result_t *results, uint32_t n, char **json_p);
+
+/* Writes moon_bench_report_json's text to path. MOON_ERR_IO (logged). */
+moon_status_t moon_bench_report_write(const char *path, const moon_bench_opts_t *opts,
+                                      const char *model, const moon_bench_stats_t *stats,
+                                      const moon_bench_result_t *results, uint32_t n);
+
+#endif /* MOON_LAUNCH_BENCH_REPORT_H */

@@ -1,0 +1,150 @@
+/* tests/unit/launch/test_bench_opts.c - `moonlet bench` option parsing:
+ * defaults, both spellings, vLLM aliases, strict errors naming the flag, and
+ * the URL of an endpoint. */
+#include "bench_http.h"
+#include "bench_opts.h"
+
+#include "moon_test.h"
+
+#include <string.h>
+
+static moon_status_t parse(moon_bench_opts_t *o, char *err, const char *a, const char *b,
+                           const char *c, const char *d)
+{
+    char *argv[6] = {"bench"};
+    int   argc    = 1;
+
+    if (a)
+        argv[argc++] = (char *)a;
+    if (b)
+        argv[argc++] = (char *)b;
+    if (c)
+        argv[argc++] = (char *)c;
+    if (d)
+        argv[argc++] = (char *)d;
+    err[0] = '\0';
+    return moon_bench_opts_parse(argc, argv, o, err, 200);
+}
+
+static void test_defaults(void)
+{
+    moon_bench_opts_t o;
+    char              err[200];
+
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", NULL, NULL, NULL), MOON_OK);
+    CU_ASSERT_EQUAL(o.workload, MOON_BENCH_WL_RANDOM);
+    CU_ASSERT_STRING_EQUAL(o.base_url, "http://127.0.0.1:8000");
+    CU_ASSERT_STRING_EQUAL(o.endpoint, "completions");
+    CU_ASSERT_PTR_NULL(o.model);
+    CU_ASSERT_EQUAL(o.num_prompts, 100);
+    CU_ASSERT_EQUAL(o.rate, 0.0);
+    CU_ASSERT_EQUAL(o.burstiness, 1.0);
+    CU_ASSERT_EQUAL(o.vocab, 512);
+    CU_ASSERT_EQUAL(o.block_scale, 512);
+    CU_ASSERT_EQUAL(o.ignore_eos, 1);
+    CU_ASSERT_EQUAL(o.progress, 1);
+    CU_ASSERT_TRUE(moon_bench_opts_tokens(&o));
+    CU_ASSERT_FALSE(moon_bench_opts_is_chat(&o));
+}
+
+static void test_spellings_and_aliases(void)
+{
+    moon_bench_opts_t o;
+    char              err[200];
+
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "trace", "t.jsonl", "--request-rate=2.5", "--seed"),
+                          MOON_ERR_INVALID_PARAM); /* --seed without its value */
+    CU_ASSERT_STRING_EQUAL(err, "--seed: missing value");
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "trace", "t.jsonl", "--request-rate=2.5", "--seed=9"),
+                          MOON_OK);
+    CU_ASSERT_EQUAL(o.workload, MOON_BENCH_WL_TRACE);
+    CU_ASSERT_STRING_EQUAL(o.trace_path, "t.jsonl");
+    CU_ASSERT_EQUAL(o.rate, 2.5);
+    CU_ASSERT_EQUAL(o.seed, 9);
+    CU_ASSERT_EQUAL(o.num_prompts, 0); /* trace: every record */
+    CU_ASSERT_EQUAL_FATAL(
+        parse(&o, err, "--random-input-len", "7", "shared-prefix", "--ignore-eos"), MOON_OK);
+    CU_ASSERT_EQUAL(o.input_len, 7);
+    CU_ASSERT_EQUAL(o.workload, MOON_BENCH_WL_SHARED_PREFIX);
+    CU_ASSERT_EQUAL(o.ignore_eos, 1);
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", "--ignore-eos", "0", "--endpoint=chat"),
+                          MOON_OK);
+    CU_ASSERT_EQUAL(o.ignore_eos, 0);
+    CU_ASSERT_TRUE(moon_bench_opts_is_chat(&o));
+    CU_ASSERT_FALSE(moon_bench_opts_tokens(&o)); /* chat carries words */
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", "--endpoint", "/v1/chat/completions", NULL),
+                          MOON_OK);
+    CU_ASSERT_TRUE(moon_bench_opts_is_chat(&o));
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", "--help", "--bogus", NULL), MOON_OK);
+    CU_ASSERT_TRUE(o.help);
+}
+
+static void test_errors_name_the_flag(void)
+{
+    static const struct {
+        const char *a, *b, *msg;
+    } cases[] = {
+        {"--bogus", NULL, "unknown option '--bogus' (moonlet bench --help)"},
+        {"--rate", "fast", "--rate: bad value 'fast'"},
+        {"--rate", "-1", "--rate: bad value '-1'"},
+        {"--rate", "nan", "--rate: bad value 'nan'"},
+        {"--num-prompts", "12x", "--num-prompts: bad value '12x'"},
+        {"--num-prompts", "-3", "--num-prompts: bad value '-3'"},
+        {"--num-prompts=", NULL, "--num-prompts: bad value ''"},
+        {"--vocab", "3", "--vocab: bad value '3'"},
+        {"--range-ratio", "1.5", "--range-ratio: bad value '1.5'"},
+        {"--block-scale", "1024", "--block-scale: bad value '1024'"},
+        {"--seed", "99999999999999999999999", "--seed: bad value '99999999999999999999999'"},
+        {"--ignore-eos=maybe", NULL, "--ignore-eos: bad value 'maybe'"},
+        {"--endpoint", "embeddings",
+         "--endpoint: 'embeddings' is not completions, chat or a /path"},
+        {"--prompt-format", "bytes", "--prompt-format: 'bytes' is not tokens or words"},
+        {"--base-url", "localhost:8000",
+         "--base-url: 'localhost:8000' is not an http:// or https:// URL"},
+        {"extra", NULL, "unexpected argument 'extra'"},
+    };
+    moon_bench_opts_t o;
+    char              err[200];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        CU_ASSERT_EQUAL(parse(&o, err, "random", cases[i].a, cases[i].b, NULL),
+                        MOON_ERR_INVALID_PARAM);
+        CU_ASSERT_STRING_EQUAL(err, cases[i].msg);
+    }
+    CU_ASSERT_EQUAL(parse(&o, err, NULL, NULL, NULL, NULL), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_STRING_EQUAL(err, "missing workload: random, shared-prefix or trace FILE");
+    CU_ASSERT_EQUAL(parse(&o, err, "sharegpt", NULL, NULL, NULL), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(parse(&o, err, "trace", NULL, NULL, NULL), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_STRING_EQUAL(err, "trace: missing FILE");
+    CU_ASSERT_EQUAL(parse(&o, err, "random", "--endpoint=chat", "--prompt-format=tokens", NULL),
+                    MOON_ERR_INVALID_PARAM);
+}
+
+static void test_urls(void)
+{
+    char url[64];
+
+    CU_ASSERT_EQUAL(moon_bench_http_url("http://h:1", "/v1/models", url, sizeof(url)), MOON_OK);
+    CU_ASSERT_STRING_EQUAL(url, "http://h:1/v1/models");
+    CU_ASSERT_EQUAL(moon_bench_http_url("http://h:1/", "/v1/models", url, sizeof(url)), MOON_OK);
+    CU_ASSERT_STRING_EQUAL(url, "http://h:1/v1/models");
+    CU_ASSERT_EQUAL(moon_bench_http_url("http://h:1/v1/", "/v1/completions", url, sizeof(url)),
+                    MOON_OK);
+    CU_ASSERT_STRING_EQUAL(url, "http://h:1/v1/completions");
+    CU_ASSERT_EQUAL(moon_bench_http_url("http://h:1", "/v1/completions", url, 10),
+                    MOON_ERR_INVALID_PARAM);
+}
+
+static CU_TestInfo tests[] = {
+    {"defaults", test_defaults},
+    {"spellings_and_aliases", test_spellings_and_aliases},
+    {"errors_name_the_flag", test_errors_name_the_flag},
+    {"urls", test_urls},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"bench_opts", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void)
+{
+    return moon_test_run(suites);
+}
