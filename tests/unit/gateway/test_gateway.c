@@ -468,6 +468,30 @@ static void test_cancel_on_disconnect(void)
             (unsigned long long)(n_cancelled() - before));
 }
 
+/* The same for clients waiting for a whole (non-streamed) answer: they give
+ * up after 50 ms, long before 32 answers of 500 tokens are computed (each
+ * token resumes the parked connection, and libmicrohttpd then sees the
+ * closed socket). Some curls do not even connect in 50 ms: not all cancel. */
+static void test_cancel_on_disconnect_not_streamed(void)
+{
+    uint64_t before = n_cancelled();
+    char     cmd[2048];
+    int      ret;
+
+    snprintf(cmd, sizeof(cmd),
+             "for i in $(seq 32); do curl -s --max-time 0.05 -X POST "
+             "-H 'Content-Type: application/json' -d '{\"prompt\":\"Once upon a time\","
+             "\"max_tokens\":500,\"ignore_eos\":true}' -o /dev/null "
+             "http://127.0.0.1:%u/v1/completions & done; wait",
+             g_port);
+    ret = system(cmd);
+    CU_ASSERT_EQUAL(ret, 0);
+    expect_cluster_idle();
+    CU_ASSERT(n_cancelled() > before);
+    fprintf(stderr, "cancelled on disconnect (not streamed): %llu of 32\n",
+            (unsigned long long)(n_cancelled() - before));
+}
+
 /* 64 streaming clients at once: every stream whole and well-formed; greedy
  * ones with the same prompt give the same text. */
 static void test_concurrent_streams(void)
@@ -576,6 +600,7 @@ static CU_TestInfo tests[] = {
     {"completion_stream_and_not", test_completion_stream_and_not},
     {"chat", test_chat},
     {"cancel_on_disconnect", test_cancel_on_disconnect},
+    {"cancel_on_disconnect_not_streamed", test_cancel_on_disconnect_not_streamed},
     {"concurrent_streams", test_concurrent_streams},
     {"rejected_then_conductor_down", test_rejected_then_conductor_down},
     {"half_sent_request_times_out", test_half_sent_request_times_out},
