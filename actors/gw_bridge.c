@@ -25,8 +25,8 @@ struct moon_gw_req {
     pthread_mutex_t      wake_mu;
     int                  parked; /* under wake_mu */
     int                  closed; /* under wake_mu: the HTTP side is gone */
-    moon_gw_conn_fn      park, wake;
-    void                *conn;
+    moon_gw_conn_t       conn;
+    uint64_t             woken_ns; /* actor: when a TOKEN last woke the connection */
     atomic_int           done; /* the actor delivered DONE */
     /* actor-owned */
     moon_gw_req_times_t times;
@@ -153,8 +153,7 @@ static void kick(moon_gw_bridge_t *b)
 }
 
 moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params_t *params,
-                                    moon_gw_conn_fn park, moon_gw_conn_fn wake, void *conn,
-                                    moon_gw_req_t **req_p)
+                                    const moon_gw_conn_t *conn, moon_gw_req_t **req_p)
 {
     moon_gw_req_t             *req = moon_calloc(1, sizeof(*req));
     struct ck_fifo_spsc_entry *stub;
@@ -178,9 +177,7 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     ck_fifo_spsc_init(&req->fifo, stub);
     pthread_mutex_init(&req->wake_mu, NULL);
     req->bridge           = b;
-    req->park             = park;
-    req->wake             = wake;
-    req->conn             = conn;
+    req->conn             = *conn;
     req->times.arrival_ns = moon_now(b->rt);
     atomic_init(&req->done, 0);
     atomic_init(&req->refs, 2); /* the HTTP side and the actor */
@@ -215,7 +212,7 @@ int moon_gw_req_park(moon_gw_req_t *req)
      * one after sees parked and wakes. */
     if (ck_fifo_spsc_isempty(&req->fifo)) {
         req->parked = 1;
-        req->park(req->conn);
+        req->conn.park(req->conn.arg);
         parked = 1;
     }
     pthread_mutex_unlock(&req->wake_mu);
@@ -325,10 +322,17 @@ void moon_gw_bridge_deliver(moon_gw_bridge_t *b, moon_gw_req_t *req, const moon_
     } else {
         moon_msg_retain(msg);
         ck_fifo_spsc_enqueue(&req->fifo, entry, (void *)msg);
+        if (!done && req->conn.token_wake_ns > 0) {
+            uint64_t now = moon_now(b->rt);
+            if (now - req->woken_ns < req->conn.token_wake_ns) {
+                return; /* queued; the next wake-up (or DONE) takes it along */
+            }
+            req->woken_ns = now;
+        }
         pthread_mutex_lock(&req->wake_mu);
         if (req->parked && !req->closed) {
             req->parked = 0;
-            req->wake(req->conn);
+            req->conn.wake(req->conn.arg);
         }
         pthread_mutex_unlock(&req->wake_mu);
     }

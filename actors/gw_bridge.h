@@ -35,6 +35,16 @@ typedef struct moon_gw_req    moon_gw_req_t;
  * request's wake lock held (a wake never comes before its park). */
 typedef void (*moon_gw_conn_fn)(void *conn);
 
+/* The connection a request answers (copied by submit). */
+typedef struct {
+    moon_gw_conn_fn park, wake;
+    void           *arg;           /* passed to park and wake */
+    uint64_t        token_wake_ns; /* 0: every event wakes a parked connection; else a
+                                      TOKEN wakes it at most once per this long (a whole
+                                      answer waits for DONE: fewer wake-ups, and a client
+                                      that left is still noticed that often); DONE always */
+} moon_gw_conn_t;
+
 /* Per-request figures the actor keeps (read by the HTTP side only after DONE). */
 typedef struct {
     uint64_t arrival_ns;     /* set by submit */
@@ -55,13 +65,12 @@ void moon_gw_bridge_destroy(moon_gw_bridge_t *bridge);
 
 /* ---- HTTP side (any thread) ------------------------------------------------ */
 /* Submits: builds SUBMIT {request id, params} (params borrowed for the call),
- * queues the request for the actor and wakes it. park/wake act on conn.
+ * queues the request for the actor and wakes it. conn is copied.
  * *req_p gets the HTTP side's reference (close it). MOON_ERR_NO_RESOURCE: the
  * ring is full (answer 503); MOON_ERR_INVALID_PARAM: params refused by the
  * SUBMIT builder; MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *bridge, const moon_serve_params_t *params,
-                                    moon_gw_conn_fn park, moon_gw_conn_fn wake, void *conn,
-                                    moon_gw_req_t **req_p);
+                                    const moon_gw_conn_t *conn, moon_gw_req_t **req_p);
 uint64_t      moon_gw_req_id(const moon_gw_req_t *req);
 /* Next TOKEN or DONE message of the request (the caller owns one reference:
  * moon_msg_release it), NULL if none is queued now. The connection's thread only. */

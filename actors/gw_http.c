@@ -21,6 +21,10 @@
 #include <time.h>
 
 #define SSE_BLOCK_BYTES (16u << 10)
+/* A non-streamed answer's tokens wake its connection at most this often
+ * (each wake-up costs the server thread a resume and a suspend; the one
+ * after a client left closes the connection, which cancels the request). */
+#define NON_STREAM_WAKE_NS (50u * 1000u * 1000u)
 
 typedef enum {
     ROUTE_NONE,
@@ -469,6 +473,7 @@ static enum MHD_Result on_body(conn_t *c)
 {
     moon_gw_http_t *h = c->http;
     moon_gw_error_t err;
+    moon_gw_conn_t  conn;
     moon_status_t   status;
 
     if (c->too_large) {
@@ -492,7 +497,11 @@ static enum MHD_Result on_body(conn_t *c)
         return fail(c, 500, NULL, "the request could not be prepared: %s",
                     moon_status_str(status));
     }
-    status = moon_gw_bridge_submit(h->a.bridge, &c->req.params, conn_park, conn_wake, c, &c->breq);
+    conn.park          = conn_park;
+    conn.wake          = conn_wake;
+    conn.arg           = c;
+    conn.token_wake_ns = c->req.stream ? 0 : NON_STREAM_WAKE_NS;
+    status = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
     if (status == MOON_ERR_NO_RESOURCE) {
         return fail(c, 503, NULL, "%s", "too many requests in flight, retry later");
     }

@@ -150,8 +150,11 @@ static void *producer(void *arg)
         moon_gw_req_t *req = NULL;
         moon_status_t  status;
         int            done = 0;
+        /* half of them want a wake for DONE only (the token is taken along) */
+        moon_gw_conn_t conn = {.park = park, .wake = wake, .arg = p,
+                               .token_wake_ns = (i % 2) ? 0 : 1000000000ull};
 
-        status = moon_gw_bridge_submit(b, &params, park, wake, p, &req);
+        status = moon_gw_bridge_submit(b, &params, &conn, &req);
         if (status == MOON_ERR_NO_RESOURCE) { /* ring full: retry later */
             p->n_full++;
             i--;
