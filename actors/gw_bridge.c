@@ -178,7 +178,7 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     pthread_mutex_init(&req->wake_mu, NULL);
     req->bridge           = b;
     req->conn             = *conn;
-    req->times.arrival_ns = moon_now(b->rt);
+    req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
     atomic_init(&req->refs, 2); /* the HTTP side and the actor */
     if (!ck_ring_enqueue_mpsc(&b->ring, b->ring_buf, req)) {

@@ -501,6 +501,7 @@ static enum MHD_Result on_body(conn_t *c)
     conn.wake          = conn_wake;
     conn.arg           = c;
     conn.token_wake_ns = c->req.stream ? 0 : NON_STREAM_WAKE_NS;
+    conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
     status = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
     if (status == MOON_ERR_NO_RESOURCE) {
         return fail(c, 503, NULL, "%s", "too many requests in flight, retry later");

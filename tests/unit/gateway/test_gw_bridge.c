@@ -152,7 +152,7 @@ static void *producer(void *arg)
         int            done = 0;
         /* half of them want a wake for DONE only (the token is taken along) */
         moon_gw_conn_t conn = {.park = park, .wake = wake, .arg = p,
-                               .token_wake_ns = (i % 2) ? 0 : 1000000000ull};
+                               .token_wake_ns = (i % 2) ? 0 : 1000000000ull, .arrival_ns = 0};
 
         status = moon_gw_bridge_submit(b, &params, &conn, &req);
         if (status == MOON_ERR_NO_RESOURCE) { /* ring full: retry later */
