@@ -16,6 +16,19 @@
 
 MOON_MSG_DEFINE(MOON_GW_MSGS, moon_gw_msg_descs)
 
+/* Concurrency Kit orders its queues with its own fences and volatile
+ * accesses, which ThreadSanitizer cannot see. In TSan builds every queue
+ * operation also takes one mutex, so TSan checks this file's own protocol
+ * (references, the wake lock, the kick flag) and not Concurrency Kit's. */
+#if defined(__SANITIZE_THREAD__)
+static pthread_mutex_t ck_tsan_mu = PTHREAD_MUTEX_INITIALIZER;
+#define CK_TSAN_LOCK() pthread_mutex_lock(&ck_tsan_mu)
+#define CK_TSAN_UNLOCK() pthread_mutex_unlock(&ck_tsan_mu)
+#else
+#define CK_TSAN_LOCK() ((void)0)
+#define CK_TSAN_UNLOCK() ((void)0)
+#endif
+
 struct moon_gw_req {
     atomic_uint          refs;
     moon_gw_bridge_t    *bridge;
@@ -102,6 +115,65 @@ moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, uint3
     return MOON_OK;
 }
 
+/* ---- the queues (Concurrency Kit) --------------------------------------------- */
+static bool ring_push(moon_gw_bridge_t *b, void *item)
+{
+    bool ok;
+
+    CK_TSAN_LOCK();
+    ok = ck_ring_enqueue_mpsc(&b->ring, b->ring_buf, item);
+    CK_TSAN_UNLOCK();
+    return ok;
+}
+
+static bool ring_pop(moon_gw_bridge_t *b, void **item_p)
+{
+    bool ok;
+
+    CK_TSAN_LOCK();
+    ok = ck_ring_dequeue_mpsc(&b->ring, b->ring_buf, item_p);
+    CK_TSAN_UNLOCK();
+    return ok;
+}
+
+static bool fifo_pop(moon_gw_req_t *req, void **value_p)
+{
+    bool ok;
+
+    CK_TSAN_LOCK();
+    ok = ck_fifo_spsc_dequeue(&req->fifo, value_p);
+    CK_TSAN_UNLOCK();
+    return ok;
+}
+
+static bool fifo_empty(moon_gw_req_t *req)
+{
+    bool empty;
+
+    CK_TSAN_LOCK();
+    empty = ck_fifo_spsc_isempty(&req->fifo);
+    CK_TSAN_UNLOCK();
+    return empty;
+}
+
+/* Producer side: an entry recycled from those the consumer is done with, else new. */
+static struct ck_fifo_spsc_entry *fifo_entry(moon_gw_req_t *req)
+{
+    struct ck_fifo_spsc_entry *entry;
+
+    CK_TSAN_LOCK();
+    entry = ck_fifo_spsc_recycle(&req->fifo);
+    CK_TSAN_UNLOCK();
+    return entry != NULL ? entry : moon_malloc(sizeof(*entry));
+}
+
+static void fifo_push(moon_gw_req_t *req, struct ck_fifo_spsc_entry *entry, void *value)
+{
+    CK_TSAN_LOCK();
+    ck_fifo_spsc_enqueue(&req->fifo, entry, value);
+    CK_TSAN_UNLOCK();
+}
+
 static void req_unref(moon_gw_req_t *req)
 {
     struct ck_fifo_spsc_entry *garbage = NULL;
@@ -111,7 +183,7 @@ static void req_unref(moon_gw_req_t *req)
     if (atomic_fetch_sub_explicit(&req->refs, 1, memory_order_acq_rel) != 1) {
         return;
     }
-    while (ck_fifo_spsc_dequeue(&req->fifo, &msg)) {
+    while (fifo_pop(req, &msg)) {
         moon_msg_release(msg);
     }
     ck_fifo_spsc_deinit(&req->fifo, &garbage);
@@ -181,7 +253,7 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
     atomic_init(&req->refs, 2); /* the HTTP side and the actor */
-    if (!ck_ring_enqueue_mpsc(&b->ring, b->ring_buf, req)) {
+    if (!ring_push(b, req)) {
         atomic_store(&req->refs, 1);
         req_unref(req);
         return MOON_ERR_NO_RESOURCE;
@@ -200,7 +272,7 @@ const moon_msg_hdr_t *moon_gw_req_next(moon_gw_req_t *req)
 {
     void *msg;
 
-    return ck_fifo_spsc_dequeue(&req->fifo, &msg) ? msg : NULL;
+    return fifo_pop(req, &msg) ? msg : NULL;
 }
 
 int moon_gw_req_park(moon_gw_req_t *req)
@@ -210,7 +282,7 @@ int moon_gw_req_park(moon_gw_req_t *req)
     pthread_mutex_lock(&req->wake_mu);
     /* Under the lock: a deliver that queued before we took it is seen here;
      * one after sees parked and wakes. */
-    if (ck_fifo_spsc_isempty(&req->fifo)) {
+    if (fifo_empty(req)) {
         req->parked = 1;
         req->conn.park(req->conn.arg);
         parked = 1;
@@ -230,7 +302,7 @@ void moon_gw_req_close(moon_gw_req_t *req, int cancel)
     if (cancel && !atomic_load(&req->done)) {
         /* The cancel item holds a reference until the actor has read it. */
         atomic_fetch_add(&req->refs, 1);
-        if (ck_ring_enqueue_mpsc(&b->ring, b->ring_buf, (void *)((uintptr_t)req | 1))) {
+        if (ring_push(b, (void *)((uintptr_t)req | 1))) {
             kick(b);
         } else {
             atomic_fetch_sub(&req->refs, 1);
@@ -310,18 +382,15 @@ moon_gw_req_t *moon_gw_bridge_find(moon_gw_bridge_t *b, uint64_t request_id)
 
 void moon_gw_bridge_deliver(moon_gw_bridge_t *b, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
 {
-    struct ck_fifo_spsc_entry *entry = ck_fifo_spsc_recycle(&req->fifo);
+    struct ck_fifo_spsc_entry *entry = fifo_entry(req);
     int                        done  = msg->type == MOON_MSG_SERVE_DONE;
 
-    if (entry == NULL) {
-        entry = moon_malloc(sizeof(*entry));
-    }
     if (entry == NULL) {
         MOON_ERROR("gateway: out of memory queueing an event of request %llu",
                    (unsigned long long)req->id);
     } else {
         moon_msg_retain(msg);
-        ck_fifo_spsc_enqueue(&req->fifo, entry, (void *)msg);
+        fifo_push(req, entry, (void *)msg);
         if (!done && req->conn.token_wake_ns > 0) {
             uint64_t now = moon_now(b->rt);
             if (now - req->woken_ns < req->conn.token_wake_ns) {
@@ -374,7 +443,7 @@ void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self, moon_addr_t c
     atomic_store(&b->kicked, 0);
     /* seq_cst fence: pairs with the fence in kick(). */
     atomic_thread_fence(memory_order_seq_cst);
-    while (ck_ring_dequeue_mpsc(&b->ring, b->ring_buf, &item)) {
+    while (ring_pop(b, &item)) {
         moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)1);
         moon_status_t  status;
 
@@ -408,7 +477,7 @@ void moon_gw_bridge_abort(moon_gw_bridge_t *b, moon_status_t status, const char 
 
     atomic_store(&b->kicked, 0);
     atomic_thread_fence(memory_order_seq_cst);
-    while (ck_ring_dequeue_mpsc(&b->ring, b->ring_buf, &item)) {
+    while (ring_pop(b, &item)) {
         moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)1);
 
         if ((uintptr_t)item & 1) {
