@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ static moon_runtime_t       *g_rt;
 static moon_serve_cluster_t *g_cluster;
 static moon_serve_client_t  *g_client;
 static moon_addr_t           g_fake;
+static atomic_int            g_fake_decode_up = 1; /* what the fake conductor reports */
 static unsigned              g_port, g_port_key, g_port_fake;
 
 /* ---- a fake conductor: rejects everything, reports every role up ---------- */
@@ -65,7 +67,7 @@ static moon_status_t fake_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg
     }
     r->req          = ((const moon_serve_stats_req_t *)msg)->req;
     r->n_prefill_up = 1;
-    r->n_decode_up  = 1;
+    r->n_decode_up  = (uint32_t)atomic_load(&g_fake_decode_up);
     return moon_tell(self, msg->src, &r->hdr);
 }
 
@@ -547,6 +549,16 @@ static void test_rejected_then_conductor_down(void)
     gw_curl(&r, g_port_fake, "/metrics", NULL);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "moonlet:early_rejections_total{model_name=\"stories260K\"} 1"));
     gw_http_fini(&r);
+    /* no decode instance up: 503 on /health and to requests, until one is back */
+    atomic_store(&g_fake_decode_up, 0);
+    CU_ASSERT_FATAL(wait_health(g_port_fake, 503));
+    gw_curl(&r, g_port_fake, "/health", NULL);
+    expect_error(&r, 503, "server_error");
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "no decode instance"));
+    gw_http_fini(&r);
+    post_expect(g_port_fake, "/v1/completions", "{\"prompt\":\"x\"}", 503, "server_error");
+    atomic_store(&g_fake_decode_up, 1);
+    CU_ASSERT_FATAL(wait_health(g_port_fake, 200));
     /* the conductor goes: health and requests answer 503 */
     CU_ASSERT_EQUAL(moon_stop(g_rt, g_fake, MOON_OK), MOON_OK);
     CU_ASSERT(wait_health(g_port_fake, 503));
