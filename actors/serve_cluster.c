@@ -39,7 +39,9 @@ static const moon_config_field_t serve_fields[] = {
     {"decode", MOON_CONFIG_U32, SC(n_decode), "1", "decode instances", 1, 64, 0, 0, NULL},
     {"store", MOON_CONFIG_U32, SC(n_store), "1", "kv store shards (0: no store)", 0, 64, 0, 0, NULL},
     {"colocated", MOON_CONFIG_BOOL, SC(colocated), "0",
-     "each instance prefills and decodes (not built yet)", 0, 1, 0, 0, NULL},
+     "each instance prefills and decodes, with its own prefix cache (prefill + decode "
+     "instances, no store): the vllm-like baseline",
+     0, 1, 0, 0, NULL},
     {"block-tokens", MOON_CONFIG_U32, SC(block_tokens), "16",
      "tokens per kv block and store key (fixed per deployment)", 1, 4096, 0, 0, NULL},
     {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1,
@@ -56,6 +58,22 @@ static const moon_config_field_t serve_fields[] = {
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
      1, 1u << 20, 0, 0, NULL},
     {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
+     NULL},
+    {"policy", MOON_CONFIG_STRING, SC(policy), "moonlet",
+     "placement policy: random, round-robin, least-loaded, cache-aware, mooncake, moonlet", 0, 0,
+     0, 0, NULL},
+    {"ttft-slo-ms", MOON_CONFIG_DOUBLE, SC(ttft_slo_ms), "0",
+     "reject at arrival a request whose predicted ttft exceeds this (0: no slo)", 0, 0, 0, 1e9,
+     NULL},
+    {"tbt-slo-ms", MOON_CONFIG_DOUBLE, SC(tbt_slo_ms), "0",
+     "reject at arrival a request whose predicted tbt exceeds this (0: no slo)", 0, 0, 0, 1e9,
+     NULL},
+    {"balance-threshold", MOON_CONFIG_DOUBLE, SC(balance_threshold), "0",
+     "mooncake policy: pull the prefix when best / local exceeds this (0: default)", 0, 0, 0, 1e9,
+     NULL},
+    {"kv-link-gbps", MOON_CONFIG_DOUBLE, SC(kv_link_gbps), "80",
+     "kv transfer bandwidth the conductor predicts with, gbit/s", 0, 0, 1e-3, 1e6, NULL},
+    {"seed", MOON_CONFIG_U64, SC(seed), "1", "seed of the random policy", 0, UINT64_MAX, 0, 0,
      NULL},
     {"client-ranks", MOON_CONFIG_U32, SC(client_ranks), "0",
      "ranks at the end left to client programs (no serving role)", 0, 1u << 20, 0, 0, NULL},
@@ -154,14 +172,6 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     char          name[64];
     moon_status_t status = MOON_OK;
 
-    if (rank_of(spec, "conductor", n_ranks) == me) {
-        moon_conductor_args_t ca = {.model = c->model, .tag = c->tag, .block_tokens = cfg->block_tokens};
-        status = spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL,
-                            &c->conductor);
-        if (status == MOON_OK) {
-            status = name_it(c, "conductor", c->conductor);
-        }
-    }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         if (rank_of(spec, name, n_ranks) == me) {
@@ -176,14 +186,40 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
         }
     }
     if (status == MOON_OK && c->dist != NULL) {
-        moon_dist_barrier(c->dist); /* the names above are registered everywhere */
-    }
-    if (status == MOON_OK) {
-        status = resolve(c, "conductor", &c->conductor);
+        moon_dist_barrier(c->dist); /* the shards' names are registered everywhere */
     }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         status = resolve(c, name, &c->shards[i]);
+    }
+    if (status == MOON_OK && rank_of(spec, "conductor", n_ranks) == me) {
+        moon_conductor_args_t ca = {
+            .model               = c->model,
+            .tag                 = c->tag,
+            .block_tokens        = cfg->block_tokens,
+            .n_prefill           = cfg->n_prefill,
+            .n_decode            = cfg->n_decode,
+            .colocated           = cfg->colocated,
+            .shards              = c->shards,
+            .n_shards            = cfg->n_store,
+            .policy              = cfg->policy,
+            .ttft_slo_s          = cfg->ttft_slo_ms * 1e-3,
+            .tbt_slo_s           = cfg->tbt_slo_ms * 1e-3,
+            .balance_threshold   = cfg->balance_threshold,
+            .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
+            .seed                = cfg->seed,
+        };
+        status = spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL,
+                            &c->conductor);
+        if (status == MOON_OK) {
+            status = name_it(c, "conductor", c->conductor);
+        }
+    }
+    if (status == MOON_OK && c->dist != NULL) {
+        moon_dist_barrier(c->dist);
+    }
+    if (status == MOON_OK) {
+        status = resolve(c, "conductor", &c->conductor);
     }
     if (status != MOON_OK) {
         return status;
@@ -200,7 +236,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .engine        = {.kind = cfg->backend, .n_threads = cfg->threads,
                                   .max_batch = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
                                   .max_chunk = cfg->prefill_chunk},
-                .role          = role,
+                .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,
                 .instance      = i,
                 .block_tokens  = cfg->block_tokens,
                 .n_blocks      = cfg->kv_blocks,
@@ -234,18 +270,14 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         cfg->block_tokens == 0 || cfg->n_prefill == 0 || cfg->n_decode == 0 ||
         cfg->n_prefill > 64 || cfg->n_decode > 64 || cfg->n_store > 64 ||
         (cfg->n_store > 0 && (cfg->replicas == 0 || cfg->replicas > cfg->n_store)) ||
-        cfg->colocated) {
+        (cfg->colocated && cfg->n_prefill + cfg->n_decode > 64)) {
         MOON_ERROR("serve: bad cluster configuration (1-64 prefill and decode instances, 0-64 "
-                   "store shards, 1 <= replicas <= shards, a block size; colocated mode is not "
-                   "built yet)");
+                   "store shards, 1 <= replicas <= shards, a block size)");
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_serve_msgs_register();
     if (status == MOON_OK) {
         status = moon_msg_register(moon_dist_msg_descs); /* bulk completions in one process too */
-    }
-    if (status == MOON_OK) {
-        status = build_spec(cfg, n_ranks, spec, sizeof(spec));
     }
     if (status != MOON_OK) {
         return status;
@@ -255,6 +287,12 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         return MOON_ERR_NO_MEMORY;
     }
     c->cfg    = *cfg;
+    if (cfg->colocated) {
+        /* every instance does both, with its own prefix cache: no store */
+        c->cfg.n_decode  = cfg->n_prefill + cfg->n_decode;
+        c->cfg.n_prefill = 0;
+        c->cfg.n_store   = 0;
+    }
     c->rt     = rt;
     c->dist   = dist;
     c->shards = moon_calloc(cfg->n_store + 1, sizeof(*c->shards));
@@ -265,6 +303,9 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     if (status == MOON_OK && c->cfg.kv_blocks == 0) {
         uint32_t ctx      = moon_model_config(c->model)->seq_len;
         c->cfg.kv_blocks = 4 * ((ctx + cfg->block_tokens - 1) / cfg->block_tokens);
+    }
+    if (status == MOON_OK) {
+        status = build_spec(&c->cfg, n_ranks, spec, sizeof(spec));
     }
     if (c->cfg.max_seqs == 0) {
         c->cfg.max_seqs = 64;

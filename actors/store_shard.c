@@ -29,6 +29,7 @@ typedef struct {
     uint64_t            lease_timeout_ns;
     uint64_t            timer;
     moon_addr_t         subs[MOON_STORE_MAX_SUBSCRIBERS];
+    uint64_t            event_seq; /* number of the next live event */
     uint32_t            n_subs;
     moon_kv_event_t    *events; /* raised by the current shard call; cap_events */
     uint32_t            n_events, cap_events;
@@ -96,6 +97,15 @@ static void on_kv_event(const moon_kv_event_t *event, void *arg)
     st->events[st->n_events++] = *event;
 }
 
+static void put_event(uint64_t *ev, uint64_t kind, moon_kv_key_t key, const moon_kv_tag_t *tag)
+{
+    ev[0] = kind;
+    ev[1] = key.lo;
+    ev[2] = key.hi;
+    ev[3] = tag->model_id;
+    ev[4] = tag->weight_version;
+}
+
 /* Publishes the queued events to every subscriber (fire and forget). */
 static void publish_events(moon_actor_t *self, shard_state_t *st)
 {
@@ -115,14 +125,11 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
                 continue;
             }
             m->shard_id = st->shard_id;
+            m->seq      = st->event_seq;
             ev          = moon_msg_span_alloc(m, &m->ev, n * MOON_STORE_EVENT_U64S, 8, 0);
             for (uint32_t i = 0; i < n; i++) {
                 const moon_kv_event_t *e = &st->events[done + i];
-                ev[i * 5 + 0]            = (uint64_t)e->kind;
-                ev[i * 5 + 1]            = e->key.lo;
-                ev[i * 5 + 2]            = e->key.hi;
-                ev[i * 5 + 3]            = e->tag.model_id;
-                ev[i * 5 + 4]            = e->tag.weight_version;
+                put_event(ev + (size_t)i * MOON_STORE_EVENT_U64S, e->kind, e->key, &e->tag);
             }
             status = moon_tell(self, st->subs[s], &m->hdr);
             if (status == MOON_ERR_NO_ACTOR || moon_status_is_peer(status)) {
@@ -132,6 +139,7 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
             }
         }
         done += n;
+        st->event_seq += n; /* counted even when a message was lost: the gap shows */
     }
     st->n_events = 0;
 }
@@ -366,11 +374,65 @@ static moon_status_t shard_on_renew(moon_actor_t *self, const moon_msg_hdr_t *ms
     return reply(self, msg, q->req, status);
 }
 
+typedef struct {
+    uint64_t *ev; /* NULL: count only */
+    uint32_t  n;
+} snapshot_t;
+
+static void snapshot_add(void *arg, moon_kv_key_t key, const moon_kv_tag_t *tag)
+{
+    snapshot_t *s = arg;
+
+    if (s->ev != NULL) {
+        put_event(s->ev + (size_t)s->n * MOON_STORE_EVENT_U64S, MOON_KV_EVENT_STORED, key, tag);
+    }
+    s->n++;
+}
+
+/* Every readable block, as STORED events flagged as a snapshot; the first
+ * part goes even when the shard is empty (it resets the subscriber's view).
+ * A part that cannot be sent leaves a gap the subscriber sees at the next
+ * live event (it then subscribes again). */
+static void send_snapshot(moon_actor_t *self, shard_state_t *st, moon_addr_t to)
+{
+    snapshot_t count = {NULL, 0}, all;
+    uint32_t   done  = 0;
+
+    moon_kv_shard_foreach(st->kv, snapshot_add, &count);
+    all.ev = moon_malloc(((size_t)count.n + 1) * MOON_STORE_EVENT_U64S * 8);
+    all.n  = 0;
+    if (all.ev == NULL) {
+        MOON_WARN("store shard %u: no memory for a snapshot of %u blocks", st->shard_id, count.n);
+        return;
+    }
+    moon_kv_shard_foreach(st->kv, snapshot_add, &all);
+    do {
+        uint32_t             n = MOON_MIN(all.n - done, EVENTS_PER_MSG);
+        moon_store_events_t *m =
+            moon_msg_new(MOON_MSG_STORE_EVENTS, (size_t)n * MOON_STORE_EVENT_U64S * 8);
+        if (m == NULL) {
+            break;
+        }
+        m->shard_id = st->shard_id;
+        m->seq      = st->event_seq;
+        m->snapshot = done == 0 ? 1 : 2;
+        if (n > 0) {
+            memcpy(moon_msg_span_alloc(m, &m->ev, n * MOON_STORE_EVENT_U64S, 8, 0),
+                   all.ev + (size_t)done * MOON_STORE_EVENT_U64S,
+                   (size_t)n * MOON_STORE_EVENT_U64S * 8);
+        }
+        moon_tell(self, to, &m->hdr);
+        done += n;
+    } while (done < all.n);
+    moon_free(all.ev);
+}
+
 static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     shard_state_t                *st = moon_actor_state(self);
     const moon_store_subscribe_t *q  = (const moon_store_subscribe_t *)msg;
     uint32_t                      i;
+    moon_status_t                 status;
 
     for (i = 0; i < st->n_subs && st->subs[i] != msg->src; i++) {
     }
@@ -388,7 +450,9 @@ static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t
         return reply(self, msg, q->req, MOON_ERR_NO_RESOURCE);
     }
     st->subs[st->n_subs++] = msg->src;
-    return reply(self, msg, q->req, MOON_OK);
+    status = reply(self, msg, q->req, MOON_OK);
+    send_snapshot(self, st, msg->src);
+    return status;
 }
 
 static moon_status_t shard_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)

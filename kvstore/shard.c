@@ -1338,3 +1338,13 @@ out:
     moon_free(dram);
     return status;
 }
+
+void moon_kv_shard_foreach(const moon_kv_shard_t *shard, moon_kv_shard_visit_fn fn, void *arg)
+{
+    for (uint32_t i = 0; i < shard->max_entries; i++) {
+        const entry_t *e = &shard->entries[i];
+        if (e->state == ST_COMMITTED || e->state == ST_SPILLED) {
+            fn(arg, e->key, &e->tag);
+        }
+    }
+}
