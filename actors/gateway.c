@@ -171,8 +171,8 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     st->cfg       = args->config;
     st->host      = moon_strdup(args->config.host);
     st->api_key   = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
-    st->wait_roles = moon_strdup(args->wait_roles != NULL ? args->wait_roles : "prefill,decode");
-    if (st->host == NULL || st->wait_roles == NULL ||
+    st->wait_roles = args->wait_roles != NULL ? moon_strdup(args->wait_roles) : NULL;
+    if (st->host == NULL || (args->wait_roles != NULL && st->wait_roles == NULL) ||
         (args->config.api_key != NULL && st->api_key == NULL)) {
         goto err;
     }
@@ -234,10 +234,12 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     ha.model.n_ctx      = st->n_ctx;
     ha.model.n_vocab    = st->tok != NULL ? moon_tokenizer_n_vocab(st->tok) : 0;
     ha.fingerprint      = st->fingerprint;
-    ha.wait_roles       = st->wait_roles;
     status              = moon_gw_http_start(&ha, &st->http);
     if (status != MOON_OK) {
         goto err;
+    }
+    if (st->wait_roles != NULL && st->wait_roles[0] == '\0') {
+        moon_gw_http_set_ready(st->http, NULL);
     }
     status = moon_monitor(self, st->conductor, 0);
     if (status != MOON_OK) {
@@ -439,6 +441,35 @@ static void set_pool_gauges(gw_state_t *st, const moon_serve_stats_reply_t *r)
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_TOTAL, "tier=\"decode_pool\"", t[1]);
 }
 
+/* Why the cluster cannot serve yet (static text), NULL when it can. Roles
+ * named in wait_roles need an instance up ("colocated" instances count as
+ * decode ones); without wait_roles: a decode instance, and a prefill one
+ * when the deployment has prefill instances. */
+static const char *why_not_ready(const gw_state_t *st, const moon_serve_stats_reply_t *r)
+{
+    const char *w = st->wait_roles;
+
+    if (w == NULL) {
+        if (r->n_prefill > 0 && r->n_prefill_up == 0) {
+            return "no prefill instance is up";
+        }
+        return r->n_decode_up == 0 ? "no decode instance is up" : NULL;
+    }
+    while (*w) {
+        size_t n = strcspn(w, ",");
+        if (n == 7 && strncmp(w, "prefill", 7) == 0 && r->n_prefill_up == 0) {
+            return "no prefill instance is up";
+        }
+        if (((n == 6 && strncmp(w, "decode", 6) == 0) ||
+             (n == 9 && strncmp(w, "colocated", 9) == 0)) &&
+            r->n_decode_up == 0) {
+            return "no decode instance is up";
+        }
+        w += n + (w[n] == ',');
+    }
+    return NULL;
+}
+
 static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t                     *st = moon_actor_state(self);
@@ -455,6 +486,9 @@ static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_metrics_set_gauge(m, MOON_GW_M_IN_FLIGHT, NULL, r->in_flight);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_HITS, NULL, (double)r->store_hit_tokens);
     set_pool_gauges(st, r);
+    if (st->wait_roles == NULL || st->wait_roles[0] != '\0') {
+        moon_gw_http_set_ready(st->http, why_not_ready(st, r));
+    }
     return MOON_OK;
 }
 

@@ -13,8 +13,8 @@
  * every new one gets 503.
  *
  * Every stats_interval_ms the gateway asks the conductor for its STATS and
- * sets the gauges of instances up per role (readiness: /health 200 and
- * requests served once every role of wait_roles has one), requests running
+ * sets the gauges of instances up per role and the readiness (/health 200
+ * and requests served once the roles of wait_roles have one), requests running
  * and waiting, and KV blocks used per pool. Gauges it cannot see (store
  * DRAM and SSD tiers) take moon_gw_metrics_set_gauge on a registry passed in
  * args.metrics. */
@@ -66,10 +66,11 @@ typedef struct {
     moon_gateway_config_t config;
     moon_gw_metrics_t    *metrics;    /* optional borrowed registry (to feed gauges the
                                          gateway cannot see: store tiers); NULL: its own */
-    const char           *wait_roles; /* comma-separated roles that need an instance up
-                                         (from the conductor's STATS) before /health says 200
-                                         and requests are served; NULL: "prefill,decode";
-                                         "": ready at once */
+    const char           *wait_roles; /* comma-separated roles ("prefill", "decode",
+                                         "colocated") that need an instance up (from the
+                                         conductor's STATS) before /health says 200 and
+                                         requests are served; NULL: a decode instance, and a
+                                         prefill one if the deployment has any; "": at once */
     uint16_t             *port_p;     /* optional: the bound port, written by init */
 } moon_gateway_args_t;
 

@@ -51,6 +51,7 @@ struct moon_gw_http {
     int64_t             created;
     atomic_int          down;
     atomic_int          closing;
+    const char *_Atomic not_ready; /* why not (static text); NULL: ready */
     atomic_uint         n_busy;
 };
 
@@ -146,10 +147,10 @@ static enum MHD_Result fail(conn_t *c, int http, const char *code, const char *f
 
 /* ---- readiness ------------------------------------------------------------------ */
 
-/* 1 when every role of wait_roles has an instance alive; else err says which. */
+/* 1 when the cluster can serve; else err says why. */
 static int ready(moon_gw_http_t *h, moon_gw_error_t *err)
 {
-    const char *r = h->a.wait_roles;
+    const char *why = atomic_load(&h->not_ready);
 
     if (atomic_load(&h->closing)) {
         moon_gw_error_set(err, 503, NULL, NULL, "the server is shutting down");
@@ -159,21 +160,9 @@ static int ready(moon_gw_http_t *h, moon_gw_error_t *err)
         moon_gw_error_set(err, 503, NULL, NULL, "the conductor is not reachable");
         return 0;
     }
-    while (r != NULL && *r) {
-        size_t n = strcspn(r, ",");
-        char   labels[64];
-        double alive = 0;
-
-        if (n > 0 && n < 40) {
-            snprintf(labels, sizeof(labels), "role=\"%.*s\"", (int)n, r);
-            moon_gw_metrics_get(h->a.metrics, MOON_GW_M_ALIVE, labels, &alive);
-            if (alive <= 0) {
-                moon_gw_error_set(err, 503, NULL, NULL, "no %.*s instance is alive (yet)", (int)n,
-                                  r);
-                return 0;
-            }
-        }
-        r += n + (r[n] == ',');
+    if (why != NULL) {
+        moon_gw_error_set(err, 503, NULL, NULL, "not ready: %s", why);
+        return 0;
     }
     return 1;
 }
@@ -694,6 +683,7 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
     h->nonce   = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ moon_now(args->rt);
     atomic_init(&h->down, 0);
     atomic_init(&h->closing, 0);
+    atomic_init(&h->not_ready, "waiting for the conductor's first report");
     atomic_init(&h->n_busy, 0);
     flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
@@ -729,6 +719,11 @@ uint16_t moon_gw_http_port(const moon_gw_http_t *h)
 void moon_gw_http_set_down(moon_gw_http_t *h, int down)
 {
     atomic_store(&h->down, down);
+}
+
+void moon_gw_http_set_ready(moon_gw_http_t *h, const char *why_not)
+{
+    atomic_store(&h->not_ready, why_not);
 }
 
 void moon_gw_http_quiesce(moon_gw_http_t *h)

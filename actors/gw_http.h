@@ -27,13 +27,16 @@ typedef struct {
     moon_gw_metrics_t    *metrics;
     moon_gw_model_info_t  model;       /* borrowed for the server's life */
     const char           *fingerprint; /* borrowed */
-    const char           *wait_roles;  /* borrowed; see moon_gateway_args_t */
 } moon_gw_http_args_t;
 
 /* Binds and starts serving. MOON_ERR_IO: cannot bind host:port;
  * MOON_ERR_INVALID_PARAM: bad host; MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t **http_p);
 uint16_t      moon_gw_http_port(const moon_gw_http_t *http);
+/* Readiness: why_not (static text, e.g. "no decode instance is up") makes
+ * /health and generation routes answer 503 saying so; NULL: ready. A new
+ * server is not ready ("waiting for the conductor's first report"). Any thread. */
+void moon_gw_http_set_ready(moon_gw_http_t *http, const char *why_not);
 /* The conductor is gone (1) or back (0): generation routes answer 503. Any thread. */
 void moon_gw_http_set_down(moon_gw_http_t *http, int down);
 /* From now on new requests get 503 (stopping). Any thread. */
