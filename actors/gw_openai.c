@@ -441,6 +441,25 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
                           req->model);
         return MOON_ERR_INVALID_PARAM;
     }
+    /* A text so long that even the vocabulary's longest pieces would not fit
+     * it in the context is refused before tokenizing it (merging is not
+     * linear in the text's length). */
+    if (info->n_ctx > 0 && info->tok != NULL) {
+        size_t bytes = req->prompt != NULL ? strlen(req->prompt) : 0;
+        size_t most  = (size_t)info->n_ctx * (moon_tokenizer_max_piece(info->tok) + 1);
+
+        for (uint32_t i = 0; i < req->n_msgs; i++) {
+            bytes += strlen(req->msgs[i].content);
+        }
+        if (bytes > most) {
+            moon_gw_error_set(err, 400, "context_length_exceeded",
+                              req->chat ? "messages" : "prompt",
+                              "This model's maximum context length is %u tokens. However, your "
+                              "prompt of %zu bytes is longer than that.",
+                              info->n_ctx, bytes);
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
     status = tokenize_prompt(req, info);
     if (status != MOON_OK) {
         return status;

@@ -163,6 +163,13 @@ static void test_context_check(void)
     CU_ASSERT_STRING_EQUAL(err.code, "context_length_exceeded");
     CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "maximum context length is 512 tokens"));
     moon_gw_request_fini(&req);
+    /* a text far over the context: refused before tokenizing */
+    memset(body, 'a', 8000);
+    memcpy(body, "{\"prompt\":\"", 11);
+    memcpy(body + 7990, "\"}", 3);
+    CU_ASSERT_EQUAL(run(body, 0, &req, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "bytes is longer"));
+    moon_gw_request_fini(&req);
     /* prompt + max_tokens over the context */
     CU_ASSERT_EQUAL(run("{\"prompt\":[1,2,3],\"max_tokens\":510}", 0, &req, &err), 400);
     CU_ASSERT_STRING_EQUAL(err.param, "max_tokens");
