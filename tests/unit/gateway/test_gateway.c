@@ -596,7 +596,7 @@ static void test_openai_npm(void)
     snprintf(cmd, sizeof(cmd),
              "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
              "d='%s/npm'; mkdir -p \"$d\"; cd \"$d\" && "
-             "( [ -d node_modules/openai ] || timeout 180 npm install --silent --no-audit "
+             "( [ -d node_modules/openai ] || timeout 120 npm install --silent --no-audit "
              "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
              "cp '%s' client.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node client.mjs",
              gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
