@@ -6,6 +6,7 @@
 #include "gw_bridge.h"
 #include "gw_http.h"
 #include "gw_template.h"
+#include "store_msgs.h"
 #include "moonlet/alloc.h"
 #include "moonlet/gguf.h"
 #include "moonlet/log.h"
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#define GW_MAX_SHARDS 64u
 
 typedef struct {
     moon_addr_t           conductor;
@@ -29,6 +32,10 @@ typedef struct {
     moon_gw_http_t       *http;
     uint64_t              stats_timer;
     uint64_t              stats_sent, stats_seen; /* STATS asked, answered */
+    /* store shards ("store/<i>", found by name) and their last STATS */
+    moon_addr_t              shards[GW_MAX_SHARDS];
+    uint32_t                 n_shards;
+    moon_store_stats_reply_t shard_stats[GW_MAX_SHARDS];
 } gw_state_t;
 
 #define CFG(_f) MOON_CONFIG_AT(moon_gateway_config_t, _f)
@@ -219,6 +226,10 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     if (status != MOON_OK) {
         goto err;
     }
+    status = moon_store_msgs_register();
+    if (status != MOON_OK) {
+        goto err;
+    }
     status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->cfg.max_inflight, &st->bridge);
     if (status != MOON_OK) {
         goto err;
@@ -406,13 +417,37 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
     return MOON_OK;
 }
 
-/* The stats timer: ask the conductor (one question at a time). */
+/* Finds shards registered since the last tick and asks each for its STATS. */
+static void poll_store(moon_actor_t *self, gw_state_t *st)
+{
+    moon_runtime_t *rt = moon_actor_runtime(self);
+    char            name[32];
+
+    while (st->n_shards < GW_MAX_SHARDS) {
+        snprintf(name, sizeof(name), "store/%u", st->n_shards);
+        if (moon_whereis(rt, name, &st->shards[st->n_shards]) != MOON_OK) {
+            break;
+        }
+        st->n_shards++;
+    }
+    for (uint32_t i = 0; i < st->n_shards; i++) {
+        moon_store_stats_t *q = moon_msg_new(MOON_MSG_STORE_STATS, 0);
+
+        if (q != NULL) {
+            q->req = i;
+            moon_tell(self, st->shards[i], &q->hdr);
+        }
+    }
+}
+
+/* The stats timer: ask the conductor (one question at a time) and the shards. */
 static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t             *st = moon_actor_state(self);
     moon_serve_stats_req_t *q;
 
     (void)msg;
+    poll_store(self, st);
     if (st->stats_sent != st->stats_seen && st->stats_sent - st->stats_seen < 20) {
         return MOON_OK; /* the last one is unanswered: the conductor is busy */
     }
@@ -492,6 +527,36 @@ static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
     return MOON_OK;
 }
 
+/* A shard's counters: the store tier's gauges and counters are the sums. */
+static moon_status_t gw_on_store_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                     *st = moon_actor_state(self);
+    const moon_store_stats_reply_t *r  = (const moon_store_stats_reply_t *)msg;
+    moon_gw_metrics_t              *m  = st->metrics;
+    double used = 0, total = 0, puts = 0, gets = 0, misses = 0, evicted = 0;
+
+    if (r->req >= st->n_shards || msg->src != st->shards[r->req]) {
+        return MOON_OK;
+    }
+    st->shard_stats[r->req] = *r;
+    for (uint32_t i = 0; i < st->n_shards; i++) {
+        const moon_store_stats_reply_t *s = &st->shard_stats[i];
+        used += s->used_slots;
+        total += s->n_slots;
+        puts += (double)s->n_puts;
+        gets += (double)s->n_gets;
+        misses += (double)s->n_get_misses;
+        evicted += (double)s->n_evicted;
+    }
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_USED, "tier=\"store_dram\"", used);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_TOTAL, "tier=\"store_dram\"", total);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"put\"", puts);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"get\"", gets);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"get_miss\"", misses);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_EVICT, NULL, evicted);
+    return MOON_OK;
+}
+
 const moon_actor_ops_t moon_gateway_ops = {
     .name        = "gateway",
     .state_bytes = sizeof(gw_state_t),
@@ -505,5 +570,6 @@ const moon_actor_ops_t moon_gateway_ops = {
             [MOON_MSG_SYS_DOWN]    = gw_on_down,
             [MOON_MSG_SYS_TIMER]   = gw_on_timer,
             [MOON_MSG_SERVE_STATS_REPLY] = gw_on_stats,
+            [MOON_MSG_STORE_STATS_REPLY] = gw_on_store_stats,
         },
 };

@@ -47,12 +47,13 @@ typedef enum {
 #define MOON_GW_M_SUCCESS "moonlet:request_success_total"
 #define MOON_GW_M_REJECTED "moonlet:early_rejections_total"
 #define MOON_GW_M_HTTP "moonlet:http_responses_total"
-/* KV blocks and instances: pools and roles from the conductor's STATS; the
- * store tiers and store counters must be fed by whoever sees them. */
+/* KV blocks and instances: pools and roles from the conductor's STATS, the
+ * DRAM tier and store counters from the shards' STATS; the SSD tier must be
+ * fed by whoever sees it. */
 #define MOON_GW_M_KV_USED "moonlet:kv_blocks_used"        /* {tier="decode_pool|prefill_pool|store_dram|store_ssd"} */
 #define MOON_GW_M_KV_TOTAL "moonlet:kv_blocks_total"      /* {tier=...} */
 #define MOON_GW_M_ALIVE "moonlet:instances_alive"         /* {role="prefill|decode|colocated|store"} */
-#define MOON_GW_M_STORE_OPS "moonlet:store_operations_total" /* {op="put|get|exists|..."}, absolute */
+#define MOON_GW_M_STORE_OPS "moonlet:store_operations_total" /* {op="put|get|get_miss"}, absolute */
 #define MOON_GW_M_STORE_EVICT "moonlet:store_evictions_total" /* absolute */
 /* From the conductor's STATS (the gateway polls them). */
 #define MOON_GW_M_IN_FLIGHT "moonlet:num_requests_in_flight"

@@ -196,6 +196,24 @@ static void test_routes(void)
     CU_ASSERT_PTR_NOT_NULL(
         strstr(r.body, "moonlet:instances_alive{model_name=\"stories260K\",role=\"decode\"} 1"));
     gw_http_fini(&r);
+    /* the store shard's DRAM tier becomes known (16 MiB of blocks; polled every 50 ms) */
+    for (int i = 0; i < 200; i++) {
+        int zero;
+        gw_curl(&r, g_port, "/metrics", NULL);
+        zero = strstr(r.body, "moonlet:kv_blocks_total{model_name=\"stories260K\","
+                              "tier=\"store_dram\"} 0\n") != NULL;
+        gw_http_fini(&r);
+        if (!zero) {
+            break;
+        }
+        nap_ms(50);
+    }
+    gw_curl(&r, g_port, "/metrics", NULL);
+    CU_ASSERT_PTR_NULL(strstr(r.body, "moonlet:kv_blocks_total{model_name=\"stories260K\","
+                                      "tier=\"store_dram\"} 0\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "moonlet:store_operations_total{model_name="
+                                          "\"stories260K\",op=\"put\"}"));
+    gw_http_fini(&r);
 }
 
 static void test_errors(void)
