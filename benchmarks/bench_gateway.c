@@ -11,7 +11,8 @@
  *               requests as this client saw them beside the gateway's own
  *               /metrics histograms over the same requests (sum / count deltas).
  * ratio: the difference in ms for latencies (HTTP - anchor), HTTP / anchor
- * for throughput.
+ * for throughput and CPU per request (all threads of the process: the HTTP
+ * line includes libcurl's client work, on the same 2 cores).
  * One JSON line per configuration, each with its anchor's figure. Targets
  * (issue 15): ttft_p50 <= anchor + 1 ms; throughput >= 0.9 x anchor; the
  * means within 5 % or 0.5 ms of /metrics. */
@@ -25,6 +26,7 @@
 #include <curl/curl.h>
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,16 @@ static double http_throughput(int n, int depth)
     return failed ? 0 : n * 1e9 / (double)(moon_bench_now_ns() - t0);
 }
 
+/* CPU seconds this process used so far (every thread: server and clients). */
+static double cpu_s(void)
+{
+    struct rusage u;
+
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+           ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) * 1e-6;
+}
+
 static void line(const char *bench, const char *metric, double v, double anchor, double ratio,
                  int n, int depth)
 {
@@ -244,7 +256,7 @@ int main(int argc, char **argv)
     double              *h_ttft, *a_ttft;
     double               h_tput = 0, a_tput = 0;
     double               ttft_sum0, ttft_n0, e2e_sum0, e2e_n0, ttft_sum1, ttft_n1, e2e_sum1, e2e_n1;
-    double               c_ttft = 0, c_e2e = 0;
+    double               c_ttft = 0, c_e2e = 0, c0, c1, h_cpu = 0, a_cpu = 0;
     CURL                *easy;
 
     g_max_tokens = (int)moon_bench_arg_int(argc, argv, "max-tokens", 16);
@@ -262,7 +274,7 @@ int main(int argc, char **argv)
     memset(&ga, 0, sizeof(ga));
     moon_gateway_config_default(&ga.config);
     ga.config.port       = 0;
-    ga.config.http_threads = 2;
+    ga.config.http_threads = (uint32_t)moon_bench_arg_int(argc, argv, "http-threads", 2);
     ga.model_path        = model;
     ga.port_p            = &port;
     if (moon_runtime_create(&rcfg, &rt) != MOON_OK || moon_runtime_start(rt) != MOON_OK ||
@@ -306,9 +318,13 @@ int main(int argc, char **argv)
         /* the client API's requests do not pass the gateway: /metrics counts the n above */
         scrape(easy, "moonlet:time_to_first_token_seconds", &ttft_sum1, &ttft_n1);
         scrape(easy, "moonlet:e2e_request_latency_seconds", &e2e_sum1, &e2e_n1);
-        /* saturation, alternating too; the best round of each */
+        /* saturation, alternating too; the best round of each, and CPU per request */
+        c0     = cpu_s();
         h_tput = MOON_MAX(h_tput, http_throughput(n, depth));
+        c1     = cpu_s();
         a_tput = MOON_MAX(a_tput, api_throughput(n, depth));
+        h_cpu += (c1 - c0) * 1e6 / n / rounds;
+        a_cpu += (cpu_s() - c1) * 1e6 / n / rounds;
     }
     {
         size_t m   = (size_t)n * rounds;
@@ -321,6 +337,9 @@ int main(int argc, char **argv)
         line("gateway_ttft", "ttft_p99_ms", h99, a99, h99 - a99, (int)m, 1);
         line("gateway_throughput", "requests_per_s", h_tput, a_tput,
              a_tput > 0 ? h_tput / a_tput : 0, n, depth);
+        /* what each request costs the machine (HTTP: libcurl's side included) */
+        line("gateway_throughput", "cpu_us_per_request", h_cpu, a_cpu,
+             a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
         /* the last round's means: this client beside the server's histograms */
         {
             double mt = (ttft_sum1 - ttft_sum0) * 1e3 / MOON_MAX(ttft_n1 - ttft_n0, 1);
