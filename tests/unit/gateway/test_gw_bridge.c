@@ -190,6 +190,7 @@ static void *producer(void *arg)
         while (sem_trywait(&p->woken) == 0) {
         }
     }
+    moon_msg_cache_flush(); /* this thread's cached messages back to the pool */
     return NULL;
 }
 
