@@ -57,6 +57,10 @@ static const moon_config_field_t serve_fields[] = {
      backend_names},
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
      1, 1u << 20, 0, 0, NULL},
+    {"store-ssd", MOON_CONFIG_STRING, SC(store_ssd), NULL,
+     "folder of the store shards' ssd tier files (unset: dram only)", 0, 0, 0, 0, NULL},
+    {"store-ssd-mib", MOON_CONFIG_U64, SC(store_ssd_mib), "1024", "ssd tier per store shard, mib",
+     1, 1ull << 30, 0, 0, NULL},
     {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
      NULL},
     {"policy", MOON_CONFIG_STRING, SC(policy), "moonlet",
@@ -175,7 +179,11 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         if (rank_of(spec, name, n_ranks) == me) {
+            char ssd[4096];
+            snprintf(ssd, sizeof(ssd), "%s/store-%u.bin", cfg->store_ssd ? cfg->store_ssd : ".", i);
             moon_store_shard_args_t sa = {
+                .ssd_path   = cfg->store_ssd ? ssd : NULL,
+                .ssd_bytes  = cfg->store_ssd_mib << 20,
                 .shard_id   = i,
                 .slot_bytes = block_bytes,
                 .n_slots    = (uint32_t)MOON_MAX(1, (cfg->store_dram_mib << 20) / block_bytes),

@@ -228,6 +228,59 @@ static void test_prefix_reuse(void)
     free(r3);
 }
 
+/* A store small enough to fill (--store-dram-mib 1): once other prompts have
+ * pushed a prompt's blocks out, it is computed again, with the same tokens;
+ * with an SSD tier (--store-ssd) the blocks spill instead and are still
+ * fetched. */
+static void test_evicted_prefix_recomputes(void)
+{
+    const moon_model_config_t *mc = moon_model_config(moon_serve_cluster_model(g_cluster));
+    uint64_t block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * 16 * 4;
+    uint64_t capacity    = (g_cfg.store_dram_mib << 20) / block_bytes;
+    int32_t             a[60], other[60];
+    moon_serve_params_t p;
+    result_t           *r1 = calloc(1, sizeof(*r1)), *r2 = calloc(1, sizeof(*r2));
+    result_t           *ref = calloc(1, sizeof(*ref)), *tmp = calloc(1, sizeof(*tmp));
+
+    if (g_cfg.colocated || g_cfg.n_store == 0 || capacity > 400 || g_cfg.block_tokens != 16) {
+        printf("skipped: needs a store of at most 400 blocks (--store-dram-mib 1) ");
+        goto out;
+    }
+    make_prompt(a, 60, 4242);
+    moon_serve_params_default(&p);
+    p.tokens     = a;
+    p.n_tokens   = 60;
+    p.max_tokens = 8;
+    p.flags      = 0;
+    run_one(&p, r1);
+    CU_ASSERT_EQUAL(r1->done.status, MOON_OK);
+    /* 3 new blocks per prompt: twice the store's capacity pushes a's out of DRAM */
+    for (uint32_t i = 0; i < 2 * capacity / 3 + 8; i++) {
+        make_prompt(other, 60, 10000 + i);
+        p.tokens = other;
+        run_one(&p, tmp);
+        CU_ASSERT_EQUAL(tmp->done.status, MOON_OK);
+    }
+    nanosleep(&(struct timespec){0, 300000000}, NULL); /* the last puts commit */
+    p.tokens = a;
+    run_one(&p, r2);
+    CU_ASSERT_EQUAL(r2->done.status, MOON_OK);
+    if (g_cfg.store_ssd != NULL) {
+        CU_ASSERT_EQUAL(r2->done.n_cached, 48); /* spilled to SSD, fetched from there */
+    } else {
+        CU_ASSERT(r2->done.n_cached < 48); /* evicted: computed again */
+    }
+    ref->n = reference(a, 60, 8, ref->tokens);
+    CU_ASSERT_EQUAL(r2->n, ref->n);
+    CU_ASSERT_EQUAL(memcmp(r2->tokens, ref->tokens, ref->n * sizeof(int32_t)), 0);
+    CU_ASSERT_EQUAL(memcmp(r1->tokens, ref->tokens, ref->n * sizeof(int32_t)), 0);
+out:
+    free(r1);
+    free(r2);
+    free(ref);
+    free(tmp);
+}
+
 /* Bad input gets a clear error; nothing else is affected. */
 static void test_bad_input(void)
 {
@@ -368,6 +421,7 @@ static CU_TestInfo tests[] = {
     {"golden_greedy", test_golden_greedy},
     {"stop_string", test_stop_string},
     {"prefix_reuse", test_prefix_reuse},
+    {"evicted_prefix_recomputes", test_evicted_prefix_recomputes},
     {"bad_input", test_bad_input},
     {"concurrent_with_cancels", test_concurrent_with_cancels},
     CU_TEST_INFO_NULL,
