@@ -58,8 +58,8 @@ static const moon_config_field_t gateway_fields[] = {
      .doc = "http server threads"},
     {"max-connections", MOON_CONFIG_U32, CFG(max_connections), .dflt = "1024", .min = 1,
      .doc = "open http connections at most"},
-    {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1,
-     .max = 1u << 23, .doc = "requests on their way to the gateway actor at once (more: 503)"},
+    {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1, .max = 1u << 23,
+     .doc = "requests on their way to the gateway actor at once (more: 503)"},
     {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,
      .doc = "milliseconds between the gateway's polls of the conductor's counters"},
     MOON_CONFIG_END,
@@ -174,10 +174,10 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
                    "stats interval");
         return MOON_ERR_INVALID_PARAM;
     }
-    st->conductor = args->conductor;
-    st->cfg       = args->config;
-    st->host      = moon_strdup(args->config.host);
-    st->api_key   = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
+    st->conductor  = args->conductor;
+    st->cfg        = args->config;
+    st->host       = moon_strdup(args->config.host);
+    st->api_key    = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
     st->wait_roles = args->wait_roles != NULL ? moon_strdup(args->wait_roles) : NULL;
     if (st->host == NULL || (args->wait_roles != NULL && st->wait_roles == NULL) ||
         (args->config.api_key != NULL && st->api_key == NULL)) {
@@ -193,10 +193,10 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     } else {
         moon_gw_template_init(&st->tpl, NULL, 0, -1, -1, NULL, NULL);
     }
-    status = MOON_ERR_NO_MEMORY;
+    status         = MOON_ERR_NO_MEMORY;
     st->model_name = args->config.model_name != NULL ? moon_strdup(args->config.model_name)
-                     : args->model_path != NULL ? stem_of(args->model_path)
-                                                : moon_strdup("moonlet");
+                     : args->model_path != NULL      ? stem_of(args->model_path)
+                                                     : moon_strdup("moonlet");
     if (st->model_name == NULL) {
         goto err;
     }
@@ -286,8 +286,8 @@ err:
 
 static void gw_fini(moon_actor_t *self)
 {
-    gw_state_t     *st   = moon_actor_state(self);
-    struct timespec nap  = {0, 10 * 1000 * 1000};
+    gw_state_t     *st  = moon_actor_state(self);
+    struct timespec nap = {0, 10 * 1000 * 1000};
 
     moon_gw_http_quiesce(st->http);
     moon_gw_bridge_cancel_all(st->bridge, self, st->conductor);
@@ -564,11 +564,11 @@ const moon_actor_ops_t moon_gateway_ops = {
     .fini        = gw_fini,
     .on_msg =
         {
-            [MOON_MSG_GW_WAKE]    = gw_on_wake,
-            [MOON_MSG_SERVE_TOKEN] = gw_on_token,
-            [MOON_MSG_SERVE_DONE]  = gw_on_done,
-            [MOON_MSG_SYS_DOWN]    = gw_on_down,
-            [MOON_MSG_SYS_TIMER]   = gw_on_timer,
+            [MOON_MSG_GW_WAKE]           = gw_on_wake,
+            [MOON_MSG_SERVE_TOKEN]       = gw_on_token,
+            [MOON_MSG_SERVE_DONE]        = gw_on_done,
+            [MOON_MSG_SYS_DOWN]          = gw_on_down,
+            [MOON_MSG_SYS_TIMER]         = gw_on_timer,
             [MOON_MSG_SERVE_STATS_REPLY] = gw_on_stats,
             [MOON_MSG_STORE_STATS_REPLY] = gw_on_store_stats,
         },

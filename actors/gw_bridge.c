@@ -40,7 +40,7 @@ struct moon_gw_req {
     int                  closed; /* under wake_mu: the HTTP side is gone */
     moon_gw_conn_t       conn;
     uint64_t             woken_ns; /* actor: when a TOKEN last woke the connection */
-    atomic_int           done; /* the actor delivered DONE */
+    atomic_int           done;     /* the actor delivered DONE */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
@@ -79,7 +79,8 @@ static void ht_free(void *p, size_t bytes, bool defer)
     moon_free(p);
 }
 
-static struct ck_malloc ht_allocator = {.malloc = ht_malloc, .realloc = ht_realloc, .free = ht_free};
+static struct ck_malloc ht_allocator = {
+    .malloc = ht_malloc, .realloc = ht_realloc, .free = ht_free};
 
 moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, uint32_t capacity,
                                     moon_gw_bridge_t **bridge_p)
@@ -413,8 +414,7 @@ void moon_gw_bridge_deliver(moon_gw_bridge_t *b, moon_gw_req_t *req, const moon_
 }
 
 /* Ends req with a DONE error made here. */
-static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status,
-                 const char *message)
+static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status, const char *message)
 {
     moon_serve_done_t *done = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(message) + 16);
 

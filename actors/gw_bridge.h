@@ -43,7 +43,7 @@ typedef struct {
                                       TOKEN wakes it at most once per this long (a whole
                                       answer waits for DONE: fewer wake-ups, and a client
                                       that left is still noticed that often); DONE always */
-    uint64_t        arrival_ns;    /* when the request arrived (moon_now); 0: at submit */
+    uint64_t arrival_ns;           /* when the request arrived (moon_now); 0: at submit */
 } moon_gw_conn_t;
 
 /* Per-request figures the actor keeps (read by the HTTP side only after DONE). */

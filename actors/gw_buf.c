@@ -97,7 +97,7 @@ moon_status_t moon_gw_buf_take(moon_gw_buf_t *b, char **text_p, size_t *len_p)
         return MOON_ERR_NO_MEMORY;
     }
     b->data[b->len] = '\0';
-    *text_p = b->data;
+    *text_p         = b->data;
     if (len_p != NULL) {
         *len_p = b->len;
     }

@@ -87,8 +87,7 @@ int moon_gw_error_from_done(uint32_t finish, moon_status_t status, const char *m
             moon_gw_error_set(err, 400, NULL, NULL, "%s", why);
         } else if (status == MOON_ERR_NO_RESOURCE || status == MOON_ERR_NO_ACTOR ||
                    moon_status_is_peer(status)) {
-            moon_gw_error_set(err, 503, NULL, NULL, "the serving cluster is unavailable: %s",
-                              why);
+            moon_gw_error_set(err, 503, NULL, NULL, "the serving cluster is unavailable: %s", why);
         } else {
             moon_gw_error_set(err, 500, NULL, NULL, "the request failed: %s", why);
         }

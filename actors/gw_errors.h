@@ -23,10 +23,10 @@
 #include <stdint.h>
 
 typedef struct {
-    int         http;          /* HTTP status; 0: no error */
-    const char *type;          /* static */
-    const char *code;          /* static; NULL: JSON null */
-    char        param[64];     /* "" : JSON null */
+    int         http;      /* HTTP status; 0: no error */
+    const char *type;      /* static */
+    const char *code;      /* static; NULL: JSON null */
+    char        param[64]; /* "" : JSON null */
     char        message[320];
     uint32_t    retry_after_s; /* 429: the Retry-After header (0: none) */
 } moon_gw_error_t;

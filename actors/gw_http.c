@@ -72,8 +72,8 @@ typedef struct {
     char                  *out;   /* stream: bytes to send */
     size_t                 n_out, off_out;
     int                    role_sent;
-    int                    finished;   /* stream: [DONE] formatted */
-    int                    got_done;   /* DONE read: nothing to cancel */
+    int                    finished; /* stream: [DONE] formatted */
+    int                    got_done; /* DONE read: nothing to cancel */
 } conn_t;
 
 /* ---- responses --------------------------------------------------------------- */
@@ -97,7 +97,8 @@ static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char 
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                   "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
         code                    = 500;
-        resp = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        resp =
+            MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
     } else {
         resp = MHD_create_response_from_buffer_with_free_callback(len, text, moon_free);
     }
@@ -322,7 +323,7 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
             out_append(&b, chunk, len);
         }
     } else {
-        const moon_serve_done_t *d = (const moon_serve_done_t *)msg;
+        const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
         const char              *text = str_of(msg, d->text);
         moon_gw_error_t          err;
         moon_gw_usage_t          u;
@@ -377,7 +378,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (c->finished) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
-        msg = c->first;
+        msg      = c->first;
         c->first = NULL;
         if (msg == NULL) {
             msg = moon_gw_req_next(c->breq);
@@ -416,12 +417,12 @@ static enum MHD_Result start_stream(conn_t *c)
 static enum MHD_Result on_events(conn_t *c)
 {
     for (;;) {
-        const moon_msg_hdr_t     *msg = moon_gw_req_next(c->breq);
-        const moon_serve_done_t  *d;
-        moon_gw_error_t           err;
-        moon_gw_usage_t           u;
-        char                     *text;
-        size_t                    len = 0;
+        const moon_msg_hdr_t    *msg = moon_gw_req_next(c->breq);
+        const moon_serve_done_t *d;
+        moon_gw_error_t          err;
+        moon_gw_usage_t          u;
+        char                    *text;
+        size_t                   len = 0;
 
         if (msg == NULL) {
             if (moon_gw_req_park(c->breq)) {
@@ -483,15 +484,14 @@ static enum MHD_Result on_body(conn_t *c)
         return respond_error(c, &err);
     }
     if (status != MOON_OK) {
-        return fail(c, 500, NULL, "the request could not be prepared: %s",
-                    moon_status_str(status));
+        return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
     conn.park          = conn_park;
     conn.wake          = conn_wake;
     conn.arg           = c;
     conn.token_wake_ns = c->req.stream ? 0 : NON_STREAM_WAKE_NS;
     conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
-    status = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
+    status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
     if (status == MOON_ERR_NO_RESOURCE) {
         return fail(c, 503, NULL, "%s", "too many requests in flight, retry later");
     }
@@ -521,8 +521,7 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
 {
     moon_gw_http_t *h    = c->http;
     int             post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    int             get  = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
-                           strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    int get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
     const char     *cl;
     moon_gw_error_t err;
 
@@ -552,9 +551,8 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     moon_gw_http_t *h = cls;
     conn_t         *c = *con_cls;
@@ -651,12 +649,12 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t **http_p)
 {
-    moon_gw_http_t  *h;
-    struct addrinfo  hints = {0};
-    struct addrinfo *ai    = NULL;
-    char             port[8];
-    unsigned         flags;
-    int              ret;
+    moon_gw_http_t             *h;
+    struct addrinfo             hints = {0};
+    struct addrinfo            *ai    = NULL;
+    char                        port[8];
+    unsigned                    flags;
+    int                         ret;
     const union MHD_DaemonInfo *info;
 
     if (args->cfg.host == NULL || args->cfg.body_limit_bytes == 0 || args->bridge == NULL ||
@@ -692,10 +690,9 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
     }
     h->daemon = MHD_start_daemon(
         flags, (uint16_t)args->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)args->cfg.idle_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)args->cfg.max_connections,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        on_mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)args->cfg.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)args->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)MOON_MAX(args->cfg.http_threads, 1u),
         MHD_OPTION_END);
     freeaddrinfo(ai);

@@ -21,8 +21,8 @@
 typedef struct moon_gw_http moon_gw_http_t;
 
 typedef struct {
-    moon_gateway_config_t cfg;         /* strings borrowed for the server's life */
-    moon_runtime_t       *rt;          /* clock */
+    moon_gateway_config_t cfg; /* strings borrowed for the server's life */
+    moon_runtime_t       *rt;  /* clock */
     moon_gw_bridge_t     *bridge;
     moon_gw_metrics_t    *metrics;
     moon_gw_model_info_t  model;       /* borrowed for the server's life */

@@ -12,9 +12,9 @@
 #include <string.h>
 
 typedef struct {
-    char     *labels; /* as given ("" for none) */
-    double    value;  /* counter, gauge; histogram: sum */
-    uint64_t  count;  /* histogram */
+    char     *labels;  /* as given ("" for none) */
+    double    value;   /* counter, gauge; histogram: sum */
+    uint64_t  count;   /* histogram */
     uint64_t *buckets; /* histogram: n_bounds counts (not cumulative) */
 } series_t;
 
@@ -271,8 +271,8 @@ moon_status_t moon_gw_metrics_add(moon_gw_metrics_t *m, const char *name, const 
     return update(m, name, labels, delta, OP_ADD);
 }
 
-moon_status_t moon_gw_metrics_set_gauge(moon_gw_metrics_t *m, const char *name,
-                                        const char *labels, double value)
+moon_status_t moon_gw_metrics_set_gauge(moon_gw_metrics_t *m, const char *name, const char *labels,
+                                        double value)
 {
     return update(m, name, labels, value, OP_SET);
 }
@@ -394,13 +394,13 @@ moon_status_t moon_gw_metrics_render(moon_gw_metrics_t *m, char **text_p, size_t
 /* ---- the serving catalogue ------------------------------------------------ */
 
 /* Seconds: from 0.5 ms (a tiny model's token) to minutes. */
-static const double latency_s[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06,
-                                   0.08,   0.1,   0.25,   0.5,   0.75, 1.0,  2.5,  5.0,
+static const double latency_s[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02,  0.04, 0.06,
+                                   0.08,   0.1,   0.25,   0.5,   0.75, 1.0,   2.5,  5.0,
                                    7.5,    10.0,  20.0,   40.0,  80.0, 160.0, 640.0};
 static const double token_s[]   = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                    0.025,  0.05,    0.075,  0.1,   0.15,   0.2,   0.3,
                                    0.4,    0.5,     0.75,   1.0,   2.5,    5.0,   10.0};
-static const double tokens_n[]  = {1,   2,   5,    10,   20,   50,    100,   200,
+static const double tokens_n[]  = {1,   2,    5,    10,   20,    50,    100,   200,
                                    500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 
 typedef struct {
@@ -415,7 +415,8 @@ typedef struct {
 
 static const decl_t serving[] = {
     {MOON_GW_M_TTFT, "Histogram of time to first token in seconds.", HIST(latency_s)},
-    {MOON_GW_M_TPOT, "Histogram of time per output token in seconds (per request, after the first).",
+    {MOON_GW_M_TPOT,
+     "Histogram of time per output token in seconds (per request, after the first).",
      HIST(token_s)},
     {MOON_GW_M_ITL, "Histogram of inter-token latency in seconds.", HIST(token_s)},
     {MOON_GW_M_E2E, "Histogram of end to end request latency in seconds.", HIST(latency_s)},
@@ -441,10 +442,10 @@ static const decl_t serving[] = {
     {MOON_GW_M_ALIVE, "Serving instances alive, per role.", MOON_GW_GAUGE, NULL, 0},
     {MOON_GW_M_STORE_OPS, "KV store operations, per kind.", MOON_GW_COUNTER, NULL, 0},
     {MOON_GW_M_STORE_EVICT, "KV store blocks evicted.", MOON_GW_COUNTER, NULL, 0},
-    {MOON_GW_M_IN_FLIGHT, "Requests placed by the conductor and not yet released.",
-     MOON_GW_GAUGE, NULL, 0},
-    {MOON_GW_M_STORE_HITS, "Prompt tokens whose KV was fetched from the store.",
-     MOON_GW_COUNTER, NULL, 0},
+    {MOON_GW_M_IN_FLIGHT, "Requests placed by the conductor and not yet released.", MOON_GW_GAUGE,
+     NULL, 0},
+    {MOON_GW_M_STORE_HITS, "Prompt tokens whose KV was fetched from the store.", MOON_GW_COUNTER,
+     NULL, 0},
 };
 
 static const struct {

@@ -49,15 +49,18 @@ typedef enum {
 #define MOON_GW_M_HTTP "moonlet:http_responses_total"
 /* KV blocks and instances: pools and roles from the conductor's STATS, the
  * DRAM tier and store counters from the shards' STATS; the SSD tier must be
- * fed by whoever sees it. */
-#define MOON_GW_M_KV_USED "moonlet:kv_blocks_used"        /* {tier="decode_pool|prefill_pool|store_dram|store_ssd"} */
-#define MOON_GW_M_KV_TOTAL "moonlet:kv_blocks_total"      /* {tier=...} */
-#define MOON_GW_M_ALIVE "moonlet:instances_alive"         /* {role="prefill|decode|colocated|store"} */
-#define MOON_GW_M_STORE_OPS "moonlet:store_operations_total" /* {op="put|get|get_miss"}, absolute */
-#define MOON_GW_M_STORE_EVICT "moonlet:store_evictions_total" /* absolute */
-/* From the conductor's STATS (the gateway polls them). */
+ * fed by whoever sees it. Labels: tier="decode_pool|prefill_pool|store_dram|
+ * store_ssd", role="prefill|decode|colocated|store", op="put|get|get_miss";
+ * the store counters are absolute totals (set, not added). */
+#define MOON_GW_M_KV_USED "moonlet:kv_blocks_used"
+#define MOON_GW_M_KV_TOTAL "moonlet:kv_blocks_total"
+#define MOON_GW_M_ALIVE "moonlet:instances_alive"
+#define MOON_GW_M_STORE_OPS "moonlet:store_operations_total"
+#define MOON_GW_M_STORE_EVICT "moonlet:store_evictions_total"
+/* From the conductor's STATS: requests placed and not released; prompt
+ * tokens whose KV came from the store. */
 #define MOON_GW_M_IN_FLIGHT "moonlet:num_requests_in_flight"
-#define MOON_GW_M_STORE_HITS "moonlet:prefix_cache_store_hits_total" /* tokens from the store */
+#define MOON_GW_M_STORE_HITS "moonlet:prefix_cache_store_hits_total"
 
 /* Creates an empty registry. const_labels (copied; NULL or "" for none), e.g.
  * `model_name="stories260K"`, prefix every series. MOON_ERR_NO_MEMORY. */
@@ -85,8 +88,8 @@ moon_status_t moon_gw_metrics_add(moon_gw_metrics_t *m, const char *name, const 
  * running total (the value then replaces the total: feed it only totals that
  * never decrease). The hook the conductor feeds from its load view. Statuses
  * as for add. */
-moon_status_t moon_gw_metrics_set_gauge(moon_gw_metrics_t *m, const char *name,
-                                        const char *labels, double value);
+moon_status_t moon_gw_metrics_set_gauge(moon_gw_metrics_t *m, const char *name, const char *labels,
+                                        double value);
 /* Histogram observation. Statuses as for add (INVALID_PARAM for a non-histogram). */
 moon_status_t moon_gw_metrics_observe(moon_gw_metrics_t *m, const char *name, const char *labels,
                                       double value);

@@ -124,16 +124,14 @@ static moon_status_t parse_content(const cJSON *c, uint32_t i, char **text_p, mo
         if (!cJSON_IsObject(part) || moon_gw_json_str(part, "type", &type) != 1 ||
             strcmp(type, "text") != 0 || moon_gw_json_str(part, "text", &text) != 1) {
             moon_gw_buf_fini(&b);
-            BAD(param, "'%s': only parts of type 'text' with a string 'text' are supported",
-                param);
+            BAD(param, "'%s': only parts of type 'text' with a string 'text' are supported", param);
         }
         moon_gw_buf_puts(&b, text);
     }
     return moon_gw_buf_take(&b, text_p, NULL);
 }
 
-static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req,
-                                    moon_gw_error_t *err)
+static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
 {
     const cJSON  *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     const cJSON  *m;
@@ -229,8 +227,8 @@ static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_
 /* Values other servers accept but this one does not implement. */
 static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_error_t *err)
 {
-    long long   n = 1;
-    int         b = 0;
+    long long    n = 1;
+    int          b = 0;
     const cJSON *f;
 
     switch (moon_gw_json_int(root, "n", 1, 128, &n)) {
@@ -260,8 +258,7 @@ static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_err
     return MOON_OK;
 }
 
-static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req,
-                                    moon_gw_error_t *err)
+static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
 {
     moon_serve_params_t *p = &req->params;
     long long            v = 0;

@@ -26,14 +26,14 @@
 #define MOON_GW_MAX_STOP 16u
 
 typedef struct {
-    int                 chat;           /* 1: /v1/chat/completions */
+    int                 chat; /* 1: /v1/chat/completions */
     int                 stream;
     int                 include_usage;  /* stream_options.include_usage */
     int                 has_max_tokens; /* given by the client */
     int                 has_seed;
-    char               *model;          /* NULL: not given */
-    char               *prompt;         /* completions text; NULL with token ids */
-    int32_t            *tokens;         /* the prompt's ids: given, or set by prepare */
+    char               *model;  /* NULL: not given */
+    char               *prompt; /* completions text; NULL with token ids */
+    int32_t            *tokens; /* the prompt's ids: given, or set by prepare */
     uint32_t            n_tokens;
     moon_gw_chat_msg_t *msgs; /* chat: n_msgs turns (strings owned) */
     uint32_t            n_msgs;

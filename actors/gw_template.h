@@ -45,8 +45,8 @@ typedef int32_t (*moon_gw_special_fn)(void *arg, const char *text);
 
 /* Picks the family of jinja (len bytes; NULL: none given). special (optional)
  * finds ChatML's marker ids. */
-void moon_gw_template_init(moon_gw_template_t *t, const char *jinja, size_t len, int32_t bos,
-                           int32_t eos, moon_gw_special_fn special, void *arg);
+void        moon_gw_template_init(moon_gw_template_t *t, const char *jinja, size_t len, int32_t bos,
+                                  int32_t eos, moon_gw_special_fn special, void *arg);
 const char *moon_gw_template_name(moon_gw_tpl_kind_t kind); /* "plain", "chatml", ... */
 
 typedef struct {

@@ -63,7 +63,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 static int http_request(CURL *easy, int stream, sink_t *s)
 {
     char               url[64], body[512];
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h    = curl_slist_append(NULL, "Content-Type: application/json");
     long               code = 0;
     CURLcode           rc;
 
@@ -89,10 +89,10 @@ static int http_request(CURL *easy, int stream, sink_t *s)
 /* sum and count of a histogram in the gateway's /metrics (0 when missing). */
 static void scrape(CURL *easy, const char *name, double *sum_p, double *count_p)
 {
-    char    url[64], key[160], *p;
-    char   *text = NULL;
-    size_t  len  = 0;
-    FILE   *f    = open_memstream(&text, &len);
+    char   url[64], key[160], *p;
+    char  *text = NULL;
+    size_t len  = 0;
+    FILE  *f    = open_memstream(&text, &len);
 
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", g_port);
     curl_easy_setopt(easy, CURLOPT_URL, url);
@@ -193,8 +193,8 @@ static double http_throughput(int n, int depth)
 {
     pthread_t     th[256];
     http_worker_t w[256];
-    atomic_int    left = n;
-    uint64_t      t0   = moon_bench_now_ns();
+    atomic_int    left   = n;
+    uint64_t      t0     = moon_bench_now_ns();
     int           failed = 0;
 
     for (int i = 0; i < depth; i++) {
@@ -241,23 +241,23 @@ static void line(const char *bench, const char *metric, double v, double anchor,
 
 int main(int argc, char **argv)
 {
-    const char          *model = moon_bench_arg_str(argc, argv, "model", NULL);
-    int                  n     = (int)moon_bench_arg_int(argc, argv, "n", 200);
-    int                  depth = (int)moon_bench_arg_int(argc, argv, "depth", 16);
-    int                  rounds = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
-    moon_runtime_config_t rcfg;
-    moon_serve_config_t  scfg;
-    moon_serve_cluster_t *cluster = NULL;
-    moon_runtime_t       *rt      = NULL;
-    moon_serve_client_config_t ccfg = {0};
-    moon_gateway_args_t  ga;
-    moon_addr_t          gw;
-    uint16_t             port = 0;
-    double              *h_ttft, *a_ttft;
-    double               h_tput = 0, a_tput = 0;
-    double               ttft_sum0, ttft_n0, e2e_sum0, e2e_n0, ttft_sum1, ttft_n1, e2e_sum1, e2e_n1;
-    double               c_ttft = 0, c_e2e = 0, c0, c1, h_cpu = 0, a_cpu = 0;
-    CURL                *easy;
+    const char                *model  = moon_bench_arg_str(argc, argv, "model", NULL);
+    int                        n      = (int)moon_bench_arg_int(argc, argv, "n", 200);
+    int                        depth  = (int)moon_bench_arg_int(argc, argv, "depth", 16);
+    int                        rounds = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
+    moon_runtime_config_t      rcfg;
+    moon_serve_config_t        scfg;
+    moon_serve_cluster_t      *cluster = NULL;
+    moon_runtime_t            *rt      = NULL;
+    moon_serve_client_config_t ccfg    = {0};
+    moon_gateway_args_t        ga;
+    moon_addr_t                gw;
+    uint16_t                   port = 0;
+    double                    *h_ttft, *a_ttft;
+    double                     h_tput = 0, a_tput = 0;
+    double ttft_sum0, ttft_n0, e2e_sum0, e2e_n0, ttft_sum1, ttft_n1, e2e_sum1, e2e_n1;
+    double c_ttft = 0, c_e2e = 0, c0, c1, h_cpu = 0, a_cpu = 0;
+    CURL  *easy;
 
     g_max_tokens = (int)moon_bench_arg_int(argc, argv, "max-tokens", 16);
     if (model == NULL || depth < 1 || depth > 256 || n < 1) {
@@ -273,10 +273,10 @@ int main(int argc, char **argv)
     scfg.store_dram_mib = 64;
     memset(&ga, 0, sizeof(ga));
     moon_gateway_config_default(&ga.config);
-    ga.config.port       = 0;
+    ga.config.port         = 0;
     ga.config.http_threads = (uint32_t)moon_bench_arg_int(argc, argv, "http-threads", 2);
-    ga.model_path        = model;
-    ga.port_p            = &port;
+    ga.model_path          = model;
+    ga.port_p              = &port;
     if (moon_runtime_create(&rcfg, &rt) != MOON_OK || moon_runtime_start(rt) != MOON_OK ||
         moon_serve_cluster_start(&scfg, rt, NULL, &cluster) != MOON_OK) {
         fprintf(stderr, "bench_gateway: the cluster did not start\n");

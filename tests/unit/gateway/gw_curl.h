@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 typedef struct {
-    int    code;        /* HTTP status; 0: curl failed */
-    char  *body;        /* malloc'd, NUL-terminated */
+    int    code; /* HTTP status; 0: curl failed */
+    char  *body; /* malloc'd, NUL-terminated */
     size_t len;
     char   headers[4096];
 } gw_http_t;

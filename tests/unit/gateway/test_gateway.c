@@ -172,10 +172,9 @@ static void test_routes(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "application/json"));
     j = json_of(&r);
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(j, "object")), "list");
-    CU_ASSERT_STRING_EQUAL(
-        cJSON_GetStringValue(cJSON_GetObjectItem(
-            cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0), "id")),
-        "stories260K");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(
+                               cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0), "id")),
+                           "stories260K");
     cJSON_Delete(j);
     gw_http_fini(&r);
     CU_ASSERT_EQUAL(gw_curl(&r, g_port, "/v1/models/stories260K", NULL), 200);
@@ -218,8 +217,8 @@ static void test_routes(void)
 
 static void test_errors(void)
 {
-    char  *big;
-    char   args[600];
+    char     *big;
+    char      args[600];
     gw_http_t r;
 
     post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\"", 400, "invalid_request_error");
@@ -229,8 +228,7 @@ static void test_errors(void)
                 "invalid_request_error");
     post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404,
                 "invalid_request_error");
-    post_expect(g_port, "/v1/chat/completions", "{\"messages\": []}", 400,
-                "invalid_request_error");
+    post_expect(g_port, "/v1/chat/completions", "{\"messages\": []}", 400, "invalid_request_error");
     /* a prompt over the 512-token context */
     big = malloc(1 << 20);
     strcpy(big, "{\"prompt\": \"");
@@ -289,18 +287,18 @@ static void test_api_key(void)
 static char *check_stream(const char *body, int chat, int include_usage, const char *finish,
                           uint32_t *n_completion_p)
 {
-    moon_gw_resp_meta_t meta   = {.model = "stories260K", .chat = chat,
-                                  .include_usage = include_usage};
-    static char         id[64], fp[64];
-    const char         *p      = body;
-    char               *text   = calloc(1, 65536);
-    int                 n      = 0, saw_done = 0, saw_finish = 0, saw_usage = 0;
-    size_t              len    = 0;
+    moon_gw_resp_meta_t meta = {
+        .model = "stories260K", .chat = chat, .include_usage = include_usage};
+    static char id[64], fp[64];
+    const char *p    = body;
+    char       *text = calloc(1, 65536);
+    int         n = 0, saw_done = 0, saw_finish = 0, saw_usage = 0;
+    size_t      len = 0;
 
     while (*p) {
         const char *end = strstr(p, "\n\n");
         cJSON      *j, *c, *d;
-        char       *want = NULL;
+        char       *want  = NULL;
         const char *piece = NULL, *fin = NULL;
 
         CU_ASSERT_PTR_NOT_NULL_FATAL(end);
@@ -325,13 +323,15 @@ static char *check_stream(const char *body, int chat, int include_usage, const c
         if (c == NULL) { /* the usage chunk */
             moon_gw_usage_t u;
             cJSON          *us = cJSON_GetObjectItem(j, "usage");
-            u.prompt_tokens     = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "prompt_tokens"));
-            u.completion_tokens = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "completion_tokens"));
-            u.cached_tokens     = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(
+            u.prompt_tokens =
+                (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "prompt_tokens"));
+            u.completion_tokens =
+                (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "completion_tokens"));
+            u.cached_tokens = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(
                 cJSON_GetObjectItem(us, "prompt_tokens_details"), "cached_tokens"));
-            *n_completion_p     = u.completion_tokens;
-            want                = moon_gw_format_usage_chunk(&meta, &u, &len);
-            saw_usage           = 1;
+            *n_completion_p = u.completion_tokens;
+            want            = moon_gw_format_usage_chunk(&meta, &u, &len);
+            saw_usage       = 1;
         } else {
             fin = cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason"));
             if (chat) {
@@ -520,7 +520,7 @@ static void test_cancel_on_disconnect_not_streamed(void)
 static void test_concurrent_streams(void)
 {
     char        cmd[2048];
-    const char *dir = gw_tmp_dir();
+    const char *dir   = gw_tmp_dir();
     char       *first = NULL;
     int         ret;
 
@@ -565,7 +565,8 @@ static void test_rejected_then_conductor_down(void)
     expect_error(&r, 503, "server_error");
     gw_http_fini(&r);
     gw_curl(&r, g_port_fake, "/metrics", NULL);
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "moonlet:early_rejections_total{model_name=\"stories260K\"} 1"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(r.body, "moonlet:early_rejections_total{model_name=\"stories260K\"} 1"));
     gw_http_fini(&r);
     /* no decode instance up: 503 on /health and to requests, until one is back */
     atomic_store(&g_fake_decode_up, 0);
@@ -620,7 +621,8 @@ static void test_openai_npm(void)
              gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
     ret = system(cmd);
     if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip("npm or the npm registry is unreachable: the openai client test did not run");
+        moon_test_skip(
+            "npm or the npm registry is unreachable: the openai client test did not run");
         return;
     }
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);

@@ -17,10 +17,10 @@
 #define N_THREADS 4
 #define N_PER_THREAD 3000
 
-static moon_runtime_t   *g_rt;
+static moon_runtime_t           *g_rt;
 static moon_gw_bridge_t *_Atomic g_bridge;
-static moon_addr_t       g_conductor;
-static atomic_uint       g_cancels, g_submits;
+static moon_addr_t               g_conductor;
+static atomic_uint               g_cancels, g_submits;
 
 /* ---- fake conductor: TOKEN then DONE for every SUBMIT ------------------------ */
 static moon_status_t cond_on_submit(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -88,10 +88,9 @@ static moon_status_t owner_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg
 
 static moon_status_t owner_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    owner_t       *o   = moon_actor_state(self);
-    uint64_t       id  = msg->type == MOON_MSG_SERVE_TOKEN
-                             ? ((const moon_serve_token_t *)msg)->request_id
-                             : ((const moon_serve_done_t *)msg)->request_id;
+    owner_t *o  = moon_actor_state(self);
+    uint64_t id = msg->type == MOON_MSG_SERVE_TOKEN ? ((const moon_serve_token_t *)msg)->request_id
+                                                    : ((const moon_serve_done_t *)msg)->request_id;
     moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, id);
 
     if (req != NULL) {
@@ -151,8 +150,11 @@ static void *producer(void *arg)
         moon_status_t  status;
         int            done = 0;
         /* half of them want a wake for DONE only (the token is taken along) */
-        moon_gw_conn_t conn = {.park = park, .wake = wake, .arg = p,
-                               .token_wake_ns = (i % 2) ? 0 : 1000000000ull, .arrival_ns = 0};
+        moon_gw_conn_t conn = {.park          = park,
+                               .wake          = wake,
+                               .arg           = p,
+                               .token_wake_ns = (i % 2) ? 0 : 1000000000ull,
+                               .arrival_ns    = 0};
 
         status = moon_gw_bridge_submit(b, &params, &conn, &req);
         if (status == MOON_ERR_NO_RESOURCE) { /* ring full: retry later */
@@ -224,8 +226,9 @@ static void test_many_producers(void)
     CU_ASSERT_EQUAL(atomic_load(&g_submits), N_THREADS * N_PER_THREAD);
     /* cancels of requests already answered are dropped by the owner: at most all */
     CU_ASSERT(atomic_load(&g_cancels) <= n_cancelled);
-    fprintf(stderr, "%u requests, %u closed at once (%u cancels reached the conductor), ring "
-                    "full %u times\n",
+    fprintf(stderr,
+            "%u requests, %u closed at once (%u cancels reached the conductor), ring "
+            "full %u times\n",
             N_THREADS * N_PER_THREAD, n_cancelled, atomic_load(&g_cancels), n_full);
 }
 

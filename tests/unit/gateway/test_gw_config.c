@@ -24,9 +24,10 @@ static void test_defaults(void)
 static void test_flags(void)
 {
     moon_gateway_config_t c;
-    moon_config_t        *cfg = NULL;
-    char *argv[] = {"serve", "--host", "0.0.0.0", "--port=9001", "--model-name", "tiny",
-                    "--api-key", "k", "--body-limit", "64k", NULL};
+    moon_config_t        *cfg    = NULL;
+    char                 *argv[] = {"serve",        "--host", "0.0.0.0",   "--port=9001",
+                                    "--model-name", "tiny",   "--api-key", "k",
+                                    "--body-limit", "64k",    NULL};
 
     CU_ASSERT_EQUAL_FATAL(moon_config_defaults(&moon_gateway_config_table, &c), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_config_create(&cfg), MOON_OK);
@@ -43,9 +44,9 @@ static void test_flags(void)
 static void test_bad_values(void)
 {
     moon_gateway_config_t c;
-    moon_config_t        *cfg = NULL;
-    char *port[] = {"serve", "--port", "70000", NULL};
-    char *threads[] = {"serve", "--http-threads", "0", NULL};
+    moon_config_t        *cfg       = NULL;
+    char                 *port[]    = {"serve", "--port", "70000", NULL};
+    char                 *threads[] = {"serve", "--http-threads", "0", NULL};
 
     moon_config_defaults(&moon_gateway_config_table, &c);
     CU_ASSERT_EQUAL_FATAL(moon_config_create(&cfg), MOON_OK);

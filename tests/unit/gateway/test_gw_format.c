@@ -12,8 +12,8 @@ static const moon_gw_resp_meta_t cmpl = {
     .id = "cmpl-7", .model = "m", .fingerprint = "fp_1", .created = 1700000000, .chat = 0};
 static const moon_gw_resp_meta_t chat = {
     .id = "chatcmpl-7", .model = "m", .fingerprint = "fp_1", .created = 1700000000, .chat = 1};
-static const moon_gw_usage_t usage = {.prompt_tokens = 5, .completion_tokens = 3,
-                                      .cached_tokens = 2};
+static const moon_gw_usage_t usage = {
+    .prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2};
 
 #define USAGE                                                                                      \
     "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8,"                   \
@@ -111,13 +111,13 @@ static void test_error_objects(void)
 
     moon_gw_error_set(&err, 400, NULL, "max_tokens", "'%s' must be >= %d", "max_tokens", 1);
     json = moon_gw_error_json(&err);
-    len = strlen(json);
+    len  = strlen(json);
     check(json, &len,
           "{\"error\":{\"message\":\"'max_tokens' must be >= 1\",\"type\":"
           "\"invalid_request_error\",\"param\":\"max_tokens\",\"code\":null}}");
     moon_gw_error_set(&err, 401, NULL, NULL, "no key");
     json = moon_gw_error_json(&err);
-    len = strlen(json);
+    len  = strlen(json);
     check(json, &len,
           "{\"error\":{\"message\":\"no key\",\"type\":\"invalid_request_error\",\"param\":null,"
           "\"code\":\"invalid_api_key\"}}");

@@ -8,10 +8,10 @@
 
 static void test_text_format(void)
 {
-    moon_gw_metrics_t *m = NULL;
+    moon_gw_metrics_t  *m   = NULL;
     static const double b[] = {0.1, 1};
-    char              *text;
-    size_t             len = 0;
+    char               *text;
+    size_t              len = 0;
 
     CU_ASSERT_EQUAL_FATAL(moon_gw_metrics_create("model_name=\"x\"", &m), MOON_OK);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "a:c_total", MOON_GW_COUNTER, "C.", NULL, 0),
@@ -64,9 +64,9 @@ static void test_no_const_labels(void)
 
 static void test_bad_use(void)
 {
-    moon_gw_metrics_t *m = NULL;
+    moon_gw_metrics_t  *m     = NULL;
     static const double bad[] = {1, 0.5};
-    double             v;
+    double              v;
 
     CU_ASSERT_EQUAL_FATAL(moon_gw_metrics_create("", &m), MOON_OK);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "c_total", MOON_GW_COUNTER, "C.", NULL, 0), MOON_OK);

@@ -18,11 +18,8 @@ static moon_gw_template_t g_plain;
 
 static moon_gw_model_info_t info(void)
 {
-    moon_gw_model_info_t i = {.model_name = "stories260K",
-                              .tpl        = &g_plain,
-                              .tok        = g_tok,
-                              .n_ctx      = 512,
-                              .n_vocab    = 512};
+    moon_gw_model_info_t i = {
+        .model_name = "stories260K", .tpl = &g_plain, .tok = g_tok, .n_ctx = 512, .n_vocab = 512};
     return i;
 }
 
@@ -99,9 +96,9 @@ static void test_completion_fields(void)
     moon_gw_request_fini(&req);
 
     /* a list of one string; max_completion_tokens */
-    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":[\"Hi\"],\"max_completion_tokens\":3,\"stop\":\"x\"}",
-                              0, &req, &err),
-                          200);
+    CU_ASSERT_EQUAL_FATAL(
+        run("{\"prompt\":[\"Hi\"],\"max_completion_tokens\":3,\"stop\":\"x\"}", 0, &req, &err),
+        200);
     CU_ASSERT_EQUAL(req.params.max_tokens, 3);
     CU_ASSERT_EQUAL(req.params.n_stop, 1);
     moon_gw_request_fini(&req);
@@ -112,11 +109,11 @@ static void test_completion_fields(void)
 
 static void test_completion_errors(void)
 {
-    expect("{\"prompt\":\"x\"", 0, 400, NULL);            /* bad JSON */
-    expect("[1,2]", 0, 400, NULL);                         /* not an object */
-    expect("{}", 0, 400, "prompt");                        /* missing */
-    expect("{\"prompt\":7}", 0, 400, "prompt");            /* wrong type */
-    expect("{\"prompt\":[]}", 0, 400, "prompt");           /* empty */
+    expect("{\"prompt\":\"x\"", 0, 400, NULL);              /* bad JSON */
+    expect("[1,2]", 0, 400, NULL);                          /* not an object */
+    expect("{}", 0, 400, "prompt");                         /* missing */
+    expect("{\"prompt\":7}", 0, 400, "prompt");             /* wrong type */
+    expect("{\"prompt\":[]}", 0, 400, "prompt");            /* empty */
     expect("{\"prompt\":[\"a\",\"b\"]}", 0, 400, "prompt"); /* two prompts */
     expect("{\"prompt\":[1,-2]}", 0, 400, "prompt");
     expect("{\"prompt\":[1,2.5]}", 0, 400, "prompt");
@@ -268,14 +265,14 @@ static void test_templates(void)
 static void test_template_tokens(void)
 {
     static const moon_gw_chat_msg_t msgs[] = {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Ok"}};
-    moon_gw_template_t t;
-    moon_gw_prompt_t   p;
-    int32_t           *ids = NULL;
-    uint32_t           n   = 0, n_bos = 0, n_eos = 0;
-    static const char  llama2[] = "[INST]";
+    moon_gw_template_t              t;
+    moon_gw_prompt_t                p;
+    int32_t                        *ids = NULL;
+    uint32_t                        n = 0, n_bos = 0, n_eos = 0;
+    static const char               llama2[] = "[INST]";
 
-    moon_gw_template_init(&t, llama2, 6, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok),
-                          NULL, NULL);
+    moon_gw_template_init(&t, llama2, 6, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok), NULL,
+                          NULL);
     CU_ASSERT_EQUAL_FATAL(moon_gw_template_render(&t, msgs, 3, &p), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_gw_prompt_tokenize(&p, g_tok, &ids, &n), MOON_OK);
     for (uint32_t i = 0; i < n; i++) {
