@@ -533,7 +533,7 @@ static moon_status_t gw_on_store_stats(moon_actor_t *self, const moon_msg_hdr_t 
     gw_state_t                     *st = moon_actor_state(self);
     const moon_store_stats_reply_t *r  = (const moon_store_stats_reply_t *)msg;
     moon_gw_metrics_t              *m  = st->metrics;
-    double used = 0, total = 0, puts = 0, gets = 0, misses = 0, evicted = 0;
+    double used = 0, total = 0, puts = 0, gets = 0, misses = 0, evicted = 0, up = 0;
 
     if (r->req >= st->n_shards || msg->src != st->shards[r->req]) {
         return MOON_OK;
@@ -547,7 +547,9 @@ static moon_status_t gw_on_store_stats(moon_actor_t *self, const moon_msg_hdr_t 
         gets += (double)s->n_gets;
         misses += (double)s->n_get_misses;
         evicted += (double)s->n_evicted;
+        up += s->n_slots > 0; /* has answered */
     }
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"store\"", up);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_USED, "tier=\"store_dram\"", used);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_TOTAL, "tier=\"store_dram\"", total);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"put\"", puts);
