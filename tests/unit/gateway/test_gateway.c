@@ -3,8 +3,8 @@
  * gateways on free ports, driven with curl: every route and error code,
  * streamed completions checked byte for byte against the format, the same
  * tokens streamed or not, cancel on disconnect with no leaked KV blocks, 64
- * concurrent streaming clients, and the official `openai` npm client (skipped
- * when npm or its registry cannot be reached). A fake conductor answers 429s
+ * concurrent streaming clients, and the official `openai` clients, npm and
+ * Python (each skipped when its tool or registry cannot be reached). A fake conductor answers 429s
  * and goes away for the 503s. */
 #include "gateway.h"
 #include "gw_curl.h"
@@ -27,6 +27,9 @@
 
 #ifndef MOON_TEST_MODEL
 #error "MOON_TEST_MODEL must name stories260K.gguf"
+#endif
+#ifndef MOON_TEST_PY_SCRIPT
+#error "MOON_TEST_PY_SCRIPT must name the python client script"
 #endif
 #ifndef MOON_TEST_NPM_SCRIPT
 #error "MOON_TEST_NPM_SCRIPT must name the npm client script"
@@ -628,6 +631,26 @@ static void test_openai_npm(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
+static void test_openai_python(void)
+{
+    char cmd[2048];
+    int  ret;
+
+    snprintf(cmd, sizeof(cmd),
+             "command -v python3 >/dev/null || exit 77; d='%s/py'; "
+             "\"$d/bin/python\" -c 'import openai' 2>/dev/null || "
+             "{ python3 -m venv \"$d\" && timeout 120 \"$d/bin/pip\" install -q openai; } "
+             ">\"%s/pip.log\" 2>&1; \"$d/bin/python\" -c 'import openai' 2>/dev/null || exit 77; "
+             "MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 \"$d/bin/python\" '%s'",
+             gw_tmp_dir(), gw_tmp_dir(), g_port, MOON_TEST_PY_SCRIPT);
+    ret = system(cmd);
+    if (WEXITSTATUS(ret) == 77) {
+        moon_test_skip("python3 or PyPI is unreachable: the openai python client test did not run");
+        return;
+    }
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+}
+
 static CU_TestInfo tests[] = {
     {"routes", test_routes},
     {"errors", test_errors},
@@ -640,6 +663,7 @@ static CU_TestInfo tests[] = {
     {"rejected_then_conductor_down", test_rejected_then_conductor_down},
     {"half_sent_request_times_out", test_half_sent_request_times_out},
     {"openai_npm", test_openai_npm},
+    {"openai_python", test_openai_python},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"gateway", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
