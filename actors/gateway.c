@@ -21,6 +21,7 @@
 
 typedef struct {
     moon_addr_t           conductor;
+    moon_dist_t          *dist;
     moon_gateway_config_t cfg;
     char                 *host, *api_key, *model_name, *fingerprint, *wait_roles;
     moon_tokenizer_t     *tok;
@@ -175,6 +176,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
         return MOON_ERR_INVALID_PARAM;
     }
     st->conductor  = args->conductor;
+    st->dist       = args->dist;
     st->cfg        = args->config;
     st->host       = moon_strdup(args->config.host);
     st->api_key    = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
@@ -425,7 +427,10 @@ static void poll_store(moon_actor_t *self, gw_state_t *st)
 
     while (st->n_shards < GW_MAX_SHARDS) {
         snprintf(name, sizeof(name), "store/%u", st->n_shards);
-        if (moon_whereis(rt, name, &st->shards[st->n_shards]) != MOON_OK) {
+        moon_addr_t *a = &st->shards[st->n_shards];
+
+        if ((st->dist != NULL ? moon_dist_whereis(st->dist, name, 0, a)
+                              : moon_whereis(rt, name, a)) != MOON_OK) {
             break;
         }
         st->n_shards++;

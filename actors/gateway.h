@@ -24,6 +24,7 @@
 #include "gw_metrics.h"
 #include "moonlet/actor.h"
 #include "moonlet/config.h"
+#include "moonlet/dist.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -64,14 +65,16 @@ typedef struct {
     const char *fingerprint; /* system_fingerprint (model id + weight version); NULL:
                                 "fp_" + a hash of the model name */
     moon_gateway_config_t config;
-    moon_gw_metrics_t    *metrics; /* optional borrowed registry (to feed gauges the
-                                      gateway cannot see: store tiers); NULL: its own */
-    const char *wait_roles;        /* comma-separated roles ("prefill", "decode",
-                                      "colocated") that need an instance up (from the
-                                      conductor's STATS) before /health says 200 and
-                                      requests are served; NULL: a decode instance, and a
-                                      prefill one if the deployment has any; "": at once */
-    uint16_t *port_p;              /* optional: the bound port, written by init */
+    moon_dist_t          *dist; /* optional: names ("store/<i>") resolve through it
+                                   (borrowed; outlives the gateway); NULL: local names */
+    moon_gw_metrics_t *metrics; /* optional borrowed registry (to feed gauges the
+                                   gateway cannot see: store tiers); NULL: its own */
+    const char *wait_roles;     /* comma-separated roles ("prefill", "decode",
+                                   "colocated") that need an instance up (from the
+                                   conductor's STATS) before /health says 200 and
+                                   requests are served; NULL: a decode instance, and a
+                                   prefill one if the deployment has any; "": at once */
+    uint16_t *port_p;           /* optional: the bound port, written by init */
 } moon_gateway_args_t;
 
 /* Spawn with args (borrowed for the call: strings are copied). init errors:
