@@ -5,12 +5,14 @@
  * tokens streamed or not, cancel on disconnect with no leaked KV blocks, 64
  * concurrent streaming clients, and the official `openai` clients, npm and
  * Python (each skipped when its tool or registry cannot be reached). A fake conductor answers 429s
- * and goes away for the 503s. */
+ * and goes away for the 503s. In one process, and under mpirun -np 4 (the
+ * store, prefill and decode on ranks of their own: tokens cross ranks). */
 #include "gateway.h"
 #include "gw_curl.h"
 #include "gw_format.h"
 #include "moon_test.h"
 #include "moonlet/alloc.h"
+#include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "serve_client.h"
@@ -37,6 +39,7 @@
 
 #define WAIT_NS 60000000000ull
 
+static moon_dist_t          *g_dist;
 static moon_runtime_t       *g_rt;
 static moon_serve_cluster_t *g_cluster;
 static moon_serve_client_t  *g_client;
@@ -117,6 +120,7 @@ static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, uint6
     args.config.body_limit_bytes  = body_limit;
     args.config.stats_interval_ms = 50;
     args.conductor                = conductor;
+    args.dist                     = moon_dist_size(g_dist) > 1 ? g_dist : NULL;
     args.model_path               = MOON_TEST_MODEL;
     args.port_p                   = &port;
     status                        = moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr);
@@ -668,30 +672,20 @@ static CU_TestInfo tests[] = {
 };
 static CU_SuiteInfo suites[] = {{"gateway", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
-int main(void)
+/* Rank 0 (or the only process) holds the conductor, the gateways and the
+ * tests; under mpirun the store, prefill and decode run on ranks 1.. and the
+ * other ranks only host them until the barrier. */
+static int run_rank0(void)
 {
-    moon_runtime_config_t      rcfg;
-    moon_serve_config_t        scfg;
     moon_serve_client_config_t ccfg = {0};
     moon_gateway_args_t        fargs;
     uint16_t                   port = 0;
     moon_addr_t                addr;
     int                        rc;
 
-    moon_runtime_config_default(&rcfg);
-    rcfg.n_workers = 2;
-    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK || moon_runtime_start(g_rt) != MOON_OK) {
-        return 1;
-    }
-    moon_serve_config_default(&scfg);
-    scfg.model_path     = MOON_TEST_MODEL;
-    scfg.store_dram_mib = 16;
-    if (moon_serve_cluster_start(&scfg, g_rt, NULL, &g_cluster) != MOON_OK) {
-        fprintf(stderr, "test_gateway: the cluster did not start\n");
-        return 1;
-    }
     ccfg.conductor = moon_serve_cluster_conductor(g_cluster);
     if (moon_serve_client_create(g_rt, &ccfg, &g_client) != MOON_OK ||
+        moon_serve_client_wait_ready(g_client, 1, 1, WAIT_NS) != MOON_OK ||
         spawn_gateway(ccfg.conductor, NULL, 64 << 10, &g_port) != MOON_OK ||
         spawn_gateway(ccfg.conductor, "sekret", 1 << 20, &g_port_key) != MOON_OK ||
         moon_spawn(g_rt, &fake_ops, NULL, NULL, &g_fake) != MOON_OK) {
@@ -716,9 +710,45 @@ int main(void)
     }
     rc = moon_test_run(suites);
     moon_serve_client_destroy(g_client);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    moon_runtime_config_t rcfg;
+    moon_serve_config_t   scfg;
+    int                   rc = 0, multi;
+
+    if (moon_dist_init(&argc, &argv, NULL, &g_dist) != MOON_OK) {
+        return 1;
+    }
+    multi = moon_dist_size(g_dist) > 1;
+    moon_runtime_config_default(&rcfg);
+    rcfg.n_workers = 2;
+    rcfg.rank      = moon_dist_rank(g_dist);
+    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK ||
+        (multi && moon_dist_start(g_dist, g_rt) != MOON_OK) ||
+        moon_runtime_start(g_rt) != MOON_OK) {
+        return 1;
+    }
+    moon_serve_config_default(&scfg);
+    scfg.model_path     = MOON_TEST_MODEL;
+    scfg.store_dram_mib = 16;
+    if (moon_serve_cluster_start(&scfg, g_rt, multi ? g_dist : NULL, &g_cluster) != MOON_OK) {
+        fprintf(stderr, "test_gateway: the cluster did not start\n");
+        return 1;
+    }
+    if (moon_dist_rank(g_dist) == 0) {
+        rc = run_rank0();
+    }
+    if (multi) {
+        moon_dist_barrier(g_dist);
+    }
     moon_serve_cluster_stop(g_cluster);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
+    moon_dist_stop(g_dist);
     moon_runtime_destroy(g_rt);
+    moon_dist_finalize(g_dist);
     return rc;
 }
