@@ -8,12 +8,19 @@
 #include <sys/stat.h>
 
 static char tmp_dir[256];
+static char tmp_name[64] = "gw_e2e";
+
+void gw_tmp_name(const char *name)
+{
+    snprintf(tmp_name, sizeof(tmp_name), "%s", name);
+    tmp_dir[0] = '\0';
+}
 
 const char *gw_tmp_dir(void)
 {
     if (tmp_dir[0] == '\0') {
         /* fixed, so the npm install of an earlier run is reused */
-        snprintf(tmp_dir, sizeof(tmp_dir), "gw_e2e");
+        snprintf(tmp_dir, sizeof(tmp_dir), "%s", tmp_name);
         if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) {
             snprintf(tmp_dir, sizeof(tmp_dir), ".");
         }

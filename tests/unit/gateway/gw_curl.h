@@ -13,7 +13,10 @@ typedef struct {
     char   headers[4096];
 } gw_http_t;
 
-/* The scratch directory gw_e2e/ (under the working directory: the build tree). */
+/* The scratch directory (under the working directory: the build tree),
+ * gw_e2e/ unless named otherwise first (tests that may run at once need
+ * their own). */
+void        gw_tmp_name(const char *name);
 const char *gw_tmp_dir(void);
 /* Writes text to a file of the scratch directory; returns its path (static, per name). */
 const char *gw_tmp_file(const char *name, const char *text, size_t len);

@@ -739,6 +739,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (moon_dist_rank(g_dist) == 0) {
+        gw_tmp_name(multi ? "gw_e2e_np" : "gw_e2e"); /* ctest -j runs both at once */
         rc = run_rank0();
     }
     if (multi) {
