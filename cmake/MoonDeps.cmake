@@ -8,6 +8,7 @@ pkg_check_modules(CK      REQUIRED IMPORTED_TARGET ck)
 pkg_check_modules(CUNIT   REQUIRED IMPORTED_TARGET cunit)
 pkg_check_modules(XXHASH  REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(CJSON   IMPORTED_TARGET libcjson)
+pkg_check_modules(MHD     IMPORTED_TARGET libmicrohttpd)   # the gateway
 pkg_check_modules(CURL    IMPORTED_TARGET libcurl)   # moonlet bench
 pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
 if(MOON_WITH_UCX)

@@ -1,0 +1,117 @@
+/* tests/unit/gateway/gw_curl.c - curl helper (see gw_curl.h). */
+#include "gw_curl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char tmp_dir[256];
+static char tmp_name[64] = "gw_e2e";
+
+void gw_tmp_name(const char *name)
+{
+    snprintf(tmp_name, sizeof(tmp_name), "%s", name);
+    tmp_dir[0] = '\0';
+}
+
+const char *gw_tmp_dir(void)
+{
+    if (tmp_dir[0] == '\0') {
+        /* fixed, so the npm install of an earlier run is reused */
+        snprintf(tmp_dir, sizeof(tmp_dir), "%s", tmp_name);
+        if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) {
+            snprintf(tmp_dir, sizeof(tmp_dir), ".");
+        }
+    }
+    return tmp_dir;
+}
+
+const char *gw_tmp_file(const char *name, const char *text, size_t len)
+{
+    static char path[512];
+    FILE       *f;
+
+    snprintf(path, sizeof(path), "%s/%s", gw_tmp_dir(), name);
+    f = fopen(path, "wb");
+    if (f != NULL) {
+        fwrite(text, 1, len, f);
+        fclose(f);
+    }
+    return path;
+}
+
+char *gw_read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long  n;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    if (buf != NULL) {
+        n      = (long)fread(buf, 1, (size_t)n, f);
+        buf[n] = '\0';
+        if (len_p != NULL) {
+            *len_p = (size_t)n;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+int gw_curl(gw_http_t *r, unsigned port, const char *path, const char *args)
+{
+    char  cmd[4096], hdr[512], out[512];
+    FILE *p;
+    char *h;
+
+    memset(r, 0, sizeof(*r));
+    snprintf(hdr, sizeof(hdr), "%s/hdr", gw_tmp_dir());
+    snprintf(out, sizeof(out), "%s/out", gw_tmp_dir());
+    remove(hdr);
+    remove(out);
+    snprintf(cmd, sizeof(cmd),
+             "curl -s --max-time 120 -D '%s' -o '%s' -w '%%{http_code}' %s "
+             "'http://127.0.0.1:%u%s' </dev/null",
+             hdr, out, args != NULL ? args : "", port, path);
+    p = popen(cmd, "r");
+    if (p == NULL || fscanf(p, "%d", &r->code) != 1) {
+        r->code = 0;
+    }
+    if (p != NULL) {
+        pclose(p);
+    }
+    r->body = gw_read_file(out, &r->len);
+    if (r->body == NULL) {
+        r->body = calloc(1, 1);
+    }
+    h = gw_read_file(hdr, NULL);
+    if (h != NULL) {
+        snprintf(r->headers, sizeof(r->headers), "%s", h);
+        free(h);
+    }
+    return r->code;
+}
+
+int gw_post(gw_http_t *r, unsigned port, const char *path, const char *json, const char *extra)
+{
+    char args[1024];
+
+    snprintf(args, sizeof(args),
+             "-X POST -H 'Content-Type: application/json' --data-binary '@%s' %s",
+             gw_tmp_file("body.json", json, strlen(json)), extra != NULL ? extra : "");
+    return gw_curl(r, port, path, args);
+}
+
+void gw_http_fini(gw_http_t *r)
+{
+    free(r->body);
+    r->body = NULL;
+}

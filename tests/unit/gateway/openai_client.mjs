@@ -1,0 +1,50 @@
+// tests/unit/gateway/openai_client.mjs - the official `openai` npm client
+// against the gateway (test_gateway runs it): a completion, a chat, a
+// streamed chat with usage, and an API error surfacing as the client's
+// own error class. Exits 0 when everything matched.
+import OpenAI from "openai";
+
+const client = new OpenAI({ baseURL: process.env.MOON_GW_URL, apiKey: "none" });
+const fail = (why) => { console.error("openai client: " + why); process.exit(1); };
+
+const models = await client.models.list();
+if (models.data[0].id !== "stories260K") fail("models: " + JSON.stringify(models.data));
+
+const c = await client.completions.create({
+    model: "stories260K", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+if (c.object !== "text_completion" || c.choices[0].finish_reason !== "length" ||
+    c.usage.completion_tokens !== 8 || !c.choices[0].text) fail("completion: " + JSON.stringify(c));
+
+const chat = await client.chat.completions.create({
+    model: "stories260K", messages: [{ role: "user", content: "Tell me a story" }],
+    max_tokens: 8, temperature: 0 });
+const whole = chat.choices[0].message.content;
+if (chat.object !== "chat.completion" || !whole) fail("chat: " + JSON.stringify(chat));
+
+const stream = await client.chat.completions.create({
+    model: "stories260K", messages: [{ role: "user", content: "Tell me a story" }],
+    max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true } });
+let text = "", usage = null, finish = null;
+for await (const chunk of stream) {
+    if (chunk.choices.length > 0) {
+        text += chunk.choices[0].delta.content ?? "";
+        finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    if (chunk.usage) usage = chunk.usage;
+}
+if (text !== whole || finish !== "length" || !usage || usage.completion_tokens !== 8)
+    fail(`stream: ${JSON.stringify(text)} vs ${JSON.stringify(whole)}, ${finish}, ${JSON.stringify(usage)}`);
+
+try {
+    await client.completions.create({ model: "stories260K", prompt: "x", n: 3 });
+    fail("n=3 was accepted");
+} catch (e) {
+    if (!(e instanceof OpenAI.BadRequestError) || e.status !== 400) fail("error: " + e);
+}
+try {
+    await client.completions.create({ model: "nope", prompt: "x" });
+    fail("an unknown model was accepted");
+} catch (e) {
+    if (!(e instanceof OpenAI.NotFoundError)) fail("error: " + e);
+}
+console.log("openai client: ok");

@@ -1,0 +1,338 @@
+/* tests/unit/gateway/test_gw_openai.c - OpenAI request bodies: every field's
+ * type and range errors, prompt forms, chat templates, tokenization against
+ * the stories260K vocabulary and the context check. */
+#include "gw_openai.h"
+#include "gw_template.h"
+#include "moon_test.h"
+#include "moonlet/alloc.h"
+#include "moonlet/gguf.h"
+
+#include <string.h>
+
+#ifndef MOON_TEST_MODEL
+#error "MOON_TEST_MODEL must name stories260K.gguf"
+#endif
+
+static moon_tokenizer_t  *g_tok;
+static moon_gw_template_t g_plain;
+
+static moon_gw_model_info_t info(void)
+{
+    moon_gw_model_info_t i = {
+        .model_name = "stories260K", .tpl = &g_plain, .tok = g_tok, .n_ctx = 512, .n_vocab = 512};
+    return i;
+}
+
+/* Parses and prepares body; returns the HTTP status (200 when accepted). */
+static int run(const char *body, int chat, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    moon_gw_model_info_t mi = info();
+    moon_status_t        status;
+
+    memset(err, 0, sizeof(*err));
+    status = moon_gw_openai_parse(body, strlen(body), chat, req, err);
+    if (status == MOON_OK) {
+        status = moon_gw_openai_prepare(req, &mi, 42, err);
+    }
+    if (status == MOON_OK) {
+        return 200;
+    }
+    CU_ASSERT_EQUAL(status, MOON_ERR_INVALID_PARAM);
+    return err->http;
+}
+
+static void expect(const char *body, int chat, int http, const char *param)
+{
+    moon_gw_request_t req;
+    moon_gw_error_t   err;
+    int               got = run(body, chat, &req, &err);
+
+    if (got != http) {
+        fprintf(stderr, "body %s: got %d (%s), want %d\n", body, got, err.message, http);
+    }
+    CU_ASSERT_EQUAL(got, http);
+    if (param != NULL && got != 200) {
+        CU_ASSERT_STRING_EQUAL(err.param, param);
+    }
+    moon_gw_request_fini(&req);
+}
+
+static void test_completion_fields(void)
+{
+    moon_gw_request_t req;
+    moon_gw_error_t   err;
+
+    CU_ASSERT_EQUAL_FATAL(
+        run("{\"model\":\"stories260K\",\"prompt\":\"Once upon\",\"max_tokens\":7,"
+            "\"temperature\":0,\"top_p\":0.5,\"top_k\":3,\"seed\":9,\"stop\":[\".\",\"!\"],"
+            "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true,"
+            "\"user\":\"ignored\"}",
+            0, &req, &err),
+        200);
+    CU_ASSERT_EQUAL(req.params.max_tokens, 7);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.temperature, 0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.top_p, 0.5, 1e-6);
+    CU_ASSERT_EQUAL(req.params.top_k, 3);
+    CU_ASSERT_EQUAL(req.params.seed, 9);
+    CU_ASSERT_EQUAL(req.params.n_stop, 2);
+    CU_ASSERT_STRING_EQUAL(req.params.stop[1], "!");
+    CU_ASSERT_TRUE(req.stream);
+    CU_ASSERT_TRUE(req.include_usage);
+    CU_ASSERT(req.params.flags & MOON_SERVE_F_IGNORE_EOS);
+    /* tokenized here, BOS first, no ADD_BOS flag for the cluster */
+    CU_ASSERT(req.params.n_tokens > 2);
+    CU_ASSERT_EQUAL(req.params.tokens[0], moon_tokenizer_bos(g_tok));
+    CU_ASSERT_PTR_NULL(req.params.prompt);
+    CU_ASSERT_FALSE(req.params.flags & MOON_SERVE_F_ADD_BOS);
+    moon_gw_request_fini(&req);
+
+    /* defaults: OpenAI's temperature 1, 16 tokens, a seed of our own */
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":[1,2,3]}", 0, &req, &err), 200);
+    CU_ASSERT_EQUAL(req.params.max_tokens, 16);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.temperature, 1, 1e-9);
+    CU_ASSERT_EQUAL(req.params.seed, 42);
+    CU_ASSERT_EQUAL(req.params.n_tokens, 3);
+    CU_ASSERT_FALSE(req.stream);
+    moon_gw_request_fini(&req);
+
+    /* a list of one string; max_completion_tokens */
+    CU_ASSERT_EQUAL_FATAL(
+        run("{\"prompt\":[\"Hi\"],\"max_completion_tokens\":3,\"stop\":\"x\"}", 0, &req, &err),
+        200);
+    CU_ASSERT_EQUAL(req.params.max_tokens, 3);
+    CU_ASSERT_EQUAL(req.params.n_stop, 1);
+    moon_gw_request_fini(&req);
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":[[5,6]]}", 0, &req, &err), 200);
+    CU_ASSERT_EQUAL(req.params.n_tokens, 2);
+    moon_gw_request_fini(&req);
+}
+
+static void test_completion_errors(void)
+{
+    expect("{\"prompt\":\"x\"", 0, 400, NULL);              /* bad JSON */
+    expect("[1,2]", 0, 400, NULL);                          /* not an object */
+    expect("{}", 0, 400, "prompt");                         /* missing */
+    expect("{\"prompt\":7}", 0, 400, "prompt");             /* wrong type */
+    expect("{\"prompt\":[]}", 0, 400, "prompt");            /* empty */
+    expect("{\"prompt\":[\"a\",\"b\"]}", 0, 400, "prompt"); /* two prompts */
+    expect("{\"prompt\":[1,-2]}", 0, 400, "prompt");
+    expect("{\"prompt\":[1,2.5]}", 0, 400, "prompt");
+    expect("{\"prompt\":[1,999]}", 0, 400, "prompt"); /* out of the vocabulary */
+    expect("{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 0, 404, "model");
+    expect("{\"prompt\":\"x\",\"model\":3}", 0, 400, "model");
+    expect("{\"prompt\":\"x\",\"max_tokens\":0}", 0, 400, "max_tokens");
+    expect("{\"prompt\":\"x\",\"max_tokens\":\"5\"}", 0, 400, "max_tokens");
+    expect("{\"prompt\":\"x\",\"max_tokens\":1.5}", 0, 400, "max_tokens");
+    expect("{\"prompt\":\"x\",\"temperature\":3}", 0, 400, "temperature");
+    expect("{\"prompt\":\"x\",\"temperature\":\"hot\"}", 0, 400, "temperature");
+    expect("{\"prompt\":\"x\",\"top_p\":0}", 0, 400, "top_p");
+    expect("{\"prompt\":\"x\",\"top_k\":-2}", 0, 400, "top_k");
+    expect("{\"prompt\":\"x\",\"seed\":\"s\"}", 0, 400, "seed");
+    expect("{\"prompt\":\"x\",\"stop\":5}", 0, 400, "stop");
+    expect("{\"prompt\":\"x\",\"stop\":[\"a\",1]}", 0, 400, "stop");
+    expect("{\"prompt\":\"x\",\"n\":2}", 0, 400, "n");
+    expect("{\"prompt\":\"x\",\"n\":\"1\"}", 0, 400, "n");
+    expect("{\"prompt\":\"x\",\"n\":1}", 0, 200, NULL);
+    expect("{\"prompt\":\"x\",\"stream\":1}", 0, 400, "stream");
+    expect("{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}", 0, 400,
+           "stream_options");
+    expect("{\"prompt\":\"x\",\"echo\":true}", 0, 400, "echo");
+    expect("{\"prompt\":\"x\",\"logprobs\":2}", 0, 400, "logprobs");
+    expect("{\"prompt\":\"x\",\"best_of\":3}", 0, 400, "best_of");
+    expect("{\"prompt\":\"x\",\"stop_token_ids\":[1,600]}", 0, 400, "stop_token_ids");
+    expect("{\"prompt\":\"x\",\"stream\":null,\"stop\":null,\"max_tokens\":null}", 0, 200, NULL);
+}
+
+static void test_context_check(void)
+{
+    char             *body = moon_malloc(8192);
+    size_t            n    = 0;
+    moon_gw_request_t req;
+    moon_gw_error_t   err;
+
+    /* 600 ids: over the 512-token context */
+    n += (size_t)snprintf(body + n, 8192 - n, "{\"prompt\":[");
+    for (int i = 0; i < 600; i++) {
+        n += (size_t)snprintf(body + n, 8192 - n, "%s%d", i ? "," : "", 1 + i % 100);
+    }
+    snprintf(body + n, 8192 - n, "]}");
+    CU_ASSERT_EQUAL(run(body, 0, &req, &err), 400);
+    CU_ASSERT_STRING_EQUAL(err.code, "context_length_exceeded");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "maximum context length is 512 tokens"));
+    moon_gw_request_fini(&req);
+    /* a text far over the context: refused before tokenizing */
+    memset(body, 'a', 8000);
+    memcpy(body, "{\"prompt\":\"", 11);
+    memcpy(body + 7990, "\"}", 3);
+    CU_ASSERT_EQUAL(run(body, 0, &req, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "bytes is longer"));
+    moon_gw_request_fini(&req);
+    /* prompt + max_tokens over the context */
+    CU_ASSERT_EQUAL(run("{\"prompt\":[1,2,3],\"max_tokens\":510}", 0, &req, &err), 400);
+    CU_ASSERT_STRING_EQUAL(err.param, "max_tokens");
+    moon_gw_request_fini(&req);
+    CU_ASSERT_EQUAL(run("{\"prompt\":[1,2,3],\"max_tokens\":509}", 0, &req, &err), 200);
+    moon_gw_request_fini(&req);
+    /* chat's default max_tokens: the rest of the context */
+    CU_ASSERT_EQUAL(run("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 1, &req, &err),
+                    200);
+    CU_ASSERT_EQUAL(req.params.max_tokens, 512 - req.params.n_tokens);
+    moon_gw_request_fini(&req);
+    moon_free(body);
+}
+
+static void test_chat_errors(void)
+{
+    expect("{}", 1, 400, "messages");
+    expect("{\"messages\":{}}", 1, 400, "messages");
+    expect("{\"messages\":[]}", 1, 400, "messages");
+    expect("{\"messages\":[3]}", 1, 400, "messages[0]");
+    expect("{\"messages\":[{\"content\":\"x\"}]}", 1, 400, "messages[0].role");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"robot\","
+           "\"content\":\"b\"}]}",
+           1, 400, "messages[1].role");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 1, 400, "messages[0].content");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 1, 400,
+           "messages[0].content");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+           "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}]}",
+           1, 200, NULL);
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 1, 400,
+           "logprobs");
+}
+
+/* Renders msgs with tpl, specials spelled out. */
+static void render(const moon_gw_template_t *tpl, const moon_gw_chat_msg_t *msgs, uint32_t n,
+                   const char *want)
+{
+    moon_gw_prompt_t p;
+    char            *text = NULL;
+
+    CU_ASSERT_EQUAL_FATAL(moon_gw_template_render(tpl, msgs, n, &p), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_gw_prompt_text(&p, tpl, &text), MOON_OK);
+    if (strcmp(text, want) != 0) {
+        fprintf(stderr, "rendered [%s]\nwanted   [%s]\n", text, want);
+    }
+    CU_ASSERT_STRING_EQUAL(text, want);
+    moon_free(text);
+    moon_gw_prompt_fini(&p);
+}
+
+static int32_t fake_special(void *arg, const char *text)
+{
+    (void)arg;
+    return strcmp(text, "<|im_start|>") == 0 ? 7 : strcmp(text, "<|im_end|>") == 0 ? 8 : -1;
+}
+
+static void test_templates(void)
+{
+    static const moon_gw_chat_msg_t msgs[] = {
+        {"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello."}, {"user", "Why?"}};
+    moon_gw_template_t t;
+    static const char  chatml[] = "{% for m in messages %}<|im_start|>{{m.role}}...";
+    static const char  llama2[] = "{{ bos_token + '[INST] ' + content + ' [/INST]' }}";
+    static const char  zephyr[] = "{{ '<|user|>\\n' + message['content'] + eos_token }}";
+
+    moon_gw_template_init(&t, NULL, 0, 1, 2, NULL, NULL);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_PLAIN);
+    render(&t, msgs, 4, "<s>Be brief.\n\nUser:  Hi \nAssistant: Hello.\nUser: Why?\nAssistant:");
+
+    moon_gw_template_init(&t, chatml, sizeof(chatml) - 1, 1, 2, fake_special, NULL);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_CHATML);
+    CU_ASSERT_EQUAL(t.im_start, 7);
+    render(&t, msgs, 2,
+           "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n"
+           "<|im_start|>assistant\n");
+
+    moon_gw_template_init(&t, llama2, sizeof(llama2) - 1, 1, 2, NULL, NULL);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_LLAMA2);
+    render(&t, msgs, 4,
+           "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Why? "
+           "[/INST]");
+
+    moon_gw_template_init(&t, zephyr, sizeof(zephyr) - 1, 1, 2, NULL, NULL);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_ZEPHYR);
+    render(&t, msgs, 3,
+           "<s><|system|>\nBe brief.</s>\n<|user|>\n Hi </s>\n<|assistant|>\nHello.</s>\n"
+           "<|assistant|>\n");
+
+    moon_gw_template_init(&t, "{{ weird }}", 11, 1, 2, NULL, NULL);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_PLAIN);
+    CU_ASSERT_FALSE(t.recognised);
+}
+
+/* Llama-2's BOS/EOS are token ids, never their text. */
+static void test_template_tokens(void)
+{
+    static const moon_gw_chat_msg_t msgs[] = {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Ok"}};
+    moon_gw_template_t              t;
+    moon_gw_prompt_t                p;
+    int32_t                        *ids = NULL;
+    uint32_t                        n = 0, n_bos = 0, n_eos = 0;
+    static const char               llama2[] = "[INST]";
+
+    moon_gw_template_init(&t, llama2, 6, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok), NULL,
+                          NULL);
+    CU_ASSERT_EQUAL_FATAL(moon_gw_template_render(&t, msgs, 3, &p), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_gw_prompt_tokenize(&p, g_tok, &ids, &n), MOON_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        n_bos += ids[i] == moon_tokenizer_bos(g_tok);
+        n_eos += ids[i] == moon_tokenizer_eos(g_tok);
+    }
+    CU_ASSERT_EQUAL(ids[0], moon_tokenizer_bos(g_tok));
+    CU_ASSERT_EQUAL(n_bos, 2);
+    CU_ASSERT_EQUAL(n_eos, 1);
+    moon_free(ids);
+    moon_gw_prompt_fini(&p);
+}
+
+static void test_allocation_failures(void)
+{
+    static const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":"
+                              "\"user\",\"content\":\"Hello there\"}],\"stop\":[\"a\",\"b\"],"
+                              "\"stop_token_ids\":[3]}";
+    for (uint64_t n = 1; n < 60; n++) {
+        moon_gw_request_t req;
+        moon_gw_error_t   err;
+
+        moon_gw_model_info_t mi = info();
+
+        moon_fault_fail_after(n);
+        if (moon_gw_openai_parse(body, strlen(body), 1, &req, &err) == MOON_OK) {
+            moon_gw_openai_prepare(&req, &mi, 1, &err);
+        }
+        moon_gw_request_fini(&req);
+        moon_fault_reset();
+    }
+    CU_PASS("no crash, no leak under ASan");
+}
+
+static CU_TestInfo tests[] = {
+    {"completion_fields", test_completion_fields},
+    {"completion_errors", test_completion_errors},
+    {"context_check", test_context_check},
+    {"chat_errors", test_chat_errors},
+    {"templates", test_templates},
+    {"template_tokens", test_template_tokens},
+    {"allocation_failures", test_allocation_failures},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"gw_openai", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(void)
+{
+    moon_gguf_t *gguf = NULL;
+    int          rc;
+
+    if (moon_gguf_open(MOON_TEST_MODEL, &gguf) != MOON_OK ||
+        moon_tokenizer_create(gguf, &g_tok) != MOON_OK) {
+        fprintf(stderr, "test_gw_openai: cannot load %s\n", MOON_TEST_MODEL);
+        return 1;
+    }
+    moon_gguf_close(gguf);
+    moon_gw_template_init(&g_plain, NULL, 0, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok),
+                          NULL, NULL);
+    rc = moon_test_run(suites);
+    moon_tokenizer_destroy(g_tok);
+    return rc;
+}
