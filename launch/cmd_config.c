@@ -7,6 +7,7 @@
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/model.h"
+#include "gateway.h"
 #include "serve_cluster.h"
 
 #include <stdio.h>
@@ -28,6 +29,7 @@ int moon_cmd_config(int argc, char **argv)
     moon_dist_config_t   dist;
     moon_engine_tuning_t tuning;
     moon_serve_config_t  serve;
+    moon_gateway_config_t gateway;
     moon_log_config_t    log;
     /* config's own table, then every library's; moon_cli_parse adds the
      * log's itself (the last row here is for --markdown) */
@@ -35,6 +37,7 @@ int moon_cmd_config(int argc, char **argv)
                                        {&moon_dist_config_table, &dist},
                                        {&moon_engine_tuning_table, &tuning},
                                        {&moon_serve_config_table, &serve},
+                                       {&moon_gateway_config_table, &gateway},
                                        {&moon_log_config_table, &log}};
     moon_config_t         *cfg = NULL, *libs = NULL;
     int                    rc;
