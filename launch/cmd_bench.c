@@ -55,9 +55,11 @@ static void print_plan(const moon_bench_opts_t *opts, const char *model,
                        const moon_bench_workload_t *wl)
 {
     uint64_t ids = 0, out = 0;
-    char     rate[32] = "inf";
+    char     rate[64] = "inf";
 
-    if (opts->rate > 0) {
+    if (opts->workload == MOON_BENCH_WL_TRACE) {
+        snprintf(rate, sizeof(rate), "trace timestamps x %.6g", opts->time_scale);
+    } else if (opts->rate > 0) {
         snprintf(rate, sizeof(rate), "%.6g/s", opts->rate);
     }
     for (uint32_t i = 0; i < wl->n_reqs; i++) {

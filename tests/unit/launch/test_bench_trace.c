@@ -5,6 +5,8 @@
 #include "bench_trace.h"
 #include "bench_workload.h"
 
+#include "moonlet/alloc.h"
+
 #include "moon_test.h"
 
 #include <stdio.h>
@@ -174,7 +176,29 @@ static void test_bad_traces_are_errors(void)
     CU_ASSERT_PTR_NULL(wl);
 }
 
+static void test_out_of_memory_leaves_nothing(void)
+{
+    write_trace(three);
+    for (uint64_t n = 1;; n++) {
+        moon_bench_workload_t *wl = NULL;
+        moon_status_t          status;
+
+        moon_fault_fail_after(n);
+        status = load("--block-scale=16", NULL, &wl);
+        moon_fault_reset();
+        if (status == MOON_OK) {
+            CU_ASSERT(n > 3);
+            moon_bench_workload_destroy(wl);
+            break;
+        }
+        CU_ASSERT_EQUAL_FATAL(status, MOON_ERR_NO_MEMORY);
+        CU_ASSERT_PTR_NULL(wl);
+    }
+    unlink(path);
+}
+
 static CU_TestInfo tests[] = {
+    {"out_of_memory_leaves_nothing", test_out_of_memory_leaves_nothing},
     {"scale_arithmetic", test_scale_arithmetic},
     {"equal_hash_ids_give_equal_blocks", test_equal_hash_ids_give_equal_blocks},
     {"time_scale_and_max_context", test_time_scale_and_max_context},
