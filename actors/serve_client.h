@@ -108,4 +108,26 @@ MOON_API moon_status_t moon_serve_client_next(moon_serve_client_t *client, uint6
                                               moon_serve_event_t *ev);
 MOON_API void          moon_serve_event_fini(moon_serve_event_t *ev);
 
+/* The cluster's counters as the conductor sees them (from the instances'
+ * latest load reports). */
+typedef struct {
+    uint64_t n_submitted, n_placed, n_rejected, n_errors;
+    uint64_t n_finished[5]; /* released by decode instances, per moon_finish_t */
+    uint32_t in_flight;     /* requests placed and not yet released */
+    uint32_t n_prefill_up, n_decode_up;
+    uint64_t running, waiting;
+    uint64_t store_hit_tokens, computed_tokens;
+    uint64_t blocks_used_prefill, blocks_used_decode; /* KV pool blocks in use, summed */
+    uint64_t blocks_total_prefill, blocks_total_decode;
+} moon_serve_stats_t;
+/* Asks the conductor (blocking, at most timeout_ns). MOON_ERR_TIMED_OUT. */
+MOON_API moon_status_t moon_serve_client_stats(moon_serve_client_t *client, uint64_t timeout_ns,
+                                               moon_serve_stats_t *stats_p);
+/* Waits until the conductor knows at least n_prefill prefill and n_decode
+ * decode instances up. MOON_ERR_TIMED_OUT. */
+MOON_API moon_status_t moon_serve_client_wait_ready(moon_serve_client_t *client, uint32_t n_prefill,
+                                                    uint32_t n_decode, uint64_t timeout_ns);
+/* Reads a STATS_REPLY (for actors that ask themselves). */
+MOON_API void moon_serve_stats_of(const moon_serve_stats_reply_t *m, moon_serve_stats_t *stats_p);
+
 #endif /* MOON_ACTORS_SERVE_CLIENT_H */

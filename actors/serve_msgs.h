@@ -83,7 +83,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, slo_class)                                                                           \
     F(T, u32, n_fetch) F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens)   \
         F(T, u64s, keys)
-/* prefill -> decode: blocks[] of the prefill pool (ids in its region desc)
+/* prefill -> decode: status != 0 (final): the request ended at the prefill
+ * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
+ * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region desc)
  * hold prompt tokens [first_block * block_tokens, ...). final: the prompt is
  * done; then n_tokens = prompt length, token = the first sampled token, and
  * the sampling fields and tokens are set (the decode instance's sequence
@@ -92,6 +94,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
+    F(T, i32, status)                                                                              \
     F(T, u32, first_block)                                                                         \
     F(T, u32, final)                                                                               \
     F(T, u32, n_tokens)                                                                            \
@@ -101,7 +104,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, base) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, blocks) F(T, bytes, desc)          \
-        F(T, u32s, tokens)
+        F(T, u32s, tokens) F(T, str, message)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
@@ -132,6 +135,23 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_ENGINE_DONE_FIELDS(F, T)                                                        \
     F(T, u64, job) F(T, i32, status) F(T, f64, duration_s)
 
+/* anyone -> conductor: counters and the instances' last reports. */
+#define MOON_SERVE_STATS_FIELDS(F, T) F(T, u64, req)
+/* finished: requests released per finish reason (moon_finish_t order);
+ * blocks: per instance (prefill ones, then decode ones) used and total. */
+#define MOON_SERVE_STATS_REPLY_FIELDS(F, T)                                                        \
+    F(T, u64, req)                                                                                 \
+    F(T, u64, n_submitted)                                                                         \
+    F(T, u64, n_placed)                                                                            \
+    F(T, u64, n_rejected)                                                                          \
+    F(T, u64, n_errors)                                                                            \
+    F(T, u32, in_flight)                                                                           \
+    F(T, u32, n_prefill)                                                                           \
+    F(T, u32, n_prefill_up)                                                                        \
+    F(T, u32, n_decode_up)                                                                         \
+    F(T, u64, running) F(T, u64, waiting) F(T, u64, store_hit_tokens) F(T, u64, computed_tokens)   \
+        F(T, u64s, finished) F(T, u32s, blocks_used) F(T, u32s, blocks_total)
+
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
     X(MOON_MSG_SERVE_CANCEL, moon_serve_cancel_t, MOON_SERVE_CANCEL_FIELDS)                        \
@@ -143,7 +163,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_RELEASED, moon_serve_released_t, MOON_SERVE_RELEASED_FIELDS)                  \
     X(MOON_MSG_SERVE_LOAD, moon_serve_load_t, MOON_SERVE_LOAD_FIELDS)                              \
     X(MOON_MSG_SERVE_HELLO, moon_serve_hello_t, MOON_SERVE_HELLO_FIELDS)                           \
-    X(MOON_MSG_SERVE_ENGINE_DONE, moon_serve_engine_done_t, MOON_SERVE_ENGINE_DONE_FIELDS)
+    X(MOON_MSG_SERVE_ENGINE_DONE, moon_serve_engine_done_t, MOON_SERVE_ENGINE_DONE_FIELDS)         \
+    X(MOON_MSG_SERVE_STATS, moon_serve_stats_req_t, MOON_SERVE_STATS_FIELDS)                       \
+    X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)
 
 MOON_MSG_DECLARE(MOON_SERVE_MSGS, 64, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");

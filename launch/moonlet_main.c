@@ -9,6 +9,8 @@ static const moon_cmd_t commands[] = {
     {"convert", moon_cmd_convert, "convert a llama2.c checkpoint + tokenizer into GGUF"},
     {"gen-model", moon_cmd_gen_model, "write a random-weight Llama of any shape as GGUF"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
+    {"serve", moon_cmd_serve, "run a serving cluster (under mpirun: one role per rank)"},
+    {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
 #ifdef MOON_WITH_BENCH
     {"bench", moon_cmd_bench, "benchmark an OpenAI-compatible server (as vllm bench serve)"},
 #endif

@@ -1,10 +1,15 @@
 /* model/cost_model.c - the COST backend: same interface as the others, but it
  * computes nothing and returns modeled durations. Prefill FLOPs follow
  * Mooncake's Eq. 1, flops(n) = l (4 n^2 d + 22 n d^2), over a configured
- * throughput; a decode step costs the bytes it reads (weights once, plus each
- * sequence's KV) over a configured bandwidth. Pure functions; no threads. */
+ * throughput; a decode step is the larger (roofline) of the bytes it reads
+ * (weights once, plus each sequence's KV) over a bandwidth and its FLOPs
+ * (2 per parameter per sequence, plus attention over the contexts) over a
+ * throughput; or fitted coefficients instead (moonlet/model.h). Pure
+ * functions; no threads. */
 #include "model_internal.h"
 #include "moonlet/alloc.h"
+
+#include <math.h>
 
 typedef struct {
     moon_cost_config_t cost;
@@ -18,22 +23,29 @@ double moon_cost_prefill_flops(const moon_model_config_t *s, uint64_t n_prefix, 
     return l * (4.0 * (b * b - a * a) * d + 22.0 * (b - a) * d * d);
 }
 
+double moon_cost_params(const moon_model_config_t *s)
+{
+    double q_dim  = (double)s->n_heads * s->head_dim;
+    double kv_dim = (double)s->n_kv_heads * s->head_dim;
+
+    return (double)s->n_layers * (2.0 * q_dim * s->dim + 2.0 * kv_dim * s->dim +
+                                  3.0 * (double)s->hidden_dim * s->dim) +
+           (double)s->vocab_size * s->dim;
+}
+
 static double weight_bytes(const moon_cost_config_t *c)
 {
-    const moon_model_config_t *s = &c->shape;
-    double                     kv_dim;
-
-    if (c->weight_bytes > 0.0) {
-        return c->weight_bytes;
-    }
-    kv_dim = (double)s->n_kv_heads * s->head_dim;
-    return 2.0 * ((double)s->n_layers * (2.0 * s->dim * s->dim + 2.0 * kv_dim * s->dim +
-                                         3.0 * (double)s->hidden_dim * s->dim) +
-                  (double)s->vocab_size * s->dim);
+    return c->weight_bytes > 0.0 ? c->weight_bytes : 2.0 * moon_cost_params(&c->shape);
 }
 
 double moon_cost_prefill_s(const moon_cost_config_t *c, uint64_t n_prefix, uint64_t n)
 {
+    const moon_cost_fit_t *f = &c->fit;
+
+    if (f->enabled) {
+        double a = (double)n_prefix, b = (double)(n_prefix + n);
+        return f->a0 + f->a1 * (double)n + f->a2 * (b * b - a * a);
+    }
     return c->step_overhead_s + moon_cost_prefill_flops(&c->shape, n_prefix, n) / c->flops_per_s;
 }
 
@@ -43,12 +55,62 @@ uint64_t moon_cost_kv_bytes_per_token(const moon_cost_config_t *c)
            (c->kv_bytes_per_elem ? c->kv_bytes_per_elem : 2);
 }
 
+double moon_cost_decode_memory_s(const moon_cost_config_t *c, uint64_t total_ctx_tokens)
+{
+    double kv = (double)total_ctx_tokens * (double)moon_cost_kv_bytes_per_token(c);
+
+    return (weight_bytes(c) + kv) / c->mem_bytes_per_s;
+}
+
+double moon_cost_decode_compute_s(const moon_cost_config_t *c, uint32_t batch,
+                                  uint64_t total_ctx_tokens)
+{
+    const moon_model_config_t *s = &c->shape;
+    double rate  = c->decode_flops_per_s > 0.0 ? c->decode_flops_per_s : c->flops_per_s;
+    double attn  = 4.0 * s->n_layers * (double)s->n_heads * s->head_dim * (double)total_ctx_tokens;
+    double gemms = 2.0 * moon_cost_params(s) * (double)batch;
+
+    return (gemms + attn) / rate;
+}
+
 double moon_cost_decode_s(const moon_cost_config_t *c, uint32_t batch, uint64_t total_ctx_tokens)
 {
-    double bytes =
-        weight_bytes(c) + (double)total_ctx_tokens * (double)moon_cost_kv_bytes_per_token(c);
-    (void)batch;
-    return c->step_overhead_s + bytes / c->mem_bytes_per_s;
+    const moon_cost_fit_t *f = &c->fit;
+    double                 mem, comp;
+
+    if (f->enabled) {
+        return f->d0 + f->d1 * (double)batch + f->d2 * (double)total_ctx_tokens;
+    }
+    mem  = moon_cost_decode_memory_s(c, total_ctx_tokens);
+    comp = moon_cost_decode_compute_s(c, batch, total_ctx_tokens);
+    return c->step_overhead_s + (mem > comp ? mem : comp);
+}
+
+static int finite_nonneg(double x)
+{
+    return isfinite(x) && x >= 0.0;
+}
+
+moon_status_t moon_cost_check(const moon_cost_config_t *c)
+{
+    const moon_cost_fit_t *f = &c->fit;
+
+    if (c->shape.n_layers == 0 || c->shape.dim == 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (f->enabled) {
+        return finite_nonneg(f->a0) && finite_nonneg(f->a1) && finite_nonneg(f->a2) &&
+                       finite_nonneg(f->d0) && finite_nonneg(f->d1) && finite_nonneg(f->d2)
+                   ? MOON_OK
+                   : MOON_ERR_INVALID_PARAM;
+    }
+    if (!(isfinite(c->flops_per_s) && c->flops_per_s > 0.0) ||
+        !(isfinite(c->mem_bytes_per_s) && c->mem_bytes_per_s > 0.0) ||
+        !finite_nonneg(c->decode_flops_per_s) || !finite_nonneg(c->weight_bytes) ||
+        !finite_nonneg(c->step_overhead_s)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return MOON_OK;
 }
 
 moon_cost_config_t moon_cost_llama3_70b(void)
@@ -78,9 +140,6 @@ static moon_status_t cost_create(const moon_model_t *m, const moon_engine_config
 {
     cost_state_t *s;
 
-    if (!(cfg->cost.flops_per_s > 0.0) || !(cfg->cost.mem_bytes_per_s > 0.0)) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     s = moon_calloc(1, sizeof(*s));
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -89,7 +148,7 @@ static moon_status_t cost_create(const moon_model_t *m, const moon_engine_config
     if (m != NULL) {
         s->cost.shape = m->cfg;
     }
-    if (s->cost.shape.n_layers == 0 || s->cost.shape.dim == 0) {
+    if (moon_cost_check(&s->cost) != MOON_OK) {
         moon_free(s);
         return MOON_ERR_INVALID_PARAM;
     }

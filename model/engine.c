@@ -11,7 +11,8 @@ struct moon_engine {
     const moon_model_backend_ops_t *ops;
     void                           *state;
     const moon_model_t             *model;
-    moon_engine_config_t            cfg;
+    moon_engine_config_t            cfg; /* cfg.tuning points at tuning */
+    moon_engine_tuning_t            tuning;
     moon_model_config_t             shape;
 };
 
@@ -37,13 +38,21 @@ moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_co
     }
     e->cfg   = *cfg;
     e->model = model;
+    if (cfg->tuning != NULL) {
+        e->tuning = *cfg->tuning;
+    } else if ((status = moon_engine_tuning_default(&e->tuning)) != MOON_OK) {
+        moon_free(e);
+        return status;
+    }
+    e->cfg.tuning = &e->tuning; /* backends read it at create, never NULL */
     if (e->cfg.max_batch == 0) {
         e->cfg.max_batch = 64;
     }
     if (e->cfg.max_chunk == 0) {
         e->cfg.max_chunk = 512;
     }
-    e->shape = model ? model->cfg : cfg->cost.shape;
+    e->shape          = model ? model->cfg : cfg->cost.shape;
+    e->cfg.cost.shape = e->shape; /* the COST model of a loaded model uses its shape */
     switch (cfg->kind) {
     case MOON_BACKEND_REF:
         e->ops = &moon_backend_ref_ops;
@@ -195,4 +204,49 @@ moon_status_t moon_engine_decode(moon_engine_t *e, moon_kv_cache_t *kv, const ui
         }
     }
     return status;
+}
+
+const moon_cost_config_t *moon_engine_cost_config(const moon_engine_t *e)
+{
+    return e != NULL && e->cfg.kind == MOON_BACKEND_COST ? &e->cfg.cost : NULL;
+}
+
+moon_status_t moon_engine_model_prefill(const moon_engine_t *e, uint64_t n_prefix, uint64_t n,
+                                        double *duration_s_p)
+{
+    if (e == NULL || duration_s_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (e->cfg.kind != MOON_BACKEND_COST) {
+        return MOON_ERR_UNSUPPORTED;
+    }
+    if (n == 0 || n > e->cfg.max_chunk || n_prefix + n > e->shape.seq_len) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    *duration_s_p = moon_cost_prefill_s(&e->cfg.cost, n_prefix, n);
+    return MOON_OK;
+}
+
+moon_status_t moon_engine_model_decode(const moon_engine_t *e, const uint32_t *ctx_lens,
+                                       uint32_t n_seqs, double *duration_s_p)
+{
+    uint64_t ctx = 0;
+
+    if (e == NULL || ctx_lens == NULL || duration_s_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (e->cfg.kind != MOON_BACKEND_COST) {
+        return MOON_ERR_UNSUPPORTED;
+    }
+    if (n_seqs == 0 || n_seqs > e->cfg.max_batch) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t b = 0; b < n_seqs; b++) {
+        if ((uint64_t)ctx_lens[b] + 1 > e->shape.seq_len) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        ctx += (uint64_t)ctx_lens[b] + 1; /* this step's token is read too */
+    }
+    *duration_s_p = moon_cost_decode_s(&e->cfg.cost, n_seqs, ctx);
+    return MOON_OK;
 }

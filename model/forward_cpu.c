@@ -364,12 +364,10 @@ __attribute__((target("avx512f"))) static float softmax_exp_avx512(float *a, uin
 }
 #endif
 
-/* Picks the widest kernels the CPU runs. MOON_CPU_ISA=avx2|scalar caps the
- * choice (tests run every path on one machine). */
-static void pick_kernels(cpu_state_t *s)
+/* Picks the widest kernels the CPU runs. isa (tuning cpu-isa, MOON_CPU_ISA)
+ * avx2 or scalar caps the choice (tests run every path on one machine). */
+static void pick_kernels(cpu_state_t *s, int isa)
 {
-    const char *cap = getenv("MOON_CPU_ISA");
-
     s->dot_f32             = dot_f32_scalar;
     s->dot[MOON_GGML_F32]  = dot_f32_scalar;
     s->dot[MOON_GGML_BF16] = dot_bf16_scalar;
@@ -377,12 +375,12 @@ static void pick_kernels(cpu_state_t *s)
     s->swiglu              = swiglu_scalar;
     s->softmax_exp         = softmax_exp_scalar;
     s->nt_isa              = 0;
-    if (cap != NULL && strcmp(cap, "scalar") == 0) {
+    if (isa == MOON_CPU_ISA_SCALAR) {
         return;
     }
 #ifdef MOON_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && (cap == NULL || strcmp(cap, "avx2") != 0)) {
+    if (__builtin_cpu_supports("avx512f") && isa != MOON_CPU_ISA_AVX2) {
         s->dot_f32             = dot_f32_avx512;
         s->dot[MOON_GGML_F32]  = dot_f32_avx512;
         s->dot[MOON_GGML_BF16] = dot_bf16_avx512;
@@ -507,7 +505,7 @@ NT2_KERNEL(nt_3x4_f32_avx2, nt2_load_f32)
 NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
 #endif
 
-/* Batched matmul in outer-product form (AVX-512, batches of OP_MIN_B rows or
+/* Batched matmul in outer-product form (AVX-512, batches of s->op_min_b rows or
  * more): each thread packs a panel of 16 or 32 weight rows, OP_KC columns at
  * a time, transposed into its L1-sized scratch (k-major: P[k][r], BF16 widened
  * to F32 once here), then every batch row block runs over it with a
@@ -521,7 +519,7 @@ NT2_KERNEL(nt_3x4_bf16_avx2, nt2_load_bf16)
 #define OP_KC 128  /* k chunk: a packed 32-row F32 panel chunk is 16 KiB */
 #define OP_NB 8    /* batch rows per register block (8 x 2 zmm accumulators) */
 #define OP_PV 3    /* panel rows / 16 */
-#define OP_MIN_B 4 /* below this, the NT kernels (the transpose would not pay) */
+/* from s->op_min_b rows on (tuning cpu-op-min-b, 4: below, the NT kernels) */
 
 #ifdef MOON_X86
 /* Transposes a 16 x 16 block of floats in registers: r[i] lane k becomes
@@ -785,7 +783,8 @@ static void matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, floa
  * sequential sum over k (the reference's order). */
 #define BT_MR 12
 #define BT_MAX_B 32
-#define BT_MIN_B 29 /* below, the padded lanes cost more than the outer-product path's packing */
+/* BT_MIN_B is s->bt_min_b (tuning cpu-bt-min-b, 29: below, the padded lanes cost
+ * more than the outer-product path's packing) */
 #define BT_CHUNK 48 /* output rows gathered in the thread's yt before the transposed store */
 
 /* xt[k * 16 nvec + j] = x[j][k] for j < b, 0 for b <= j < 16 nvec. */
@@ -1430,19 +1429,19 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
-/* Below this many multiply-adds a step runs on the calling thread: waking the
- * workers would cost more than the work (tiny models, e.g. stories260K). */
-#define PAR_MIN_MACS (1u << 19)
+/* Below s->par_min_macs multiply-adds (tuning cpu-par-min-macs, 2^19) a step
+ * runs on the calling thread: waking the workers would cost more than the
+ * work (tiny models, e.g. stories260K). */
 
 /* A decode step whose largest matmul (all batch rows; the classifier, in
- * small models) is below this many multiply-adds splits the batch across the
+ * small models) is below s->split_max_macs multiply-adds (tuning
+ * cpu-split-max-macs, 2^22) splits the batch across the
  * threads for the whole pass: one dispatch per step instead of one or more
  * per layer, attention and the serial steps (norms, RoPE, residuals) on every
  * thread, but each thread reads all the weights. Chosen from split vs unsplit
  * decode, 2 threads (Zen 5), largest step at batch 4/8/32: stories260K 0.13M/
  * 0.26M/1.0M: +1/+59/+59 %; dim 128 1M/2.1M/8.4M: +8/+16/-3 %; dim 256
  * 4.2M/8.4M/34M: -12/-1/-5 %; dim 512 from 17M: -4 to -26 %. */
-#define SPLIT_MAX_MACS (1u << 22)
 
 static void run_maybe_par(cpu_state_t *s, uint64_t macs)
 {
@@ -1644,8 +1643,9 @@ static void cpu_destroy(void *state)
 static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_t *cfg,
                                 void **state_p)
 {
-    const moon_model_config_t *c      = &m->cfg;
-    cpu_state_t               *s      = moon_calloc(1, sizeof(*s));
+    const moon_model_config_t  *c      = &m->cfg;
+    const moon_engine_tuning_t *t      = cfg->tuning; /* set by moon_engine_create */
+    cpu_state_t                *s      = moon_calloc(1, sizeof(*s));
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
     size_t                     B;
     long                       ncpu;
@@ -1659,35 +1659,22 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->nth   = cfg->n_threads ? cfg->n_threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
     s->max_b = MOON_MAX(cfg->max_batch, cfg->max_chunk);
     B        = s->max_b;
-    pick_kernels(s);
-    s->op_min_b = OP_MIN_B;
-    s->bt_min_b = BT_MIN_B;
-    s->par_min_macs   = PAR_MIN_MACS;
-    s->split_max_macs = SPLIT_MAX_MACS;
-    if (getenv("MOON_CPU_SPLIT_MAX_MACS") != NULL) {
-        s->split_max_macs = strtoull(getenv("MOON_CPU_SPLIT_MAX_MACS"), NULL, 10); /* A/B */
-    }
+    pick_kernels(s, t->cpu_isa);
+    s->op_min_b       = t->cpu_op_min_b;
+    s->bt_min_b       = t->cpu_bt_min_b;
+    s->par_min_macs   = t->cpu_par_min_macs;
+    s->split_max_macs = t->cpu_split_max_macs;
     /* the largest matmul step of one row: QKV, w1 + w3, w2 or the classifier */
     s->row_max_macs = MOON_MAX(MOON_MAX((uint64_t)c->dim * (c->dim + 2 * kv_dim),
                                         (uint64_t)c->dim * 2 * c->hidden_dim),
                                MOON_MAX((uint64_t)c->hidden_dim * c->dim,
                                         (uint64_t)c->dim * c->vocab_size));
-    if (getenv("MOON_CPU_PAR_MIN_MACS") != NULL) {
-        s->par_min_macs = strtoull(getenv("MOON_CPU_PAR_MIN_MACS"), NULL, 10); /* tests, A/B */
-    }
-    if (getenv("MOON_CPU_BT_MIN_B") != NULL) {
-        s->bt_min_b = (uint32_t)strtoul(getenv("MOON_CPU_BT_MIN_B"), NULL, 10); /* tests, A/B */
-    }
 #ifdef MOON_X86
-    /* BF16 products in the batch-in-lanes steps unless MOON_CPU_BF16_DP=0
+    /* BF16 products in the batch-in-lanes steps unless cpu-bf16-dp is off
      * (exact mode: activations stay F32 there too) */
-    s->bf16_dp = __builtin_cpu_supports("avx512bf16") &&
-                 !(getenv("MOON_CPU_BF16_DP") != NULL && strcmp(getenv("MOON_CPU_BF16_DP"), "0") == 0);
+    s->bf16_dp = __builtin_cpu_supports("avx512bf16") && t->cpu_bf16_dp;
 #endif
-    if (getenv("MOON_CPU_OP_MIN_B") != NULL) {
-        s->op_min_b = (uint32_t)strtoul(getenv("MOON_CPU_OP_MIN_B"), NULL, 10); /* tests, A/B */
-    }
-    if (getenv("MOON_CPU_NO_NT") != NULL) {
+    if (!t->cpu_nt) {
         s->nt_isa = 0; /* A/B knob for benchmarks: batched matmuls through sgemm */
     }
 #ifdef MOON_HAVE_OPENBLAS

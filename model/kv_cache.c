@@ -11,16 +11,27 @@
 
 static _Atomic uint64_t last_cache_id;
 
-moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p)
+static int config_ok(const moon_kv_config_t *cfg)
+{
+    return cfg != NULL && cfg->n_layers != 0 && cfg->n_kv_heads != 0 && cfg->head_dim != 0 &&
+           cfg->block_tokens != 0 && cfg->n_blocks != 0 && cfg->max_seqs != 0 &&
+           cfg->max_seq_len != 0 && cfg->n_blocks != MOON_KV_NO_BLOCK;
+}
+
+size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
+{
+    if (!config_ok(cfg)) {
+        return 0;
+    }
+    return 2 * (size_t)cfg->block_tokens * cfg->n_kv_heads * cfg->head_dim * cfg->n_layers *
+           sizeof(float) * cfg->n_blocks;
+}
+
+static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, moon_kv_cache_t **kv_p)
 {
     moon_kv_cache_t *kv;
     size_t           bytes;
 
-    if (cfg == NULL || kv_p == NULL || cfg->n_layers == 0 || cfg->n_kv_heads == 0 ||
-        cfg->head_dim == 0 || cfg->block_tokens == 0 || cfg->n_blocks == 0 || cfg->max_seqs == 0 ||
-        cfg->max_seq_len == 0 || cfg->n_blocks == MOON_KV_NO_BLOCK) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     kv = moon_calloc(1, sizeof(*kv));
     if (kv == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -32,7 +43,8 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     kv->layer_floats       = 2 * (size_t)cfg->block_tokens * kv->kv_dim;
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
-    kv->data               = moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->owns_data          = mem == NULL;
+    kv->data = mem != NULL ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
     kv->refcount           = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
     kv->writer             = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
     kv->free_stack         = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
@@ -55,12 +67,32 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     return MOON_OK;
 }
 
+moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p)
+{
+    if (!config_ok(cfg) || kv_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return cache_create(cfg, NULL, kv_p);
+}
+
+moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem, size_t mem_bytes,
+                                      moon_kv_cache_t **kv_p)
+{
+    if (!config_ok(cfg) || kv_p == NULL || mem == NULL || ((uintptr_t)mem & 63) != 0 ||
+        mem_bytes < moon_kv_config_pool_bytes(cfg)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return cache_create(cfg, mem, kv_p);
+}
+
 void moon_kv_cache_destroy(moon_kv_cache_t *kv)
 {
     if (kv == NULL) {
         return;
     }
-    moon_free(kv->data);
+    if (kv->owns_data) {
+        moon_free(kv->data);
+    }
     moon_free(kv->refcount);
     moon_free(kv->writer);
     moon_free(kv->free_stack);
@@ -88,6 +120,23 @@ uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv)
 size_t moon_kv_pool_bytes(const moon_kv_cache_t *kv)
 {
     return moon_kv_block_bytes(kv) * kv->cfg.n_blocks;
+}
+
+void *moon_kv_pool_data(moon_kv_cache_t *kv)
+{
+    return kv->data;
+}
+
+void *moon_kv_block_data(moon_kv_cache_t *kv, uint32_t block)
+{
+    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    return kv->data + (size_t)block * kv->block_floats;
+}
+
+void moon_kv_block_mark_written(moon_kv_cache_t *kv, uint32_t block)
+{
+    MOON_CHECK(block < kv->cfg.n_blocks);
+    kv->writer[block] = 0;
 }
 
 static moon_kv_seq_t *get_seq(const moon_kv_cache_t *kv, uint32_t seq)

@@ -20,6 +20,7 @@ struct moon_kv_cache {
     size_t           block_floats;
     size_t           layer_floats; /* 2 * block_tokens * kv_dim */
     float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
+    int              owns_data;    /* 0: the caller's memory (moon_kv_cache_create_in) */
     uint32_t        *refcount;     /* (n_blocks) */
     /* (n_blocks) who wrote each block last: 0 = code on the host (create,
      * import, fork's copy, the CPU backends), else the id of a device mirror

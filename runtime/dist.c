@@ -162,6 +162,11 @@ void *dist_mpi_comm(moon_dist_t *d)
     return &d->comm;
 }
 
+const moon_dist_config_t *dist_config(const moon_dist_t *d)
+{
+    return &d->cfg;
+}
+
 uint32_t moon_dist_rank(const moon_dist_t *d)
 {
     return d->rank;
@@ -214,20 +219,13 @@ void dist_send_region_gone(moon_dist_t *d, uint64_t region_id)
     }
 }
 
-/* ---- config, init --------------------------------------------------------- */
-void moon_dist_config_default(moon_dist_config_t *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->credits         = 1024;
-    cfg->batch_bytes     = 16 << 10;
-    cfg->peer_timeout_ns = 2000000000ull;
-    cfg->slice_bytes     = 0; /* the engine's choice */
-}
-
+/* ---- init ------------------------------------------------------------------- */
 static int launched_by_mpi(void)
 {
-    return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL ||
-           getenv("PMIX_RANK") != NULL || getenv("MPI_LOCALNRANKS") != NULL;
+    return moon_config_foreign_env("OMPI_COMM_WORLD_SIZE") != NULL ||
+           moon_config_foreign_env("PMI_SIZE") != NULL ||
+           moon_config_foreign_env("PMIX_RANK") != NULL ||
+           moon_config_foreign_env("MPI_LOCALNRANKS") != NULL;
 }
 
 moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *cfg,
@@ -235,7 +233,6 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
 {
     moon_dist_t  *d;
     int           inited = 0, provided = 0, rank = 0, size = 1;
-    const char   *env;
     moon_status_t status;
 
     status = moon_msg_register(moon_dist_msg_descs);
@@ -247,28 +244,26 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
         return MOON_ERR_NO_MEMORY;
     }
     if (cfg != NULL) {
-        d->cfg = *cfg;
+        d->cfg = *cfg; /* the caller's: the environment was read by its _default() */
     } else {
-        moon_dist_config_default(&d->cfg);
+        status = moon_dist_config_default(&d->cfg);
+        if (status != MOON_OK) {
+            moon_free(d);
+            return status;
+        }
     }
+    /* a caller's struct may hold what the table's ranges refuse */
     if (d->cfg.credits < 4) {
         d->cfg.credits = 4;
     }
     if (d->cfg.batch_bytes < 1024) {
         d->cfg.batch_bytes = 1024;
     }
-    if ((env = getenv("MOON_SLICE_BYTES")) != NULL && atol(env) > 0) {
-        d->cfg.slice_bytes = (uint64_t)atol(env);
-    }
     if (d->cfg.slice_bytes != 0 && d->cfg.slice_bytes < 4096) {
         d->cfg.slice_bytes = 4096;
     }
-    if ((env = getenv("MOON_PEER_TIMEOUT_MS")) != NULL && atol(env) > 0) {
-        d->cfg.peer_timeout_ns = (uint64_t)atol(env) * 1000000ull;
-    }
-    if (d->cfg.peer_timeout_ns == 0) {
-        d->cfg.peer_timeout_ns = 2000000000ull;
-    }
+    d->peer_timeout_ns = (d->cfg.peer_timeout_ms != 0 ? d->cfg.peer_timeout_ms : 2000) * 1000000ull;
+    d->spin_passes     = d->cfg.spin_passes != 0 ? d->cfg.spin_passes : SPIN_PASSES;
     MPI_Initialized(&inited);
     if (inited || launched_by_mpi()) {
         if (!inited) {
@@ -1063,7 +1058,7 @@ static void tick(moon_dist_t *d, uint64_t now)
 {
     /* If this thread itself got no CPU for a while, the silence of the peers
      * says nothing about them: restart their clocks instead of losing them. */
-    if (d->last_tick_ns != 0 && now - d->last_tick_ns > d->cfg.peer_timeout_ns / 4) {
+    if (d->last_tick_ns != 0 && now - d->last_tick_ns > d->peer_timeout_ns / 4) {
         MOON_WARN("progress thread stalled for %llu ms: peer clocks restarted",
                   (unsigned long long)((now - d->last_tick_ns) / 1000000));
         for (uint32_t r = 0; r < d->size; r++) {
@@ -1098,7 +1093,7 @@ static void tick(moon_dist_t *d, uint64_t now)
             send_small_frame(d, r,
                              atomic_load(&d->saying_goodbye) ? FRAME_GOODBYE : FRAME_HEARTBEAT);
         }
-        if (!p->goodbye && now - p->last_rx_ns > d->cfg.peer_timeout_ns) {
+        if (!p->goodbye && now - p->last_rx_ns > d->peer_timeout_ns) {
             dist_peer_failed(d, r, MOON_ERR_PEER_LOST);
         }
     }
@@ -1384,20 +1379,66 @@ static void *progress_main(void *arg)
 /* ---- start/stop ----------------------------------------------------------- */
 static const dist_engine_ops_t *pick_engine(moon_dist_t *d)
 {
-    const char *want = d->cfg.engine != NULL ? d->cfg.engine : getenv("MOON_TRANSPORT");
-
 #ifdef MOON_WITH_UCX
-    if (want == NULL || strcmp(want, "ucx") == 0) {
+    if (d->cfg.transport != MOON_DIST_TRANSPORT_MPI) {
         return &moon_dist_engine_ucx;
     }
-#endif
-    if (want != NULL && strcmp(want, "mpi") != 0 && strcmp(want, "ucx") != 0) {
-        MOON_WARN("unknown transport '%s', using mpi", want);
-    }
-    if (want != NULL && strcmp(want, "ucx") == 0) {
+#else
+    if (d->cfg.transport == MOON_DIST_TRANSPORT_UCX) {
         MOON_WARN("built without UCX: using the MPI transport");
     }
+#endif
     return &moon_dist_engine_mpi;
+}
+
+/* Opens the trace file of this rank, if asked for; a failure only warns. */
+static void trace_open(moon_dist_t *d)
+{
+    char path[4096];
+
+    if (d->cfg.trace_dir == NULL || d->cfg.trace_dir[0] == '\0') {
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/trace.%u.log", d->cfg.trace_dir, d->rank);
+    d->trace = fopen(path, "w");
+    if (d->trace == NULL) {
+        MOON_WARN("cannot open trace %s: %s", path, strerror(errno));
+    }
+}
+
+/* Every peer's queue and gate; on failure the gates made so far stay for
+ * free_gates(). */
+static moon_status_t peers_init(moon_dist_t *d, moon_runtime_t *rt)
+{
+    uint64_t now = peer_clock_ns();
+
+    for (uint32_t r = 0; r < d->size; r++) {
+        dist_peer_t *p = &d->peers[r];
+        moon_mailbox_init(&p->q);
+        p->credits    = d->cfg.credits;
+        p->last_rx_ns = now;
+        p->last_tx_ns = now;
+        p->gate       = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*p->gate));
+        if (p->gate == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        memset(p->gate, 0, sizeof(*p->gate));
+        pthread_mutex_init(&p->gate->mute_lock, NULL);
+        atomic_store(&p->gate->alive, 1);
+        p->gate->rt = rt;
+    }
+    return MOON_OK;
+}
+
+static void free_gates(moon_dist_t *d)
+{
+    for (uint32_t r = 0; r < d->size; r++) {
+        if (d->peers[r].gate != NULL) {
+            pthread_mutex_destroy(&d->peers[r].gate->mute_lock);
+            moon_free(d->peers[r].gate);
+            d->peers[r].gate = NULL;
+        }
+    }
 }
 
 moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
@@ -1412,64 +1453,38 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->cmd_lock, NULL);
     pthread_cond_init(&d->cond, NULL);
-    d->started = 1;
     if (d->size == 1) {
+        d->started = 1;
         return MOON_OK; /* single rank: nothing to attach */
     }
     d->eng = pick_engine(d);
     if (d->eng == &moon_dist_engine_mpi && d->use_mpi == 2) {
         MOON_ERROR("the MPI transport needs MPI_THREAD_MULTIPLE");
-        return MOON_ERR_UNSUPPORTED;
+        status = MOON_ERR_UNSUPPORTED;
+        goto err_fini_locks;
     }
     d->peers         = moon_calloc(d->size, sizeof(*d->peers));
     d->n_ready_words = (d->size + 63) / 64;
     d->ready         = moon_calloc(d->n_ready_words, sizeof(*d->ready));
     if (d->peers == NULL || d->ready == NULL) {
         status = MOON_ERR_NO_MEMORY;
-        goto err;
+        goto err_free_peers;
     }
     d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (d->wake_fd < 0) {
         MOON_ERROR("eventfd: %s", strerror(errno));
         status = MOON_ERR_IO;
-        goto err;
+        goto err_free_peers;
     }
-    now = peer_clock_ns();
-    for (uint32_t r = 0; r < d->size; r++) {
-        dist_peer_t *p = &d->peers[r];
-        moon_mailbox_init(&p->q);
-        p->credits    = d->cfg.credits;
-        p->last_rx_ns = now;
-        p->last_tx_ns = now;
-        p->gate       = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*p->gate));
-        if (p->gate == NULL) {
-            status = MOON_ERR_NO_MEMORY;
-            goto err;
-        }
-        memset(p->gate, 0, sizeof(*p->gate));
-        pthread_mutex_init(&p->gate->mute_lock, NULL);
-        atomic_store(&p->gate->alive, 1);
-        p->gate->rt = rt;
-    }
-    d->hb_ns       = d->cfg.peer_timeout_ns / 8;
-    d->spin_passes = SPIN_PASSES;
-    if (getenv("MOON_DIST_SPIN") != NULL && atol(getenv("MOON_DIST_SPIN")) > 0) {
-        d->spin_passes = (uint32_t)atol(getenv("MOON_DIST_SPIN"));
-    }
-    if (d->cfg.trace_dir == NULL) {
-        d->cfg.trace_dir = getenv("MOON_DIST_TRACE");
-    }
-    if (d->cfg.trace_dir != NULL && d->cfg.trace_dir[0] != '\0') {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/trace.%u.log", d->cfg.trace_dir, d->rank);
-        d->trace = fopen(path, "w");
-        if (d->trace == NULL) {
-            MOON_WARN("cannot open trace %s: %s", path, strerror(errno));
-        }
-    }
-    status = d->eng->open(d);
+    trace_open(d);
+    status = peers_init(d, rt);
     if (status != MOON_OK) {
-        goto err;
+        goto err_free_gates;
+    }
+    d->hb_ns = d->peer_timeout_ns / 8;
+    status   = d->eng->open(d);
+    if (status != MOON_OK) {
+        goto err_free_gates;
     }
     if (d->cfg.slice_bytes == 0) {
         d->cfg.slice_bytes = d->eng->slice_bytes != NULL ? d->eng->slice_bytes(d) : 1u << 20;
@@ -1478,37 +1493,49 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         MPI_Barrier(d->comm); /* every engine is open before anyone sends */
     }
     now = peer_clock_ns();
-    {
-        /* MOON_DIST_IMAGES=0: msgpack to every peer (to compare, or for a job
-         * whose ranks on one host run builds of different schemas: their
-         * images would be refused) */
-        const char *e      = getenv("MOON_DIST_IMAGES");
-        int         images = (e == NULL || strcmp(e, "0") != 0) && d->procs != NULL;
-
-        for (uint32_t r = 0; r < d->size; r++) {
-            d->peers[r].last_rx_ns = now;
-            d->peers[r].images     = images && d->procs[r].host == d->procs[d->rank].host;
-        }
+    /* images off (--dist-images 0): msgpack to every peer (to compare, or for
+     * a job whose ranks on one host run builds of different schemas: their
+     * images would be refused) */
+    for (uint32_t r = 0; r < d->size; r++) {
+        d->peers[r].last_rx_ns = now;
+        d->peers[r].images     = d->cfg.images && d->procs != NULL &&
+                             d->procs[r].host == d->procs[d->rank].host;
     }
     d->next_tick_ns = now + TICK_NS;
     if (pthread_create(&d->thread, NULL, progress_main, d) != 0) {
-        d->eng->close(d);
         status = MOON_ERR_NO_RESOURCE;
-        goto err;
+        goto err_close_engine;
     }
-    {
-        const char *e = getenv("MOON_DIST_DIRECT"); /* 0: every send queues (to compare) */
-        atomic_store(&d->direct, e == NULL || strcmp(e, "0") != 0);
-    }
+    atomic_store(&d->direct, d->cfg.direct != 0); /* 0: every send queues (to compare) */
     moon_runtime_attach_transport(rt, &dist_transport_ops, d);
-    if (getenv("MOON_DIST_NO_WORKER_POLL") == NULL) {
+    if (d->cfg.worker_poll) {
         moon_runtime_set_idle_hook(rt, worker_poll, d);
     }
+    d->started = 1;
     MOON_INFO("distributed runtime up: rank %u of %u, engine %s", d->rank, d->size, d->eng->name);
     return MOON_OK;
 
-err:
-    d->eng = NULL; /* stop() has nothing to undo beyond memory */
+err_close_engine:
+    d->eng->close(d);
+err_free_gates:
+    free_gates(d);
+    if (d->trace != NULL) {
+        fclose(d->trace);
+        d->trace = NULL;
+    }
+    close(d->wake_fd);
+    d->wake_fd = -1;
+err_free_peers:
+    moon_free(d->peers);
+    moon_free((void *)d->ready);
+    d->peers = NULL;
+    d->ready = NULL;
+err_fini_locks:
+    d->eng = NULL;
+    d->rt  = NULL;
+    pthread_cond_destroy(&d->cond);
+    pthread_mutex_destroy(&d->cmd_lock);
+    pthread_mutex_destroy(&d->lock);
     return status;
 }
 

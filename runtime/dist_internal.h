@@ -139,5 +139,7 @@ moon_status_t dist_send_engine_frame(moon_dist_t *d, uint32_t r, uint32_t kind, 
 bulk_op_t *dist_bulk_find(moon_dist_t *d, uint64_t id);
 /* The communicator engines may use (MPI_Comm as a pointer-sized handle). */
 void *dist_mpi_comm(moon_dist_t *d);
+/* The runtime's options (moonlet/dist.h), as moon_dist_init settled them. */
+const moon_dist_config_t *dist_config(const moon_dist_t *d);
 
 #endif /* MOON_RUNTIME_DIST_INTERNAL_H */

@@ -161,20 +161,21 @@ static uint64_t host_hash(void)
     return h;
 }
 
-/* MOON_SPLIT_HOSTS=N: ranks count as N hosts (rank % N) wherever they run,
- * so one machine can run what several would (frames between "hosts" then
- * take the network path; the tests use it for a job that mixes both). */
+/* cfg.split_hosts = N > 1 (MOON_SPLIT_HOSTS): ranks count as N hosts (rank %
+ * N) wherever they run, so one machine can run what several would (frames
+ * between "hosts" then take the network path; the tests use it for a job that
+ * mixes both). */
 void dist_procs_gather(moon_dist_t *d)
 {
-    const char *split = getenv("MOON_SPLIT_HOSTS");
+    uint32_t    split = d->cfg.split_hosts;
     dist_proc_t me    = {(int64_t)getpid(), host_hash()};
     int         ok, all = 0;
 
     if (!d->use_mpi) {
         return;
     }
-    if (split != NULL && atoi(split) > 1) {
-        me.host += 0x9e3779b97f4a7c15ull * (d->rank % (uint32_t)atoi(split) + 1);
+    if (split > 1) {
+        me.host += 0x9e3779b97f4a7c15ull * (d->rank % split + 1);
     }
     /* all ranks allocate, or none gathers: a rank that skipped the
      * collective would hang the others */

@@ -68,7 +68,8 @@ struct moon_dist {
     uint32_t         n_pool;
     uint64_t         next_tick_ns, last_tick_ns;
     _Atomic uint64_t hb_ns;          /* set by moon_dist_stop while progress runs */
-    uint32_t         spin_passes; /* idle passes before sleeping (env MOON_DIST_SPIN) */
+    uint32_t         spin_passes; /* idle passes before sleeping (cfg.spin_passes) */
+    uint64_t         peer_timeout_ns; /* cfg.peer_timeout_ms, in ns */
     _Atomic int      saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */

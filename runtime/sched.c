@@ -13,6 +13,7 @@
 #include "runtime_internal.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/config.h"
 #include "moonlet/log.h"
 
 #include <hwloc.h>
@@ -318,9 +319,11 @@ static uint32_t local_ranks(void)
                            "SLURM_NTASKS_PER_NODE"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char *v = getenv(names[i]);
-        if (v != NULL && atoi(v) > 0) {
-            return (uint32_t)atoi(v);
+        const char   *v = moon_config_foreign_env(names[i]); /* the launcher's */
+        char         *end = NULL;
+        unsigned long n = v != NULL && v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
+        if (n > 0 && n <= UINT32_MAX && *end == '\0') {
+            return (uint32_t)n;
         }
     }
     return 1;

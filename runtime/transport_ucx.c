@@ -70,7 +70,7 @@ static void drop_pending(moon_dist_t *d, ucx_peer_t *p);
  * lost rank in every case. */
 static int tls_without_shm(void)
 {
-    const char *tls = getenv("UCX_TLS");
+    const char *tls = moon_config_foreign_env("UCX_TLS"); /* UCX's own variable */
 
     if (tls == NULL) {
         return 0;
@@ -292,17 +292,17 @@ static void close_ep(moon_dist_t *d, ucx_peer_t *p)
 /* ---- engine ops ----------------------------------------------------------- */
 /* Frames to ranks of this host go through rings of our own (shm_rings.h:
  * a rank killed mid-send cannot stall the others' frames), unless UCX_TLS
- * rules shared memory out or MOON_SHM_RINGS=0. Collective. */
+ * rules shared memory out or cfg.shm_rings is off (MOON_SHM_RINGS=0).
+ * Collective. */
 static shm_rings_t *rings_open(moon_dist_t *d, MPI_Comm comm, int no_shm)
 {
-    const char *env   = getenv("MOON_SHM_RINGS");
-    const char *kib   = getenv("MOON_SHM_RING_KIB");
-    size_t      bytes = RING_BYTES_DEFAULT;
-    int         want  = !no_shm && (env == NULL || strcmp(env, "0") != 0);
-    int         all   = 0;
+    const moon_dist_config_t *cfg   = dist_config(d);
+    size_t                    bytes = RING_BYTES_DEFAULT;
+    int                       want  = !no_shm && cfg->shm_rings;
+    int                       all   = 0;
 
-    if (kib != NULL && atol(kib) > 0) {
-        bytes = (size_t)atol(kib) << 10;
+    if (cfg->shm_ring_kib > 0) {
+        bytes = (size_t)cfg->shm_ring_kib << 10;
     }
     shm_rings_t *rings = NULL;
     uint32_t     n     = 0;

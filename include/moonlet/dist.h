@@ -20,23 +20,46 @@
 #define MOONLET_DIST_H
 
 #include "moonlet/actor.h"
+#include "moonlet/config.h"
 
 typedef struct moon_dist        moon_dist_t;        /* opaque */
 typedef struct moon_dist_region moon_dist_region_t; /* opaque */
 
+typedef enum {
+    MOON_DIST_TRANSPORT_AUTO, /* UCX when built with it, else MPI */
+    MOON_DIST_TRANSPORT_UCX,
+    MOON_DIST_TRANSPORT_MPI,
+} moon_dist_transport_t;
+
+/* The options of the distributed runtime; every field is a row of
+ * moon_dist_config_table (dist_config.c), whose docs, defaults and ranges
+ * `moonlet config` and the README show. */
 typedef struct {
-    const char *engine;          /* "ucx", "mpi" or NULL: env MOON_TRANSPORT, else ucx if built */
-    uint32_t    credits;         /* per-peer window, messages in flight (default 1024) */
-    uint32_t    batch_bytes;     /* small messages coalesced per frame (default 16 KiB) */
-    uint64_t    peer_timeout_ns; /* silence that declares a rank lost (default 2 s;
-                                  * env MOON_PEER_TIMEOUT_MS) */
+    int         transport;       /* moon_dist_transport_t (--transport auto|ucx|mpi) */
+    uint32_t    credits;         /* per-peer window, messages in flight (1024) */
+    uint32_t    batch_bytes;     /* small messages coalesced per frame (16 KiB) */
+    uint64_t    peer_timeout_ms; /* silence that declares a rank lost (2000; 0: 2000) */
     uint64_t    slice_bytes;     /* bulk transfers move in slices of this size (0, the
                                     default: the transport's choice, 1 MiB over shared
-                                    memory, 128 KiB over tcp; env MOON_SLICE_BYTES) */
-    const char *trace_dir;       /* per-rank message trace files (NULL: env MOON_DIST_TRACE) */
+                                    memory, 128 KiB over tcp) */
+    const char *trace_dir;       /* per-rank message trace files (NULL: none); borrowed */
+    uint32_t    spin_passes;     /* idle progress passes before sleeping (256) */
+    int         images;          /* ranks of one host exchange message images (1) */
+    int         direct;          /* a handler's first message may leave at once (1) */
+    int         worker_poll;     /* idle workers drive network progress (1) */
+    uint32_t    split_hosts;     /* > 1: ranks count as that many hosts (rank % N) (0) */
+    int         shm_rings;       /* frames to ranks of this host through our rings (1) */
+    uint32_t    shm_ring_kib;    /* size of each ring, KiB (256) */
 } moon_dist_config_t;
 
-MOON_API void moon_dist_config_default(moon_dist_config_t *cfg);
+/* The rows of moon_dist_config_t (env MOON_<NAME>, flags --<name>). */
+MOON_API extern const moon_config_table_t moon_dist_config_table;
+
+/* The table's defaults, then the environment's MOON_* variables. A caller sets
+ * fields after this call, so its settings win over the environment.
+ * MOON_ERR_INVALID_PARAM: a variable is malformed (logged, naming it and what
+ * it accepts); cfg then holds the defaults only. */
+MOON_API moon_status_t moon_dist_config_default(moon_dist_config_t *cfg);
 
 /* Initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested, at least
  * SERIALIZED required) when the process was launched by mpirun or srun and MPI

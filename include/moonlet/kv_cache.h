@@ -29,6 +29,13 @@ typedef struct moon_kv_cache moon_kv_cache_t;
 
 /* Allocates the whole pool up front. MOON_ERR_INVALID_PARAM for a zero field. */
 MOON_API moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p);
+/* The same over caller memory (BORROWED: mem must outlive the cache and be
+ * 64-byte aligned, at least moon_kv_config_pool_bytes(cfg) long): a serving
+ * instance puts its pool in a region registered for RDMA, so store gets and
+ * peers' pulls land in (and read from) the pool itself. mem is zeroed. */
+MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
+                                               size_t mem_bytes, moon_kv_cache_t **kv_p);
+MOON_API size_t        moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
 MOON_API void          moon_kv_cache_destroy(moon_kv_cache_t *kv); /* NULL: no-op */
 MOON_API const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv);
 
@@ -36,6 +43,12 @@ MOON_API size_t   moon_kv_block_bytes(const moon_kv_cache_t *kv);       /* whole
 MOON_API size_t   moon_kv_block_layer_bytes(const moon_kv_cache_t *kv); /* one layer of it */
 MOON_API uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv);
 MOON_API size_t   moon_kv_pool_bytes(const moon_kv_cache_t *kv);
+/* Start of the pool: block b lies at b * moon_kv_block_bytes from it. */
+MOON_API void *moon_kv_pool_data(moon_kv_cache_t *kv);
+/* A live block's bytes, for transfers that write it in place (a store get,
+ * a peer's pull); then moon_kv_block_mark_written so device mirrors reload it. */
+MOON_API void *moon_kv_block_data(moon_kv_cache_t *kv, uint32_t block);
+MOON_API void  moon_kv_block_mark_written(moon_kv_cache_t *kv, uint32_t block);
 
 /* Sequences. create: an empty sequence (MOON_ERR_NO_RESOURCE: max_seqs alive).
  * destroy drops the sequence's reference on each of its blocks. */

@@ -4,6 +4,7 @@
 #ifndef MOONLET_LOG_H
 #define MOONLET_LOG_H
 
+#include "moonlet/config.h"
 #include "moonlet/defs.h"
 
 MOON_EXTERN_C_BEGIN
@@ -20,9 +21,17 @@ typedef enum {
 #define MOON_LOG_MAX_LEVEL MOON_LOG_TRACE
 #endif
 
-/* Current threshold; initialised from MOON_LOG_LEVEL (error|warn|info|debug|trace
- * or 1..5), default warn. Written rarely, read racily on purpose. */
+/* Current threshold; initialised at load from MOON_LOG_LEVEL
+ * (error|warn|info|debug|trace; a malformed value is logged and the default,
+ * warn, stays). Written rarely, read racily on purpose. */
 MOON_API extern int moon_log_level;
+
+/* The log's one option (moonlet/config.h): level is the index of
+ * error..trace, i.e. moon_log_level - 1. */
+typedef struct {
+    int level;
+} moon_log_config_t;
+MOON_API extern const moon_config_table_t moon_log_config_table;
 
 MOON_API void moon_log_emit(int level, const char *file, int line, const char *fmt, ...)
     MOON_PRINTF(4, 5);

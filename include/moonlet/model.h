@@ -10,6 +10,7 @@
 #ifndef MOONLET_MODEL_H
 #define MOONLET_MODEL_H
 
+#include "moonlet/config.h"
 #include "moonlet/defs.h"
 #include "moonlet/gguf.h"
 #include "moonlet/kv_cache.h"
@@ -87,22 +88,79 @@ typedef enum {
     MOON_BACKEND_COST = 3,
 } moon_backend_kind_t;
 
-/* Cost model (COST backend and moon_cost_* helpers). */
+/* Cost model (COST backend and moon_cost_* helpers).
+ *
+ * Roofline form (fit.enabled == 0), all rates effective (peak times
+ * efficiency):
+ *   prefill(p, n) = step_overhead_s + (flops(p + n) - flops(p)) / flops_per_s,
+ *                   flops(x) = l (4 x^2 d + 22 x d^2)            (Mooncake Eq. 1)
+ *   decode(b, C)  = step_overhead_s + max(memory, compute)         (roofline)
+ *     memory      = (weight bytes + C * KV bytes per token) / mem_bytes_per_s
+ *     compute     = (2 * params * b + 4 * l * d * C) / decode_flops_per_s
+ * for b sequences holding C context tokens in all (d = n_heads * head_dim;
+ * 4 l d per context token is the QK^T and AV products of one new token).
+ * The step is the max of the two terms, not their sum: weights stream while
+ * the GEMMs run, so a small batch is memory-bound and a large one
+ * compute-bound.
+ *
+ * Fitted form (fit.enabled == 1; coefficients from timing the real engine,
+ * the conductor's start-up calibration, same forms as the scheduler's
+ * predictor moon_sched_cost_t):
+ *   prefill(p, n) = a0 + a1 n + a2 ((p + n)^2 - p^2)
+ *   decode(b, C)  = d0 + d1 b + d2 C
+ * The rates and step_overhead_s are then unused. */
 typedef struct {
-    moon_model_config_t shape;             /* used when no model is given */
-    double              flops_per_s;       /* sustained prefill throughput */
-    double              mem_bytes_per_s;   /* decode: weights + KV read bandwidth */
-    double              weight_bytes;      /* 0: 2 bytes per parameter of shape */
-    uint32_t            kv_bytes_per_elem; /* e.g. 2 (fp16/bf16) */
-    double              step_overhead_s;   /* fixed cost per call */
-} moon_cost_config_t;
+    int    enabled;
+    double a0, a1, a2; /* prefill: s, s per token, s per token^2 */
+    double d0, d1, d2; /* decode step: s, s per sequence, s per context token */
+} moon_cost_fit_t;
 
 typedef struct {
-    moon_backend_kind_t kind;
-    uint32_t            n_threads; /* CPU: 0 = online cores */
-    uint32_t            max_batch; /* decode sequences per call (0: 64) */
-    uint32_t            max_chunk; /* prefill tokens per call (0: 512) */
-    moon_cost_config_t  cost;      /* COST only */
+    moon_model_config_t shape;              /* used when no model is given */
+    double              flops_per_s;        /* sustained prefill throughput */
+    double              mem_bytes_per_s;    /* decode: weights + KV read bandwidth */
+    double              decode_flops_per_s; /* decode GEMM throughput; 0: flops_per_s */
+    double              weight_bytes;       /* 0: 2 bytes per parameter of shape */
+    uint32_t            kv_bytes_per_elem;  /* e.g. 2 (fp16/bf16) */
+    double              step_overhead_s;    /* fixed cost per call */
+    moon_cost_fit_t     fit;                /* fitted coefficients (enabled: used instead) */
+} moon_cost_config_t;
+
+typedef enum {
+    MOON_CPU_ISA_AUTO,   /* the widest kernels this CPU runs */
+    MOON_CPU_ISA_AVX512, /* the same (named so a test can ask for it) */
+    MOON_CPU_ISA_AVX2,   /* at most AVX2 */
+    MOON_CPU_ISA_SCALAR, /* plain C kernels */
+} moon_cpu_isa_t;
+
+/* Switches of the fast backends, for tests and A/B runs: rows of
+ * moon_engine_tuning_table (env MOON_CPU_*, MOON_CUDA_GRAPHS), whose docs and
+ * defaults `moonlet config` shows. */
+typedef struct {
+    int      cpu_isa;            /* moon_cpu_isa_t */
+    uint64_t cpu_par_min_macs;   /* below, a step runs on the calling thread */
+    uint64_t cpu_split_max_macs; /* below, a decode batch splits across threads */
+    uint32_t cpu_op_min_b;       /* AVX-512 outer-product matmul from this batch */
+    uint32_t cpu_bt_min_b;       /* AVX-512 batch-in-lanes matmul from this batch */
+    int      cpu_bf16_dp;        /* BF16 products in batch-in-lanes steps (AVX512_BF16) */
+    int      cpu_nt;             /* batched NT kernels (0: through sgemm) */
+    int      cuda_graphs;        /* CUDA decode steps replayed as graphs */
+} moon_engine_tuning_t;
+
+MOON_API extern const moon_config_table_t moon_engine_tuning_table;
+
+/* The table's defaults, then the environment. MOON_ERR_INVALID_PARAM: a
+ * malformed variable (logged, naming it); t then holds the defaults only. */
+MOON_API moon_status_t moon_engine_tuning_default(moon_engine_tuning_t *t);
+
+typedef struct {
+    moon_backend_kind_t         kind;
+    uint32_t                    n_threads; /* CPU: 0 = online cores */
+    uint32_t                    max_batch; /* decode sequences per call (0: 64) */
+    uint32_t                    max_chunk; /* prefill tokens per call (0: 512) */
+    moon_cost_config_t          cost;      /* COST only */
+    const moon_engine_tuning_t *tuning;    /* borrowed for create; NULL: defaults and
+                                            * environment (moon_engine_tuning_default) */
 } moon_engine_config_t;
 
 typedef struct moon_engine moon_engine_t;
@@ -128,22 +186,47 @@ MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_
                                            double *duration_s_p);
 
 /* Decode step: one token per sequence for n_seqs distinct sequences
- * (n_seqs <= max_batch); logits (n_seqs, vocab). For COST with kv == NULL,
- * ctx_lens (may be NULL otherwise) gives each sequence's context length. */
+ * (n_seqs <= max_batch); logits (n_seqs, vocab). COST with kv == NULL models
+ * a batch of empty contexts: use moon_engine_model_decode to give lengths. */
 MOON_API moon_status_t moon_engine_decode(moon_engine_t *engine, moon_kv_cache_t *kv,
                                           const uint32_t *seqs, const int32_t *tokens,
                                           uint32_t n_seqs, float *logits, double *duration_s_p);
 
-/* Cost model by itself. Prefill of n new tokens after a cached prefix of
- * n_prefix: flops(n_prefix + n) - flops(n_prefix), flops(x) = l(4 x^2 d + 22 x d^2)
- * (Mooncake Eq. 1), over flops_per_s. Decode: (weight bytes + KV bytes read)
- * over mem_bytes_per_s. kv bytes per token: 2 * l * n_kv_heads * head_dim * elem. */
+/* COST only, without a KV cache (the simulator: no pool of the modeled
+ * shape is ever allocated). The modeled seconds of a prefill of n new tokens
+ * after a cached prefix of n_prefix (1 <= n <= max_chunk, n_prefix + n <=
+ * the shape's seq_len), and of a decode step over n_seqs sequences whose
+ * context lengths (tokens already in the KV, before this step's token) are
+ * ctx_lens[0..n_seqs) (1 <= n_seqs <= max_batch; each + 1 <= seq_len).
+ * Nothing is stored. MOON_ERR_UNSUPPORTED: not the COST backend;
+ * MOON_ERR_INVALID_PARAM: bad arguments (nothing changed). */
+MOON_API moon_status_t moon_engine_model_prefill(const moon_engine_t *engine, uint64_t n_prefix,
+                                                 uint64_t n, double *duration_s_p);
+MOON_API moon_status_t moon_engine_model_decode(const moon_engine_t *engine,
+                                                const uint32_t *ctx_lens, uint32_t n_seqs,
+                                                double *duration_s_p);
+/* The cost model the engine uses (COST: its config, shape from the model
+ * when one was given); NULL for other backends. Borrowed from the engine. */
+MOON_API const moon_cost_config_t *moon_engine_cost_config(const moon_engine_t *engine);
+
+/* Cost model by itself (the forms above). kv bytes per token:
+ * 2 * l * n_kv_heads * head_dim * elem; params: the shape's matrices and
+ * classifier (embedding tied). */
 MOON_API double moon_cost_prefill_flops(const moon_model_config_t *shape, uint64_t n_prefix,
                                         uint64_t n);
 MOON_API double moon_cost_prefill_s(const moon_cost_config_t *cost, uint64_t n_prefix, uint64_t n);
 MOON_API double moon_cost_decode_s(const moon_cost_config_t *cost, uint32_t batch,
                                    uint64_t total_ctx_tokens);
 MOON_API uint64_t moon_cost_kv_bytes_per_token(const moon_cost_config_t *cost);
+MOON_API double   moon_cost_params(const moon_model_config_t *shape);
+/* The decode step's two roofline terms (seconds, without step_overhead_s). */
+MOON_API double moon_cost_decode_memory_s(const moon_cost_config_t *cost,
+                                          uint64_t                  total_ctx_tokens);
+MOON_API double moon_cost_decode_compute_s(const moon_cost_config_t *cost, uint32_t batch,
+                                           uint64_t total_ctx_tokens);
+/* MOON_OK when cost can model (rates > 0 and finite, or a fit with finite
+ * coefficients >= 0; a shape with layers and dim); MOON_ERR_INVALID_PARAM. */
+MOON_API moon_status_t moon_cost_check(const moon_cost_config_t *cost);
 /* A LLaMA3-70B shape (l 80, d 8192, 64 heads, 8 KV heads, ff 28672, vocab
  * 128256) on an A800-like device: 320 KB/token of 2-byte KV. */
 MOON_API moon_cost_config_t moon_cost_llama3_70b(void);

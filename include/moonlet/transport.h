@@ -13,9 +13,12 @@ typedef struct {
     const char *name; /* "ucx", "mpi" */
     /* Sends msg (header src/seq already set) to an actor on another rank.
      * MOON_OK moves ownership of msg to the transport, which releases it when
-     * done; on error the caller keeps it. MOON_ERR_NO_RESOURCE: the peer's
-     * credit window is full (back-pressure, retry later); MOON_ERR_PEER_LOST:
-     * that rank is gone. Any thread. */
+     * done; on error the caller keeps it. A full credit window is not an
+     * error: the message is queued and the sending actor is muted until the
+     * peer's queue drains (back-pressure through scheduling, as for a local
+     * overloaded mailbox), so a transport never returns MOON_ERR_NO_RESOURCE
+     * for it. MOON_ERR_PEER_LOST: that rank is gone; MOON_ERR_NO_ACTOR: no
+     * such rank; MOON_ERR_INVALID_PARAM: msg cannot be encoded. Any thread. */
     moon_status_t (*send)(void *ctx, moon_addr_t to, moon_msg_hdr_t *msg);
 } moon_transport_ops_t;
 

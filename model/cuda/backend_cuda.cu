@@ -362,7 +362,6 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     size_t                     B, ws = (size_t)32 << 20; /* NVIDIA's advice for Hopper */
     moon_status_t              status;
     int                        n_dev = 0;
-    const char                *env   = getenv("MOON_CUDA_GRAPHS");
 
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
         return MOON_ERR_UNSUPPORTED;
@@ -374,7 +373,7 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     }
     s->max_b        = cfg->max_batch > cfg->max_chunk ? cfg->max_batch : cfg->max_chunk;
     B               = s->max_b;
-    s->use_graphs   = !(env != NULL && strcmp(env, "0") == 0);
+    s->use_graphs   = cfg->tuning->cuda_graphs; /* set by moon_engine_create */
     s->graphs       = (cudaGraphExec_t *)moon_calloc(B + 1, sizeof(cudaGraphExec_t));
     s->graph_failed = (uint8_t *)moon_calloc(B + 1, 1);
     s->layers       = (d_layer_t *)moon_calloc(c->n_layers, sizeof(d_layer_t));

@@ -22,13 +22,23 @@ static _Thread_local uint64_t    tls_actor_addr;
 
 static const char *level_names[] = {"", "error", "warn", "info", "debug", "trace"};
 
+static const char *const level_choices[] = {"error", "warn", "info", "debug", "trace", NULL};
+
+static const moon_config_field_t log_fields[] = {
+    {"log-level", MOON_CONFIG_ENUM, MOON_CONFIG_AT(moon_log_config_t, level), .dflt = "warn",
+     .doc = "log threshold", .choices = level_choices},
+    MOON_CONFIG_END,
+};
+const moon_config_table_t moon_log_config_table = {"log", "logging", "MOON_", log_fields};
+
+/* The level is the choice's index + 1 (MOON_LOG_ERROR is 1). */
 __attribute__((constructor)) static void log_init_from_env(void)
 {
-    const char *env = getenv("MOON_LOG_LEVEL");
-    int         lvl = env ? moon_log_parse_level(env) : -1;
+    moon_log_config_t cfg;
 
-    if (lvl > 0) {
-        moon_log_level = lvl;
+    if (moon_config_defaults(&moon_log_config_table, &cfg) == MOON_OK &&
+        moon_config_load_env(&moon_log_config_table, &cfg) == MOON_OK) {
+        moon_log_level = cfg.level + 1;
     }
 }
 

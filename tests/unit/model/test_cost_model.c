@@ -1,6 +1,7 @@
 /* tests/unit/model/test_cost_model.c - the COST backend: Mooncake Eq. 1 for
- * prefill, bytes read for decode, LLaMA3-70B's 320 KB of KV per token, and
- * that the engine interface drives it (with and without a KV cache). */
+ * prefill, the roofline max of bytes read and FLOPs for decode, fitted
+ * coefficients, LLaMA3-70B's 320 KB of KV per token, and that the engine
+ * interface drives it (with a KV cache, and by lengths without one). */
 #include "moon_test.h"
 #include "moonlet/model.h"
 
@@ -56,9 +57,124 @@ static void test_engine_interface(void)
     moon_engine_destroy(eng);
 }
 
+/* The decode step is the roofline max of its memory and compute terms, by
+ * hand for LLaMA3-70B: 69,501,714,432 parameters (139 GB of bf16 weights),
+ * 320 KiB of KV per token, 9.6 TB/s and 1,248 TFLOP/s effective. */
+static void test_decode_roofline(void)
+{
+    moon_cost_config_t c   = moon_cost_llama3_70b();
+    double             P   = 69501714432.0;
+    double             kvt = 327680.0, bw = 9.6e12, fl = 1.248e15;
+    double             l = 80, d = 8192;
+
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_params(&c.shape), P, 0.5);
+    /* batch 1, 1000 tokens of context: memory-bound */
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_memory_s(&c, 1000), (2 * P + 1000 * kvt) / bw, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_compute_s(&c, 1, 1000), (2 * P + 4 * l * d * 1000) / fl,
+                           1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 1, 1000), (2 * P + 1000 * kvt) / bw, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 1, 1000), 0.0145137, 1e-6);
+    /* batch 512 of 100-token contexts: compute-bound, 57 ms */
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 512, 51200),
+                           (2 * P * 512 + 4 * l * d * 51200) / fl, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 512, 51200), 0.0571346, 1e-6);
+    /* compute grows with the batch at a fixed context; memory does not */
+    CU_ASSERT(moon_cost_decode_compute_s(&c, 64, 51200) > moon_cost_decode_compute_s(&c, 8, 51200));
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_memory_s(&c, 51200),
+                           moon_cost_decode_memory_s(&c, 51200), 0.0);
+    /* a separate decode throughput, and the per-call overhead added once */
+    c.decode_flops_per_s = fl / 2;
+    c.step_overhead_s    = 0.001;
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 512, 51200),
+                           0.001 + 2 * (2 * P * 512 + 4 * l * d * 51200) / fl, 1e-12);
+}
+
+/* A fitted profile's coefficients replace the roofline. */
+static void test_fitted_form(void)
+{
+    moon_cost_config_t c = moon_cost_llama3_70b();
+
+    c.fit = (moon_cost_fit_t){
+        .enabled = 1, .a0 = 0.01, .a1 = 1e-4, .a2 = 1e-8, .d0 = 0.002, .d1 = 1e-4, .d2 = 1e-7};
+    CU_ASSERT_EQUAL(moon_cost_check(&c), MOON_OK);
+    /* 100 new tokens after 200: 0.01 + 100e-4 + 1e-8 (300^2 - 200^2) */
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_prefill_s(&c, 200, 100), 0.01 + 0.01 + 1e-8 * 50000, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 4, 1000), 0.002 + 4e-4 + 1e-4, 1e-15);
+    c.flops_per_s = 0; /* rates are unused by a fit */
+    CU_ASSERT_EQUAL(moon_cost_check(&c), MOON_OK);
+    c.fit.a2 = -1e-9;
+    CU_ASSERT_EQUAL(moon_cost_check(&c), MOON_ERR_INVALID_PARAM);
+    c.fit.a2 = NAN;
+    CU_ASSERT_EQUAL(moon_cost_check(&c), MOON_ERR_INVALID_PARAM);
+}
+
+/* Prefix and context lengths without a KV cache; a bad cost is refused. */
+static void test_model_calls_without_kv(void)
+{
+    moon_engine_config_t ecfg   = {.kind = MOON_BACKEND_COST, .max_batch = 4, .max_chunk = 8192};
+    moon_engine_t       *eng    = NULL;
+    uint32_t             ctx[5] = {1000, 2000, 0, 4000, 5};
+    double               t      = -1.0;
+
+    ecfg.cost = moon_cost_llama3_70b();
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(NULL, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_PTR_NOT_NULL(moon_engine_cost_config(eng));
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 4000, 1000, &t), MOON_OK);
+    CU_ASSERT_DOUBLE_EQUAL(t, moon_cost_prefill_s(&ecfg.cost, 4000, 1000), 1e-15);
+    CU_ASSERT_EQUAL(moon_engine_model_decode(eng, ctx, 4, &t), MOON_OK);
+    CU_ASSERT_DOUBLE_EQUAL(t, moon_cost_decode_s(&ecfg.cost, 4, 7004), 1e-15);
+    t = -1.0;
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 0, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 8193, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 131072, 1, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_engine_model_decode(eng, ctx, 5, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_engine_model_decode(eng, ctx, 0, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_engine_model_decode(eng, NULL, 1, &t), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_DOUBLE_EQUAL(t, -1.0, 0.0); /* nothing written on errors */
+    moon_engine_destroy(eng);
+    ecfg.cost.mem_bytes_per_s = 0;
+    eng                       = NULL;
+    CU_ASSERT_EQUAL(moon_engine_create(NULL, &ecfg, &eng), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_PTR_NULL(eng);
+    ecfg.cost                = moon_cost_llama3_70b();
+    ecfg.cost.shape.n_layers = 0;
+    CU_ASSERT_EQUAL(moon_engine_create(NULL, &ecfg, &eng), MOON_ERR_INVALID_PARAM);
+}
+
+/* Other backends do not model. */
+static void test_model_calls_need_cost(void)
+{
+    moon_engine_config_t ecfg = {.kind = MOON_BACKEND_REF};
+    moon_model_t        *m;
+    moon_engine_t       *eng;
+    uint32_t             ctx = 3;
+    double               t;
+
+    CU_ASSERT_EQUAL_FATAL(moon_model_load(MOON_MODELS_DIR "/stories260K/stories260K.gguf", &m),
+                          MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_PTR_NULL(moon_engine_cost_config(eng));
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 4, &t), MOON_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(moon_engine_model_decode(eng, &ctx, 1, &t), MOON_ERR_UNSUPPORTED);
+    moon_engine_destroy(eng);
+    /* COST over a loaded model models that model's shape */
+    ecfg.kind = MOON_BACKEND_COST;
+    ecfg.cost = moon_cost_llama3_70b();
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_cost_config(eng)->shape.dim, 64);
+    CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 4, &t), MOON_OK);
+    CU_ASSERT_DOUBLE_EQUAL(t, moon_cost_prefill_s(moon_engine_cost_config(eng), 0, 4), 1e-18);
+    moon_engine_destroy(eng);
+    moon_model_destroy(m);
+}
+
 static CU_TestInfo tests[] = {
     {"eq1_and_kv_bytes", test_eq1_and_kv_bytes},
     {"engine_interface", test_engine_interface},
+    {"decode_roofline", test_decode_roofline},
+    {"fitted_form", test_fitted_form},
+    {"model_calls_without_kv", test_model_calls_without_kv},
+    {"model_calls_need_cost", test_model_calls_need_cost},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"cost_model", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -1,0 +1,42 @@
+/* actors/kv_pool.h - a serving instance's paged KV cache placed in memory
+ * peers reach directly: with a distributed runtime the pool is one region
+ * (moon_dist_region_alloc), so store gets land in it and the decode instance
+ * pulls a sequence's blocks straight out of the prefill instance's pool; in
+ * one process (dist NULL) peers copy at the pool's address.
+ * Owned by one actor and used from its turns only. */
+#ifndef MOON_ACTORS_KV_POOL_H
+#define MOON_ACTORS_KV_POOL_H
+
+#include "moonlet/actor.h"
+#include "moonlet/dist.h"
+#include "moonlet/kv_cache.h"
+
+typedef struct {
+    moon_kv_cache_t    *kv;
+    moon_dist_t        *dist; /* borrowed; NULL: one process */
+    moon_dist_region_t *reg;  /* NULL without dist */
+    void               *mem;
+    size_t              bytes;
+} moon_kv_pool_t;
+
+/* Creates the cache of cfg in a registered region (or plain memory). */
+MOON_API moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
+                                         const moon_kv_config_t *cfg);
+MOON_API void          moon_kv_pool_close(moon_kv_pool_t *pool); /* zeroed or opened */
+
+/* Writes the pool's descriptor into msg's bytes span and its address in this
+ * process into *base_p (what a peer in the same process copies from). */
+MOON_API moon_status_t moon_kv_pool_describe(const moon_kv_pool_t *pool, void *msg,
+                                             moon_span_t *desc, uint64_t *base_p);
+/* Tail bytes a message needs for the descriptor. */
+MOON_API size_t moon_kv_pool_desc_bytes(const moon_kv_pool_t *pool);
+
+/* Copies remote block remote_block of a peer's pool (desc/desc_len, base: as
+ * from moon_kv_pool_describe; desc_len 0 = same process) into local block
+ * block of this pool. MOON_OK: self gets DIST_BULK_DONE {cookie, status}
+ * (at once in one process). MOON_ERR_INVALID_PARAM: bad descriptor. */
+MOON_API moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32_t block,
+                                         const void *desc, size_t desc_len, uint64_t base,
+                                         uint32_t remote_block, uint64_t cookie);
+
+#endif /* MOON_ACTORS_KV_POOL_H */

@@ -1,0 +1,97 @@
+/* moonlet/sched_policy.h - placement policies of the conductor: given the
+ * cluster view and a request, pick the prefill and decode instances, what
+ * prefix to reuse or fetch, predict TTFT and TBT, and optionally reject early
+ * when an SLO cannot be met. Pure code: a policy reads the view and never
+ * changes it (the caller then applies moon_sched_view_commit). A policy object
+ * holds only its own small state (seeded generator, round-robin cursor) and
+ * belongs to one thread at a time.
+ *
+ * Policies (moon_sched_policy_name_at lists them, with one-line docs):
+ *   random        uniform over alive instances (seeded, deterministic)
+ *   round-robin   cycles over alive instances, skipping dead ones
+ *   least-loaded  prefill with the smallest predicted queue; decode with the
+ *                 smallest batch
+ *   cache-aware   prefill with the longest local prefix (ties: smaller
+ *                 queue); decode least-loaded. Local cache only, no fetch
+ *   mooncake      Mooncake's Algorithm 1: prefill by predicted TTFT =
+ *                 T_transfer + T_queue + T_prefill, pulling the missing blocks
+ *                 (from the store, or the instance holding the longest prefix)
+ *                 when best_len / local_len > balance_threshold; decode by
+ *                 current load; TBT predicted at the prefill's end
+ *   moonlet       ours (the default): every fetch option is priced (pull
+ *                 exactly when the transfer costs less than the compute it
+ *                 saves: no hand-tuned threshold); decode picked by the TBT
+ *                 predicted at the prefill's end from the sequences' predicted
+ *                 finish times, among instances with KV and batch room then.
+ *                 scheduler/README.md says why it wins.
+ * Random, round-robin and least-loaded reuse the chosen instance's local
+ * prefix and fetch nothing. Every policy predicts TTFT and TBT the same way
+ * for what it picked, and rejects early (when early rejection is on) if the
+ * predicted TTFT > ttft_slo_s or TBT > tbt_slo_s, with the decode load
+ * predicted at the time the prefill will end.
+ *
+ * Colocated views (every instance MOON_SCHED_ROLE_COLOCATED): one instance
+ * does both (decision prefill == decode), local cache only. */
+#ifndef MOONLET_SCHED_POLICY_H
+#define MOONLET_SCHED_POLICY_H
+
+#include "moonlet/sched_view.h"
+
+MOON_EXTERN_C_BEGIN
+
+typedef struct moon_sched_policy moon_sched_policy_t; /* opaque */
+
+#define MOON_SCHED_POLICY_DEFAULT "moonlet"
+#define MOON_SCHED_BALANCE_THRESHOLD_DEFAULT 2.0
+
+typedef struct {
+    uint64_t seed;              /* random: the generator's seed */
+    int      early_reject;      /* 1: reject a request whose predicted TTFT/TBT breaks its SLO */
+    double   balance_threshold; /* mooncake: pull when best_len / local_len > this (> 0) */
+} moon_sched_config_t;
+
+/* Defaults: seed 1, early rejection off, balance threshold 2.0. */
+MOON_API void moon_sched_config_default(moon_sched_config_t *cfg);
+
+/* Creates the policy called name (see the list above). A suffix "+reject" or
+ * "+noreject" ("mooncake+reject") overrides cfg->early_reject. cfg may be
+ * NULL (defaults); it is copied. MOON_ERR_INVALID_PARAM (logged): NULL name or
+ * policy_p, bad cfg; MOON_ERR_NOT_FOUND (logged): no policy of that name;
+ * MOON_ERR_NO_MEMORY. *policy_p is set only on success. */
+MOON_API moon_status_t moon_sched_policy_create(const char *name, const moon_sched_config_t *cfg,
+                                                moon_sched_policy_t **policy_p);
+MOON_API void          moon_sched_policy_destroy(moon_sched_policy_t *policy); /* NULL: no-op */
+
+/* The policy's base name ("mooncake"); never NULL. */
+MOON_API const char *moon_sched_policy_name(const moon_sched_policy_t *policy);
+/* Whether it rejects early. */
+MOON_API int moon_sched_policy_early_reject(const moon_sched_policy_t *policy);
+
+/* The i-th policy name and its one-line doc, i = 0, 1, ... (for
+ * `moonlet replay --list-policies`); NULL past the end. */
+MOON_API const char *moon_sched_policy_name_at(uint32_t i);
+MOON_API const char *moon_sched_policy_doc_at(uint32_t i);
+
+/* Places req on view (both borrowed, unchanged) into *decision_p. MOON_OK:
+ * decision_p->rejected says whether it was placed (MOON_SCHED_ADMIT) or
+ * rejected early (then reason says why; the instances it would have used and
+ * the predictions are still filled). Without early rejection a request is
+ * always placed; if no decode instance has room it goes to the one that
+ * frees room first (it waits there).
+ * MOON_ERR_INVALID_PARAM (logged, nothing changed): NULL argument; a bad
+ * request (prompt_tokens, block_tokens or max_tokens 0, n_blocks over the
+ * prompt, local/store blocks over n_blocks); a view mixing colocated with
+ * prefill/decode instances. MOON_ERR_NO_RESOURCE (logged, nothing changed):
+ * no alive prefill instance or no alive decode instance (colocated: no alive
+ * instance). MOON_ERR_NO_MEMORY (logged, nothing changed): the policy could
+ * not grow its scratch (as many entries as the busiest instance has predicted
+ * sequences). The policy's own state (generator, cursor) advances only on
+ * MOON_OK. */
+MOON_API moon_status_t moon_sched_policy_decide(moon_sched_policy_t        *policy,
+                                                const moon_sched_view_t    *view,
+                                                const moon_sched_request_t *req,
+                                                moon_sched_decision_t      *decision_p);
+
+MOON_EXTERN_C_END
+
+#endif /* MOONLET_SCHED_POLICY_H */

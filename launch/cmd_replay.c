@@ -1,0 +1,199 @@
+/* launch/cmd_replay.c - `moonlet replay`: loads a trace and a profile, runs
+ * the simulated cluster once per policy (sim_run.h) and writes the outputs:
+ * DIR/requests.csv, DIR/summary.json and the plots (with --compare, each
+ * policy's CSV and summary in DIR/POLICY/ and the plots of all in DIR). */
+#include "commands.h"
+#include "profile.h"
+#include "progress.h"
+#include "replay_opts.h"
+#include "sim_plot.h"
+#include "sim_report.h"
+#include "sim_run.h"
+#include "trace.h"
+
+#include "moonlet/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_POLICY "moonlet"
+
+static int make_dir(const char *dir)
+{
+    struct stat st;
+
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "moonlet replay: cannot create %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "moonlet replay: %s is not a folder\n", dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* requests.csv and summary.json of one run into dir. */
+static int write_outputs(const char *dir, const char *label, const moon_sim_records_t *recs,
+                         const moon_replay_opts_t *o, moon_sim_summary_t *s)
+{
+    char          path[1100];
+    FILE         *f;
+    moon_status_t status;
+
+    snprintf(path, sizeof(path), "%s/requests.csv", dir);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "moonlet replay: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    status = moon_sim_records_write_csv(recs, f);
+    if (fclose(f) != 0 || status != MOON_OK) {
+        fprintf(stderr, "moonlet replay: writing %s failed\n", path);
+        return -1;
+    }
+    if (moon_sim_summarize(recs, o->ttft_slo_s, o->tbt_slo_s, s) != MOON_OK) {
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/summary.json", dir);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "moonlet replay: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    status = moon_sim_summary_write_json(s, label, f);
+    if (fclose(f) != 0 || status != MOON_OK) {
+        fprintf(stderr, "moonlet replay: writing %s failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_line(const char *label, const moon_sim_summary_t *s)
+{
+    printf("%-20s requests %llu rejected %llu slo_attainment %.3f goodput %.3f rps "
+           "ttft mean %.3f s p90 %.3f s tbt mean %.4f s p90 %.4f s hit %.3f\n",
+           label, (unsigned long long)s->requests, (unsigned long long)s->rejected,
+           s->slo_attainment, s->goodput_rps, s->ttft_mean_s, s->ttft_p90_s, s->tbt_mean_s,
+           s->tbt_p90_s, s->cache_hit_ratio);
+}
+
+/* One policy: simulate into recs (initialised here). */
+static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
+                   const moon_profile_t *profile, const char *policy, moon_sim_records_t *recs)
+{
+    moon_progress_t       bar;
+    moon_sim_run_config_t cfg = {
+        .trace         = trace,
+        .profile       = profile,
+        .policy        = policy,
+        .nodes_prefill = o->nodes_prefill,
+        .nodes_decode  = o->nodes_decode,
+        .colocated     = o->colocated,
+        .block_tokens  = o->block_tokens,
+        .ttft_slo_s    = o->ttft_slo_s,
+        .tbt_slo_s     = o->tbt_slo_s,
+        .time_scale    = o->time_scale,
+        .seed          = o->seed,
+        .progress      = &bar,
+    };
+    moon_status_t status;
+
+    if (moon_sim_records_init(recs, (uint32_t)trace->n_reqs) != MOON_OK) {
+        fprintf(stderr, "moonlet replay: out of memory\n");
+        return -1;
+    }
+    moon_progress_init(&bar, STDERR_FILENO, trace->n_reqs, 0);
+    status = moon_sim_run(&cfg, recs);
+    moon_progress_finish(&bar);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet replay: policy %s: %s\n", policy, moon_status_str(status));
+        moon_sim_records_fini(recs);
+        return -1;
+    }
+    return 0;
+}
+
+static int replay(const moon_replay_opts_t *o)
+{
+    moon_trace_opts_t   topts = {.max_reqs = o->max_requests};
+    moon_trace_t       *trace = NULL;
+    moon_profile_t      profile;
+    const char         *names[MOON_REPLAY_MAX_COMPARE];
+    char                buf[1024];
+    moon_sim_records_t  recs[MOON_REPLAY_MAX_COMPARE];
+    moon_sim_plot_run_t runs[MOON_REPLAY_MAX_COMPARE];
+    moon_sim_summary_t  s;
+    int                 n = 1, done = 0, rc = 1;
+
+    names[0] = o->policy ? o->policy : DEFAULT_POLICY;
+    if (o->compare != NULL) {
+        n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, NULL, 0);
+        if (n < 0) {
+            fprintf(stderr, "moonlet replay: --compare: a list of up to %d distinct names\n",
+                    MOON_REPLAY_MAX_COMPARE);
+            return 2;
+        }
+    }
+    if (moon_trace_load(o->trace, &topts, &trace, NULL) != MOON_OK ||
+        moon_profile_load(o->profile, NULL, &profile, NULL) != MOON_OK) {
+        moon_trace_destroy(trace);
+        return 1; /* the loaders logged why */
+    }
+    if (make_dir(o->out) != 0) {
+        goto out;
+    }
+    for (; done < n; done++) {
+        char dir[1100];
+
+        if (run_one(o, trace, &profile, names[done], &recs[done]) != 0) {
+            goto out;
+        }
+        snprintf(dir, sizeof(dir), "%s/%s", o->out, names[done]);
+        if ((o->compare != NULL && make_dir(dir) != 0) ||
+            write_outputs(o->compare != NULL ? dir : o->out, names[done], &recs[done], o, &s) !=
+                0) {
+            done++;
+            goto out;
+        }
+        print_line(names[done], &s);
+        runs[done] = (moon_sim_plot_run_t){names[done], &recs[done]};
+    }
+    /* plots are a bonus: a missing gnuplot is a warning, not a failure */
+    (void)moon_sim_plot(o->out, runs, (uint32_t)n, o->ttft_slo_s, o->tbt_slo_s, NULL);
+    rc = 0;
+out:
+    for (int i = 0; i < done; i++) {
+        moon_sim_records_fini(&recs[i]);
+    }
+    moon_trace_destroy(trace);
+    return rc;
+}
+
+int moon_cmd_replay(int argc, char **argv)
+{
+    moon_replay_opts_t o;
+    char               err[256];
+
+    if (moon_replay_opts_parse(argc, argv, &o, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moonlet replay: %s\n", err);
+        return 2;
+    }
+    if (o.help) {
+        fputs(moon_replay_usage, stdout);
+        return 0;
+    }
+    if (o.list_policies) {
+        fprintf(stderr, "moonlet replay: the scheduler library is not in this build\n");
+        return 1;
+    }
+    if (!o.sim) {
+        fprintf(stderr, "moonlet replay: replay against a running cluster goes through the "
+                        "HTTP bench client (moonlet bench); use --sim to simulate\n");
+        return 2;
+    }
+    return replay(&o);
+}

@@ -1,0 +1,119 @@
+/* launch/cmd_serve.c - `moonlet serve`: runs a serving cluster's actors on
+ * this rank (every rank of an mpirun job runs it with the same flags; alone,
+ * the whole cluster in one process) until SIGINT or SIGTERM, or for
+ * --seconds. Clients reach the conductor through the client API (an
+ * mpirun MPMD job's client ranks, see examples/serve_driver.c). */
+#include "commands.h"
+
+#include "moonlet/config.h"
+#include "moonlet/dist.h"
+#include "moonlet/log.h"
+#include "moonlet/runtime.h"
+#include "serve_cluster.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <time.h>
+
+typedef struct {
+    uint32_t workers;
+    uint64_t seconds;
+} serve_run_t;
+
+#define SR(_f) MOON_CONFIG_AT(serve_run_t, _f)
+static const moon_config_field_t run_fields[] = {
+    {"workers", MOON_CONFIG_U32, SR(workers), "1", "actor worker threads per rank", 1, 1024, 0, 0,
+     NULL},
+    {"seconds", MOON_CONFIG_U64, SR(seconds), "0", "stop after this long (0: on a signal)", 0,
+     UINT64_MAX, 0, 0, NULL},
+    MOON_CONFIG_END,
+};
+#undef SR
+static const moon_config_table_t run_table = {"run", "the serving process", "MOON_SERVE_",
+                                              run_fields};
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+int moon_cmd_serve(int argc, char **argv)
+{
+    moon_serve_config_t   scfg;
+    serve_run_t           run;
+    moon_config_t        *cfg = NULL;
+    moon_dist_t          *dist = NULL;
+    moon_runtime_t       *rt   = NULL;
+    moon_serve_cluster_t *cluster = NULL;
+    moon_runtime_config_t rcfg;
+    int                   rc = 1;
+
+    moon_serve_config_default(&scfg);
+    moon_config_defaults(&run_table, &run);
+    if (moon_config_create(&cfg) != MOON_OK ||
+        moon_config_add(cfg, &moon_serve_config_table, &scfg) != MOON_OK ||
+        moon_config_add(cfg, &run_table, &run) != MOON_OK) {
+        fprintf(stderr, "moonlet serve: %s\n", cfg ? moon_config_error(cfg) : "out of memory");
+        goto out;
+    }
+    if (moon_config_parse(cfg, argc, argv) != MOON_OK) {
+        fprintf(stderr, "moonlet serve: %s (moonlet serve --help)\n", moon_config_error(cfg));
+        rc = 2;
+        goto out;
+    }
+    if (moon_config_help_requested(cfg)) {
+        printf("usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n\n");
+        moon_config_print_help(cfg, stdout);
+        rc = 0;
+        goto out;
+    }
+    if (scfg.model_path == NULL || moon_config_n_args(cfg) > 0) {
+        fprintf(stderr, "moonlet serve: --model is required and no positional argument is taken\n");
+        rc = 2;
+        goto out;
+    }
+    if (moon_dist_init(&argc, &argv, NULL, &dist) != MOON_OK) {
+        goto out;
+    }
+    moon_runtime_config_default(&rcfg);
+    rcfg.n_workers = run.workers;
+    rcfg.rank      = moon_dist_rank(dist);
+    if (moon_runtime_create(&rcfg, &rt) != MOON_OK ||
+        (moon_dist_size(dist) > 1 && moon_dist_start(dist, rt) != MOON_OK) ||
+        moon_runtime_start(rt) != MOON_OK) {
+        fprintf(stderr, "moonlet serve: the runtime did not start\n");
+        goto out;
+    }
+    if (moon_serve_cluster_start(&scfg, rt, moon_dist_size(dist) > 1 ? dist : NULL, &cluster) !=
+        MOON_OK) {
+        fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
+        goto out;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (moon_dist_rank(dist) == 0) {
+        fprintf(stderr, "moonlet serve: %u prefill, %u decode, %u store on %u rank(s); serving\n",
+                scfg.n_prefill, scfg.n_decode, scfg.n_store, moon_dist_size(dist));
+    }
+    for (uint64_t ms = 0; !g_stop && (run.seconds == 0 || ms < run.seconds * 1000); ms += 10) {
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    rc = 0;
+out:
+    if (dist != NULL && rt != NULL && moon_dist_size(dist) > 1) {
+        moon_dist_barrier(dist); /* every rank is done (clients first) */
+    }
+    moon_serve_cluster_stop(cluster);
+    if (rt != NULL) {
+        moon_runtime_shutdown(rt, 0);
+        moon_runtime_wait(rt);
+    }
+    moon_dist_stop(dist);
+    moon_runtime_destroy(rt);
+    moon_dist_finalize(dist);
+    moon_config_destroy(cfg);
+    return rc;
+}

@@ -1,0 +1,424 @@
+/* tests/serve/test_serve.c - the serving cluster end to end through the
+ * client API: greedy output equals `moonlet generate` (the golden ids of
+ * stories260K) token for token, prefix reuse through the store, 64
+ * concurrent requests with cancels and no leaked blocks, stop strings, and
+ * bad input answered with errors. One process (every actor in it), or under
+ * mpirun: conductor and the client on rank 0, store, prefill and decode on
+ * ranks 1.. (disaggregated, KV pulled between ranks). */
+#include "moon_test.h"
+#include "moonlet/dist.h"
+#include "moonlet/log.h"
+#include "moonlet/runtime.h"
+#include "serve_client.h"
+#include "serve_cluster.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef MOON_TEST_DATA_DIR
+#error "MOON_TEST_DATA_DIR must point at tests/data"
+#endif
+#define MODEL MOON_TEST_DATA_DIR "/../../models/stories260K/stories260K.gguf"
+#define GOLDEN MOON_TEST_DATA_DIR "/stories260K/expected_greedy.json"
+#define WAIT_NS 60000000000ull
+
+static moon_dist_t          *g_dist;
+static moon_runtime_t       *g_rt;
+static moon_serve_cluster_t *g_cluster;
+static moon_serve_client_t  *g_client;
+
+typedef struct {
+    int32_t  tokens[1024];
+    uint32_t n;
+    char     text[8192];
+    size_t   text_len;
+    moon_serve_event_t done;
+    int      finished;
+    int      out_of_order;
+} result_t;
+
+/* Collects events into results[request id - base] until n DONEs. */
+static void collect(result_t *res, uint64_t base, uint32_t n)
+{
+    uint32_t done = 0;
+
+    while (done < n) {
+        moon_serve_event_t ev;
+        result_t          *r;
+        if (moon_serve_client_next(g_client, WAIT_NS, &ev) != MOON_OK) {
+            CU_FAIL("no event within a minute");
+            return;
+        }
+        CU_ASSERT_FATAL(ev.request_id >= base && ev.request_id < base + n);
+        r = &res[ev.request_id - base];
+        CU_ASSERT(!r->finished); /* nothing after DONE */
+        if (ev.kind == MOON_SERVE_EV_TOKEN) {
+            r->out_of_order |= ev.index != r->n;
+            if (r->n < MOON_ARRAY_SIZE(r->tokens)) {
+                r->tokens[r->n++] = ev.token;
+            }
+            size_t l = strlen(ev.text);
+            if (r->text_len + l < sizeof(r->text)) {
+                memcpy(r->text + r->text_len, ev.text, l + 1);
+                r->text_len += l;
+            }
+        } else {
+            r->done     = ev;
+            r->done.msg_ = NULL;
+            r->finished = 1;
+            done++;
+        }
+        moon_serve_event_fini(&ev);
+    }
+}
+
+static void run_one(const moon_serve_params_t *p, result_t *r)
+{
+    uint64_t id;
+
+    memset(r, 0, sizeof(*r));
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, p, &id), MOON_OK);
+    collect(r, id, 1);
+}
+
+static cJSON *load_golden(void)
+{
+    FILE  *f = fopen(GOLDEN, "rb");
+    char  *buf;
+    long   n;
+    cJSON *j;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    CU_ASSERT_EQUAL_FATAL(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    j = cJSON_Parse(buf);
+    free(buf);
+    return j;
+}
+
+/* Greedy output through the cluster equals the golden ids for every case. */
+static void test_golden_greedy(void)
+{
+    cJSON *j = load_golden(), *c;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
+    {
+        cJSON              *prompt_ids = cJSON_GetObjectItem(c, "prompt_ids");
+        cJSON              *gen        = cJSON_GetObjectItem(c, "generated_ids");
+        int                 n_prompt   = cJSON_GetArraySize(prompt_ids);
+        int                 steps      = cJSON_GetObjectItem(c, "steps")->valueint;
+        moon_serve_params_t p;
+        result_t           *r = calloc(1, sizeof(*r));
+
+        moon_serve_params_default(&p);
+        p.prompt     = cJSON_GetObjectItem(c, "prompt")->valuestring;
+        p.max_tokens = (uint32_t)(steps - n_prompt + 1);
+        run_one(&p, r);
+        CU_ASSERT_EQUAL(r->done.status, MOON_OK);
+        CU_ASSERT_EQUAL(r->done.n_prompt, (uint32_t)n_prompt);
+        CU_ASSERT_FALSE(r->out_of_order);
+        /* generated_ids repeat the prompt after BOS, then the new tokens */
+        CU_ASSERT_EQUAL(r->n, (uint32_t)(cJSON_GetArraySize(gen) - (n_prompt - 1)));
+        for (uint32_t i = 0; i < r->n; i++) {
+            int want = cJSON_GetArrayItem(gen, (int)i + n_prompt - 1)->valueint;
+            if (r->tokens[i] != want) {
+                fprintf(stderr, "case '%s': token %u is %d, expected %d\n", p.prompt, i,
+                        r->tokens[i], want);
+                CU_FAIL("a token differs from the golden output");
+                break;
+            }
+        }
+        CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_LENGTH);
+        free(r);
+    }
+    cJSON_Delete(j);
+}
+
+static void make_prompt(int32_t *t, uint32_t n, uint32_t seed)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t[i] = 3 + (int32_t)((seed >> 16) % 509u);
+    }
+}
+
+/* Greedy continuation of tokens computed by the engine alone (what a
+ * request must give whatever the cluster reused). */
+static uint32_t reference(const int32_t *prompt, uint32_t n, uint32_t max_new, int32_t *out)
+{
+    const moon_model_t        *m  = moon_serve_cluster_model(g_cluster);
+    const moon_model_config_t *mc = moon_model_config(m);
+    moon_engine_config_t       ec = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 512};
+    moon_kv_config_t           kc = moon_model_kv_config(mc, 16, mc->seq_len / 16, 1);
+    moon_engine_t             *e  = NULL;
+    moon_kv_cache_t           *kv = NULL;
+    float                     *logits = calloc(mc->vocab_size, sizeof(float));
+    uint32_t                   seq, got = 0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &e), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_prefill(e, kv, seq, prompt, n, logits, NULL), MOON_OK);
+    while (got < max_new) {
+        int32_t t = moon_argmax(logits, mc->vocab_size);
+        if (t == 1 || t == 2) {
+            break; /* BOS or EOS */
+        }
+        out[got++] = t;
+        if (got == max_new ||
+            moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
+            break;
+        }
+    }
+    moon_kv_cache_destroy(kv);
+    moon_engine_destroy(e);
+    free(logits);
+    return got;
+}
+
+/* A second request sharing a 3-block prefix fetches those blocks from the
+ * store and gives the same tokens as computing them. */
+static void test_prefix_reuse(void)
+{
+    int32_t             a[60], b[60];
+    moon_serve_params_t p;
+    moon_serve_stats_t  s0, s1;
+    result_t           *r1 = calloc(1, sizeof(*r1)), *r2 = calloc(1, sizeof(*r2));
+    result_t           *r3 = calloc(1, sizeof(*r3));
+
+    make_prompt(a, 60, 7);
+    memcpy(b, a, sizeof(b));
+    make_prompt(b + 48, 12, 99); /* 3 blocks of 16 shared, the rest differs */
+    moon_serve_params_default(&p);
+    p.tokens     = a;
+    p.n_tokens   = 60;
+    p.max_tokens = 12;
+    p.flags      = 0;
+    run_one(&p, r1);
+    CU_ASSERT_EQUAL(r1->done.n_cached, 0);
+    /* b, cold: the store holds a's blocks only, which b shares */
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s0), MOON_OK);
+    /* a's puts commit after its answer: give the store time for them */
+    nanosleep(&(struct timespec){0, 300000000}, NULL);
+    p.tokens = b;
+    run_one(&p, r2);
+    CU_ASSERT_EQUAL(r2->done.status, MOON_OK);
+    CU_ASSERT_EQUAL(r2->done.n_cached, 48);
+    /* the same tokens as the engine computing all of b */
+    r3->n = reference(b, 60, 12, r3->tokens);
+    CU_ASSERT_EQUAL(r2->n, r3->n);
+    CU_ASSERT_EQUAL(memcmp(r2->tokens, r3->tokens, r2->n * sizeof(int32_t)), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s1), MOON_OK);
+    CU_ASSERT(s1.store_hit_tokens >= s0.store_hit_tokens + 48);
+    free(r1);
+    free(r2);
+    free(r3);
+}
+
+/* Bad input gets a clear error; nothing else is affected. */
+static void test_bad_input(void)
+{
+    moon_serve_params_t p;
+    result_t           *r = calloc(1, sizeof(*r));
+    int32_t             big[600], tok = 5, stop = 100000;
+
+    moon_serve_params_default(&p);
+    p.prompt = "";
+    p.flags  = 0;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
+    CU_ASSERT_EQUAL(r->done.status, MOON_ERR_INVALID_PARAM);
+    CU_ASSERT(strstr(r->done.message, "empty") != NULL);
+
+    make_prompt(big, 600, 3);
+    moon_serve_params_default(&p);
+    p.tokens   = big;
+    p.n_tokens = 600;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
+    CU_ASSERT(strstr(r->done.message, "context") != NULL);
+
+    moon_serve_params_default(&p);
+    p.tokens     = &tok;
+    p.n_tokens   = 1;
+    p.max_tokens = 0;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
+
+    p.max_tokens = 1000;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
+
+    p.max_tokens = 4;
+    p.stop_ids   = &stop;
+    p.n_stop_ids = 1;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
+    CU_ASSERT(strstr(r->done.message, "stop") != NULL);
+
+    /* and a good one still works */
+    p.n_stop_ids = 0;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.status, MOON_OK);
+    CU_ASSERT_EQUAL(r->n, 4);
+    free(r);
+}
+
+/* Stop strings end the request and never appear in the streamed text. */
+static void test_stop_string(void)
+{
+    moon_serve_params_t p;
+    result_t           *r    = calloc(1, sizeof(*r));
+    const char         *stop = "Lily";
+
+    moon_serve_params_default(&p);
+    p.prompt     = "Once upon a time";
+    p.max_tokens = 60;
+    p.stop       = &stop;
+    p.n_stop     = 1;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_STOP);
+    CU_ASSERT(strstr(r->text, "Lily") == NULL);
+    /* the golden text: ", there was a little girl named Lily." */
+    CU_ASSERT(strstr(r->text, "girl named ") != NULL);
+    free(r);
+}
+
+/* 64 concurrent requests of mixed lengths, some sampled, some cancelled:
+ * each ends with the right reason, the greedy ones with their
+ * single-request tokens, and afterwards no pool holds a block. */
+static void test_concurrent_with_cancels(void)
+{
+    enum { N = 64 };
+    result_t           *solo = calloc(N, sizeof(*solo)), *res = calloc(N, sizeof(*res));
+    int32_t             prompts[N][40];
+    moon_serve_params_t p[N];
+    uint64_t            base = 0, id;
+    moon_serve_stats_t  s;
+
+    for (uint32_t i = 0; i < N; i++) {
+        make_prompt(prompts[i], 40, 1000 + i % 16); /* repeats: prefix hits under load */
+        moon_serve_params_default(&p[i]);
+        p[i].tokens      = prompts[i];
+        p[i].n_tokens    = 8 + (i * 5) % 32;
+        p[i].max_tokens  = 8 + (i % 3) * 8;
+        p[i].flags       = 0;
+        p[i].temperature = i % 4 == 1 ? 0.8f : 0.0f;
+        p[i].seed        = i + 1;
+    }
+    for (uint32_t i = 0; i < N; i += 4) {
+        run_one(&p[i], &solo[i]); /* references for the greedy ones */
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p[i], &id), MOON_OK);
+        base = i == 0 ? id : base;
+        CU_ASSERT_EQUAL(id, base + i);
+        if (i % 8 == 3) {
+            moon_serve_client_cancel(g_client, id);
+        }
+    }
+    collect(res, base, N);
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT_TRUE(res[i].finished);
+        CU_ASSERT_FALSE(res[i].out_of_order);
+        if (i % 8 == 3) {
+            /* cancelled at once: it may still have finished first */
+            CU_ASSERT(res[i].done.finish == MOON_FINISH_CANCELLED ||
+                      res[i].done.finish == MOON_FINISH_LENGTH ||
+                      res[i].done.finish == MOON_FINISH_STOP);
+        } else {
+            CU_ASSERT(res[i].done.finish == MOON_FINISH_LENGTH ||
+                      res[i].done.finish == MOON_FINISH_STOP);
+        }
+        if (i % 4 == 0) {
+            CU_ASSERT_EQUAL(res[i].n, solo[i].n);
+            CU_ASSERT_EQUAL(memcmp(res[i].tokens, solo[i].tokens, solo[i].n * sizeof(int32_t)), 0);
+        }
+    }
+    /* load reports follow every release: wait for the last ones */
+    for (int k = 0; k < 200; k++) {
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s), MOON_OK);
+        if (s.in_flight == 0 && s.blocks_used_prefill == 0 && s.blocks_used_decode == 0) {
+            break;
+        }
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    CU_ASSERT_EQUAL(s.in_flight, 0);
+    CU_ASSERT_EQUAL(s.blocks_used_prefill, 0);
+    CU_ASSERT_EQUAL(s.blocks_used_decode, 0);
+    CU_ASSERT(s.n_finished[MOON_FINISH_CANCELLED] > 0 || s.n_finished[MOON_FINISH_LENGTH] > 0);
+    free(solo);
+    free(res);
+}
+
+static CU_TestInfo tests[] = {
+    {"golden_greedy", test_golden_greedy},
+    {"stop_string", test_stop_string},
+    {"prefix_reuse", test_prefix_reuse},
+    {"bad_input", test_bad_input},
+    {"concurrent_with_cancels", test_concurrent_with_cancels},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"serve", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+
+int main(int argc, char **argv)
+{
+    moon_runtime_config_t      rcfg;
+    moon_serve_config_t        scfg;
+    moon_serve_client_config_t ccfg = {0};
+    int                        rc   = 0;
+
+    if (moon_dist_init(&argc, &argv, NULL, &g_dist) != MOON_OK) {
+        return 1;
+    }
+    moon_runtime_config_default(&rcfg);
+    rcfg.n_workers = 2;
+    rcfg.rank      = moon_dist_rank(g_dist);
+    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK) {
+        return 1;
+    }
+    if (moon_dist_size(g_dist) > 1 && moon_dist_start(g_dist, g_rt) != MOON_OK) {
+        return 1;
+    }
+    moon_runtime_start(g_rt);
+    moon_serve_config_default(&scfg);
+    scfg.model_path = MODEL;
+    scfg.store_dram_mib = 16;
+    if (moon_serve_cluster_start(&scfg, g_rt, moon_dist_size(g_dist) > 1 ? g_dist : NULL,
+                                 &g_cluster) != MOON_OK) {
+        fprintf(stderr, "test_serve: the cluster did not start\n");
+        return 1;
+    }
+    if (moon_dist_rank(g_dist) == 0) {
+        ccfg.conductor = moon_serve_cluster_conductor(g_cluster);
+        if (moon_serve_client_create(g_rt, &ccfg, &g_client) != MOON_OK) {
+            return 1;
+        }
+        if (moon_serve_client_wait_ready(g_client, scfg.n_prefill, scfg.n_decode, WAIT_NS) !=
+            MOON_OK) {
+            fprintf(stderr, "test_serve: the instances did not come up\n");
+            return 1;
+        }
+        rc = moon_test_run(suites);
+        moon_serve_client_destroy(g_client);
+    }
+    if (moon_dist_size(g_dist) > 1) {
+        moon_dist_barrier(g_dist);
+    }
+    moon_serve_cluster_stop(g_cluster);
+    moon_runtime_shutdown(g_rt, 0);
+    moon_runtime_wait(g_rt);
+    moon_dist_stop(g_dist);
+    moon_runtime_destroy(g_rt);
+    moon_dist_finalize(g_dist);
+    return rc;
+}
