@@ -1,8 +1,9 @@
-/* launch/bench_opts.h - the options of `moonlet bench`, parsed from argv by
- * one table (name, kind, default, help). Strict: an unknown flag, a missing
- * value or a malformed or out-of-range number is an error naming the flag.
- * Single-threaded; the options struct owns nothing (strings point into argv
- * or into the table's defaults). */
+/* launch/bench_opts.h - the options of `moonlet bench`: a configuration
+ * table (moonlet/config.h; flags only, no environment) plus vLLM's `bench
+ * serve` spellings as aliases, and the workload positional. Strict: an
+ * unknown flag, a missing value or a malformed or out-of-range number is an
+ * error naming the flag. Single-threaded; the options struct owns nothing
+ * (strings point into argv or into the table's defaults). */
 #ifndef MOON_LAUNCH_BENCH_OPTS_H
 #define MOON_LAUNCH_BENCH_OPTS_H
 
@@ -16,6 +17,12 @@ typedef enum {
     MOON_BENCH_WL_SHARED_PREFIX, /* multi-turn chats over a few long system prompts */
     MOON_BENCH_WL_TRACE,         /* Mooncake JSONL trace replay */
 } moon_bench_workload_kind_t;
+
+typedef enum {
+    MOON_BENCH_FMT_AUTO = 0, /* tokens for completions, words for chat */
+    MOON_BENCH_FMT_TOKENS,   /* token-id arrays */
+    MOON_BENCH_FMT_WORDS,    /* text of words from a fixed list */
+} moon_bench_format_t;
 
 typedef struct {
     /* positional: the workload and, for trace, its file */
@@ -38,8 +45,7 @@ typedef struct {
     double   time_scale; /* trace: send at timestamp * time_scale */
 
     /* prompts */
-    const char
-            *prompt_format; /* "tokens", "words" or NULL: tokens for completions, words for chat */
+    int      prompt_format; /* moon_bench_format_t */
     uint32_t vocab;         /* token ids drawn from 3..vocab-1 */
     uint32_t input_len, output_len;
     double   range_ratio; /* lengths uniform in len*(1-r) .. len*(1+r) */
@@ -69,7 +75,7 @@ typedef struct {
 moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
                                     size_t err_len);
 
-/* Prints the usage text with every option, its default and its help line. */
+/* Prints the usage text with every option, its default, range and help. */
 void moon_bench_opts_usage(FILE *f);
 
 /* True when requests go to the chat completions API (endpoint "chat" or a
