@@ -107,7 +107,7 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         return -1;
     }
     moon_progress_init(&bar, STDERR_FILENO, trace->n_reqs, 0);
-    status = moon_sim_run(&cfg, recs);
+    status = moon_replay_sim_run(&cfg, recs);
     moon_progress_finish(&bar);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet replay: policy %s: %s\n", policy, moon_status_str(status));

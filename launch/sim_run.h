@@ -31,6 +31,6 @@ typedef struct {
  * records. MOON_ERR_INVALID_PARAM: bad config (logged);
  * MOON_ERR_UNSUPPORTED: this build has no serving actors to simulate;
  * MOON_ERR_NO_MEMORY; a request's failure is recorded, not returned. */
-moon_status_t moon_sim_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs);
+moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs);
 
 #endif /* MOON_LAUNCH_SIM_RUN_H */
