@@ -93,6 +93,7 @@ static int on_event(void *arg, const char *data, size_t len)
         if (chunk.prompt_tokens > 0) {
             res->n_in = chunk.prompt_tokens;
         }
+        res->n_cached = chunk.cached_tokens;
     }
     if (chunk.has_text) {
         if (res->n_chunks == 0) {

@@ -20,7 +20,8 @@ void moon_bench_report_print(FILE *f, const moon_bench_opts_t *opts, const char 
  *   date, backend ("openai"), model_id, workload, trace (path|null), base_url,
  *   endpoint, label (|null), num_prompts, request_rate (number|"inf"),
  *   burstiness, max_concurrency (|null), seed, duration (s), completed,
- *   failed, total_input_tokens, total_output_tokens, request_throughput,
+ *   failed, total_input_tokens, total_output_tokens, total_cached_tokens
+ *   (usage.prompt_tokens_details.cached_tokens summed), request_throughput,
  *   request_goodput, good_completed, slo_attainment (null without an SLO),
  *   slo_ttft_ms, slo_tpot_ms, slo_e2el_ms (0: none), output_throughput,
  *   total_token_throughput, max_output_tokens_per_s, max_concurrent_requests,

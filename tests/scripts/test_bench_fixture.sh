@@ -44,6 +44,7 @@ grep -q "Serving Benchmark Result" "$T/out.txt" || fail "no summary"
 grep -q "Mean TPOT (ms):" "$T/out.txt" || fail "no TPOT rows"
 check "r['completed'] == 20 and r['failed'] == 0 and r['total_output_tokens'] == 160"
 check "r['total_input_tokens'] == 320 and all(n == 16 for n in r['input_lens'])"
+check "r['total_cached_tokens'] == 160"  # the fixture says half of each prompt was cached
 check "all(len(g) == 7 for g in r['itls']) and r['mean_ttft_ms'] > 0 and r['mean_itl_ms'] > 0"
 check "r['max_concurrent_requests'] <= 4 and r['max_concurrency'] == 4 and r['request_rate'] == 200"
 check "r['request_goodput'] is None and r['mean_tpot_ms'] > 0 and r['p99_e2el_ms'] >= r['p90_e2el_ms']"
