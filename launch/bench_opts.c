@@ -5,7 +5,9 @@
 
 #include "moonlet/config.h"
 
+#include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const formats[] = {"auto", "tokens", "words", NULL};
@@ -86,6 +88,8 @@ static const moon_config_field_t bench_fields[] = {
  * mistaken for a caller's setting). */
 static const moon_config_field_t vllm_fields[] = {
     {"request-rate", MOON_CONFIG_DOUBLE, BO(rate), .dflt = "0", .doc = "= --rate", .dmax = BIG},
+    {"goodput", MOON_CONFIG_STRING, BO(goodput), .dflt = NULL,
+     .doc = "'ttft:ms tpot:ms e2el:ms' = --slo-ttft-ms, --slo-tpot-ms, --slo-e2el-ms"},
     {"random-input-len", MOON_CONFIG_U32, BO(input_len), .dflt = "128", .doc = "= --input-len",
      .min = 1, .max = 100000000},
     {"random-output-len", MOON_CONFIG_U32, BO(output_len), .dflt = "64", .doc = "= --output-len",
@@ -141,8 +145,47 @@ static moon_status_t set_positionals(const moon_config_t *cfg, moon_bench_opts_t
     return MOON_OK;
 }
 
-static moon_status_t check_values(const moon_bench_opts_t *opts, char *err, size_t err_len)
+/* vLLM's --goodput: space-separated KEY:MS pairs, KEY ttft, tpot or e2el. */
+static moon_status_t parse_goodput(moon_bench_opts_t *opts, char *err, size_t err_len)
 {
+    const char *p = opts->goodput;
+
+    while (p != NULL && *p != '\0') {
+        static const char *const keys[] = {"ttft:", "tpot:", "e2el:"};
+        double *slos[] = {&opts->slo_ttft_ms, &opts->slo_tpot_ms, &opts->slo_e2el_ms};
+        char   *end    = NULL;
+        int     k      = 0;
+
+        while (*p == ' ') {
+            p++;
+        }
+        if (*p == '\0') {
+            break;
+        }
+        while (k < 3 && strncmp(p, keys[k], 5) != 0) {
+            k++;
+        }
+        if (k < 3) {
+            *slos[k] = strtod(p + 5, &end);
+        }
+        if (k == 3 || end == p + 5 || !(*slos[k] > 0) || !isfinite(*slos[k]) ||
+            (*end != ' ' && *end != '\0')) {
+            seterr(err, err_len, "--goodput: '%s' is not 'ttft:MS tpot:MS e2el:MS' (MS > 0)",
+                   opts->goodput);
+            return MOON_ERR_INVALID_PARAM;
+        }
+        p = end;
+    }
+    return MOON_OK;
+}
+
+static moon_status_t check_values(moon_bench_opts_t *opts, char *err, size_t err_len)
+{
+    moon_status_t status = parse_goodput(opts, err, err_len);
+
+    if (status != MOON_OK) {
+        return status;
+    }
     if (strcmp(opts->endpoint, "completions") != 0 && strcmp(opts->endpoint, "chat") != 0 &&
         opts->endpoint[0] != '/') {
         seterr(err, err_len, "--endpoint: '%s' is not completions, chat or a /path",

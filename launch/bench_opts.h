@@ -62,6 +62,7 @@ typedef struct {
     const char *result_file; /* NULL: none */
     const char *plot_dir;    /* NULL: none */
     const char *label;       /* free text copied into the result */
+    const char *goodput;     /* vLLM's --goodput "ttft:MS tpot:MS e2el:MS", into the slo_* */
     int         progress;    /* progress bar when stderr is a tty */
     int         help;        /* --help was given */
 } moon_bench_opts_t;

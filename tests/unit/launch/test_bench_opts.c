@@ -79,6 +79,11 @@ static void test_spellings_and_aliases(void)
     CU_ASSERT_EQUAL(o.prompt_format, MOON_BENCH_FMT_WORDS);
     CU_ASSERT_FALSE(moon_bench_opts_tokens(&o));
     CU_ASSERT_EQUAL(o.range_ratio, 0.5);
+    CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", "--goodput", "ttft:500 tpot:50.5", NULL),
+                          MOON_OK);
+    CU_ASSERT_EQUAL(o.slo_ttft_ms, 500);
+    CU_ASSERT_EQUAL(o.slo_tpot_ms, 50.5);
+    CU_ASSERT_EQUAL(o.slo_e2el_ms, 0);
     CU_ASSERT_EQUAL_FATAL(parse(&o, err, "random", "--endpoint", "/v1/chat/completions", NULL),
                           MOON_OK);
     CU_ASSERT_TRUE(moon_bench_opts_is_chat(&o));
@@ -109,6 +114,10 @@ static void test_errors_name_the_flag(void)
         {"--base-url", "localhost:8000",
          "--base-url: 'localhost:8000' is not an http:// or https:// URL"},
         {"extra", NULL, "unexpected argument 'extra'"},
+        {"--goodput", "ttft:", "--goodput: 'ttft:'"},
+        {"--goodput", "ttft:-1", "--goodput: 'ttft:-1'"},
+        {"--goodput", "itl:5", "--goodput: 'itl:5'"},
+        {"--goodput", "ttft:5x", "--goodput: 'ttft:5x'"},
     };
     moon_bench_opts_t o;
     char              err[200];
