@@ -1,8 +1,12 @@
 /* actors/conductor.c - the conductor: every request enters here. It checks
  * the request, tokenizes a text prompt, computes the prompt's block keys
- * (the store's chained keys under the deployment's tag), places the request
- * on a (prefill, decode) pair from the instances' load reports, and keeps
- * the request's entry until its decode instance releases it, so a CANCEL
+ * (the store's chained keys under the deployment's tag), looks up how much of
+ * the prefix the store holds in its global prefix index (fed by the shards'
+ * event streams), and asks the scheduler's policy for a (prefill, decode)
+ * pair from its view of the cluster: every instance's fitted cost model
+ * (HELLO), its load reports (LOAD) and the placements made since. A request
+ * whose predicted TTFT or TBT breaks its SLO is rejected at arrival. The
+ * request's entry stays until its decode instance releases it, so a CANCEL
  * reaches both instances. Spawned with MOON_SPAWN_CONTROL: never muted.
  * Requests it cannot take are answered at once with DONE (finish error or
  * rejected) and a log line. */
@@ -10,40 +14,64 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "moonlet/kv_index.h"
+#include "moonlet/sched_policy.h"
 #include "serve_instance.h"
+#include "store_msgs.h"
 
 #include <string.h>
 
 #define COND_MAX_INSTANCES 64u
+#define COND_SHARD_REF_BASE (1ull << 40) /* monitor refs of shards: base + shard id */
 
 typedef struct {
-    moon_addr_t addr;
-    uint32_t    role;
-    int         alive;
-    moon_serve_load_t last; /* the latest report */
-    uint32_t    placed;     /* placements since that report */
+    moon_addr_t       addr;
+    int               hello; /* its cost model arrived */
+    moon_serve_load_t last;  /* the latest report */
 } cinst_t;
 
 typedef struct {
     int         used;
     moon_addr_t reply_to;
     uint64_t    request_id;
-    uint32_t    prefill, decode;
+    uint32_t    prefill, decode; /* view indices */
     uint32_t    n_tokens;
+    uint64_t    tag;
 } creq_t;
 
 typedef struct {
     moon_conductor_args_t   a;
     const moon_tokenizer_t *tok;
     uint32_t                vocab, seq_len;
-    cinst_t                 prefill[COND_MAX_INSTANCES], decode[COND_MAX_INSTANCES];
-    uint32_t                n_prefill, n_decode;
+    uint64_t                block_bytes;
+    cinst_t                *inst; /* (n_inst): prefill instances, then decode ones */
+    uint32_t                n_inst;
+    moon_sched_view_t       view;
+    moon_sched_policy_t    *policy;
+    moon_kv_index_t        *index; /* NULL without a store */
+    moon_addr_t             shards[COND_MAX_INSTANCES];
     creq_t                 *reqs; /* (max_requests) */
     uint32_t                n_reqs;
+    uint64_t                next_tag;
     struct {
         uint64_t n_submitted, n_placed, n_rejected, n_errors, n_finished[5];
+        uint64_t n_index_resyncs;
     } stats;
 } conductor_t;
+
+static double now_s(moon_actor_t *self)
+{
+    return (double)moon_now(moon_actor_runtime(self)) * 1e-9;
+}
+
+/* View index of an instance: prefill ones first. */
+static int32_t view_index(const conductor_t *c, uint32_t role, uint32_t instance)
+{
+    if (role == MOON_SERVE_ROLE_DECODE) {
+        return instance < c->a.n_decode ? (int32_t)(c->a.n_prefill + instance) : -1;
+    }
+    return instance < c->a.n_prefill ? (int32_t)instance : -1;
+}
 
 static void answer(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t finish,
                    moon_status_t status, uint32_t n_prompt, const char *why)
@@ -68,31 +96,6 @@ static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t
     MOON_INFO("conductor: request %llu refused: %s", (unsigned long long)m->request_id, why);
     c->stats.n_errors++;
     answer(self, m->reply_to, m->request_id, MOON_FINISH_ERROR, status, 0, why);
-}
-
-/* Least loaded alive instance of a table (load: predicted tokens queued for
- * prefill, running sequences for decode, each counting placements since the
- * last report), round robin among equals. */
-static int32_t pick(cinst_t *t, uint32_t n, int prefill, uint32_t *rr)
-{
-    int32_t  best      = -1;
-    uint64_t best_load = UINT64_MAX;
-
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = (*rr + k) % n;
-        uint64_t load;
-        if (!t[i].alive) {
-            continue;
-        }
-        load = prefill ? (uint64_t)t[i].last.queued_tokens + t[i].placed
-                       : (uint64_t)t[i].last.running + t[i].last.queued_reqs + t[i].placed;
-        if (load < best_load) {
-            best      = (int32_t)i;
-            best_load = load;
-        }
-    }
-    *rr = (*rr + 1) % (n ? n : 1);
-    return best;
 }
 
 static creq_t *find_req(conductor_t *c, moon_addr_t reply_to, uint64_t id)
@@ -207,6 +210,34 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     return p;
 }
 
+/* Asks the policy: the prompt's full blocks, how many the store holds (the
+ * index), the SLOs. */
+static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
+                           const int32_t *ids, uint32_t n, moon_sched_decision_t *d,
+                           moon_sched_request_t *req)
+{
+    uint32_t      n_blocks = n / c->a.block_tokens, store = 0;
+    moon_kv_key_t keys[MOON_STORE_QUERY_MAX_KEYS / 16];
+    size_t        got = 0;
+
+    if (c->index != NULL && n_blocks > 0) {
+        uint32_t k = MOON_MIN(n_blocks, (uint32_t)MOON_ARRAY_SIZE(keys));
+        moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, keys, k, &got);
+        store = moon_kv_index_prefix(c->index, keys, (uint32_t)got);
+    }
+    memset(req, 0, sizeof(*req));
+    req->tag           = ++c->next_tag;
+    req->prompt_tokens = n;
+    req->block_tokens  = c->a.block_tokens;
+    req->n_blocks      = n_blocks;
+    req->store_blocks  = store;
+    req->max_tokens    = m->max_tokens;
+    req->ttft_slo_s    = c->a.ttft_slo_s;
+    req->tbt_slo_s     = c->a.tbt_slo_s;
+    req->now_s         = now_s(self);
+    return moon_sched_policy_decide(c->policy, &c->view, req, d);
+}
+
 static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t               *c   = moon_actor_state(self);
@@ -214,9 +245,11 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     const char                *why = NULL;
     uint32_t                   n   = 0;
     int32_t                   *ids;
-    int32_t                    pi, di;
     creq_t                    *r = NULL;
     moon_serve_prefill_t      *p;
+    moon_sched_decision_t      d;
+    moon_sched_request_t       req;
+    moon_status_t              status;
     uint64_t                   now = moon_now(moon_actor_runtime(self));
 
     c->stats.n_submitted++;
@@ -238,30 +271,40 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         moon_free(ids);
         return MOON_OK;
     }
-    pi = pick(c->prefill, c->n_prefill, 1, &c->a.rr_prefill);
-    di = pick(c->decode, c->n_decode, 0, &c->a.rr_decode);
     for (uint32_t i = 0; i < c->a.max_requests && r == NULL; i++) {
         r = c->reqs[i].used ? NULL : &c->reqs[i];
     }
-    if (pi < 0 || di < 0 || r == NULL) {
-        const char *w = r == NULL ? "too many requests in flight" : "no prefill or decode instance is up";
+    if (r == NULL) {
         c->stats.n_rejected++;
-        MOON_INFO("conductor: request %llu rejected: %s", (unsigned long long)m->request_id, w);
-        answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED, MOON_ERR_NO_RESOURCE, n, w);
+        answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED, MOON_ERR_NO_RESOURCE, n,
+               "too many requests in flight");
         moon_free(ids);
         return MOON_OK;
     }
-    p = build_prefill(c, m, ids, n, c->decode[di].addr, now);
+    status = place(self, c, m, ids, n, &d, &req);
+    if (status != MOON_OK || d.rejected != MOON_SCHED_ADMIT) {
+        const char *w = status != MOON_OK ? "no prefill or decode instance is up" : d.reason;
+        c->stats.n_rejected++;
+        MOON_INFO("conductor: request %llu rejected: %s", (unsigned long long)m->request_id, w);
+        answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED,
+               status != MOON_OK ? status : MOON_ERR_NO_RESOURCE, n, w);
+        moon_free(ids);
+        return MOON_OK;
+    }
+    p = build_prefill(c, m, ids, n, c->inst[d.decode].addr, now);
     moon_free(ids);
-    if (p == NULL || moon_send(self, c->prefill[pi].addr, &p->hdr) != MOON_OK) {
+    if (p != NULL) {
+        p->n_fetch = d.fetch_blocks;
+    }
+    if (p == NULL || moon_send(self, c->inst[d.prefill].addr, &p->hdr) != MOON_OK) {
         moon_msg_release(p ? &p->hdr : NULL);
         reject(self, c, m, MOON_ERR_NO_MEMORY, "the request could not be placed");
         return MOON_OK;
     }
-    *r = (creq_t){1, m->reply_to, m->request_id, (uint32_t)pi, (uint32_t)di, n};
+    moon_sched_view_commit(&c->view, &req, &d);
+    *r = (creq_t){1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode, n,
+                  req.tag};
     c->n_reqs++;
-    c->prefill[pi].placed += n;
-    c->decode[di].placed++;
     c->stats.n_placed++;
     return MOON_OK;
 }
@@ -286,8 +329,8 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     if (r == NULL) {
         return MOON_OK; /* already over (its DONE is on its way) or never placed */
     }
-    forward_cancel(self, c->prefill[r->prefill].addr, m);
-    forward_cancel(self, c->decode[r->decode].addr, m);
+    forward_cancel(self, c->inst[r->prefill].addr, m);
+    forward_cancel(self, c->inst[r->decode].addr, m);
     return MOON_OK;
 }
 
@@ -298,6 +341,7 @@ static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hd
     creq_t                      *r = find_req(c, m->reply_to, m->request_id);
 
     if (r != NULL) {
+        moon_sched_view_release(&c->view, r->decode, r->tag);
         r->used = 0;
         c->n_reqs--;
         if (m->finish < MOON_ARRAY_SIZE(c->stats.n_finished)) {
@@ -307,43 +351,129 @@ static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hd
     return MOON_OK;
 }
 
+static moon_status_t conductor_on_hello(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t              *c = moon_actor_state(self);
+    const moon_serve_hello_t *m = (const void *)msg;
+    int32_t                   i = view_index(c, m->role, m->instance);
+    moon_sched_instance_t    *v;
+
+    if (i < 0) {
+        MOON_WARN("conductor: hello of instance %u (role %u) ignored: not in the deployment",
+                  m->instance, m->role);
+        return MOON_OK;
+    }
+    v                           = &c->view.inst[i];
+    v->id                       = m->instance;
+    v->role                     = m->role == MOON_SERVE_ROLE_DECODE ? MOON_SCHED_ROLE_DECODE
+                                                                    : MOON_SCHED_ROLE_PREFILL;
+    v->alive                    = 1;
+    v->max_batch                = m->max_batch;
+    v->kv_blocks_total          = m->total_blocks;
+    v->kv_blocks_free           = m->total_blocks;
+    v->cost.a0                  = m->a0;
+    v->cost.a1                  = m->a1;
+    v->cost.a2                  = m->a2;
+    v->cost.d0                  = m->d0;
+    v->cost.d1                  = m->d1;
+    v->cost.d2                  = m->d2;
+    v->cost.block_bytes         = c->block_bytes;
+    v->cost.xfer_bytes_per_s    = c->a.kv_link_bytes_per_s;
+    v->cost.xfer_latency_s      = 20e-6;
+    c->inst[i].addr             = msg->src;
+    c->inst[i].hello            = 1;
+    c->inst[i].last.instance    = m->instance;
+    c->inst[i].last.role        = m->role;
+    c->inst[i].last.total_blocks = m->total_blocks;
+    c->inst[i].last.free_blocks  = m->total_blocks;
+    moon_monitor(self, msg->src, (uint64_t)i);
+    MOON_INFO("conductor: %s instance %u is up", m->role == MOON_SERVE_ROLE_DECODE ? "decode" : "prefill",
+              m->instance);
+    return MOON_OK;
+}
+
 static moon_status_t conductor_on_load(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t             *c = moon_actor_state(self);
     const moon_serve_load_t *m = (const void *)msg;
-    cinst_t                 *t = m->role == MOON_SERVE_ROLE_DECODE ? c->decode : c->prefill;
-    uint32_t                *n = m->role == MOON_SERVE_ROLE_DECODE ? &c->n_decode : &c->n_prefill;
+    int32_t                  i = view_index(c, m->role, m->instance);
+    moon_sched_report_t      rep;
 
-    if (m->instance >= COND_MAX_INSTANCES) {
-        MOON_WARN("conductor: load report of instance %u ignored (at most %u)", m->instance,
-                  COND_MAX_INSTANCES);
+    if (i < 0 || !c->inst[i].hello || c->inst[i].addr != msg->src) {
+        return MOON_OK; /* before its HELLO, or from an instance not in the deployment */
+    }
+    c->inst[i].last = *m;
+    memset(&rep, 0, sizeof(rep));
+    rep.now_s           = now_s(self);
+    rep.queue_s         = -1.0;
+    rep.queue_reqs      = m->queued_reqs;
+    rep.queue_tokens    = m->queued_tokens;
+    rep.running         = m->running;
+    rep.block_tokens    = c->a.block_tokens;
+    rep.kv_blocks_free  = m->free_blocks;
+    rep.kv_blocks_total = m->total_blocks;
+    moon_sched_view_report(&c->view, (uint32_t)i, &rep);
+    return MOON_OK;
+}
+
+static void subscribe(moon_actor_t *self, conductor_t *c, uint32_t shard, int unsubscribe_first)
+{
+    for (int k = unsubscribe_first ? 0 : 1; k < 2; k++) {
+        moon_store_subscribe_t *q = moon_msg_new(MOON_MSG_STORE_SUBSCRIBE, 0);
+        if (q == NULL) {
+            return; /* the next gap asks again */
+        }
+        q->unsubscribe = k == 0;
+        moon_tell(self, c->shards[shard], &q->hdr);
+    }
+}
+
+static moon_status_t conductor_on_events(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t               *c = moon_actor_state(self);
+    const moon_store_events_t *m = (const void *)msg;
+    moon_status_t              status;
+
+    if (c->index == NULL || m->shard_id >= c->a.n_shards || msg->src != c->shards[m->shard_id]) {
         return MOON_OK;
     }
-    if (!t[m->instance].alive) {
-        MOON_INFO("conductor: %s instance %u is up", m->role == MOON_SERVE_ROLE_DECODE ? "decode" : "prefill",
-                  m->instance);
-        moon_monitor(self, msg->src, ((uint64_t)m->role << 32) | m->instance);
+    status = moon_kv_index_apply(c->index, m->shard_id, m->seq, m->snapshot,
+                                 MOON_SPAN_PTR(m, m->ev), m->ev.n / MOON_STORE_EVENT_U64S);
+    if (status == MOON_ERR_CORRUPT || status == MOON_ERR_NO_MEMORY) {
+        /* a lost message: the shard's part is dropped; its new snapshot rebuilds it */
+        MOON_WARN("conductor: events of store shard %u lost (%s): subscribing again", m->shard_id,
+                  moon_status_str(status));
+        c->stats.n_index_resyncs++;
+        subscribe(self, c, m->shard_id, 1);
     }
-    t[m->instance].addr   = msg->src;
-    t[m->instance].role   = m->role;
-    t[m->instance].alive  = 1;
-    t[m->instance].last   = *m;
-    t[m->instance].placed = 0;
-    *n                    = MOON_MAX(*n, m->instance + 1);
+    return MOON_OK;
+}
+
+static moon_status_t conductor_on_store_reply(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    (void)self;
+    (void)msg; /* subscription acknowledgements: the snapshot that follows is what counts */
     return MOON_OK;
 }
 
 static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    conductor_t            *c    = moon_actor_state(self);
-    const moon_sys_down_t  *m    = (const void *)msg;
-    uint32_t                role = (uint32_t)(m->ref >> 32), i = (uint32_t)m->ref;
-    cinst_t                *t    = role == MOON_SERVE_ROLE_DECODE ? c->decode : c->prefill;
+    conductor_t           *c = moon_actor_state(self);
+    const moon_sys_down_t *m = (const void *)msg;
 
-    if (i < COND_MAX_INSTANCES && t[i].addr == m->actor) {
-        MOON_WARN("conductor: instance %u (role %u) is down: %s", i, role,
-                  moon_status_str(m->reason));
-        t[i].alive = 0;
+    if (m->ref >= COND_SHARD_REF_BASE) {
+        uint32_t s = (uint32_t)(m->ref - COND_SHARD_REF_BASE);
+        if (c->index != NULL && s < c->a.n_shards) {
+            MOON_WARN("conductor: store shard %u is down: its blocks leave the prefix index", s);
+            moon_kv_index_drop_shard(c->index, s);
+        }
+        return MOON_OK;
+    }
+    if (m->ref < c->n_inst && c->inst[m->ref].addr == m->actor) {
+        MOON_WARN("conductor: instance %u (role %u) is down: %s", c->inst[m->ref].last.instance,
+                  c->inst[m->ref].last.role, moon_status_str(m->reason));
+        c->view.inst[m->ref].alive = 0;
+        c->inst[m->ref].hello      = 0;
     }
     return MOON_OK;
 }
@@ -354,7 +484,7 @@ static void sum_instances(const cinst_t *t, uint32_t n, moon_serve_stats_reply_t
     for (uint32_t i = 0; i < n; i++) {
         used[i]  = t[i].last.total_blocks - t[i].last.free_blocks;
         total[i] = t[i].last.total_blocks;
-        *up += t[i].alive;
+        *up += t[i].hello;
         m->running += t[i].last.running;
         m->waiting += t[i].last.queued_reqs;
         m->store_hit_tokens += t[i].last.n_store_hit_tokens;
@@ -365,7 +495,7 @@ static void sum_instances(const cinst_t *t, uint32_t n, moon_serve_stats_reply_t
 static moon_status_t conductor_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t              *c = moon_actor_state(self);
-    uint32_t                  n = c->n_prefill + c->n_decode;
+    uint32_t                  n = c->n_inst;
     moon_serve_stats_reply_t *m = moon_msg_new(MOON_MSG_SERVE_STATS_REPLY, 8 * 8 + (size_t)n * 8 + 16);
     uint64_t                 *fin;
     uint32_t                 *used, *total;
@@ -379,41 +509,95 @@ static moon_status_t conductor_on_stats(moon_actor_t *self, const moon_msg_hdr_t
     m->n_rejected  = c->stats.n_rejected;
     m->n_errors    = c->stats.n_errors;
     m->in_flight   = c->n_reqs;
-    m->n_prefill   = c->n_prefill;
+    m->n_prefill   = c->a.n_prefill;
     fin            = moon_msg_span_alloc(m, &m->finished, 5, 8, 0);
     used           = moon_msg_span_alloc(m, &m->blocks_used, n, 4, 0);
     total          = moon_msg_span_alloc(m, &m->blocks_total, n, 4, 0);
     memcpy(fin, c->stats.n_finished, sizeof(c->stats.n_finished));
-    sum_instances(c->prefill, c->n_prefill, m, used, total, &m->n_prefill_up);
-    sum_instances(c->decode, c->n_decode, m, used + c->n_prefill, total + c->n_prefill,
-                  &m->n_decode_up);
+    sum_instances(c->inst, c->a.n_prefill, m, used, total, &m->n_prefill_up);
+    sum_instances(c->inst + c->a.n_prefill, c->a.n_decode, m, used + c->a.n_prefill,
+                  total + c->a.n_prefill, &m->n_decode_up);
     moon_tell(self, msg->src, &m->hdr);
     return MOON_OK;
 }
 
+static void conductor_fini(moon_actor_t *self);
+
 static moon_status_t conductor_init(moon_actor_t *self, const void *args)
 {
-    conductor_t *c = moon_actor_state(self);
+    conductor_t               *c = moon_actor_state(self);
+    const moon_model_config_t *mc;
+    moon_sched_config_t        sc;
+    moon_status_t              status;
 
     c->a   = *(const moon_conductor_args_t *)args;
     c->tok = moon_model_tokenizer(c->a.model);
     if (c->a.max_requests == 0) {
         c->a.max_requests = 4096;
     }
-    if (c->tok == NULL || c->a.block_tokens == 0) {
-        MOON_ERROR("conductor: the model needs a tokenizer and the deployment a block size");
+    if (c->a.kv_link_bytes_per_s <= 0.0) {
+        c->a.kv_link_bytes_per_s = 10e9;
+    }
+    if (c->tok == NULL || c->a.block_tokens == 0 || c->a.n_prefill == 0 || c->a.n_decode == 0 ||
+        c->a.n_prefill + c->a.n_decode > 2 * COND_MAX_INSTANCES ||
+        c->a.n_shards > COND_MAX_INSTANCES) {
+        MOON_ERROR("conductor: the model needs a tokenizer, the deployment a block size, 1-%u "
+                   "instances of each role and at most %u shards",
+                   COND_MAX_INSTANCES, COND_MAX_INSTANCES);
         return MOON_ERR_INVALID_PARAM;
     }
-    c->vocab   = moon_model_config(c->a.model)->vocab_size;
-    c->seq_len = moon_model_config(c->a.model)->seq_len;
-    c->reqs    = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
-    return c->reqs != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+    mc             = moon_model_config(c->a.model);
+    c->vocab       = mc->vocab_size;
+    c->seq_len     = mc->seq_len;
+    c->block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * c->a.block_tokens * 4;
+    c->n_inst      = c->a.n_prefill + c->a.n_decode;
+    c->a.shards    = NULL;
+    memcpy(c->shards, ((const moon_conductor_args_t *)args)->shards,
+           c->a.n_shards * sizeof(moon_addr_t));
+    moon_sched_config_default(&sc);
+    sc.seed         = c->a.seed;
+    sc.early_reject = c->a.ttft_slo_s > 0.0 || c->a.tbt_slo_s > 0.0;
+    if (c->a.balance_threshold > 0.0) {
+        sc.balance_threshold = c->a.balance_threshold;
+    }
+    c->reqs = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
+    c->inst = moon_calloc(c->n_inst, sizeof(*c->inst));
+    status  = c->reqs && c->inst ? moon_sched_view_init(&c->view, c->n_inst) : MOON_ERR_NO_MEMORY;
+    if (status == MOON_OK) {
+        status = moon_sched_policy_create(c->a.policy, &sc, &c->policy);
+        if (status != MOON_OK) {
+            MOON_ERROR("conductor: unknown policy '%s'", c->a.policy ? c->a.policy : "");
+        }
+    }
+    if (status == MOON_OK && c->a.n_shards > 0) {
+        status = moon_kv_index_create(c->a.n_shards, &c->a.tag, &c->index);
+    }
+    for (uint32_t s = 0; status == MOON_OK && s < c->a.n_shards; s++) {
+        moon_monitor(self, c->shards[s], COND_SHARD_REF_BASE + s);
+        subscribe(self, c, s, 0);
+    }
+    if (status != MOON_OK) {
+        conductor_fini(self);
+        return status;
+    }
+    MOON_INFO("conductor: policy %s, ttft slo %.3f s, tbt slo %.3f s", moon_sched_policy_name(c->policy),
+              c->a.ttft_slo_s, c->a.tbt_slo_s);
+    return MOON_OK;
 }
 
 static void conductor_fini(moon_actor_t *self)
 {
     conductor_t *c = moon_actor_state(self);
+
+    moon_kv_index_destroy(c->index);
+    moon_sched_policy_destroy(c->policy);
+    moon_sched_view_fini(&c->view);
     moon_free(c->reqs);
+    moon_free(c->inst);
+    c->index  = NULL;
+    c->policy = NULL;
+    c->reqs   = NULL;
+    c->inst   = NULL;
 }
 
 const moon_actor_ops_t moon_conductor_ops = {
@@ -427,6 +611,9 @@ const moon_actor_ops_t moon_conductor_ops = {
             [MOON_MSG_SERVE_CANCEL]   = conductor_on_cancel,
             [MOON_MSG_SERVE_RELEASED] = conductor_on_released,
             [MOON_MSG_SERVE_LOAD]     = conductor_on_load,
+            [MOON_MSG_SERVE_HELLO]    = conductor_on_hello,
+            [MOON_MSG_STORE_EVENTS]   = conductor_on_events,
+            [MOON_MSG_STORE_REPLY]    = conductor_on_store_reply,
             [MOON_MSG_SYS_DOWN]       = conductor_on_down,
             [MOON_MSG_SERVE_STATS]    = conductor_on_stats,
         },

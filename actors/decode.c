@@ -728,6 +728,11 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         decode_fini(self); /* the runtime does not call fini after a failed init */
         return status;
     }
+    status = moon_serve_hello(self, &d->a, d->engine, d->pool.kv);
+    if (status != MOON_OK) {
+        decode_fini(self);
+        return status;
+    }
     report_load(self, d);
     return MOON_OK;
 }

@@ -632,6 +632,11 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
         prefill_fini(self); /* the runtime does not call fini after a failed init */
         return status;
     }
+    status = moon_serve_hello(self, &p->a, p->engine, p->pool.kv);
+    if (status != MOON_OK) {
+        prefill_fini(self);
+        return status;
+    }
     report_load(self, p);
     return MOON_OK;
 }

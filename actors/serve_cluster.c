@@ -57,6 +57,22 @@ static const moon_config_field_t serve_fields[] = {
      1, 1u << 20, 0, 0, NULL},
     {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
      NULL},
+    {"policy", MOON_CONFIG_STRING, SC(policy), "moonlet",
+     "placement policy: random, round-robin, least-loaded, cache-aware, mooncake, moonlet", 0, 0,
+     0, 0, NULL},
+    {"ttft-slo-ms", MOON_CONFIG_DOUBLE, SC(ttft_slo_ms), "0",
+     "reject at arrival a request whose predicted ttft exceeds this (0: no slo)", 0, 0, 0, 1e9,
+     NULL},
+    {"tbt-slo-ms", MOON_CONFIG_DOUBLE, SC(tbt_slo_ms), "0",
+     "reject at arrival a request whose predicted tbt exceeds this (0: no slo)", 0, 0, 0, 1e9,
+     NULL},
+    {"balance-threshold", MOON_CONFIG_DOUBLE, SC(balance_threshold), "0",
+     "mooncake policy: pull the prefix when best / local exceeds this (0: default)", 0, 0, 0, 1e9,
+     NULL},
+    {"kv-link-gbps", MOON_CONFIG_DOUBLE, SC(kv_link_gbps), "80",
+     "kv transfer bandwidth the conductor predicts with, gbit/s", 0, 0, 1e-3, 1e6, NULL},
+    {"seed", MOON_CONFIG_U64, SC(seed), "1", "seed of the random policy", 0, UINT64_MAX, 0, 0,
+     NULL},
     {"client-ranks", MOON_CONFIG_U32, SC(client_ranks), "0",
      "ranks at the end left to client programs (no serving role)", 0, 1u << 20, 0, 0, NULL},
     MOON_CONFIG_END,
@@ -154,14 +170,6 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     char          name[64];
     moon_status_t status = MOON_OK;
 
-    if (rank_of(spec, "conductor", n_ranks) == me) {
-        moon_conductor_args_t ca = {.model = c->model, .tag = c->tag, .block_tokens = cfg->block_tokens};
-        status = spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL,
-                            &c->conductor);
-        if (status == MOON_OK) {
-            status = name_it(c, "conductor", c->conductor);
-        }
-    }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         if (rank_of(spec, name, n_ranks) == me) {
@@ -176,14 +184,39 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
         }
     }
     if (status == MOON_OK && c->dist != NULL) {
-        moon_dist_barrier(c->dist); /* the names above are registered everywhere */
-    }
-    if (status == MOON_OK) {
-        status = resolve(c, "conductor", &c->conductor);
+        moon_dist_barrier(c->dist); /* the shards' names are registered everywhere */
     }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         status = resolve(c, name, &c->shards[i]);
+    }
+    if (status == MOON_OK && rank_of(spec, "conductor", n_ranks) == me) {
+        moon_conductor_args_t ca = {
+            .model               = c->model,
+            .tag                 = c->tag,
+            .block_tokens        = cfg->block_tokens,
+            .n_prefill           = cfg->n_prefill,
+            .n_decode            = cfg->n_decode,
+            .shards              = c->shards,
+            .n_shards            = cfg->n_store,
+            .policy              = cfg->policy,
+            .ttft_slo_s          = cfg->ttft_slo_ms * 1e-3,
+            .tbt_slo_s           = cfg->tbt_slo_ms * 1e-3,
+            .balance_threshold   = cfg->balance_threshold,
+            .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
+            .seed                = cfg->seed,
+        };
+        status = spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL,
+                            &c->conductor);
+        if (status == MOON_OK) {
+            status = name_it(c, "conductor", c->conductor);
+        }
+    }
+    if (status == MOON_OK && c->dist != NULL) {
+        moon_dist_barrier(c->dist);
+    }
+    if (status == MOON_OK) {
+        status = resolve(c, "conductor", &c->conductor);
     }
     if (status != MOON_OK) {
         return status;

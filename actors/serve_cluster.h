@@ -25,6 +25,12 @@ typedef struct {
     uint64_t            store_dram_mib; /* per shard */
     uint32_t            replicas;
     uint32_t            client_ranks;   /* ranks at the end left to drivers (no role) */
+    const char         *policy;         /* conductor policy (moon_sched_policy_create) */
+    double              ttft_slo_ms;    /* early rejection: 0 none */
+    double              tbt_slo_ms;
+    double              balance_threshold;
+    double              kv_link_gbps;   /* KV transfer bandwidth the predictions assume */
+    uint64_t            seed;
 } moon_serve_config_t;
 
 /* The options of a serving deployment (`moonlet serve --help`): rows

@@ -2,6 +2,7 @@
 #include "serve_instance.h"
 
 #include "moonlet/log.h"
+#include "serve_calibrate.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -71,4 +72,37 @@ moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *sr
     }
     memcpy(out, MOON_SPAN_PTR(src, sspan), (size_t)sspan.n * elem_bytes);
     return MOON_OK;
+}
+
+moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                               moon_engine_t *engine, moon_kv_cache_t *kv)
+{
+    moon_sched_cost_t   cost  = {0};
+    int                 pre   = a->role != MOON_SERVE_ROLE_DECODE;
+    int                 dec   = a->role != MOON_SERVE_ROLE_PREFILL;
+    moon_serve_hello_t *m;
+    moon_status_t       status =
+        moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,
+                             pre ? a->prefill_chunk : 0, dec ? a->engine.max_batch : 0, &cost);
+
+    if (status != MOON_OK) {
+        MOON_ERROR("instance %u: engine calibration failed: %s", a->instance,
+                   moon_status_str(status));
+        return status;
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_HELLO, 0);
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    m->instance     = a->instance;
+    m->role         = a->role;
+    m->total_blocks = a->n_blocks;
+    m->max_batch    = a->engine.max_batch;
+    m->a0           = cost.a0;
+    m->a1           = cost.a1;
+    m->a2           = cost.a2;
+    m->d0           = cost.d0;
+    m->d1           = cost.d1;
+    m->d2           = cost.d2;
+    return moon_tell(self, a->conductor, &m->hdr);
 }

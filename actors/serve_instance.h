@@ -40,6 +40,11 @@ typedef struct {
 MOON_API moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens,
                                             moon_kv_tag_t *tag_p);
 
+/* Times the engine (moon_serve_calibrate) and sends HELLO with the fit to
+ * the conductor: prefill instances fit prefill, decode instances decode. */
+MOON_API moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                                        moon_engine_t *engine, moon_kv_cache_t *kv);
+
 /* Sends LOAD to the conductor (fire and forget). */
 MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
                                      uint32_t queued_tokens, uint32_t queued_reqs,

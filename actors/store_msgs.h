@@ -15,7 +15,9 @@
  *         still held, so the bytes read were still the block's)
  *   query: QUERY {op EXISTS|PREFIX, keys} -> QUERY_REPLY {present | n_hit}
  *   REMOVE, PIN {unpin}, RENEW {reservation token | lease}, SUBSCRIBE, STATS.
- *   Shards publish EVENTS {stored / evicted / removed ...} to subscribers.
+ *   Shards publish EVENTS {stored / evicted / removed ...} to subscribers;
+ *   a SUBSCRIBE is answered with a snapshot (EVENTS with snapshot != 0) of
+ *   every block held, and live events carry sequence numbers.
  *
  * Single rank without a distributed runtime: desc is empty and `base` holds the
  * arena's address in this process (the client copies with memcpy). */
@@ -71,7 +73,13 @@
 /* Generic reply: op is the request's message id. */
 #define MOON_STORE_REPLY_FIELDS(F, T)                                                              \
     F(T, u64, req) F(T, i32, status) F(T, u32, shard_id) F(T, u32, op)
-#define MOON_STORE_EVENTS_FIELDS(F, T) F(T, u32, shard_id) F(T, u64s, ev)
+/* seq: live events (snapshot 0): the shard's number of the first event, so a
+ * subscriber sees a lost message as a gap; snapshot 1 (the first part of a
+ * subscription's snapshot: forget what was known of this shard) or 2 (its
+ * later parts): every readable block as a STORED event, seq the number the
+ * next live event will carry. */
+#define MOON_STORE_EVENTS_FIELDS(F, T)                                                             \
+    F(T, u32, shard_id) F(T, u64, seq) F(T, u32, snapshot) F(T, u64s, ev)
 #define MOON_STORE_STATS_FIELDS(F, T) F(T, u64, req)
 #define MOON_STORE_STATS_REPLY_FIELDS(F, T)                                                        \
     F(T, u64, req)                                                                                 \

@@ -6,6 +6,8 @@
 #include "store_shard.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
+#include "moonlet/htab.h"
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"
 #include "store_msgs.h"
@@ -27,6 +29,7 @@ typedef struct {
     uint64_t            lease_timeout_ns;
     uint64_t            timer;
     moon_addr_t         subs[MOON_STORE_MAX_SUBSCRIBERS];
+    uint64_t            event_seq; /* number of the next live event */
     uint32_t            n_subs;
     moon_kv_event_t    *events; /* raised by the current shard call; cap_events */
     uint32_t            n_events, cap_events;
@@ -34,55 +37,23 @@ typedef struct {
     uint64_t            n_dropped;     /* reservations + leases dropped with dead clients */
     uint64_t            n_renewals;    /* RENEW requests served, granted or refused */
     /* Clients holding (or having held) a reservation or lease, each monitored
-     * once: open addressing, linear probing, backward-shift deletion. */
-    moon_addr_t *clients; /* cap_clients (power of two), MOON_ADDR_NONE = empty */
-    uint32_t     n_clients, cap_clients, max_clients;
+     * once: a set of moon_addr_t, fixed at max_clients. */
+    moon_htab_t *clients;
+    uint32_t     max_clients;
 } shard_state_t;
 
 /* ---- clients: monitored once, dropped when they end ---------------------- */
-static uint32_t client_slot(const shard_state_t *st, moon_addr_t a)
+static uint64_t client_hash(const void *key, void *arg)
 {
-    uint64_t h = a * 0x9e3779b97f4a7c15ull;
+    moon_addr_t a;
 
-    return (uint32_t)(h >> 32) & (st->cap_clients - 1);
+    (void)arg;
+    memcpy(&a, key, sizeof(a));
+    return moon_hash_mix64(a);
 }
 
-/* 1 if a is tracked (monitored) already. */
-static int clients_has(const shard_state_t *st, moon_addr_t a)
-{
-    for (uint32_t i = client_slot(st, a);; i = (i + 1) & (st->cap_clients - 1)) {
-        if (st->clients[i] == a) {
-            return 1;
-        }
-        if (st->clients[i] == MOON_ADDR_NONE) {
-            return 0;
-        }
-    }
-}
-
-static void clients_del(shard_state_t *st, moon_addr_t a)
-{
-    uint32_t mask = st->cap_clients - 1, i = client_slot(st, a);
-
-    while (st->clients[i] != a) {
-        if (st->clients[i] == MOON_ADDR_NONE) {
-            return;
-        }
-        i = (i + 1) & mask;
-    }
-    st->clients[i] = MOON_ADDR_NONE;
-    st->n_clients--;
-    /* backward shift: move later entries of the cluster into the hole when
-     * their home slot does not lie cyclically in (hole, j] */
-    for (uint32_t j = (i + 1) & mask; st->clients[j] != MOON_ADDR_NONE; j = (j + 1) & mask) {
-        uint32_t home = client_slot(st, st->clients[j]);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            st->clients[i] = st->clients[j];
-            st->clients[j] = MOON_ADDR_NONE;
-            i              = j;
-        }
-    }
-}
+static const moon_htab_type_t clients_type = {
+    .elem_bytes = sizeof(moon_addr_t), .key_bytes = sizeof(moon_addr_t), .hash = client_hash};
 
 /* Makes sure the sender of a reserve/get is monitored, so that whatever it
  * holds is dropped when it ends (its rank lost included: DOWN with
@@ -91,28 +62,24 @@ static void clients_del(shard_state_t *st, moon_addr_t a)
 static moon_status_t clients_track(moon_actor_t *self, shard_state_t *st, moon_addr_t a)
 {
     moon_status_t status;
-    uint32_t      i;
 
     if (a == MOON_ADDR_NONE) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (clients_has(st, a)) {
+    if (moon_htab_find(st->clients, &a) != NULL) {
         return MOON_OK;
     }
-    if (st->n_clients == st->max_clients) {
+    if (moon_htab_count(st->clients) == st->max_clients) {
         MOON_WARN("store shard %u: %u clients already, refusing one more", st->shard_id,
-                  st->n_clients);
+                  st->max_clients);
         return MOON_ERR_NO_RESOURCE;
     }
     status = moon_monitor(self, a, 0);
     if (status != MOON_OK) {
         return status;
     }
-    for (i = client_slot(st, a); st->clients[i] != MOON_ADDR_NONE;
-         i = (i + 1) & (st->cap_clients - 1)) {
-    }
-    st->clients[i] = a;
-    st->n_clients++;
+    /* absent and under max_clients, in a table fixed at max_clients: cannot fail */
+    MOON_CHECK(moon_htab_insert(st->clients, &a, &a, NULL) == MOON_OK);
     return MOON_OK;
 }
 
@@ -128,6 +95,15 @@ static void on_kv_event(const moon_kv_event_t *event, void *arg)
         return;
     }
     st->events[st->n_events++] = *event;
+}
+
+static void put_event(uint64_t *ev, uint64_t kind, moon_kv_key_t key, const moon_kv_tag_t *tag)
+{
+    ev[0] = kind;
+    ev[1] = key.lo;
+    ev[2] = key.hi;
+    ev[3] = tag->model_id;
+    ev[4] = tag->weight_version;
 }
 
 /* Publishes the queued events to every subscriber (fire and forget). */
@@ -149,14 +125,11 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
                 continue;
             }
             m->shard_id = st->shard_id;
+            m->seq      = st->event_seq;
             ev          = moon_msg_span_alloc(m, &m->ev, n * MOON_STORE_EVENT_U64S, 8, 0);
             for (uint32_t i = 0; i < n; i++) {
                 const moon_kv_event_t *e = &st->events[done + i];
-                ev[i * 5 + 0]            = (uint64_t)e->kind;
-                ev[i * 5 + 1]            = e->key.lo;
-                ev[i * 5 + 2]            = e->key.hi;
-                ev[i * 5 + 3]            = e->tag.model_id;
-                ev[i * 5 + 4]            = e->tag.weight_version;
+                put_event(ev + (size_t)i * MOON_STORE_EVENT_U64S, e->kind, e->key, &e->tag);
             }
             status = moon_tell(self, st->subs[s], &m->hdr);
             if (status == MOON_ERR_NO_ACTOR || moon_status_is_peer(status)) {
@@ -166,6 +139,7 @@ static void publish_events(moon_actor_t *self, shard_state_t *st)
             }
         }
         done += n;
+        st->event_seq += n; /* counted even when a message was lost: the gap shows */
     }
     st->n_events = 0;
 }
@@ -400,11 +374,65 @@ static moon_status_t shard_on_renew(moon_actor_t *self, const moon_msg_hdr_t *ms
     return reply(self, msg, q->req, status);
 }
 
+typedef struct {
+    uint64_t *ev; /* NULL: count only */
+    uint32_t  n;
+} snapshot_t;
+
+static void snapshot_add(void *arg, moon_kv_key_t key, const moon_kv_tag_t *tag)
+{
+    snapshot_t *s = arg;
+
+    if (s->ev != NULL) {
+        put_event(s->ev + (size_t)s->n * MOON_STORE_EVENT_U64S, MOON_KV_EVENT_STORED, key, tag);
+    }
+    s->n++;
+}
+
+/* Every readable block, as STORED events flagged as a snapshot; the first
+ * part goes even when the shard is empty (it resets the subscriber's view).
+ * A part that cannot be sent leaves a gap the subscriber sees at the next
+ * live event (it then subscribes again). */
+static void send_snapshot(moon_actor_t *self, shard_state_t *st, moon_addr_t to)
+{
+    snapshot_t count = {NULL, 0}, all;
+    uint32_t   done  = 0;
+
+    moon_kv_shard_foreach(st->kv, snapshot_add, &count);
+    all.ev = moon_malloc(((size_t)count.n + 1) * MOON_STORE_EVENT_U64S * 8);
+    all.n  = 0;
+    if (all.ev == NULL) {
+        MOON_WARN("store shard %u: no memory for a snapshot of %u blocks", st->shard_id, count.n);
+        return;
+    }
+    moon_kv_shard_foreach(st->kv, snapshot_add, &all);
+    do {
+        uint32_t             n = MOON_MIN(all.n - done, EVENTS_PER_MSG);
+        moon_store_events_t *m =
+            moon_msg_new(MOON_MSG_STORE_EVENTS, (size_t)n * MOON_STORE_EVENT_U64S * 8);
+        if (m == NULL) {
+            break;
+        }
+        m->shard_id = st->shard_id;
+        m->seq      = st->event_seq;
+        m->snapshot = done == 0 ? 1 : 2;
+        if (n > 0) {
+            memcpy(moon_msg_span_alloc(m, &m->ev, n * MOON_STORE_EVENT_U64S, 8, 0),
+                   all.ev + (size_t)done * MOON_STORE_EVENT_U64S,
+                   (size_t)n * MOON_STORE_EVENT_U64S * 8);
+        }
+        moon_tell(self, to, &m->hdr);
+        done += n;
+    } while (done < all.n);
+    moon_free(all.ev);
+}
+
 static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     shard_state_t                *st = moon_actor_state(self);
     const moon_store_subscribe_t *q  = (const moon_store_subscribe_t *)msg;
     uint32_t                      i;
+    moon_status_t                 status;
 
     for (i = 0; i < st->n_subs && st->subs[i] != msg->src; i++) {
     }
@@ -422,7 +450,9 @@ static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t
         return reply(self, msg, q->req, MOON_ERR_NO_RESOURCE);
     }
     st->subs[st->n_subs++] = msg->src;
-    return reply(self, msg, q->req, MOON_OK);
+    status = reply(self, msg, q->req, MOON_OK);
+    send_snapshot(self, st, msg->src);
+    return status;
 }
 
 static moon_status_t shard_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -481,10 +511,9 @@ static moon_status_t shard_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg
     const moon_sys_down_t *m  = (const moon_sys_down_t *)msg;
     uint64_t               n;
 
-    if (!clients_has(st, m->actor)) {
-        return MOON_OK;
+    if (moon_htab_remove(st->clients, &m->actor) != MOON_OK) {
+        return MOON_OK; /* not a client */
     }
-    clients_del(st, m->actor);
     n = moon_kv_shard_drop_client(st->kv, m->actor);
     st->n_dropped += n;
     if (n > 0) {
@@ -531,11 +560,12 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     st->cap_events       = a->n_slots + 64; /* one call evicts at most the arena */
     st->events           = moon_calloc(st->cap_events, sizeof(*st->events));
     st->max_clients      = a->max_clients ? a->max_clients : DEFAULT_MAX_CLIENTS;
-    for (st->cap_clients = 4; st->cap_clients < 2 * st->max_clients; st->cap_clients *= 2) {
-    }
-    st->clients = moon_calloc(st->cap_clients, sizeof(*st->clients));
-    if (st->events == NULL || st->clients == NULL) {
+    if (st->events == NULL) {
         status = MOON_ERR_NO_MEMORY;
+        goto err_free_events;
+    }
+    status = moon_htab_create(&clients_type, NULL, st->max_clients, MOON_HTAB_FIXED, &st->clients);
+    if (status != MOON_OK) {
         goto err_free_events;
     }
     moon_kv_shard_config_init(&cfg);
@@ -609,7 +639,7 @@ err_deregister:
     moon_dist_region_deregister(st->dist, st->reg); /* frees the arena; NULL: no-op */
     st->reg = NULL;
 err_free_events:
-    moon_free(st->clients);
+    moon_htab_destroy(st->clients);
     moon_free(st->events);
     st->clients = NULL;
     st->events  = NULL;
@@ -624,7 +654,7 @@ static void shard_fini(moon_actor_t *self)
     if (st->reg != NULL) {
         moon_dist_region_deregister(st->dist, st->reg);
     }
-    moon_free(st->clients);
+    moon_htab_destroy(st->clients);
     moon_free(st->events);
 }
 

@@ -12,6 +12,7 @@
 #include "moonlet/kv_shard.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/htab.h"
 #include "moonlet/log.h"
 #include "ssd.h"
 
@@ -68,11 +69,6 @@ typedef struct {
 _Static_assert(sizeof(entry_t) <= 88, "entry grew: it is paid per key");
 _Static_assert(sizeof(lease_t) <= 40, "lease grew");
 
-typedef struct {
-    uint32_t entry; /* NIL: empty */
-    uint32_t frag;  /* high half of the key hash, to skip most entry loads */
-} bucket_t;
-
 struct moon_kv_shard {
     uint32_t         shard_id;
     size_t           slot_bytes;
@@ -92,8 +88,7 @@ struct moon_kv_shard {
     uint32_t max_entries;
     list_t   free_entries, reserved, dram_lru, ssd_lru;
 
-    bucket_t *buckets; /* (bucket_mask + 1), linear probing, backward-shift delete */
-    uint64_t  bucket_mask;
+    moon_htab_t *index; /* key -> entry (uint32_t); its keys are the entries' */
 
     lease_t *leases; /* (max_leases) */
     uint32_t max_leases;
@@ -195,81 +190,49 @@ static void entry_unlink(moon_kv_shard_t *shard, uint32_t e)
  * (counters, trace ids): unmixed, consecutive keys fill consecutive buckets
  * and a miss then probes the whole run (a prefix query after 160 k sequential
  * puts cost 25 us instead of 1.7). */
-static inline uint64_t bucket_hash(moon_kv_key_t key)
+static uint64_t index_hash(const void *key, void *arg)
 {
-    return moon_kv_mix64(moon_kv_key_hash(key));
+    moon_kv_key_t k;
+
+    (void)arg;
+    memcpy(&k, key, sizeof(k));
+    return moon_kv_mix64(moon_kv_key_hash(k));
 }
 
-static int64_t index_find(const moon_kv_shard_t *shard, moon_kv_key_t key)
+/* The index stores entry numbers; the keys are in the entries. */
+static int index_key_eq(const void *key, const void *elem, void *arg)
 {
-    uint64_t h    = bucket_hash(key);
-    uint32_t frag = (uint32_t)(h >> 32);
-    uint64_t pos  = h & shard->bucket_mask;
+    const moon_kv_shard_t *shard = arg;
+    moon_kv_key_t          k;
+    uint32_t               e;
 
-    /* Load <= 2/3 and backward-shift deletes: the probe ends at an empty bucket. */
-    for (;;) {
-        const bucket_t *b = &shard->buckets[pos];
-
-        if (b->entry == NIL) {
-            return -1;
-        }
-        if (b->frag == frag && moon_kv_key_eq(shard->entries[b->entry].key, key)) {
-            return (int64_t)pos;
-        }
-        pos = (pos + 1) & shard->bucket_mask;
-    }
+    memcpy(&k, key, sizeof(k));
+    memcpy(&e, elem, sizeof(e));
+    return moon_kv_key_eq(shard->entries[e].key, k);
 }
+
+static const moon_htab_type_t index_type = {
+    .elem_bytes = sizeof(uint32_t), .hash = index_hash, .key_eq = index_key_eq};
 
 static uint32_t index_lookup(const moon_kv_shard_t *shard, moon_kv_key_t key)
 {
-    int64_t pos = index_find(shard, key);
+    const uint32_t *e = moon_htab_find(shard->index, &key);
 
-    return pos < 0 ? NIL : shard->buckets[pos].entry;
+    return e == NULL ? NIL : *e;
 }
 
 static void index_insert(moon_kv_shard_t *shard, uint32_t e)
 {
-    uint64_t h   = bucket_hash(shard->entries[e].key);
-    uint64_t pos = h & shard->bucket_mask;
-
-    while (shard->buckets[pos].entry != NIL) {
-        pos = (pos + 1) & shard->bucket_mask;
-    }
-    shard->buckets[pos].entry = e;
-    shard->buckets[pos].frag  = (uint32_t)(h >> 32);
-}
-
-static void index_delete_at(moon_kv_shard_t *shard, uint64_t pos)
-{
-    uint64_t mask = shard->bucket_mask;
-    uint64_t hole = pos;
-    uint64_t j    = pos;
-
-    /* Backward shift (Knuth 6.4 algorithm R): move later members of the run
-     * into the hole unless their home lies cyclically in (hole, j]. */
-    for (;;) {
-        uint64_t home;
-
-        j = (j + 1) & mask;
-        if (shard->buckets[j].entry == NIL) {
-            break;
-        }
-        home = bucket_hash(shard->entries[shard->buckets[j].entry].key) & mask;
-        if ((hole <= j) ? (home > hole && home <= j) : (home > hole || home <= j)) {
-            continue;
-        }
-        shard->buckets[hole] = shard->buckets[j];
-        hole                 = j;
-    }
-    shard->buckets[hole].entry = NIL;
+    /* max_entries fit the fixed index, and the key was checked absent */
+    MOON_CHECK(moon_htab_insert(shard->index, &shard->entries[e].key, &e, NULL) == MOON_OK);
 }
 
 static void index_delete(moon_kv_shard_t *shard, uint32_t e)
 {
-    int64_t pos = index_find(shard, shard->entries[e].key);
+    uint32_t *at = moon_htab_find(shard->index, &shard->entries[e].key);
 
-    MOON_CHECK(pos >= 0 && shard->buckets[pos].entry == e);
-    index_delete_at(shard, (uint64_t)pos);
+    MOON_CHECK(at != NULL && *at == e);
+    moon_htab_remove_at(shard->index, at);
 }
 
 /* ---- slots, entries, events ---- */
@@ -563,22 +526,12 @@ void moon_kv_shard_config_init(moon_kv_shard_config_t *cfg)
     cfg->verify_on_get      = 1;
 }
 
-static uint64_t next_pow2(uint64_t v)
-{
-    uint64_t p = 1;
-
-    while (p < v) {
-        p <<= 1;
-    }
-    return p;
-}
-
 moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_shard_t **shard_p)
 {
     moon_kv_shard_t *shard;
     moon_status_t    status;
     double           high, low;
-    uint64_t         ssd_slots = 0, max_entries, n_buckets, max_leases;
+    uint64_t         ssd_slots = 0, max_entries, max_leases;
     size_t           arena_bytes;
     long             page = sysconf(_SC_PAGESIZE);
 
@@ -606,7 +559,6 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     if (max_entries > MAX_ENTRIES || max_leases > MAX_ENTRIES) {
         return MOON_ERR_INVALID_PARAM;
     }
-    n_buckets = next_pow2(max_entries + max_entries / 2 + 1); /* load <= 2/3 */
 
     shard = moon_calloc(1, sizeof(*shard));
     if (shard == NULL) {
@@ -626,7 +578,6 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     shard->event_arg        = cfg->event_arg;
     shard->max_entries      = (uint32_t)max_entries;
     shard->max_leases       = (uint32_t)max_leases;
-    shard->bucket_mask      = n_buckets - 1;
 
     status = MOON_ERR_NO_MEMORY;
     if (cfg->arena != NULL) {
@@ -642,12 +593,16 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     }
     shard->free_slots = moon_malloc(sizeof(uint32_t) * cfg->n_slots);
     shard->entries    = moon_malloc(sizeof(entry_t) * max_entries);
-    shard->buckets    = moon_malloc(sizeof(bucket_t) * n_buckets);
     shard->leases     = moon_malloc(sizeof(lease_t) * max_leases);
-    if (shard->free_slots == NULL || shard->entries == NULL || shard->buckets == NULL ||
-        shard->leases == NULL) {
+    if (shard->free_slots == NULL || shard->entries == NULL || shard->leases == NULL) {
         goto err_free;
     }
+    /* fixed, load <= 2/3: nothing allocates after create */
+    status = moon_htab_create(&index_type, shard, max_entries, MOON_HTAB_FIXED, &shard->index);
+    if (status != MOON_OK) {
+        goto err_free;
+    }
+    status = MOON_ERR_NO_MEMORY;
     if (ssd_slots > 0) {
         shard->free_ssd = moon_malloc(sizeof(uint32_t) * ssd_slots);
         if (shard->free_ssd == NULL) {
@@ -680,9 +635,6 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         shard->entries[i].gen = 1;
         entry_link(shard, i, L_FREE);
     }
-    for (uint64_t i = 0; i < n_buckets; i++) {
-        shard->buckets[i].entry = NIL;
-    }
     for (uint32_t i = 0; i < max_leases; i++) {
         memset(&shard->leases[i], 0, sizeof(lease_t));
         shard->leases[i].entry = NIL;
@@ -699,7 +651,7 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
 err_free:
     moon_free(shard->free_ssd);
     moon_free(shard->leases);
-    moon_free(shard->buckets);
+    moon_htab_destroy(shard->index);
     moon_free(shard->entries);
     moon_free(shard->free_slots);
     if (shard->own_arena) {
@@ -717,7 +669,7 @@ void moon_kv_shard_destroy(moon_kv_shard_t *shard)
     moon_kv_ssd_close(&shard->ssd);
     moon_free(shard->free_ssd);
     moon_free(shard->leases);
-    moon_free(shard->buckets);
+    moon_htab_destroy(shard->index);
     moon_free(shard->entries);
     moon_free(shard->free_slots);
     if (shard->own_arena) {
@@ -747,7 +699,7 @@ moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_kv_tag_t 
         n_bytes > shard->slot_bytes) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (index_find(shard, key) >= 0) {
+    if (index_lookup(shard, key) != NIL) {
         return MOON_ERR_EXISTS;
     }
     /* Decide before changing anything: a slot must be free or evictable. */
@@ -1237,20 +1189,7 @@ moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_kv_key_t 
 
 uint64_t moon_kv_shard_longest_probe(const moon_kv_shard_t *shard)
 {
-    uint64_t n = shard->bucket_mask + 1, longest = 0, run = 0, start = 0;
-
-    /* start after an empty bucket, so no run is cut at the wrap-around */
-    while (start < n && shard->buckets[start].entry != NIL) {
-        start++;
-    }
-    for (uint64_t i = 1; start < n && i <= n; i++) {
-        if (shard->buckets[(start + i) & shard->bucket_mask].entry != NIL) {
-            longest = MOON_MAX(longest, ++run);
-        } else {
-            run = 0;
-        }
-    }
-    return start < n ? longest : n; /* no empty bucket: every probe may wrap */
+    return moon_htab_longest_probe(shard->index);
 }
 
 void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats)
@@ -1390,9 +1329,7 @@ moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
     for (uint32_t i = 0; shard->has_ssd && i < shard->ssd.n_slots; i++) {
         CHECK_OR_FAIL(ssd[i], "ssd slot %u leaked", id, i);
     }
-    for (uint64_t b = 0; b <= shard->bucket_mask; b++) {
-        n_in_index += shard->buckets[b].entry != NIL;
-    }
+    n_in_index = (uint32_t)moon_htab_count(shard->index);
     CHECK_OR_FAIL(n_in_index == n_indexed, "index holds %u, entries %u", id, n_in_index, n_indexed);
     CHECK_OR_FAIL(n_pinned == shard->n_pinned, "pinned %u != %u", id, n_pinned, shard->n_pinned);
 out:
@@ -1400,4 +1337,14 @@ out:
     moon_free(ssd);
     moon_free(dram);
     return status;
+}
+
+void moon_kv_shard_foreach(const moon_kv_shard_t *shard, moon_kv_shard_visit_fn fn, void *arg)
+{
+    for (uint32_t i = 0; i < shard->max_entries; i++) {
+        const entry_t *e = &shard->entries[i];
+        if (e->state == ST_COMMITTED || e->state == ST_SPILLED) {
+            fn(arg, e->key, &e->tag);
+        }
+    }
 }

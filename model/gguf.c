@@ -1,21 +1,23 @@
-/* model/gguf.c - GGUF v3 reader and writer. The reader parses the whole header
- * once at open through a bounds-checked cursor, indexes keys (and the elements
- * of string arrays) and tensors, and never reads outside [data, data + size). */
+/* model/gguf.c - GGUF v3 reader (moonlet/gguf.h). It parses the whole header
+ * once at open through the bounds-checked reader, indexes keys (and the
+ * elements of string arrays) and tensors, and never reads outside
+ * [data, data + size). The writer is gguf_writer.c, element conversions
+ * fp16.c, the ggml types and their quantisation quant.c. */
 #include "moonlet/gguf.h"
+
+#include "gguf_internal.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "moonlet/reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_ARR_DEPTH 4
 #define GGUF_MAX_KEY_BYTES 65535u
 
@@ -41,56 +43,27 @@ struct moon_gguf {
     moon_gguf_tensor_t *tensors; /* (n_tensors) */
 };
 
-typedef struct {
-    const uint8_t *p;
-    const uint8_t *end;
-} cursor_t;
-
-static size_t cur_left(const cursor_t *c)
+/* The header is read through moonlet/reader.h, in host byte order (GGUF is
+ * little-endian, as are the hosts this builds for). */
+static moon_status_t cur_u32(moon_reader_t *c, uint32_t *v)
 {
-    return (size_t)(c->end - c->p);
+    return moon_reader_copy(c, v, 4);
 }
 
-static int cur_read(cursor_t *c, void *dst, size_t n)
+static moon_status_t cur_u64(moon_reader_t *c, uint64_t *v)
 {
-    if (cur_left(c) < n) {
-        return 0;
-    }
-    memcpy(dst, c->p, n);
-    c->p += n;
-    return 1;
-}
-
-static int cur_skip(cursor_t *c, uint64_t n)
-{
-    if ((uint64_t)cur_left(c) < n) {
-        return 0;
-    }
-    c->p += n;
-    return 1;
-}
-
-static int cur_u32(cursor_t *c, uint32_t *v)
-{
-    return cur_read(c, v, 4);
-}
-static int cur_u64(cursor_t *c, uint64_t *v)
-{
-    return cur_read(c, v, 8);
+    return moon_reader_copy(c, v, 8);
 }
 
 /* A GGUF string: u64 length then bytes. Returns a pointer into the file. */
-static int cur_str(cursor_t *c, const uint8_t **s, uint64_t *len)
+static moon_status_t cur_str(moon_reader_t *c, const uint8_t **s, uint64_t *len)
 {
-    if (!cur_u64(c, len) || (uint64_t)cur_left(c) < *len) {
-        return 0;
-    }
-    *s = c->p;
-    c->p += *len;
-    return 1;
+    moon_status_t status = cur_u64(c, len);
+
+    return status != MOON_OK ? status : moon_reader_take(c, *len, s);
 }
 
-static size_t scalar_bytes(moon_gguf_type_t t)
+size_t moon_gguf_scalar_bytes(moon_gguf_type_t t)
 {
     switch (t) {
     case MOON_GGUF_UINT8:
@@ -114,12 +87,12 @@ static size_t scalar_bytes(moon_gguf_type_t t)
 }
 
 /* Skips one value of type t (arrays recursively, depth-limited). */
-static int skip_value(cursor_t *c, uint32_t t, int depth)
+static moon_status_t skip_value(moon_reader_t *c, uint32_t t, int depth)
 {
-    size_t sb = scalar_bytes((moon_gguf_type_t)t);
+    size_t sb = moon_gguf_scalar_bytes((moon_gguf_type_t)t);
 
     if (sb != 0) {
-        return cur_skip(c, sb);
+        return moon_reader_skip(c, sb);
     }
     if (t == MOON_GGUF_STRING) {
         const uint8_t *s;
@@ -129,68 +102,30 @@ static int skip_value(cursor_t *c, uint32_t t, int depth)
     if (t == MOON_GGUF_ARRAY) {
         uint32_t et;
         uint64_t n;
-        if (depth >= GGUF_MAX_ARR_DEPTH || !cur_u32(c, &et) || !cur_u64(c, &n)) {
-            return 0;
+        if (depth >= GGUF_MAX_ARR_DEPTH || cur_u32(c, &et) != MOON_OK ||
+            cur_u64(c, &n) != MOON_OK) {
+            return MOON_ERR_INVALID_PARAM;
         }
-        sb = scalar_bytes((moon_gguf_type_t)et);
+        sb = moon_gguf_scalar_bytes((moon_gguf_type_t)et);
         if (sb != 0) {
-            return n <= (uint64_t)cur_left(c) / sb && cur_skip(c, n * sb);
+            return n <= (uint64_t)moon_reader_left(c) / sb ? moon_reader_skip(c, n * sb)
+                                                           : MOON_ERR_INVALID_PARAM;
         }
         if (et != MOON_GGUF_STRING && et != MOON_GGUF_ARRAY) {
-            return 0;
+            return MOON_ERR_INVALID_PARAM;
         }
         /* each element takes at least 8 bytes: bounds the loop by the file size */
-        if (n > (uint64_t)cur_left(c) / 8) {
-            return 0;
+        if (n > (uint64_t)moon_reader_left(c) / 8) {
+            return MOON_ERR_INVALID_PARAM;
         }
         for (uint64_t i = 0; i < n; i++) {
-            if (!skip_value(c, et, depth + 1)) {
-                return 0;
+            if (skip_value(c, et, depth + 1) != MOON_OK) {
+                return MOON_ERR_INVALID_PARAM;
             }
         }
-        return 1;
+        return MOON_OK;
     }
-    return 0;
-}
-
-uint32_t moon_ggml_block_size(moon_ggml_type_t type)
-{
-    return (type == MOON_GGML_Q8_0 || type == MOON_GGML_Q4_0) ? MOON_GGML_QK : 1;
-}
-
-uint64_t moon_ggml_type_bytes(moon_ggml_type_t type, uint64_t n)
-{
-    switch (type) {
-    case MOON_GGML_F32:
-        return n * 4;
-    case MOON_GGML_F16:
-    case MOON_GGML_BF16:
-        return n * 2;
-    case MOON_GGML_Q8_0:
-        return n / MOON_GGML_QK * 34;
-    case MOON_GGML_Q4_0:
-        return n / MOON_GGML_QK * 18;
-    default:
-        return 0;
-    }
-}
-
-const char *moon_ggml_type_name(moon_ggml_type_t type)
-{
-    switch (type) {
-    case MOON_GGML_F32:
-        return "f32";
-    case MOON_GGML_F16:
-        return "f16";
-    case MOON_GGML_BF16:
-        return "bf16";
-    case MOON_GGML_Q8_0:
-        return "q8_0";
-    case MOON_GGML_Q4_0:
-        return "q4_0";
-    default:
-        return "unknown";
-    }
+    return MOON_ERR_INVALID_PARAM;
 }
 
 const char *moon_gguf_type_name(moon_gguf_type_t type)
@@ -241,33 +176,34 @@ static char *dup_bytes(const uint8_t *s, uint64_t len)
         goto out;                                                                                  \
     } while (0)
 
-static moon_status_t parse_kv(moon_gguf_t *g, cursor_t *c, gguf_kv_t *kv)
+static moon_status_t parse_kv(moon_gguf_t *g, moon_reader_t *c, gguf_kv_t *kv)
 {
     moon_status_t  status = MOON_OK;
     const uint8_t *ks;
     uint64_t       klen;
     uint32_t       t;
 
-    if (!cur_str(c, &ks, &klen) || klen > GGUF_MAX_KEY_BYTES) {
+    if (cur_str(c, &ks, &klen) != MOON_OK || klen > GGUF_MAX_KEY_BYTES) {
         CORRUPT("truncated or oversized key");
     }
     kv->key = dup_bytes(ks, klen);
     if (kv->key == NULL) {
         NOMEM();
     }
-    if (!cur_u32(c, &t) || t >= MOON_GGUF_TYPE_COUNT) {
+    if (cur_u32(c, &t) != MOON_OK || t >= MOON_GGUF_TYPE_COUNT) {
         CORRUPT("key '%s': bad value type", kv->key);
     }
     kv->type = (moon_gguf_type_t)t;
     if (t == MOON_GGUF_ARRAY) {
         uint32_t et;
-        if (!cur_u32(c, &et) || et >= MOON_GGUF_TYPE_COUNT || !cur_u64(c, &kv->n)) {
+        if (cur_u32(c, &et) != MOON_OK || et >= MOON_GGUF_TYPE_COUNT ||
+            cur_u64(c, &kv->n) != MOON_OK) {
             CORRUPT("key '%s': truncated array header", kv->key);
         }
         kv->elem_type = (moon_gguf_type_t)et;
         kv->val       = c->p;
         if (et == MOON_GGUF_STRING) {
-            if (kv->n > (uint64_t)cur_left(c) / 8) {
+            if (kv->n > (uint64_t)moon_reader_left(c) / 8) {
                 CORRUPT("key '%s': string array count %llu exceeds the file", kv->key,
                         (unsigned long long)kv->n);
             }
@@ -279,19 +215,19 @@ static moon_status_t parse_kv(moon_gguf_t *g, cursor_t *c, gguf_kv_t *kv)
                 const uint8_t *s;
                 uint64_t       len;
                 kv->strs[i] = c->p;
-                if (!cur_str(c, &s, &len)) {
+                if (cur_str(c, &s, &len) != MOON_OK) {
                     CORRUPT("key '%s': truncated string %llu", kv->key, (unsigned long long)i);
                 }
             }
         } else {
             c->p -= 12; /* rewind to the array header and skip it as a whole */
-            if (!skip_value(c, MOON_GGUF_ARRAY, 0)) {
+            if (skip_value(c, MOON_GGUF_ARRAY, 0) != MOON_OK) {
                 CORRUPT("key '%s': truncated or malformed array", kv->key);
             }
         }
     } else {
         kv->val = c->p;
-        if (!skip_value(c, t, 0)) {
+        if (skip_value(c, t, 0) != MOON_OK) {
             CORRUPT("key '%s': truncated value", kv->key);
         }
     }
@@ -304,22 +240,22 @@ out:
 static moon_status_t parse(moon_gguf_t *g)
 {
     moon_status_t status = MOON_OK;
-    cursor_t      c      = {g->base, g->base + g->size};
+    moon_reader_t c      = {g->base, g->base + g->size};
     uint32_t      magic;
     uint64_t      data_start;
     uint64_t      data_size;
 
-    if (!cur_u32(&c, &magic) || magic != GGUF_MAGIC) {
+    if (cur_u32(&c, &magic) != MOON_OK || magic != GGUF_MAGIC) {
         CORRUPT("bad magic (not a GGUF file)");
     }
-    if (!cur_u32(&c, &g->version) || (g->version != 2 && g->version != 3)) {
+    if (cur_u32(&c, &g->version) != MOON_OK || (g->version != 2 && g->version != 3)) {
         CORRUPT("unsupported version %u (want 3)", g->version);
     }
-    if (!cur_u64(&c, &g->n_tensors) || !cur_u64(&c, &g->n_kv)) {
+    if (cur_u64(&c, &g->n_tensors) != MOON_OK || cur_u64(&c, &g->n_kv) != MOON_OK) {
         CORRUPT("truncated header");
     }
     /* minimum encoded sizes: a kv takes >= 13 bytes, a tensor info >= 32 */
-    if (g->n_kv > cur_left(&c) / 13 || g->n_tensors > cur_left(&c) / 32) {
+    if (g->n_kv > moon_reader_left(&c) / 13 || g->n_tensors > moon_reader_left(&c) / 32) {
         CORRUPT("counts (%llu kv, %llu tensors) exceed the file size", (unsigned long long)g->n_kv,
                 (unsigned long long)g->n_tensors);
     }
@@ -349,14 +285,15 @@ static moon_status_t parse(moon_gguf_t *g)
         uint64_t            nlen;
         uint32_t            type;
 
-        if (!cur_str(&c, &ns, &nlen) || nlen > GGUF_MAX_KEY_BYTES) {
+        if (cur_str(&c, &ns, &nlen) != MOON_OK || nlen > GGUF_MAX_KEY_BYTES) {
             CORRUPT("tensor %llu: truncated name", (unsigned long long)i);
         }
         t->name = dup_bytes(ns, nlen);
         if (t->name == NULL) {
             NOMEM();
         }
-        if (!cur_u32(&c, &t->n_dims) || t->n_dims == 0 || t->n_dims > MOON_GGUF_MAX_DIMS) {
+        if (cur_u32(&c, &t->n_dims) != MOON_OK || t->n_dims == 0 ||
+            t->n_dims > MOON_GGUF_MAX_DIMS) {
             CORRUPT("tensor '%s': bad dimension count", t->name);
         }
         t->n_elems = 1;
@@ -364,7 +301,7 @@ static moon_status_t parse(moon_gguf_t *g)
             t->ne[d] = 1;
         }
         for (uint32_t d = 0; d < t->n_dims; d++) {
-            if (!cur_u64(&c, &t->ne[d])) {
+            if (cur_u64(&c, &t->ne[d]) != MOON_OK) {
                 CORRUPT("tensor '%s': truncated dims", t->name);
             }
             if (t->ne[d] > (1ull << 40) ||
@@ -373,7 +310,7 @@ static moon_status_t parse(moon_gguf_t *g)
             }
             t->n_elems *= t->ne[d];
         }
-        if (!cur_u32(&c, &type) || !cur_u64(&c, &t->offset)) {
+        if (cur_u32(&c, &type) != MOON_OK || cur_u64(&c, &t->offset) != MOON_OK) {
             CORRUPT("tensor '%s': truncated info", t->name);
         }
         t->type = (moon_ggml_type_t)type;
@@ -527,7 +464,7 @@ static int scalar_value(moon_gguf_type_t t, const uint8_t *p, int64_t *i, uint64
         int64_t  i64;
         double   f64;
     } v;
-    size_t sb = scalar_bytes(t);
+    size_t sb = moon_gguf_scalar_bytes(t);
 
     if (sb == 0) {
         return 0;
@@ -590,40 +527,72 @@ static const gguf_kv_t *get_kv(const moon_gguf_t *g, const char *key)
     return idx < 0 ? NULL : &g->kvs[idx];
 }
 
-moon_status_t moon_gguf_get_u64(const moon_gguf_t *g, const char *key, uint64_t *v_p)
+/* The key's entry when it has type t. NOT_FOUND: no such key; INVALID_PARAM:
+ * another type. */
+static moon_status_t get_typed(const moon_gguf_t *g, const char *key, moon_gguf_type_t t,
+                               const gguf_kv_t **kv_p)
 {
     const gguf_kv_t *kv = get_kv(g, key);
-    int64_t          i;
-    uint64_t         u;
-    double           f;
-    int              sgn;
 
     if (kv == NULL) {
         return MOON_ERR_NOT_FOUND;
     }
-    if (!scalar_value(kv->type, kv->val, &i, &u, &f, &sgn) || sgn < 0 || (sgn && i < 0)) {
+    if (kv->type != t) {
         return MOON_ERR_INVALID_PARAM;
     }
-    *v_p = sgn ? (uint64_t)i : u;
+    *kv_p = kv;
+    return MOON_OK;
+}
+
+/* A scalar key's value in integer/float forms (scalar_value's). NOT_FOUND: no
+ * such key; INVALID_PARAM: not a number. */
+typedef struct {
+    moon_gguf_type_t type;
+    int64_t          i;
+    uint64_t         u;
+    double           f;
+    int              sgn;
+} scalar_t;
+
+static moon_status_t get_scalar(const moon_gguf_t *g, const char *key, scalar_t *v)
+{
+    const gguf_kv_t *kv = get_kv(g, key);
+
+    if (kv == NULL) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    v->type = kv->type;
+    return scalar_value(kv->type, kv->val, &v->i, &v->u, &v->f, &v->sgn) ? MOON_OK
+                                                                         : MOON_ERR_INVALID_PARAM;
+}
+
+moon_status_t moon_gguf_get_u64(const moon_gguf_t *g, const char *key, uint64_t *v_p)
+{
+    scalar_t      v;
+    moon_status_t status = get_scalar(g, key, &v);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (v.sgn < 0 || (v.sgn && v.i < 0)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    *v_p = v.sgn ? (uint64_t)v.i : v.u;
     return MOON_OK;
 }
 
 moon_status_t moon_gguf_get_i64(const moon_gguf_t *g, const char *key, int64_t *v_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
-    int64_t          i;
-    uint64_t         u;
-    double           f;
-    int              sgn;
+    scalar_t      v;
+    moon_status_t status = get_scalar(g, key, &v);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
+    if (status != MOON_OK) {
+        return status;
     }
-    if (!scalar_value(kv->type, kv->val, &i, &u, &f, &sgn) || sgn < 0 ||
-        (!sgn && u > (uint64_t)INT64_MAX)) {
+    if (v.sgn < 0 || (!v.sgn && v.u > (uint64_t)INT64_MAX)) {
         return MOON_ERR_INVALID_PARAM;
     }
-    *v_p = sgn ? i : (int64_t)u;
+    *v_p = v.sgn ? v.i : (int64_t)v.u;
     return MOON_OK;
 }
 
@@ -644,19 +613,16 @@ moon_status_t moon_gguf_get_u32(const moon_gguf_t *g, const char *key, uint32_t 
 
 moon_status_t moon_gguf_get_f64(const moon_gguf_t *g, const char *key, double *v_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
-    int64_t          i;
-    uint64_t         u;
-    double           f;
-    int              sgn;
+    scalar_t      v;
+    moon_status_t status = get_scalar(g, key, &v);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
+    if (status != MOON_OK) {
+        return status;
     }
-    if (kv->type == MOON_GGUF_BOOL || !scalar_value(kv->type, kv->val, &i, &u, &f, &sgn)) {
+    if (v.type == MOON_GGUF_BOOL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    *v_p = f;
+    *v_p = v.f;
     return MOON_OK;
 }
 
@@ -673,13 +639,11 @@ moon_status_t moon_gguf_get_f32(const moon_gguf_t *g, const char *key, float *v_
 
 moon_status_t moon_gguf_get_bool(const moon_gguf_t *g, const char *key, bool *v_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
+    const gguf_kv_t *kv;
+    moon_status_t    status = get_typed(g, key, MOON_GGUF_BOOL, &kv);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
-    }
-    if (kv->type != MOON_GGUF_BOOL) {
-        return MOON_ERR_INVALID_PARAM;
+    if (status != MOON_OK) {
+        return status;
     }
     *v_p = kv->val[0] != 0;
     return MOON_OK;
@@ -688,13 +652,11 @@ moon_status_t moon_gguf_get_bool(const moon_gguf_t *g, const char *key, bool *v_
 moon_status_t moon_gguf_get_str(const moon_gguf_t *g, const char *key, const char **str_p,
                                 uint64_t *len_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
+    const gguf_kv_t *kv;
+    moon_status_t    status = get_typed(g, key, MOON_GGUF_STRING, &kv);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
-    }
-    if (kv->type != MOON_GGUF_STRING) {
-        return MOON_ERR_INVALID_PARAM;
+    if (status != MOON_OK) {
+        return status;
     }
     memcpy(len_p, kv->val, 8);
     *str_p = (const char *)kv->val + 8;
@@ -704,18 +666,16 @@ moon_status_t moon_gguf_get_str(const moon_gguf_t *g, const char *key, const cha
 moon_status_t moon_gguf_get_arr(const moon_gguf_t *g, const char *key,
                                 moon_gguf_type_t *elem_type_p, uint64_t *n_p, const void **data_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
+    const gguf_kv_t *kv;
+    moon_status_t    status = get_typed(g, key, MOON_GGUF_ARRAY, &kv);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
-    }
-    if (kv->type != MOON_GGUF_ARRAY) {
-        return MOON_ERR_INVALID_PARAM;
+    if (status != MOON_OK) {
+        return status;
     }
     *elem_type_p = kv->elem_type;
     *n_p         = kv->n;
     if (data_p != NULL) {
-        *data_p = scalar_bytes(kv->elem_type) ? (const void *)kv->val : NULL;
+        *data_p = moon_gguf_scalar_bytes(kv->elem_type) ? (const void *)kv->val : NULL;
     }
     return MOON_OK;
 }
@@ -723,12 +683,13 @@ moon_status_t moon_gguf_get_arr(const moon_gguf_t *g, const char *key,
 moon_status_t moon_gguf_get_arr_str(const moon_gguf_t *g, const char *key, uint64_t idx,
                                     const char **str_p, uint64_t *len_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
+    const gguf_kv_t *kv;
+    moon_status_t    status = get_typed(g, key, MOON_GGUF_ARRAY, &kv);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
+    if (status != MOON_OK) {
+        return status;
     }
-    if (kv->type != MOON_GGUF_ARRAY || kv->elem_type != MOON_GGUF_STRING || idx >= kv->n) {
+    if (kv->elem_type != MOON_GGUF_STRING || idx >= kv->n) {
         return MOON_ERR_INVALID_PARAM;
     }
     memcpy(len_p, kv->strs[idx], 8);
@@ -739,20 +700,21 @@ moon_status_t moon_gguf_get_arr_str(const moon_gguf_t *g, const char *key, uint6
 moon_status_t moon_gguf_get_arr_f64(const moon_gguf_t *g, const char *key, uint64_t idx,
                                     double *v_p)
 {
-    const gguf_kv_t *kv = get_kv(g, key);
+    const gguf_kv_t *kv;
     size_t           sb;
     int64_t          i;
     uint64_t         u;
     double           f;
     int              sgn;
+    moon_status_t    status = get_typed(g, key, MOON_GGUF_ARRAY, &kv);
 
-    if (kv == NULL) {
-        return MOON_ERR_NOT_FOUND;
+    if (status != MOON_OK) {
+        return status;
     }
-    if (kv->type != MOON_GGUF_ARRAY || idx >= kv->n) {
+    if (idx >= kv->n) {
         return MOON_ERR_INVALID_PARAM;
     }
-    sb = scalar_bytes(kv->elem_type);
+    sb = moon_gguf_scalar_bytes(kv->elem_type);
     if (sb == 0 || !scalar_value(kv->elem_type, kv->val + idx * sb, &i, &u, &f, &sgn)) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -773,475 +735,4 @@ const moon_gguf_tensor_t *moon_gguf_find_tensor(const moon_gguf_t *g, const char
         }
     }
     return NULL;
-}
-
-/* ---- element conversion --------------------------------------------------- */
-
-float moon_fp16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp  = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    union {
-        uint32_t u;
-        float    f;
-    } v;
-
-    if (exp == 0) {
-        /* zero or subnormal: mant * 2^-24 */
-        float f = (float)mant * 5.9604644775390625e-8f;
-        return sign ? -f : f;
-    }
-    if (exp == 31) {
-        v.u = sign | 0x7f800000u | (mant << 13);
-        return v.f;
-    }
-    v.u = sign | ((exp + 112) << 23) | (mant << 13);
-    return v.f;
-}
-
-uint16_t moon_f32_to_fp16(float f)
-{
-    union {
-        float    f;
-        uint32_t u;
-    } v           = {.f = f};
-    uint32_t sign = (v.u >> 16) & 0x8000u;
-    float    a    = fabsf(f);
-
-    if (isnan(f)) {
-        return (uint16_t)(sign | 0x7e00u);
-    }
-    if (a >= 65520.0f) {
-        return (uint16_t)(sign | 0x7c00u);
-    }
-    if (a < 6.103515625e-05f) {
-        /* subnormal: round(a / 2^-24) */
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
-    }
-    {
-        union {
-            float    f;
-            uint32_t u;
-        } w           = {.f = a};
-        uint32_t e    = (w.u >> 23) - 112;
-        uint32_t m    = w.u & 0x7fffffu;
-        uint32_t r    = (e << 10) | (m >> 13);
-        uint32_t rest = m & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) {
-            r++;
-        }
-        return (uint16_t)(sign | r);
-    }
-}
-
-uint16_t moon_f32_to_bf16(float f)
-{
-    union {
-        float    f;
-        uint32_t u;
-    } v = {.f = f};
-
-    if (isnan(f)) {
-        return (uint16_t)((v.u >> 16) | 0x40u);
-    }
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-
-void moon_ggml_dequantize(moon_ggml_type_t type, const void *src, float *dst, uint64_t n)
-{
-    const uint8_t *s = src;
-
-    switch (type) {
-    case MOON_GGML_F32:
-        memcpy(dst, src, n * 4);
-        break;
-    case MOON_GGML_F16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = moon_fp16_to_f32(h);
-        }
-        break;
-    case MOON_GGML_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = moon_bf16_to_f32(h);
-        }
-        break;
-    case MOON_GGML_Q8_0:
-        for (uint64_t b = 0; b < n / MOON_GGML_QK; b++) {
-            const uint8_t *blk = s + b * 34;
-            uint16_t       h;
-            float          d;
-            memcpy(&h, blk, 2);
-            d = moon_fp16_to_f32(h);
-            for (int j = 0; j < MOON_GGML_QK; j++) {
-                dst[b * MOON_GGML_QK + j] = d * (float)(int8_t)blk[2 + j];
-            }
-        }
-        break;
-    case MOON_GGML_Q4_0:
-        for (uint64_t b = 0; b < n / MOON_GGML_QK; b++) {
-            const uint8_t *blk = s + b * 18;
-            uint16_t       h;
-            float          d;
-            memcpy(&h, blk, 2);
-            d = moon_fp16_to_f32(h);
-            for (int j = 0; j < MOON_GGML_QK / 2; j++) {
-                dst[b * MOON_GGML_QK + j]      = d * (float)((blk[2 + j] & 0x0f) - 8);
-                dst[b * MOON_GGML_QK + j + 16] = d * (float)((blk[2 + j] >> 4) - 8);
-            }
-        }
-        break;
-    default:
-        MOON_CHECK(!"unsupported ggml type");
-    }
-}
-
-void moon_ggml_quantize(moon_ggml_type_t type, const float *src, void *dst, uint64_t n)
-{
-    uint8_t *d = dst;
-
-    switch (type) {
-    case MOON_GGML_F32:
-        memcpy(dst, src, n * 4);
-        break;
-    case MOON_GGML_F16:
-    case MOON_GGML_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h =
-                type == MOON_GGML_F16 ? moon_f32_to_fp16(src[i]) : moon_f32_to_bf16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        break;
-    case MOON_GGML_Q8_0:
-    case MOON_GGML_Q4_0:
-        for (uint64_t b = 0; b < n / MOON_GGML_QK; b++) {
-            const float *x    = src + b * MOON_GGML_QK;
-            float        amax = 0.0f, maxv = 0.0f;
-            for (int j = 0; j < MOON_GGML_QK; j++) {
-                if (fabsf(x[j]) > amax) {
-                    amax = fabsf(x[j]);
-                    maxv = x[j];
-                }
-            }
-            if (type == MOON_GGML_Q8_0) {
-                uint8_t *blk = d + b * 34;
-                float    sc  = amax / 127.0f;
-                float    inv = sc != 0.0f ? 1.0f / sc : 0.0f;
-                uint16_t h   = moon_f32_to_fp16(sc);
-                memcpy(blk, &h, 2);
-                for (int j = 0; j < MOON_GGML_QK; j++) {
-                    blk[2 + j] = (uint8_t)(int8_t)lrintf(x[j] * inv);
-                }
-            } else {
-                uint8_t *blk = d + b * 18;
-                float    sc  = maxv / -8.0f;
-                float    inv = sc != 0.0f ? 1.0f / sc : 0.0f;
-                uint16_t h   = moon_f32_to_fp16(sc);
-                memcpy(blk, &h, 2);
-                for (int j = 0; j < MOON_GGML_QK / 2; j++) {
-                    int q0     = (int)(x[j] * inv + 8.5f);
-                    int q1     = (int)(x[j + 16] * inv + 8.5f);
-                    q0         = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
-                    q1         = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
-                    blk[2 + j] = (uint8_t)(q0 | (q1 << 4));
-                }
-            }
-        }
-        break;
-    default:
-        MOON_CHECK(!"unsupported ggml type");
-    }
-}
-
-/* ---- writer ----------------------------------------------------------------- */
-
-typedef struct {
-    char            *name;
-    moon_ggml_type_t type;
-    uint32_t         n_dims;
-    uint64_t         ne[MOON_GGUF_MAX_DIMS];
-    uint64_t         bytes;
-    uint64_t         offset;
-    const void      *data; /* borrowed */
-} wtensor_t;
-
-struct moon_gguf_writer {
-    uint8_t   *kv; /* serialized key/values */
-    size_t     kv_len, kv_cap;
-    uint64_t   n_kv;
-    wtensor_t *tensors;
-    uint64_t   n_tensors, cap_tensors;
-};
-
-moon_status_t moon_gguf_writer_create(moon_gguf_writer_t **w_p)
-{
-    moon_gguf_writer_t *w;
-
-    if (w_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    w = moon_calloc(1, sizeof(*w));
-    if (w == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    *w_p = w;
-    return MOON_OK;
-}
-
-void moon_gguf_writer_destroy(moon_gguf_writer_t *w)
-{
-    if (w == NULL) {
-        return;
-    }
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        moon_free(w->tensors[i].name);
-    }
-    moon_free(w->tensors);
-    moon_free(w->kv);
-    moon_free(w);
-}
-
-static int wput(moon_gguf_writer_t *w, const void *p, size_t n)
-{
-    if (w->kv_len + n > w->kv_cap) {
-        size_t   cap = MOON_MAX(w->kv_cap * 2, w->kv_len + n + 256);
-        uint8_t *nb  = moon_realloc(w->kv, cap);
-        if (nb == NULL) {
-            return 0;
-        }
-        w->kv     = nb;
-        w->kv_cap = cap;
-    }
-    memcpy(w->kv + w->kv_len, p, n);
-    w->kv_len += n;
-    return 1;
-}
-
-static int wput_u32(moon_gguf_writer_t *w, uint32_t v)
-{
-    return wput(w, &v, 4);
-}
-
-static int wput_str(moon_gguf_writer_t *w, const char *s)
-{
-    uint64_t len = strlen(s);
-    return wput(w, &len, 8) && wput(w, s, len);
-}
-
-/* Appends a kv atomically: on failure the buffer is rolled back. */
-static moon_status_t wkv_begin(moon_gguf_writer_t *w, const char *key, moon_gguf_type_t t,
-                               size_t *mark)
-{
-    if (w == NULL || key == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    *mark = w->kv_len;
-    if (!wput_str(w, key) || !wput_u32(w, (uint32_t)t)) {
-        w->kv_len = *mark;
-        return MOON_ERR_NO_MEMORY;
-    }
-    return MOON_OK;
-}
-
-static moon_status_t wkv_end(moon_gguf_writer_t *w, int ok, size_t mark)
-{
-    if (!ok) {
-        w->kv_len = mark;
-        return MOON_ERR_NO_MEMORY;
-    }
-    w->n_kv++;
-    return MOON_OK;
-}
-
-moon_status_t moon_gguf_writer_kv_raw(moon_gguf_writer_t *w, const char *key, moon_gguf_type_t type,
-                                      const void *v)
-{
-    size_t        mark;
-    size_t        sb = scalar_bytes(type);
-    moon_status_t status;
-
-    if (sb == 0 || v == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = wkv_begin(w, key, type, &mark);
-    if (status != MOON_OK) {
-        return status;
-    }
-    return wkv_end(w, wput(w, v, sb), mark);
-}
-
-moon_status_t moon_gguf_writer_kv_u32(moon_gguf_writer_t *w, const char *key, uint32_t v)
-{
-    return moon_gguf_writer_kv_raw(w, key, MOON_GGUF_UINT32, &v);
-}
-
-moon_status_t moon_gguf_writer_kv_i32(moon_gguf_writer_t *w, const char *key, int32_t v)
-{
-    return moon_gguf_writer_kv_raw(w, key, MOON_GGUF_INT32, &v);
-}
-
-moon_status_t moon_gguf_writer_kv_f32(moon_gguf_writer_t *w, const char *key, float v)
-{
-    return moon_gguf_writer_kv_raw(w, key, MOON_GGUF_FLOAT32, &v);
-}
-
-moon_status_t moon_gguf_writer_kv_bool(moon_gguf_writer_t *w, const char *key, bool v)
-{
-    uint8_t b = v ? 1 : 0;
-    return moon_gguf_writer_kv_raw(w, key, MOON_GGUF_BOOL, &b);
-}
-
-moon_status_t moon_gguf_writer_kv_str(moon_gguf_writer_t *w, const char *key, const char *v)
-{
-    size_t        mark;
-    moon_status_t status;
-
-    if (v == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = wkv_begin(w, key, MOON_GGUF_STRING, &mark);
-    if (status != MOON_OK) {
-        return status;
-    }
-    return wkv_end(w, wput_str(w, v), mark);
-}
-
-moon_status_t moon_gguf_writer_kv_arr(moon_gguf_writer_t *w, const char *key,
-                                      moon_gguf_type_t elem_type, const void *data, uint64_t n)
-{
-    size_t        mark;
-    size_t        sb = scalar_bytes(elem_type);
-    moon_status_t status;
-
-    if (sb == 0 || (data == NULL && n != 0)) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = wkv_begin(w, key, MOON_GGUF_ARRAY, &mark);
-    if (status != MOON_OK) {
-        return status;
-    }
-    return wkv_end(w, wput_u32(w, elem_type) && wput(w, &n, 8) && wput(w, data, n * sb), mark);
-}
-
-moon_status_t moon_gguf_writer_kv_arr_str(moon_gguf_writer_t *w, const char *key,
-                                          const char *const *strs, uint64_t n)
-{
-    size_t        mark;
-    int           ok;
-    moon_status_t status;
-
-    if (strs == NULL && n != 0) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = wkv_begin(w, key, MOON_GGUF_ARRAY, &mark);
-    if (status != MOON_OK) {
-        return status;
-    }
-    ok = wput_u32(w, MOON_GGUF_STRING) && wput(w, &n, 8);
-    for (uint64_t i = 0; ok && i < n; i++) {
-        ok = wput_str(w, strs[i]);
-    }
-    return wkv_end(w, ok, mark);
-}
-
-moon_status_t moon_gguf_writer_tensor(moon_gguf_writer_t *w, const char *name,
-                                      moon_ggml_type_t type, uint32_t n_dims, const uint64_t *ne,
-                                      const void *data)
-{
-    wtensor_t *t;
-    uint64_t   n = 1;
-
-    if (w == NULL || name == NULL || ne == NULL || data == NULL || n_dims == 0 ||
-        n_dims > MOON_GGUF_MAX_DIMS || moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 ||
-        ne[0] % moon_ggml_block_size(type) != 0) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (w->n_tensors == w->cap_tensors) {
-        uint64_t   cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
-        wtensor_t *nt  = moon_realloc(w->tensors, cap * sizeof(*nt));
-        if (nt == NULL) {
-            return MOON_ERR_NO_MEMORY;
-        }
-        w->tensors     = nt;
-        w->cap_tensors = cap;
-    }
-    t = &w->tensors[w->n_tensors];
-    memset(t, 0, sizeof(*t));
-    t->name = moon_strdup(name);
-    if (t->name == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    t->type   = type;
-    t->n_dims = n_dims;
-    for (uint32_t d = 0; d < n_dims; d++) {
-        t->ne[d] = ne[d];
-        n *= ne[d];
-    }
-    t->bytes = moon_ggml_type_bytes(type, n);
-    t->data  = data;
-    w->n_tensors++;
-    return MOON_OK;
-}
-
-static int fwrite_all(FILE *f, const void *p, size_t n)
-{
-    return n == 0 || fwrite(p, 1, n, f) == n;
-}
-
-static int fpad(FILE *f, uint64_t pos, uint64_t align)
-{
-    static const uint8_t zeros[MOON_GGUF_DEFAULT_ALIGNMENT];
-    uint64_t             pad = (align - pos % align) % align;
-    return fwrite_all(f, zeros, pad);
-}
-
-moon_status_t moon_gguf_writer_write(moon_gguf_writer_t *w, const char *path)
-{
-    const uint64_t align  = MOON_GGUF_DEFAULT_ALIGNMENT;
-    uint32_t       hdr[2] = {GGUF_MAGIC, 3};
-    uint64_t       off    = 0;
-    uint64_t       pos;
-    FILE          *f;
-    int            ok;
-
-    if (w == NULL || path == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    f = fopen(path, "wb");
-    if (f == NULL) {
-        MOON_ERROR("gguf: create %s: %s", path, strerror(errno));
-        return MOON_ERR_IO;
-    }
-    ok = fwrite_all(f, hdr, 8) && fwrite_all(f, &w->n_tensors, 8) && fwrite_all(f, &w->n_kv, 8) &&
-         fwrite_all(f, w->kv, w->kv_len);
-    pos = 24 + w->kv_len;
-    for (uint64_t i = 0; ok && i < w->n_tensors; i++) {
-        wtensor_t *t   = &w->tensors[i];
-        uint64_t   len = strlen(t->name);
-        uint32_t   ty  = t->type;
-        t->offset      = off;
-        off            = (off + t->bytes + align - 1) / align * align;
-        ok             = fwrite_all(f, &len, 8) && fwrite_all(f, t->name, len) &&
-             fwrite_all(f, &t->n_dims, 4) && fwrite_all(f, t->ne, 8 * t->n_dims) &&
-             fwrite_all(f, &ty, 4) && fwrite_all(f, &t->offset, 8);
-        pos += 8 + len + 4 + 8 * t->n_dims + 4 + 8;
-    }
-    ok = ok && fpad(f, pos, align);
-    for (uint64_t i = 0; ok && i < w->n_tensors; i++) {
-        ok = fwrite_all(f, w->tensors[i].data, w->tensors[i].bytes) &&
-             fpad(f, w->tensors[i].bytes, align);
-    }
-    if (fclose(f) != 0) {
-        ok = 0;
-    }
-    if (!ok) {
-        MOON_ERROR("gguf: write %s failed: %s", path, strerror(errno));
-        remove(path);
-        return MOON_ERR_IO;
-    }
-    return MOON_OK;
 }

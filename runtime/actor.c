@@ -18,41 +18,11 @@ uint64_t moon_rt_dispatch_seq(void)
     return tls_dispatch_seq;
 }
 
-/* ---- small vectors (links, monitors) -------------------------------------- */
-static int vec_push(vec_t *v, const void *item, size_t size)
-{
-    if (v->n == v->cap) {
-        uint32_t cap   = v->cap ? v->cap * 2 : 4;
-        void    *items = moon_realloc(v->items, cap * size);
-        if (items == NULL) {
-            return -1;
-        }
-        v->items = items;
-        v->cap   = cap;
-    }
-    memcpy((char *)v->items + (size_t)v->n * size, item, size);
-    v->n++;
-    return 0;
-}
-
-static void vec_remove_at(vec_t *v, uint32_t i, size_t size)
-{
-    v->n--;
-    memmove((char *)v->items + (size_t)i * size, (char *)v->items + (size_t)v->n * size, size);
-}
-
-static void vec_free(vec_t *v)
-{
-    moon_free(v->items);
-    v->items = NULL;
-    v->n = v->cap = 0;
-}
-
 static int links_find(const moon_actor_t *a, moon_addr_t addr)
 {
-    const moon_addr_t *links = a->links.items;
+    const moon_addr_t *links = moon_vec_data(&a->links);
 
-    for (uint32_t i = 0; i < a->links.n; i++) {
+    for (uint32_t i = 0; i < moon_vec_len(&a->links); i++) {
         if (links[i] == addr) {
             return (int)i;
         }
@@ -422,8 +392,8 @@ static void incarnation_free(moon_actor_t *a)
     drop_names(a);
     moon_free(a->state);
     a->state = NULL;
-    vec_free(&a->links);
-    vec_free(&a->monitors);
+    moon_vec_fini(&a->links);
+    moon_vec_fini(&a->monitors);
 }
 
 /* Ends the live incarnation of a, in its own turn: fini, then its address
@@ -432,8 +402,8 @@ static void finish(moon_actor_t *a)
 {
     moon_runtime_t  *rt     = a->rt;
     moon_status_t    reason = a->exit_reason;
-    const moon_addr_t *links = a->links.items;
-    const monitor_t  *mons   = a->monitors.items;
+    const moon_addr_t *links  = moon_vec_data(&a->links);
+    const monitor_t   *mons   = moon_vec_data(&a->monitors);
 
     if (reason != MOON_OK) {
         MOON_WARN("actor %s@%llx failed: %s", a->ops->name, (unsigned long long)a->addr,
@@ -446,10 +416,10 @@ static void finish(moon_actor_t *a)
     /* release: senders that see the new generation see the actor as gone. */
     atomic_store_explicit(&a->alive, 0, memory_order_release);
     atomic_store_explicit(&a->gen, next_gen(a->addr), memory_order_release);
-    for (uint32_t i = 0; i < a->links.n; i++) {
+    for (size_t i = 0; i < moon_vec_len(&a->links); i++) {
         send_exit(rt, a->addr, links[i], reason);
     }
-    for (uint32_t i = 0; i < a->monitors.n; i++) {
+    for (size_t i = 0; i < moon_vec_len(&a->monitors); i++) {
         send_down(rt, a->addr, mons[i].watcher, reason, mons[i].ref);
     }
     unmute_all(a);
@@ -514,7 +484,7 @@ static void dispatch_system(moon_actor_t *a, const moon_msg_hdr_t *msg)
         break;
     case MOON_MSG_SYS_MONITOR: {
         monitor_t m = {msg->src, ((const moon_sys_monitor_t *)msg)->ref};
-        if (vec_push(&a->monitors, &m, sizeof(m)) != 0) {
+        if (moon_vec_push(&a->monitors, &m) != MOON_OK) {
             MOON_ERROR("%s: no memory for a monitor", a->ops->name);
             send_down(a->rt, a->addr, msg->src, MOON_ERR_NO_MEMORY, m.ref);
         }
@@ -524,9 +494,9 @@ static void dispatch_system(moon_actor_t *a, const moon_msg_hdr_t *msg)
         int i = links_find(a, msg->src);
         if (((const moon_sys_link_t *)msg)->unlink) {
             if (i >= 0) {
-                vec_remove_at(&a->links, (uint32_t)i, sizeof(moon_addr_t));
+                moon_vec_remove_swap(&a->links, (size_t)i);
             }
-        } else if (i < 0 && vec_push(&a->links, &msg->src, sizeof(msg->src)) != 0) {
+        } else if (i < 0 && moon_vec_push(&a->links, &msg->src) != MOON_OK) {
             MOON_ERROR("%s: no memory for a link", a->ops->name);
             send_exit(a->rt, a->addr, msg->src, MOON_ERR_NO_MEMORY);
         }
@@ -536,7 +506,7 @@ static void dispatch_system(moon_actor_t *a, const moon_msg_hdr_t *msg)
         const moon_sys_exit_t *m = (const moon_sys_exit_t *)msg;
         int                    i = links_find(a, m->actor);
         if (i >= 0) {
-            vec_remove_at(&a->links, (uint32_t)i, sizeof(moon_addr_t));
+            moon_vec_remove_swap(&a->links, (size_t)i);
         }
         if (a->ops->on_msg[MOON_MSG_SYS_EXIT] != NULL) {
             call_handler(a, msg);
@@ -649,6 +619,8 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     a->exit_reason = MOON_OK;
     a->send_seq    = 0;
     a->mute_on     = NULL;
+    moon_vec_init(&a->links, sizeof(moon_addr_t)); /* empty: the last incarnation freed them */
+    moon_vec_init(&a->monitors, sizeof(monitor_t));
     atomic_store(&a->n_processed, 0);
     atomic_store(&a->n_dropped, 0);
     atomic_store(&a->depth_hwm, 0);
@@ -659,11 +631,11 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     }
     if (opts->monitor != MOON_ADDR_NONE) {
         monitor_t m = {opts->monitor, opts->monitor_ref};
-        if (vec_push(&a->monitors, &m, sizeof(m)) != 0) {
+        if (moon_vec_push(&a->monitors, &m) != MOON_OK) {
             goto err_free;
         }
     }
-    if (opts->link != MOON_ADDR_NONE && vec_push(&a->links, &opts->link, sizeof(opts->link))) {
+    if (opts->link != MOON_ADDR_NONE && moon_vec_push(&a->links, &opts->link) != MOON_OK) {
         goto err_free;
     }
     if (opts->name != NULL) {
@@ -774,7 +746,7 @@ moon_status_t moon_link(moon_actor_t *self, moon_addr_t target)
     if (links_find(self, target) >= 0) {
         return MOON_OK;
     }
-    if (vec_push(&self->links, &target, sizeof(target)) != 0) {
+    if (moon_vec_push(&self->links, &target) != MOON_OK) {
         return MOON_ERR_NO_MEMORY;
     }
     status = send_link(self, target, 0);
@@ -783,7 +755,7 @@ moon_status_t moon_link(moon_actor_t *self, moon_addr_t target)
         return MOON_OK;
     }
     if (status != MOON_OK) {
-        vec_remove_at(&self->links, self->links.n - 1, sizeof(target));
+        moon_vec_remove_swap(&self->links, moon_vec_len(&self->links) - 1);
     }
     return status;
 }
@@ -795,7 +767,7 @@ moon_status_t moon_unlink(moon_actor_t *self, moon_addr_t target)
     if (i < 0) {
         return MOON_ERR_NOT_FOUND;
     }
-    vec_remove_at(&self->links, (uint32_t)i, sizeof(target));
+    moon_vec_remove_swap(&self->links, (size_t)i);
     (void)send_link(self, target, 1);
     return MOON_OK;
 }

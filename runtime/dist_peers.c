@@ -14,6 +14,7 @@
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
 #include "moonlet/log.h"
 
 #include <stdio.h>
@@ -151,14 +152,10 @@ void dist_fail_queue(moon_dist_t *d, uint32_t r)
 /* ---- processes: a dead peer or a silent live one ------------------------------ */
 static uint64_t host_hash(void)
 {
-    char     name[256] = {0};
-    uint64_t h         = 1469598103934665603ull; /* FNV-1a */
+    char name[256] = {0};
 
     (void)gethostname(name, sizeof(name) - 1);
-    for (const char *c = name; *c != '\0'; c++) {
-        h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    }
-    return h;
+    return moon_hash_str(name);
 }
 
 /* cfg.split_hosts = N > 1 (MOON_SPLIT_HOSTS): ranks count as N hosts (rank %

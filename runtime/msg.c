@@ -8,6 +8,7 @@
 #include "msg_internal.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
 #include "moonlet/log.h"
 
 #include <pthread.h>
@@ -24,25 +25,17 @@ static _Atomic(const moon_msg_desc_t *) registry[MOON_MSG_MAX_TYPES];
 static uint32_t               layout_hash[MOON_MSG_MAX_TYPES]; /* written before its entry */
 static pthread_mutex_t        registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint32_t fnv_u32(uint32_t h, uint32_t v)
-{
-    for (int k = 0; k < 4; k++, v >>= 8) {
-        h = (h ^ (v & 0xff)) * 16777619u;
-    }
-    return h;
-}
-
-/* FNV-1a of what a message image's bytes mean: the header's and the struct's
+/* A hash of what a message image's bytes mean: the header's and the struct's
  * sizes, and each field's kind and offset. Never 0. */
 static uint32_t layout_of(const moon_msg_desc_t *d)
 {
-    uint32_t h = fnv_u32(fnv_u32(2166136261u, (uint32_t)sizeof(moon_msg_hdr_t)), d->struct_bytes);
+    uint64_t h = moon_hash_combine(sizeof(moon_msg_hdr_t), d->struct_bytes);
 
-    h = fnv_u32(h, d->n_fields);
+    h = moon_hash_combine(h, d->n_fields);
     for (uint32_t i = 0; i < d->n_fields; i++) {
-        h = fnv_u32(fnv_u32(h, d->fields[i].kind), d->fields[i].offset);
+        h = moon_hash_combine(moon_hash_combine(h, d->fields[i].kind), d->fields[i].offset);
     }
-    return h != 0 ? h : 1;
+    return (uint32_t)h != 0 ? (uint32_t)h : 1;
 }
 
 moon_status_t moon_msg_register(const moon_msg_desc_t *descs)

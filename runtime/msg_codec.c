@@ -13,6 +13,7 @@
 #include "msg_internal.h"
 
 #include "moonlet/log.h"
+#include "moonlet/reader.h"
 
 #include <msgpack.h>
 #include <string.h>
@@ -242,65 +243,13 @@ bad_span:
 }
 
 /* ---- decode --------------------------------------------------------------- */
-typedef struct {
-    const uint8_t *p, *end;
-} rd_t;
+/* The reader (moonlet/reader.h) returns MOON_OK (0) or an error: the rd_*
+ * helpers below keep its convention, 0 or nonzero. */
+typedef moon_reader_t rd_t;
 
-static inline int rd_bytes(rd_t *r, size_t n, const uint8_t **out)
-{
-    if ((size_t)(r->end - r->p) < n) {
-        return -1;
-    }
-    *out = r->p;
-    r->p += n;
-    return 0;
-}
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define BE16(x) __builtin_bswap16(x)
-#define BE32(x) __builtin_bswap32(x)
-#define BE64(x) __builtin_bswap64(x)
-#else
-#define BE16(x) (x)
-#define BE32(x) (x)
-#define BE64(x) (x)
-#endif
-
-/* A big-endian integer of n = 1, 2, 4 or 8 bytes (msgpack's widths). */
-static int rd_be(rd_t *r, size_t n, uint64_t *v)
-{
-    const uint8_t *b;
-
-    if (rd_bytes(r, n, &b) != 0) {
-        return -1;
-    }
-    switch (n) {
-    case 1:
-        *v = b[0];
-        break;
-    case 2: {
-        uint16_t x;
-        memcpy(&x, b, 2);
-        *v = BE16(x);
-        break;
-    }
-    case 4: {
-        uint32_t x;
-        memcpy(&x, b, 4);
-        *v = BE32(x);
-        break;
-    }
-    case 8: {
-        uint64_t x;
-        memcpy(&x, b, 8);
-        *v = BE64(x);
-        break;
-    }
-    default:
-        return -1;
-    }
-    return 0;
-}
+#define BE16(x) MOON_READER_BE16(x)
+#define BE32(x) MOON_READER_BE32(x)
+#define BE64(x) MOON_READER_BE64(x)
 
 /* Any msgpack integer; *neg set when it is negative (value then in *i). */
 static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
@@ -308,7 +257,7 @@ static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
     const uint8_t *b;
     uint64_t       v;
 
-    if (rd_bytes(r, 1, &b) != 0) {
+    if (moon_reader_take(r, 1, &b) != 0) {
         return -1;
     }
     *neg = 0;
@@ -323,30 +272,30 @@ static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
     }
     switch (b[0]) {
     case 0xcc:
-        return rd_be(r, 1, u);
+        return moon_reader_be(r, 1, u);
     case 0xcd:
-        return rd_be(r, 2, u);
+        return moon_reader_be(r, 2, u);
     case 0xce:
-        return rd_be(r, 4, u);
+        return moon_reader_be(r, 4, u);
     case 0xcf:
-        return rd_be(r, 8, u);
+        return moon_reader_be(r, 8, u);
     case 0xd0:
-        if (rd_be(r, 1, &v))
+        if (moon_reader_be(r, 1, &v))
             return -1;
         *i = (int8_t)v;
         break;
     case 0xd1:
-        if (rd_be(r, 2, &v))
+        if (moon_reader_be(r, 2, &v))
             return -1;
         *i = (int16_t)v;
         break;
     case 0xd2:
-        if (rd_be(r, 4, &v))
+        if (moon_reader_be(r, 4, &v))
             return -1;
         *i = (int32_t)v;
         break;
     case 0xd3:
-        if (rd_be(r, 8, &v))
+        if (moon_reader_be(r, 8, &v))
             return -1;
         *i = (int64_t)v;
         break;
@@ -456,13 +405,13 @@ static int rd_float(rd_t *r, double *out)
     const uint8_t *b;
     uint64_t       v;
 
-    if (rd_bytes(r, 1, &b) != 0) {
+    if (moon_reader_take(r, 1, &b) != 0) {
         return -1;
     }
     if (b[0] == 0xca) {
         float    f;
         uint32_t w;
-        if (rd_be(r, 4, &v) != 0) {
+        if (moon_reader_be(r, 4, &v) != 0) {
             return -1;
         }
         w = (uint32_t)v;
@@ -471,7 +420,7 @@ static int rd_float(rd_t *r, double *out)
         return 0;
     }
     if (b[0] == 0xcb) {
-        if (rd_be(r, 8, &v) != 0) {
+        if (moon_reader_be(r, 8, &v) != 0) {
             return -1;
         }
         memcpy(out, &v, 8);
@@ -486,21 +435,21 @@ static inline int rd_blob(rd_t *r, int want_str, const uint8_t **body, uint32_t 
     const uint8_t *b;
     uint64_t       len;
 
-    if (rd_bytes(r, 1, &b) != 0) {
+    if (moon_reader_take(r, 1, &b) != 0) {
         return -1;
     }
     if (want_str && b[0] >= 0xa0 && b[0] <= 0xbf) {
         len = b[0] & 0x1f;
     } else if (want_str && b[0] >= 0xd9 && b[0] <= 0xdb) {
-        if (rd_be(r, (size_t)1 << (b[0] - 0xd9), &len))
+        if (moon_reader_be(r, (size_t)1 << (b[0] - 0xd9), &len))
             return -1;
     } else if (!want_str && b[0] >= 0xc4 && b[0] <= 0xc6) {
-        if (rd_be(r, (size_t)1 << (b[0] - 0xc4), &len))
+        if (moon_reader_be(r, (size_t)1 << (b[0] - 0xc4), &len))
             return -1;
     } else {
         return -1;
     }
-    if (len > MOON_MSG_MAX_BYTES || rd_bytes(r, (size_t)len, body) != 0) {
+    if (len > MOON_MSG_MAX_BYTES || moon_reader_take(r, (size_t)len, body) != 0) {
         return -1;
     }
     *n = (uint32_t)len;
@@ -512,16 +461,16 @@ static inline int rd_array(rd_t *r, uint32_t *n)
     const uint8_t *b;
     uint64_t       len;
 
-    if (rd_bytes(r, 1, &b) != 0) {
+    if (moon_reader_take(r, 1, &b) != 0) {
         return -1;
     }
     if (b[0] >= 0x90 && b[0] <= 0x9f) {
         len = b[0] & 0x0f;
     } else if (b[0] == 0xdc) {
-        if (rd_be(r, 2, &len))
+        if (moon_reader_be(r, 2, &len))
             return -1;
     } else if (b[0] == 0xdd) {
-        if (rd_be(r, 4, &len))
+        if (moon_reader_be(r, 4, &len))
             return -1;
     } else {
         return -1;

@@ -3,6 +3,7 @@
 #include "runtime_internal.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
 
 #include <string.h>
 
@@ -21,12 +22,7 @@ struct moon_names {
 
 uint32_t moon_name_hash(const char *s)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-
-    while (*s) {
-        h = (h ^ (uint8_t)*s++) * 16777619u;
-    }
-    return h;
+    return (uint32_t)moon_hash_str(s);
 }
 
 moon_status_t moon_names_create(moon_names_t **n_p)

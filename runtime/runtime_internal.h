@@ -12,6 +12,7 @@
 
 #include "moonlet/runtime.h"
 #include "moonlet/transport.h"
+#include "moonlet/vec.h"
 
 #include <pthread.h>
 
@@ -40,11 +41,6 @@ typedef struct {
     uint64_t    ref;
 } monitor_t;
 
-typedef struct {
-    void     *items;
-    uint32_t  n, cap;
-} vec_t;
-
 struct moon_actor {
     moon_mailbox_t mbox;
 
@@ -68,8 +64,8 @@ struct moon_actor {
     struct moon_actor *bp_target; /* last receiver, for sender-side pressure checks */
     uint64_t         bp_sent, bp_seen, bp_excess; /* sends since the last check, its
                                        * n_processed then, our backlog at it (a lower bound) */
-    vec_t            links;       /* moon_addr_t */
-    vec_t            monitors;    /* monitor_t */
+    moon_vec_t       links;       /* moon_addr_t */
+    moon_vec_t       monitors;    /* monitor_t */
     char            *name;        /* registered name, owned */
     _Atomic uint32_t n_extra_names; /* names given with moon_register (dropped at the end) */
     struct moon_actor *next_sched; /* executor's intrusive lists */

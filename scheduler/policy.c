@@ -134,15 +134,15 @@ static int request_ok(const moon_sched_view_t *view, const moon_sched_request_t 
     return 1;
 }
 
-/* The scratch the room-wait search needs: as many entries as the busiest
- * instance has predicted sequences. */
+/* The scratch the decode predictions need: two events per predicted
+ * sequence of the busiest instance. */
 static moon_status_t scratch_reserve(moon_sched_policy_t *policy, const moon_sched_view_t *view)
 {
-    uint32_t        need = 0;
-    sched_finish_t *grown;
+    uint32_t       need = 0;
+    sched_event_t *grown;
 
     for (uint32_t i = 0; i < view->n_inst; i++) {
-        need = MOON_MAX(need, view->inst[i].n_seqs);
+        need = MOON_MAX(need, 2 * view->inst[i].n_seqs);
     }
     if (need <= policy->scratch_cap) {
         return MOON_OK;
@@ -210,6 +210,7 @@ moon_status_t moon_sched_policy_decide(moon_sched_policy_t *policy, const moon_s
         .view       = view,
         .req        = req,
         .colocated  = n_colocated != 0,
+        .peak       = policy->ops->peak,
         .ctx_new    = req->prompt_tokens + req->max_tokens,
         .blocks_new = (uint32_t)((req->prompt_tokens + req->max_tokens + req->block_tokens - 1) /
                                  req->block_tokens)};

@@ -85,5 +85,6 @@ const sched_policy_ops_t sched_moonlet_ops = {
     .name  = "moonlet",
     .doc   = "ours: prices every fetch option (pull when the transfer costs less than the "
              "compute it saves); decode by TBT predicted at prefill end with room waits",
+    .peak  = 1,
     .place = moonlet_place,
 };

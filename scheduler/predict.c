@@ -58,11 +58,16 @@ static int has_room(const moon_sched_instance_t *inst, uint32_t batch, uint64_t 
            (inst->kv_blocks_total == 0 || kv_free >= blocks_new);
 }
 
-static int by_finish(const void *a, const void *b)
+/* Events by time; on a tie a finish comes before a join (a sequence is alive
+ * on [start_s, finish_s)). */
+static int by_time(const void *a, const void *b)
 {
-    double fa = ((const sched_finish_t *)a)->finish_s, fb = ((const sched_finish_t *)b)->finish_s;
+    const sched_event_t *x = a, *y = b;
 
-    return (fa > fb) - (fa < fb);
+    if (x->t_s != y->t_s) {
+        return (x->t_s > y->t_s) - (x->t_s < y->t_s);
+    }
+    return (x->d_batch > y->d_batch) - (x->d_batch < y->d_batch);
 }
 
 /* The first time >= t_s the new sequence fits on inst: t_s itself, or the
@@ -81,18 +86,56 @@ static double join_time(const sched_ctx_t *c, const moon_sched_instance_t *inst,
     for (uint32_t k = 0; k < inst->n_seqs; k++) {
         const moon_sched_seq_t *s = &inst->seqs[k];
         if (s->start_s <= t_s && t_s < s->finish_s) {
-            c->scratch[n++] = (sched_finish_t){s->finish_s, s->kv_blocks};
+            c->scratch[n++] = (sched_event_t){s->finish_s, -1, s->kv_blocks, 0};
         }
     }
-    qsort(c->scratch, n, sizeof(*c->scratch), by_finish);
+    if (n > 1) {
+        qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    }
     for (uint32_t k = 0; k < n; k++) {
         batch--;
         kv_free += c->scratch[k].kv_blocks;
         if (has_room(inst, batch, kv_free, c->blocks_new)) {
-            return c->scratch[k].finish_s;
+            return c->scratch[k].t_s;
         }
     }
     return HUGE_VAL;
+}
+
+/* The largest step over [from_s, until_s) with the new sequence in the
+ * batch: a sweep over the joins and finishes of the predicted sequences. */
+static double peak_step(const sched_ctx_t *c, const moon_sched_instance_t *inst, double from_s,
+                        double until_s)
+{
+    uint32_t batch, n = 0;
+    uint64_t ctx;
+    int64_t  b, x;
+    double   peak;
+
+    moon_sched_instance_load_at(inst, from_s, &batch, &ctx);
+    b    = (int64_t)batch + 1;
+    x    = (int64_t)(ctx + c->ctx_new);
+    peak = moon_sched_cost_step_s(&inst->cost, (uint32_t)b, (uint64_t)x);
+    for (uint32_t k = 0; k < inst->n_seqs; k++) {
+        const moon_sched_seq_t *s = &inst->seqs[k];
+        if (s->start_s > from_s && s->start_s < until_s) {
+            c->scratch[n++] = (sched_event_t){s->start_s, +1, 0, (int64_t)s->ctx_tokens};
+        }
+        if (s->finish_s > from_s && s->finish_s < until_s && s->start_s < until_s) {
+            c->scratch[n++] = (sched_event_t){s->finish_s, -1, 0, -(int64_t)s->ctx_tokens};
+        }
+    }
+    if (n > 1) {
+        qsort(c->scratch, n, sizeof(*c->scratch), by_time);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        b += c->scratch[k].d_batch;
+        x += c->scratch[k].d_ctx;
+        if (c->scratch[k].d_batch > 0) {
+            peak = fmax(peak, moon_sched_cost_step_s(&inst->cost, (uint32_t)b, (uint64_t)x));
+        }
+    }
+    return peak;
 }
 
 void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_decode_pred_t *p)
@@ -109,6 +152,12 @@ void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_de
         moon_sched_instance_load_at(inst, t_s, &batch, &ctx);
     }
     p->step_s = moon_sched_cost_step_s(&inst->cost, batch + 1, ctx + c->ctx_new);
+    if (c->peak && isfinite(p->join_s)) {
+        /* sequences placed earlier that join during its life slow every
+         * step from then on, its own and its neighbours' */
+        p->step_s =
+            peak_step(c, inst, p->join_s, p->join_s + (double)c->req->max_tokens * p->step_s);
+    }
     if (gaps == 0) {
         p->tbt_s = 0.0; /* one token: the prefill's, no decode gap */
         return;
@@ -117,10 +166,11 @@ void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_de
         p->tbt_s = HUGE_VAL;
         return;
     }
-    /* the wait to join lengthens the first gap; TBT is the mean of the
+    /* the first gap is longer by the wait to join plus up to a step (a
+     * sequence joins the batch between steps); TBT is the mean of the
      * slowest tenth of the gaps, which that one belongs to */
     n_slow   = (gaps + 9) / 10;
-    p->tbt_s = p->step_s + (p->join_s - t_s) / n_slow;
+    p->tbt_s = p->step_s + (p->join_s - t_s + p->step_s) / n_slow;
 }
 
 void sched_set_decode(const sched_ctx_t *c, uint32_t j, moon_sched_decision_t *d)

@@ -6,11 +6,14 @@
 
 #include "moonlet/sched_policy.h"
 
-/* (finish time, blocks) of one sequence: scratch for the room-wait search. */
+/* One change of a decode batch (a sequence joins or finishes): scratch for
+ * the room-wait search and the peak-load sweep. */
 typedef struct {
-    double   finish_s;
+    double   t_s;
+    int32_t  d_batch; /* +1 joins, -1 finishes */
     uint32_t kv_blocks;
-} sched_finish_t;
+    int64_t  d_ctx;
+} sched_event_t;
 
 /* One decision's inputs, validated. */
 typedef struct {
@@ -19,19 +22,21 @@ typedef struct {
     int                         colocated;  /* every instance is colocated */
     uint64_t                    ctx_new;    /* the new sequence's context: prompt + max_tokens */
     uint32_t                    blocks_new; /* its KV blocks */
-    sched_finish_t             *scratch;    /* room for the most seqs of any instance */
+    int                         peak;       /* TBT from the peak step over the sequence's life */
+    sched_event_t              *scratch;    /* 2 events per seq of the busiest instance */
 } sched_ctx_t;
 
 /* What a decode instance would give the new sequence if its prefill ends at t. */
 typedef struct {
     double join_s; /* when it joins the batch (HUGE_VAL: never) */
-    double step_s; /* decode step then */
+    double step_s; /* decode step then (c->peak: the largest over its predicted life) */
     double tbt_s;  /* the predicted TBT (see moon_sched_decision_t.tbt_s) */
 } sched_decode_pred_t;
 
 typedef struct {
     const char *name;
     const char *doc;
+    int         peak; /* predict TBT from the peak step over the sequence's life */
     /* Picks into d: the prefill instance and prefix (through
      * sched_predict_prefill), then the decode instance (through
      * sched_set_decode). At least one candidate of each role is alive. */
@@ -44,7 +49,7 @@ struct moon_sched_policy {
     uint64_t                  rng;        /* random: splitmix64 state */
     uint32_t                  rr_prefill; /* round-robin: next index to try */
     uint32_t                  rr_decode;
-    sched_finish_t           *scratch;
+    sched_event_t            *scratch;
     uint32_t                  scratch_cap;
 };
 

@@ -11,6 +11,7 @@
 #define MOONLET_KV_KEY_H
 
 #include "moonlet/defs.h"
+#include "moonlet/hash.h"
 #include "moonlet/status.h"
 
 /* A block key: 128 bits of XXH3. Compare with moon_kv_key_eq(). */
@@ -68,16 +69,11 @@ static inline uint64_t moon_kv_key_hash(moon_kv_key_t key)
     return key.lo ^ (key.hi * 0x9e3779b97f4a7c15ull);
 }
 
-/* Murmur3's finalizer: a full-avalanche 64-bit mix, for keys that are not
+/* moon_hash_mix64 (murmur3's finalizer), for keys that are not
  * uniform (structured ids) and for combining hashes. */
 static inline uint64_t moon_kv_mix64(uint64_t k)
 {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
+    return moon_hash_mix64(k);
 }
 
 #endif /* MOONLET_KV_KEY_H */

@@ -226,6 +226,12 @@ MOON_API moon_status_t moon_kv_shard_unpin(moon_kv_shard_t *shard, moon_kv_key_t
 /* Where key stands (any tag); for tests, and to tell apart the EXISTS cases. */
 MOON_API moon_kv_state_t moon_kv_shard_state(const moon_kv_shard_t *shard, moon_kv_key_t key);
 
+/* Calls fn for every readable block (DRAM or SSD), in no particular order;
+ * fn must not change the shard. For a subscriber's snapshot. */
+typedef void (*moon_kv_shard_visit_fn)(void *arg, moon_kv_key_t key, const moon_kv_tag_t *tag);
+MOON_API void moon_kv_shard_foreach(const moon_kv_shard_t *shard, moon_kv_shard_visit_fn fn,
+                                    void *arg);
+
 MOON_API void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *stats);
 /* The longest run of occupied index buckets: the most buckets a lookup that
  * misses can probe (a health figure of the key hash; O(index size)). */

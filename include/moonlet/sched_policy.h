@@ -21,9 +21,11 @@
  *   moonlet       ours (the default): every fetch option is priced (pull
  *                 exactly when the transfer costs less than the compute it
  *                 saves: no hand-tuned threshold); decode picked by the TBT
- *                 predicted at the prefill's end from the sequences' predicted
- *                 finish times, among instances with KV and batch room then.
- *                 scheduler/README.md says why it wins.
+ *                 predicted at the prefill's end, including the wait for KV or
+ *                 batch room, and from the peak step over the sequence's
+ *                 predicted life (sequences placed earlier that join during
+ *                 it slow it and its neighbours), which early rejection then
+ *                 judges. scheduler/README.md says why it wins.
  * Random, round-robin and least-loaded reuse the chosen instance's local
  * prefix and fetch nothing. Every policy predicts TTFT and TBT the same way
  * for what it picked, and rejects early (when early rejection is on) if the
@@ -76,8 +78,9 @@ MOON_API const char *moon_sched_policy_doc_at(uint32_t i);
  * decision_p->rejected says whether it was placed (MOON_SCHED_ADMIT) or
  * rejected early (then reason says why; the instances it would have used and
  * the predictions are still filled). Without early rejection a request is
- * always placed; if no decode instance has room it goes to the one that
- * frees room first (it waits there).
+ * always placed; on a decode instance without room it waits there (mooncake
+ * and moonlet count that wait in the TBT they pick by; when room never comes
+ * anywhere, moonlet takes the least-loaded instance).
  * MOON_ERR_INVALID_PARAM (logged, nothing changed): NULL argument; a bad
  * request (prompt_tokens, block_tokens or max_tokens 0, n_blocks over the
  * prompt, local/store blocks over n_blocks); a view mixing colocated with

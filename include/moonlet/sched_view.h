@@ -124,9 +124,11 @@ typedef struct {
     double   ttft_s;        /* transfer_s + queue_s + prefill_s (policies may overlap terms) */
     double   decode_join_s; /* predicted time it joins the decode batch: the prefill's end,
                                or later when the instance has no KV or batch room then */
-    double step_s;          /* predicted decode step once it has joined */
+    double step_s;          /* predicted decode step once joined (moonlet: the largest over
+                               its predicted life; commit uses it for the finish time) */
     double tbt_s;           /* predicted TBT, the mean of its slowest 10 % of token gaps:
-                               step_s + (join wait) / ceil((max_tokens - 1) / 10); 0 for
+                               step_s + (join wait + step_s) / ceil((max_tokens - 1) / 10)
+                               (it joins between steps: the first gap is longer); 0 for
                                max_tokens 1; HUGE_VAL when room never comes */
     moon_sched_reject_t rejected; /* MOON_SCHED_ADMIT (0) when placed */
     const char *reason; /* static text for a rejection ("predicted ttft over slo"), else NULL */

@@ -15,6 +15,10 @@
 
 #include <string.h>
 
+/* Predicted TBT of a 100-token request joining at once with this step: the
+ * mean of the slowest 10 of its 99 gaps, the first a step longer. */
+#define TBT100(_step) ((_step)*1.1)
+
 static moon_sched_decision_t decide_ok(moon_sched_policy_t *p, const moon_sched_view_t *view,
                                        const moon_sched_request_t *req)
 {
@@ -413,7 +417,7 @@ static void test_early_rejection_on_tbt(void)
         p = sched_test_policy(name);
         d = decide_ok(p, &view, &req);
         CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_REJECT_TBT);
-        SCHED_ASSERT_NEAR(d.tbt_s, 0.111, 1e-12);
+        SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.111), 1e-12);
         moon_sched_policy_destroy(p);
     }
     /* one token to generate: no decode gap, nothing to reject */
@@ -447,7 +451,7 @@ static void test_tbt_predicted_at_prefill_end_admits_what_now_would_reject(void)
         p = sched_test_policy(name);
         d = decide_ok(p, &view, &req);
         CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
-        SCHED_ASSERT_NEAR(d.tbt_s, 0.011, 1e-12);
+        SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.011), 1e-12);
         SCHED_ASSERT_NEAR(d.decode_join_s, 2.0, 1e-12);
         moon_sched_policy_destroy(p);
     }
@@ -467,7 +471,7 @@ static void test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit(void)
     CU_ASSERT(moon_sched_cost_step_s(&view.inst[1].cost, 1, 0) < req.tbt_slo_s);
     d = decide_ok(p, &view, &req);
     CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_REJECT_TBT);
-    SCHED_ASSERT_NEAR(d.tbt_s, 0.101, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.101), 1e-12);
     moon_sched_policy_destroy(p);
     moon_sched_view_fini(&view);
 }
@@ -485,10 +489,43 @@ static void test_moonlet_picks_decode_by_load_at_prefill_end(void)
     add_seqs(&view, 2, 20, 1.5, 100.0); /* 2: idle now, busy at 2 s */
     d = decide_ok(alg1, &view, &req);
     CU_ASSERT_EQUAL(d.decode, 2);
-    SCHED_ASSERT_NEAR(d.tbt_s, 0.031, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.031), 1e-12);
     d = decide_ok(ours, &view, &req);
     CU_ASSERT_EQUAL(d.decode, 1);
-    SCHED_ASSERT_NEAR(d.tbt_s, 0.011, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.011), 1e-12);
+    moon_sched_policy_destroy(ours);
+    moon_sched_policy_destroy(alg1);
+    moon_sched_view_fini(&view);
+}
+
+static void test_moonlet_tbt_counts_sequences_joining_during_its_life(void)
+{
+    moon_sched_view_t     view;
+    moon_sched_request_t  req  = sched_test_request(125, NULL); /* joins at 2 s, ~1.1 s of life */
+    moon_sched_policy_t  *ours = sched_test_policy("moonlet+reject");
+    moon_sched_policy_t  *alg1 = sched_test_policy("mooncake+reject");
+    moon_sched_decision_t d;
+
+    sched_test_view(&view, 1, 1);
+    add_seqs(&view, 1, 40, 2.5, 100.0); /* placed earlier, they join half a second later */
+    add_seqs(&view, 1, 40, 9.0, 100.0); /* ...and these after it is done */
+    req.tbt_slo_s = 0.03;
+    /* Algorithm 1 sees the batch at the prefill's end only: 11 ms */
+    d = decide_ok(alg1, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.011), 1e-12);
+    /* moonlet: 41 sequences from 2.5 s on, a 51 ms step for it and them */
+    d = decide_ok(ours, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_REJECT_TBT);
+    SCHED_ASSERT_NEAR(d.step_s, 0.051, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.051), 1e-12);
+    /* sequences that finish before it joins do not count */
+    moon_sched_view_fini(&view);
+    sched_test_view(&view, 1, 1);
+    add_seqs(&view, 1, 40, 0.0, 1.9);
+    d = decide_ok(ours, &view, &req);
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
+    SCHED_ASSERT_NEAR(d.tbt_s, TBT100(0.011), 1e-12);
     moon_sched_policy_destroy(ours);
     moon_sched_policy_destroy(alg1);
     moon_sched_view_fini(&view);
@@ -506,13 +543,13 @@ static void test_full_decode_waits_for_room(void)
     add_seqs(&view, 1, 1, 0.0, 5.0);
     add_seqs(&view, 1, 1, 0.0, 8.0);
     view.inst[2].alive = 0;
-    /* joins when the first finishes at 5 s: the first gap is ~5 s longer, one
-     * of the slowest 10 of 99 gaps */
+    /* joins when the first finishes at 5 s: the first gap is ~5 s (and a
+     * step) longer, one of the slowest 10 of 99 gaps */
     d = decide_ok(p, &view, &req);
     CU_ASSERT_EQUAL(d.decode, 1);
     SCHED_ASSERT_NEAR(d.decode_join_s, 5.0, 1e-12);
     SCHED_ASSERT_NEAR(d.step_s, 0.012, 1e-12);
-    SCHED_ASSERT_NEAR(d.tbt_s, 0.012 + (5.0 - 0.016) / 10, 1e-12);
+    SCHED_ASSERT_NEAR(d.tbt_s, 0.012 + (5.0 - 0.016 + 0.012) / 10, 1e-12);
     CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_ADMIT);
     req.tbt_slo_s = 0.2;
     CU_ASSERT_EQUAL(decide_ok(p, &view, &req).rejected, MOON_SCHED_REJECT_TBT);
@@ -669,6 +706,8 @@ static CU_TestInfo tests[] = {
      test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit},
     {"moonlet_picks_decode_by_load_at_prefill_end",
      test_moonlet_picks_decode_by_load_at_prefill_end},
+    {"moonlet_tbt_counts_sequences_joining_during_its_life",
+     test_moonlet_tbt_counts_sequences_joining_during_its_life},
     {"full_decode_waits_for_room", test_full_decode_waits_for_room},
     {"colocated_uses_one_instance_and_local_cache",
      test_colocated_uses_one_instance_and_local_cache},

@@ -1,4 +1,4 @@
-/* runtime/gpu/gpu_none.c - moonlet/gpu.h when built without CUDA. */
+/* base/gpu/gpu_none.c - moonlet/gpu.h when built without CUDA. */
 #include "moonlet/gpu.h"
 
 int moon_gpu_count(void)

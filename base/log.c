@@ -1,4 +1,4 @@
-/* runtime/base/log.c - log line formatting. Each line is built in a stack
+/* base/log.c - log line formatting. Each line is built in a stack
  * buffer and written with one write(2), so lines from threads never interleave. */
 #define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include "moonlet/log.h"

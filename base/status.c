@@ -1,4 +1,4 @@
-/* runtime/base/status.c - text of the status codes. */
+/* base/status.c - text of the status codes. */
 #include "moonlet/status.h"
 
 const char *moon_status_str(moon_status_t status)

@@ -1,4 +1,4 @@
-/* tests/unit/runtime/test_base.c - status strings, log levels, fault injection. */
+/* tests/unit/base/test_base.c - status strings, log levels, fault injection. */
 #include "moonlet/alloc.h"
 #include "moonlet/copy.h"
 #include "moonlet/log.h"

@@ -1,4 +1,4 @@
-/* runtime/base/copy.c - see moonlet/copy.h. */
+/* base/copy.c - see moonlet/copy.h. */
 #include "moonlet/copy.h"
 
 #include <string.h>

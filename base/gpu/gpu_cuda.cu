@@ -1,4 +1,4 @@
-/* runtime/gpu/gpu_cuda.cu - moonlet/gpu.h over the CUDA runtime and NCCL.
+/* base/gpu/gpu_cuda.cu - moonlet/gpu.h over the CUDA runtime and NCCL.
  * Linked against cudart and nccl only (never the driver stub), so binaries
  * start on machines without a GPU: cudaGetDeviceCount then fails (e.g. 35,
  * no driver) without writing the count, and we report zero devices. */

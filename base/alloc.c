@@ -1,4 +1,4 @@
-/* runtime/base/alloc.c - heap wrappers with fault injection (moonlet/alloc.h).
+/* base/alloc.c - heap wrappers with fault injection (moonlet/alloc.h).
  * The disarmed fast path is one relaxed load. */
 #include "moonlet/alloc.h"
 

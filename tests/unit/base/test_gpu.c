@@ -1,4 +1,4 @@
-/* tests/unit/runtime/test_gpu.c - GPU discovery: without CUDA or without a
+/* tests/unit/base/test_gpu.c - GPU discovery: without CUDA or without a
  * device the binary starts, reports no device and skips; with one, the
  * kernel self-check passes on every device. */
 #include "moonlet/gpu.h"

@@ -1,0 +1,109 @@
+/* tests/unit/kvstore/test_kv_index.c - the global prefix index: snapshots,
+ * live events, gaps, lost shards, other tags. */
+#include "moon_test.h"
+#include "moonlet/kv_index.h"
+#include "moonlet/kv_shard.h"
+
+#include <string.h>
+
+static const moon_kv_tag_t TAG = {42, 1};
+
+static void ev_of(uint64_t *ev, uint64_t kind, uint64_t lo, const moon_kv_tag_t *tag)
+{
+    ev[0] = kind;
+    ev[1] = lo;
+    ev[2] = lo * 7;
+    ev[3] = tag->model_id;
+    ev[4] = tag->weight_version;
+}
+
+static moon_kv_key_t key(uint64_t lo)
+{
+    moon_kv_key_t k = {lo, lo * 7};
+    return k;
+}
+
+static void test_snapshot_then_live_events(void)
+{
+    moon_kv_index_t *x;
+    uint64_t         ev[3 * 5];
+    moon_kv_key_t    keys[4] = {key(1), key(2), key(3), key(4)};
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_index_create(2, &TAG, &x), MOON_OK);
+    /* live events before any snapshot are refused */
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 0, 0, ev, 1), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 4), 0);
+    /* snapshot of shard 0: keys 1, 2; next live event is number 10 */
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    ev_of(ev + 5, MOON_KV_EVENT_STORED, 2, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 10, 1, ev, 2), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 4), 2);
+    /* live: key 3 stored on shard 1 needs shard 1's snapshot first */
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 1, 0, 1, NULL, 0), MOON_OK);
+    ev_of(ev, MOON_KV_EVENT_STORED, 3, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 1, 0, 0, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 4), 3);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 3);
+    /* key 2 evicted from shard 0: the prefix stops at 1 */
+    ev_of(ev, MOON_KV_EVENT_EVICTED, 2, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 10, 0, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 4), 1);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 2);
+    moon_kv_index_destroy(x);
+}
+
+static void test_gap_drops_the_shard_until_its_next_snapshot(void)
+{
+    moon_kv_index_t *x;
+    uint64_t         ev[5];
+    moon_kv_key_t    k1 = key(1);
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_index_create(1, &TAG, &x), MOON_OK);
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 5, 1, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k1, 1), 1);
+    /* event 5 was lost: 6 comes */
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 6, 0, ev, 1), MOON_ERR_CORRUPT);
+    CU_ASSERT_FALSE(moon_kv_index_synced(x, 0));
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k1, 1), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 0);
+    /* the re-subscription's snapshot restores it */
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 7, 1, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k1, 1), 1);
+    moon_kv_index_destroy(x);
+}
+
+static void test_lost_shard_and_other_tags(void)
+{
+    moon_kv_index_t *x;
+    uint64_t         ev[10];
+    moon_kv_tag_t    other = {42, 2};
+    moon_kv_key_t    k1 = key(1), k9 = key(9);
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_index_create(2, &TAG, &x), MOON_OK);
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    ev_of(ev + 5, MOON_KV_EVENT_STORED, 9, &other); /* another weight version */
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 0, 1, ev, 2), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 1, 0, 1, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k9, 1), 0);
+    moon_kv_index_drop_shard(x, 0);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k1, 1), 1); /* shard 1 still has it */
+    moon_kv_index_drop_shard(x, 1);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k1, 1), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 2, 0, 1, NULL, 0), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_kv_index_create(0, &TAG, &x), MOON_ERR_INVALID_PARAM);
+    moon_kv_index_destroy(x);
+}
+
+static CU_TestInfo tests[] = {
+    {"snapshot_then_live_events", test_snapshot_then_live_events},
+    {"gap_drops_the_shard_until_its_next_snapshot", test_gap_drops_the_shard_until_its_next_snapshot},
+    {"lost_shard_and_other_tags", test_lost_shard_and_other_tags},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo suites[] = {{"kv_index", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+int main(void)
+{
+    return moon_test_run(suites);
+}
