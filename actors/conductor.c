@@ -67,7 +67,7 @@ static double now_s(moon_actor_t *self)
 /* View index of an instance: prefill ones first. */
 static int32_t view_index(const conductor_t *c, uint32_t role, uint32_t instance)
 {
-    if (role == MOON_SERVE_ROLE_DECODE) {
+    if (role == MOON_SERVE_ROLE_DECODE || role == MOON_SERVE_ROLE_COLOCATED) {
         return instance < c->a.n_decode ? (int32_t)(c->a.n_prefill + instance) : -1;
     }
     return instance < c->a.n_prefill ? (int32_t)instance : -1;
@@ -365,8 +365,9 @@ static moon_status_t conductor_on_hello(moon_actor_t *self, const moon_msg_hdr_t
     }
     v                           = &c->view.inst[i];
     v->id                       = m->instance;
-    v->role                     = m->role == MOON_SERVE_ROLE_DECODE ? MOON_SCHED_ROLE_DECODE
-                                                                    : MOON_SCHED_ROLE_PREFILL;
+    v->role                     = m->role == MOON_SERVE_ROLE_DECODE      ? MOON_SCHED_ROLE_DECODE
+                                  : m->role == MOON_SERVE_ROLE_COLOCATED ? MOON_SCHED_ROLE_COLOCATED
+                                                                         : MOON_SCHED_ROLE_PREFILL;
     v->alive                    = 1;
     v->max_batch                = m->max_batch;
     v->kv_blocks_total          = m->total_blocks;
@@ -387,7 +388,10 @@ static moon_status_t conductor_on_hello(moon_actor_t *self, const moon_msg_hdr_t
     c->inst[i].last.total_blocks = m->total_blocks;
     c->inst[i].last.free_blocks  = m->total_blocks;
     moon_monitor(self, msg->src, (uint64_t)i);
-    MOON_INFO("conductor: %s instance %u is up", m->role == MOON_SERVE_ROLE_DECODE ? "decode" : "prefill",
+    MOON_INFO("conductor: %s instance %u is up",
+              m->role == MOON_SERVE_ROLE_DECODE      ? "decode"
+              : m->role == MOON_SERVE_ROLE_COLOCATED ? "colocated"
+                                                     : "prefill",
               m->instance);
     return MOON_OK;
 }
@@ -538,7 +542,8 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (c->a.kv_link_bytes_per_s <= 0.0) {
         c->a.kv_link_bytes_per_s = 10e9;
     }
-    if (c->tok == NULL || c->a.block_tokens == 0 || c->a.n_prefill == 0 || c->a.n_decode == 0 ||
+    if (c->tok == NULL || c->a.block_tokens == 0 || (c->a.n_prefill == 0 && !c->a.colocated) ||
+        c->a.n_decode == 0 ||
         c->a.n_prefill + c->a.n_decode > 2 * COND_MAX_INSTANCES ||
         c->a.n_shards > COND_MAX_INSTANCES) {
         MOON_ERROR("conductor: the model needs a tokenizer, the deployment a block size, 1-%u "

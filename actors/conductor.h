@@ -16,6 +16,7 @@ typedef struct {
     uint32_t            block_tokens; /* the deployment's block size */
     uint32_t            max_requests; /* in flight at once (0: 4096); more are rejected */
     uint32_t            n_prefill, n_decode; /* instances of each role (ids 0..n-1) */
+    int                 colocated; /* n_decode colocated instances (n_prefill 0) */
     const moon_addr_t  *shards;       /* store shards whose events feed the prefix index
                                          (copied); n_shards 0: no store */
     uint32_t            n_shards;

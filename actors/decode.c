@@ -5,6 +5,12 @@
  * engine thread, samples per request, streams every token to the client and
  * stops on EOS, stop ids, stop strings, max tokens or the context's end.
  *
+ * Colocated (role MOON_SERVE_ROLE_COLOCATED, the vLLM-like baseline): the
+ * instance also takes PREFILL itself, reuses the prompt's leading blocks from
+ * its own prefix cache (block_cache.h), computes the rest in chunks that
+ * alternate with the batch's decode steps on the same engine, and then runs
+ * the sequence in its batch; no store, no transfer.
+ *
  * Admission is budgeted: a request is taken only when the blocks it can ever
  * need (prompt + max_tokens) fit beside those of the requests already taken,
  * so a running sequence never finds the pool full; the others wait, in order. */
@@ -16,10 +22,12 @@
 #include "moonlet/log.h"
 #include "serve_instance.h"
 #include "serve_text.h"
+#include "block_cache.h"
 
 #include <string.h>
 
-enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING };
+enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING, DREQ_PREFILLING };
+enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 
 #define DEC_CANCEL_RING 64u
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
@@ -36,7 +44,10 @@ typedef struct {
     uint32_t     n_issued, n_arrived, n_appended;
     uint32_t     budget;
     int          final, partial_issued, in_step, cancelled, finished, kv_done_sent;
-    moon_msg_hdr_t *final_msg; /* retained: stop ids and strings live in it */
+    moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
+    const uint32_t *stop_ids;
+    uint32_t        n_stop_ids;
+    uint32_t        n_done; /* colocated: prompt tokens in the KV */
     moon_sampler_t  smp;
     moon_serve_text_t text;
     int             text_ready;
@@ -62,7 +73,14 @@ typedef struct {
     int32_t  *b_tok;
     float    *b_logits; /* (max_batch, vocab) */
     uint32_t  b_n;
+    uint32_t  job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
+    dreq_t   *chunk_req; /* colocated: the request of the chunk in flight */
+    uint32_t  chunk_n;
+    float    *c_logits;  /* (vocab) the chunk's last logits */
+    int       last_was_chunk;
+    moon_block_cache_t *cache; /* colocated: the instance's own prefix cache */
     uint64_t  timer;
+    uint64_t  n_cache_hit_tokens, n_computed_tokens;
     /* cancels that came before their request */
     struct {
         moon_addr_t reply_to;
@@ -102,13 +120,20 @@ static uint32_t blocks_for(const decode_t *d, uint64_t n_tokens)
 
 static void report_load(moon_actor_t *self, decode_t *d)
 {
-    uint32_t running = 0;
-    uint64_t counters[3] = {0, 0, d->n_tokens_out};
+    uint32_t running = 0, queued = d->n_waiting, queued_tokens = 0;
+    uint64_t counters[3] = {d->n_cache_hit_tokens, 0, d->n_computed_tokens};
 
     for (uint32_t i = 0; i < d->a.max_seqs; i++) {
         running += d->reqs[i].state == DREQ_RUNNING;
+        if (d->reqs[i].state == DREQ_PREFILLING) {
+            queued++;
+            queued_tokens += d->reqs[i].n_prompt - d->reqs[i].n_done;
+        }
     }
-    moon_serve_report_load(self, &d->a, 0, d->n_waiting, running, moon_kv_n_free_blocks(d->pool.kv),
+    /* the cache's blocks are free for the conductor: they go when room is needed */
+    moon_serve_report_load(self, &d->a, queued_tokens, queued, running,
+                           moon_kv_n_free_blocks(d->pool.kv) +
+                               (d->cache ? moon_block_cache_idle(d->cache) : 0),
                            counters);
 }
 
@@ -221,16 +246,12 @@ static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moo
 
 static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 {
-    const moon_serve_kv_ready_t *f = (const void *)r->final_msg;
-    const uint32_t              *ids;
-
     if (!(r->flags & MOON_SERVE_F_IGNORE_EOS) &&
         (tok == moon_tokenizer_eos(t) || tok == moon_tokenizer_bos(t))) {
         return 1; /* BOS ends a sample too, as in `moonlet generate` (llama2.c) */
     }
-    ids = MOON_SPAN_PTR(f, f->stop_ids);
-    for (uint32_t i = 0; i < f->stop_ids.n; i++) {
-        if ((uint32_t)tok == ids[i]) {
+    for (uint32_t i = 0; i < r->n_stop_ids; i++) {
+        if ((uint32_t)tok == r->stop_ids[i]) {
             return 1;
         }
     }
@@ -343,6 +364,20 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
     return MOON_OK;
 }
 
+/* Room for a request that may need `need` blocks, beside what the taken
+ * ones may still need: blocks only the prefix cache holds count as room once
+ * given back (least recently used first). */
+static int budget_allows(decode_t *d, uint32_t need)
+{
+    uint32_t idle = d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
+
+    while (d->committed + need + idle > d->a.n_blocks && idle > 0) {
+        moon_block_cache_make_room(d->cache, moon_kv_n_free_blocks(d->pool.kv) + 1);
+        idle = moon_block_cache_idle(d->cache);
+    }
+    return d->committed + need + idle <= d->a.n_blocks;
+}
+
 static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
                               dreq_t **r_p)
 {
@@ -350,7 +385,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     dreq_t  *r    = NULL;
 
     (void)self;
-    if (d->committed + need > d->a.n_blocks) {
+    if (!budget_allows(d, need)) {
         return MOON_ERR_NO_RESOURCE;
     }
     for (uint32_t i = 0; i < d->a.max_seqs && r == NULL; i++) {
@@ -389,6 +424,20 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     return MOON_OK;
 }
 
+static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, float top_p,
+                                    uint32_t top_k, uint64_t seed, int32_t prev,
+                                    const char *stops, uint32_t stops_len)
+{
+    moon_status_t status =
+        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
+
+    if (status == MOON_OK) {
+        status        = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
+        r->text_ready = status == MOON_OK;
+    }
+    return status;
+}
+
 /* The final KV_READY: sampling state, first token (streamed now: TTFT). */
 static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_serve_kv_ready_t *m)
 {
@@ -404,14 +453,11 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->queue_ns   = m->queue_ns;
     r->prefill_ns = m->prefill_ns;
     r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
-    status = moon_sampler_init(&r->smp, d->vocab, m->temperature, m->top_p ? m->top_p : 1.0f,
-                               m->top_k, m->seed);
-    if (status == MOON_OK) {
-        status = moon_serve_text_init(&r->text, d->tok, m->tokens.n ? (int32_t)toks[m->tokens.n - 1]
-                                                                   : moon_tokenizer_bos(d->tok),
-                                      MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
-        r->text_ready = status == MOON_OK;
-    }
+    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids = m->stop_ids.n;
+    status        = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
+                                   m->tokens.n ? (int32_t)toks[m->tokens.n - 1] : moon_tokenizer_bos(d->tok),
+                                   MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
         return;
@@ -427,6 +473,10 @@ static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
     const moon_serve_kv_ready_t *f = (const void *)r->final_msg;
     const uint32_t              *blocks;
     uint32_t                     rem = r->n_prompt - r->n_full * d->a.block_tokens, j;
+
+    if (r->state == DREQ_PREFILLING) {
+        return; /* colocated: its KV is computed here */
+    }
     moon_status_t                status;
 
     if (rem == 0 || r->partial_issued == 1 || r->n_appended < r->n_full || f == NULL) {
@@ -508,6 +558,67 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
     return 1;
 }
 
+/* Colocated: a PREFILL for this instance itself. Returns 0 when it waits. */
+static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_prefill_t *m)
+{
+    moon_serve_kv_ready_t shape = {.reply_to   = m->reply_to,
+                                   .request_id = m->request_id,
+                                   .n_tokens   = m->tokens.n,
+                                   .max_tokens = m->max_tokens};
+    const uint32_t *tok         = MOON_SPAN_PTR(m, m->tokens);
+    dreq_t         *r;
+    moon_status_t   status;
+    uint32_t        hits;
+
+    if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
+        MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
+                  (unsigned long long)m->request_id, m->tokens.n);
+        return 1;
+    }
+    status = open_req(self, d, &shape, &r);
+    if (status == MOON_ERR_NO_RESOURCE) {
+        return 0;
+    }
+    if (status != MOON_OK) {
+        return 1;
+    }
+    moon_msg_retain(&m->hdr);
+    r->final_msg  = (moon_msg_hdr_t *)&m->hdr;
+    r->final      = 1;
+    r->prefill    = MOON_ADDR_NONE;
+    r->state      = DREQ_PREFILLING;
+    r->arrival_ns = m->arrival_ns;
+    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids = m->stop_ids.n;
+    /* the prompt's last token is always computed: its logits give the first token */
+    hits = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
+                                 MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
+                                 r->seq);
+    r->n_done     = hits * d->a.block_tokens;
+    r->n_cached   = r->n_done;
+    r->n_appended = r->n_full; /* nothing to pull */
+    d->n_cache_hit_tokens += r->n_done;
+    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
+                            (int32_t)tok[m->tokens.n - 1], MOON_SPAN_PTR(m, m->stop_strs),
+                            m->stop_strs.n);
+    if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "bad sampling parameters");
+    } else if (take_cancel(d, m->reply_to, m->request_id)) {
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else {
+        maybe_step(self, d);
+    }
+    report_load(self, d);
+    return 1;
+}
+
+static int handle_incoming(moon_actor_t *self, decode_t *d, const moon_msg_hdr_t *msg)
+{
+    return msg->type == MOON_MSG_SERVE_PREFILL
+               ? handle_prefill(self, d, (const moon_serve_prefill_t *)msg)
+               : handle_kv_ready(self, d, (const moon_serve_kv_ready_t *)msg);
+}
+
 static int waiting_for_same(const decode_t *d, const moon_serve_kv_ready_t *m)
 {
     for (uint32_t i = 0; i < d->n_waiting; i++) {
@@ -519,12 +630,18 @@ static int waiting_for_same(const decode_t *d, const moon_serve_kv_ready_t *m)
     return 0;
 }
 
+/* KV_READY from a prefill instance, or (colocated) PREFILL from the
+ * conductor: both begin with the request's name. */
 static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     decode_t                    *d = moon_actor_state(self);
     const moon_serve_kv_ready_t *m = (const void *)msg;
 
-    if (waiting_for_same(d, m) || !handle_kv_ready(self, d, m)) {
+    if (msg->type == MOON_MSG_SERVE_PREFILL && d->cache == NULL) {
+        MOON_WARN("decode %u: a prefill request for a decode-only instance dropped", d->a.instance);
+        return MOON_OK;
+    }
+    if (waiting_for_same(d, m) || !handle_incoming(self, d, msg)) {
         moon_msg_hdr_t **w = moon_realloc(d->waiting, (d->n_waiting + 1) * sizeof(*w));
         if (w == NULL) {
             return MOON_ERR_NO_MEMORY;
@@ -542,8 +659,7 @@ static void try_admit_waiting(moon_actor_t *self, decode_t *d)
 
     /* In order: a request's later messages stay behind its first. */
     while (i < d->n_waiting) {
-        const moon_serve_kv_ready_t *m = (const void *)d->waiting[i];
-        if (!handle_kv_ready(self, d, m)) {
+        if (!handle_incoming(self, d, d->waiting[i])) {
             break;
         }
         moon_msg_release(d->waiting[i]);
@@ -591,14 +707,65 @@ static moon_status_t step_job(void *arg, double *duration_s_p)
                               duration_s_p);
 }
 
+static moon_status_t chunk_job(void *arg, double *duration_s_p)
+{
+    decode_t *d = arg;
+    dreq_t   *r = d->chunk_req;
+    const moon_serve_prefill_t *m = (const void *)r->final_msg;
+    const int32_t *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
+
+    return moon_engine_prefill(d->engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
+                               duration_s_p);
+}
+
+/* Colocated: the oldest request still prefilling. */
+static dreq_t *next_prefill(decode_t *d)
+{
+    dreq_t *best = NULL;
+
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        dreq_t *r = &d->reqs[i];
+        if (r->state == DREQ_PREFILLING && !r->finished &&
+            (best == NULL || r->arrival_ns < best->arrival_ns)) {
+            best = r;
+        }
+    }
+    return best;
+}
+
+static void start_chunk(moon_actor_t *self, decode_t *d, dreq_t *r)
+{
+    uint32_t n = MOON_MIN(d->a.prefill_chunk, r->n_prompt - r->n_done);
+
+    if (r->n_done == r->n_cached && r->prefill_ns == 0) {
+        r->queue_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
+    }
+    /* budgeted at admission: the blocks are there */
+    MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, n) == MOON_OK);
+    r->in_step        = 1;
+    d->chunk_req      = r;
+    d->chunk_n        = n;
+    d->job_kind       = JOB_CHUNK;
+    d->last_was_chunk = 1;
+    MOON_CHECK(moon_engine_runner_submit(d->runner, self, chunk_job, d, 0) == MOON_OK);
+}
+
+/* The next forward pass: a decode step of the whole batch, or (colocated) a
+ * prefill chunk, taking turns while both have work. */
 static void maybe_step(moon_actor_t *self, decode_t *d)
 {
     moon_status_t status;
+    dreq_t       *pre;
 
     if (moon_engine_runner_busy(d->runner)) {
         return;
     }
+    pre    = d->cache != NULL ? next_prefill(d) : NULL;
     d->b_n = 0;
+    if (pre != NULL && d->last_was_chunk == 0) {
+        start_chunk(self, d, pre);
+        return;
+    }
     for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
         dreq_t *r = &d->reqs[i];
         if (r->state != DREQ_RUNNING || r->finished) {
@@ -613,10 +780,48 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
         d->b_n++;
     }
     if (d->b_n == 0) {
+        if (pre != NULL) {
+            start_chunk(self, d, pre);
+        }
         return;
     }
-    status = moon_engine_runner_submit(d->runner, self, step_job, d, 0);
+    d->job_kind       = JOB_STEP;
+    d->last_was_chunk = 0;
+    status            = moon_engine_runner_submit(d->runner, self, step_job, d, 0);
     MOON_CHECK(status == MOON_OK);
+}
+
+/* Colocated: a prefill chunk ended. */
+static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, double dur)
+{
+    dreq_t                     *r = d->chunk_req;
+    const moon_serve_prefill_t *m = (const void *)r->final_msg;
+    const moon_kv_key_t        *keys = MOON_SPAN_PTR(m, m->keys);
+    uint32_t                    n_keys = m->keys.n / 2;
+
+    d->chunk_req = NULL;
+    r->in_step   = 0;
+    if (r->finished) {
+        release_req(self, d, r);
+    } else if (r->cancelled) {
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "prefill failed");
+    } else {
+        r->n_done += d->chunk_n;
+        r->prefill_ns += (uint64_t)(dur * 1e9);
+        d->n_computed_tokens += d->chunk_n;
+        if (r->n_done == r->n_prompt) {
+            for (uint32_t i = 0; i < MOON_MIN(n_keys, r->n_prompt / d->a.block_tokens); i++) {
+                moon_block_cache_put(d->cache, keys[i], moon_kv_seq_block(d->pool.kv, r->seq, i));
+            }
+            r->state   = DREQ_RUNNING;
+            r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
+            emit(self, d, r, moon_sampler_sample(&r->smp, d->c_logits));
+        }
+    }
+    maybe_step(self, d);
+    report_load(self, d);
 }
 
 static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
@@ -646,7 +851,11 @@ static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *m
     double        dur;
 
     if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
-        on_step_done(self, d, status);
+        if (d->job_kind == JOB_CHUNK) {
+            on_chunk_done(self, d, status, dur);
+        } else {
+            on_step_done(self, d, status);
+        }
     } else {
         report_load(self, d);
     }
@@ -712,6 +921,14 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->b_seq    = moon_calloc(mb, sizeof(*d->b_seq));
     d->b_tok    = moon_calloc(mb, sizeof(*d->b_tok));
     d->b_logits = moon_calloc((size_t)mb * d->vocab, sizeof(float));
+    if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
+        if (d->a.prefill_chunk == 0) {
+            d->a.prefill_chunk = 128;
+        }
+        d->c_logits = moon_calloc(d->vocab, sizeof(float));
+        status      = d->c_logits ? moon_block_cache_create(d->pool.kv, d->a.n_blocks, &d->cache)
+                                  : MOON_ERR_NO_MEMORY;
+    }
     if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits)) {
         status = MOON_ERR_NO_MEMORY;
     }
@@ -758,8 +975,10 @@ static void decode_fini(moon_actor_t *self)
         moon_msg_release(d->waiting[i]);
     }
     moon_free(d->waiting);
+    moon_block_cache_destroy(d->cache);
     moon_kv_pool_close(&d->pool);
     moon_engine_destroy(d->engine);
+    moon_free(d->c_logits);
     moon_free(d->reqs);
     moon_free(d->b_slot);
     moon_free(d->b_seq);
@@ -775,6 +994,7 @@ const moon_actor_ops_t moon_decode_ops = {
     .on_msg =
         {
             [MOON_MSG_SERVE_KV_READY]    = decode_on_kv_ready,
+            [MOON_MSG_SERVE_PREFILL]     = decode_on_kv_ready,
             [MOON_MSG_SERVE_CANCEL]      = decode_on_cancel,
             [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
             [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,

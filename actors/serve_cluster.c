@@ -39,7 +39,9 @@ static const moon_config_field_t serve_fields[] = {
     {"decode", MOON_CONFIG_U32, SC(n_decode), "1", "decode instances", 1, 64, 0, 0, NULL},
     {"store", MOON_CONFIG_U32, SC(n_store), "1", "kv store shards (0: no store)", 0, 64, 0, 0, NULL},
     {"colocated", MOON_CONFIG_BOOL, SC(colocated), "0",
-     "each instance prefills and decodes (not built yet)", 0, 1, 0, 0, NULL},
+     "each instance prefills and decodes, with its own prefix cache (prefill + decode "
+     "instances, no store): the vllm-like baseline",
+     0, 1, 0, 0, NULL},
     {"block-tokens", MOON_CONFIG_U32, SC(block_tokens), "16",
      "tokens per kv block and store key (fixed per deployment)", 1, 4096, 0, 0, NULL},
     {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1,
@@ -55,6 +57,10 @@ static const moon_config_field_t serve_fields[] = {
      backend_names},
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
      1, 1u << 20, 0, 0, NULL},
+    {"store-ssd", MOON_CONFIG_STRING, SC(store_ssd), NULL,
+     "folder of the store shards' ssd tier files (unset: dram only)", 0, 0, 0, 0, NULL},
+    {"store-ssd-mib", MOON_CONFIG_U64, SC(store_ssd_mib), "1024", "ssd tier per store shard, mib",
+     1, 1ull << 30, 0, 0, NULL},
     {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
      NULL},
     {"policy", MOON_CONFIG_STRING, SC(policy), "moonlet",
@@ -173,7 +179,11 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         if (rank_of(spec, name, n_ranks) == me) {
+            char ssd[4096];
+            snprintf(ssd, sizeof(ssd), "%s/store-%u.bin", cfg->store_ssd ? cfg->store_ssd : ".", i);
             moon_store_shard_args_t sa = {
+                .ssd_path   = cfg->store_ssd ? ssd : NULL,
+                .ssd_bytes  = cfg->store_ssd_mib << 20,
                 .shard_id   = i,
                 .slot_bytes = block_bytes,
                 .n_slots    = (uint32_t)MOON_MAX(1, (cfg->store_dram_mib << 20) / block_bytes),
@@ -197,6 +207,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             .block_tokens        = cfg->block_tokens,
             .n_prefill           = cfg->n_prefill,
             .n_decode            = cfg->n_decode,
+            .colocated           = cfg->colocated,
             .shards              = c->shards,
             .n_shards            = cfg->n_store,
             .policy              = cfg->policy,
@@ -233,7 +244,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .engine        = {.kind = cfg->backend, .n_threads = cfg->threads,
                                   .max_batch = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
                                   .max_chunk = cfg->prefill_chunk},
-                .role          = role,
+                .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,
                 .instance      = i,
                 .block_tokens  = cfg->block_tokens,
                 .n_blocks      = cfg->kv_blocks,
@@ -267,18 +278,14 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         cfg->block_tokens == 0 || cfg->n_prefill == 0 || cfg->n_decode == 0 ||
         cfg->n_prefill > 64 || cfg->n_decode > 64 || cfg->n_store > 64 ||
         (cfg->n_store > 0 && (cfg->replicas == 0 || cfg->replicas > cfg->n_store)) ||
-        cfg->colocated) {
+        (cfg->colocated && cfg->n_prefill + cfg->n_decode > 64)) {
         MOON_ERROR("serve: bad cluster configuration (1-64 prefill and decode instances, 0-64 "
-                   "store shards, 1 <= replicas <= shards, a block size; colocated mode is not "
-                   "built yet)");
+                   "store shards, 1 <= replicas <= shards, a block size)");
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_serve_msgs_register();
     if (status == MOON_OK) {
         status = moon_msg_register(moon_dist_msg_descs); /* bulk completions in one process too */
-    }
-    if (status == MOON_OK) {
-        status = build_spec(cfg, n_ranks, spec, sizeof(spec));
     }
     if (status != MOON_OK) {
         return status;
@@ -288,6 +295,12 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         return MOON_ERR_NO_MEMORY;
     }
     c->cfg    = *cfg;
+    if (cfg->colocated) {
+        /* every instance does both, with its own prefix cache: no store */
+        c->cfg.n_decode  = cfg->n_prefill + cfg->n_decode;
+        c->cfg.n_prefill = 0;
+        c->cfg.n_store   = 0;
+    }
     c->rt     = rt;
     c->dist   = dist;
     c->shards = moon_calloc(cfg->n_store + 1, sizeof(*c->shards));
@@ -298,6 +311,9 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     if (status == MOON_OK && c->cfg.kv_blocks == 0) {
         uint32_t ctx      = moon_model_config(c->model)->seq_len;
         c->cfg.kv_blocks = 4 * ((ctx + cfg->block_tokens - 1) / cfg->block_tokens);
+    }
+    if (status == MOON_OK) {
+        status = build_spec(&c->cfg, n_ranks, spec, sizeof(spec));
     }
     if (c->cfg.max_seqs == 0) {
         c->cfg.max_seqs = 64;

@@ -23,6 +23,8 @@ typedef struct {
     uint32_t            threads;       /* engine threads per instance (0: 1) */
     moon_backend_kind_t backend;
     uint64_t            store_dram_mib; /* per shard */
+    const char         *store_ssd;      /* a folder for each shard's SSD tier file (NULL: none) */
+    uint64_t            store_ssd_mib;  /* per shard */
     uint32_t            replicas;
     uint32_t            client_ranks;   /* ranks at the end left to drivers (no role) */
     const char         *policy;         /* conductor policy (moon_sched_policy_create) */

@@ -574,6 +574,8 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     cfg.n_slots          = a->n_slots;
     cfg.verify_on_commit = a->verify_on_commit;
     cfg.verify_on_get    = a->verify_on_get;
+    cfg.ssd_path         = a->ssd_path;
+    cfg.ssd_bytes        = a->ssd_path != NULL ? a->ssd_bytes : 0;
     cfg.on_event         = on_kv_event;
     cfg.event_arg        = st;
     if (a->reserve_timeout_ns != 0) {

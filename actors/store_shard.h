@@ -42,6 +42,8 @@ typedef struct {
     int      verify_on_get;      /* recompute it before each get grant */
     uint32_t max_clients;        /* live clients tracked at once; 0: 1024. More get
                                     MOON_ERR_NO_RESOURCE */
+    const char *ssd_path;        /* optional SSD tier file (created, truncated; copied) */
+    uint64_t    ssd_bytes;       /* its capacity */
 } moon_store_shard_args_t;
 
 /* Spawn with moon_spawn(rt, &moon_store_shard_ops, &args, ...). init fails with

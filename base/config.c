@@ -135,7 +135,7 @@ static void describe_accepted(const moon_config_field_t *row, char *buf, size_t 
         n = snprintf(buf, len, "%s",
                      row->type == MOON_CONFIG_SIZE ? "a size (digits, optional unit k m g t)"
                                                    : "an integer");
-        if (row->max != 0) {
+        if (row->max != 0 && row->max != (row->type == MOON_CONFIG_U32 ? UINT32_MAX : UINT64_MAX)) {
             snprintf(buf + n, len - (size_t)n, " in [%s, %s]", lo, hi);
         } else {
             snprintf(buf + n, len - (size_t)n, " >= %s", lo);

@@ -58,8 +58,10 @@ static moon_status_t pp_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t pp_ops = {
-    .name = "pp", .state_bytes = sizeof(uint64_t), .init = pp_init,
-    .on_msg = {[B_MSG_PING] = pp_on_ping},
+    .name        = "pp",
+    .state_bytes = sizeof(uint64_t),
+    .init        = pp_init,
+    .on_msg      = {[B_MSG_PING] = pp_on_ping},
 };
 
 /* ---- ring: NEXT tells each actor its successor; TOKEN n hops on ----------- */
@@ -81,8 +83,9 @@ static moon_status_t ring_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg
 }
 
 static const moon_actor_ops_t ring_ops = {
-    .name = "ring", .state_bytes = sizeof(moon_addr_t),
-    .on_msg = {[B_MSG_NEXT] = ring_on_next, [B_MSG_TOKEN] = ring_on_token},
+    .name        = "ring",
+    .state_bytes = sizeof(moon_addr_t),
+    .on_msg      = {[B_MSG_NEXT] = ring_on_next, [B_MSG_TOKEN] = ring_on_token},
 };
 
 /* ---- forkjoin: workers count PINGs and report DONE to the sender ---------- */
@@ -96,8 +99,9 @@ static moon_status_t fj_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t fj_worker_ops = {
-    .name = "fj-worker", .state_bytes = sizeof(uint64_t),
-    .on_msg = {[B_MSG_PING] = fj_on_ping},
+    .name        = "fj-worker",
+    .state_bytes = sizeof(uint64_t),
+    .on_msg      = {[B_MSG_PING] = fj_on_ping},
 };
 
 typedef struct {
@@ -143,8 +147,10 @@ static moon_status_t fj_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t fj_sender_ops = {
-    .name = "fj-sender", .state_bytes = sizeof(fj_sender_t), .init = fj_sender_init,
-    .on_msg = {[B_MSG_NEXT] = fj_on_next, [B_MSG_DONE] = fj_on_done},
+    .name        = "fj-sender",
+    .state_bytes = sizeof(fj_sender_t),
+    .init        = fj_sender_init,
+    .on_msg      = {[B_MSG_NEXT] = fj_on_next, [B_MSG_DONE] = fj_on_done},
 };
 
 /* ---- driver --------------------------------------------------------------- */
@@ -159,9 +165,9 @@ static void ext_send(moon_runtime_t *rt, moon_addr_t to, uint32_t type, uint64_t
 
 int main(int argc, char **argv)
 {
-    const char           *bench   = moon_bench_arg_str(argc, argv, "bench", "pingpong");
-    uint64_t              n       = (uint64_t)moon_bench_arg_int(argc, argv, "n", 0);
-    uint32_t              actors  = (uint32_t)moon_bench_arg_int(argc, argv, "actors", 0);
+    const char           *bench  = moon_bench_arg_str(argc, argv, "bench", "pingpong");
+    uint64_t              n      = (uint64_t)moon_bench_arg_int(argc, argv, "n", 0);
+    uint32_t              actors = (uint32_t)moon_bench_arg_int(argc, argv, "actors", 0);
     moon_runtime_config_t cfg;
     moon_runtime_t       *rt;
     moon_bench_json_t     j;

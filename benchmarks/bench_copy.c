@@ -32,9 +32,9 @@ static double run(pattern_t pat, size_t n, uint32_t n_slots, uint32_t depth, uin
     /* the arena (every slot, as in the shard) and the client's buffers */
     uint32_t n_src    = pat == PAT_PUT ? 1 : pat == PAT_ONE_BUFFER ? 1 : depth;
     uint32_t n_dst    = pat == PAT_PUT ? n_slots : pat == PAT_ONE_BUFFER ? 1 : depth;
-    char    *src     = aligned_alloc(4096, (size_t)n_src * n);
-    char    *dst     = aligned_alloc(4096, (size_t)n_dst * n);
-    uint64_t iters   = bytes / n > 4 ? bytes / n : 4;
+    char    *src      = aligned_alloc(4096, (size_t)n_src * n);
+    char    *dst      = aligned_alloc(4096, (size_t)n_dst * n);
+    uint64_t iters    = bytes / n > 4 ? bytes / n : 4;
     double   gb_per_s = -1;
 
     if (src != NULL && dst != NULL) {

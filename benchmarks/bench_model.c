@@ -369,8 +369,9 @@ int main(int argc, char **argv)
     moon_model_t              *m          = NULL;
     const moon_model_config_t *c;
     moon_engine_config_t       ecfg = {0};
-    moon_engine_t             *eng  = NULL;
-    moon_kv_cache_t           *kv   = NULL;
+    moon_engine_tuning_t       tuning;
+    moon_engine_t             *eng = NULL;
+    moon_kv_cache_t           *kv  = NULL;
     moon_kv_config_t           kcfg;
     uint32_t                  *seqs;
     int32_t                   *toks;
@@ -470,12 +471,14 @@ int main(int argc, char **argv)
     ecfg.kind = strcmp(impl, "ref") == 0        ? MOON_BACKEND_REF
                 : strncmp(impl, "cuda", 4) == 0 ? MOON_BACKEND_CUDA /* cuda, cuda_nograph */
                                                 : MOON_BACKEND_CPU;
-    if (strcmp(impl, "cuda_nograph") == 0) {
-        setenv("MOON_CUDA_GRAPHS", "0", 1); /* read at engine create */
+    if (moon_engine_tuning_default(&tuning) != MOON_OK) { /* MOON_CPU_* A/B switches */
+        return 1;
     }
-    ecfg.n_threads = (uint32_t)threads;
-    ecfg.max_batch = (uint32_t)batch;
-    ecfg.max_chunk = (uint32_t)MOON_MAX(prompt, ctx);
+    tuning.cuda_graphs = strcmp(impl, "cuda_nograph") != 0;
+    ecfg.tuning        = &tuning;
+    ecfg.n_threads     = (uint32_t)threads;
+    ecfg.max_batch     = (uint32_t)batch;
+    ecfg.max_chunk     = (uint32_t)MOON_MAX(prompt, ctx);
     if (moon_engine_create(m, &ecfg, &eng) != MOON_OK) {
         fprintf(stderr, "bench_model: engine create failed\n");
         return 1;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define N_KINDS 4   /* 256 KiB, 4 MiB, 32 MiB, 4 KiB */
+#define N_KINDS 4 /* 256 KiB, 4 MiB, 32 MiB, 4 KiB */
 #define N_BULK_KINDS 3
 #define MAX_DEPTH 8 /* bulk blocks in flight per client (one 32 MiB buffer each) */
 

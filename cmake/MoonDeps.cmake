@@ -1,4 +1,4 @@
-# MoonDeps.cmake - third-party discovery (ENV.md: pkg-config for everything but MPI and CUDA).
+# MoonDeps.cmake - third-party discovery (pkg-config for everything but MPI and CUDA).
 find_package(Threads REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)
@@ -36,6 +36,6 @@ if(MOON_WITH_CUDA)
   endif()
   add_library(moon_nccl INTERFACE)
   target_include_directories(moon_nccl INTERFACE ${NCCL_INCLUDE_DIR})
-  # Never CUDA::cuda_driver: linking the stub makes binaries fail to start (ENV.md).
+  # Never CUDA::cuda_driver: linking the stub makes binaries fail to start.
   target_link_libraries(moon_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
 endif()

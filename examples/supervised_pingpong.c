@@ -14,7 +14,7 @@
 
 /* 1. Message types: one list; ids from MOON_MSG_USER_BASE (128) up. */
 #define EX_COUNT_FIELDS(F, T) F(T, u64, n)
-#define EX_INCR_FIELDS(F, T)  F(T, i64, by)
+#define EX_INCR_FIELDS(F, T) F(T, i64, by)
 #define EX_EMPTY_FIELDS(F, T)
 #define EX_VALUE_FIELDS(F, T) F(T, i64, value)
 #define EX_MSGS(X)                                                                                 \
@@ -79,8 +79,8 @@ static moon_status_t counter_on_crash(moon_actor_t *self, const moon_msg_hdr_t *
 static const moon_actor_ops_t counter_ops = {
     .name        = "counter",
     .state_bytes = sizeof(counter_state_t),
-    .on_msg      = {[EX_MSG_INCR] = counter_on_incr,
-                    [EX_MSG_GET]  = counter_on_get,
+    .on_msg      = {[EX_MSG_INCR]  = counter_on_incr,
+                    [EX_MSG_GET]   = counter_on_get,
                     [EX_MSG_CRASH] = counter_on_crash},
 };
 
@@ -115,7 +115,7 @@ static moon_status_t driver_init(moon_actor_t *self, const void *args)
     moon_status_t   status;
 
     st->n_round_trips = *(const uint64_t *)args;
-    status = moon_spawn(moon_actor_runtime(self), &ponger_ops, NULL, NULL, &st->ponger);
+    status            = moon_spawn(moon_actor_runtime(self), &ponger_ops, NULL, NULL, &st->ponger);
     if (status != MOON_OK) {
         return status;
     }
@@ -193,8 +193,8 @@ static const moon_actor_ops_t driver_ops = {
     .name        = "driver",
     .state_bytes = sizeof(driver_state_t),
     .init        = driver_init,
-    .on_msg      = {[EX_MSG_PONG]  = driver_on_pong,
-                    [EX_MSG_VALUE] = driver_on_value,
+    .on_msg      = {[EX_MSG_PONG]        = driver_on_pong,
+                    [EX_MSG_VALUE]       = driver_on_value,
                     [MOON_MSG_SYS_TIMER] = driver_on_timer},
 };
 
@@ -207,11 +207,13 @@ int main(int argc, char **argv)
     int                   code;
 
     /* The counter, restarted at most 3 times a second. */
-    const moon_child_spec_t      child = {.name = "counter", .ops = &counter_ops,
-                                          .restart = MOON_RESTART_PERMANENT};
-    const moon_supervisor_args_t sup_args = {.strategy = MOON_SUP_ONE_FOR_ONE, .max_restarts = 3,
-                                             .window_ns = 1000000000ull, .children = &child,
-                                             .n_children = 1};
+    const moon_child_spec_t child = {
+        .name = "counter", .ops = &counter_ops, .restart = MOON_RESTART_PERMANENT};
+    const moon_supervisor_args_t sup_args = {.strategy     = MOON_SUP_ONE_FOR_ONE,
+                                             .max_restarts = 3,
+                                             .window_ns    = 1000000000ull,
+                                             .children     = &child,
+                                             .n_children   = 1};
 
     moon_runtime_config_default(&cfg);
     if (moon_msg_register(ex_msg_descs) != MOON_OK || moon_runtime_create(&cfg, &rt) != MOON_OK) {

@@ -3,6 +3,7 @@
  * the whole cluster in one process) until SIGINT or SIGTERM, or for
  * --seconds. Clients reach the conductor through the client API (an
  * mpirun MPMD job's client ranks, see examples/serve_driver.c). */
+#include "cli.h"
 #include "commands.h"
 
 #include "moonlet/config.h"
@@ -44,6 +45,9 @@ int moon_cmd_serve(int argc, char **argv)
 {
     moon_serve_config_t   scfg;
     serve_run_t           run;
+    moon_dist_config_t    dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
+    const moon_cli_table_t tables[] = {
+        {&moon_serve_config_table, &scfg}, {&run_table, &run}, {&moon_dist_config_table, &dcfg}};
     moon_config_t        *cfg = NULL;
     moon_dist_t          *dist = NULL;
     moon_runtime_t       *rt   = NULL;
@@ -52,30 +56,17 @@ int moon_cmd_serve(int argc, char **argv)
     int                   rc = 1;
 
     moon_serve_config_default(&scfg);
-    moon_config_defaults(&run_table, &run);
-    if (moon_config_create(&cfg) != MOON_OK ||
-        moon_config_add(cfg, &moon_serve_config_table, &scfg) != MOON_OK ||
-        moon_config_add(cfg, &run_table, &run) != MOON_OK) {
-        fprintf(stderr, "moonlet serve: %s\n", cfg ? moon_config_error(cfg) : "out of memory");
+    rc = moon_cli_parse("serve", "usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n",
+                        tables, MOON_ARRAY_SIZE(tables), 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    rc = 1;
+    if (scfg.model_path == NULL) {
+        rc = moon_cli_usage_error("serve", "--model is required");
         goto out;
     }
-    if (moon_config_parse(cfg, argc, argv) != MOON_OK) {
-        fprintf(stderr, "moonlet serve: %s (moonlet serve --help)\n", moon_config_error(cfg));
-        rc = 2;
-        goto out;
-    }
-    if (moon_config_help_requested(cfg)) {
-        printf("usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n\n");
-        moon_config_print_help(cfg, stdout);
-        rc = 0;
-        goto out;
-    }
-    if (scfg.model_path == NULL || moon_config_n_args(cfg) > 0) {
-        fprintf(stderr, "moonlet serve: --model is required and no positional argument is taken\n");
-        rc = 2;
-        goto out;
-    }
-    if (moon_dist_init(&argc, &argv, NULL, &dist) != MOON_OK) {
+    if (moon_dist_init(&argc, &argv, &dcfg, &dist) != MOON_OK) {
         goto out;
     }
     moon_runtime_config_default(&rcfg);

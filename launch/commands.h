@@ -13,6 +13,9 @@ typedef struct {
     const char *help; /* one line */
 } moon_cmd_t;
 
+/* every library's options, values and sources (launch/cmd_config.c) */
+int moon_cmd_config(int argc, char **argv);
+
 /* model engine (launch/cmd_model.c) */
 int moon_cmd_convert(int argc, char **argv);
 int moon_cmd_gen_model(int argc, char **argv);

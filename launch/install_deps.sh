@@ -9,7 +9,7 @@ PKGS=(cmake make gcc pkg-config
       libmsgpack-dev libck-dev libcunit1-dev libnuma-dev
       libxxhash-dev libcjson-dev libmicrohttpd-dev libopenblas-dev
       libcurl4-openssl-dev gnuplot-nox
-      python3 python3-numpy)
+      python3 python3-numpy clang-format)
 # Anchors some benchmarks measure against in the same run.
 [ "${MOON_BENCH_DEPS:-0}" = 1 ] && PKGS+=(redis-server redis-tools)
 

@@ -32,6 +32,7 @@ demo)
     exec "$BUILD_DIR/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
         --prompt "${PROMPT:-Once upon a time}" --max-tokens "${MAX_TOKENS:-64}" ;;
 test)
+    tests/scripts/check_format.sh # the repository's .clang-format (skipped without it)
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
     [ "${QUICK:-0}" = 1 ] && exit 0
     # Sanitizer passes: every test under ASan+UBSan; under TSan the stress tests

@@ -6,6 +6,7 @@
 #include <string.h>
 
 static const moon_cmd_t commands[] = {
+    {"config", moon_cmd_config, "print every option of every library, its value and its source"},
     {"convert", moon_cmd_convert, "convert a llama2.c checkpoint + tokenizer into GGUF"},
     {"gen-model", moon_cmd_gen_model, "write a random-weight Llama of any shape as GGUF"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
@@ -18,7 +19,8 @@ static const moon_cmd_t commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: moonlet COMMAND [ARGS...]   (moonlet COMMAND --help)\n\ncommands:\n");
+    fprintf(f, "usage: moonlet COMMAND [ARGS...]   (moonlet COMMAND --help; moonlet --version)\n"
+               "\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
     }
@@ -29,6 +31,10 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("moonlet %s\n", MOON_VERSION);
+        return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {

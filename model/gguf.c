@@ -273,9 +273,11 @@ static moon_status_t parse(moon_gguf_t *g)
     g->alignment = MOON_GGUF_DEFAULT_ALIGNMENT;
     if (moon_gguf_find_key(g, "general.alignment") >= 0) {
         uint32_t a;
-        if (moon_gguf_get_u32(g, "general.alignment", &a) != MOON_OK || a == 0 ||
+        /* the spec wants a multiple of 8: below, tensor data could start at
+         * any byte and floats would be read misaligned (UBSan) */
+        if (moon_gguf_get_u32(g, "general.alignment", &a) != MOON_OK || a < 8 ||
             (a & (a - 1)) != 0 || a > (1u << 20)) {
-            CORRUPT("general.alignment is not a power of two");
+            CORRUPT("general.alignment is not a power of two from 8 to 2^20");
         }
         g->alignment = a;
     }
@@ -335,6 +337,11 @@ static moon_status_t parse(moon_gguf_t *g)
                     (unsigned long long)t->offset, (unsigned long long)t->bytes);
         }
         t->data = g->base + data_start + t->offset;
+        /* an unaligned buffer given to moon_gguf_open_memory: F32 needs 4
+         * bytes, F16, BF16 and the quantised blocks (an fp16 scale first) 2 */
+        if ((uintptr_t)t->data % (t->type == MOON_GGML_F32 ? 4u : 2u) != 0) {
+            CORRUPT("tensor '%s': data misaligned for its type", t->name);
+        }
     }
 out:
     return status;
@@ -380,7 +387,9 @@ moon_status_t moon_gguf_open(const char *path, moon_gguf_t **gguf_p)
     if (path == NULL || gguf_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO (or a device) given as a model must not block in
+     * open(); fstat then refuses anything but a regular file */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         MOON_ERROR("gguf: open %s: %s", path, strerror(errno));
         return errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;

@@ -7,9 +7,12 @@
 #include "moonlet/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_DIM (1u << 16)
 #define MAX_LAYERS 1024u
@@ -587,13 +590,21 @@ out:
 
 static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p)
 {
-    FILE    *f = fopen(path, "rb");
-    long     len;
-    uint8_t *data;
+    /* O_NONBLOCK: a FIFO must not block in open(); only regular files */
+    int         fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE       *f;
+    long        len;
+    uint8_t    *data;
 
-    if (f == NULL) {
+    if (fd < 0) {
         MOON_ERROR("convert: open %s: %s", path, strerror(errno));
         return errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (f = fdopen(fd, "rb")) == NULL) {
+        MOON_ERROR("convert: %s is not a regular file", path);
+        close(fd);
+        return MOON_ERR_IO;
     }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);

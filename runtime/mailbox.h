@@ -25,7 +25,7 @@ typedef struct {
     moon_msg_env_t *scan;     /* furthest message numbered so far */
     uint32_t        tail_seq; /* number of the tail */
     uint32_t        scan_seq;
-    moon_msg_env_t  stub;     /* initial tail; never freed */
+    moon_msg_env_t  stub; /* initial tail; never freed */
 } moon_mailbox_t;
 
 #define MAILBOX_EMPTY_BIT ((uintptr_t)1)

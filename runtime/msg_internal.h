@@ -9,17 +9,17 @@
 #include <stdatomic.h>
 
 typedef struct moon_msg_env {
-    _Atomic(struct moon_msg_env *) next; /* mailbox link (producers write once) */
-    moon_addr_t      dst;                /* address it was sent to (generation check) */
-    uint32_t         mb_seq;             /* mailbox position; consumer-owned */
-    _Atomic uint32_t refs;
-    uint32_t         tail_used;          /* span bytes handed out, offset from msg start */
-    uint8_t          size_class;         /* pool class, MSG_CLASS_BIG or MSG_CLASS_STUB */
-    uint8_t          pad[3];
+    _Atomic(struct moon_msg_env *) next;   /* mailbox link (producers write once) */
+    moon_addr_t                    dst;    /* address it was sent to (generation check) */
+    uint32_t                       mb_seq; /* mailbox position; consumer-owned */
+    _Atomic uint32_t               refs;
+    uint32_t                       tail_used;  /* span bytes handed out, offset from msg start */
+    uint8_t                        size_class; /* pool class, MSG_CLASS_BIG or MSG_CLASS_STUB */
+    uint8_t                        pad[3];
 } moon_msg_env_t;
 _Static_assert(sizeof(moon_msg_env_t) == 32, "envelope grew: small messages leave class 64");
 
-#define MSG_CLASS_BIG  0xfe
+#define MSG_CLASS_BIG 0xfe
 #define MSG_CLASS_STUB 0xff /* a mailbox's embedded stub: never freed */
 
 static inline moon_msg_env_t *moon_msg_env(const moon_msg_hdr_t *msg)

@@ -161,8 +161,8 @@ int moon_runtime_run(moon_runtime_t *rt)
         int code;
 
         moon_sim_run(rt->sim, 0);
-        code                  = rt->shutdown_code;
-        rt->shutdown_code     = 0;
+        code              = rt->shutdown_code;
+        rt->shutdown_code = 0;
         atomic_store(&rt->shutdown_requested, 0);
         return code;
     }

@@ -94,16 +94,15 @@ uint64_t moon_sim_run(moon_sim_t *sim, uint64_t max_turns)
             break;
         }
         if (sim->n_ready == 0) {
-            if (next == UINT64_MAX ||
-                (rt->cfg.sim_max_ns != 0 && next > rt->cfg.sim_max_ns)) {
+            if (next == UINT64_MAX || (rt->cfg.sim_max_ns != 0 && next > rt->cfg.sim_max_ns)) {
                 break; /* idle: nothing runnable, no timer left in range */
             }
             sim->now_ns = next;
             continue;
         }
-        i                 = (uint32_t)(sim_rand(sim) % sim->n_ready);
-        a                 = sim->ready[i];
-        sim->ready[i]     = sim->ready[--sim->n_ready];
+        i             = (uint32_t)(sim_rand(sim) % sim->n_ready);
+        a             = sim->ready[i];
+        sim->ready[i] = sim->ready[--sim->n_ready];
         if (moon_actor_run_turn(a, 1 + (uint32_t)(sim_rand(sim) % rt->cfg.batch))) {
             sim_schedule(rt, a);
         }

@@ -12,9 +12,9 @@
 #include <string.h>
 
 typedef struct {
-    moon_child_spec_t spec;   /* args point into args_copy */
+    moon_child_spec_t spec; /* args point into args_copy */
     void             *args_copy;
-    moon_addr_t       addr;   /* MOON_ADDR_NONE while not running */
+    moon_addr_t       addr; /* MOON_ADDR_NONE while not running */
     uint32_t          epoch;
 } child_t;
 
@@ -37,8 +37,8 @@ static moon_status_t start_child(moon_actor_t *self, sup_state_t *st, uint32_t i
         .monitor     = moon_actor_addr(self),
         .monitor_ref = ((uint64_t)c->epoch << 32) | i,
     };
-    moon_status_t status = moon_spawn(moon_actor_runtime(self), c->spec.ops, c->args_copy, &opts,
-                                      &c->addr);
+    moon_status_t status =
+        moon_spawn(moon_actor_runtime(self), c->spec.ops, c->args_copy, &opts, &c->addr);
 
     if (status != MOON_OK) {
         MOON_ERROR("supervisor: starting child %u (%s) failed: %s", i, c->spec.ops->name,
@@ -91,10 +91,10 @@ static moon_status_t sup_init(moon_actor_t *self, const void *arg)
     if (args == NULL || (args->n_children > 0 && args->children == NULL)) {
         return MOON_ERR_INVALID_PARAM;
     }
-    st->strategy     = args->strategy;
-    st->max_restarts = args->max_restarts;
-    st->window_ns    = args->window_ns;
-    st->children     = moon_calloc(args->n_children ? args->n_children : 1, sizeof(child_t));
+    st->strategy      = args->strategy;
+    st->max_restarts  = args->max_restarts;
+    st->window_ns     = args->window_ns;
+    st->children      = moon_calloc(args->n_children ? args->n_children : 1, sizeof(child_t));
     st->restart_times = moon_calloc(args->max_restarts + 1, sizeof(uint64_t));
     if (st->children == NULL || st->restart_times == NULL) {
         status = MOON_ERR_NO_MEMORY;

@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#define TAG_FRAME     17
+#define TAG_FRAME 17
 #define TAG_BULK_BASE 1024
 #define TAG_BULK_SPAN 16384
 
@@ -30,24 +30,24 @@ typedef struct {
 enum { P_FRAME, P_GET_RECV, P_PUT_SEND, P_SERVE_SEND, P_SERVE_RECV };
 
 typedef struct {
-    MPI_Request  req;
-    int          kind;
-    int          done;     /* MPI request completed */
-    int          acked;    /* put: owner acknowledged */
-    int          tag;
-    uint32_t     peer;
-    dist_buf_t  *buf;
-    bulk_op_t   *op;
-    size_t       n;
+    MPI_Request req;
+    int         kind;
+    int         done;  /* MPI request completed */
+    int         acked; /* put: owner acknowledged */
+    int         tag;
+    uint32_t    peer;
+    dist_buf_t *buf;
+    bulk_op_t  *op;
+    size_t      n;
 } pend_t;
 
 typedef struct {
-    MPI_Comm  comm;
-    pend_t   *pend;
-    uint32_t  n_pend, cap_pend;
-    uint32_t  next_tag;
-    char     *rbuf;
-    size_t    rbuf_cap;
+    MPI_Comm comm;
+    pend_t  *pend;
+    uint32_t n_pend, cap_pend;
+    uint32_t next_tag;
+    char    *rbuf;
+    size_t   rbuf_cap;
 } mpi_t;
 
 static mpi_t *M(moon_dist_t *d)
@@ -155,9 +155,13 @@ static int reap(moon_dist_t *d)
             continue;
         }
         switch (p->kind) {
-        case P_FRAME: dist_frame_done(d, p->buf, MOON_OK); break;
+        case P_FRAME:
+            dist_frame_done(d, p->buf, MOON_OK);
+            break;
         case P_GET_RECV:
-        case P_PUT_SEND: dist_bulk_slice_done(d, p->op, p->n, MOON_OK); break;
+        case P_PUT_SEND:
+            dist_bulk_slice_done(d, p->op, p->n, MOON_OK);
+            break;
         case P_SERVE_RECV: {
             bulk_req_t ack  = {0, 0, (uint32_t)p->tag, 0};
             uint32_t   peer = p->peer;
@@ -167,7 +171,8 @@ static int reap(moon_dist_t *d)
             n++;
             continue;
         }
-        default: break;
+        default:
+            break;
         }
         m->pend[i] = m->pend[--m->n_pend];
         n++;
@@ -242,8 +247,8 @@ static moon_status_t mpi_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
     int        ret;
 
     /* the request frame first: sending it may grow the pending table */
-    if (dist_send_engine_frame(d, op->peer, op->is_put ? EF_PUT_REQ : EF_GET_REQ, &r,
-                               sizeof(r)) != MOON_OK ||
+    if (dist_send_engine_frame(d, op->peer, op->is_put ? EF_PUT_REQ : EF_GET_REQ, &r, sizeof(r)) !=
+            MOON_OK ||
         (p = pend_add(m)) == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -253,11 +258,9 @@ static moon_status_t mpi_rma(moon_dist_t *d, bulk_op_t *op, size_t off, size_t n
     p->tag  = (int)r.tag;
     p->peer = op->peer;
     if (op->is_put) {
-        ret = MPI_Isend(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
-                        &p->req);
+        ret = MPI_Isend(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm, &p->req);
     } else {
-        ret = MPI_Irecv(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm,
-                        &p->req);
+        ret = MPI_Irecv(op->local + off, (int)n, MPI_BYTE, (int)op->peer, p->tag, m->comm, &p->req);
     }
     if (ret != MPI_SUCCESS) {
         m->n_pend--;

@@ -18,7 +18,7 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
 #endif
 #define POPULATE_CHUNK ((size_t)8 << 20) /* a cancel waits at most one chunk */
-#define POPULATE_MAX   2                 /* populating threads at once */
+#define POPULATE_MAX 2                   /* populating threads at once */
 /* Mappings at least this large are unmapped off the progress lock (see
  * retire); a smaller one costs less than starting the threads. */
 #define UNMAP_OFF_LOCK_MIN ((size_t)16 << 20)
@@ -42,9 +42,9 @@ struct ucx_rkey_ref {
     uint64_t        region_id;
     ucp_rkey_h      rkey;
     populate_t     *populate;
-    char           *map;      /* the peer's region mapped here (ucx_rkeys_set_mapping) */
+    char           *map; /* the peer's region mapped here (ucx_rkeys_set_mapping) */
     size_t          map_len;
-    char           *keep;     /* a second mapping of map's pages, unmapped after the key */
+    char           *keep; /* a second mapping of map's pages, unmapped after the key */
     size_t          keep_len;
     _Atomic int     released; /* retired, and ready to be destroyed under the lock */
     size_t          len;
@@ -52,7 +52,7 @@ struct ucx_rkey_ref {
 };
 
 struct ucx_rkeys {
-    ucx_rkey_ref_t *head;   /* most recently used first */
+    ucx_rkey_ref_t *head; /* most recently used first */
     uint32_t        n, cap;
     ucx_rkey_ref_t *doomed; /* out of the cache and unused: destroyed by ucx_rkeys_reap */
 };
@@ -74,8 +74,7 @@ static void *populate_main(void *arg)
             atomic_store(&p->busy, 0);
             break;
         }
-        (void)madvise(p->addr + done, MOON_MIN(POPULATE_CHUNK, p->len - done),
-                      MADV_POPULATE_WRITE);
+        (void)madvise(p->addr + done, MOON_MIN(POPULATE_CHUNK, p->len - done), MADV_POPULATE_WRITE);
         atomic_store(&p->busy, 0);
     }
     atomic_fetch_sub(&n_populating, 1);
@@ -225,8 +224,8 @@ static size_t mapped_extent(const char *addr, size_t len)
  * page tables of the first (shared memory keeps its pages). */
 static void *release_main(void *arg)
 {
-    ucx_rkey_ref_t *e   = arg;
-    size_t          len = mapped_extent(e->map, e->map_len);
+    ucx_rkey_ref_t *e    = arg;
+    size_t          len  = mapped_extent(e->map, e->map_len);
     void           *keep = len > 0 ? mremap(e->map, 0, len, MREMAP_MAYMOVE) : MAP_FAILED;
 
     if (keep != MAP_FAILED) {
@@ -268,7 +267,7 @@ static void unlink_entry(ucx_rkeys_t *c, ucx_rkey_ref_t **pp)
 int ucx_rkeys_reap(ucx_rkeys_t *c)
 {
     for (ucx_rkey_ref_t **pp = c != NULL ? &c->doomed : NULL; pp != NULL && *pp != NULL;
-         pp = &(*pp)->next) {
+         pp                  = &(*pp)->next) {
         ucx_rkey_ref_t *e = *pp;
 
         if (atomic_load_explicit(&e->released, memory_order_acquire)) {
@@ -327,8 +326,7 @@ static void trim(ucx_rkeys_t *c)
 }
 
 ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, uint64_t region_id,
-                               const void *packed, size_t len, ucx_rkey_ref_t **ref_p,
-                               int *fresh_p)
+                               const void *packed, size_t len, ucx_rkey_ref_t **ref_p, int *fresh_p)
 {
     ucx_rkey_ref_t **pp, *e;
     ucs_status_t     s;

@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ucx_rkeys     ucx_rkeys_t;
-typedef struct ucx_rkey_ref  ucx_rkey_ref_t;
+typedef struct ucx_rkeys    ucx_rkeys_t;
+typedef struct ucx_rkey_ref ucx_rkey_ref_t;
 
 /* A cache that trims itself to cap entries when it can (entries in use stay);
  * NULL without memory. */
@@ -48,8 +48,8 @@ void ucx_rkeys_destroy(ucx_rkeys_t *c);
 ucs_status_t ucx_rkeys_acquire(ucx_rkeys_t *c, ucp_ep_h ep, uint32_t peer, uint64_t region_id,
                                const void *packed, size_t len, ucx_rkey_ref_t **ref_p,
                                int *fresh_p);
-ucp_rkey_h ucx_rkeys_handle(const ucx_rkey_ref_t *ref);
-void       ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
+ucp_rkey_h   ucx_rkeys_handle(const ucx_rkey_ref_t *ref);
+void         ucx_rkeys_release(ucx_rkeys_t *c, ucx_rkey_ref_t *ref);
 /* The peer's endpoint is going: its keys leave the cache (those still in use
  * are destroyed when released). NULL: no-op. */
 void ucx_rkeys_drop_peer(ucx_rkeys_t *c, uint32_t peer);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Savina trio on the in-process runtime, one process per benchmark (peak RSS).
-# Anchors (ENV.md, same 2-core machines): CAF 0.17.6 2.2/2.3/3.3 M msgs/s with
+# Anchors (benchmarks/ANCHORS.md, same 2-core machines): CAF 0.17.6 2.2/2.3/3.3 M msgs/s with
 # 5.8/7.2/30 MiB; Erlang 25 3.5/3.6/2.1 M msgs/s. SMOKE=1: tiny counts.
 set -euo pipefail
 B=${BENCH_BIN:?}/bench_actors

@@ -23,8 +23,8 @@ typedef struct moon_runtime moon_runtime_t; /* opaque */
 typedef moon_status_t (*moon_handler_fn)(moon_actor_t *self, const moon_msg_hdr_t *msg);
 
 typedef struct {
-    const char   *name;        /* shown in logs and traces */
-    size_t        state_bytes; /* private state, zeroed, runtime-allocated */
+    const char *name;        /* shown in logs and traces */
+    size_t      state_bytes; /* private state, zeroed, runtime-allocated */
     /* Optional (NULL: nothing to do). Runs before any message; args are
      * borrowed for the call. An error fails the spawn, fini is not called. */
     moon_status_t (*init)(moon_actor_t *self, const void *args);
@@ -47,9 +47,8 @@ typedef struct {
 /* Spawns an actor; init runs on the calling thread before this returns.
  * opts may be NULL. MOON_ERR_NO_RESOURCE: actor table full; MOON_ERR_EXISTS:
  * name taken; MOON_ERR_NO_MEMORY; or init's error. *addr_p set on success. */
-MOON_API moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops,
-                                  const void *args, const moon_spawn_opts_t *opts,
-                                  moon_addr_t *addr_p);
+MOON_API moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const void *args,
+                                  const moon_spawn_opts_t *opts, moon_addr_t *addr_p);
 
 /* Sends msg from self to `to`. MOON_OK moves ownership to the runtime; on any
  * error the caller still owns msg. MOON_ERR_NO_ACTOR: `to` is stale or never
@@ -102,11 +101,11 @@ MOON_API moon_status_t moon_unregister(moon_runtime_t *rt, const char *name);
 MOON_API moon_status_t moon_whereis(moon_runtime_t *rt, const char *name, moon_addr_t *addr_p);
 
 typedef struct {
-    uint64_t n_processed;     /* messages handled by this incarnation */
-    uint64_t n_dropped;       /* no handler, stale timer */
-    uint64_t depth_high_water;/* deepest mailbox seen at the end of a turn */
-    uint64_t n_muted;         /* times this actor was muted by back-pressure */
-    uint32_t overloaded;      /* mailbox above its bound right now */
+    uint64_t n_processed;      /* messages handled by this incarnation */
+    uint64_t n_dropped;        /* no handler, stale timer */
+    uint64_t depth_high_water; /* deepest mailbox seen at the end of a turn */
+    uint64_t n_muted;          /* times this actor was muted by back-pressure */
+    uint32_t overloaded;       /* mailbox above its bound right now */
 } moon_actor_stats_t;
 /* Counters of a live actor (racy snapshot). MOON_ERR_NO_ACTOR if gone. */
 MOON_API moon_status_t moon_actor_stats(moon_runtime_t *rt, moon_addr_t actor,

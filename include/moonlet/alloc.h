@@ -18,7 +18,7 @@ MOON_API void  moon_free(void *ptr);
 /* Fault injection: the n-th moon_* allocation from now (1 = the next) and every
  * later one return NULL until moon_fault_reset(); n = 0 disarms. Counted across
  * threads. moon_fault_count() tells how many allocations happened since arming. */
-MOON_API void     moon_fault_fail_after(uint64_t n);
+MOON_API void moon_fault_fail_after(uint64_t n);
 /* The same for the calling thread's allocations only (a runtime's other
  * threads, its progress thread say, go on allocating). */
 MOON_API void     moon_fault_fail_after_here(uint64_t n);

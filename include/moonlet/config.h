@@ -22,9 +22,9 @@
  * Parsing a command line over several tables (moonlet serve = serve + dist):
  *
  *   serve_opts_t so; moon_dist_config_t dc; moon_config_t *cfg;
- *   moon_config_defaults(&serve_table, &so);           // every field at its default
- *   moon_dist_config_default(&dc);                     // (or moon_config_defaults)
- *   dc.credits = 64;                                   // an explicit caller setting
+ *   moon_config_defaults(&serve_table, &so);              // every field at its default
+ *   moon_config_defaults(&moon_dist_config_table, &dc);   // (not _default(): see below)
+ *   dc.credits = 64;                                      // an explicit caller setting
  *   moon_config_create(&cfg);
  *   moon_config_add(cfg, &serve_table, &so);
  *   moon_config_add(cfg, &moon_dist_config_table, &dc);
@@ -35,6 +35,9 @@
  *   n = moon_config_n_args(cfg); first = moon_config_arg(cfg, 0);   // positionals
  *   ...
  *   moon_config_destroy(cfg);   // after the last use of string fields from argv
+ *
+ * (A `moonlet` subcommand does all of this, --log-level included, with one
+ * call: moon_cli_parse() in launch/cli.h.)
  *
  * Precedence: flag > caller > environment > default. A caller's explicit
  * setting is a field whose value differs from the row's default when the

@@ -9,21 +9,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOON_API            __attribute__((visibility("default")))
-#define MOON_LIKELY(_x)     __builtin_expect(!!(_x), 1)
-#define MOON_UNLIKELY(_x)   __builtin_expect(!!(_x), 0)
-#define MOON_NOINLINE       __attribute__((noinline))
+#define MOON_API __attribute__((visibility("default")))
+#define MOON_LIKELY(_x) __builtin_expect(!!(_x), 1)
+#define MOON_UNLIKELY(_x) __builtin_expect(!!(_x), 0)
+#define MOON_NOINLINE __attribute__((noinline))
 #define MOON_PRINTF(_f, _a) __attribute__((format(printf, _f, _a)))
-#define MOON_CACHE_LINE     64
+#define MOON_CACHE_LINE 64
 #define MOON_ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
-#define MOON_MIN(_a, _b)    ((_a) < (_b) ? (_a) : (_b))
-#define MOON_MAX(_a, _b)    ((_a) > (_b) ? (_a) : (_b))
-#define MOON_NORETURN       __attribute__((noreturn))
+#define MOON_MIN(_a, _b) ((_a) < (_b) ? (_a) : (_b))
+#define MOON_MAX(_a, _b) ((_a) > (_b) ? (_a) : (_b))
+#define MOON_NORETURN __attribute__((noreturn))
 
 /* Public headers are usable from C++ (CUDA translation units). */
 #ifdef __cplusplus
 #define MOON_EXTERN_C_BEGIN extern "C" {
-#define MOON_EXTERN_C_END   }
+#define MOON_EXTERN_C_END }
 #define MOON_STATIC_ASSERT(_e, _msg) static_assert(_e, _msg)
 #else
 #define MOON_EXTERN_C_BEGIN
@@ -31,7 +31,6 @@
 #define MOON_STATIC_ASSERT(_e, _msg) _Static_assert(_e, _msg)
 #endif
 
-#define MOON_CONTAINER_OF(_ptr, _type, _member)                                                    \
-    ((_type *)((char *)(_ptr) - offsetof(_type, _member)))
+#define MOON_CONTAINER_OF(_ptr, _type, _member) ((_type *)((char *)(_ptr)-offsetof(_type, _member)))
 
 #endif /* MOONLET_DEFS_H */

@@ -32,12 +32,12 @@ typedef uint64_t moon_addr_t;
 /* Largest message (struct + spans) the codec accepts from the wire. */
 #define MOON_MSG_MAX_BYTES (16u << 20)
 
-typedef struct {               /* first member of every message */
-    uint16_t    type;          /* message id */
-    uint16_t    flags;         /* MOON_MSG_F_* */
-    uint32_t    size_bytes;    /* whole message, header and spans included */
-    moon_addr_t src;           /* sender actor; MOON_ADDR_NONE from outside any actor */
-    uint64_t    seq;           /* per-sender sequence number */
+typedef struct {            /* first member of every message */
+    uint16_t    type;       /* message id */
+    uint16_t    flags;      /* MOON_MSG_F_* */
+    uint32_t    size_bytes; /* whole message, header and spans included */
+    moon_addr_t src;        /* sender actor; MOON_ADDR_NONE from outside any actor */
+    uint64_t    seq;        /* per-sender sequence number */
 } moon_msg_hdr_t;
 MOON_STATIC_ASSERT(sizeof(moon_msg_hdr_t) == 24, "wire header size changed");
 
@@ -54,24 +54,34 @@ typedef struct {
 #define MOON_SPAN_PTR(_msg, _span) ((void *)((char *)(_msg) + (_span).off))
 
 /* Field kinds: name, C type. str holds n chars plus a NUL kept in the span. */
-#define MOON_FIELD_CTYPE_u8   uint8_t
-#define MOON_FIELD_CTYPE_u16  uint16_t
-#define MOON_FIELD_CTYPE_u32  uint32_t
-#define MOON_FIELD_CTYPE_u64  uint64_t
-#define MOON_FIELD_CTYPE_i32  int32_t
-#define MOON_FIELD_CTYPE_i64  int64_t
-#define MOON_FIELD_CTYPE_f32  float
-#define MOON_FIELD_CTYPE_f64  double
+#define MOON_FIELD_CTYPE_u8 uint8_t
+#define MOON_FIELD_CTYPE_u16 uint16_t
+#define MOON_FIELD_CTYPE_u32 uint32_t
+#define MOON_FIELD_CTYPE_u64 uint64_t
+#define MOON_FIELD_CTYPE_i32 int32_t
+#define MOON_FIELD_CTYPE_i64 int64_t
+#define MOON_FIELD_CTYPE_f32 float
+#define MOON_FIELD_CTYPE_f64 double
 #define MOON_FIELD_CTYPE_addr moon_addr_t
-#define MOON_FIELD_CTYPE_str  moon_span_t
+#define MOON_FIELD_CTYPE_str moon_span_t
 #define MOON_FIELD_CTYPE_bytes moon_span_t
 #define MOON_FIELD_CTYPE_u32s moon_span_t
 #define MOON_FIELD_CTYPE_u64s moon_span_t
 
 typedef enum {
-    MOON_FIELD_u8, MOON_FIELD_u16, MOON_FIELD_u32, MOON_FIELD_u64, MOON_FIELD_i32,
-    MOON_FIELD_i64, MOON_FIELD_f32, MOON_FIELD_f64, MOON_FIELD_addr, MOON_FIELD_str,
-    MOON_FIELD_bytes, MOON_FIELD_u32s, MOON_FIELD_u64s,
+    MOON_FIELD_u8,
+    MOON_FIELD_u16,
+    MOON_FIELD_u32,
+    MOON_FIELD_u64,
+    MOON_FIELD_i32,
+    MOON_FIELD_i64,
+    MOON_FIELD_f32,
+    MOON_FIELD_f64,
+    MOON_FIELD_addr,
+    MOON_FIELD_str,
+    MOON_FIELD_bytes,
+    MOON_FIELD_u32s,
+    MOON_FIELD_u64s,
 } moon_field_kind_t;
 
 typedef struct {
@@ -98,8 +108,8 @@ typedef struct {
     } _T;
 /* In a header: the ids (BASE, BASE+1, ...; END is one past the last) and structs. */
 #define MOON_MSG_DECLARE(_LIST, _BASE, _END)                                                       \
-    enum { _END##_FIRST_ = (_BASE) - 1, _LIST(MOON_MSG_ID_) _END };                                \
-    MOON_STATIC_ASSERT((_END) <= MOON_MSG_MAX_TYPES, "message ids out of range");                      \
+    enum { _END##_FIRST_ = (_BASE)-1, _LIST(MOON_MSG_ID_) _END };                                  \
+    MOON_STATIC_ASSERT((_END) <= MOON_MSG_MAX_TYPES, "message ids out of range");                  \
     _LIST(MOON_MSG_STRUCT_)
 
 #define MOON_MSG_FIELD_ENTRY_(_T, _kind, _name)                                                    \

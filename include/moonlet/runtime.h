@@ -15,16 +15,16 @@ typedef void (*moon_trace_fn)(void *arg, uint64_t now_ns, const moon_msg_hdr_t *
                               moon_addr_t dst);
 
 typedef struct {
-    uint32_t      n_workers;      /* 0: one per core (hwloc) */
-    int           pin_workers;    /* bind worker i to core i (hwloc) */
-    uint32_t      batch;          /* max messages per actor turn (default 100) */
-    uint32_t      mailbox_bound;  /* depth that marks an actor overloaded (default 1024) */
-    uint32_t      max_actors;     /* actor table size (default 1 << 20) */
-    uint32_t      rank;           /* this runtime's rank in addresses */
-    int           deterministic;  /* 1: seeded single-thread executor, virtual clock */
-    uint64_t      seed;           /* deterministic executor's seed */
-    uint64_t      sim_max_ns;     /* deterministic: stop when virtual time passes this (0: never) */
-    moon_trace_fn trace;          /* optional */
+    uint32_t      n_workers;     /* 0: one per core (hwloc) */
+    int           pin_workers;   /* bind worker i to core i (hwloc) */
+    uint32_t      batch;         /* max messages per actor turn (default 100) */
+    uint32_t      mailbox_bound; /* depth that marks an actor overloaded (default 1024) */
+    uint32_t      max_actors;    /* actor table size (default 1 << 20) */
+    uint32_t      rank;          /* this runtime's rank in addresses */
+    int           deterministic; /* 1: seeded single-thread executor, virtual clock */
+    uint64_t      seed;          /* deterministic executor's seed */
+    uint64_t      sim_max_ns;    /* deterministic: stop when virtual time passes this (0: never) */
+    moon_trace_fn trace;         /* optional */
     void         *trace_arg;
 } moon_runtime_config_t;
 
@@ -53,9 +53,9 @@ MOON_API uint64_t moon_runtime_step(moon_runtime_t *rt, uint64_t n);
 
 typedef struct {
     uint64_t n_actors_alive;
-    uint64_t n_dead_letters;   /* messages for actors that had ended */
-    uint64_t n_dispatched;     /* messages handled by each slot's current incarnation (racy) */
-    uint64_t n_timers;         /* timers started and not yet delivered or canceled */
+    uint64_t n_dead_letters; /* messages for actors that had ended */
+    uint64_t n_dispatched;   /* messages handled by each slot's current incarnation (racy) */
+    uint64_t n_timers;       /* timers started and not yet delivered or canceled */
     uint32_t n_workers;
 } moon_runtime_stats_t;
 MOON_API void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p);

@@ -10,10 +10,10 @@ MOON_EXTERN_C_BEGIN
 
 typedef enum {
     MOON_OK                = 0,
-    MOON_INPROGRESS        = 1,   /* accepted; completion arrives as a message */
+    MOON_INPROGRESS        = 1, /* accepted; completion arrives as a message */
     MOON_ERR_NO_MEMORY     = -1,
-    MOON_ERR_INVALID_PARAM = -2,  /* caller bug, bad config or bad input; nothing changed */
-    MOON_ERR_NO_RESOURCE   = -3,  /* transient: pool, mailbox or store full, retry */
+    MOON_ERR_INVALID_PARAM = -2, /* caller bug, bad config or bad input; nothing changed */
+    MOON_ERR_NO_RESOURCE   = -3, /* transient: pool, mailbox or store full, retry */
     MOON_ERR_TIMED_OUT     = -4,
     MOON_ERR_NO_ACTOR      = -5,  /* address stale or never valid, name not registered */
     MOON_ERR_NOT_FOUND     = -6,  /* key, file or entry does not exist */

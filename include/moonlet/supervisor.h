@@ -21,9 +21,9 @@ typedef enum {
 } moon_sup_strategy_t;
 
 typedef struct {
-    const char             *name;        /* optional: registered name of each incarnation */
+    const char             *name; /* optional: registered name of each incarnation */
     const moon_actor_ops_t *ops;
-    const void             *args;        /* copied (args_bytes) at supervisor init */
+    const void             *args; /* copied (args_bytes) at supervisor init */
     size_t                  args_bytes;
     moon_restart_t          restart;
     uint32_t                spawn_flags; /* MOON_SPAWN_* */
@@ -33,7 +33,7 @@ typedef struct {
     moon_sup_strategy_t      strategy;
     uint32_t                 max_restarts; /* within window_ns, then escalate */
     uint64_t                 window_ns;
-    const moon_child_spec_t *children;     /* copied at init */
+    const moon_child_spec_t *children; /* copied at init */
     uint32_t                 n_children;
 } moon_supervisor_args_t;
 

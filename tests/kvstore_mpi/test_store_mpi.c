@@ -355,9 +355,9 @@ static void renewing_transfers(const moon_addr_t *rs, unsigned char *buf)
     }
     d_fill(buf, RENEW_BYTES, 31);
     before = renewals_at(rs[RENEW_RES]);
-    CU_ASSERT_EQUAL(
-        cmd(renewing[RENEW_RES], d_cmd(MOON_STORE_OP_PUT, 40, key_of(1, 40), buf, RENEW_BYTES, 0, 0)),
-        MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(cmd(renewing[RENEW_RES],
+                        d_cmd(MOON_STORE_OP_PUT, 40, key_of(1, 40), buf, RENEW_BYTES, 0, 0)),
+                    MOON_ERR_TIMED_OUT);
     CU_ASSERT(renewals_at(rs[RENEW_RES]) > before);
     before = renewals_at(rs[RENEW_RES]);
     CU_ASSERT_EQUAL(
@@ -375,9 +375,9 @@ static void renewing_transfers(const moon_addr_t *rs, unsigned char *buf)
                         d_cmd(MOON_STORE_OP_GET, 43, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
                     MOON_ERR_TIMED_OUT);
     CU_ASSERT(renewals_at(rs[RENEW_LEASE]) > before);
-    CU_ASSERT_EQUAL(
-        cmd(plain[RENEW_LEASE], d_cmd(MOON_STORE_OP_GET, 44, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
-        MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(cmd(plain[RENEW_LEASE],
+                        d_cmd(MOON_STORE_OP_GET, 44, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),
+                    MOON_ERR_TIMED_OUT);
     memset(buf, 0, RENEW_BYTES);
     CU_ASSERT_EQUAL(
         cmd(plain[RENEW_SLOW], d_cmd(MOON_STORE_OP_GET, 46, key_of(1, 42), buf, RENEW_BYTES, 0, 0)),

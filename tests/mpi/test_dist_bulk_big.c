@@ -70,12 +70,11 @@ static moon_status_t echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
     }
     return MOON_OK;
 }
-static const moon_actor_ops_t waiter_ops = {
-    .name   = "waiter",
-    .on_msg = {[MOON_MSG_DIST_BULK_DONE] = waiter_on_done,
-               [T_PONG]                  = waiter_on_pong,
-               [T_PING]                  = waiter_on_start}};
-static const moon_actor_ops_t echo_ops = {.name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
+static const moon_actor_ops_t waiter_ops = {.name   = "waiter",
+                                            .on_msg = {[MOON_MSG_DIST_BULK_DONE] = waiter_on_done,
+                                                       [T_PONG]                  = waiter_on_pong,
+                                                       [T_PING] = waiter_on_start}};
+static const moon_actor_ops_t echo_ops   = {.name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
 
 static uint64_t word(uint64_t i, uint64_t salt)
 {
@@ -92,7 +91,7 @@ static void test_one_gib_get_and_put(void)
     moon_addr_t         waiter, echo;
     char                desc[512];
     uint64_t            desc_len = 0;
-    int                 ok = 1;
+    int                 ok       = 1;
     double              t0;
 
     CU_ASSERT_FATAL(g_size == 2);

@@ -55,13 +55,13 @@ static moon_status_t echo_on_ping(moon_actor_t *self, const moon_msg_hdr_t *msg)
 static const moon_actor_ops_t echo_ops = {.name = "echo", .on_msg = {[T_PING] = echo_on_ping}};
 
 /* ---- watcher: monitors the victim, owns the transfer ---------------------- */
-static moon_addr_t   g_victim;
-static char         *g_desc;
-static size_t        g_desc_len;
-static char         *g_buf;
-static _Atomic int   g_down_reason, g_peer_down_rank = -1, g_bulk_status = 1, g_send_after;
-static _Atomic int   g_have_down, g_have_peer_down, g_have_bulk;
-static double        g_t_down, g_t_peer_down;
+static moon_addr_t g_victim;
+static char       *g_desc;
+static size_t      g_desc_len;
+static char       *g_buf;
+static _Atomic int g_down_reason, g_peer_down_rank = -1, g_bulk_status = 1, g_send_after;
+static _Atomic int g_have_down, g_have_peer_down, g_have_bulk;
+static double      g_t_down, g_t_peer_down;
 
 static moon_status_t watcher_init(moon_actor_t *self, const void *args)
 {
@@ -73,8 +73,8 @@ static moon_status_t watcher_on_go(moon_actor_t *self, const moon_msg_hdr_t *msg
     moon_status_t status;
 
     (void)msg;
-    status = moon_dist_get(g_dist, g_buf, NULL, g_desc, g_desc_len, 0, BIG,
-                           moon_actor_addr(self), 1);
+    status =
+        moon_dist_get(g_dist, g_buf, NULL, g_desc, g_desc_len, 0, BIG, moon_actor_addr(self), 1);
     if (status != MOON_OK) { /* the loss was already known: refused at once */
         atomic_store(&g_bulk_status, status);
         atomic_store(&g_have_bulk, 1);
@@ -144,7 +144,7 @@ static void test_rank_loss(void)
     const uint32_t      victim_rank = env != NULL ? (uint32_t)atoi(env) % g_size : g_size - 1;
     uint32_t            other       = 0;
     moon_addr_t         addr;
-    moon_dist_region_t *reg         = NULL;
+    moon_dist_region_t *reg = NULL;
     moon_addr_t         echo, watcher, client;
     char                name[32];
     double              t_kill;
@@ -166,7 +166,7 @@ static void test_rank_loss(void)
     {
         /* the descriptor travels in a message field on the victim; here the
          * test only needs its bytes on every rank */
-        t_ping_t *m = moon_msg_new(T_PING, desc_len);
+        t_ping_t   *m = moon_msg_new(T_PING, desc_len);
         moon_span_t span;
         if (g_rank == victim_rank) {
             CU_ASSERT_EQUAL(moon_dist_region_desc(reg, m, &span), MOON_OK);

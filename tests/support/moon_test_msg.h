@@ -26,12 +26,27 @@ static inline moon_msg_hdr_t *moon_test_random_msg(const moon_msg_desc_t *d, uin
         uint8_t *p;
 
         switch (d->fields[i].kind) {
-        case MOON_FIELD_u8: *(uint8_t *)f = (uint8_t)r; break;
-        case MOON_FIELD_u16: *(uint16_t *)f = (uint16_t)r; break;
-        case MOON_FIELD_u32: case MOON_FIELD_i32: memcpy(f, &r, 4); break;
-        case MOON_FIELD_f32: *(float *)f = (float)(int32_t)r; break;
-        case MOON_FIELD_f64: *(double *)f = (double)(int64_t)r / 7.0; break;
-        case MOON_FIELD_u64: case MOON_FIELD_i64: case MOON_FIELD_addr: memcpy(f, &r, 8); break;
+        case MOON_FIELD_u8:
+            *(uint8_t *)f = (uint8_t)r;
+            break;
+        case MOON_FIELD_u16:
+            *(uint16_t *)f = (uint16_t)r;
+            break;
+        case MOON_FIELD_u32:
+        case MOON_FIELD_i32:
+            memcpy(f, &r, 4);
+            break;
+        case MOON_FIELD_f32:
+            *(float *)f = (float)(int32_t)r;
+            break;
+        case MOON_FIELD_f64:
+            *(double *)f = (double)(int64_t)r / 7.0;
+            break;
+        case MOON_FIELD_u64:
+        case MOON_FIELD_i64:
+        case MOON_FIELD_addr:
+            memcpy(f, &r, 8);
+            break;
         case MOON_FIELD_str:
             p = moon_msg_span_alloc(m, (moon_span_t *)f, n, 1, 1);
             for (uint32_t k = 0; p != NULL && k < n; k++) {
@@ -39,9 +54,10 @@ static inline moon_msg_hdr_t *moon_test_random_msg(const moon_msg_desc_t *d, uin
             }
             break;
         default: {
-            uint32_t elem = d->fields[i].kind == MOON_FIELD_bytes ? 1
-                          : d->fields[i].kind == MOON_FIELD_u32s  ? 4 : 8;
-            p = moon_msg_span_alloc(m, (moon_span_t *)f, n, elem, 0);
+            uint32_t elem = d->fields[i].kind == MOON_FIELD_bytes  ? 1
+                            : d->fields[i].kind == MOON_FIELD_u32s ? 4
+                                                                   : 8;
+            p             = moon_msg_span_alloc(m, (moon_span_t *)f, n, elem, 0);
             for (uint32_t k = 0; p != NULL && k < n * elem; k++) {
                 p[k] = (uint8_t)moon_test_rand(rng);
             }

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL       1e-4f
+#define TOL 1e-4f
 #define TOL_BF16P 4e-3f /* BF16 weights x BF16-rounded activations */
 
 typedef struct {
@@ -171,7 +171,7 @@ static void test_bf16_products(void)
     char       *bt  = env_set("MOON_CPU_BT_MIN_B", "1");
     char       *on  = env_set("MOON_CPU_BF16_DP", "1");
     int         dp  = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
-                   (isa == NULL || strcmp(isa, "avx512") == 0);
+             (isa == NULL || strcmp(isa, "avx512") == 0);
 
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         float worst = check_model(&cases[i], 31 + i, TOL_BF16P);

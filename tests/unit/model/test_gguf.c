@@ -5,12 +5,14 @@
 #include "moonlet/alloc.h"
 #include "moonlet/gguf.h"
 #include "moonlet/log.h"
+#include "moonlet/model.h"
 
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmp_path[256];
@@ -290,6 +292,88 @@ static void test_hostile_counts(void)
                     MOON_ERR_NOT_FOUND);
 }
 
+/* A file with one F32 tensor and general.alignment = align (the writer lays
+ * the data out at its own 32 bytes whatever the key says). */
+static void write_aligned(uint32_t align)
+{
+    moon_gguf_writer_t *w;
+    static float        x[8];
+    uint64_t            ne[1] = {8};
+
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_writer_create(&w), MOON_OK);
+    CU_ASSERT_EQUAL(moon_gguf_writer_kv_u32(w, "general.alignment", align), MOON_OK);
+    CU_ASSERT_EQUAL(moon_gguf_writer_tensor(w, "x", MOON_GGML_F32, 1, ne, x), MOON_OK);
+    CU_ASSERT_EQUAL(moon_gguf_writer_write(w, tmp_path), MOON_OK);
+    moon_gguf_writer_destroy(w);
+}
+
+/* general.alignment below the spec's 8 would put tensor data at any byte
+ * (misaligned float reads, UBSan in forward_cpu.c before): refused. */
+static void test_small_alignment_refused(void)
+{
+    static const uint32_t bad[] = {1, 2, 4, 0, 3, 48};
+    moon_gguf_t          *g     = NULL;
+
+    moon_log_set_level(0);
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(bad); i++) {
+        write_aligned(bad[i]);
+        CU_ASSERT_EQUAL(moon_gguf_open(tmp_path, &g), MOON_ERR_CORRUPT);
+        CU_ASSERT_PTR_NULL(g);
+    }
+    moon_log_set_level(MOON_LOG_WARN);
+    write_aligned(32);
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_open(tmp_path, &g), MOON_OK);
+    CU_ASSERT_EQUAL(moon_gguf_alignment(g), 32);
+    moon_gguf_close(g);
+    unlink(tmp_path);
+}
+
+/* A buffer that puts an F32 tensor at an odd address is refused, not read. */
+static void test_misaligned_memory_refused(void)
+{
+    size_t       len = 0;
+    uint8_t     *d, *buf;
+    moon_gguf_t *g = NULL;
+
+    write_aligned(32);
+    d = slurp(tmp_path, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    buf = malloc(len + 8);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    memcpy(buf + 8, d, len);
+    CU_ASSERT_EQUAL(moon_gguf_open_memory(buf + 8, len, &g), MOON_OK);
+    moon_gguf_close(g);
+    g = NULL;
+    memcpy(buf + 1, d, len);
+    moon_log_set_level(0);
+    CU_ASSERT_EQUAL(moon_gguf_open_memory(buf + 1, len, &g), MOON_ERR_CORRUPT);
+    moon_log_set_level(MOON_LOG_WARN);
+    CU_ASSERT_PTR_NULL(g);
+    free(buf);
+    free(d);
+    unlink(tmp_path);
+}
+
+/* A FIFO given as a model fails at once (open() used to wait for a writer
+ * that never comes); alarm() turns a regression into a failure, not a hang. */
+static void test_fifo_refused_without_blocking(void)
+{
+    char         fifo[300];
+    moon_gguf_t *g = NULL;
+
+    snprintf(fifo, sizeof(fifo), "%s.fifo", tmp_path);
+    unlink(fifo);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    alarm(30);
+    moon_log_set_level(0);
+    CU_ASSERT_EQUAL(moon_gguf_open(fifo, &g), MOON_ERR_IO);
+    CU_ASSERT_PTR_NULL(g);
+    CU_ASSERT_EQUAL(moon_model_convert_llama2c(fifo, fifo, tmp_path, NULL, NULL), MOON_ERR_IO);
+    moon_log_set_level(MOON_LOG_WARN);
+    alarm(0);
+    unlink(fifo);
+}
+
 /* Every file of the fuzzer's corpus (tests/data/gguf_corpus) opens cleanly. */
 static void test_fuzz_corpus(void)
 {
@@ -359,6 +443,9 @@ static CU_TestInfo tests[] = {
     {"random_flips_and_bytes", test_random_flips_and_bytes},
     {"hostile_counts", test_hostile_counts},
     {"fuzz_corpus", test_fuzz_corpus},
+    {"small_alignment_refused", test_small_alignment_refused},
+    {"misaligned_memory_refused", test_misaligned_memory_refused},
+    {"fifo_refused_without_blocking", test_fifo_refused_without_blocking},
     {"alloc_failures_leak_nothing", test_alloc_failures_leak_nothing},
     {"fp16_bf16_conversions", test_fp16_bf16_conversions},
     CU_TEST_INFO_NULL,

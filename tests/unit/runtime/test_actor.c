@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#define T_N_FIELDS(F, T)    F(T, u64, n)
+#define T_N_FIELDS(F, T) F(T, u64, n)
 #define T_FAIL_FIELDS(F, T) F(T, i32, status)
 #define T_MSGS(X)                                                                                  \
     X(T_MSG_REQ, t_req_t, T_N_FIELDS)                                                              \
@@ -87,8 +87,11 @@ static moon_status_t rec_any(moon_actor_t *self, const moon_msg_hdr_t *msg)
             return MOON_OK;
         }
         return msg->src != MOON_ADDR_NONE ? send_n(self, msg->src, T_MSG_REPLY, s->n) : MOON_OK;
-    case T_MSG_REPLY: s->n = ((const t_reply_t *)msg)->n; return MOON_OK;
-    case T_MSG_FAIL: return ((const t_fail_t *)msg)->status;
+    case T_MSG_REPLY:
+        s->n = ((const t_reply_t *)msg)->n;
+        return MOON_OK;
+    case T_MSG_FAIL:
+        return ((const t_fail_t *)msg)->status;
     case MOON_MSG_SYS_DOWN:
         s->actor  = ((const moon_sys_down_t *)msg)->actor;
         s->reason = ((const moon_sys_down_t *)msg)->reason;
@@ -98,7 +101,9 @@ static moon_status_t rec_any(moon_actor_t *self, const moon_msg_hdr_t *msg)
         s->actor  = ((const moon_sys_exit_t *)msg)->actor;
         s->reason = ((const moon_sys_exit_t *)msg)->reason;
         return MOON_OK;
-    case MOON_MSG_SYS_TIMER: s->n = ((const moon_sys_timer_t *)msg)->cookie; return MOON_OK;
+    case MOON_MSG_SYS_TIMER:
+        s->n = ((const moon_sys_timer_t *)msg)->cookie;
+        return MOON_OK;
     }
     return MOON_OK;
 }
@@ -118,9 +123,14 @@ static moon_status_t rec_init(moon_actor_t *self, const void *args)
 }
 
 static const moon_actor_ops_t rec_ops = {
-    .name = "rec", .init = rec_init, .fini = rec_fini,
-    .on_msg = {[T_MSG_REQ] = rec_any, [T_MSG_REPLY] = rec_any, [T_MSG_FAIL] = rec_any,
-               [MOON_MSG_SYS_DOWN] = rec_any, [MOON_MSG_SYS_EXIT] = rec_any,
+    .name   = "rec",
+    .init   = rec_init,
+    .fini   = rec_fini,
+    .on_msg = {[T_MSG_REQ]          = rec_any,
+               [T_MSG_REPLY]        = rec_any,
+               [T_MSG_FAIL]         = rec_any,
+               [MOON_MSG_SYS_DOWN]  = rec_any,
+               [MOON_MSG_SYS_EXIT]  = rec_any,
                [MOON_MSG_SYS_TIMER] = rec_any},
 };
 
@@ -146,8 +156,8 @@ static const seen_t *find_seen(uint32_t type, moon_addr_t to)
 
 static void test_send_and_reply(void)
 {
-    moon_runtime_t *rt = new_rt(1);
-    moon_addr_t     a, b;
+    moon_runtime_t    *rt = new_rt(1);
+    moon_addr_t        a, b;
     moon_actor_stats_t st;
 
     CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &a), MOON_OK);
@@ -226,11 +236,15 @@ static moon_status_t watcher_init(moon_actor_t *self, const void *args)
 }
 
 static const moon_actor_ops_t watcher_ops = {
-    .name = "watcher", .init = watcher_init, .fini = rec_fini,
+    .name   = "watcher",
+    .init   = watcher_init,
+    .fini   = rec_fini,
     .on_msg = {[MOON_MSG_SYS_DOWN] = rec_any, [MOON_MSG_SYS_EXIT] = rec_any},
 };
 static const moon_actor_ops_t linker_noexit_ops = {
-    .name = "linker", .init = watcher_init, .fini = rec_fini,
+    .name   = "linker",
+    .init   = watcher_init,
+    .fini   = rec_fini,
     .on_msg = {[MOON_MSG_SYS_DOWN] = rec_any},
 };
 
@@ -283,9 +297,9 @@ static void test_monitor_racing_a_death_still_gets_down(void)
 
 static void test_link_propagates_failure_unless_trapped(void)
 {
-    moon_runtime_t *rt = new_rt(5);
-    moon_addr_t     a, trap, plain, normal, b;
-    watch_args_t    args;
+    moon_runtime_t    *rt = new_rt(5);
+    moon_addr_t        a, trap, plain, normal, b;
+    watch_args_t       args;
     moon_actor_stats_t st;
 
     CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &a), MOON_OK);
@@ -296,7 +310,7 @@ static void test_link_propagates_failure_unless_trapped(void)
     CU_ASSERT_EQUAL(moon_stop(rt, a, MOON_ERR_TIMED_OUT), MOON_OK);
     moon_runtime_step(rt, 0);
     CU_ASSERT_EQUAL(find_seen(MOON_MSG_SYS_EXIT, trap)->reason, MOON_ERR_TIMED_OUT);
-    CU_ASSERT_EQUAL(moon_actor_stats(rt, trap, &st), MOON_OK);       /* trapped: alive */
+    CU_ASSERT_EQUAL(moon_actor_stats(rt, trap, &st), MOON_OK);            /* trapped: alive */
     CU_ASSERT_EQUAL(moon_actor_stats(rt, plain, &st), MOON_ERR_NO_ACTOR); /* failed too */
     /* A normal stop does not take linked actors down. */
     CU_ASSERT_EQUAL(moon_spawn(rt, &rec_ops, NULL, NULL, &b), MOON_OK);
@@ -315,8 +329,8 @@ static moon_status_t failing_init(moon_actor_t *self, const void *args)
     (void)args;
     return MOON_ERR_IO;
 }
-static const moon_actor_ops_t bad_init_ops = {.name = "bad-init", .init = failing_init,
-                                              .fini = rec_fini};
+static const moon_actor_ops_t bad_init_ops = {
+    .name = "bad-init", .init = failing_init, .fini = rec_fini};
 
 static void test_init_failure_is_returned(void)
 {
@@ -336,14 +350,16 @@ static void test_init_failure_is_returned(void)
 
 static void test_supervisor_restarts_then_escalates(void)
 {
-    moon_runtime_t         *rt = new_rt(6);
-    moon_child_spec_t       child = {.name = "worker", .ops = &rec_ops,
-                                     .restart = MOON_RESTART_PERMANENT};
-    moon_supervisor_args_t  args = {.strategy = MOON_SUP_ONE_FOR_ONE, .max_restarts = 2,
-                                    .window_ns = 1000000000ull, .children = &child,
-                                    .n_children = 1};
-    moon_addr_t             sup, w0, w1, watcher;
-    watch_args_t            wa;
+    moon_runtime_t   *rt    = new_rt(6);
+    moon_child_spec_t child = {
+        .name = "worker", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT};
+    moon_supervisor_args_t args = {.strategy     = MOON_SUP_ONE_FOR_ONE,
+                                   .max_restarts = 2,
+                                   .window_ns    = 1000000000ull,
+                                   .children     = &child,
+                                   .n_children   = 1};
+    moon_addr_t            sup, w0, w1, watcher;
+    watch_args_t           wa;
 
     CU_ASSERT_EQUAL(moon_supervisor_spawn(rt, &args, NULL, &sup), MOON_OK);
     wa = (watch_args_t){sup, 0};
@@ -371,12 +387,11 @@ static void test_supervisor_restarts_then_escalates(void)
 
 static void test_supervisor_transient_child_stops_normally(void)
 {
-    moon_runtime_t        *rt    = new_rt(7);
-    moon_child_spec_t      child = {.name = "t", .ops = &rec_ops,
-                                    .restart = MOON_RESTART_TRANSIENT};
-    moon_supervisor_args_t args  = {.max_restarts = 1, .window_ns = 1000000000ull,
-                                    .children = &child, .n_children = 1};
-    moon_addr_t            sup, w;
+    moon_runtime_t   *rt        = new_rt(7);
+    moon_child_spec_t child     = {.name = "t", .ops = &rec_ops, .restart = MOON_RESTART_TRANSIENT};
+    moon_supervisor_args_t args = {
+        .max_restarts = 1, .window_ns = 1000000000ull, .children = &child, .n_children = 1};
+    moon_addr_t sup, w;
 
     CU_ASSERT_EQUAL(moon_supervisor_spawn(rt, &args, NULL, &sup), MOON_OK);
     CU_ASSERT_EQUAL(moon_whereis(rt, "t", &w), MOON_OK);
@@ -423,15 +438,17 @@ static moon_status_t timer_on_tick(moon_actor_t *self, const moon_msg_hdr_t *msg
 }
 
 static const moon_actor_ops_t timer_ops = {
-    .name = "timers", .state_bytes = sizeof(timer_state_t), .init = timer_init,
-    .on_msg = {[MOON_MSG_SYS_TIMER] = timer_on_tick},
+    .name        = "timers",
+    .state_bytes = sizeof(timer_state_t),
+    .init        = timer_init,
+    .on_msg      = {[MOON_MSG_SYS_TIMER] = timer_on_tick},
 };
 
 static void test_timers_on_the_virtual_clock(void)
 {
     moon_runtime_t *rt = new_rt(8);
     moon_addr_t     a;
-    double          t0 = moon_test_now_s();
+    double          t0         = moon_test_now_s();
     uint64_t        expect_n[] = {1, 2, 2, 2, 4};
     uint64_t        expect_t[] = {5, 10, 20, 30, 30 + 3600000};
 
@@ -474,7 +491,6 @@ static void test_spawn_survives_allocation_failures(void)
     moon_runtime_destroy(rt);
 }
 
-
 static void test_names_registered_later_die_with_the_actor(void)
 {
     moon_runtime_t *rt = new_rt(1);
@@ -492,7 +508,7 @@ static void test_names_registered_later_die_with_the_actor(void)
 
 /* forwarder: retains what it gets and tries to send it on (not allowed), then
  * sends a copy (allowed). */
-static moon_addr_t forward_to;
+static moon_addr_t   forward_to;
 static moon_status_t fwd_on_req(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     void *copy;
@@ -530,7 +546,9 @@ static moon_status_t exit_in_init(moon_actor_t *self, const void *args)
     return MOON_OK;
 }
 static const moon_actor_ops_t exit_init_ops = {
-    .name = "exit-in-init", .init = exit_in_init, .fini = rec_fini,
+    .name   = "exit-in-init",
+    .init   = exit_in_init,
+    .fini   = rec_fini,
     .on_msg = {[MOON_MSG_SYS_TIMER] = rec_any},
 };
 
@@ -571,7 +589,8 @@ static moon_status_t exit_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg
     return MOON_OK;
 }
 static const moon_actor_ops_t two_timers_ops = {
-    .name = "two-timers", .init = two_timers_init,
+    .name   = "two-timers",
+    .init   = two_timers_init,
     .on_msg = {[MOON_MSG_SYS_TIMER] = exit_on_timer},
 };
 
@@ -594,15 +613,17 @@ static void test_undelivered_timer_does_not_leak(void)
 
 static void test_one_for_all_restarts_every_named_child(void)
 {
-    moon_runtime_t        *rt = new_rt(11);
-    moon_child_spec_t      kids[3] = {
+    moon_runtime_t   *rt      = new_rt(11);
+    moon_child_spec_t kids[3] = {
         {.name = "k0", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
         {.name = "k1", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
         {.name = "k2", .ops = &rec_ops, .restart = MOON_RESTART_PERMANENT},
     };
-    moon_supervisor_args_t args = {.strategy = MOON_SUP_ONE_FOR_ALL, .max_restarts = 5,
-                                   .window_ns = 1000000000ull, .children = kids,
-                                   .n_children = 3};
+    moon_supervisor_args_t args = {.strategy     = MOON_SUP_ONE_FOR_ALL,
+                                   .max_restarts = 5,
+                                   .window_ns    = 1000000000ull,
+                                   .children     = kids,
+                                   .n_children   = 3};
     moon_addr_t            sup, before[3], after[3];
     moon_actor_stats_t     st;
     const char            *names[3] = {"k0", "k1", "k2"};

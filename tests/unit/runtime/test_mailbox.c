@@ -75,7 +75,7 @@ static void test_depth_scan_is_bounded(void)
     for (uint32_t n = 0; n < 1000; n++) {
         moon_mailbox_push(mb, env_of(item(0, n)));
     }
-    CU_ASSERT_EQUAL(moon_mailbox_depth(mb, 100), 100); /* a lower bound... */
+    CU_ASSERT_EQUAL(moon_mailbox_depth(mb, 100), 100);    /* a lower bound... */
     CU_ASSERT_EQUAL(moon_mailbox_depth(mb, 10000), 1000); /* ...that catches up */
     moon_mailbox_drain(mb);
     moon_free(mb);
@@ -86,13 +86,13 @@ static void test_depth_scan_is_bounded(void)
  * marks empty. Checks: every message exactly once, FIFO per producer, and
  * never two schedules of a running consumer. */
 #define N_PRODUCERS 4
-#define N_PER       200000
+#define N_PER 200000
 
 static struct {
-    moon_mailbox_t  *mb;
-    _Atomic int      scheduled; /* outstanding schedule tokens (0 or 1) */
-    _Atomic int      double_schedule;
-    _Atomic int      done_producers;
+    moon_mailbox_t *mb;
+    _Atomic int     scheduled; /* outstanding schedule tokens (0 or 1) */
+    _Atomic int     double_schedule;
+    _Atomic int     done_producers;
 } st;
 
 static void *producer(void *arg)
@@ -118,8 +118,8 @@ static void test_multi_producer_stress(void)
 {
     pthread_t tid[N_PRODUCERS];
     uint32_t  next[N_PRODUCERS] = {0};
-    uint64_t  received = 0;
-    int       order_ok = 1;
+    uint64_t  received          = 0;
+    int       order_ok          = 1;
 
     st.mb = moon_aligned_alloc(MOON_CACHE_LINE, sizeof(*st.mb));
     if (st.mb == NULL) {

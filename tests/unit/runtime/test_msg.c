@@ -14,9 +14,9 @@
 
 /* A schema with every field kind. */
 #define T_ALL_FIELDS(F, T)                                                                         \
-    F(T, u8, a) F(T, u16, b) F(T, u32, c) F(T, u64, d) F(T, i32, e) F(T, i64, f) F(T, f32, g)      \
-    F(T, f64, h) F(T, addr, who) F(T, str, text) F(T, bytes, blob) F(T, u32s, tokens)             \
-    F(T, u64s, keys)
+    F(T, u8, a)                                                                                    \
+    F(T, u16, b) F(T, u32, c) F(T, u64, d) F(T, i32, e) F(T, i64, f) F(T, f32, g) F(T, f64, h)     \
+        F(T, addr, who) F(T, str, text) F(T, bytes, blob) F(T, u32s, tokens) F(T, u64s, keys)
 #define T_NONE_FIELDS(F, T)
 #define T_MSGS(X)                                                                                  \
     X(T_MSG_ALL, t_all_t, T_ALL_FIELDS)                                                            \
@@ -68,22 +68,22 @@ static t_all_t *random_all_kinds(uint32_t max_span, int wide)
     }
     m = moon_msg_new(T_MSG_ALL, n[0] + 1 + n[1] + 4 * n[2] + 8 * n[3] + 32);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    m->a   = (uint8_t)(wide ? rand_width() : moon_test_rand(&rng));
-    m->b   = (uint16_t)(wide ? rand_width() : moon_test_rand(&rng));
-    m->c   = (uint32_t)(wide ? rand_width() : moon_test_rand(&rng));
-    m->d   = wide ? rand_width() : moon_test_rand(&rng);
-    m->e   = (int32_t)rand_signed(wide, 32);
-    m->f   = rand_signed(wide, 64);
-    m->g   = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
-    m->h   = (double)(int64_t)moon_test_rand(&rng) / 3.0;
-    m->who = wide ? rand_width() : moon_test_rand(&rng);
+    m->a         = (uint8_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->b         = (uint16_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->c         = (uint32_t)(wide ? rand_width() : moon_test_rand(&rng));
+    m->d         = wide ? rand_width() : moon_test_rand(&rng);
+    m->e         = (int32_t)rand_signed(wide, 32);
+    m->f         = rand_signed(wide, 64);
+    m->g         = (float)(int32_t)moon_test_rand(&rng) / 7.0f;
+    m->h         = (double)(int64_t)moon_test_rand(&rng) / 3.0;
+    m->who       = wide ? rand_width() : moon_test_rand(&rng);
     m->hdr.src   = wide ? rand_width() : moon_test_rand(&rng);
     m->hdr.seq   = wide ? rand_width() : moon_test_rand(&rng);
     m->hdr.flags = (uint16_t)(wide ? rand_width() : moon_test_rand(&rng));
-    text = moon_msg_span_alloc(m, &m->text, n[0], 1, 1);
-    blob = moon_msg_span_alloc(m, &m->blob, n[1], 1, 0);
-    tok  = moon_msg_span_alloc(m, &m->tokens, n[2], 4, 0);
-    keys = moon_msg_span_alloc(m, &m->keys, n[3], 8, 0);
+    text         = moon_msg_span_alloc(m, &m->text, n[0], 1, 1);
+    blob         = moon_msg_span_alloc(m, &m->blob, n[1], 1, 0);
+    tok          = moon_msg_span_alloc(m, &m->tokens, n[2], 4, 0);
+    keys         = moon_msg_span_alloc(m, &m->keys, n[3], 8, 0);
     CU_ASSERT_FATAL(text && blob && tok && keys);
     for (uint32_t i = 0; i < n[0]; i++) {
         text[i] = (char)('a' + moon_test_rand(&rng) % 26);
@@ -130,7 +130,7 @@ static int64_t obj_int(const msgpack_object *o)
 static void check_with_msgpack_c(const t_all_t *m, const char *buf, size_t len)
 {
     msgpack_unpacked u;
-    size_t           off = 0;
+    size_t           off  = 0;
     const char      *text = (const char *)MOON_SPAN_PTR(m, m->text);
     const uint32_t  *tok  = (const uint32_t *)MOON_SPAN_PTR(m, m->tokens);
     const uint64_t  *keys = (const uint64_t *)MOON_SPAN_PTR(m, m->keys);
@@ -180,7 +180,7 @@ static void check_with_msgpack_c(const t_all_t *m, const char *buf, size_t len)
 /* What msgpack-c's packer writes for the same values, this codec reads. */
 static void pack_with_msgpack_c(const t_all_t *m, msgpack_sbuffer *sb)
 {
-    msgpack_packer pk;
+    msgpack_packer  pk;
     const uint32_t *tok  = (const uint32_t *)MOON_SPAN_PTR(m, m->tokens);
     const uint64_t *keys = (const uint64_t *)MOON_SPAN_PTR(m, m->keys);
 
@@ -414,7 +414,7 @@ static void test_encode_into_small_buffer_is_no_resource(void)
     size_t   len = 12345;
 
     CU_ASSERT_EQUAL(moon_msg_encode(&m->hdr, buf, sizeof(buf), &len), MOON_ERR_NO_RESOURCE);
-    CU_ASSERT_EQUAL(len, 12345); /* outputs set on success only */
+    CU_ASSERT_EQUAL(len, 12345);     /* outputs set on success only */
     m->text.off = m->hdr.size_bytes; /* a span pointing outside the message */
     m->text.n   = 4;
     CU_ASSERT_EQUAL(moon_msg_encode(&m->hdr, buf, sizeof(buf), &len), MOON_ERR_INVALID_PARAM);
@@ -498,10 +498,10 @@ static void test_decode_random_bytes_never_crashes(void)
 static void test_decode_hostile_size_claims(void)
 {
     /* [200, 0, 0, 0, ..., str32 claiming 4 GiB] and array32 claiming 4 G items. */
-    uint8_t         big_str[] = {0x9d, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
-                                 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xdb, 0xff, 0xff, 0xff, 0xff};
-    uint8_t         big_arr[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
-    moon_msg_hdr_t *out       = NULL;
+    uint8_t big_str[]   = {0x9d, 200,  0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    0,    0xca, 0,    0,   0,
+                           0,    0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xdb, 0xff, 0xff, 0xff, 0xff};
+    uint8_t big_arr[]   = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
+    moon_msg_hdr_t *out = NULL;
 
     CU_ASSERT_EQUAL(moon_msg_decode(big_str, sizeof(big_str), &out), MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_msg_decode(big_arr, sizeof(big_arr), &out), MOON_ERR_INVALID_PARAM);

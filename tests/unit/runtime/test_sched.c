@@ -84,8 +84,8 @@ static moon_status_t counter_init(moon_actor_t *self, const void *args)
 
 static moon_status_t counter_on_work(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    counter_state_t   *st = moon_actor_state(self);
-    volatile uint64_t  x  = 0;
+    counter_state_t  *st = moon_actor_state(self);
+    volatile uint64_t x  = 0;
 
     (void)msg;
     for (uint64_t i = 0; i < st->args.spin; i++) {
@@ -109,8 +109,10 @@ static moon_status_t counter_on_done(moon_actor_t *self, const moon_msg_hdr_t *m
 }
 
 static const moon_actor_ops_t counter_ops = {
-    .name = "counter", .state_bytes = sizeof(counter_state_t), .init = counter_init,
-    .on_msg = {[T_MSG_WORK] = counter_on_work, [T_MSG_DONE] = counter_on_done},
+    .name        = "counter",
+    .state_bytes = sizeof(counter_state_t),
+    .init        = counter_init,
+    .on_msg      = {[T_MSG_WORK] = counter_on_work, [T_MSG_DONE] = counter_on_done},
 };
 
 /* ---- flooder: on KICK n, sends n WORK to its target, 500 per turn. */
@@ -143,8 +145,10 @@ static moon_status_t flood_on_kick(moon_actor_t *self, const moon_msg_hdr_t *msg
 }
 
 static const moon_actor_ops_t flood_ops = {
-    .name = "flooder", .state_bytes = sizeof(flood_state_t), .init = flood_init,
-    .on_msg = {[T_MSG_KICK] = flood_on_kick},
+    .name        = "flooder",
+    .state_bytes = sizeof(flood_state_t),
+    .init        = flood_init,
+    .on_msg      = {[T_MSG_KICK] = flood_on_kick},
 };
 
 static void ext_send(moon_runtime_t *rt, moon_addr_t to, uint32_t type, uint64_t n)
@@ -158,7 +162,7 @@ static void ext_send(moon_runtime_t *rt, moon_addr_t to, uint32_t type, uint64_t
 
 static void test_work_spreads_over_workers(void)
 {
-    moon_runtime_t *rt = new_rt(2, 1024);
+    moon_runtime_t *rt   = new_rt(2, 1024);
     counter_args_t  args = {.expect = 16 * 20000, .spin = 200};
     moon_addr_t     c[16], f[16];
 
@@ -177,7 +181,7 @@ static void test_work_spreads_over_workers(void)
 
 static void test_backpressure_mutes_the_sender_and_loses_nothing(void)
 {
-    moon_runtime_t    *rt = new_rt(2, 256);
+    moon_runtime_t    *rt   = new_rt(2, 256);
     counter_args_t     args = {.expect = 200000, .spin = 300}; /* a slow receiver */
     moon_addr_t        c, f;
     moon_actor_stats_t cs, fs;
@@ -205,7 +209,7 @@ static void test_backpressure_mutes_the_sender_and_loses_nothing(void)
 
 static void test_control_actors_are_never_muted(void)
 {
-    moon_runtime_t    *rt = new_rt(2, 256);
+    moon_runtime_t    *rt   = new_rt(2, 256);
     counter_args_t     args = {.expect = 50000, .spin = 300};
     moon_spawn_opts_t  ctl  = {.flags = MOON_SPAWN_CONTROL};
     moon_addr_t        c, f;
@@ -242,8 +246,9 @@ static moon_status_t ring_on_work(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t ring_ops = {
-    .name = "ring", .state_bytes = sizeof(moon_addr_t),
-    .on_msg = {[T_MSG_KICK] = ring_on_kick, [T_MSG_WORK] = ring_on_work},
+    .name        = "ring",
+    .state_bytes = sizeof(moon_addr_t),
+    .on_msg      = {[T_MSG_KICK] = ring_on_kick, [T_MSG_WORK] = ring_on_work},
 };
 
 static void test_ring_delivers_every_hop(void)
@@ -290,7 +295,7 @@ static void *outside_sender(void *arg)
 
 static void test_outside_senders_lose_nothing(void)
 {
-    moon_runtime_t *rt = new_rt(2, 1 << 20);
+    moon_runtime_t *rt   = new_rt(2, 1 << 20);
     counter_args_t  args = {.expect = 100000, .spin = 0};
     sender_arg_t    sa;
     pthread_t       tid[4];
@@ -338,8 +343,10 @@ static moon_status_t tick_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg
 }
 
 static const moon_actor_ops_t tick_ops = {
-    .name = "ticker", .state_bytes = sizeof(tick_state_t), .init = tick_init,
-    .on_msg = {[MOON_MSG_SYS_TIMER] = tick_on_timer},
+    .name        = "ticker",
+    .state_bytes = sizeof(tick_state_t),
+    .init        = tick_init,
+    .on_msg      = {[MOON_MSG_SYS_TIMER] = tick_on_timer},
 };
 
 static void test_periodic_timer_on_the_real_clock(void)
@@ -354,28 +361,31 @@ static void test_periodic_timer_on_the_real_clock(void)
     moon_runtime_destroy(rt);
 }
 
-
 /* Named children crash over and over while the supervisor runs on another
  * worker: a restart must never find the old incarnation's name still taken. */
 static void test_supervisor_restarts_named_children_across_workers(void)
 {
-    moon_runtime_t        *rt = new_rt(2, 1024);
+    moon_runtime_t        *rt    = new_rt(2, 1024);
     counter_args_t         cargs = {.expect = UINT64_MAX, .spin = 0};
     char                   names[8][8];
     moon_child_spec_t      kids[8];
-    moon_supervisor_args_t args = {.strategy = MOON_SUP_ONE_FOR_ONE, .max_restarts = 100000,
-                                   .window_ns = 1000000000ull, .children = kids,
-                                   .n_children = 8};
+    moon_supervisor_args_t args = {.strategy     = MOON_SUP_ONE_FOR_ONE,
+                                   .max_restarts = 100000,
+                                   .window_ns    = 1000000000ull,
+                                   .children     = kids,
+                                   .n_children   = 8};
     moon_addr_t            sup, child;
     moon_actor_stats_t     st;
-    uint64_t               rng = 5;
+    uint64_t               rng     = 5;
     int                    crashes = 0;
 
     for (int i = 0; i < 8; i++) {
         snprintf(names[i], sizeof(names[i]), "kid%d", i);
-        kids[i] = (moon_child_spec_t){.name = names[i], .ops = &counter_ops, .args = &cargs,
+        kids[i] = (moon_child_spec_t){.name       = names[i],
+                                      .ops        = &counter_ops,
+                                      .args       = &cargs,
                                       .args_bytes = sizeof(cargs),
-                                      .restart = MOON_RESTART_PERMANENT};
+                                      .restart    = MOON_RESTART_PERMANENT};
     }
     CU_ASSERT_EQUAL_FATAL(moon_supervisor_spawn(rt, &args, NULL, &sup), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_runtime_start(rt), MOON_OK);

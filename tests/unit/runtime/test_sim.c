@@ -62,8 +62,9 @@ static moon_status_t sink_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t sink_ops = {
-    .name = "sink", .state_bytes = sizeof(sink_state_t),
-    .on_msg = {[T_MSG_WORK] = sink_on_work, [T_MSG_DONE] = sink_on_done},
+    .name        = "sink",
+    .state_bytes = sizeof(sink_state_t),
+    .on_msg      = {[T_MSG_WORK] = sink_on_work, [T_MSG_DONE] = sink_on_done},
 };
 
 /* producer: sends n WORK to the sink in steps of one message to itself. */
@@ -102,8 +103,10 @@ static moon_status_t prod_on_step(moon_actor_t *self, const moon_msg_hdr_t *msg)
 }
 
 static const moon_actor_ops_t prod_ops = {
-    .name = "producer", .state_bytes = sizeof(prod_state_t), .init = prod_init,
-    .on_msg = {[T_MSG_WORK] = prod_on_step},
+    .name        = "producer",
+    .state_bytes = sizeof(prod_state_t),
+    .init        = prod_init,
+    .on_msg      = {[T_MSG_WORK] = prod_on_step},
 };
 
 /* Runs the scenario under a seed; returns 1 if the planted bug fired. */

@@ -1,0 +1,528 @@
+/* benchmarks/bench_serve.c - the serving cluster's questions (one per
+ * --bench), each printing one JSON line with its anchor measured in the
+ * same run:
+ *   prefix_reuse    TTFT of a prompt whose 448-token prefix is in the store
+ *                   over the TTFT of the same prompt with the store empty
+ *                   (target <= 0.25);
+ *   handover        TTFT of a 512-token prompt through 1 prefill + 1 decode
+ *                   over the engine's own prefill of that prompt plus one
+ *                   decode step (target <= 1.10);
+ *   decode          tokens/s of 32 concurrent greedy requests on one decode
+ *                   instance over the engine's batch-32 decode with the same
+ *                   threads (target >= 0.85);
+ *   disagg_goodput  goodput (TTFT <= 2 s and TBT <= 3x the batch-1 step) of
+ *                   1 prefill + 1 decode over that of 2 colocated instances,
+ *                   same workload, same cores (target >= 1.2).
+ * The cluster runs in this process (one actor worker, one engine thread per
+ * instance unless --threads); the driver is the client API's thread client,
+ * which stamps each token's arrival on the runtime's thread. */
+#include "bench_util.h"
+#include "moonlet/log.h"
+#include "moonlet/model.h"
+#include "moonlet/runtime.h"
+#include "serve_client.h"
+#include "serve_cluster.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_REQS 256
+#define MAX_TOKS 1024
+
+typedef struct {
+    uint64_t submit_ns, first_ns, last_ns;
+    uint64_t t_ns[MAX_TOKS]; /* arrival of each token */
+    uint32_t n;
+    uint32_t n_cached;
+    int      done, finish;
+} track_t;
+
+static track_t         *g_track;
+static uint64_t         g_base;
+static _Atomic uint32_t g_n_done;
+
+/* On a runtime worker: stamp and count (never blocks). */
+static void on_event(void *arg, const moon_serve_event_t *ev)
+{
+    uint64_t now = moon_bench_now_ns();
+    track_t *t;
+
+    (void)arg;
+    if (ev->request_id < g_base || ev->request_id >= g_base + MAX_REQS) {
+        return;
+    }
+    t = &g_track[ev->request_id - g_base];
+    if (ev->kind == MOON_SERVE_EV_TOKEN) {
+        if (t->n == 0) {
+            t->first_ns = now;
+        }
+        if (t->n < MAX_TOKS) {
+            t->t_ns[t->n] = now;
+        }
+        t->n++;
+        t->last_ns = now;
+    } else {
+        t->n_cached = ev->n_cached;
+        t->finish   = (int)ev->finish;
+        t->done     = 1;
+        atomic_fetch_add(&g_n_done, 1);
+    }
+}
+
+typedef struct {
+    moon_runtime_t       *rt;
+    moon_serve_cluster_t *cluster;
+    moon_serve_client_t  *client;
+} cluster_t;
+
+static int cluster_up(cluster_t *c, const moon_serve_config_t *cfg)
+{
+    moon_runtime_config_t      rcfg;
+    moon_serve_client_config_t cc = {.on_event = on_event};
+    uint32_t n_pre = cfg->colocated ? 0 : cfg->n_prefill;
+    uint32_t n_dec = cfg->colocated ? cfg->n_prefill + cfg->n_decode : cfg->n_decode;
+
+    moon_runtime_config_default(&rcfg);
+    rcfg.n_workers = 1;
+    if (moon_runtime_create(&rcfg, &c->rt) != MOON_OK || moon_runtime_start(c->rt) != MOON_OK ||
+        moon_serve_cluster_start(cfg, c->rt, NULL, &c->cluster) != MOON_OK) {
+        return -1;
+    }
+    cc.conductor = moon_serve_cluster_conductor(c->cluster);
+    if (moon_serve_client_create(c->rt, &cc, &c->client) != MOON_OK ||
+        moon_serve_client_wait_ready(c->client, n_pre, n_dec, 60000000000ull) != MOON_OK) {
+        return -1;
+    }
+    return 0;
+}
+
+static void cluster_down(cluster_t *c)
+{
+    moon_serve_client_destroy(c->client);
+    moon_serve_cluster_stop(c->cluster);
+    moon_runtime_shutdown(c->rt, 0);
+    moon_runtime_wait(c->rt);
+    moon_runtime_destroy(c->rt);
+}
+
+static void tokens_of(int32_t *t, uint32_t n, uint32_t seed, uint32_t vocab)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t[i] = 3 + (int32_t)((seed >> 8) % (vocab - 3));
+    }
+}
+
+static void wait_done(uint32_t n)
+{
+    while (atomic_load(&g_n_done) < n) {
+        nanosleep(&(struct timespec){0, 200000}, NULL);
+    }
+}
+
+/* Submits one request (its events go to g_track[i]). */
+static void submit(cluster_t *c, uint32_t i, const int32_t *tok, uint32_t n, uint32_t max_tokens)
+{
+    moon_serve_params_t p;
+    uint64_t            id;
+
+    moon_serve_params_default(&p);
+    p.tokens     = tok;
+    p.n_tokens   = n;
+    p.max_tokens = max_tokens;
+    p.flags      = MOON_SERVE_F_IGNORE_EOS;
+    g_track[i].submit_ns = moon_bench_now_ns();
+    if (moon_serve_client_submit(c->client, &p, &id) != MOON_OK || id != g_base + i) {
+        fprintf(stderr, "bench_serve: submit %u failed\n", i);
+        exit(1);
+    }
+}
+
+/* Runs request i alone; returns its TTFT (s). */
+static double one_ttft(cluster_t *c, uint32_t i, const int32_t *tok, uint32_t n, uint32_t max)
+{
+    uint32_t before = atomic_load(&g_n_done);
+
+    submit(c, i, tok, n, max);
+    wait_done(before + 1);
+    return (double)(g_track[i].first_ns - g_track[i].submit_ns) * 1e-9;
+}
+
+static void reset_tracks(cluster_t *c)
+{
+    memset(g_track, 0, MAX_REQS * sizeof(*g_track));
+    atomic_store(&g_n_done, 0);
+    /* the next request id: ask for one and note it */
+    moon_serve_params_t p;
+    int32_t             t = 5;
+    uint64_t            id;
+    moon_serve_params_default(&p);
+    p.tokens   = &t;
+    p.n_tokens = 1;
+    p.max_tokens = 1;
+    g_base     = UINT64_MAX / 2; /* events of the probe are not tracked */
+    moon_serve_client_submit(c->client, &p, &id);
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+    g_base = id + 1;
+}
+
+/* ---- engine anchors ------------------------------------------------------ */
+
+typedef struct {
+    moon_model_t    *model;
+    moon_engine_t   *engine;
+    moon_kv_cache_t *kv;
+    float           *logits;
+} anchor_t;
+
+static void anchor_open(anchor_t *a, const char *path, uint32_t threads, uint32_t max_batch,
+                        uint32_t max_chunk)
+{
+    moon_engine_config_t ec = {.kind = MOON_BACKEND_CPU, .n_threads = threads,
+                               .max_batch = max_batch, .max_chunk = max_chunk};
+    const moon_model_config_t *mc;
+    moon_kv_config_t           kc;
+
+    if (moon_model_load(path, &a->model) != MOON_OK ||
+        moon_engine_create(a->model, &ec, &a->engine) != MOON_OK) {
+        fprintf(stderr, "bench_serve: anchor engine\n");
+        exit(1);
+    }
+    mc = moon_model_config(a->model);
+    kc = moon_model_kv_config(mc, 16, (mc->seq_len / 16) * (max_batch > 4 ? max_batch / 2 : 2),
+                              max_batch);
+    if (moon_kv_cache_create(&kc, &a->kv) != MOON_OK) {
+        exit(1);
+    }
+    a->logits = calloc((size_t)max_batch * mc->vocab_size, sizeof(float));
+}
+
+static void anchor_close(anchor_t *a)
+{
+    free(a->logits);
+    moon_kv_cache_destroy(a->kv);
+    moon_engine_destroy(a->engine);
+    moon_model_destroy(a->model);
+}
+
+/* Best of reps: one prefill of tok[0..n) in one call, and a batch-1 step after it. */
+static void anchor_prefill(anchor_t *a, const int32_t *tok, uint32_t n, int reps, double *pre_s,
+                           double *step_s)
+{
+    *pre_s  = 1e9;
+    *step_s = 1e9;
+    for (int r = 0; r < reps; r++) {
+        uint32_t seq;
+        double   d1 = 0, d2 = 0;
+        int32_t  t  = tok[0];
+        moon_kv_seq_create(a->kv, &seq);
+        moon_engine_prefill(a->engine, a->kv, seq, tok, n, a->logits, &d1);
+        moon_engine_decode(a->engine, a->kv, &seq, &t, 1, a->logits, &d2);
+        moon_kv_seq_destroy(a->kv, seq);
+        *pre_s  = d1 < *pre_s ? d1 : *pre_s;
+        *step_s = d2 < *step_s ? d2 : *step_s;
+    }
+}
+
+/* Median tokens/s of batch-b decode steps at context ctx. */
+static double anchor_decode(anchor_t *a, uint32_t b, uint32_t ctx, uint32_t steps, uint32_t vocab)
+{
+    uint32_t seqs[64];
+    int32_t *tok = calloc(ctx, sizeof(*tok)), next[64];
+    double  *d   = calloc(steps, sizeof(double)), med;
+
+    tokens_of(tok, ctx, 9, vocab);
+    for (uint32_t i = 0; i < b; i++) {
+        moon_kv_seq_create(a->kv, &seqs[i]);
+        for (uint32_t k = 0; k < ctx; k += 128) {
+            moon_engine_prefill(a->engine, a->kv, seqs[i], tok + k, MOON_MIN(128, ctx - k), NULL,
+                                NULL);
+        }
+        next[i] = tok[i];
+    }
+    for (uint32_t s = 0; s < steps; s++) {
+        moon_engine_decode(a->engine, a->kv, seqs, next, b, a->logits, &d[s]);
+    }
+    med = moon_bench_percentile(d, steps, 50);
+    for (uint32_t i = 0; i < b; i++) {
+        moon_kv_seq_destroy(a->kv, seqs[i]);
+    }
+    free(tok);
+    free(d);
+    return b / med;
+}
+
+/* ---- the questions ---------------------------------------------------------- */
+
+static void emit(const char *bench, const char *label, const char *fig, double v,
+                 const char *anchor, double va, const char *unit, double ratio, double target)
+{
+    moon_bench_json_t j;
+
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", bench);
+    moon_bench_json_str(&j, "model", label);
+    moon_bench_json_num(&j, fig, v);
+    moon_bench_json_num(&j, anchor, va);
+    moon_bench_json_str(&j, "unit", unit);
+    moon_bench_json_num(&j, "ratio", ratio);
+    moon_bench_json_num(&j, "target", target);
+    moon_bench_json_num(&j, "peak_rss_mib", moon_bench_peak_rss_mib());
+    moon_bench_json_end(&j);
+}
+
+static double median(double *v, uint32_t n)
+{
+    return moon_bench_percentile(v, n, 50);
+}
+
+static void bench_prefix_reuse(moon_serve_config_t *cfg, const char *label, uint32_t iters)
+{
+    cluster_t c;
+    uint32_t  vocab, n = 512, shared = 448;
+    int32_t   a[512], b[512];
+    double    cold[16], warm[16];
+    uint32_t  cached = 0;
+
+    cfg->n_store = 1;
+    if (cluster_up(&c, cfg) != 0) {
+        exit(1);
+    }
+    vocab = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
+    n     = MOON_MIN(n, moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len - 2);
+    reset_tracks(&c);
+    for (uint32_t i = 0; i < iters; i++) {
+        tokens_of(a, n, 100 + i, vocab);
+        memcpy(b, a, sizeof(b));
+        tokens_of(b + shared, n - shared, 900 + i, vocab);
+        cold[i] = one_ttft(&c, 2 * i, a, n, 1);
+        nanosleep(&(struct timespec){0, 200000000}, NULL); /* a's puts commit */
+        warm[i] = one_ttft(&c, 2 * i + 1, b, n, 1);
+        cached  = g_track[2 * i + 1].n_cached;
+    }
+    cluster_down(&c);
+    if (cached != shared) {
+        fprintf(stderr, "bench_serve: prefix_reuse: %u tokens came from the store, not %u\n",
+                cached, shared);
+    }
+    emit("prefix_reuse", label, "ttft_cached_ms", median(warm, iters) * 1e3, "ttft_cold_ms",
+         median(cold, iters) * 1e3, "ms", median(warm, iters) / median(cold, iters), 0.25);
+}
+
+static void bench_handover(moon_serve_config_t *cfg, const char *path, const char *label,
+                           uint32_t iters)
+{
+    cluster_t c;
+    anchor_t  an;
+    int32_t   a[512];
+    double    ttft[16], pre, step;
+    uint32_t  vocab, n;
+
+    cfg->n_store = 0; /* nothing reused: the whole prompt computes and moves */
+    if (cluster_up(&c, cfg) != 0) {
+        exit(1);
+    }
+    vocab = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
+    n     = MOON_MIN(512, moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len - 2);
+    reset_tracks(&c);
+    for (uint32_t i = 0; i < iters; i++) {
+        tokens_of(a, n, 300 + i, vocab);
+        ttft[i] = one_ttft(&c, i, a, n, 2);
+    }
+    cluster_down(&c);
+    anchor_open(&an, path, cfg->threads, 1, 512);
+    anchor_prefill(&an, a, n, 3, &pre, &step);
+    anchor_close(&an);
+    emit("handover", label, "ttft_ms", median(ttft, iters) * 1e3, "engine_prefill_plus_step_ms",
+         (pre + step) * 1e3, "ms", median(ttft, iters) / (pre + step), 1.10);
+}
+
+static void bench_decode(moon_serve_config_t *cfg, const char *path, const char *label,
+                         uint32_t threads)
+{
+    enum { B = 32, PROMPT = 32 };
+    cluster_t c;
+    anchor_t  an;
+    int32_t   tok[B][PROMPT];
+    uint32_t  vocab, max_new, ctx;
+    uint64_t  t0 = 0, t1 = UINT64_MAX, n_tok = 0;
+    double    tps, anchor;
+
+    cfg->n_store   = 0;
+    cfg->max_batch = B;
+    cfg->threads   = threads;
+    if (cluster_up(&c, cfg) != 0) {
+        exit(1);
+    }
+    ctx     = moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len;
+    vocab   = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
+    max_new = MOON_MIN(256, ctx - PROMPT - 1);
+    reset_tracks(&c);
+    for (uint32_t i = 0; i < B; i++) {
+        tokens_of(tok[i], PROMPT, 500 + i, vocab);
+        submit(&c, i, tok[i], PROMPT, max_new);
+    }
+    wait_done(B);
+    cluster_down(&c);
+    /* the steady window: every request has its first token, none is done */
+    for (uint32_t i = 0; i < B; i++) {
+        t0 = g_track[i].first_ns > t0 ? g_track[i].first_ns : t0;
+        t1 = g_track[i].last_ns < t1 ? g_track[i].last_ns : t1;
+    }
+    for (uint32_t i = 0; i < B; i++) {
+        for (uint32_t k = 0; k < MOON_MIN(g_track[i].n, MAX_TOKS); k++) {
+            n_tok += g_track[i].t_ns[k] > t0 && g_track[i].t_ns[k] <= t1;
+        }
+    }
+    tps = t1 > t0 ? (double)n_tok / ((double)(t1 - t0) * 1e-9) : 0.0;
+    anchor_open(&an, path, threads, B, 128);
+    anchor = anchor_decode(&an, B, PROMPT + max_new / 2, 24, vocab);
+    anchor_close(&an);
+    emit("decode", label, "tokens_per_s", tps, "engine_batch32_tokens_per_s", anchor, "tokens/s",
+         tps / anchor, 0.85);
+}
+
+/* TBT of a request: the mean of its slowest 10 % of token gaps (the paper's). */
+static double tbt_of(const track_t *t)
+{
+    uint32_t n = MOON_MIN(t->n, MAX_TOKS), k;
+    double   gaps[MAX_TOKS], sum = 0;
+
+    if (n < 2) {
+        return 0.0;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        gaps[i - 1] = (double)(t->t_ns[i] - t->t_ns[i - 1]) * 1e-9;
+    }
+    moon_bench_percentile(gaps, n - 1, 50); /* sorts */
+    k = (n - 1 + 9) / 10;
+    for (uint32_t i = 0; i < k; i++) {
+        sum += gaps[n - 2 - i];
+    }
+    return sum / k;
+}
+
+/* One run of the workload: requests with Poisson arrivals at rate; goodput. */
+static double goodput_run(moon_serve_config_t *cfg, uint32_t n_req, double rate, double tbt_slo,
+                          uint32_t lo, uint32_t hi, uint32_t out, double *attain_p)
+{
+    cluster_t c;
+    uint32_t  vocab, good = 0;
+    int32_t  *tok = calloc((size_t)n_req * hi, sizeof(int32_t));
+    uint64_t  seed = 77, start, end = 0;
+    double    at = 0.0;
+
+    if (cluster_up(&c, cfg) != 0) {
+        exit(1);
+    }
+    vocab = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
+    reset_tracks(&c);
+    start = moon_bench_now_ns();
+    for (uint32_t i = 0; i < n_req; i++) {
+        uint32_t len;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        len  = lo + (uint32_t)((seed >> 33) % (hi - lo + 1));
+        tokens_of(tok + (size_t)i * hi, len, 1000 + i, vocab);
+        at += -log(1.0 - (double)((seed >> 11) & 0xfffff) / 1048577.0) / rate;
+        while (moon_bench_now_ns() < start + (uint64_t)(at * 1e9)) {
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+        }
+        submit(&c, i, tok + (size_t)i * hi, len, out);
+    }
+    wait_done(n_req);
+    cluster_down(&c);
+    for (uint32_t i = 0; i < n_req; i++) {
+        const track_t *t = &g_track[i];
+        double         ttft = (double)(t->first_ns - t->submit_ns) * 1e-9;
+        good += t->n > 0 && ttft <= 2.0 && tbt_of(t) <= tbt_slo;
+        end = t->last_ns > end ? t->last_ns : end;
+    }
+    free(tok);
+    *attain_p = (double)good / n_req;
+    return good / ((double)(end - start) * 1e-9);
+}
+
+static void bench_disagg(moon_serve_config_t *cfg, const char *path, const char *label,
+                         uint32_t n_req)
+{
+    anchor_t an;
+    int32_t  a[512];
+    double   pre, step, rate, tbt_slo, g_dis, g_col, att_dis, att_col;
+    uint32_t ctx, lo = 400, hi = 480, out = 64;
+
+    anchor_open(&an, path, 1, 1, 512);
+    ctx = moon_model_config(an.model)->seq_len;
+    if (hi + out >= ctx) { /* stories260K: context 512 */
+        hi = ctx - out - 8;
+        lo = hi - 80;
+    }
+    tokens_of(a, (lo + hi) / 2, 3, moon_model_config(an.model)->vocab_size);
+    anchor_prefill(&an, a, (lo + hi) / 2, 3, &pre, &step);
+    anchor_close(&an);
+    /* near saturation of one prefill instance */
+    rate    = 0.9 / pre;
+    tbt_slo = 3.0 * step;
+    cfg->n_store = 0; /* distinct prompts: nothing to reuse in either mode */
+    cfg->colocated = 0;
+    g_dis          = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_dis);
+    cfg->colocated = 1;
+    g_col          = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_col);
+    {
+        moon_bench_json_t j;
+        moon_bench_json_begin(&j);
+        moon_bench_json_str(&j, "bench", "disagg_goodput");
+        moon_bench_json_str(&j, "model", label);
+        moon_bench_json_num(&j, "goodput_rps", g_dis);
+        moon_bench_json_num(&j, "colocated_goodput_rps", g_col);
+        moon_bench_json_num(&j, "slo_attainment", att_dis);
+        moon_bench_json_num(&j, "colocated_slo_attainment", att_col);
+        moon_bench_json_num(&j, "rate_rps", rate);
+        moon_bench_json_num(&j, "tbt_slo_ms", tbt_slo * 1e3);
+        moon_bench_json_int(&j, "requests", n_req);
+        moon_bench_json_str(&j, "unit", "requests/s");
+        moon_bench_json_num(&j, "ratio", g_col > 0 ? g_dis / g_col : 0.0);
+        moon_bench_json_num(&j, "target", 1.2);
+        moon_bench_json_end(&j);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char         *bench = moon_bench_arg_str(argc, argv, "bench", "handover");
+    const char         *path  = moon_bench_arg_str(argc, argv, "model", NULL);
+    const char         *label = moon_bench_arg_str(argc, argv, "label", "model");
+    uint32_t            iters = (uint32_t)moon_bench_arg_int(argc, argv, "iters", 5);
+    uint32_t            thr   = (uint32_t)moon_bench_arg_int(argc, argv, "threads", 1);
+    moon_serve_config_t cfg;
+
+    if (path == NULL) {
+        fprintf(stderr, "usage: bench_serve --bench=prefix_reuse|handover|decode|disagg_goodput "
+                        "--model=M.gguf [--label=L] [--iters=N] [--threads=N] [--requests=N]\n");
+        return 2;
+    }
+    iters   = MOON_MIN(MOON_MAX(iters, 1u), 16u);
+    g_track = calloc(MAX_REQS, sizeof(*g_track));
+    moon_serve_config_default(&cfg);
+    cfg.model_path     = path;
+    cfg.store_dram_mib = 256;
+    cfg.prefill_chunk  = 128;
+    if (strcmp(bench, "prefix_reuse") == 0) {
+        bench_prefix_reuse(&cfg, label, iters);
+    } else if (strcmp(bench, "handover") == 0) {
+        bench_handover(&cfg, path, label, iters);
+    } else if (strcmp(bench, "decode") == 0) {
+        bench_decode(&cfg, path, label, thr);
+    } else if (strcmp(bench, "disagg_goodput") == 0) {
+        bench_disagg(&cfg, path, label,
+                     (uint32_t)MOON_MIN(moon_bench_arg_int(argc, argv, "requests", 48), MAX_REQS));
+    } else {
+        fprintf(stderr, "bench_serve: unknown --bench=%s\n", bench);
+        return 2;
+    }
+    free(g_track);
+    return 0;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# benchmarks/suites/serve.sh - the serving cluster's questions (bench_serve.c),
+# each line with its anchor from the same run: prefix_reuse (target <= 0.25),
+# handover (<= 1.10), decode (>= 0.85), disagg_goodput (>= 1.2); on the
+# 110M-parameter random Llama (F32) of the model suite and on stories260K.
+# One process per line. Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny), THREADS
+# (decode engine threads: default all cores).
+set -euo pipefail
+BENCH_BIN=${BENCH_BIN:-build/benchmarks}
+BUILD_DIR=${BUILD_DIR:-build}
+B="$BENCH_BIN/bench_serve"
+MOONLET="$BUILD_DIR/launch/moonlet"
+MD="$BUILD_DIR/bench-models"
+T=${THREADS:-$(nproc)}
+S=models/stories260K/stories260K.gguf
+mkdir -p "$MD"
+# shellcheck source=bench_models.inc
+source "$(dirname "$0")/bench_models.inc"
+export OPENBLAS_NUM_THREADS=1
+
+if [ "${SMOKE:-0}" = 1 ]; then
+    "$B" --bench=handover --model="$S" --label=stories260K --iters=1
+    "$B" --bench=prefix_reuse --model="$S" --label=stories260K --iters=1
+    "$B" --bench=decode --model="$S" --label=stories260K --threads=1
+    "$B" --bench=disagg_goodput --model="$S" --label=stories260K --requests=6
+    exit 0
+fi
+
+gen_llama110m
+for m in "$S:stories260K" "$MD/llama110m-f32.gguf:llama110m-f32"; do
+    p=${m%%:*} l=${m##*:}
+    "$B" --bench=prefix_reuse --model="$p" --label="$l" --iters=5
+    "$B" --bench=handover --model="$p" --label="$l" --iters=5
+    "$B" --bench=decode --model="$p" --label="$l" --threads="$T"
+    "$B" --bench=disagg_goodput --model="$p" --label="$l" --requests=48
+done
