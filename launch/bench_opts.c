@@ -1,9 +1,7 @@
-/* launch/bench_opts.c - the option table of `moonlet bench` (moonlet/config.h)
+/* launch/bench_opts.c - the option tables of `moonlet bench` (moonlet/config.h)
  * and the workload positional. vLLM's `bench serve` spellings are a second
  * table writing the same fields, so its command lines carry over. */
 #include "bench_opts.h"
-
-#include "moonlet/config.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -100,10 +98,10 @@ static const moon_config_field_t vllm_fields[] = {
 };
 #undef BO
 
-static const moon_config_table_t bench_table = {
+const moon_config_table_t moon_bench_config_table = {
     "bench", "moonlet bench random|shared-prefix|trace FILE [options]", NULL, bench_fields};
-static const moon_config_table_t vllm_table = {"bench-vllm", "vllm bench serve spellings", NULL,
-                                               vllm_fields};
+const moon_config_table_t moon_bench_vllm_table = {"bench-vllm", "vllm bench serve spellings", NULL,
+                                                   vllm_fields};
 
 static void seterr(char *err, size_t err_len, const char *fmt, const char *a)
 {
@@ -211,17 +209,17 @@ static moon_status_t make_config(moon_bench_opts_t *opts, moon_config_t **cfg_p,
     moon_status_t  status;
 
     memset(opts, 0, sizeof(*opts));
-    status = moon_config_defaults(&bench_table, opts);
+    status = moon_config_defaults(&moon_bench_config_table, opts);
     if (status == MOON_OK) {
-        status = moon_config_defaults(&vllm_table, opts);
+        status = moon_config_defaults(&moon_bench_vllm_table, opts);
     }
     if (status == MOON_OK) {
         status = moon_config_create(&cfg);
     }
     if (status == MOON_OK) {
-        status = moon_config_add(cfg, &bench_table, opts);
+        status = moon_config_add(cfg, &moon_bench_config_table, opts);
         if (status == MOON_OK) {
-            status = moon_config_add(cfg, &vllm_table, opts);
+            status = moon_config_add(cfg, &moon_bench_vllm_table, opts);
         }
         if (status != MOON_OK) {
             seterr(err, err_len, "%s", moon_config_error(cfg));
@@ -235,6 +233,20 @@ static moon_status_t make_config(moon_bench_opts_t *opts, moon_config_t **cfg_p,
     }
     *cfg_p = cfg;
     return MOON_OK;
+}
+
+moon_status_t moon_bench_opts_finish(const moon_config_t *cfg, moon_bench_opts_t *opts, char *err,
+                                     size_t err_len)
+{
+    moon_status_t status = set_positionals(cfg, opts, err, err_len);
+
+    if (status == MOON_OK) {
+        status = check_values(opts, err, err_len);
+    }
+    if (opts->num_prompts == 0 && opts->workload != MOON_BENCH_WL_TRACE) {
+        opts->num_prompts = 100;
+    }
+    return status;
 }
 
 moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
@@ -256,30 +268,10 @@ moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *op
     } else if (moon_config_help_requested(cfg)) {
         opts->help = 1;
     } else {
-        status = set_positionals(cfg, opts, err, err_len);
-        if (status == MOON_OK) {
-            status = check_values(opts, err, err_len);
-        }
-        if (opts->num_prompts == 0 && opts->workload != MOON_BENCH_WL_TRACE) {
-            opts->num_prompts = 100;
-        }
+        status = moon_bench_opts_finish(cfg, opts, err, err_len);
     }
     moon_config_destroy(cfg);
     return status;
-}
-
-void moon_bench_opts_usage(FILE *f)
-{
-    moon_bench_opts_t opts;
-    moon_config_t    *cfg = NULL;
-
-    fprintf(f, "usage: moonlet bench random|shared-prefix|trace FILE [OPTIONS]\n"
-               "  drives an OpenAI-compatible server with streamed requests and reports\n"
-               "  TTFT, TPOT, ITL, E2EL, throughput and goodput as `vllm bench serve` does\n\n");
-    if (make_config(&opts, &cfg, NULL, 0) == MOON_OK) {
-        moon_config_print_help(cfg, f);
-        moon_config_destroy(cfg);
-    }
 }
 
 int moon_bench_opts_is_chat(const moon_bench_opts_t *opts)

@@ -7,6 +7,7 @@
 #ifndef MOON_LAUNCH_BENCH_OPTS_H
 #define MOON_LAUNCH_BENCH_OPTS_H
 
+#include "moonlet/config.h"
 #include "moonlet/status.h"
 
 #include <stdint.h>
@@ -67,6 +68,20 @@ typedef struct {
     int         help;        /* --help was given */
 } moon_bench_opts_t;
 
+/* The options' tables (flags only): moonlet's names, and vLLM's `bench
+ * serve` spellings writing the same fields. Parse over both (their defaults
+ * agree), then call moon_bench_opts_finish. */
+extern const moon_config_table_t moon_bench_config_table;
+extern const moon_config_table_t moon_bench_vllm_table;
+
+/* After a parse over both tables into opts (zeroed before the defaults went
+ * in): takes the workload positional (and the trace FILE) from cfg, applies
+ * vLLM's --goodput, checks values across options, and gives num_prompts its
+ * default. MOON_ERR_INVALID_PARAM with one line naming the flag or
+ * positional in err (NUL-terminated, at most err_len bytes). */
+moon_status_t moon_bench_opts_finish(const moon_config_t *cfg, moon_bench_opts_t *opts, char *err,
+                                     size_t err_len);
+
 /* Parses `bench` arguments (argv[0] is the subcommand name) into *opts, which
  * it first fills with every default. On an error writes one line naming the
  * flag or positional into err (NUL-terminated, at most err_len bytes) and
@@ -75,9 +90,6 @@ typedef struct {
  * into argv, which must outlive opts. */
 moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
                                     size_t err_len);
-
-/* Prints the usage text with every option, its default, range and help. */
-void moon_bench_opts_usage(FILE *f);
 
 /* True when requests go to the chat completions API (endpoint "chat" or a
  * path containing "chat"). */

@@ -105,5 +105,11 @@ fi
 
 # 6. bad input: a clear error, no crash
 "$MOONLET" bench trace "$T/missing.jsonl" --model m > /dev/null 2>&1 && fail "missing trace passed"
-"$MOONLET" bench random --num-prompts x > /dev/null 2>&1; [ $? = 2 ] || fail "bad flag not rc 2"
+"$MOONLET" bench random --num-prompts x > /dev/null 2> "$T/err.txt"; [ $? = 2 ] || fail "bad flag not rc 2"
+grep -q "^moonlet bench: --num-prompts: 'x'" "$T/err.txt" || fail "bad flag not named"
+"$MOONLET" bench sharegpt > /dev/null 2> "$T/err.txt"; [ $? = 2 ] || fail "bad workload not rc 2"
+grep -q "unknown workload 'sharegpt'" "$T/err.txt" || fail "bad workload not named"
+"$MOONLET" bench --help > "$T/out.txt" 2> "$T/err.txt" || fail "--help failed"
+grep -q "^usage: moonlet bench" "$T/out.txt" && grep -q -- "--slo-tpot-ms" "$T/out.txt" \
+    && [ ! -s "$T/err.txt" ] || fail "--help not the usage on stdout alone"
 echo "test_bench_fixture: ok"
