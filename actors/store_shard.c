@@ -225,6 +225,29 @@ static moon_status_t shard_on_query(moon_actor_t *self, const moon_msg_hdr_t *ms
     return MOON_OK;
 }
 
+/* Finishes and sends grant g (a PUT_GRANT or GET_GRANT) to `to`: status is
+ * its shard call's (a reserve or a get, whose token or lease is handle); on
+ * MOON_OK the grant also describes the arena. undo (revoke or release) gives
+ * the handle back when the grant cannot say MOON_OK or cannot be sent (the
+ * requester is gone). Events the call raised (evictions by a reserve or a
+ * promote, a corrupt block removed) are published before it leaves. */
+static void grant_send(moon_actor_t *self, shard_state_t *st, moon_addr_t to, moon_msg_hdr_t *g,
+                       int32_t *status_p, moon_span_t *desc, uint64_t *base_p, moon_status_t status,
+                       uint64_t handle, moon_status_t (*undo)(moon_kv_shard_t *kv, uint64_t handle))
+{
+    if (status == MOON_OK) {
+        status = fill_desc(st, g, desc, base_p);
+        if (status != MOON_OK) {
+            (void)undo(st->kv, handle);
+        }
+    }
+    *status_p = status;
+    publish_events(self, st);
+    if (moon_tell(self, to, g) != MOON_OK && status == MOON_OK) {
+        (void)undo(st->kv, handle);
+    }
+}
+
 static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     shard_state_t                  *st  = moon_actor_state(self);
@@ -232,7 +255,7 @@ static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *
     moon_kv_tag_t                   tag = {q->model_id, q->weight_version};
     moon_kv_key_t                   key = {q->key_lo, q->key_hi};
     moon_store_put_grant_t         *g;
-    moon_kv_put_t                   put;
+    moon_kv_put_t                   put = {0};
     moon_status_t                   status;
 
     g = moon_msg_new(MOON_MSG_STORE_PUT_GRANT, desc_bytes(st) + 8);
@@ -250,16 +273,9 @@ static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *
         g->token     = put.token;
         g->offset    = put.offset;
         g->max_bytes = put.max_bytes;
-        status       = fill_desc(st, g, &g->desc, &g->base);
-        if (status != MOON_OK) {
-            (void)moon_kv_shard_revoke(st->kv, put.token);
-        }
     }
-    g->status = status;
-    publish_events(self, st); /* the reserve may have evicted */
-    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK && status == MOON_OK) {
-        (void)moon_kv_shard_revoke(st->kv, put.token); /* the writer is gone */
-    }
+    grant_send(self, st, msg->src, &g->hdr, &g->status, &g->desc, &g->base, status, put.token,
+               moon_kv_shard_revoke);
     return MOON_OK;
 }
 
@@ -292,7 +308,7 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_kv_tag_t           tag = {q->model_id, q->weight_version};
     moon_kv_key_t           key = {q->key_lo, q->key_hi};
     moon_store_get_grant_t *g;
-    moon_kv_get_t           get;
+    moon_kv_get_t           get = {0};
     moon_status_t           status;
 
     g = moon_msg_new(MOON_MSG_STORE_GET_GRANT, desc_bytes(st) + 8);
@@ -311,16 +327,9 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
         g->n_bytes  = get.n_bytes;
         g->checksum = get.checksum;
         g->lease_timeout_ns = st->lease_timeout_ns; /* > 0: the reader has the release confirmed */
-        status      = fill_desc(st, g, &g->desc, &g->base);
-        if (status != MOON_OK) {
-            (void)moon_kv_shard_release(st->kv, get.lease);
-        }
     }
-    g->status = status;
-    publish_events(self, st); /* a promote may evict; a bad block is removed */
-    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK && status == MOON_OK) {
-        (void)moon_kv_shard_release(st->kv, get.lease); /* the reader is gone */
-    }
+    grant_send(self, st, msg->src, &g->hdr, &g->status, &g->desc, &g->base, status, get.lease,
+               moon_kv_shard_release);
     return MOON_OK;
 }
 

@@ -183,6 +183,13 @@ static void entry_unlink(moon_kv_shard_t *shard, uint32_t e)
     }
 }
 
+/* Moves e to the tail (newest end) of list, out of whichever it was in. */
+static void entry_relink(moon_kv_shard_t *shard, uint32_t e, uint8_t list)
+{
+    entry_unlink(shard, e);
+    entry_link(shard, e, list);
+}
+
 /* ---- key index ---- */
 
 /* The index's hash: moon_kv_key_hash mixed by the murmur3 finalizer. Keys
@@ -233,6 +240,23 @@ static void index_delete(moon_kv_shard_t *shard, uint32_t e)
 
     MOON_CHECK(at != NULL && *at == e);
     moon_htab_remove_at(shard->index, at);
+}
+
+/* The stored block (committed or spilled) of key. INVALID_PARAM: no shard;
+ * NOT_FOUND: absent or only reserved. */
+static moon_status_t block_find(const moon_kv_shard_t *shard, moon_kv_key_t key, uint32_t *e_p)
+{
+    uint32_t e;
+
+    if (shard == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    e = index_lookup(shard, key);
+    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    *e_p = e;
+    return MOON_OK;
 }
 
 /* ---- slots, entries, events ---- */
@@ -484,12 +508,14 @@ static void lease_touch(moon_kv_shard_t *shard, uint32_t l, uint64_t now_ns)
     ls->list = L_LEASE_IDLE;
 }
 
+/* The lease a handle names. INVALID_PARAM: no shard or a malformed handle;
+ * NOT_FOUND: ended (or another generation). */
 static moon_status_t lease_find(const moon_kv_shard_t *shard, uint64_t lease, uint32_t *l_p)
 {
     uint32_t l   = (uint32_t)lease;
     uint32_t gen = (uint32_t)(lease >> 32);
 
-    if (gen == 0 || l >= shard->max_leases) {
+    if (shard == NULL || gen == 0 || l >= shard->max_leases) {
         return MOON_ERR_INVALID_PARAM;
     }
     if (shard->leases[l].gen != gen || shard->leases[l].entry == NIL) {
@@ -499,12 +525,13 @@ static moon_status_t lease_find(const moon_kv_shard_t *shard, uint64_t lease, ui
     return MOON_OK;
 }
 
+/* The reserved entry a put token names (same statuses as lease_find). */
 static moon_status_t token_find(const moon_kv_shard_t *shard, uint64_t token, uint32_t *e_p)
 {
     uint32_t e   = (uint32_t)token;
     uint32_t gen = (uint32_t)(token >> 32);
 
-    if (gen == 0 || e >= shard->max_entries) {
+    if (shard == NULL || gen == 0 || e >= shard->max_entries) {
         return MOON_ERR_INVALID_PARAM;
     }
     if (shard->entries[e].gen != gen || shard->entries[e].state != ST_RESERVED) {
@@ -512,6 +539,15 @@ static moon_status_t token_find(const moon_kv_shard_t *shard, uint64_t token, ui
     }
     *e_p = e;
     return MOON_OK;
+}
+
+/* lease_find of a lease not released yet: NOT_FOUND once released (it may
+ * live on until its last transfer ends). */
+static moon_status_t live_lease_find(const moon_kv_shard_t *shard, uint64_t lease, uint32_t *l_p)
+{
+    moon_status_t status = lease_find(shard, lease, l_p);
+
+    return status == MOON_OK && shard->leases[*l_p].ending ? MOON_ERR_NOT_FOUND : status;
 }
 
 /* ---- lifecycle ---- */
@@ -771,11 +807,10 @@ moon_status_t moon_kv_shard_commit(moon_kv_shard_t *shard, uint64_t token, size_
         shard->counters.n_corrupt++;
         return MOON_ERR_CORRUPT;
     }
-    entry_unlink(shard, e);
     ent->state    = ST_COMMITTED;
     ent->n_bytes  = (uint32_t)n_bytes;
     ent->checksum = checksum;
-    entry_link(shard, e, L_DRAM);
+    entry_relink(shard, e, L_DRAM);
     shard->counters.n_puts++;
     emit(shard, MOON_KV_EVENT_STORED, ent);
     return MOON_OK;
@@ -786,17 +821,13 @@ moon_status_t moon_kv_shard_reserve_renew(moon_kv_shard_t *shard, uint64_t token
     moon_status_t status;
     uint32_t      e;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     status = token_find(shard, token, &e);
     if (status != MOON_OK) {
         return status;
     }
     /* The newest deadline goes last: the list stays sorted by deadline. */
-    entry_unlink(shard, e);
     shard->entries[e].deadline_ns = now_ns + shard->reserve_timeout_ns;
-    entry_link(shard, e, L_RESERVED);
+    entry_relink(shard, e, L_RESERVED);
     return MOON_OK;
 }
 
@@ -805,9 +836,6 @@ moon_status_t moon_kv_shard_revoke(moon_kv_shard_t *shard, uint64_t token)
     moon_status_t status;
     uint32_t      e;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     status = token_find(shard, token, &e);
     if (status != MOON_OK) {
         return status;
@@ -908,15 +936,9 @@ moon_status_t moon_kv_shard_release(moon_kv_shard_t *shard, uint64_t lease)
     moon_status_t status;
     uint32_t      l;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = lease_find(shard, lease, &l);
+    status = live_lease_find(shard, lease, &l); /* released: it ends at transfer_end */
     if (status != MOON_OK) {
         return status;
-    }
-    if (shard->leases[l].ending) {
-        return MOON_ERR_NOT_FOUND; /* already released; ends at transfer_end */
     }
     if (shard->leases[l].n_transfers > 0) {
         shard->leases[l].ending = 1;
@@ -932,16 +954,13 @@ moon_status_t moon_kv_shard_lease_transfer_begin(moon_kv_shard_t *shard, uint64_
     uint32_t      l;
     lease_t      *ls;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = lease_find(shard, lease, &l);
+    status = live_lease_find(shard, lease, &l);
     if (status != MOON_OK) {
         return status;
     }
     ls = &shard->leases[l];
-    if (ls->ending || ls->n_transfers == UINT32_MAX) {
-        return ls->ending ? MOON_ERR_NOT_FOUND : MOON_ERR_INVALID_PARAM;
+    if (ls->n_transfers == UINT32_MAX) {
+        return MOON_ERR_INVALID_PARAM;
     }
     if (ls->list == L_LEASE_IDLE) {
         list_unlink(&shard->idle_leases, shard->leases, sizeof(lease_t), l);
@@ -958,9 +977,6 @@ moon_status_t moon_kv_shard_lease_transfer_end(moon_kv_shard_t *shard, uint64_t 
     uint32_t      l;
     lease_t      *ls;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     status = lease_find(shard, lease, &l);
     if (status != MOON_OK) {
         return status;
@@ -985,15 +1001,9 @@ moon_status_t moon_kv_shard_lease_renew(moon_kv_shard_t *shard, uint64_t lease, 
     moon_status_t status;
     uint32_t      l;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = lease_find(shard, lease, &l);
+    status = live_lease_find(shard, lease, &l);
     if (status != MOON_OK) {
         return status;
-    }
-    if (shard->leases[l].ending) {
-        return MOON_ERR_NOT_FOUND;
     }
     if (shard->leases[l].n_transfers == 0) {
         lease_touch(shard, l, now_ns);
@@ -1103,14 +1113,12 @@ moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard, const m
 
 moon_status_t moon_kv_shard_remove(moon_kv_shard_t *shard, moon_kv_key_t key)
 {
-    uint32_t e;
+    moon_status_t status;
+    uint32_t      e;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    e = index_lookup(shard, key);
-    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
-        return MOON_ERR_NOT_FOUND;
+    status = block_find(shard, key, &e);
+    if (status != MOON_OK) {
+        return status;
     }
     shard->counters.n_removed++;
     drop_block(shard, e, MOON_KV_EVENT_REMOVED);
@@ -1123,12 +1131,9 @@ moon_status_t moon_kv_shard_pin(moon_kv_shard_t *shard, moon_kv_key_t key)
     uint32_t      e;
     entry_t      *ent;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    e = index_lookup(shard, key);
-    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
-        return MOON_ERR_NOT_FOUND;
+    status = block_find(shard, key, &e);
+    if (status != MOON_OK) {
+        return status;
     }
     ent = &shard->entries[e];
     if (ent->state == ST_SPILLED) {
@@ -1148,15 +1153,13 @@ moon_status_t moon_kv_shard_pin(moon_kv_shard_t *shard, moon_kv_key_t key)
 
 moon_status_t moon_kv_shard_unpin(moon_kv_shard_t *shard, moon_kv_key_t key)
 {
-    uint32_t e;
-    entry_t *ent;
+    moon_status_t status;
+    uint32_t      e;
+    entry_t      *ent;
 
-    if (shard == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    e = index_lookup(shard, key);
-    if (e == NIL || shard->entries[e].state == ST_RESERVED) {
-        return MOON_ERR_NOT_FOUND;
+    status = block_find(shard, key, &e);
+    if (status != MOON_OK) {
+        return status;
     }
     ent = &shard->entries[e];
     if (!(ent->flags & F_PINNED)) {

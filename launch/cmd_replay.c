@@ -2,6 +2,7 @@
  * the simulated cluster once per policy (sim_run.h) and writes the outputs:
  * DIR/requests.csv, DIR/summary.json and the plots (with --compare, each
  * policy's CSV and summary in DIR/POLICY/ and the plots of all in DIR). */
+#include "cli.h"
 #include "commands.h"
 #include "profile.h"
 #include "progress.h"
@@ -12,14 +13,13 @@
 #include "trace.h"
 
 #include "moonlet/log.h"
+#include "moonlet/sched_policy.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define DEFAULT_POLICY "moonlet"
 
 static int make_dir(const char *dir)
 {
@@ -99,6 +99,9 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         .time_scale    = o->time_scale,
         .seed          = o->seed,
         .progress      = &bar,
+        .model_path    = o->model,
+        .workers       = o->workers,
+        .threads       = o->threads,
     };
     moon_status_t status;
 
@@ -107,7 +110,7 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         return -1;
     }
     moon_progress_init(&bar, STDERR_FILENO, trace->n_reqs, 0);
-    status = moon_replay_sim_run(&cfg, recs);
+    status = o->real ? moon_replay_real_run(&cfg, recs) : moon_replay_sim_run(&cfg, recs);
     moon_progress_finish(&bar);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet replay: policy %s: %s\n", policy, moon_status_str(status));
@@ -129,9 +132,16 @@ static int replay(const moon_replay_opts_t *o)
     moon_sim_summary_t  s;
     int                 n = 1, done = 0, rc = 1;
 
-    names[0] = o->policy ? o->policy : DEFAULT_POLICY;
+    names[0] = o->policy ? o->policy : MOON_SCHED_POLICY_DEFAULT;
     if (o->compare != NULL) {
-        n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, NULL, 0);
+        const char *all[MOON_REPLAY_MAX_COMPARE];
+        uint32_t    n_all = 0;
+
+        while (n_all < MOON_REPLAY_MAX_COMPARE && moon_sched_policy_name_at(n_all) != NULL) {
+            all[n_all] = moon_sched_policy_name_at(n_all);
+            n_all++;
+        }
+        n = moon_replay_split_compare(o->compare, buf, sizeof(buf), names, all, n_all);
         if (n < 0) {
             fprintf(stderr, "moonlet replay: --compare: a list of up to %d distinct names\n",
                     MOON_REPLAY_MAX_COMPARE);
@@ -142,6 +152,20 @@ static int replay(const moon_replay_opts_t *o)
         moon_profile_load(o->profile, NULL, &profile, NULL) != MOON_OK) {
         moon_trace_destroy(trace);
         return 1; /* the loaders logged why */
+    }
+    if (o->block_scale > 0 || o->max_context > 0) {
+        moon_trace_t *scaled = NULL;
+
+        if (moon_trace_scale(trace, o->block_scale ? o->block_scale : trace->block_tokens,
+                             o->max_context, &scaled) != MOON_OK) {
+            fprintf(stderr,
+                    "moonlet replay: --block-scale must be at most the trace's block "
+                    "(%u)\n",
+                    trace->block_tokens);
+            goto out;
+        }
+        moon_trace_destroy(trace);
+        trace = scaled;
     }
     if (make_dir(o->out) != 0) {
         goto out;
@@ -173,24 +197,43 @@ out:
     return rc;
 }
 
+static int run(const moon_replay_opts_t *po);
+
 int moon_cmd_replay(int argc, char **argv)
 {
-    moon_replay_opts_t o;
-    char               err[256];
+    moon_replay_opts_t     o;
+    moon_config_t         *cfg      = NULL;
+    const moon_cli_table_t tables[] = {{&moon_replay_config_table, &o}};
+    char                   err[256];
+    int                    rc;
 
-    if (moon_replay_opts_parse(argc, argv, &o, err, sizeof(err)) != 0) {
-        fprintf(stderr, "moonlet replay: %s\n", err);
-        return 2;
+    memset(&o, 0, sizeof(o));
+    rc = moon_cli_parse("replay", moon_replay_usage, tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc; /* --help, or a bad flag (named on stderr) */
     }
-    if (o.help) {
-        fputs(moon_replay_usage, stdout);
+    if (moon_replay_opts_finish(&o, err, sizeof(err)) != 0) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("replay", "%s", err);
+    }
+    rc = run(&o);
+    moon_config_destroy(cfg); /* the string options borrowed argv until here */
+    return rc;
+}
+
+static int run(const moon_replay_opts_t *po)
+{
+    moon_replay_opts_t o = *po;
+
+    if (o.list_policies) {
+        for (uint32_t i = 0; moon_sched_policy_name_at(i) != NULL; i++) {
+            printf("%-14s %s\n", moon_sched_policy_name_at(i), moon_sched_policy_doc_at(i));
+        }
+        printf("(NAME+reject: the same with early rejection at the SLOs; default %s)\n",
+               MOON_SCHED_POLICY_DEFAULT);
         return 0;
     }
-    if (o.list_policies) {
-        fprintf(stderr, "moonlet replay: the scheduler library is not in this build\n");
-        return 1;
-    }
-    if (!o.sim) {
+    if (!o.sim && !o.real) {
         fprintf(stderr, "moonlet replay: replay against a running cluster goes through the "
                         "HTTP bench client (moonlet bench); use --sim to simulate\n");
         return 2;

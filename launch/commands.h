@@ -25,6 +25,8 @@ int moon_cmd_generate(int argc, char **argv);
 int moon_cmd_serve(int argc, char **argv);
 /* trace replay (launch/cmd_replay.c) */
 int moon_cmd_replay(int argc, char **argv);
+/* a profile fitted to this machine (launch/cmd_calibrate.c) */
+int moon_cmd_calibrate(int argc, char **argv);
 /* serving benchmark client (launch/cmd_bench.c; built with libcurl and cJSON) */
 int moon_cmd_bench(int argc, char **argv);
 

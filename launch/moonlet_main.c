@@ -12,6 +12,7 @@ static const moon_cmd_t commands[] = {
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
     {"serve", moon_cmd_serve, "run a serving cluster (under mpirun: one role per rank)"},
     {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
+    {"calibrate", moon_cmd_calibrate, "time the engine and write a profile fitted to this machine"},
 #ifdef MOON_WITH_BENCH
     {"bench", moon_cmd_bench, "benchmark an OpenAI-compatible server (as vllm bench serve)"},
 #endif

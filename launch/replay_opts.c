@@ -4,6 +4,7 @@
 
 #include "profile.h"
 
+#include "moonlet/config.h"
 #include "moonlet/defs.h"
 
 #include <errno.h>
@@ -17,55 +18,55 @@ const char moon_replay_usage[] =
     "usage: moonlet replay --trace T.jsonl --sim --out DIR [options]\n"
     "       moonlet replay --list-policies\n"
     "replays a Mooncake trace against a simulated cluster (virtual time, the real\n"
-    "conductor/prefill/decode actors, modeled compute and transfers)\n"
-    "  --trace PATH          Mooncake JSONL trace\n"
-    "  --sim                 simulate the cluster (without: a running cluster over HTTP)\n"
-    "  --nodes-prefill P     prefill instances (default 8)\n"
-    "  --nodes-decode D      decode instances (default 8)\n"
-    "  --colocated           P + D instances that each prefill and decode (baseline)\n"
-    "  --policy NAME         conductor policy (default: moonlet); NAME+reject for early\n"
-    "                        rejection\n"
-    "  --compare LIST        comma-separated policies or \"all\", drawn on one plot\n"
-    "  --ttft-slo-ms MS      TTFT SLO (default 30000)\n"
-    "  --tbt-slo-ms MS       TBT SLO (default 100)\n"
-    "  --time-scale X        arrival = timestamp * X (default 1; 0.5 = twice the rate)\n"
-    "  --seed N              seed of the executor and the policies (default 1)\n"
-    "  --out DIR             output folder: requests.csv, summary.json, *.png\n"
-    "  --profile NAME|PATH   hardware/model profile (default " MOON_PROFILE_DEFAULT ")\n"
-    "  --block-tokens N      KV block size (default 512)\n"
-    "  --max-requests N      only the first N requests\n"
-    "  --list-policies       print the policies and exit\n";
+    "conductor/prefill/decode actors, modeled compute and transfers)\n";
 
-typedef enum { O_FLAG, O_STR, O_U32, O_U64, O_MS, O_POS } okind_t;
-
-typedef struct {
-    const char *name;
-    okind_t     kind;
-    size_t      off;
-    double      min, max; /* numbers: inclusive range */
-} opt_t;
-
-#define OFF(m) offsetof(moon_replay_opts_t, m)
-
-static const opt_t opts_table[] = {
-    {"--trace", O_STR, OFF(trace), 0, 0},
-    {"--out", O_STR, OFF(out), 0, 0},
-    {"--profile", O_STR, OFF(profile), 0, 0},
-    {"--policy", O_STR, OFF(policy), 0, 0},
-    {"--compare", O_STR, OFF(compare), 0, 0},
-    {"--sim", O_FLAG, OFF(sim), 0, 0},
-    {"--colocated", O_FLAG, OFF(colocated), 0, 0},
-    {"--list-policies", O_FLAG, OFF(list_policies), 0, 0},
-    {"--help", O_FLAG, OFF(help), 0, 0},
-    {"--nodes-prefill", O_U32, OFF(nodes_prefill), 1, 4096},
-    {"--nodes-decode", O_U32, OFF(nodes_decode), 1, 4096},
-    {"--block-tokens", O_U32, OFF(block_tokens), 1, 65536},
-    {"--max-requests", O_U64, OFF(max_requests), 1, 1e15},
-    {"--seed", O_U64, OFF(seed), 0, 1.8e19},
-    {"--ttft-slo-ms", O_MS, OFF(ttft_slo_s), 1e-3, 1e9},
-    {"--tbt-slo-ms", O_MS, OFF(tbt_slo_s), 1e-3, 1e9},
-    {"--time-scale", O_POS, OFF(time_scale), 1e-9, 1e9},
+#define RO(_f) MOON_CONFIG_AT(moon_replay_opts_t, _f)
+static const moon_config_field_t replay_fields[] = {
+    {"trace", MOON_CONFIG_STRING, RO(trace), .doc = "mooncake jsonl trace"},
+    {"sim", MOON_CONFIG_BOOL, RO(sim), .dflt = "0", .doc = "simulate the cluster (virtual time)"},
+    {"real", MOON_CONFIG_BOOL, RO(real), .dflt = "0",
+     .doc = "replay against a real cluster of the same actors in this process (wall clock)"},
+    {"model", MOON_CONFIG_STRING, RO(model), .doc = "--real: the gguf the instances serve"},
+    {"workers", MOON_CONFIG_U32, RO(workers), .dflt = "1", .doc = "--real: runtime worker threads",
+     .min = 1, .max = 1024},
+    {"threads", MOON_CONFIG_U32, RO(threads), .dflt = "1",
+     .doc = "--real: engine threads per instance", .min = 1, .max = 1024},
+    {"nodes-prefill", MOON_CONFIG_U32, RO(nodes_prefill), .dflt = "8", .doc = "prefill instances",
+     .min = 1, .max = 4096},
+    {"nodes-decode", MOON_CONFIG_U32, RO(nodes_decode), .dflt = "8", .doc = "decode instances",
+     .min = 1, .max = 4096},
+    {"colocated", MOON_CONFIG_BOOL, RO(colocated), .dflt = "0",
+     .doc = "p + d instances that each prefill and decode (baseline)"},
+    {"policy", MOON_CONFIG_STRING, RO(policy),
+     .doc = "conductor policy (name+reject: early rejection; default moonlet)"},
+    {"compare", MOON_CONFIG_STRING, RO(compare),
+     .doc = "comma-separated policies or all, drawn on one plot"},
+    {"ttft-slo-ms", MOON_CONFIG_DOUBLE, RO(ttft_slo_s), .dflt = "30000", .doc = "ttft slo, ms",
+     .dmin = 1e-3, .dmax = 1e9},
+    {"tbt-slo-ms", MOON_CONFIG_DOUBLE, RO(tbt_slo_s), .dflt = "100", .doc = "tbt slo, ms",
+     .dmin = 1e-3, .dmax = 1e9},
+    {"time-scale", MOON_CONFIG_DOUBLE, RO(time_scale), .dflt = "1",
+     .doc = "arrival = timestamp x this (0.5: twice the rate)", .dmin = 1e-9, .dmax = 1e9},
+    {"seed", MOON_CONFIG_U64, RO(seed), .dflt = "1", .doc = "seed of the executor and policies"},
+    {"out", MOON_CONFIG_STRING, RO(out), .doc = "output folder: requests.csv, summary.json, plots"},
+    {"profile", MOON_CONFIG_STRING, RO(profile), .dflt = MOON_PROFILE_DEFAULT,
+     .doc = "hardware/model profile: a name in launch/profiles or a file"},
+    {"block-tokens", MOON_CONFIG_U32, RO(block_tokens), .dflt = "512", .doc = "kv block size",
+     .min = 1, .max = 65536},
+    {"max-requests", MOON_CONFIG_U64, RO(max_requests), .dflt = "0",
+     .doc = "only the first n requests (0: all)"},
+    {"block-scale", MOON_CONFIG_U32, RO(block_scale), .dflt = "0",
+     .doc = "tokens per 512-token trace block: lengths scale by n/512 (0: as traced)", .max = 512},
+    {"max-context", MOON_CONFIG_U32, RO(max_context), .dflt = "0",
+     .doc = "clamp output to c-1 and input to c-output tokens (0: no clamp)", .max = 1u << 30},
+    {"list-policies", MOON_CONFIG_BOOL, RO(list_policies), .dflt = "0",
+     .doc = "print the policies and exit"},
+    MOON_CONFIG_END,
 };
+#undef RO
+
+const moon_config_table_t moon_replay_config_table = {"replay", "moonlet replay", NULL,
+                                                      replay_fields};
 
 static int fail(char *err, size_t n, const char *fmt, ...) MOON_PRINTF(3, 4);
 
@@ -79,100 +80,58 @@ static int fail(char *err, size_t n, const char *fmt, ...)
     return -1;
 }
 
-static int set_value(const opt_t *o, const char *v, moon_replay_opts_t *opts, char *err, size_t n)
-{
-    char  *end;
-    void  *dst = (char *)opts + o->off;
-    double d;
-
-    if (o->kind == O_STR) {
-        if (v[0] == '\0') {
-            return fail(err, n, "%s: empty value", o->name);
-        }
-        *(const char **)dst = v;
-        return 0;
-    }
-    errno = 0;
-    if (o->kind == O_U32 || o->kind == O_U64) {
-        unsigned long long u;
-
-        if (v[0] < '0' || v[0] > '9') {
-            return fail(err, n, "%s: '%s' is not a non-negative integer", o->name, v);
-        }
-        u = strtoull(v, &end, 10);
-        if (errno != 0 || *end != '\0') {
-            return fail(err, n, "%s: '%s' is not a non-negative integer", o->name, v);
-        }
-        if ((double)u < o->min || (double)u > o->max) {
-            return fail(err, n, "%s: %s is out of range [%.0f, %.0f]", o->name, v, o->min, o->max);
-        }
-        if (o->kind == O_U32) {
-            *(uint32_t *)dst = (uint32_t)u;
-        } else {
-            *(uint64_t *)dst = u;
-        }
-        return 0;
-    }
-    d = strtod(v, &end);
-    if (errno != 0 || end == v || *end != '\0' || !isfinite(d)) {
-        return fail(err, n, "%s: '%s' is not a number", o->name, v);
-    }
-    if (d < o->min || d > o->max) {
-        return fail(err, n, "%s: %s is out of range (must be > 0)", o->name, v);
-    }
-    *(double *)dst = o->kind == O_MS ? d * 1e-3 : d;
-    return 0;
-}
-
 int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char *err,
                            size_t err_len)
 {
-    memset(opts, 0, sizeof(*opts));
-    opts->profile       = MOON_PROFILE_DEFAULT;
-    opts->nodes_prefill = 8;
-    opts->nodes_decode  = 8;
-    opts->block_tokens  = 512;
-    opts->seed          = 1;
-    opts->ttft_slo_s    = 30.0;
-    opts->tbt_slo_s     = 0.1;
-    opts->time_scale    = 1.0;
-    err[0]              = '\0';
-    for (int i = 1; i < argc; i++) {
-        const char  *arg = argv[i];
-        const char  *eq  = strchr(arg, '=');
-        size_t       len = eq ? (size_t)(eq - arg) : strlen(arg);
-        const opt_t *o   = NULL;
+    moon_config_t *cfg = NULL;
+    int            rc  = 0;
 
-        for (size_t k = 0; k < sizeof(opts_table) / sizeof(opts_table[0]); k++) {
-            if (strlen(opts_table[k].name) == len && strncmp(opts_table[k].name, arg, len) == 0) {
-                o = &opts_table[k];
-            }
-        }
-        if (o == NULL) {
-            return fail(err, err_len, "unknown option '%s' (moonlet replay --help)", arg);
-        }
-        if (o->kind == O_FLAG) {
-            if (eq != NULL) {
-                return fail(err, err_len, "%s takes no value", o->name);
-            }
-            *(int *)(void *)((char *)opts + o->off) = 1;
-            continue;
-        }
-        if (eq == NULL && i + 1 >= argc) {
-            return fail(err, err_len, "%s needs a value", o->name);
-        }
-        if (set_value(o, eq ? eq + 1 : argv[++i], opts, err, err_len) != 0) {
-            return -1;
-        }
+    err[0] = '\0';
+    if (moon_config_defaults(&moon_replay_config_table, opts) != MOON_OK ||
+        moon_config_create(&cfg) != MOON_OK ||
+        moon_config_add(cfg, &moon_replay_config_table, opts) != MOON_OK) {
+        moon_config_destroy(cfg);
+        return fail(err, err_len, "out of memory");
     }
+    if (moon_config_parse(cfg, argc, argv) != MOON_OK) {
+        rc = fail(err, err_len, "%s (moonlet replay --help)", moon_config_error(cfg));
+    } else if (moon_config_n_args(cfg) > 0) {
+        rc = fail(err, err_len, "unexpected argument '%s'", moon_config_arg(cfg, 0));
+    }
+    opts->help = moon_config_help_requested(cfg);
+    moon_config_destroy(cfg);
+    if (rc != 0) {
+        return rc;
+    }
+    return moon_replay_opts_finish(opts, err, err_len);
+}
+
+int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len)
+{
+    err[0] = '\0';
+    opts->ttft_slo_s *= 1e-3; /* the table reads milliseconds */
+    opts->tbt_slo_s *= 1e-3;
     if (opts->help || opts->list_policies) {
         return 0;
+    }
+    if (opts->max_context == 1) {
+        return fail(err, err_len, "--max-context: 1 leaves no room for a prompt (0 or >= 2)");
+    }
+    if ((opts->trace != NULL && opts->trace[0] == '\0') ||
+        (opts->out != NULL && opts->out[0] == '\0') || opts->profile[0] == '\0') {
+        return fail(err, err_len, "--trace, --out and --profile take a non-empty value");
     }
     if (opts->trace == NULL) {
         return fail(err, err_len, "--trace is required");
     }
-    if (opts->sim && opts->out == NULL) {
-        return fail(err, err_len, "--out is required with --sim");
+    if ((opts->sim || opts->real) && opts->out == NULL) {
+        return fail(err, err_len, "--out is required with --sim or --real");
+    }
+    if (opts->sim && opts->real) {
+        return fail(err, err_len, "--sim and --real exclude each other");
+    }
+    if (opts->real && opts->model == NULL) {
+        return fail(err, err_len, "--real needs --model");
     }
     if (opts->policy != NULL && opts->compare != NULL) {
         return fail(err, err_len, "--policy and --compare exclude each other");

@@ -6,6 +6,10 @@
  *   --trace PATH          Mooncake JSONL trace (required but for --list-policies)
  *   --sim                 replay against a simulated cluster (virtual time);
  *                         without it: against a running cluster over HTTP
+ *   --real --model M      replay against a real cluster of the same actors in
+ *                         this process (wall clock, the CPU engine on M):
+ *                         the cross-check of the simulator
+ *   --workers N --threads N   --real: runtime workers, engine threads
  *   --nodes-prefill P     prefill instances (default 8)
  *   --nodes-decode D      decode instances (default 8)
  *   --colocated           P + D instances that each prefill and decode
@@ -24,14 +28,21 @@
  *   --profile NAME|PATH   hardware/model profile (default llama3-70b-8xa800)
  *   --block-tokens N      KV block size of the deployment (default 512)
  *   --max-requests N      replay only the first N requests (default all)
+ *   --block-scale N       tokens per trace block: every length scales by
+ *                         N / 512 (as moonlet bench's --block-scale)
+ *   --max-context C       clamp output to C - 1 and input to C - output
  *   --list-policies       print the policies and exit
  *   --help                print this and exit
- * Values come as "--opt VALUE" or "--opt=VALUE". */
+ * Values come as "--opt VALUE" or "--opt=VALUE" (moonlet/config.h: one table,
+ * moon_replay_config_table; flags only, no environment). */
 #ifndef MOON_LAUNCH_REPLAY_OPTS_H
 #define MOON_LAUNCH_REPLAY_OPTS_H
 
+#include "moonlet/config.h"
+
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MOON_REPLAY_MAX_COMPARE 16
 
@@ -41,12 +52,16 @@ typedef struct {
     const char *profile; /* borrowed or a default string */
     const char *policy;  /* borrowed, NULL: the scheduler's default */
     const char *compare; /* borrowed LIST as given, NULL: no comparison */
-    int         sim, colocated, list_policies, help;
+    int         sim, real, colocated, list_policies, help;
+    const char *model;            /* --real: the GGUF served (borrowed) */
+    uint32_t    workers, threads; /* --real: runtime workers, engine threads per instance */
     uint32_t    nodes_prefill, nodes_decode;
     uint32_t    block_tokens;
     uint64_t    max_requests; /* 0: all */
+    uint32_t    block_scale;  /* 0: lengths as in the trace */
+    uint32_t    max_context;  /* 0: no clamp */
     uint64_t    seed;
-    double      ttft_slo_s, tbt_slo_s;
+    double      ttft_slo_s, tbt_slo_s; /* seconds after parsing (the flags are ms) */
     double      time_scale;
 } moon_replay_opts_t;
 
@@ -56,6 +71,11 @@ typedef struct {
 int moon_replay_opts_parse(int argc, char **argv, moon_replay_opts_t *opts, char *err,
                            size_t err_len);
 
+/* What parse does after the table: the SLOs from ms to s, and the rules
+ * between options. For a caller that parsed the table itself (moon_cli_parse).
+ * 0, or -1 with the reason in err. */
+int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len);
+
 /* Splits the --compare LIST (borrowed text) into names[] (pointers into buf,
  * a copy the caller provides of buf_len bytes). "all": n_all names from all
  * (e.g. the scheduler's list). Returns the count, or -1 when empty, too many
@@ -64,7 +84,9 @@ int moon_replay_split_compare(const char *list, char *buf, size_t buf_len,
                               const char *names[MOON_REPLAY_MAX_COMPARE], const char *const *all,
                               uint32_t n_all);
 
-/* The usage text above. */
+/* The options as a configuration table (flags only, no environment). */
+extern const moon_config_table_t moon_replay_config_table;
+/* The usage lines heading --help. */
 extern const char moon_replay_usage[];
 
 #endif /* MOON_LAUNCH_REPLAY_OPTS_H */

@@ -24,6 +24,10 @@ typedef struct {
     double                time_scale;
     uint64_t              seed;
     moon_progress_t      *progress; /* may be NULL */
+    /* moon_replay_real_run only */
+    const char *model_path; /* the GGUF the instances serve */
+    uint32_t    workers;    /* runtime worker threads (0: 1) */
+    uint32_t    threads;    /* engine threads per instance (0: 1) */
 } moon_sim_run_config_t;
 
 /* Replays cfg->trace into recs (moon_sim_records_init'ed with the trace's
@@ -32,5 +36,13 @@ typedef struct {
  * MOON_ERR_UNSUPPORTED: this build has no serving actors to simulate;
  * MOON_ERR_NO_MEMORY; a request's failure is recorded, not returned. */
 moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs);
+
+/* The same replay against a real cluster of the same actors in this process
+ * (launch/real_run.c): a threaded runtime, the CPU engine on model_path, one
+ * store shard, wall-clock time; the records are the same kind, so the two
+ * can be compared (the cross-check of the cost model against the real
+ * engine). Runs until every request ended. MOON_ERR_INVALID_PARAM (bad
+ * config), the cluster's start status. */
+moon_status_t moon_replay_real_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs);
 
 #endif /* MOON_LAUNCH_SIM_RUN_H */

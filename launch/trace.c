@@ -401,3 +401,31 @@ moon_status_t moon_trace_shrink(const moon_trace_t *t, uint32_t new_block, uint3
     *out_p = o;
     return MOON_OK;
 }
+
+moon_status_t moon_trace_scale(const moon_trace_t *t, uint32_t n, uint32_t max_context,
+                               moon_trace_t **out_p)
+{
+    moon_trace_t *o;
+    moon_status_t status = moon_trace_shrink(t, n, 0, 0, &o);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    for (size_t i = 0; i < o->n_reqs; i++) {
+        moon_trace_req_t *r = &o->reqs[i];
+        uint64_t out = ((uint64_t)r->output_length * n + t->block_tokens - 1) / t->block_tokens;
+
+        r->output_length = (uint32_t)(out < 1 ? 1 : out);
+        if (max_context >= 2) {
+            if (r->output_length > max_context - 1) {
+                r->output_length = max_context - 1;
+            }
+            if (r->input_length > max_context - r->output_length) {
+                r->input_length = max_context - r->output_length;
+                r->n_hash_ids   = (r->input_length + n - 1) / n; /* the ids stay in place */
+            }
+        }
+    }
+    *out_p = o;
+    return MOON_OK;
+}

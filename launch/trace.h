@@ -107,4 +107,14 @@ moon_status_t moon_trace_fill_tokens(const moon_trace_req_t *req, uint32_t trace
 moon_status_t moon_trace_shrink(const moon_trace_t *trace, uint32_t new_block, uint32_t max_input,
                                 uint32_t max_output, moon_trace_t **out_p);
 
+/* The bench client's scaling (moonlet bench trace --block-scale N
+ * --max-context C), so a replay in the simulator and one against a real
+ * cluster send the same lengths: every length (input and output) becomes
+ * ceil(len * N / trace->block_tokens), at least 1, the trace's blocks N
+ * tokens; then, when max_context >= 2, output <= max_context - 1 and input
+ * <= max_context - output (dropping the ids past the input). Arrivals
+ * unchanged. MOON_ERR_INVALID_PARAM: N 0 or larger than the trace's block. */
+moon_status_t moon_trace_scale(const moon_trace_t *trace, uint32_t block_scale,
+                               uint32_t max_context, moon_trace_t **out_p);
+
 #endif /* MOON_LAUNCH_TRACE_H */

@@ -145,8 +145,8 @@ static moon_status_t cost_create(const moon_model_t *m, const moon_engine_config
         return MOON_ERR_NO_MEMORY;
     }
     s->cost = cfg->cost;
-    if (m != NULL) {
-        s->cost.shape = m->cfg;
+    if (m != NULL && s->cost.shape.n_layers == 0) {
+        s->cost.shape = m->cfg; /* no modeled shape given: the model's own */
     }
     if (moon_cost_check(&s->cost) != MOON_OK) {
         moon_free(s);

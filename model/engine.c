@@ -51,8 +51,10 @@ moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_co
     if (e->cfg.max_chunk == 0) {
         e->cfg.max_chunk = 512;
     }
-    e->shape          = model ? model->cfg : cfg->cost.shape;
-    e->cfg.cost.shape = e->shape; /* the COST model of a loaded model uses its shape */
+    e->shape = model ? model->cfg : cfg->cost.shape;
+    if (cfg->cost.shape.n_layers == 0) {
+        e->cfg.cost.shape = e->shape; /* COST models the loaded model's own shape */
+    }
     switch (cfg->kind) {
     case MOON_BACKEND_REF:
         e->ops = &moon_backend_ref_ops;

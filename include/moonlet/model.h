@@ -116,7 +116,7 @@ typedef struct {
 } moon_cost_fit_t;
 
 typedef struct {
-    moon_model_config_t shape;              /* used when no model is given */
+    moon_model_config_t shape;              /* modeled shape; n_layers 0: the model's */
     double              flops_per_s;        /* sustained prefill throughput */
     double              mem_bytes_per_s;    /* decode: weights + KV read bandwidth */
     double              decode_flops_per_s; /* decode GEMM throughput; 0: flops_per_s */
@@ -166,7 +166,10 @@ typedef struct {
 typedef struct moon_engine moon_engine_t;
 
 /* Creates an engine for model (BORROWED: must outlive the engine; may be NULL
- * for COST, which then uses cfg->cost.shape). Preallocates every buffer: the
+ * for COST, which then uses cfg->cost.shape). COST over a model checks
+ * tokens and KV caches against the model's shape and models the durations of
+ * cfg->cost.shape when it is set (n_layers > 0), else of the model's (the
+ * simulator: a tiny model's real KV bookkeeping, a large model's times). Preallocates every buffer: the
  * calls below never allocate. MOON_ERR_UNSUPPORTED: CUDA not built or no
  * device. */
 MOON_API moon_status_t moon_engine_create(const moon_model_t         *model,

@@ -417,6 +417,34 @@ static void test_concurrent_with_cancels(void)
     free(res);
 }
 
+/* With an SLO no request can meet (--ttft-slo-ms 0.001): every request is
+ * rejected at arrival, answered at once, nothing placed. */
+static void test_early_rejection(void)
+{
+    moon_serve_params_t p;
+    moon_serve_stats_t  s;
+    result_t           *r = calloc(1, sizeof(*r));
+
+    moon_serve_params_default(&p);
+    p.prompt     = "Once upon a time";
+    p.max_tokens = 8;
+    run_one(&p, r);
+    CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_REJECTED);
+    CU_ASSERT_EQUAL(r->n, 0);
+    CU_ASSERT(strstr(r->done.message, "ttft") != NULL);
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s), MOON_OK);
+    CU_ASSERT_EQUAL(s.n_placed, 0);
+    CU_ASSERT(s.n_rejected >= 1);
+    free(r);
+}
+
+static CU_TestInfo slo_tests[] = {
+    {"early_rejection", test_early_rejection},
+    CU_TEST_INFO_NULL,
+};
+static CU_SuiteInfo slo_suites[] = {{"serve_slo", NULL, NULL, NULL, NULL, slo_tests},
+                                    CU_SUITE_INFO_NULL};
+
 static CU_TestInfo tests[] = {
     {"golden_greedy", test_golden_greedy},
     {"stop_string", test_stop_string},
@@ -476,7 +504,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "test_serve: the instances did not come up\n");
             return 1;
         }
-        rc = moon_test_run(suites);
+        rc = moon_test_run(scfg->ttft_slo_ms > 0.0 ? slo_suites : suites);
         moon_serve_client_destroy(g_client);
     }
     if (moon_dist_size(g_dist) > 1) {

@@ -157,13 +157,31 @@ static void test_model_calls_need_cost(void)
     CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 4, &t), MOON_ERR_UNSUPPORTED);
     CU_ASSERT_EQUAL(moon_engine_model_decode(eng, &ctx, 1, &t), MOON_ERR_UNSUPPORTED);
     moon_engine_destroy(eng);
-    /* COST over a loaded model models that model's shape */
-    ecfg.kind = MOON_BACKEND_COST;
-    ecfg.cost = moon_cost_llama3_70b();
+    /* COST over a loaded model without a modeled shape models that model's */
+    ecfg.kind                = MOON_BACKEND_COST;
+    ecfg.cost                = moon_cost_llama3_70b();
+    ecfg.cost.shape.n_layers = 0;
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
     CU_ASSERT_EQUAL(moon_engine_cost_config(eng)->shape.dim, 64);
     CU_ASSERT_EQUAL(moon_engine_model_prefill(eng, 0, 4, &t), MOON_OK);
     CU_ASSERT_DOUBLE_EQUAL(t, moon_cost_prefill_s(moon_engine_cost_config(eng), 0, 4), 1e-18);
+    moon_engine_destroy(eng);
+    /* with one, the tiny model's KV bookkeeping and the modeled shape's times */
+    ecfg.cost = moon_cost_llama3_70b();
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg, &eng), MOON_OK);
+    CU_ASSERT_EQUAL(moon_engine_cost_config(eng)->shape.dim, 8192);
+    {
+        moon_kv_config_t kc = moon_model_kv_config(moon_model_config(m), 16, 8, 1);
+        moon_kv_cache_t *kv;
+        uint32_t         seq;
+        int32_t          toks[4] = {1, 2, 3, 4};
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &seq), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill(eng, kv, seq, toks, 4, NULL, &t), MOON_OK);
+        CU_ASSERT_DOUBLE_EQUAL(t, moon_cost_prefill_s(&ecfg.cost, 0, 4), 1e-15);
+        CU_ASSERT_EQUAL(moon_kv_seq_len(kv, seq), 4);
+        moon_kv_cache_destroy(kv);
+    }
     moon_engine_destroy(eng);
     moon_model_destroy(m);
 }

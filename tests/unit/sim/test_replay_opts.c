@@ -33,7 +33,7 @@ static void test_defaults_and_forms(void)
                           "--nodes-decode=5", "--colocated", "--policy", "mooncake+reject",
                           "--ttft-slo-ms", "10000", "--tbt-slo-ms=200", "--time-scale", "0.5",
                           "--seed", "42", "--profile", "llama3-8b-h200", "--block-tokens", "256",
-                          "--max-requests", "100"),
+                          "--max-requests", "100", "--block-scale", "16", "--max-context=512"),
                     0);
     CU_ASSERT_EQUAL(o.nodes_prefill, 3);
     CU_ASSERT_EQUAL(o.nodes_decode, 5);
@@ -45,6 +45,8 @@ static void test_defaults_and_forms(void)
     CU_ASSERT_EQUAL(o.seed, 42);
     CU_ASSERT_EQUAL(o.block_tokens, 256);
     CU_ASSERT_EQUAL(o.max_requests, 100);
+    CU_ASSERT_EQUAL(o.block_scale, 16);
+    CU_ASSERT_EQUAL(o.max_context, 512);
     /* --list-policies and --help need nothing else */
     CU_ASSERT_EQUAL(PARSE(&o, err, "--list-policies"), 0);
     CU_ASSERT_TRUE(o.list_policies);
@@ -57,21 +59,27 @@ static void test_bad_input_names_the_option(void)
         const char *args[4];
         const char *expect;
     } cases[] = {
-        {{"--bogus"}, "unknown option '--bogus'"},
-        {{"--trace"}, "--trace needs a value"},
-        {{"--trace", ""}, "--trace: empty value"},
-        {{"--trace", "t", "--nodes-prefill", "0"}, "--nodes-prefill: 0 is out of range"},
+        {{"--bogus"}, "--bogus"},
+        {{"--trace"}, "--trace"},
+        {{"--trace", ""}, "--trace, --out and --profile take a non-empty value"},
+        {{"--trace", "t", "--nodes-prefill", "0"},
+         "--nodes-prefill: '0' is not an integer in [1, 4096]"},
         {{"--trace", "t", "--nodes-decode", "-1"}, "--nodes-decode: '-1' is not"},
         {{"--trace", "t", "--seed", "12x"}, "--seed: '12x' is not"},
-        {{"--trace", "t", "--time-scale", "0"}, "--time-scale: 0 is out of range"},
-        {{"--trace", "t", "--tbt-slo-ms", "abc"}, "--tbt-slo-ms: 'abc' is not a number"},
-        {{"--trace", "t", "--ttft-slo-ms", "inf"}, "--ttft-slo-ms: 'inf' is not a number"},
-        {{"--trace", "t", "--sim=1"}, "--sim takes no value"},
-        {{"--trace", "t", "--sim"}, "--out is required with --sim"},
+        {{"--trace", "t", "--time-scale", "0"}, "--time-scale: '0' is not a finite number"},
+        {{"--trace", "t", "--tbt-slo-ms", "abc"}, "--tbt-slo-ms: 'abc' is not a finite number"},
+        {{"--trace", "t", "--ttft-slo-ms", "inf"}, "--ttft-slo-ms: 'inf' is not a finite number"},
+        {{"--trace", "t", "--sim=maybe"}, "--sim"},
+        {{"--trace", "t", "--sim"}, "--out is required with --sim or --real"},
+        {{"--trace", "t", "--real", "--out=d"}, "--real needs --model"},
         {{"--sim", "--out", "d"}, "--trace is required"},
         {{"--trace", "t", "--policy", "a"}, NULL},
         {{"--trace", "t", "--policy=a", "--compare=b"}, "exclude each other"},
-        {{"--trace", "t", "--block-tokens", "99999999999"}, "out of range"},
+        {{"--trace", "t", "--block-tokens", "99999999999"}, "--block-tokens: '99999999999'"},
+        {{"--trace", "t", "--block-scale", "513"},
+         "--block-scale: '513' is not an integer in [0, 512]"},
+        {{"--trace", "t", "--max-context", "1"}, "--max-context: 1 leaves no room"},
+        {{"--trace", "t", "extra"}, "unexpected argument 'extra'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char              *argv[6] = {"replay"};

@@ -207,6 +207,32 @@ static void test_shrink(void)
     moon_trace_destroy(t);
 }
 
+/* The bench client's scaling: every length by 16 / 512, then clamped. */
+static void test_scale_like_bench(void)
+{
+    moon_trace_t *t = NULL, *s = NULL;
+
+    CU_ASSERT_EQUAL_FATAL(parse_str(T2, &t, NULL), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_trace_scale(t, 16, 0, &s), MOON_OK);
+    CU_ASSERT_EQUAL(s->reqs[0].input_length, 32); /* ceil(1000 * 16 / 512) */
+    CU_ASSERT_EQUAL(s->reqs[0].output_length, 1); /* ceil(5 * 16 / 512) */
+    CU_ASSERT_EQUAL(s->reqs[1].input_length, 48);
+    CU_ASSERT_EQUAL(s->reqs[1].n_hash_ids, 3);
+    moon_trace_destroy(s);
+    /* a 40-token context: output 1, input 39 (3 ids) */
+    CU_ASSERT_EQUAL_FATAL(moon_trace_scale(t, 16, 40, &s), MOON_OK);
+    CU_ASSERT_EQUAL(s->reqs[1].input_length, 39);
+    CU_ASSERT_EQUAL(s->reqs[1].n_hash_ids, 3);
+    CU_ASSERT_EQUAL(s->reqs[0].input_length, 32);
+    moon_trace_destroy(s);
+    CU_ASSERT_EQUAL_FATAL(moon_trace_scale(t, 16, 20, &s), MOON_OK);
+    CU_ASSERT_EQUAL(s->reqs[1].input_length, 19);
+    CU_ASSERT_EQUAL(s->reqs[1].n_hash_ids, 2);
+    moon_trace_destroy(s);
+    CU_ASSERT_EQUAL(moon_trace_scale(t, 0, 0, &s), MOON_ERR_INVALID_PARAM);
+    moon_trace_destroy(t);
+}
+
 /* The bundled trace: the README's figures (3,993 requests, 0..1,022,025 ms,
  * mean input 15,325.5, mean output 149.1). */
 static void test_synthetic_trace(void)
@@ -239,6 +265,7 @@ static CU_TestInfo tests[] = {
     {"block_keys", test_block_keys},
     {"fill_tokens", test_fill_tokens},
     {"shrink", test_shrink},
+    {"scale_like_bench", test_scale_like_bench},
     {"synthetic_trace", test_synthetic_trace},
     CU_TEST_INFO_NULL,
 };

@@ -1,0 +1,153 @@
+/* launch/cmd_calibrate.c - `moonlet calibrate`: times the engine on a model
+ * exactly as a serving instance does at start-up (moon_serve_calibrate: the
+ * conductor's predictions come from the same fit) and writes a profile with
+ * the fitted coefficients: the base
+ * profile's device, network and store, the model's shape, a "fitted" section
+ * (profile.h). The simulator then replays with this machine's costs
+ * (moonlet replay --profile FILE). */
+#include "cli.h"
+#include "commands.h"
+#include "profile.h"
+#include "serve_calibrate.h"
+
+#include "moonlet/config.h"
+#include "moonlet/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *model, *base, *out, *name;
+    int         backend;
+    uint32_t    threads, max_chunk, max_batch;
+} cal_opts_t;
+
+static const char *const backends[] = {"ref", "cpu", "cuda", "cost", NULL};
+
+#define CO(_f) MOON_CONFIG_AT(cal_opts_t, _f)
+static const moon_config_field_t cal_fields[] = {
+    {"model", MOON_CONFIG_STRING, CO(model), .doc = "gguf model file to time"},
+    {"out", MOON_CONFIG_STRING, CO(out), .doc = "profile file to write"},
+    {"base", MOON_CONFIG_STRING, CO(base), .dflt = "stories260k-cpu",
+     .doc = "profile whose device, network and store the fitted one keeps"},
+    {"name", MOON_CONFIG_STRING, CO(name), .doc = "the new profile's name (default: base-fitted)"},
+    {"backend", MOON_CONFIG_ENUM, CO(backend), .dflt = "cpu", .doc = "engine backend",
+     .choices = backends},
+    {"threads", MOON_CONFIG_U32, CO(threads), .dflt = "1",
+     .doc = "engine threads (0: all cores), as the instance serves", .max = 1024},
+    {"max-chunk", MOON_CONFIG_U32, CO(max_chunk), .dflt = "128",
+     .doc = "prefill tokens per call, as the instance serves", .min = 1, .max = 65536},
+    {"max-batch", MOON_CONFIG_U32, CO(max_batch), .dflt = "32",
+     .doc = "decode batch, as the instance serves (batches timed up to it)", .min = 1, .max = 256},
+    MOON_CONFIG_END,
+};
+#undef CO
+static const moon_config_table_t cal_table = {"calibrate", "moonlet calibrate", NULL, cal_fields};
+
+/* The fit of the engine of (m, ecfg) on this machine, as an instance would
+ * time it at start-up: a KV cache of max_batch + 1 contexts. */
+static moon_status_t fit_engine(const moon_model_t *m, const moon_engine_config_t *ecfg,
+                                moon_cost_fit_t *fit_p)
+{
+    const moon_model_config_t *mc  = moon_model_config(m);
+    moon_engine_t             *eng = NULL;
+    moon_kv_cache_t           *kv  = NULL;
+    moon_kv_config_t           kc  = moon_model_kv_config(
+                   mc, 16, (ecfg->max_batch + 1) * ((mc->seq_len + 15) / 16), ecfg->max_batch + 1);
+    moon_sched_cost_t cost;
+    moon_status_t     status = moon_engine_create(m, ecfg, &eng);
+
+    memset(&cost, 0, sizeof(cost));
+    if (status == MOON_OK) {
+        status = moon_kv_cache_create(&kc, &kv);
+    }
+    if (status == MOON_OK) {
+        status =
+            moon_serve_calibrate(eng, kv, mc->vocab_size, ecfg->max_chunk, ecfg->max_batch, &cost);
+    }
+    moon_kv_cache_destroy(kv);
+    moon_engine_destroy(eng);
+    if (status == MOON_OK) {
+        *fit_p = (moon_cost_fit_t){.enabled = 1,
+                                   .a0      = cost.a0,
+                                   .a1      = cost.a1,
+                                   .a2      = cost.a2,
+                                   .d0      = cost.d0,
+                                   .d1      = cost.d1,
+                                   .d2      = cost.d2};
+    }
+    return status;
+}
+
+int moon_cmd_calibrate(int argc, char **argv)
+{
+    cal_opts_t             o;
+    moon_profile_t         p;
+    moon_model_t          *m = NULL;
+    moon_engine_config_t   ecfg;
+    moon_cost_fit_t        fit;
+    moon_status_t          status;
+    char                   source[128];
+    moon_config_t         *cfg      = NULL;
+    const moon_cli_table_t tables[] = {{&cal_table, &o}};
+    int                    rc;
+
+    memset(&o, 0, sizeof(o));
+    rc = moon_cli_parse("calibrate",
+                        "usage: moonlet calibrate --model M.gguf --out PROFILE.json [options]\n"
+                        "  times the engine as a serving instance does at start-up and writes a\n"
+                        "  profile fitted to this machine\n",
+                        tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.model == NULL || o.out == NULL) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("calibrate", "--model and --out are required");
+    }
+    if (moon_profile_load(o.base, NULL, &p, NULL) != MOON_OK ||
+        moon_model_load(o.model, &m) != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: cannot load %s\n", m == NULL ? o.model : o.base);
+        moon_model_destroy(m);
+        moon_config_destroy(cfg);
+        return 1;
+    }
+    memset(&ecfg, 0, sizeof(ecfg));
+    ecfg.kind      = (moon_backend_kind_t)o.backend;
+    ecfg.n_threads = o.threads;
+    ecfg.max_batch = o.max_batch;
+    ecfg.max_chunk = o.max_chunk;
+    ecfg.cost      = moon_profile_cost(&p);
+    status         = fit_engine(m, &ecfg, &fit);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: timing the %s engine failed: %s\n", backends[o.backend],
+                moon_status_str(status));
+        moon_model_destroy(m);
+        return 1;
+    }
+    p.shape                  = *moon_model_config(m);
+    p.weight_bytes_per_param = (double)moon_model_weight_bytes(m) / moon_cost_params(&p.shape);
+    p.kv_bytes_per_elem      = 4; /* the engines' KV caches are fp32 */
+    snprintf(source, sizeof(source),
+             "moonlet calibrate: %s backend, %u threads, chunk %u, batch %u", backends[o.backend],
+             o.threads, o.max_chunk, o.max_batch);
+    if (o.name != NULL) {
+        snprintf(p.name, sizeof(p.name), "%s", o.name);
+    } else {
+        size_t n = strlen(p.name) > 56 ? 56 : strlen(p.name);
+        snprintf(p.name + n, sizeof(p.name) - n, "-fitted");
+    }
+    snprintf(p.doc, sizeof(p.doc), "%s fitted on this machine (%s)", o.model, source);
+    rc = moon_profile_set_fit(&p, &fit, source) == MOON_OK &&
+                 moon_profile_write(&p, o.out) == MOON_OK
+             ? 0
+             : 1;
+    if (rc == 0) {
+        printf("{\"profile\": \"%s\", \"a0\": %.6g, \"a1\": %.6g, \"a2\": %.6g, \"d0\": %.6g, "
+               "\"d1\": %.6g, \"d2\": %.6g}\n",
+               o.out, fit.a0, fit.a1, fit.a2, fit.d0, fit.d1, fit.d2);
+    }
+    moon_model_destroy(m);
+    moon_config_destroy(cfg); /* the string options borrowed argv until here */
+    return rc;
+}

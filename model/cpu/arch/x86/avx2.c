@@ -1,0 +1,96 @@
+/* model/cpu/arch/x86/avx2.c - AVX2 + FMA kernels: dot products (F32, BF16),
+ * axpy and the batched NT matmul kernel (3 weight rows x 4 batch rows). */
+#include "cpu/arch/x86/x86.h"
+
+#ifdef MOON_X86
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo        = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo        = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float moon_cpu_dot_f32_avx2(const void *w, const float *x,
+                                                                uint32_t n)
+{
+    const float *a  = w;
+    __m256       s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256       s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    uint32_t     i = 0;
+    float        r;
+
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+    }
+    r = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) {
+        r += a[i] * x[i];
+    }
+    return r;
+}
+
+__attribute__((target("avx2,fma"))) float moon_cpu_dot_bf16_avx2(const void *w, const float *x,
+                                                                 uint32_t n)
+{
+    const uint16_t *a  = w;
+    __m256          s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t        i = 0;
+    float           r;
+
+    for (; i + 16 <= n; i += 16) {
+        __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
+        __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i + 8)));
+        s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_loadu_ps(x + i),
+                             s0);
+        s1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)),
+                             _mm256_loadu_ps(x + i + 8), s1);
+    }
+    r = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) {
+        r += moon_bf16_to_f32(a[i]) * x[i];
+    }
+    return r;
+}
+
+__attribute__((target("avx2,fma"))) void moon_cpu_axpy_avx2(float *y, float a, const float *x,
+                                                            uint32_t n)
+{
+    __m256   va = _mm256_set1_ps(a);
+    uint32_t i  = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) {
+        y[i] += a * x[i];
+    }
+}
+
+/* AVX2 twin: 3 weight rows x 4 batch rows (12 ymm accumulators). */
+#define NT2_KERNEL(_name, _load)                                                                   \
+    __attribute__((target("avx2,fma"))) void _name(                                                \
+        const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
+        MOON_CPU_NT_BODY(__m256, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum256,     \
+                         _load, NT2_MR, NT2_NB, 8)
+
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_f32(const uint8_t *row,
+                                                                      uint32_t       k)
+{
+    return _mm256_loadu_ps((const float *)row + k);
+}
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_bf16(const uint8_t *row,
+                                                                       uint32_t       k)
+{
+    __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+NT2_KERNEL(moon_cpu_nt_3x4_f32_avx2, nt2_load_f32)
+NT2_KERNEL(moon_cpu_nt_3x4_bf16_avx2, nt2_load_bf16)
+
+#endif /* MOON_X86 */
