@@ -4,8 +4,8 @@
 #include "bench_http.h"
 
 #include "bench_openai.h"
-#include "bench_progress.h"
 #include "bench_sse.h"
+#include "progress.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ERRBODY_MAX 1024
 
@@ -92,6 +93,7 @@ static int on_event(void *arg, const char *data, size_t len)
         if (chunk.prompt_tokens > 0) {
             res->n_in = chunk.prompt_tokens;
         }
+        res->n_cached = chunk.cached_tokens;
     }
     if (chunk.has_text) {
         if (res->n_chunks == 0) {
@@ -270,14 +272,14 @@ moon_status_t moon_bench_http_run(const moon_bench_opts_t *opts, const char *mod
                                   const moon_bench_workload_t *wl, moon_bench_result_t *results,
                                   double *duration_p)
 {
-    char                  url[2048];
-    CURLM                *multi;
-    struct curl_slist    *headers;
-    moon_bench_progress_t prog;
-    uint32_t              n = wl->n_reqs, next = 0, done = 0, failed = 0, in_flight = 0;
-    uint32_t              cap = opts->max_concurrency;
-    double                start, last_end;
-    moon_status_t         status;
+    char               url[2048];
+    CURLM             *multi;
+    struct curl_slist *headers;
+    moon_progress_t    prog;
+    uint32_t           n = wl->n_reqs, next = 0, done = 0, failed = 0, in_flight = 0;
+    uint32_t           cap = opts->max_concurrency;
+    double             start, last_end;
+    moon_status_t      status;
 
     memset(results, 0, (size_t)n * sizeof(*results));
     status = moon_bench_http_url(opts->base_url, endpoint_path(opts), url, sizeof(url));
@@ -297,7 +299,7 @@ moon_status_t moon_bench_http_run(const moon_bench_opts_t *opts, const char *mod
     }
     /* keep every connection for reuse: one per request in flight */
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)(cap ? cap : MOON_MIN(n, 10000u)) + 1);
-    moon_bench_progress_init(&prog, n, opts->progress);
+    moon_progress_init(&prog, opts->progress ? STDERR_FILENO : -1, n, 0);
     start    = now_s();
     last_end = start;
     while (done < n) {
@@ -342,7 +344,7 @@ moon_status_t moon_bench_http_run(const moon_bench_opts_t *opts, const char *mod
             done++;
             last_end = now_s();
         }
-        moon_bench_progress_update(&prog, done, failed, in_flight, now_s() - start, 0);
+        moon_progress_update(&prog, done, now_s() - start);
         if (done == n) {
             break;
         }
@@ -354,7 +356,7 @@ moon_status_t moon_bench_http_run(const moon_bench_opts_t *opts, const char *mod
             curl_multi_poll(multi, NULL, 0, (int)wait_ms, NULL);
         }
     }
-    moon_bench_progress_finish(&prog, done, failed, now_s() - start);
+    moon_progress_finish(&prog);
     curl_multi_cleanup(multi);
     curl_slist_free_all(headers);
     *duration_p = last_end - start;

@@ -224,6 +224,11 @@ moon_status_t moon_bench_openai_chunk(const char *data, size_t len, moon_bench_c
         if (cJSON_IsNumber(n) && n->valuedouble >= 0) {
             chunk->prompt_tokens = (uint32_t)n->valuedouble;
         }
+        n = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details"), "cached_tokens");
+        if (cJSON_IsNumber(n) && n->valuedouble >= 0) {
+            chunk->cached_tokens = (uint32_t)n->valuedouble;
+        }
     }
     cJSON_Delete(root);
     return MOON_OK;

@@ -30,6 +30,7 @@ typedef struct {
     size_t   text_len;  /* its bytes */
     int      has_usage; /* a usage object with completion_tokens */
     uint32_t prompt_tokens, completion_tokens;
+    uint32_t cached_tokens;     /* usage.prompt_tokens_details.cached_tokens (prefix cache), or 0 */
     char     finish_reason[32]; /* "" when absent */
     int      has_error;         /* an "error" object (or string) */
     char     error[192];        /* its message, truncated */

@@ -1,323 +1,277 @@
-/* launch/bench_opts.c - the option table of `moonlet bench` and its strict
- * parser. Each row names a flag, where its value goes, its default (parsed
- * by the same code as argv, so a default is checked like user input), its
- * range and one help line. vLLM's `bench serve` spellings are accepted as
- * aliases so its command lines carry over. */
+/* launch/bench_opts.c - the option tables of `moonlet bench` (moonlet/config.h)
+ * and the workload positional. vLLM's `bench serve` spellings are a second
+ * table writing the same fields, so its command lines carry over. */
 #include "bench_opts.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { KIND_STR, KIND_U32, KIND_U64, KIND_F64, KIND_BOOL } kind_t;
+static const char *const formats[] = {"auto", "tokens", "words", NULL};
 
-typedef struct {
-    const char *name;  /* "--flag" */
-    const char *alias; /* vLLM's spelling, or NULL */
-    kind_t      kind;
-    size_t      offset; /* into moon_bench_opts_t */
-    const char *dflt;   /* NULL: unset (strings NULL, numbers 0) */
-    double      min, max;
-    const char *help;
-} opt_row_t;
-
-#define OFF(_f) offsetof(moon_bench_opts_t, _f)
+#define BO(_f) MOON_CONFIG_AT(moon_bench_opts_t, _f)
 #define BIG 1e18
 
-static const opt_row_t rows[] = {
-    {"--base-url", NULL, KIND_STR, OFF(base_url), "http://127.0.0.1:8000", 0, 0,
-     "server root URL (the API is under /v1)"},
-    {"--endpoint", NULL, KIND_STR, OFF(endpoint), "completions", 0, 0,
-     "completions | chat | a path such as /v1/completions"},
-    {"--model", NULL, KIND_STR, OFF(model), NULL, 0, 0,
-     "model id sent in requests (default: the first of GET /v1/models)"},
-    {"--api-key", NULL, KIND_STR, OFF(api_key), NULL, 0, 0, "sent as 'Authorization: Bearer KEY'"},
-    {"--timeout-s", NULL, KIND_F64, OFF(timeout_s), "600", 0, BIG,
-     "per-request time limit in seconds (0: none)"},
-    {"--num-prompts", NULL, KIND_U32, OFF(num_prompts), NULL, 0, 1e7,
-     "requests to send (random, shared-prefix: 100; trace: every record)"},
-    {"--rate", "--request-rate", KIND_F64, OFF(rate), "0", 0, BIG,
-     "mean arrivals per second, Gamma gaps (0: all at once)"},
-    {"--burstiness", NULL, KIND_F64, OFF(burstiness), "1", 1e-3, 1e3,
-     "Gamma shape of the gaps: 1 Poisson, <1 burstier, >1 more regular"},
-    {"--max-concurrency", NULL, KIND_U32, OFF(max_concurrency), "0", 0, 1e6,
-     "most requests in flight at once (0: no limit)"},
-    {"--seed", NULL, KIND_U64, OFF(seed), "0", 0, 0, "workload seed (same seed, same bytes)"},
-    {"--time-scale", NULL, KIND_F64, OFF(time_scale), "1", 0, BIG,
-     "trace: send each record at timestamp x this (0.5: twice as fast)"},
-    {"--prompt-format", NULL, KIND_STR, OFF(prompt_format), NULL, 0, 0,
-     "tokens (token-id arrays) | words (default: tokens, words for chat)"},
-    {"--vocab", NULL, KIND_U32, OFF(vocab), "512", 4, 1e8,
-     "token ids are drawn from 3..N-1 (0..2 are special)"},
-    {"--input-len", "--random-input-len", KIND_U32, OFF(input_len), "128", 1, 1e8,
-     "random: prompt tokens"},
-    {"--output-len", "--random-output-len", KIND_U32, OFF(output_len), "64", 1, 1e8,
-     "random, shared-prefix: output tokens per request"},
-    {"--range-ratio", "--random-range-ratio", KIND_F64, OFF(range_ratio), "0", 0, 1,
-     "random: lengths uniform in len*(1-r) .. len*(1+r)"},
-    {"--num-prefixes", NULL, KIND_U32, OFF(num_prefixes), "4", 1, 1e6,
-     "shared-prefix: distinct system prompts"},
-    {"--prefix-len", NULL, KIND_U32, OFF(prefix_len), "128", 1, 1e8,
-     "shared-prefix: system prompt tokens"},
-    {"--turns", NULL, KIND_U32, OFF(turns), "3", 1, 1e4, "shared-prefix: user turns per chat"},
-    {"--question-len", NULL, KIND_U32, OFF(question_len), "16", 1, 1e8,
-     "shared-prefix: tokens per user turn"},
-    {"--block-scale", NULL, KIND_U32, OFF(block_scale), "512", 1, 512,
-     "trace: tokens per 512-token block; lengths scale by N/512"},
-    {"--max-context", NULL, KIND_U32, OFF(max_context), "0", 0, 1e9,
-     "clamp input + output tokens to N (0: no clamp)"},
-    {"--ignore-eos", NULL, KIND_BOOL, OFF(ignore_eos), "1", 0, 1,
-     "ask for exactly max_tokens (sends ignore_eos)"},
-    {"--temperature", NULL, KIND_F64, OFF(temperature), "0", 0, 100, "sampling temperature"},
-    {"--slo-ttft-ms", NULL, KIND_F64, OFF(slo_ttft_ms), "0", 0, BIG,
-     "goodput SLO on time to first token (0: none)"},
-    {"--slo-tpot-ms", NULL, KIND_F64, OFF(slo_tpot_ms), "0", 0, BIG,
-     "goodput SLO on time per output token (0: none)"},
-    {"--slo-e2el-ms", NULL, KIND_F64, OFF(slo_e2el_ms), "0", 0, BIG,
-     "goodput SLO on end-to-end latency (0: none)"},
-    {"--result-file", NULL, KIND_STR, OFF(result_file), NULL, 0, 0, "write the JSON result here"},
-    {"--plot-dir", NULL, KIND_STR, OFF(plot_dir), NULL, 0, 0,
-     "write PNG plots here (needs gnuplot)"},
-    {"--label", NULL, KIND_STR, OFF(label), NULL, 0, 0, "free text copied into the result"},
-    {"--progress", NULL, KIND_BOOL, OFF(progress), "1", 0, 1,
-     "progress bar on stderr when it is a terminal"},
+static const moon_config_field_t bench_fields[] = {
+    {"base-url", MOON_CONFIG_STRING, BO(base_url), .dflt = "http://127.0.0.1:8000",
+     .doc = "server root url (the api is under /v1)"},
+    {"endpoint", MOON_CONFIG_STRING, BO(endpoint), .dflt = "completions",
+     .doc = "completions | chat | a path such as /v1/completions"},
+    {"model", MOON_CONFIG_STRING, BO(model), .dflt = NULL,
+     .doc = "model id sent in requests (unset: the first of get /v1/models)"},
+    {"api-key", MOON_CONFIG_STRING, BO(api_key), .dflt = NULL,
+     .doc = "sent as 'authorization: bearer key'"},
+    {"timeout-s", MOON_CONFIG_DOUBLE, BO(timeout_s), .dflt = "600",
+     .doc = "per-request time limit in seconds (0: none)", .dmax = BIG},
+    {"num-prompts", MOON_CONFIG_U32, BO(num_prompts), .dflt = "0",
+     .doc = "requests to send (0: 100; trace: every record)", .max = 10000000},
+    {"rate", MOON_CONFIG_DOUBLE, BO(rate), .dflt = "0",
+     .doc = "mean arrivals per second with gamma gaps (0: all at once)", .dmax = BIG},
+    {"burstiness", MOON_CONFIG_DOUBLE, BO(burstiness), .dflt = "1",
+     .doc = "gamma shape of the gaps: 1 poisson, < 1 burstier, > 1 steadier", .dmin = 1e-3,
+     .dmax = 1e3},
+    {"max-concurrency", MOON_CONFIG_U32, BO(max_concurrency), .dflt = "0",
+     .doc = "most requests in flight at once (0: no limit)", .max = 1000000},
+    {"seed", MOON_CONFIG_U64, BO(seed), .dflt = "0",
+     .doc = "workload seed (same seed, same bytes)"},
+    {"time-scale", MOON_CONFIG_DOUBLE, BO(time_scale), .dflt = "1",
+     .doc = "trace: send each record at timestamp x this (0.5: twice as fast)", .dmin = 1e-9,
+     .dmax = BIG},
+    {"prompt-format", MOON_CONFIG_ENUM, BO(prompt_format), .dflt = "auto",
+     .doc     = "tokens (token-id arrays), words (text), auto: tokens, words for chat",
+     .choices = formats},
+    {"vocab", MOON_CONFIG_U32, BO(vocab), .dflt = "512",
+     .doc = "token ids are drawn from 3..n-1 (0..2 are special)", .min = 4, .max = 100000000},
+    {"input-len", MOON_CONFIG_U32, BO(input_len), .dflt = "128", .doc = "random: prompt tokens",
+     .min = 1, .max = 100000000},
+    {"output-len", MOON_CONFIG_U32, BO(output_len), .dflt = "64",
+     .doc = "random, shared-prefix: output tokens per request", .min = 1, .max = 100000000},
+    {"range-ratio", MOON_CONFIG_DOUBLE, BO(range_ratio), .dflt = "0",
+     .doc = "random: lengths uniform in len*(1-r) .. len*(1+r)", .dmax = 1},
+    {"num-prefixes", MOON_CONFIG_U32, BO(num_prefixes), .dflt = "4",
+     .doc = "shared-prefix: distinct system prompts", .min = 1, .max = 1000000},
+    {"prefix-len", MOON_CONFIG_U32, BO(prefix_len), .dflt = "128",
+     .doc = "shared-prefix: system prompt tokens", .min = 1, .max = 100000000},
+    {"turns", MOON_CONFIG_U32, BO(turns), .dflt = "3", .doc = "shared-prefix: user turns per chat",
+     .min = 1, .max = 10000},
+    {"question-len", MOON_CONFIG_U32, BO(question_len), .dflt = "16",
+     .doc = "shared-prefix: tokens per user turn", .min = 1, .max = 100000000},
+    {"block-scale", MOON_CONFIG_U32, BO(block_scale), .dflt = "512",
+     .doc = "trace: tokens per 512-token block; lengths scale by n/512", .min = 1, .max = 512},
+    {"max-context", MOON_CONFIG_U32, BO(max_context), .dflt = "0",
+     .doc = "clamp input + output tokens to n, output first (0: no clamp)"},
+    {"ignore-eos", MOON_CONFIG_BOOL, BO(ignore_eos), .dflt = "1",
+     .doc = "ask for exactly max_tokens (sends ignore_eos)"},
+    {"temperature", MOON_CONFIG_DOUBLE, BO(temperature), .dflt = "0", .doc = "sampling temperature",
+     .dmax = 100},
+    {"slo-ttft-ms", MOON_CONFIG_DOUBLE, BO(slo_ttft_ms), .dflt = "0",
+     .doc = "goodput slo on time to first token (0: none)", .dmax = BIG},
+    {"slo-tpot-ms", MOON_CONFIG_DOUBLE, BO(slo_tpot_ms), .dflt = "0",
+     .doc = "goodput slo on time per output token (0: none)", .dmax = BIG},
+    {"slo-e2el-ms", MOON_CONFIG_DOUBLE, BO(slo_e2el_ms), .dflt = "0",
+     .doc = "goodput slo on end-to-end latency (0: none)", .dmax = BIG},
+    {"result-file", MOON_CONFIG_STRING, BO(result_file), .dflt = NULL,
+     .doc = "write the json result here"},
+    {"plot-dir", MOON_CONFIG_STRING, BO(plot_dir), .dflt = NULL,
+     .doc = "write png plots here (needs gnuplot)"},
+    {"label", MOON_CONFIG_STRING, BO(label), .dflt = NULL,
+     .doc = "free text copied into the result"},
+    {"progress", MOON_CONFIG_BOOL, BO(progress), .dflt = "1",
+     .doc = "progress bar on stderr when it is a terminal"},
+    MOON_CONFIG_END,
 };
 
-static void seterr(char *err, size_t err_len, const char *fmt, const char *a, const char *b)
+/* vLLM's names for the same fields (same defaults, so a default is never
+ * mistaken for a caller's setting). */
+static const moon_config_field_t vllm_fields[] = {
+    {"request-rate", MOON_CONFIG_DOUBLE, BO(rate), .dflt = "0", .doc = "= --rate", .dmax = BIG},
+    {"goodput", MOON_CONFIG_STRING, BO(goodput), .dflt = NULL,
+     .doc = "'ttft:ms tpot:ms e2el:ms' = --slo-ttft-ms, --slo-tpot-ms, --slo-e2el-ms"},
+    {"random-input-len", MOON_CONFIG_U32, BO(input_len), .dflt = "128", .doc = "= --input-len",
+     .min = 1, .max = 100000000},
+    {"random-output-len", MOON_CONFIG_U32, BO(output_len), .dflt = "64", .doc = "= --output-len",
+     .min = 1, .max = 100000000},
+    {"random-range-ratio", MOON_CONFIG_DOUBLE, BO(range_ratio), .dflt = "0",
+     .doc = "= --range-ratio", .dmax = 1},
+    MOON_CONFIG_END,
+};
+#undef BO
+
+const moon_config_table_t moon_bench_config_table = {
+    "bench", "moonlet bench random|shared-prefix|trace FILE [options]", NULL, bench_fields};
+const moon_config_table_t moon_bench_vllm_table = {"bench-vllm", "vllm bench serve spellings", NULL,
+                                                   vllm_fields};
+
+static void seterr(char *err, size_t err_len, const char *fmt, const char *a)
 {
     if (err != NULL && err_len > 0) {
-        snprintf(err, err_len, fmt, a, b);
+        snprintf(err, err_len, fmt, a);
     }
 }
 
-/* Parses text into the row's field; 0 on success. */
-static int set_value(const opt_row_t *row, const char *text, moon_bench_opts_t *opts)
+static moon_status_t set_positionals(const moon_config_t *cfg, moon_bench_opts_t *opts, char *err,
+                                     size_t err_len)
 {
-    char  *field = (char *)opts + row->offset;
-    char  *end   = NULL;
-    double d;
+    const char *w = moon_config_arg(cfg, 0);
+    int         n = moon_config_n_args(cfg);
 
-    switch (row->kind) {
-    case KIND_STR:
-        *(const char **)field = text;
-        return 0;
-    case KIND_BOOL:
-        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0) {
-            *(int *)field = 1;
-        } else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 ||
-                   strcmp(text, "no") == 0) {
-            *(int *)field = 0;
-        } else {
-            return -1;
-        }
-        return 0;
-    case KIND_U64: {
-        unsigned long long v;
-        if (text[0] == '\0' || text[0] == '-' || text[0] == '+') {
-            return -1;
-        }
-        errno = 0;
-        v     = strtoull(text, &end, 10);
-        if (errno != 0 || *end != '\0') {
-            return -1;
-        }
-        *(uint64_t *)field = v;
-        return 0;
+    if (w == NULL) {
+        seterr(err, err_len, "missing workload: random, shared-prefix or trace FILE%s", "");
+        return MOON_ERR_INVALID_PARAM;
     }
-    case KIND_U32:
-        if (text[0] == '\0' || text[0] == '-' || text[0] == '+') {
-            return -1;
-        }
-        errno = 0;
-        d     = (double)strtoull(text, &end, 10);
-        if (errno != 0 || *end != '\0' || d < row->min || d > row->max) {
-            return -1;
-        }
-        *(uint32_t *)field = (uint32_t)d;
-        return 0;
-    case KIND_F64:
-        if (text[0] == '\0') {
-            return -1;
-        }
-        errno = 0;
-        d     = strtod(text, &end);
-        if (errno != 0 || *end != '\0' || !isfinite(d) || d < row->min || d > row->max) {
-            return -1;
-        }
-        *(double *)field = d;
-        return 0;
-    }
-    return -1;
-}
-
-static int is_bool_text(const char *s)
-{
-    static const char *const words[] = {"0", "1", "true", "false", "yes", "no"};
-
-    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-        if (strcmp(s, words[i]) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static const opt_row_t *find_row(const char *name, size_t len)
-{
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        if ((strlen(rows[i].name) == len && strncmp(rows[i].name, name, len) == 0) ||
-            (rows[i].alias != NULL && strlen(rows[i].alias) == len &&
-             strncmp(rows[i].alias, name, len) == 0)) {
-            return &rows[i];
-        }
-    }
-    return NULL;
-}
-
-static moon_status_t set_defaults(moon_bench_opts_t *opts, char *err, size_t err_len)
-{
-    memset(opts, 0, sizeof(*opts));
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        if (rows[i].dflt != NULL && set_value(&rows[i], rows[i].dflt, opts) != 0) {
-            seterr(err, err_len, "%s: bad default '%s'", rows[i].name, rows[i].dflt);
+    if (strcmp(w, "random") == 0) {
+        opts->workload = MOON_BENCH_WL_RANDOM;
+    } else if (strcmp(w, "shared-prefix") == 0) {
+        opts->workload = MOON_BENCH_WL_SHARED_PREFIX;
+    } else if (strcmp(w, "trace") == 0) {
+        opts->workload   = MOON_BENCH_WL_TRACE;
+        opts->trace_path = moon_config_arg(cfg, 1);
+        if (opts->trace_path == NULL) {
+            seterr(err, err_len, "trace: missing FILE%s", "");
             return MOON_ERR_INVALID_PARAM;
         }
-    }
-    return MOON_OK;
-}
-
-static moon_status_t set_positional(moon_bench_opts_t *opts, const char *arg, int *n_pos, char *err,
-                                    size_t err_len)
-{
-    if (*n_pos == 0) {
-        if (strcmp(arg, "random") == 0) {
-            opts->workload = MOON_BENCH_WL_RANDOM;
-        } else if (strcmp(arg, "shared-prefix") == 0) {
-            opts->workload = MOON_BENCH_WL_SHARED_PREFIX;
-        } else if (strcmp(arg, "trace") == 0) {
-            opts->workload = MOON_BENCH_WL_TRACE;
-        } else {
-            seterr(err, err_len, "unknown workload '%s' (random, shared-prefix, trace FILE)%s", arg,
-                   "");
-            return MOON_ERR_INVALID_PARAM;
-        }
-    } else if (*n_pos == 1 && opts->workload == MOON_BENCH_WL_TRACE) {
-        opts->trace_path = arg;
     } else {
-        seterr(err, err_len, "unexpected argument '%s'%s", arg, "");
+        seterr(err, err_len, "unknown workload '%s' (random, shared-prefix, trace FILE)", w);
         return MOON_ERR_INVALID_PARAM;
     }
-    (*n_pos)++;
+    if (n > (opts->workload == MOON_BENCH_WL_TRACE ? 2 : 1)) {
+        seterr(err, err_len, "unexpected argument '%s'",
+               moon_config_arg(cfg, opts->workload == MOON_BENCH_WL_TRACE ? 2 : 1));
+        return MOON_ERR_INVALID_PARAM;
+    }
     return MOON_OK;
 }
 
-static moon_status_t check_values(const moon_bench_opts_t *opts, int n_pos, char *err,
-                                  size_t err_len)
+/* vLLM's --goodput: space-separated KEY:MS pairs, KEY ttft, tpot or e2el. */
+static moon_status_t parse_goodput(moon_bench_opts_t *opts, char *err, size_t err_len)
 {
-    if (n_pos == 0) {
-        seterr(err, err_len, "missing workload: random, shared-prefix or trace FILE%s%s", "", "");
-        return MOON_ERR_INVALID_PARAM;
+    const char *p = opts->goodput;
+
+    while (p != NULL && *p != '\0') {
+        static const char *const keys[] = {"ttft:", "tpot:", "e2el:"};
+        double *slos[] = {&opts->slo_ttft_ms, &opts->slo_tpot_ms, &opts->slo_e2el_ms};
+        char   *end    = NULL;
+        int     k      = 0;
+
+        while (*p == ' ') {
+            p++;
+        }
+        if (*p == '\0') {
+            break;
+        }
+        while (k < 3 && strncmp(p, keys[k], 5) != 0) {
+            k++;
+        }
+        if (k < 3) {
+            *slos[k] = strtod(p + 5, &end);
+        }
+        if (k == 3 || end == p + 5 || !(*slos[k] > 0) || !isfinite(*slos[k]) ||
+            (*end != ' ' && *end != '\0')) {
+            seterr(err, err_len, "--goodput: '%s' is not 'ttft:MS tpot:MS e2el:MS' (MS > 0)",
+                   opts->goodput);
+            return MOON_ERR_INVALID_PARAM;
+        }
+        p = end;
     }
-    if (opts->workload == MOON_BENCH_WL_TRACE && opts->trace_path == NULL) {
-        seterr(err, err_len, "trace: missing FILE%s%s", "", "");
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (opts->prompt_format != NULL && strcmp(opts->prompt_format, "tokens") != 0 &&
-        strcmp(opts->prompt_format, "words") != 0) {
-        seterr(err, err_len, "--prompt-format: '%s' is not tokens or words%s", opts->prompt_format,
-               "");
-        return MOON_ERR_INVALID_PARAM;
+    return MOON_OK;
+}
+
+static moon_status_t check_values(moon_bench_opts_t *opts, char *err, size_t err_len)
+{
+    moon_status_t status = parse_goodput(opts, err, err_len);
+
+    if (status != MOON_OK) {
+        return status;
     }
     if (strcmp(opts->endpoint, "completions") != 0 && strcmp(opts->endpoint, "chat") != 0 &&
         opts->endpoint[0] != '/') {
-        seterr(err, err_len, "--endpoint: '%s' is not completions, chat or a /path%s",
-               opts->endpoint, "");
+        seterr(err, err_len, "--endpoint: '%s' is not completions, chat or a /path",
+               opts->endpoint);
         return MOON_ERR_INVALID_PARAM;
     }
-    if (moon_bench_opts_is_chat(opts) && moon_bench_opts_tokens(opts)) {
-        seterr(err, err_len, "--prompt-format tokens: chat messages carry text, use words%s%s", "",
-               "");
+    if (moon_bench_opts_is_chat(opts) && opts->prompt_format == MOON_BENCH_FMT_TOKENS) {
+        seterr(err, err_len, "--prompt-format tokens: chat messages carry text, use words%s", "");
         return MOON_ERR_INVALID_PARAM;
     }
     if (strncmp(opts->base_url, "http://", 7) != 0 && strncmp(opts->base_url, "https://", 8) != 0) {
-        seterr(err, err_len, "--base-url: '%s' is not an http:// or https:// URL%s", opts->base_url,
-               "");
+        seterr(err, err_len, "--base-url: '%s' is not an http:// or https:// URL", opts->base_url);
         return MOON_ERR_INVALID_PARAM;
     }
     return MOON_OK;
+}
+
+/* Defaults into opts and a parser over both tables. */
+static moon_status_t make_config(moon_bench_opts_t *opts, moon_config_t **cfg_p, char *err,
+                                 size_t err_len)
+{
+    moon_config_t *cfg = NULL;
+    moon_status_t  status;
+
+    memset(opts, 0, sizeof(*opts));
+    status = moon_config_defaults(&moon_bench_config_table, opts);
+    if (status == MOON_OK) {
+        status = moon_config_defaults(&moon_bench_vllm_table, opts);
+    }
+    if (status == MOON_OK) {
+        status = moon_config_create(&cfg);
+    }
+    if (status == MOON_OK) {
+        status = moon_config_add(cfg, &moon_bench_config_table, opts);
+        if (status == MOON_OK) {
+            status = moon_config_add(cfg, &moon_bench_vllm_table, opts);
+        }
+        if (status != MOON_OK) {
+            seterr(err, err_len, "%s", moon_config_error(cfg));
+            moon_config_destroy(cfg);
+            return status;
+        }
+    }
+    if (status != MOON_OK) {
+        seterr(err, err_len, "option table: %s", moon_status_str(status));
+        return status;
+    }
+    *cfg_p = cfg;
+    return MOON_OK;
+}
+
+moon_status_t moon_bench_opts_finish(const moon_config_t *cfg, moon_bench_opts_t *opts, char *err,
+                                     size_t err_len)
+{
+    moon_status_t status = set_positionals(cfg, opts, err, err_len);
+
+    if (status == MOON_OK) {
+        status = check_values(opts, err, err_len);
+    }
+    if (opts->num_prompts == 0 && opts->workload != MOON_BENCH_WL_TRACE) {
+        opts->num_prompts = 100;
+    }
+    return status;
 }
 
 moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
                                     size_t err_len)
 {
-    int           n_pos = 0;
-    moon_status_t status;
+    moon_config_t *cfg = NULL;
+    moon_status_t  status;
 
-    status = set_defaults(opts, err, err_len);
+    if (err != NULL && err_len > 0) {
+        err[0] = '\0';
+    }
+    status = make_config(opts, &cfg, err, err_len);
     if (status != MOON_OK) {
         return status;
     }
-    for (int i = 1; i < argc; i++) {
-        const char      *arg = argv[i];
-        const char      *eq, *value;
-        const opt_row_t *row;
-
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            opts->help = 1;
-            return MOON_OK;
-        }
-        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            status = set_positional(opts, arg, &n_pos, err, err_len);
-            if (status != MOON_OK) {
-                return status;
-            }
-            continue;
-        }
-        eq  = strchr(arg, '=');
-        row = find_row(arg, eq != NULL ? (size_t)(eq - arg) : strlen(arg));
-        if (row == NULL) {
-            seterr(err, err_len, "unknown option '%s' (moonlet bench --help)%s", arg, "");
-            return MOON_ERR_INVALID_PARAM;
-        }
-        if (eq != NULL) {
-            value = eq + 1;
-        } else if (row->kind == KIND_BOOL && (i + 1 >= argc || !is_bool_text(argv[i + 1]))) {
-            value = "1"; /* a bare boolean flag turns it on */
-        } else if (i + 1 < argc) {
-            value = argv[++i];
-        } else {
-            seterr(err, err_len, "%s: missing value%s", row->name, "");
-            return MOON_ERR_INVALID_PARAM;
-        }
-        if (set_value(row, value, opts) != 0) {
-            seterr(err, err_len, "%s: bad value '%s'", row->name, value);
-            return MOON_ERR_INVALID_PARAM;
-        }
+    status = moon_config_parse(cfg, argc, argv);
+    if (status != MOON_OK) {
+        seterr(err, err_len, "%s", moon_config_error(cfg));
+    } else if (moon_config_help_requested(cfg)) {
+        opts->help = 1;
+    } else {
+        status = moon_bench_opts_finish(cfg, opts, err, err_len);
     }
-    if (opts->num_prompts == 0 && opts->workload != MOON_BENCH_WL_TRACE) {
-        opts->num_prompts = 100;
-    }
-    return check_values(opts, n_pos, err, err_len);
-}
-
-void moon_bench_opts_usage(FILE *f)
-{
-    fprintf(f, "usage: moonlet bench random|shared-prefix|trace FILE [OPTIONS]\n"
-               "  drives an OpenAI-compatible server with streamed requests and reports\n"
-               "  TTFT, TPOT, ITL, E2EL, throughput and goodput as `vllm bench serve` does\n\n"
-               "options (--flag VALUE or --flag=VALUE):\n");
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        char name[64];
-        snprintf(name, sizeof(name), "%s%s%s", rows[i].name, rows[i].alias ? ", " : "",
-                 rows[i].alias ? rows[i].alias : "");
-        fprintf(f, "  %-38s %s", name, rows[i].help);
-        if (rows[i].dflt != NULL) {
-            fprintf(f, " [%s]", rows[i].dflt);
-        }
-        fputc('\n', f);
-    }
+    moon_config_destroy(cfg);
+    return status;
 }
 
 int moon_bench_opts_is_chat(const moon_bench_opts_t *opts)
@@ -328,8 +282,8 @@ int moon_bench_opts_is_chat(const moon_bench_opts_t *opts)
 
 int moon_bench_opts_tokens(const moon_bench_opts_t *opts)
 {
-    if (opts->prompt_format == NULL) {
+    if (opts->prompt_format == MOON_BENCH_FMT_AUTO) {
         return !moon_bench_opts_is_chat(opts);
     }
-    return strcmp(opts->prompt_format, "tokens") == 0;
+    return opts->prompt_format == MOON_BENCH_FMT_TOKENS;
 }

@@ -1,11 +1,13 @@
-/* launch/bench_opts.h - the options of `moonlet bench`, parsed from argv by
- * one table (name, kind, default, help). Strict: an unknown flag, a missing
- * value or a malformed or out-of-range number is an error naming the flag.
- * Single-threaded; the options struct owns nothing (strings point into argv
- * or into the table's defaults). */
+/* launch/bench_opts.h - the options of `moonlet bench`: a configuration
+ * table (moonlet/config.h; flags only, no environment) plus vLLM's `bench
+ * serve` spellings as aliases, and the workload positional. Strict: an
+ * unknown flag, a missing value or a malformed or out-of-range number is an
+ * error naming the flag. Single-threaded; the options struct owns nothing
+ * (strings point into argv or into the table's defaults). */
 #ifndef MOON_LAUNCH_BENCH_OPTS_H
 #define MOON_LAUNCH_BENCH_OPTS_H
 
+#include "moonlet/config.h"
 #include "moonlet/status.h"
 
 #include <stdint.h>
@@ -16,6 +18,12 @@ typedef enum {
     MOON_BENCH_WL_SHARED_PREFIX, /* multi-turn chats over a few long system prompts */
     MOON_BENCH_WL_TRACE,         /* Mooncake JSONL trace replay */
 } moon_bench_workload_kind_t;
+
+typedef enum {
+    MOON_BENCH_FMT_AUTO = 0, /* tokens for completions, words for chat */
+    MOON_BENCH_FMT_TOKENS,   /* token-id arrays */
+    MOON_BENCH_FMT_WORDS,    /* text of words from a fixed list */
+} moon_bench_format_t;
 
 typedef struct {
     /* positional: the workload and, for trace, its file */
@@ -38,8 +46,7 @@ typedef struct {
     double   time_scale; /* trace: send at timestamp * time_scale */
 
     /* prompts */
-    const char
-            *prompt_format; /* "tokens", "words" or NULL: tokens for completions, words for chat */
+    int      prompt_format; /* moon_bench_format_t */
     uint32_t vocab;         /* token ids drawn from 3..vocab-1 */
     uint32_t input_len, output_len;
     double   range_ratio; /* lengths uniform in len*(1-r) .. len*(1+r) */
@@ -56,9 +63,24 @@ typedef struct {
     const char *result_file; /* NULL: none */
     const char *plot_dir;    /* NULL: none */
     const char *label;       /* free text copied into the result */
+    const char *goodput;     /* vLLM's --goodput "ttft:MS tpot:MS e2el:MS", into the slo_* */
     int         progress;    /* progress bar when stderr is a tty */
     int         help;        /* --help was given */
 } moon_bench_opts_t;
+
+/* The options' tables (flags only): moonlet's names, and vLLM's `bench
+ * serve` spellings writing the same fields. Parse over both (their defaults
+ * agree), then call moon_bench_opts_finish. */
+extern const moon_config_table_t moon_bench_config_table;
+extern const moon_config_table_t moon_bench_vllm_table;
+
+/* After a parse over both tables into opts (zeroed before the defaults went
+ * in): takes the workload positional (and the trace FILE) from cfg, applies
+ * vLLM's --goodput, checks values across options, and gives num_prompts its
+ * default. MOON_ERR_INVALID_PARAM with one line naming the flag or
+ * positional in err (NUL-terminated, at most err_len bytes). */
+moon_status_t moon_bench_opts_finish(const moon_config_t *cfg, moon_bench_opts_t *opts, char *err,
+                                     size_t err_len);
 
 /* Parses `bench` arguments (argv[0] is the subcommand name) into *opts, which
  * it first fills with every default. On an error writes one line naming the
@@ -68,9 +90,6 @@ typedef struct {
  * into argv, which must outlive opts. */
 moon_status_t moon_bench_opts_parse(int argc, char **argv, moon_bench_opts_t *opts, char *err,
                                     size_t err_len);
-
-/* Prints the usage text with every option, its default and its help line. */
-void moon_bench_opts_usage(FILE *f);
 
 /* True when requests go to the chat completions API (endpoint "chat" or a
  * path containing "chat"). */

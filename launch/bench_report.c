@@ -69,6 +69,9 @@ void moon_bench_report_print(FILE *f, const moon_bench_opts_t *opts, const char 
     row_f(f, "Benchmark duration (s):", s->duration_s);
     row_u(f, "Total input tokens:", (unsigned long long)s->total_input);
     row_u(f, "Total generated tokens:", (unsigned long long)s->total_output);
+    if (s->total_cached > 0) {
+        row_u(f, "Cached prompt tokens (server usage):", (unsigned long long)s->total_cached);
+    }
     row_f(f, "Request throughput (req/s):", s->request_throughput);
     if (s->has_slo) {
         row_f(f, "Request goodput (req/s):", s->request_goodput);
@@ -177,6 +180,7 @@ moon_status_t moon_bench_report_json(const moon_bench_opts_t *opts, const char *
     ok = ok && add_num(o, "failed", s->failed);
     ok = ok && add_num(o, "total_input_tokens", (double)s->total_input);
     ok = ok && add_num(o, "total_output_tokens", (double)s->total_output);
+    ok = ok && add_num(o, "total_cached_tokens", (double)s->total_cached);
     ok = ok && add_num(o, "request_throughput", s->request_throughput);
     if (s->has_slo) {
         ok = ok && add_num(o, "request_goodput", s->request_goodput);

@@ -177,6 +177,7 @@ moon_status_t moon_bench_stats_compute(const moon_bench_result_t *results, uint3
         stats->completed++;
         stats->total_input += r->n_in;
         stats->total_output += r->n_out;
+        stats->total_cached += r->n_cached;
         ttft[k_ttft++] = r->ttft_s;
         e2el[k_e2el++] = r->e2el_s;
         if (r->n_out > 1) {

@@ -23,6 +23,7 @@ typedef struct {
     double   e2el_s;   /* last chunk (or end of stream) - send */
     uint32_t n_in;     /* prompt tokens: the server's usage, else ids sent */
     uint32_t n_out;    /* output tokens: usage.completion_tokens, else text chunks */
+    uint32_t n_cached; /* prompt tokens the server's prefix cache served (usage), or 0 */
     uint32_t n_chunks; /* chunks with text */
     uint32_t n_itl;    /* n_chunks - 1 gaps in itl_s */
     double  *itl_s;    /* gaps between text chunks; owned (moon_free) */
@@ -45,6 +46,7 @@ typedef struct {
 typedef struct {
     uint32_t          completed, failed;
     uint64_t          total_input, total_output;
+    uint64_t          total_cached; /* prompt tokens served from the prefix cache (usage) */
     double            duration_s;
     double            request_throughput, output_throughput, total_token_throughput;
     int               has_slo;                /* some SLO given: the next three mean something */

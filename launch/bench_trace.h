@@ -1,8 +1,9 @@
 /* launch/bench_trace.h - the trace workload of `moonlet bench`: a Mooncake
  * JSONL trace becomes requests whose prompts are built block by block, every
  * hash id naming one fixed block of ids, so equal hash ids give equal blocks
- * and the trace's prefix reuse is reuse on the server. --block-scale shrinks
- * the trace's 512-token blocks (and every length alike) for small contexts.
+ * and the trace's prefix reuse is reuse on the server (the tokens are the
+ * trace reader's, trace.h). --block-scale shrinks the trace's 512-token
+ * blocks (and every length alike) for small contexts.
  * Single-threaded. */
 #ifndef MOON_LAUNCH_BENCH_TRACE_H
 #define MOON_LAUNCH_BENCH_TRACE_H
@@ -20,18 +21,16 @@
  * least 1. */
 uint32_t moon_bench_trace_scale(uint32_t len, uint32_t block_tokens);
 
-/* Id j (0 <= j) of the block named by hash_id: a pure function of (seed,
- * hash_id, j), in lo .. lo+span-1 (span >= 1). */
-uint32_t moon_bench_block_id(uint64_t seed, uint64_t hash_id, uint32_t j, uint32_t lo,
-                             uint32_t span);
-
-/* Reads opts->trace_path (its first opts->num_prompts records; 0: all) and
- * builds the workload: request i sends at (timestamp_i - timestamp_0) / 1000
- * x opts->time_scale seconds, with scaled lengths clamped to --max-context
- * (moon_bench_clamp) and prompt ids from its hash ids' blocks (positions past
- * the hash ids get ids of the request's own). Errors: MOON_ERR_NOT_FOUND /
- * MOON_ERR_IO (file), MOON_ERR_CORRUPT (a malformed line, logged with its
- * number), MOON_ERR_INVALID_PARAM (an empty trace), MOON_ERR_NO_MEMORY. */
+/* Reads opts->trace_path with the trace reader (trace.h; its first
+ * opts->num_prompts records, 0: all), shrinks it to opts->block_scale tokens
+ * per block (moon_trace_shrink) and builds the workload: request i sends at
+ * (timestamp_i - timestamp_0) / 1000 x opts->time_scale seconds; its output
+ * length scales like the blocks (moon_bench_trace_scale); both are clamped
+ * to --max-context (moon_bench_clamp, the prompt keeping its first ids); its
+ * prompt is moon_trace_fill_tokens' (token ids 3..vocab-1, or word indices),
+ * so equal hash ids give equal blocks. Errors (the reader logs them with the
+ * line): MOON_ERR_NOT_FOUND / MOON_ERR_IO (file), MOON_ERR_CORRUPT (a bad
+ * line), MOON_ERR_INVALID_PARAM (an empty trace), MOON_ERR_NO_MEMORY. */
 moon_status_t moon_bench_trace_workload(const moon_bench_opts_t *opts,
                                         moon_bench_workload_t  **wl_p);
 

@@ -1,6 +1,7 @@
 /* launch/cmd_bench.c - `moonlet bench`: options -> workload -> streamed
  * requests over libcurl -> metrics -> summary, JSON result, plots. The parts
  * live in bench_*.c; this file only joins them. Single-threaded. */
+#include "cli.h"
 #include "commands.h"
 
 #include "bench_http.h"
@@ -55,9 +56,11 @@ static void print_plan(const moon_bench_opts_t *opts, const char *model,
                        const moon_bench_workload_t *wl)
 {
     uint64_t ids = 0, out = 0;
-    char     rate[32] = "inf";
+    char     rate[64] = "inf";
 
-    if (opts->rate > 0) {
+    if (opts->workload == MOON_BENCH_WL_TRACE) {
+        snprintf(rate, sizeof(rate), "trace timestamps x %.6g", opts->time_scale);
+    } else if (opts->rate > 0) {
         snprintf(rate, sizeof(rate), "%.6g/s", opts->rate);
     }
     for (uint32_t i = 0; i < wl->n_reqs; i++) {
@@ -158,24 +161,35 @@ out:
 
 int moon_cmd_bench(int argc, char **argv)
 {
-    moon_bench_opts_t opts;
-    char              err[256] = "";
-    int               rc;
+    moon_bench_opts_t      opts;
+    const moon_cli_table_t tables[] = {{&moon_bench_config_table, &opts},
+                                       {&moon_bench_vllm_table, &opts}};
+    moon_config_t         *cfg      = NULL;
+    char                   err[256] = "";
+    int                    rc;
 
-    if (moon_bench_opts_parse(argc, argv, &opts, err, sizeof(err)) != MOON_OK) {
-        fprintf(stderr, "moonlet bench: %s\n", err);
-        return 2;
+    memset(&opts, 0, sizeof(opts));
+    rc = moon_cli_parse("bench",
+                        "usage: moonlet bench random|shared-prefix|trace FILE [options]\n"
+                        "  drives an OpenAI-compatible server with streamed requests and "
+                        "reports TTFT, TPOT,\n  ITL, E2EL, throughput and goodput as "
+                        "`vllm bench serve` does\n",
+                        tables, MOON_ARRAY_SIZE(tables), 2, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
     }
-    if (opts.help) {
-        moon_bench_opts_usage(stdout);
-        return 0;
+    if (moon_bench_opts_finish(cfg, &opts, err, sizeof(err)) != MOON_OK) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("bench", "%s", err);
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "moonlet bench: libcurl failed to initialise\n");
+        moon_config_destroy(cfg);
         return 1;
     }
     raise_nofile();
     rc = run(&opts);
     curl_global_cleanup();
+    moon_config_destroy(cfg); /* after the last use of opts' strings */
     return rc;
 }

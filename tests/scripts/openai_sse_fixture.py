@@ -98,9 +98,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.event(dict(base, choices=[last]))
         if body.get("stream_options", {}).get("include_usage"):
             mt = int(body.get("max_tokens", 16))
-            self.event(dict(base, choices=[], usage={"prompt_tokens": n_prompt,
-                                                     "completion_tokens": mt,
-                                                     "total_tokens": n_prompt + mt}))
+            self.event(dict(base, choices=[], usage={
+                "prompt_tokens": n_prompt, "completion_tokens": mt,
+                "total_tokens": n_prompt + mt,
+                "prompt_tokens_details": {"cached_tokens": n_prompt // 2}}))
         self.event(b"[DONE]")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()

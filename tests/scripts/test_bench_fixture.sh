@@ -44,6 +44,7 @@ grep -q "Serving Benchmark Result" "$T/out.txt" || fail "no summary"
 grep -q "Mean TPOT (ms):" "$T/out.txt" || fail "no TPOT rows"
 check "r['completed'] == 20 and r['failed'] == 0 and r['total_output_tokens'] == 160"
 check "r['total_input_tokens'] == 320 and all(n == 16 for n in r['input_lens'])"
+check "r['total_cached_tokens'] == 160"  # the fixture says half of each prompt was cached
 check "all(len(g) == 7 for g in r['itls']) and r['mean_ttft_ms'] > 0 and r['mean_itl_ms'] > 0"
 check "r['max_concurrent_requests'] <= 4 and r['max_concurrency'] == 4 and r['request_rate'] == 200"
 check "r['request_goodput'] is None and r['mean_tpot_ms'] > 0 and r['p99_e2el_ms'] >= r['p90_e2el_ms']"
@@ -104,5 +105,11 @@ fi
 
 # 6. bad input: a clear error, no crash
 "$MOONLET" bench trace "$T/missing.jsonl" --model m > /dev/null 2>&1 && fail "missing trace passed"
-"$MOONLET" bench random --num-prompts x > /dev/null 2>&1; [ $? = 2 ] || fail "bad flag not rc 2"
+"$MOONLET" bench random --num-prompts x > /dev/null 2> "$T/err.txt"; [ $? = 2 ] || fail "bad flag not rc 2"
+grep -q "^moonlet bench: --num-prompts: 'x'" "$T/err.txt" || fail "bad flag not named"
+"$MOONLET" bench sharegpt > /dev/null 2> "$T/err.txt"; [ $? = 2 ] || fail "bad workload not rc 2"
+grep -q "unknown workload 'sharegpt'" "$T/err.txt" || fail "bad workload not named"
+"$MOONLET" bench --help > "$T/out.txt" 2> "$T/err.txt" || fail "--help failed"
+grep -q "^usage: moonlet bench" "$T/out.txt" && grep -q -- "--slo-tpot-ms" "$T/out.txt" \
+    && [ ! -s "$T/err.txt" ] || fail "--help not the usage on stdout alone"
 echo "test_bench_fixture: ok"

@@ -42,14 +42,16 @@ static const char stream[] =
     "data: {\"choices\":[{\"index\":0,\r\n"
     "data: \"text\":\" upon\"}]}\r\n\r\n"
     "data:{\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}\r\r"
-    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n"
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n"
     "data: [DONE]\n\n";
 
 static const char *const expected[] = {
     "{\"choices\":[{\"index\":0,\"text\":\"Once\",\"finish_reason\":null}]}",
     "{\"choices\":[{\"index\":0,\n\"text\":\" upon\"}]}",
     "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}",
-    "{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}",
+    "{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":4}}}",
     "[DONE]",
 };
 
@@ -172,6 +174,7 @@ static void test_completion_and_chat_chunks(void)
     CU_ASSERT_TRUE(c.has_usage);
     CU_ASSERT_EQUAL(c.prompt_tokens, 5);
     CU_ASSERT_EQUAL(c.completion_tokens, 2);
+    CU_ASSERT_EQUAL(c.cached_tokens, 4);
     CU_ASSERT_EQUAL(moon_bench_openai_chunk("[DONE]", 6, &c), MOON_OK);
     CU_ASSERT_TRUE(c.done);
     CU_ASSERT_EQUAL(moon_bench_openai_chunk(chat, strlen(chat), &c), MOON_OK);

@@ -74,11 +74,15 @@ static void test_vllm_definitions_on_timelines(void)
     moon_bench_stats_t  s;
 
     timelines(r);
+    r[0].n_cached = 4;
+    r[1].n_cached = 2;
+    r[2].n_cached = 9; /* failed: not counted */
     CU_ASSERT_EQUAL_FATAL(moon_bench_stats_compute(r, 3, 2.0, NULL, &s), MOON_OK);
     CU_ASSERT_EQUAL(s.completed, 2);
     CU_ASSERT_EQUAL(s.failed, 1);
     CU_ASSERT_EQUAL(s.total_input, 30); /* failed requests count nothing */
     CU_ASSERT_EQUAL(s.total_output, 4);
+    CU_ASSERT_EQUAL(s.total_cached, 6); /* usage's cached tokens of completed requests */
     NEAR(s.request_throughput, 1.0);
     NEAR(s.output_throughput, 2.0);
     NEAR(s.total_token_throughput, 17.0);

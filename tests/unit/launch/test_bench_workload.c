@@ -6,6 +6,8 @@
 #include "bench_rand.h"
 #include "bench_workload.h"
 
+#include "moonlet/alloc.h"
+
 #include "moon_test.h"
 
 #include <math.h>
@@ -240,7 +242,32 @@ static void test_words_format_indexes_the_word_list(void)
     moon_bench_workload_destroy(wl);
 }
 
+static void test_out_of_memory_leaves_nothing(void)
+{
+    const char *kinds[] = {"random", "shared-prefix"};
+
+    for (int k = 0; k < 2; k++) {
+        moon_bench_opts_t o = opts_of(kinds[k], "--num-prompts=5", NULL, NULL, NULL);
+        for (uint64_t n = 1;; n++) {
+            moon_bench_workload_t *wl = NULL;
+            moon_status_t          status;
+
+            moon_fault_fail_after(n);
+            status = moon_bench_workload_create(&o, &wl);
+            moon_fault_reset();
+            if (status == MOON_OK) {
+                CU_ASSERT(n > 5); /* it did allocate per request */
+                moon_bench_workload_destroy(wl);
+                break;
+            }
+            CU_ASSERT_EQUAL_FATAL(status, MOON_ERR_NO_MEMORY);
+            CU_ASSERT_PTR_NULL(wl);
+        }
+    }
+}
+
 static CU_TestInfo tests[] = {
+    {"out_of_memory_leaves_nothing", test_out_of_memory_leaves_nothing},
     {"same_seed_same_workload", test_same_seed_same_workload},
     {"rate_changes_gaps_not_prompts", test_rate_changes_gaps_not_prompts},
     {"random_ids_and_lengths_in_range", test_random_ids_and_lengths_in_range},
