@@ -25,12 +25,53 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $cmd in
 demo)
-    # The actor runtime: a custom actor program (README walkthrough).
-    "$BUILD_DIR/examples/supervised_pingpong"
-    # The model engine on the bundled default model (stories260K).
-    echo "--- moonlet generate (bundled stories260K) ---"
-    exec "$BUILD_DIR/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
-        --prompt "${PROMPT:-Once upon a time}" --max-tokens "${MAX_TOKENS:-64}" ;;
+    # The main job: a local serving cluster under mpirun on the bundled
+    # stories260K (rank 0: gateway + conductor; ranks 1-3: store, prefill,
+    # decode), queried with curl and measured with moonlet bench.
+    M=models/stories260K/stories260K.gguf
+    PORT=${PORT:-8000}
+    URL=http://127.0.0.1:$PORT
+    LOG=$(mktemp)
+    export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo UCX_NET_DEVICES=lo
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    echo "--- mpirun -np 4 moonlet serve --model $M --port $PORT  (log: $LOG)"
+    mpirun -np 4 "$BUILD_DIR/launch/moonlet" serve --model "$M" --port "$PORT" \
+        </dev/null >"$LOG" 2>&1 &
+    SERVER=$!
+    trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
+    for _ in $(seq 120); do
+        curl -sf "$URL/health" >/dev/null && break
+        kill -0 $SERVER 2>/dev/null || { cat "$LOG"; exit 1; }
+        sleep 0.5
+    done
+    curl -sf "$URL/health" >/dev/null || { echo "the cluster did not come up"; cat "$LOG"; exit 1; }
+    echo "--- GET /v1/models"
+    curl -s "$URL/v1/models"; echo
+    echo "--- POST /v1/completions (greedy)"
+    curl -s "$URL/v1/completions" -H 'content-type: application/json' \
+        -d "{\"prompt\": \"${PROMPT:-Once upon a time}\", \"max_tokens\": 48, \"temperature\": 0}"
+    echo
+    echo "--- POST /v1/chat/completions"
+    curl -s "$URL/v1/chat/completions" -H 'content-type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Tell me about Lily."}], "max_tokens": 32}'
+    echo
+    echo "--- POST /v1/completions, streamed (tokens as they arrive)"
+    curl -sN "$URL/v1/completions" -H 'content-type: application/json' \
+        -d '{"prompt": "Lily and Tom", "max_tokens": 48, "temperature": 0, "stream": true}' |
+        python3 -u -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("data: {"):
+        print(json.loads(line[6:])["choices"][0]["text"], end="", flush=True)
+print()'
+    echo "--- moonlet bench shared-prefix (32 chats over 4 system prompts)"
+    "$BUILD_DIR/launch/moonlet" bench shared-prefix --base-url "$URL" --num-prompts 32 \
+        --max-concurrency 4 --prefix-len 96 --output-len 24 --seed 1
+    echo "--- /metrics: prefix cache"
+    curl -s "$URL/metrics" | grep -E '^moonlet:prefix_cache_(queries|hits)_total'
+    kill -TERM $SERVER; wait $SERVER 2>/dev/null || true
+    trap - EXIT
+    echo "--- the cluster stopped" ;;
 test)
     tests/scripts/check_format.sh # the repository's .clang-format (skipped without it)
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
