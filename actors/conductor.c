@@ -210,6 +210,17 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     return p;
 }
 
+/* 1 when the prefix index has every shard's snapshot (and no gap since). */
+static int index_synced(const conductor_t *c)
+{
+    for (uint32_t s = 0; c->index != NULL && s < c->a.n_shards; s++) {
+        if (!moon_kv_index_synced(c->index, s)) {
+            return 0;
+        }
+    }
+    return c->index != NULL;
+}
+
 /* Asks the policy: the prompt's full blocks, how many the store holds (the
  * index), the SLOs. */
 static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
@@ -294,7 +305,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     p = build_prefill(c, m, ids, n, c->inst[d.decode].addr, now);
     moon_free(ids);
     if (p != NULL) {
-        p->n_fetch = d.fetch_blocks;
+        /* the plan when the index knows the store; else the instance asks */
+        p->n_fetch = index_synced(c) ? d.fetch_blocks : MOON_SERVE_FETCH_ASK;
     }
     if (p == NULL || moon_send(self, c->inst[d.prefill].addr, &p->hdr) != MOON_OK) {
         moon_msg_release(p ? &p->hdr : NULL);
@@ -573,6 +585,9 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
         if (status != MOON_OK) {
             MOON_ERROR("conductor: unknown policy '%s'", c->a.policy ? c->a.policy : "");
         }
+    }
+    if (status == MOON_OK && c->a.n_shards > 0) {
+        status = moon_store_msgs_register(); /* no other store user may run on this rank */
     }
     if (status == MOON_OK && c->a.n_shards > 0) {
         status = moon_kv_index_create(c->a.n_shards, &c->a.tag, &c->index);

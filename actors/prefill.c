@@ -416,7 +416,13 @@ static void start_req(moon_actor_t *self, prefill_t *p, preq_t *r)
     r->state    = PREQ_FETCHING;
     /* at least the prompt's last token is computed: its logits give the first token */
     fetchable = MOON_MIN(r->msg->keys.n / 2, (r->n_prompt - 1) / p->a.block_tokens);
-    if (p->store != NULL && fetchable > 0) {
+    if (p->store != NULL && fetchable > 0 && r->msg->n_fetch != MOON_SERVE_FETCH_ASK) {
+        /* the conductor's plan: straight to the gets, no query round trip */
+        if (r->msg->n_fetch > 0) {
+            start_fetch(self, p, r, MOON_MIN(r->msg->n_fetch, fetchable));
+            return;
+        }
+    } else if (p->store != NULL && fetchable > 0) {
         moon_kv_key_t   keys[MOON_STORE_CLIENT_MAX_KEYS];
         const uint64_t *k = MOON_SPAN_PTR(r->msg, r->msg->keys);
         uint32_t        n = MOON_MIN(fetchable, MOON_STORE_CLIENT_MAX_KEYS);

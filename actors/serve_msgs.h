@@ -74,9 +74,12 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_cached) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)           \
         F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
 
-/* conductor -> prefill (or a colocated instance). fetch_* : blocks of the
- * prompt the instance should read from the store (keys 0..n_fetch), after the
- * n_local it already holds. keys: 2 u64 per full block of the prompt. */
+/* conductor -> prefill (or a colocated instance). n_fetch: the leading blocks
+ * of the prompt the instance reads from the store (the policy's plan, from
+ * the conductor's prefix index; a block gone meanwhile is computed), or
+ * MOON_SERVE_FETCH_ASK: ask the store how many it holds. keys: 2 u64 per full
+ * block of the prompt. */
+#define MOON_SERVE_FETCH_ASK UINT32_MAX
 #define MOON_SERVE_PREFILL_FIELDS(F, T)                                                            \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, decode)                                                                             \
