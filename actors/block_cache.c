@@ -59,9 +59,9 @@ moon_status_t moon_block_cache_create(moon_kv_cache_t *kv, uint32_t max_blocks,
     c->tail      = NIL;
     c->e         = moon_calloc(max_blocks, sizeof(*c->e));
     c->free_list = moon_calloc(max_blocks, sizeof(*c->free_list));
-    status       = c->e && c->free_list ? moon_htab_create(&slot_type, NULL, max_blocks,
-                                                           MOON_HTAB_FIXED, &c->map)
-                                        : MOON_ERR_NO_MEMORY;
+    status       = c->e && c->free_list
+                       ? moon_htab_create(&slot_type, NULL, max_blocks, MOON_HTAB_FIXED, &c->map)
+                       : MOON_ERR_NO_MEMORY;
     if (status != MOON_OK) {
         moon_free(c->e);
         moon_free(c->free_list);
@@ -132,8 +132,7 @@ static uint32_t find(const moon_block_cache_t *c, moon_kv_key_t key)
     return s != NULL ? s->entry : NIL;
 }
 
-uint32_t moon_block_cache_prefix(const moon_block_cache_t *c, const moon_kv_key_t *keys,
-                                 uint32_t n)
+uint32_t moon_block_cache_prefix(const moon_block_cache_t *c, const moon_kv_key_t *keys, uint32_t n)
 {
     uint32_t i = 0;
 

@@ -178,10 +178,10 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
                                            const int32_t *ids, uint32_t n, moon_addr_t decode,
                                            uint64_t now)
 {
-    uint32_t              n_keys = n / c->a.block_tokens;
-    size_t                tail   = (size_t)n * 4 + (size_t)n_keys * 16 + (size_t)m->stop_ids.n * 4 +
-                    m->stop_strs.n + 64;
-    moon_serve_prefill_t *p      = moon_msg_new(MOON_MSG_SERVE_PREFILL, tail);
+    uint32_t n_keys = n / c->a.block_tokens;
+    size_t   tail =
+        (size_t)n * 4 + (size_t)n_keys * 16 + (size_t)m->stop_ids.n * 4 + m->stop_strs.n + 64;
+    moon_serve_prefill_t *p = moon_msg_new(MOON_MSG_SERVE_PREFILL, tail);
     uint32_t             *t;
     moon_kv_key_t        *keys;
     size_t                got = 0;
@@ -314,8 +314,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         return MOON_OK;
     }
     moon_sched_view_commit(&c->view, &req, &d);
-    *r = (creq_t){1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode, n,
-                  req.tag};
+    *r = (creq_t){1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode,
+                  n, req.tag};
     c->n_reqs++;
     c->stats.n_placed++;
     return MOON_OK;
@@ -375,28 +375,28 @@ static moon_status_t conductor_on_hello(moon_actor_t *self, const moon_msg_hdr_t
                   m->instance, m->role);
         return MOON_OK;
     }
-    v                           = &c->view.inst[i];
-    v->id                       = m->instance;
-    v->role                     = m->role == MOON_SERVE_ROLE_DECODE      ? MOON_SCHED_ROLE_DECODE
-                                  : m->role == MOON_SERVE_ROLE_COLOCATED ? MOON_SCHED_ROLE_COLOCATED
-                                                                         : MOON_SCHED_ROLE_PREFILL;
-    v->alive                    = 1;
-    v->max_batch                = m->max_batch;
-    v->kv_blocks_total          = m->total_blocks;
-    v->kv_blocks_free           = m->total_blocks;
-    v->cost.a0                  = m->a0;
-    v->cost.a1                  = m->a1;
-    v->cost.a2                  = m->a2;
-    v->cost.d0                  = m->d0;
-    v->cost.d1                  = m->d1;
-    v->cost.d2                  = m->d2;
-    v->cost.block_bytes         = c->block_bytes;
-    v->cost.xfer_bytes_per_s    = c->a.kv_link_bytes_per_s;
-    v->cost.xfer_latency_s      = 20e-6;
-    c->inst[i].addr             = msg->src;
-    c->inst[i].hello            = 1;
-    c->inst[i].last.instance    = m->instance;
-    c->inst[i].last.role        = m->role;
+    v                            = &c->view.inst[i];
+    v->id                        = m->instance;
+    v->role                      = m->role == MOON_SERVE_ROLE_DECODE      ? MOON_SCHED_ROLE_DECODE
+                                   : m->role == MOON_SERVE_ROLE_COLOCATED ? MOON_SCHED_ROLE_COLOCATED
+                                                                          : MOON_SCHED_ROLE_PREFILL;
+    v->alive                     = 1;
+    v->max_batch                 = m->max_batch;
+    v->kv_blocks_total           = m->total_blocks;
+    v->kv_blocks_free            = m->total_blocks;
+    v->cost.a0                   = m->a0;
+    v->cost.a1                   = m->a1;
+    v->cost.a2                   = m->a2;
+    v->cost.d0                   = m->d0;
+    v->cost.d1                   = m->d1;
+    v->cost.d2                   = m->d2;
+    v->cost.block_bytes          = c->block_bytes;
+    v->cost.xfer_bytes_per_s     = c->a.kv_link_bytes_per_s;
+    v->cost.xfer_latency_s       = 20e-6;
+    c->inst[i].addr              = msg->src;
+    c->inst[i].hello             = 1;
+    c->inst[i].last.instance     = m->instance;
+    c->inst[i].last.role         = m->role;
     c->inst[i].last.total_blocks = m->total_blocks;
     c->inst[i].last.free_blocks  = m->total_blocks;
     moon_monitor(self, msg->src, (uint64_t)i);
@@ -494,8 +494,8 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
     return MOON_OK;
 }
 
-static void sum_instances(const cinst_t *t, uint32_t n, moon_serve_stats_reply_t *m,
-                          uint32_t *used, uint32_t *total, uint32_t *up)
+static void sum_instances(const cinst_t *t, uint32_t n, moon_serve_stats_reply_t *m, uint32_t *used,
+                          uint32_t *total, uint32_t *up)
 {
     for (uint32_t i = 0; i < n; i++) {
         used[i]  = t[i].last.total_blocks - t[i].last.free_blocks;
@@ -512,9 +512,10 @@ static moon_status_t conductor_on_stats(moon_actor_t *self, const moon_msg_hdr_t
 {
     conductor_t              *c = moon_actor_state(self);
     uint32_t                  n = c->n_inst;
-    moon_serve_stats_reply_t *m = moon_msg_new(MOON_MSG_SERVE_STATS_REPLY, 8 * 8 + (size_t)n * 8 + 16);
-    uint64_t                 *fin;
-    uint32_t                 *used, *total;
+    moon_serve_stats_reply_t *m =
+        moon_msg_new(MOON_MSG_SERVE_STATS_REPLY, 8 * 8 + (size_t)n * 8 + 16);
+    uint64_t *fin;
+    uint32_t *used, *total;
 
     if (m == NULL) {
         return MOON_OK;
@@ -555,8 +556,7 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
         c->a.kv_link_bytes_per_s = 10e9;
     }
     if (c->tok == NULL || c->a.block_tokens == 0 || (c->a.n_prefill == 0 && !c->a.colocated) ||
-        c->a.n_decode == 0 ||
-        c->a.n_prefill + c->a.n_decode > 2 * COND_MAX_INSTANCES ||
+        c->a.n_decode == 0 || c->a.n_prefill + c->a.n_decode > 2 * COND_MAX_INSTANCES ||
         c->a.n_shards > COND_MAX_INSTANCES) {
         MOON_ERROR("conductor: the model needs a tokenizer, the deployment a block size, 1-%u "
                    "instances of each role and at most %u shards",
@@ -600,8 +600,8 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
         conductor_fini(self);
         return status;
     }
-    MOON_INFO("conductor: policy %s, ttft slo %.3f s, tbt slo %.3f s", moon_sched_policy_name(c->policy),
-              c->a.ttft_slo_s, c->a.tbt_slo_s);
+    MOON_INFO("conductor: policy %s, ttft slo %.3f s, tbt slo %.3f s",
+              moon_sched_policy_name(c->policy), c->a.ttft_slo_s, c->a.tbt_slo_s);
     return MOON_OK;
 }
 

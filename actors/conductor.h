@@ -11,21 +11,21 @@
 #include "serve_client.h"
 
 typedef struct {
-    const moon_model_t *model;        /* borrowed (tokenizer, context): outlives the actor */
-    moon_kv_tag_t       tag;          /* the deployment's store tag (moon_serve_model_tag) */
-    uint32_t            block_tokens; /* the deployment's block size */
-    uint32_t            max_requests; /* in flight at once (0: 4096); more are rejected */
+    const moon_model_t *model;               /* borrowed (tokenizer, context): outlives the actor */
+    moon_kv_tag_t       tag;                 /* the deployment's store tag (moon_serve_model_tag) */
+    uint32_t            block_tokens;        /* the deployment's block size */
+    uint32_t            max_requests;        /* in flight at once (0: 4096); more are rejected */
     uint32_t            n_prefill, n_decode; /* instances of each role (ids 0..n-1) */
-    int                 colocated; /* n_decode colocated instances (n_prefill 0) */
-    const moon_addr_t  *shards;       /* store shards whose events feed the prefix index
-                                         (copied); n_shards 0: no store */
-    uint32_t            n_shards;
-    const char         *policy;       /* scheduler policy name (NULL: the default) */
-    double              ttft_slo_s;   /* 0: none */
-    double              tbt_slo_s;    /* 0: none */
-    double              balance_threshold; /* mooncake's pull threshold (0: default) */
-    double              kv_link_bytes_per_s; /* prefill <- store / decode <- prefill (0: 10 GB/s) */
-    uint64_t            seed;
+    int                 colocated;           /* n_decode colocated instances (n_prefill 0) */
+    const moon_addr_t  *shards;              /* store shards whose events feed the prefix index
+                                                (copied); n_shards 0: no store */
+    uint32_t    n_shards;
+    const char *policy;              /* scheduler policy name (NULL: the default) */
+    double      ttft_slo_s;          /* 0: none */
+    double      tbt_slo_s;           /* 0: none */
+    double      balance_threshold;   /* mooncake's pull threshold (0: default) */
+    double      kv_link_bytes_per_s; /* prefill <- store / decode <- prefill (0: 10 GB/s) */
+    uint64_t    seed;
 } moon_conductor_args_t;
 
 MOON_API extern const moon_actor_ops_t moon_conductor_ops;

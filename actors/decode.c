@@ -33,26 +33,26 @@ enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
 
 typedef struct {
-    uint32_t     state;
-    moon_addr_t  reply_to, prefill;
-    uint64_t     request_id;
-    uint32_t     seq;
-    uint32_t     n_prompt, n_full, max_tokens, n_gen, flags;
-    int32_t      last_token;
-    uint32_t    *local;   /* (n_full) local block of each full prompt block */
-    uint8_t     *arrived; /* (n_full + 1) the last entry: the partial block */
-    uint32_t     n_issued, n_arrived, n_appended;
-    uint32_t     budget;
-    int          final, partial_issued, in_step, cancelled, finished, kv_done_sent;
+    uint32_t        state;
+    moon_addr_t     reply_to, prefill;
+    uint64_t        request_id;
+    uint32_t        seq;
+    uint32_t        n_prompt, n_full, max_tokens, n_gen, flags;
+    int32_t         last_token;
+    uint32_t       *local;   /* (n_full) local block of each full prompt block */
+    uint8_t        *arrived; /* (n_full + 1) the last entry: the partial block */
+    uint32_t        n_issued, n_arrived, n_appended;
+    uint32_t        budget;
+    int             final, partial_issued, in_step, cancelled, finished, kv_done_sent;
     moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
     const uint32_t *stop_ids;
     uint32_t        n_stop_ids;
     uint32_t        n_done; /* colocated: prompt tokens in the KV */
     moon_sampler_t  smp;
     moon_serve_text_t text;
-    int             text_ready;
-    uint32_t        n_cached;
-    uint64_t        arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
+    int               text_ready;
+    uint32_t          n_cached;
+    uint64_t          arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
 } dreq_t;
 
 typedef struct {
@@ -63,24 +63,24 @@ typedef struct {
     moon_kv_pool_t             pool;
     const moon_tokenizer_t    *tok;
     uint32_t                   vocab, seq_len;
-    dreq_t                    *reqs; /* (max_seqs) */
+    dreq_t                    *reqs;      /* (max_seqs) */
     uint32_t                   committed; /* blocks promised to taken requests */
     /* KV_READY messages of requests not yet taken, in arrival order */
     moon_msg_hdr_t **waiting;
     uint32_t         n_waiting;
     /* the step in flight */
-    uint32_t *b_slot, *b_seq;
-    int32_t  *b_tok;
-    float    *b_logits; /* (max_batch, vocab) */
-    uint32_t  b_n;
-    uint32_t  job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
-    dreq_t   *chunk_req; /* colocated: the request of the chunk in flight */
-    uint32_t  chunk_n;
-    float    *c_logits;  /* (vocab) the chunk's last logits */
-    int       last_was_chunk;
+    uint32_t           *b_slot, *b_seq;
+    int32_t            *b_tok;
+    float              *b_logits; /* (max_batch, vocab) */
+    uint32_t            b_n;
+    uint32_t            job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
+    dreq_t             *chunk_req; /* colocated: the request of the chunk in flight */
+    uint32_t            chunk_n;
+    float              *c_logits; /* (vocab) the chunk's last logits */
+    int                 last_was_chunk;
     moon_block_cache_t *cache; /* colocated: the instance's own prefix cache */
-    uint64_t  timer;
-    uint64_t  n_cache_hit_tokens, n_computed_tokens;
+    uint64_t            timer;
+    uint64_t            n_cache_hit_tokens, n_computed_tokens;
     /* cancels that came before their request */
     struct {
         moon_addr_t reply_to;
@@ -141,12 +141,11 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
                       moon_status_t status, const char *text, const char *why)
 {
     size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
-    moon_serve_done_t *m  = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
+    moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
 
     (void)d;
     if (m == NULL) {
-        MOON_ERROR("decode: no memory for DONE of request %llu",
-                   (unsigned long long)r->request_id);
+        MOON_ERROR("decode: no memory for DONE of request %llu", (unsigned long long)r->request_id);
         return;
     }
     m->request_id   = r->request_id;
@@ -216,8 +215,8 @@ static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
 static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moon_status_t status,
                    const char *message)
 {
-    const char *tail = "";
-    size_t      n    = 0;
+    const char            *tail = "";
+    size_t                 n    = 0;
     moon_serve_released_t *rel;
 
     if (r->finished) {
@@ -261,9 +260,9 @@ static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
 static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
 {
-    const char          *text = "";
-    size_t               n    = 0;
-    int                  hit;
+    const char         *text = "";
+    size_t              n    = 0;
+    int                 hit;
     moon_serve_token_t *m;
 
     if (is_stop_id(r, tok, d->tok)) {
@@ -326,9 +325,9 @@ static moon_status_t start_pull(moon_actor_t *self, decode_t *d, dreq_t *r,
                                 const moon_serve_kv_ready_t *m, uint32_t i, uint32_t local,
                                 uint32_t remote)
 {
-    moon_status_t status = moon_kv_pool_pull(&d->pool, self, local, MOON_SPAN_PTR(m, m->desc),
-                                             m->desc.n, m->base, remote,
-                                             DEC_COOKIE(r - d->reqs, i));
+    moon_status_t status =
+        moon_kv_pool_pull(&d->pool, self, local, MOON_SPAN_PTR(m, m->desc), m->desc.n, m->base,
+                          remote, DEC_COOKIE(r - d->reqs, i));
     if (status == MOON_OK) {
         r->n_issued++;
     }
@@ -339,8 +338,8 @@ static moon_status_t start_pull(moon_actor_t *self, decode_t *d, dreq_t *r,
 static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
                                  const moon_serve_kv_ready_t *m)
 {
-    const uint32_t *blocks = MOON_SPAN_PTR(m, m->blocks);
-    moon_kv_cache_t *kv    = d->pool.kv;
+    const uint32_t  *blocks = MOON_SPAN_PTR(m, m->blocks);
+    moon_kv_cache_t *kv     = d->pool.kv;
     moon_status_t    status;
 
     for (uint32_t j = 0; j < m->blocks.n; j++) {
@@ -425,8 +424,8 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
 }
 
 static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, float top_p,
-                                    uint32_t top_k, uint64_t seed, int32_t prev,
-                                    const char *stops, uint32_t stops_len)
+                                    uint32_t top_k, uint64_t seed, int32_t prev, const char *stops,
+                                    uint32_t stops_len)
 {
     moon_status_t status =
         moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
@@ -455,9 +454,10 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
-    status        = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
-                                   m->tokens.n ? (int32_t)toks[m->tokens.n - 1] : moon_tokenizer_bos(d->tok),
-                                   MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    status =
+        setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
+                       m->tokens.n ? (int32_t)toks[m->tokens.n - 1] : moon_tokenizer_bos(d->tok),
+                       MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
         return;
@@ -477,7 +477,7 @@ static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
     if (r->state == DREQ_PREFILLING) {
         return; /* colocated: its KV is computed here */
     }
-    moon_status_t                status;
+    moon_status_t status;
 
     if (rem == 0 || r->partial_issued == 1 || r->n_appended < r->n_full || f == NULL) {
         return;
@@ -565,10 +565,10 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
                                    .request_id = m->request_id,
                                    .n_tokens   = m->tokens.n,
                                    .max_tokens = m->max_tokens};
-    const uint32_t *tok         = MOON_SPAN_PTR(m, m->tokens);
-    dreq_t         *r;
-    moon_status_t   status;
-    uint32_t        hits;
+    const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
+    dreq_t               *r;
+    moon_status_t         status;
+    uint32_t              hits;
 
     if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
@@ -591,9 +591,9 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
     /* the prompt's last token is always computed: its logits give the first token */
-    hits = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
-                                 MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
-                                 r->seq);
+    hits          = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
+                                          MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
+                                          r->seq);
     r->n_done     = hits * d->a.block_tokens;
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
@@ -709,10 +709,10 @@ static moon_status_t step_job(void *arg, double *duration_s_p)
 
 static moon_status_t chunk_job(void *arg, double *duration_s_p)
 {
-    decode_t *d = arg;
-    dreq_t   *r = d->chunk_req;
-    const moon_serve_prefill_t *m = (const void *)r->final_msg;
-    const int32_t *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
+    decode_t                   *d   = arg;
+    dreq_t                     *r   = d->chunk_req;
+    const moon_serve_prefill_t *m   = (const void *)r->final_msg;
+    const int32_t              *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
 
     return moon_engine_prefill(d->engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
                                duration_s_p);
@@ -794,9 +794,9 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
 /* Colocated: a prefill chunk ended. */
 static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, double dur)
 {
-    dreq_t                     *r = d->chunk_req;
-    const moon_serve_prefill_t *m = (const void *)r->final_msg;
-    const moon_kv_key_t        *keys = MOON_SPAN_PTR(m, m->keys);
+    dreq_t                     *r      = d->chunk_req;
+    const moon_serve_prefill_t *m      = (const void *)r->final_msg;
+    const moon_kv_key_t        *keys   = MOON_SPAN_PTR(m, m->keys);
     uint32_t                    n_keys = m->keys.n / 2;
 
     d->chunk_req = NULL;
@@ -889,13 +889,13 @@ static void decode_fini(moon_actor_t *self);
 
 static moon_status_t decode_init(moon_actor_t *self, const void *args)
 {
-    decode_t                *d = moon_actor_state(self);
+    decode_t                  *d = moon_actor_state(self);
     const moon_model_config_t *mc;
-    moon_kv_config_t         kcfg;
-    moon_status_t            status;
-    uint32_t                 mb;
+    moon_kv_config_t           kcfg;
+    moon_status_t              status;
+    uint32_t                   mb;
 
-    d->a = *(const moon_serve_instance_args_t *)args;
+    d->a          = *(const moon_serve_instance_args_t *)args;
     d->a.shards   = NULL;
     d->a.n_shards = 0;
     mc            = moon_model_config(d->a.model);
@@ -909,7 +909,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
                    d->a.block_tokens ? blocks_for(d, d->seq_len) : 0);
         return MOON_ERR_INVALID_PARAM;
     }
-    mb = d->a.engine.max_batch ? d->a.engine.max_batch : 64;
+    mb                    = d->a.engine.max_batch ? d->a.engine.max_batch : 64;
     d->a.engine.max_batch = mb;
     kcfg   = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
     status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
@@ -933,10 +933,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         status = MOON_ERR_NO_MEMORY;
     }
     if (status == MOON_OK) {
-        status = moon_engine_runner_create(moon_actor_runtime(self), moon_actor_addr(self),
-                                           d->a.threaded,
-                                           d->a.engine.pin ? (int32_t)d->a.engine.first_core : -1,
-                                           &d->runner);
+        status = moon_engine_runner_create(
+            moon_actor_runtime(self), moon_actor_addr(self), d->a.threaded,
+            d->a.engine.pin ? (int32_t)d->a.engine.first_core : -1, &d->runner);
     }
     if (status == MOON_OK) {
         uint64_t period = d->a.load_period_ns ? d->a.load_period_ns : 50000000ull;

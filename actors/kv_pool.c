@@ -63,9 +63,9 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
                                 const void *desc, size_t desc_len, uint64_t base,
                                 uint32_t remote_block, uint64_t cookie)
 {
-    size_t  bb    = moon_kv_block_bytes(pool->kv);
-    void   *local = moon_kv_block_data(pool->kv, block);
-    uint64_t off  = (uint64_t)remote_block * bb;
+    size_t   bb    = moon_kv_block_bytes(pool->kv);
+    void    *local = moon_kv_block_data(pool->kv, block);
+    uint64_t off   = (uint64_t)remote_block * bb;
 
     moon_kv_block_mark_written(pool->kv, block);
     if (desc_len > 0) {

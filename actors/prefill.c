@@ -49,10 +49,10 @@ typedef struct {
     moon_kv_pool_t             pool;
     moon_store_client_t       *store;
     uint32_t                   vocab, seq_len;
-    preq_t                    *reqs;              /* (max_seqs) */
+    preq_t                    *reqs;                 /* (max_seqs) */
     uint32_t                  *queue[PRE_N_CLASSES]; /* slots waiting, per class, FIFO */
     uint32_t                   n_queued[PRE_N_CLASSES];
-    int32_t                    cur; /* slot computing, -1: none */
+    int32_t                    cur;     /* slot computing, -1: none */
     int                        stalled; /* cur waits for pool blocks */
     float                     *logits;
     /* the chunk in flight */
@@ -78,7 +78,7 @@ static const int32_t *tokens_of(const preq_t *r)
 static void report_load(moon_actor_t *self, prefill_t *p)
 {
     uint32_t queued_tokens = 0, queued = 0;
-    uint64_t counters[3]   = {0, p->n_store_hit_tokens, p->n_computed_tokens};
+    uint64_t counters[3] = {0, p->n_store_hit_tokens, p->n_computed_tokens};
 
     for (uint32_t i = 0; i < p->a.max_seqs; i++) {
         const preq_t *r = &p->reqs[i];
@@ -170,8 +170,9 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
         moon_msg_release(&m->hdr);
         return st;
     }
-    return moon_send(self, q->decode, &m->hdr) == MOON_OK ? MOON_OK
-                                                          : (moon_msg_release(&m->hdr), MOON_ERR_NO_ACTOR);
+    return moon_send(self, q->decode, &m->hdr) == MOON_OK
+               ? MOON_OK
+               : (moon_msg_release(&m->hdr), MOON_ERR_NO_ACTOR);
 }
 
 /* The request ends here (cancelled or failed): the decode answers the client. */
@@ -283,7 +284,7 @@ static void on_store_done(moon_actor_t *self, void *arg, const moon_store_done_t
         r->got_ok[i] = done->status == MOON_OK;
         if (done->status != MOON_OK) {
             MOON_DEBUG_LOG("prefill %u: store get of block %u: %s (computing it)", p->a.instance, i,
-                       moon_status_str(done->status));
+                           moon_status_str(done->status));
         }
         if (++r->n_gets_done == r->n_gets) {
             fetch_finished(self, p, r);
@@ -293,7 +294,7 @@ static void on_store_done(moon_actor_t *self, void *arg, const moon_store_done_t
         r->n_puts--;
         if (done->status != MOON_OK && done->status != MOON_ERR_EXISTS) {
             MOON_DEBUG_LOG("prefill %u: store put of block %u: %s", p->a.instance, i,
-                       moon_status_str(done->status));
+                           moon_status_str(done->status));
         }
         free_req(self, p, r);
         break;
@@ -378,9 +379,9 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
-    status = moon_sampler_init(&smp, p->vocab, r->msg->temperature,
-                               r->msg->top_p > 0.0f ? r->msg->top_p : 1.0f, r->msg->top_k,
-                               r->msg->seed);
+    status =
+        moon_sampler_init(&smp, p->vocab, r->msg->temperature,
+                          r->msg->top_p > 0.0f ? r->msg->top_p : 1.0f, r->msg->top_k, r->msg->seed);
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "bad sampling parameters");
         return;
@@ -487,8 +488,8 @@ static moon_status_t prefill_on_prefill(moon_actor_t *self, const moon_msg_hdr_t
         r->got[i] = MOON_KV_NO_BLOCK;
     }
     moon_msg_retain(msg);
-    r->msg   = m;
-    r->state = PREQ_QUEUED;
+    r->msg                        = m;
+    r->state                      = PREQ_QUEUED;
     p->queue[c][p->n_queued[c]++] = slot_of(p, r);
     kick(self, p);
     report_load(self, p);
@@ -579,9 +580,9 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     moon_kv_config_t           kcfg;
     moon_status_t              status = MOON_OK;
 
-    p->a   = *(const moon_serve_instance_args_t *)args;
-    p->cur = -1;
-    mc     = moon_model_config(p->a.model);
+    p->a       = *(const moon_serve_instance_args_t *)args;
+    p->cur     = -1;
+    mc         = moon_model_config(p->a.model);
     p->vocab   = mc->vocab_size;
     p->seq_len = mc->seq_len;
     if (p->a.prefill_chunk == 0) {
@@ -626,10 +627,9 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     }
     p->a.shards = NULL; /* copied by the store client */
     if (status == MOON_OK) {
-        status = moon_engine_runner_create(moon_actor_runtime(self), moon_actor_addr(self),
-                                           p->a.threaded,
-                                           p->a.engine.pin ? (int32_t)p->a.engine.first_core : -1,
-                                           &p->runner);
+        status = moon_engine_runner_create(
+            moon_actor_runtime(self), moon_actor_addr(self), p->a.threaded,
+            p->a.engine.pin ? (int32_t)p->a.engine.first_core : -1, &p->runner);
     }
     if (status == MOON_OK) {
         uint64_t period = p->a.load_period_ns ? p->a.load_period_ns : 50000000ull;

@@ -37,7 +37,7 @@ static moon_status_t time_prefill(moon_engine_t *e, moon_kv_cache_t *kv, const i
 
     for (int r = 0; r < CAL_REPS; r++) {
         uint32_t      seq;
-        double        dur = 0.0;
+        double        dur    = 0.0;
         moon_status_t status = moon_kv_seq_create(kv, &seq);
         if (status != MOON_OK) {
             return status;
@@ -81,8 +81,8 @@ static moon_status_t time_decode(moon_engine_t *e, moon_kv_cache_t *kv, const in
                                  uint32_t b, uint32_t c, uint32_t chunk, double *best_p)
 {
     uint32_t      seqs[256];
-    uint32_t      made = 0;
-    double        best = -1.0;
+    uint32_t      made   = 0;
+    double        best   = -1.0;
     moon_status_t status = MOON_OK;
 
     for (; made < b && status == MOON_OK; made++) {
@@ -135,8 +135,8 @@ static moon_status_t calibrate_decode(moon_engine_t *e, moon_kv_cache_t *kv, con
 moon_status_t moon_serve_calibrate(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t vocab,
                                    uint32_t chunk, uint32_t max_batch, moon_sched_cost_t *cost)
 {
-    uint32_t      ctx = moon_kv_cache_config(kv)->max_seq_len;
-    int32_t      *tok = moon_malloc((size_t)ctx * sizeof(*tok));
+    uint32_t      ctx    = moon_kv_cache_config(kv)->max_seq_len;
+    int32_t      *tok    = moon_malloc((size_t)ctx * sizeof(*tok));
     moon_status_t status = MOON_OK;
 
     if (tok == NULL) {
@@ -150,9 +150,10 @@ moon_status_t moon_serve_calibrate(moon_engine_t *e, moon_kv_cache_t *kv, uint32
         status = calibrate_decode(e, kv, tok, ctx, chunk ? chunk : 64, max_batch, cost);
     }
     if (status == MOON_OK) {
-        MOON_INFO("calibrated %s: prefill %.3g + %.3g n + %.3g n^2 s, step %.3g + %.3g b + %.3g ctx "
-                  "s",
-                  moon_engine_name(e), cost->a0, cost->a1, cost->a2, cost->d0, cost->d1, cost->d2);
+        MOON_INFO(
+            "calibrated %s: prefill %.3g + %.3g n + %.3g n^2 s, step %.3g + %.3g b + %.3g ctx "
+            "s",
+            moon_engine_name(e), cost->a0, cost->a1, cost->a2, cost->d0, cost->d1, cost->d2);
     }
     moon_free(tok);
     return status;

@@ -79,7 +79,7 @@ moon_status_t moon_serve_submit(moon_actor_t *self, moon_addr_t conductor, uint6
                                 const moon_serve_params_t *params)
 {
     moon_serve_submit_t *m;
-    moon_status_t        status = moon_serve_submit_build(moon_actor_addr(self), request_id, params, &m);
+    moon_status_t status = moon_serve_submit_build(moon_actor_addr(self), request_id, params, &m);
 
     if (status != MOON_OK) {
         return status;

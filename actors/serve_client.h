@@ -20,17 +20,17 @@
 
 /* What a request asks for. Pointers are borrowed for the call. */
 typedef struct {
-    const char    *prompt;      /* text (tokenized by the conductor), or NULL with tokens */
-    const int32_t *tokens;      /* token ids (no BOS added), used when n_tokens > 0 */
-    uint32_t       n_tokens;
-    uint32_t       max_tokens;  /* > 0 */
-    float          temperature; /* 0: greedy */
-    float          top_p;       /* 0 or 1: off */
-    uint32_t       top_k;       /* 0: off */
-    uint64_t       seed;
-    const int32_t *stop_ids;    /* besides EOS */
-    uint32_t       n_stop_ids;
-    const char *const *stop;    /* stop strings */
+    const char        *prompt; /* text (tokenized by the conductor), or NULL with tokens */
+    const int32_t     *tokens; /* token ids (no BOS added), used when n_tokens > 0 */
+    uint32_t           n_tokens;
+    uint32_t           max_tokens;  /* > 0 */
+    float              temperature; /* 0: greedy */
+    float              top_p;       /* 0 or 1: off */
+    uint32_t           top_k;       /* 0: off */
+    uint64_t           seed;
+    const int32_t     *stop_ids; /* besides EOS */
+    uint32_t           n_stop_ids;
+    const char *const *stop; /* stop strings */
     uint32_t           n_stop;
     uint32_t           slo_class; /* 0: default */
     uint32_t           flags;     /* MOON_SERVE_F_* (ADD_BOS for text like `moonlet generate`) */
@@ -75,7 +75,7 @@ MOON_API moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve
 /* Builds a SUBMIT message (for the gateway and the thread client). */
 MOON_API moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
                                                const moon_serve_params_t *params,
-                                               moon_serve_submit_t **msg_p);
+                                               moon_serve_submit_t      **msg_p);
 
 /* ---- from a plain thread ---------------------------------------------------- */
 typedef struct moon_serve_client moon_serve_client_t;

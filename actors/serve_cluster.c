@@ -27,7 +27,7 @@ struct moon_serve_cluster {
     moon_addr_t         conductor;
     moon_addr_t        *shards;
     moon_addr_t         mine[CLUSTER_MAX_ACTORS]; /* spawned on this rank */
-    uint32_t            next_core; /* engine cores handed out on this rank */
+    uint32_t            next_core;                /* engine cores handed out on this rank */
     uint32_t            n_mine;
 };
 
@@ -35,41 +35,41 @@ static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
 
 #define SC(_f) MOON_CONFIG_AT(moon_serve_config_t, _f)
 static const moon_config_field_t serve_fields[] = {
-    {"model", MOON_CONFIG_STRING, SC(model_path), NULL, "gguf model file to serve", 0, 0, 0, 0, NULL},
+    {"model", MOON_CONFIG_STRING, SC(model_path), NULL, "gguf model file to serve", 0, 0, 0, 0,
+     NULL},
     {"prefill", MOON_CONFIG_U32, SC(n_prefill), "1", "prefill instances", 1, 64, 0, 0, NULL},
     {"decode", MOON_CONFIG_U32, SC(n_decode), "1", "decode instances", 1, 64, 0, 0, NULL},
-    {"store", MOON_CONFIG_U32, SC(n_store), "1", "kv store shards (0: no store)", 0, 64, 0, 0, NULL},
+    {"store", MOON_CONFIG_U32, SC(n_store), "1", "kv store shards (0: no store)", 0, 64, 0, 0,
+     NULL},
     {"colocated", MOON_CONFIG_BOOL, SC(colocated), "0",
      "each instance prefills and decodes, with its own prefix cache (prefill + decode "
      "instances, no store): the vllm-like baseline",
      0, 1, 0, 0, NULL},
     {"block-tokens", MOON_CONFIG_U32, SC(block_tokens), "16",
      "tokens per kv block and store key (fixed per deployment)", 1, 4096, 0, 0, NULL},
-    {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1,
-     8192, 0, 0, NULL},
+    {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1, 8192,
+     0, 0, NULL},
     {"kv-blocks", MOON_CONFIG_U32, SC(kv_blocks), "0",
      "kv pool blocks per instance (0: four full contexts)", 0, 1u << 24, 0, 0, NULL},
     {"max-seqs", MOON_CONFIG_U32, SC(max_seqs), "64", "sequences per instance", 1, 4096, 0, 0,
      NULL},
     {"max-batch", MOON_CONFIG_U32, SC(max_batch), "32", "decode batch", 1, 1024, 0, 0, NULL},
-    {"threads", MOON_CONFIG_U32, SC(threads), "1", "engine threads per instance (0: all cores)",
-     0, 1024, 0, 0, NULL},
+    {"threads", MOON_CONFIG_U32, SC(threads), "1", "engine threads per instance (0: all cores)", 0,
+     1024, 0, 0, NULL},
     {"pin", MOON_CONFIG_BOOL, SC(pin), "1",
-     "bind each instance's engine threads to cores of their own, after the actor workers'", 0, 1,
-     0, 0, NULL},
-    {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0,
-     backend_names},
+     "bind each instance's engine threads to cores of their own, after the actor workers'", 0, 1, 0,
+     0, NULL},
+    {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0, backend_names},
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
      1, 1u << 20, 0, 0, NULL},
     {"store-ssd", MOON_CONFIG_STRING, SC(store_ssd), NULL,
      "folder of the store shards' ssd tier files (unset: dram only)", 0, 0, 0, 0, NULL},
     {"store-ssd-mib", MOON_CONFIG_U64, SC(store_ssd_mib), "1024", "ssd tier per store shard, mib",
      1, 1ull << 30, 0, 0, NULL},
-    {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0,
-     NULL},
+    {"replicas", MOON_CONFIG_U32, SC(replicas), "1", "store replicas per block", 1, 64, 0, 0, NULL},
     {"policy", MOON_CONFIG_STRING, SC(policy), "moonlet",
-     "placement policy: random, round-robin, least-loaded, cache-aware, mooncake, moonlet", 0, 0,
-     0, 0, NULL},
+     "placement policy: random, round-robin, least-loaded, cache-aware, mooncake, moonlet", 0, 0, 0,
+     0, NULL},
     {"ttft-slo-ms", MOON_CONFIG_DOUBLE, SC(ttft_slo_ms), "0",
      "reject at arrival a request whose predicted ttft exceeds this (0: no slo)", 0, 0, 0, 1e9,
      NULL},
@@ -90,7 +90,10 @@ static const moon_config_field_t serve_fields[] = {
 #undef SC
 
 const moon_config_table_t moon_serve_config_table = {
-    "serve", "the serving cluster", "MOON_", serve_fields,
+    "serve",
+    "the serving cluster",
+    "MOON_",
+    serve_fields,
 };
 
 void moon_serve_config_default(moon_serve_config_t *cfg)
@@ -104,7 +107,7 @@ static moon_status_t build_spec(const moon_serve_config_t *cfg, uint32_t n_ranks
                                 size_t cap)
 {
     uint32_t    first = n_ranks > 1 ? 1 : 0, last = n_ranks > 1 ? n_ranks - 1 : 0, next = first;
-    const char *roles[3] = {"store", "prefill", "decode"};
+    const char *roles[3]  = {"store", "prefill", "decode"};
     uint32_t    counts[3] = {cfg->n_store, cfg->n_prefill, cfg->n_decode};
     size_t      len;
 
@@ -175,8 +178,8 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
 {
     const moon_serve_config_t *cfg = &c->cfg;
     const moon_model_config_t *mc  = moon_model_config(c->model);
-    size_t        block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim *
-                         cfg->block_tokens * sizeof(float);
+    size_t                     block_bytes =
+        2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens * sizeof(float);
     char          name[64];
     moon_status_t status = MOON_OK;
 
@@ -221,8 +224,8 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
             .seed                = cfg->seed,
         };
-        status = spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL,
-                            &c->conductor);
+        status =
+            spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL, &c->conductor);
         if (status == MOON_OK) {
             status = name_it(c, "conductor", c->conductor);
         }
@@ -239,7 +242,8 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     for (uint32_t role = MOON_SERVE_ROLE_PREFILL; role <= MOON_SERVE_ROLE_DECODE; role++) {
         uint32_t n = role == MOON_SERVE_ROLE_PREFILL ? cfg->n_prefill : cfg->n_decode;
         for (uint32_t i = 0; status == MOON_OK && i < n; i++) {
-            snprintf(name, sizeof(name), "%s/%u", role == MOON_SERVE_ROLE_PREFILL ? "prefill" : "decode", i);
+            snprintf(name, sizeof(name), "%s/%u",
+                     role == MOON_SERVE_ROLE_PREFILL ? "prefill" : "decode", i);
             if (rank_of(spec, name, n_ranks) != me) {
                 continue;
             }
@@ -251,10 +255,12 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             c->next_core += cfg->threads ? cfg->threads : 1;
             moon_serve_instance_args_t ia = {
                 .model         = c->model,
-                .engine        = {.kind = cfg->backend, .n_threads = cfg->threads,
-                                  .pin = (uint32_t)cfg->pin, .first_core = first,
-                                  .max_batch = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
-                                  .max_chunk = cfg->prefill_chunk},
+                .engine        = {.kind       = cfg->backend,
+                                  .n_threads  = cfg->threads,
+                                  .pin        = (uint32_t)cfg->pin,
+                                  .first_core = first,
+                                  .max_batch  = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
+                                  .max_chunk  = cfg->prefill_chunk},
                 .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,
                 .instance      = i,
                 .block_tokens  = cfg->block_tokens,
@@ -269,8 +275,9 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .tag           = c->tag,
                 .threaded      = 1,
             };
-            status = spawn_mine(c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops,
-                                &ia, name, 0, NULL);
+            status = spawn_mine(
+                c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
+                name, 0, NULL);
         }
     }
     return status;
@@ -305,7 +312,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     if (c == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    c->cfg    = *cfg;
+    c->cfg = *cfg;
     if (cfg->colocated) {
         /* every instance does both, with its own prefix cache: no store */
         c->cfg.n_decode  = cfg->n_prefill + cfg->n_decode;
@@ -320,7 +327,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         status = moon_serve_model_tag(cfg->model_path, cfg->block_tokens, &c->tag);
     }
     if (status == MOON_OK && c->cfg.kv_blocks == 0) {
-        uint32_t ctx      = moon_model_config(c->model)->seq_len;
+        uint32_t ctx     = moon_model_config(c->model)->seq_len;
         c->cfg.kv_blocks = 4 * ((ctx + cfg->block_tokens - 1) / cfg->block_tokens);
     }
     if (status == MOON_OK) {

@@ -12,28 +12,28 @@
 #include "moonlet/model.h"
 
 typedef struct {
-    const char         *model_path;
-    uint32_t            n_prefill, n_decode, n_store;
-    int                 colocated;     /* reserved: each instance prefills and decodes */
-    uint32_t            block_tokens;  /* tokens per KV block (and store key) */
-    uint32_t            prefill_chunk; /* tokens per prefill call */
-    uint32_t            kv_blocks;     /* per instance pool; 0: 4 full contexts */
-    uint32_t            max_seqs;      /* sequences per instance (0: 64) */
-    uint32_t            max_batch;     /* decode batch (0: 32) */
-    uint32_t            threads;       /* engine threads per instance (0: 1) */
-    int                 pin;           /* bind engine threads to cores after the runtime's
-                                          workers' (which the runtime pins) */
+    const char *model_path;
+    uint32_t    n_prefill, n_decode, n_store;
+    int         colocated;     /* reserved: each instance prefills and decodes */
+    uint32_t    block_tokens;  /* tokens per KV block (and store key) */
+    uint32_t    prefill_chunk; /* tokens per prefill call */
+    uint32_t    kv_blocks;     /* per instance pool; 0: 4 full contexts */
+    uint32_t    max_seqs;      /* sequences per instance (0: 64) */
+    uint32_t    max_batch;     /* decode batch (0: 32) */
+    uint32_t    threads;       /* engine threads per instance (0: 1) */
+    int         pin;           /* bind engine threads to cores after the runtime's
+                                  workers' (which the runtime pins) */
     moon_backend_kind_t backend;
     uint64_t            store_dram_mib; /* per shard */
     const char         *store_ssd;      /* a folder for each shard's SSD tier file (NULL: none) */
     uint64_t            store_ssd_mib;  /* per shard */
     uint32_t            replicas;
-    uint32_t            client_ranks;   /* ranks at the end left to drivers (no role) */
-    const char         *policy;         /* conductor policy (moon_sched_policy_create) */
-    double              ttft_slo_ms;    /* early rejection: 0 none */
+    uint32_t            client_ranks; /* ranks at the end left to drivers (no role) */
+    const char         *policy;       /* conductor policy (moon_sched_policy_create) */
+    double              ttft_slo_ms;  /* early rejection: 0 none */
     double              tbt_slo_ms;
     double              balance_threshold;
-    double              kv_link_gbps;   /* KV transfer bandwidth the predictions assume */
+    double              kv_link_gbps; /* KV transfer bandwidth the predictions assume */
     uint64_t            seed;
 } moon_serve_config_t;
 

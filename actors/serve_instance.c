@@ -77,9 +77,9 @@ moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *sr
 moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
                                moon_engine_t *engine, moon_kv_cache_t *kv)
 {
-    moon_sched_cost_t   cost  = {0};
-    int                 pre   = a->role != MOON_SERVE_ROLE_DECODE;
-    int                 dec   = a->role != MOON_SERVE_ROLE_PREFILL;
+    moon_sched_cost_t   cost = {0};
+    int                 pre  = a->role != MOON_SERVE_ROLE_DECODE;
+    int                 dec  = a->role != MOON_SERVE_ROLE_PREFILL;
     moon_serve_hello_t *m;
     moon_status_t       status =
         moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,

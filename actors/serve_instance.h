@@ -16,21 +16,21 @@
 #define MOON_SERVE_ROLE_COLOCATED 2u
 
 typedef struct {
-    const moon_model_t  *model;     /* borrowed: outlives the actor */
-    moon_engine_config_t engine;    /* backend, threads, max batch / chunk */
-    uint32_t             role;      /* MOON_SERVE_ROLE_* */
-    uint32_t             instance;  /* index among the instances of its role */
+    const moon_model_t  *model;    /* borrowed: outlives the actor */
+    moon_engine_config_t engine;   /* backend, threads, max batch / chunk */
+    uint32_t             role;     /* MOON_SERVE_ROLE_* */
+    uint32_t             instance; /* index among the instances of its role */
     uint32_t             block_tokens;
-    uint32_t             n_blocks;  /* KV pool */
+    uint32_t             n_blocks; /* KV pool */
     uint32_t             max_seqs;
     uint32_t             prefill_chunk; /* tokens per prefill call */
-    moon_dist_t         *dist;      /* borrowed; NULL: one process */
+    moon_dist_t         *dist;          /* borrowed; NULL: one process */
     moon_addr_t          conductor;
-    const moon_addr_t   *shards;    /* store shards (copied); n_shards 0: no store */
+    const moon_addr_t   *shards; /* store shards (copied); n_shards 0: no store */
     uint32_t             n_shards;
     uint32_t             n_replicas;
-    moon_kv_tag_t        tag;       /* store keys' tag: model id, weight version */
-    int                  threaded;  /* 1: engine thread; 0: inline (deterministic executor) */
+    moon_kv_tag_t        tag;            /* store keys' tag: model id, weight version */
+    int                  threaded;       /* 1: engine thread; 0: inline (deterministic executor) */
     uint64_t             load_period_ns; /* periodic LOAD (0: 50 ms) */
 } moon_serve_instance_args_t;
 
@@ -47,9 +47,8 @@ MOON_API moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_ins
 
 /* Sends LOAD to the conductor (fire and forget). */
 MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
-                                     uint32_t queued_tokens, uint32_t queued_reqs,
-                                     uint32_t running, uint32_t free_blocks,
-                                     const uint64_t counters[3]);
+                                     uint32_t queued_tokens, uint32_t queued_reqs, uint32_t running,
+                                     uint32_t free_blocks, const uint64_t counters[3]);
 
 /* Packs stop ids and strings of a request (as sent in SUBMIT) into a message
  * of the sampling family: copies fields max_tokens .. stop_strs from src to dst

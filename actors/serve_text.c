@@ -13,7 +13,7 @@ moon_status_t moon_serve_text_init(moon_serve_text_t *t, const moon_tokenizer_t 
     t->stops     = stops;
     t->stops_len = stops != NULL ? stops_len : 0;
     for (size_t i = 0; i < t->stops_len;) {
-        size_t n = strnlen(t->stops + i, t->stops_len - i);
+        size_t n    = strnlen(t->stops + i, t->stops_len - i);
         t->max_stop = n > t->max_stop ? n : t->max_stop;
         i += n + 1;
     }

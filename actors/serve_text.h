@@ -10,7 +10,7 @@
 
 typedef struct {
     moon_tok_stream_t st;
-    const char       *stops;   /* NUL-terminated strings one after another (borrowed) */
+    const char       *stops; /* NUL-terminated strings one after another (borrowed) */
     size_t            stops_len;
     size_t            max_stop; /* longest stop string */
     char             *held;     /* text not yet released */

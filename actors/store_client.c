@@ -61,10 +61,10 @@ typedef struct {
     uint32_t            got_shard;
     uint32_t            n_keys;
     /* not cleared by op_alloc: */
-    uint8_t             key_target[MOON_STORE_CLIENT_MAX_KEYS];
-    uint64_t            rtouch[MAX_T]; /* R_XFER: grant received or last renewed (moon_now) */
-    uint8_t             rlost[MAX_T];  /* R_XFER: the shard refused a renewal */
-    uint8_t             present[MOON_STORE_CLIENT_MAX_KEYS];
+    uint8_t  key_target[MOON_STORE_CLIENT_MAX_KEYS];
+    uint64_t rtouch[MAX_T]; /* R_XFER: grant received or last renewed (moon_now) */
+    uint8_t  rlost[MAX_T];  /* R_XFER: the shard refused a renewal */
+    uint8_t  present[MOON_STORE_CLIENT_MAX_KEYS];
 } op_t;
 
 struct moon_store_client {
@@ -474,10 +474,10 @@ static void renew_sweep(moon_store_client_t *c)
                 (m = moon_msg_new(MOON_MSG_STORE_RENEW, 0)) == NULL) {
                 continue;
             }
-            m->req  = make_id(c, op, t) | ID_RENEW;
-            m->what = op->op == MOON_STORE_OP_GET ? MOON_STORE_RENEW_LEASE
-                                                  : MOON_STORE_RENEW_RESERVATION;
-            m->id   = op->rid[t];
+            m->req = make_id(c, op, t) | ID_RENEW;
+            m->what =
+                op->op == MOON_STORE_OP_GET ? MOON_STORE_RENEW_LEASE : MOON_STORE_RENEW_RESERVATION;
+            m->id = op->rid[t];
             if (send_to_shard(c, op->targets[t], m) == MOON_OK) {
                 op->rtouch[t] = now;
             }
@@ -986,7 +986,8 @@ uint32_t moon_store_client_expire(moon_store_client_t *c, uint64_t now_ns, uint6
 
 void moon_store_client_log_pending(const moon_store_client_t *c)
 {
-    static const char *const names[] = {"idle", "wait", "xfer", "commit", "check", "done", "failed"};
+    static const char *const names[] = {"idle",  "wait", "xfer",  "commit",
+                                        "check", "done", "failed"};
 
     for (uint32_t i = 0; i < c->max_ops; i++) {
         const op_t *op = &c->ops[i];

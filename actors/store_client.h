@@ -74,7 +74,7 @@ typedef struct {
                                    owning actor (route MOON_MSG_SYS_TIMER to
                                    moon_store_client_handle, as MOON_STORE_CLIENT_ON_MSG does).
                                    0: 2 s; UINT64_MAX: never */
-    int           verify_get;   /* check every block read against its stored checksum */
+    int verify_get;             /* check every block read against its stored checksum */
     int skip_checksum;          /* puts commit checksum 0 instead of XXH3 of the bytes (saves a pass
                                    over each block: then no shard may verify_on_commit and no
                                    reader may verify_get) */

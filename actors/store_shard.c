@@ -322,10 +322,10 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
         status = moon_kv_shard_get(st->kv, &tag, key, client_of(msg), now_of(self), &get);
     }
     if (status == MOON_OK) {
-        g->lease    = get.lease;
-        g->offset   = get.offset;
-        g->n_bytes  = get.n_bytes;
-        g->checksum = get.checksum;
+        g->lease            = get.lease;
+        g->offset           = get.offset;
+        g->n_bytes          = get.n_bytes;
+        g->checksum         = get.checksum;
         g->lease_timeout_ns = st->lease_timeout_ns; /* > 0: the reader has the release confirmed */
     }
     grant_send(self, st, msg->src, &g->hdr, &g->status, &g->desc, &g->base, status, get.lease,
@@ -459,7 +459,7 @@ static moon_status_t shard_on_subscribe(moon_actor_t *self, const moon_msg_hdr_t
         return reply(self, msg, q->req, MOON_ERR_NO_RESOURCE);
     }
     st->subs[st->n_subs++] = msg->src;
-    status = reply(self, msg, q->req, MOON_OK);
+    status                 = reply(self, msg, q->req, MOON_OK);
     send_snapshot(self, st, msg->src);
     return status;
 }

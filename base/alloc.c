@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Atomic uint64_t  fault_at;     /* 0: disarmed; else fail from this count on */
-static _Atomic uint64_t  fault_count;  /* allocations since arming */
-static _Atomic uintptr_t fault_thread; /* 0: every thread; else the one armed (its tls_self) */
-static _Thread_local char tls_self;    /* its address names the thread */
+static _Atomic uint64_t   fault_at;     /* 0: disarmed; else fail from this count on */
+static _Atomic uint64_t   fault_count;  /* allocations since arming */
+static _Atomic uintptr_t  fault_thread; /* 0: every thread; else the one armed (its tls_self) */
+static _Thread_local char tls_self;     /* its address names the thread */
 
 static int fault_hit(void)
 {

@@ -14,9 +14,9 @@
 
 int moon_log_level = MOON_LOG_WARN;
 
-static int              log_rank = -1;
-static moon_log_sink_fn log_sink;
-static void            *log_sink_arg;
+static int                       log_rank = -1;
+static moon_log_sink_fn          log_sink;
+static void                     *log_sink_arg;
 static _Thread_local const char *tls_actor_name;
 static _Thread_local uint64_t    tls_actor_addr;
 
@@ -95,9 +95,9 @@ static void log_vemit(int level, const char *file, int line, const char *fmt, va
                       (unsigned long long)tls_actor_addr);
     }
     if (n < (int)sizeof(buf)) {
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "] %s %s:%d: ",
-                      level_names[level < 1 || level > 5 ? 1 : level], base ? base + 1 : file,
-                      line);
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+                      "] %s %s:%d: ", level_names[level < 1 || level > 5 ? 1 : level],
+                      base ? base + 1 : file, line);
     }
     if (n < (int)sizeof(buf)) {
         n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);

@@ -71,8 +71,8 @@ static void on_event(void *arg, const moon_serve_event_t *ev)
         t->queue_ns   = ev->queue_ns;
         t->prefill_ns = ev->prefill_ns;
         t->ttft_ns    = ev->ttft_ns;
-        t->finish   = (int)ev->finish;
-        t->done     = 1;
+        t->finish     = (int)ev->finish;
+        t->done       = 1;
         atomic_fetch_add(&g_n_done, 1);
     }
 }
@@ -86,8 +86,8 @@ typedef struct {
 static int cluster_up(cluster_t *c, const moon_serve_config_t *cfg)
 {
     moon_runtime_config_t      rcfg;
-    moon_serve_client_config_t cc = {.on_event = on_event};
-    uint32_t n_pre = cfg->colocated ? 0 : cfg->n_prefill;
+    moon_serve_client_config_t cc    = {.on_event = on_event};
+    uint32_t                   n_pre = cfg->colocated ? 0 : cfg->n_prefill;
     uint32_t n_dec = cfg->colocated ? cfg->n_prefill + cfg->n_decode : cfg->n_decode;
 
     moon_runtime_config_default(&rcfg);
@@ -135,10 +135,10 @@ static void submit(cluster_t *c, uint32_t i, const int32_t *tok, uint32_t n, uin
     uint64_t            id;
 
     moon_serve_params_default(&p);
-    p.tokens     = tok;
-    p.n_tokens   = n;
-    p.max_tokens = max_tokens;
-    p.flags      = MOON_SERVE_F_IGNORE_EOS;
+    p.tokens             = tok;
+    p.n_tokens           = n;
+    p.max_tokens         = max_tokens;
+    p.flags              = MOON_SERVE_F_IGNORE_EOS;
     g_track[i].submit_ns = moon_bench_now_ns();
     if (moon_serve_client_submit(c->client, &p, &id) != MOON_OK || id != g_base + i) {
         fprintf(stderr, "bench_serve: submit %u failed\n", i);
@@ -165,10 +165,10 @@ static void reset_tracks(cluster_t *c)
     int32_t             t = 5;
     uint64_t            id;
     moon_serve_params_default(&p);
-    p.tokens   = &t;
-    p.n_tokens = 1;
+    p.tokens     = &t;
+    p.n_tokens   = 1;
     p.max_tokens = 1;
-    g_base     = UINT64_MAX / 2; /* events of the probe are not tracked */
+    g_base       = UINT64_MAX / 2; /* events of the probe are not tracked */
     moon_serve_client_submit(c->client, &p, &id);
     nanosleep(&(struct timespec){0, 50000000}, NULL);
     g_base = id + 1;
@@ -186,8 +186,10 @@ typedef struct {
 static void anchor_open(anchor_t *a, const char *path, uint32_t threads, uint32_t max_batch,
                         uint32_t max_chunk)
 {
-    moon_engine_config_t ec = {.kind = MOON_BACKEND_CPU, .n_threads = threads,
-                               .max_batch = max_batch, .max_chunk = max_chunk};
+    moon_engine_config_t       ec = {.kind      = MOON_BACKEND_CPU,
+                                     .n_threads = threads,
+                                     .max_batch = max_batch,
+                                     .max_chunk = max_chunk};
     const moon_model_config_t *mc;
     moon_kv_config_t           kc;
 
@@ -222,7 +224,7 @@ static void anchor_prefill(anchor_t *a, const int32_t *tok, uint32_t n, int reps
     for (int r = 0; r < reps; r++) {
         uint32_t seq;
         double   d1 = 0, d2 = 0;
-        int32_t  t  = tok[0];
+        int32_t  t = tok[0];
         moon_kv_seq_create(a->kv, &seq);
         moon_engine_prefill(a->engine, a->kv, seq, tok, n, a->logits, &d1);
         moon_engine_decode(a->engine, a->kv, &seq, &t, 1, a->logits, &d2);
@@ -345,7 +347,8 @@ static void bench_handover(moon_serve_config_t *cfg, const char *path, const cha
     }
     cluster_down(&c);
     anchor_close(&an);
-    fprintf(stderr, "handover: last request: server queue %.2f ms, prefill compute %.2f ms, ttft %.2f ms\n",
+    fprintf(stderr,
+            "handover: last request: server queue %.2f ms, prefill compute %.2f ms, ttft %.2f ms\n",
             g_track[iters - 1].queue_ns * 1e-6, g_track[iters - 1].prefill_ns * 1e-6,
             g_track[iters - 1].ttft_ns * 1e-6);
     emit("handover", label, "ttft_ms", moon_bench_percentile(ttft, iters, 0) * 1e3,
@@ -434,7 +437,7 @@ static double goodput_run(moon_serve_config_t *cfg, uint32_t n_req, double rate,
 {
     cluster_t c;
     uint32_t  vocab, good = 0;
-    int32_t  *tok = calloc((size_t)n_req * hi, sizeof(int32_t));
+    int32_t  *tok  = calloc((size_t)n_req * hi, sizeof(int32_t));
     uint64_t  seed = 77, start, end = 0;
     double    at = 0.0;
 
@@ -458,7 +461,7 @@ static double goodput_run(moon_serve_config_t *cfg, uint32_t n_req, double rate,
     wait_done(n_req);
     cluster_down(&c);
     for (uint32_t i = 0; i < n_req; i++) {
-        const track_t *t = &g_track[i];
+        const track_t *t    = &g_track[i];
         double         ttft = (double)(t->first_ns - t->submit_ns) * 1e-9;
         good += t->n > 0 && ttft <= 2.0 && tbt_of(t) <= tbt_slo;
         end = t->last_ns > end ? t->last_ns : end;
@@ -486,9 +489,9 @@ static void bench_disagg(moon_serve_config_t *cfg, const char *path, const char 
     anchor_prefill(&an, a, (lo + hi) / 2, 3, &pre, &step);
     anchor_close(&an);
     /* near saturation of one prefill instance */
-    rate    = 0.9 / pre;
-    tbt_slo = 3.0 * step;
-    cfg->n_store = 0; /* distinct prompts: nothing to reuse in either mode */
+    rate           = 0.9 / pre;
+    tbt_slo        = 3.0 * step;
+    cfg->n_store   = 0; /* distinct prompts: nothing to reuse in either mode */
     cfg->colocated = 0;
     g_dis          = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_dis);
     cfg->colocated = 1;

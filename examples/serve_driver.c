@@ -16,16 +16,16 @@
 
 int main(int argc, char **argv)
 {
-    static const char *const prompts[] = {"Once upon a time", "Lily and Tom", "The little dog"};
-    moon_serve_config_t       scfg;
-    moon_config_t            *cfg;
-    moon_dist_t              *dist;
-    moon_runtime_t           *rt;
-    moon_runtime_config_t     rcfg;
-    moon_serve_cluster_t     *cluster;
-    moon_serve_client_t      *client;
+    static const char *const   prompts[] = {"Once upon a time", "Lily and Tom", "The little dog"};
+    moon_serve_config_t        scfg;
+    moon_config_t             *cfg;
+    moon_dist_t               *dist;
+    moon_runtime_t            *rt;
+    moon_runtime_config_t      rcfg;
+    moon_serve_cluster_t      *cluster;
+    moon_serve_client_t       *client;
     moon_serve_client_config_t ccfg = {0};
-    int                       rc = 0;
+    int                        rc   = 0;
 
     moon_serve_config_default(&scfg);
     if (moon_config_create(&cfg) != MOON_OK ||
@@ -71,9 +71,10 @@ int main(int argc, char **argv)
             printf("%s", ev.text);
             fflush(stdout);
             if (done) {
-                printf("\n  (finish %s, %u prompt + %u completion tokens, %u cached, ttft %.2f ms)\n",
-                       moon_finish_str(ev.finish), ev.n_prompt, ev.n_completion, ev.n_cached,
-                       ev.ttft_ns / 1e6);
+                printf(
+                    "\n  (finish %s, %u prompt + %u completion tokens, %u cached, ttft %.2f ms)\n",
+                    moon_finish_str(ev.finish), ev.n_prompt, ev.n_completion, ev.n_cached,
+                    ev.ttft_ns / 1e6);
                 rc |= ev.status != MOON_OK;
             }
             moon_serve_event_fini(&ev);

@@ -98,7 +98,7 @@ static moon_status_t add(moon_kv_index_t *x, moon_kv_key_t key, uint64_t bit)
     entry_t *e = moon_htab_find(x->tab, &key);
 
     if (e == NULL) {
-        entry_t       fresh = {key, 0};
+        entry_t       fresh  = {key, 0};
         moon_status_t status = moon_htab_insert(x->tab, &key, &fresh, (void **)&e);
         if (status != MOON_OK) {
             return status;

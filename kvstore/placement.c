@@ -15,7 +15,8 @@ struct moon_kv_placement {
 
 uint64_t moon_kv_rendezvous_weight(moon_kv_key_t key, uint32_t shard_id)
 {
-    return moon_kv_mix64(moon_kv_key_hash(key) ^ moon_kv_mix64((uint64_t)shard_id + 0x9e3779b97f4a7c15ull));
+    return moon_kv_mix64(moon_kv_key_hash(key) ^
+                         moon_kv_mix64((uint64_t)shard_id + 0x9e3779b97f4a7c15ull));
 }
 
 static int better(uint64_t wa, uint32_t ia, uint64_t wb, uint32_t ib)

@@ -25,12 +25,12 @@ static const moon_config_table_t config_table = {"config", "moonlet config", NUL
 
 int moon_cmd_config(int argc, char **argv)
 {
-    config_opts_t        o;
-    moon_dist_config_t   dist;
-    moon_engine_tuning_t tuning;
-    moon_serve_config_t  serve;
+    config_opts_t         o;
+    moon_dist_config_t    dist;
+    moon_engine_tuning_t  tuning;
+    moon_serve_config_t   serve;
     moon_gateway_config_t gateway;
-    moon_log_config_t    log;
+    moon_log_config_t     log;
     /* config's own table, then every library's; moon_cli_parse adds the
      * log's itself (the last row here is for --markdown) */
     const moon_cli_table_t tables[] = {{&config_table, &o},

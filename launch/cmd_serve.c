@@ -32,8 +32,7 @@ static const moon_config_field_t run_fields[] = {
     {"seconds", MOON_CONFIG_U64, SR(seconds), "0", "stop after this long (0: on a signal)", 0,
      UINT64_MAX, 0, 0, NULL},
     {"gateway", MOON_CONFIG_BOOL, SR(gateway), "1",
-     "run the openai http gateway on rank 0 (--no-gateway: the client api only)", 0, 1, 0, 0,
-     NULL},
+     "run the openai http gateway on rank 0 (--no-gateway: the client api only)", 0, 1, 0, 0, NULL},
     MOON_CONFIG_END,
 };
 #undef SR
@@ -51,8 +50,8 @@ static void on_signal(int sig)
 /* The gateway on rank 0, its fingerprint the deployment's model id and
  * weight version. */
 static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
-                                   const moon_serve_cluster_t *cluster,
-                                   const moon_serve_config_t *scfg,
+                                   const moon_serve_cluster_t  *cluster,
+                                   const moon_serve_config_t   *scfg,
                                    const moon_gateway_config_t *gcfg, moon_addr_t *gateway_p,
                                    uint16_t *port_p)
 {
@@ -78,22 +77,22 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
 
 int moon_cmd_serve(int argc, char **argv)
 {
-    moon_serve_config_t   scfg;
-    serve_run_t           run;
-    moon_dist_config_t    dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
-    moon_gateway_config_t gcfg; /* --host, --port, --model-name, --api-key... */
+    moon_serve_config_t    scfg;
+    serve_run_t            run;
+    moon_dist_config_t     dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
+    moon_gateway_config_t  gcfg; /* --host, --port, --model-name, --api-key... */
     const moon_cli_table_t tables[] = {{&moon_serve_config_table, &scfg},
                                        {&run_table, &run},
                                        {&moon_gateway_config_table, &gcfg},
                                        {&moon_dist_config_table, &dcfg}};
-    moon_addr_t           gateway = MOON_ADDR_NONE;
-    uint16_t              port    = 0;
-    moon_config_t        *cfg = NULL;
-    moon_dist_t          *dist = NULL;
-    moon_runtime_t       *rt   = NULL;
-    moon_serve_cluster_t *cluster = NULL;
-    moon_runtime_config_t rcfg;
-    int                   rc = 1;
+    moon_addr_t            gateway  = MOON_ADDR_NONE;
+    uint16_t               port     = 0;
+    moon_config_t         *cfg      = NULL;
+    moon_dist_t           *dist     = NULL;
+    moon_runtime_t        *rt       = NULL;
+    moon_serve_cluster_t  *cluster  = NULL;
+    moon_runtime_config_t  rcfg;
+    int                    rc = 1;
 
     moon_serve_config_default(&scfg);
     if (moon_gateway_config_default(&gcfg) != MOON_OK) {

@@ -44,12 +44,12 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, moon_k
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->owns_data          = mem == NULL;
-    kv->data = mem != NULL ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
-    kv->refcount           = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
-    kv->writer             = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
-    kv->free_stack         = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
-    kv->seqs               = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
-    kv->table_mem = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
+    kv->data       = mem != NULL ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->refcount   = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
+    kv->writer     = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
+    kv->free_stack = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
+    kv->seqs       = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
+    kv->table_mem  = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
     if (!kv->data || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs ||
         !kv->table_mem) {
         moon_kv_cache_destroy(kv);

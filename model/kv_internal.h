@@ -13,7 +13,7 @@ typedef struct {
 } moon_kv_seq_t;
 
 struct moon_kv_cache {
-    uint64_t         id;  /* unique in the process, never reused (device mirrors key on it) */
+    uint64_t         id; /* unique in the process, never reused (device mirrors key on it) */
     moon_kv_config_t cfg;
     uint32_t         kv_dim;
     uint32_t         max_blocks_per_seq;
@@ -26,11 +26,11 @@ struct moon_kv_cache {
      * import, fork's copy, the CPU backends), else the id of a device mirror
      * that holds the same bytes (backend_cuda.cu), so it uploads only blocks
      * written since by someone else. */
-    uint64_t        *writer;
-    uint32_t        *free_stack;   /* (n_blocks) */
-    uint32_t         n_free;
-    moon_kv_seq_t   *seqs;      /* (max_seqs) */
-    uint32_t        *table_mem; /* (max_seqs, max_blocks_per_seq) */
+    uint64_t      *writer;
+    uint32_t      *free_stack; /* (n_blocks) */
+    uint32_t       n_free;
+    moon_kv_seq_t *seqs;      /* (max_seqs) */
+    uint32_t      *table_mem; /* (max_seqs, max_blocks_per_seq) */
 };
 
 /* K (or V with which = 1) vector of layer at position pos of seq; pos must be

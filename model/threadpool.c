@@ -13,7 +13,7 @@
 
 /* Pause-loop iterations before a worker sleeps / the caller starts yielding.
  * Short enough that an oversubscribed core is handed back quickly. */
-#define TP_SPIN      8000
+#define TP_SPIN 8000
 #define TP_SPIN_MAIN 1000
 
 struct moon_tp {

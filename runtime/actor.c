@@ -172,8 +172,8 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
 
     if (MOON_UNLIKELY(moon_addr_rank(to) != rt->cfg.rank)) {
         if (rt->transport == NULL) {
-            MOON_DEBUG_LOG("send %s to rank %u: no transport attached",
-                           moon_msg_name(msg->type), moon_addr_rank(to));
+            MOON_DEBUG_LOG("send %s to rank %u: no transport attached", moon_msg_name(msg->type),
+                           moon_addr_rank(to));
             return MOON_ERR_UNSUPPORTED;
         }
         return rt->transport->send(rt->transport_ctx, to, msg);
@@ -225,8 +225,7 @@ moon_status_t moon_runtime_send(moon_runtime_t *rt, moon_addr_t to, moon_msg_hdr
     return deliver(rt, NULL, to, msg);
 }
 
-moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr_t to,
-                                          moon_msg_hdr_t *msg)
+moon_status_t moon_runtime_deliver_remote(moon_runtime_t *rt, moon_addr_t to, moon_msg_hdr_t *msg)
 {
     if (moon_addr_rank(to) != rt->cfg.rank) {
         return MOON_ERR_INVALID_PARAM; /* never forward: a routing loop */
@@ -400,8 +399,8 @@ static void incarnation_free(moon_actor_t *a)
  * goes stale, then links and monitors are told. */
 static void finish(moon_actor_t *a)
 {
-    moon_runtime_t  *rt     = a->rt;
-    moon_status_t    reason = a->exit_reason;
+    moon_runtime_t    *rt     = a->rt;
+    moon_status_t      reason = a->exit_reason;
     const moon_addr_t *links  = moon_vec_data(&a->links);
     const monitor_t   *mons   = moon_vec_data(&a->monitors);
 
@@ -544,8 +543,8 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
         }
         n++;
         msg = moon_env_msg(env);
-        if (MOON_UNLIKELY(env->dst != a->addr || !atomic_load_explicit(&a->alive,
-                                                                     memory_order_relaxed))) {
+        if (MOON_UNLIKELY(env->dst != a->addr ||
+                          !atomic_load_explicit(&a->alive, memory_order_relaxed))) {
             dead_letter(a, msg);
             continue;
         }
@@ -563,8 +562,7 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
         if (MOON_UNLIKELY(a->exiting)) {
             finish(a);
             a->mute_on = NULL;
-        } else if (MOON_UNLIKELY(a->mute_on != NULL ||
-                                 a->turn_sends >= rt->cfg.mailbox_bound)) {
+        } else if (MOON_UNLIKELY(a->mute_on != NULL || a->turn_sends >= rt->cfg.mailbox_bound)) {
             /* Muted, or sent a mailbox's worth this turn: yield, so the
              * receivers run and can flag themselves overloaded in time. */
             break;
@@ -654,7 +652,7 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     atomic_store_explicit(&a->alive, 1, memory_order_release);
     atomic_fetch_add(&rt->n_alive, 1);
     set_current(a);
-    status = ops->init != NULL ? ops->init(a, args) : MOON_OK;
+    status     = ops->init != NULL ? ops->init(a, args) : MOON_OK;
     a->mute_on = NULL; /* sends during init never mute */
     if (status != MOON_OK) {
         set_current(caller);

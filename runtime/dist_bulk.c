@@ -43,15 +43,15 @@ static uint64_t lost_clock_ns(void)
 
 struct moon_dist_region {
     uint32_t rank; /* the registering process */
-    void  *addr;
-    size_t len;
-    void  *memh;
-    void  *rkey;
-    size_t rkey_len;
-    uint64_t id;    /* next_region_id: a peer's cache tells allocations apart by it */
-    int      heap;  /* addr is ours, from the heap: freed with the region */
+    void    *addr;
+    size_t   len;
+    void    *memh;
+    void    *rkey;
+    size_t   rkey_len;
+    uint64_t id;        /* next_region_id: a peer's cache tells allocations apart by it */
+    int      heap;      /* addr is ours, from the heap: freed with the region */
     int      allocated; /* by the engine (mem_alloc): dies with the region */
-    uint32_t flags; /* MOON_DIST_REGION_*, carried by its descriptors */
+    uint32_t flags;     /* MOON_DIST_REGION_*, carried by its descriptors */
     /* on d->regions while the engine holds it (memh, rkey); under d->lock */
     struct moon_dist_region *next, *prev;
     int                      mapped;
@@ -172,9 +172,9 @@ moon_status_t moon_dist_region_alloc(moon_dist_t *d, size_t len, void **addr_p,
         return status;
     }
     reg->allocated = 1;
-    reg->rank = d->rank;
-    reg->id   = atomic_fetch_add(&next_region_id, 1);
-    reg->len  = len;
+    reg->rank      = d->rank;
+    reg->id        = atomic_fetch_add(&next_region_id, 1);
+    reg->len       = len;
     region_link(d, reg);
     *addr_p = reg->addr;
     *reg_p  = reg;
@@ -216,15 +216,10 @@ size_t moon_dist_region_desc_bytes(const moon_dist_region_t *reg)
 /* A region descriptor is only meaningful inside one job. */
 moon_status_t moon_dist_region_desc(const moon_dist_region_t *reg, void *msg, moon_span_t *span)
 {
-    region_desc_t h = {DESC_MAGIC,
-                       reg->rank,
-                       (uint64_t)(uintptr_t)reg->addr,
-                       reg->len,
-                       (uint32_t)reg->rkey_len,
-                       reg->flags,
-                       reg->id};
-    char         *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg),
-                                            1, 0);
+    region_desc_t h = {
+        DESC_MAGIC, reg->rank, (uint64_t)(uintptr_t)reg->addr, reg->len, (uint32_t)reg->rkey_len,
+        reg->flags, reg->id};
+    char *out = moon_msg_span_alloc(msg, span, (uint32_t)moon_dist_region_desc_bytes(reg), 1, 0);
 
     if (out == NULL) {
         return MOON_ERR_NO_RESOURCE;
@@ -352,8 +347,7 @@ static void finish_op(moon_dist_t *d, bulk_op_t *op)
         atomic_fetch_add(&d->st.bulk_done, 1);
         atomic_fetch_add(&d->st.bulk_bytes, op->len);
     }
-    send_bulk_done(d, op->reply_to, op->cookie, op->status,
-                   op->status == MOON_OK ? op->len : 0);
+    send_bulk_done(d, op->reply_to, op->cookie, op->status, op->status == MOON_OK ? op->len : 0);
 }
 
 /* The op fails, but its caller hears of it only once no slice is in flight
@@ -398,7 +392,7 @@ bulk_op_t *dist_bulk_find(moon_dist_t *d, uint64_t id)
  * out between the slices of a large transfer. */
 int dist_bulk_pump(moon_dist_t *d)
 {
-    int        n = 0, issued_now;
+    int         n = 0, issued_now;
     bulk_op_t **pp;
 
     if (atomic_load_explicit(&d->cmd_pending, memory_order_relaxed)) {
@@ -430,7 +424,7 @@ int dist_bulk_pump(moon_dist_t *d)
             n++;
         }
     }
-    d->n_open = 0;
+    d->n_open  = 0;
     issued_now = 0;
     for (pp = &d->active; *pp != NULL;) {
         bulk_op_t *op = *pp;

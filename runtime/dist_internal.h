@@ -30,7 +30,7 @@ typedef struct bulk_op {
     struct bulk_op *next;
     moon_dist_t    *d; /* the owner: lets an engine's completion find it */
     int             is_put;
-    int             stream;     /* the remote region is MOON_DIST_REGION_STREAM */
+    int             stream; /* the remote region is MOON_DIST_REGION_STREAM */
     uint32_t        peer;
     char           *local;
     void           *local_memh; /* engine memh of local_reg, or NULL */
@@ -49,7 +49,7 @@ typedef struct bulk_op {
     void           *eng_rkey; /* engine: unpacked remote key */
     uint64_t        eng_id;   /* engine: MPI tag space */
     uint32_t        rkey_len;
-    char           *rkey;     /* packed rkey copy, owned */
+    char           *rkey; /* packed rkey copy, owned */
 } bulk_op_t;
 
 typedef struct {
@@ -77,8 +77,8 @@ typedef struct {
     /* The thread that armed is up again (NULL: nothing to do). */
     void (*disarm)(moon_dist_t *d);
     /* Any thread: registers memory; *rkey_p (packed, engine-owned) travels. */
-    moon_status_t (*mem_map)(moon_dist_t *d, void *addr, size_t len, void **memh_p,
-                             void **rkey_p, size_t *rkey_len_p);
+    moon_status_t (*mem_map)(moon_dist_t *d, void *addr, size_t len, void **memh_p, void **rkey_p,
+                             size_t *rkey_len_p);
     void (*mem_unmap)(moon_dist_t *d, void *memh, void *rkey);
     /* Optional, any thread: allocates len bytes where peers reach them fastest
      * and registers them as mem_map does; mem_unmap frees them. NULL: dist.c
@@ -116,9 +116,9 @@ extern const dist_engine_ops_t moon_dist_engine_ucx;
 #endif
 
 /* dist*.c, for engines (progress thread unless noted) */
-void     *moon_dist_engine_ctx(moon_dist_t *d);
-void      moon_dist_set_engine_ctx(moon_dist_t *d, void *ctx);
-uint32_t  moon_dist_rank_(const moon_dist_t *d);
+void    *moon_dist_engine_ctx(moon_dist_t *d);
+void     moon_dist_set_engine_ctx(moon_dist_t *d, void *ctx);
+uint32_t moon_dist_rank_(const moon_dist_t *d);
 /* Where a rank's process runs: to tell a dead peer from a silent live one,
  * and which ranks share a host. */
 typedef struct {
@@ -127,11 +127,11 @@ typedef struct {
 } dist_proc_t;
 /* Every rank's, gathered at init; NULL without MPI. */
 const dist_proc_t *dist_procs(const moon_dist_t *d);
-uint32_t  moon_dist_size_(const moon_dist_t *d);
-void      dist_frame_done(moon_dist_t *d, dist_buf_t *buf, moon_status_t status);
-void      dist_on_frame(moon_dist_t *d, const void *data, size_t len);
-void      dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason);
-void      dist_bulk_slice_done(moon_dist_t *d, bulk_op_t *op, size_t n, moon_status_t status);
+uint32_t           moon_dist_size_(const moon_dist_t *d);
+void               dist_frame_done(moon_dist_t *d, dist_buf_t *buf, moon_status_t status);
+void               dist_on_frame(moon_dist_t *d, const void *data, size_t len);
+void               dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason);
+void dist_bulk_slice_done(moon_dist_t *d, bulk_op_t *op, size_t n, moon_status_t status);
 /* Sends an engine frame (kind >= DIST_FRAME_ENGINE) with body to peer r. */
 moon_status_t dist_send_engine_frame(moon_dist_t *d, uint32_t r, uint32_t kind, const void *body,
                                      size_t len);

@@ -326,11 +326,11 @@ static int parse_ranks(const char *s, const char *end, uint32_t n_ranks, uint32_
 moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ranks,
                               uint32_t *rank_p)
 {
-    const char *cur = spec, *slash;
-    int         best = -1; /* 2: exact, 1 + prefix length: prefix */
-    size_t      best_len = 0;
+    const char *cur       = spec, *slash;
+    int         best      = -1; /* 2: exact, 1 + prefix length: prefix */
+    size_t      best_len  = 0;
     uint32_t    best_rank = 0, ranks[256];
-    uint64_t    index = 0;
+    uint64_t    index     = 0;
 
     if (spec == NULL || name == NULL || rank_p == NULL || n_ranks == 0) {
         return MOON_ERR_INVALID_PARAM;
@@ -345,7 +345,7 @@ moon_status_t moon_dist_place(const char *spec, const char *name, uint32_t n_ran
     }
     while (*cur != '\0') {
         const char *end = cur + strcspn(cur, ";\n"), *eq;
-        const char *p0 = cur, *p1;
+        const char *p0  = cur, *p1;
         int         n;
 
         while (p0 < end && *p0 == ' ') {

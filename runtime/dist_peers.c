@@ -9,8 +9,8 @@
  * Threads: the records and watchers are under d->lock (senders add them on
  * any thread); dist_peer_failed and dist_fail_queue run under the progress
  * lock (the progress thread, an idle worker's pass, or a handler's direct
- * send whose frame the engine refused). Heartbeats and timeouts that detect a loss stay in the progress
- * thread's tick (dist.c), as they share its pass with credit returns. */
+ * send whose frame the engine refused). Heartbeats and timeouts that detect a loss stay in the
+ * progress thread's tick (dist.c), as they share its pass with credit returns. */
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
@@ -214,8 +214,8 @@ static int peer_process_alive(const moon_dist_t *d, uint32_t r)
 
 void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
 {
-    dist_peer_t   *p = &d->peers[r];
-    monitor_rec_t *lost = NULL;
+    dist_peer_t   *p      = &d->peers[r];
+    monitor_rec_t *lost   = NULL;
     moon_addr_t   *notify = NULL;
     uint32_t       n_lost = 0, n_notify = 0;
 

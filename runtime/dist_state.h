@@ -20,28 +20,28 @@
 #define DIST_NAME_BUCKETS 256 /* the registry copy's hash buckets */
 
 typedef struct {
-    moon_mailbox_t   q;              /* outgoing messages (env->dst = address) */
-    _Atomic uint32_t queued;         /* pushed, not yet framed */
+    moon_mailbox_t   q;      /* outgoing messages (env->dst = address) */
+    _Atomic uint32_t queued; /* pushed, not yet framed */
     _Atomic int      down;
-    moon_actor_t    *gate;           /* senders muted while the queue is long */
-    uint32_t         credits;        /* sender side: messages we may still send */
-    int              stalled;        /* queue non-empty, no credits */
-    uint32_t         owed;           /* receiver side: credits to return */
-    uint32_t         held;           /* withheld while held_addr is overloaded */
+    moon_actor_t    *gate;    /* senders muted while the queue is long */
+    uint32_t         credits; /* sender side: messages we may still send */
+    int              stalled; /* queue non-empty, no credits */
+    uint32_t         owed;    /* receiver side: credits to return */
+    uint32_t         held;    /* withheld while held_addr is overloaded */
     moon_addr_t      held_addr;
-    _Atomic int      goodbye;        /* peer said goodbye: silence is fine (read by stop) */
-    int              images;         /* on this host: messages go as images (set at start) */
+    _Atomic int      goodbye; /* peer said goodbye: silence is fine (read by stop) */
+    int              images;  /* on this host: messages go as images (set at start) */
     /* Frames each way, counted per frame; tick() turns a change into a time
      * (no clock read per frame). Progress lock. */
-    uint32_t         rx_frames, tx_frames, rx_seen, tx_seen;
-    uint64_t         last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
+    uint32_t rx_frames, tx_frames, rx_seen, tx_seen;
+    uint64_t last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
 } dist_peer_t;
 
 struct moon_dist {
     moon_dist_config_t       cfg;
     uint32_t                 rank, size;
-    dist_proc_t             *procs; /* every rank's, gathered at init; NULL without MPI */
-    int                      mpi_ours;   /* we called MPI_Init_thread */
+    dist_proc_t             *procs;    /* every rank's, gathered at init; NULL without MPI */
+    int                      mpi_ours; /* we called MPI_Init_thread */
     int                      use_mpi;
     MPI_Comm                 comm;
     const dist_engine_ops_t *eng;
@@ -51,53 +51,53 @@ struct moon_dist {
     int                      started;
 
     /* progress thread; idle workers run the same passes (worker_poll) */
-    pthread_t        thread;
-    _Atomic int      progress_busy; /* held for a pass: the progress state below */
-    _Atomic int      worker_polled;  /* an idle worker ran a pass since the last look */
-    _Atomic int      napping;        /* progress thread defers to polling workers */
-    _Atomic uint32_t parks;          /* workers that stopped polling: see nap() */
-    _Atomic int      direct;         /* handlers may send their first message at once */
-    _Atomic int      progress_wanted; /* threads waiting in progress_lock: workers stay off */
-    _Atomic int      closing;         /* moon_dist_stop: no pass or direct send any more */
-    _Atomic int      stop_req;
-    _Atomic int      sleeping;
-    int              wake_fd;
-    _Atomic uint64_t *ready;   /* one bit per peer */
-    uint32_t         n_ready_words;
-    dist_buf_t      *buf_pool;
-    uint32_t         n_pool;
-    uint64_t         next_tick_ns, last_tick_ns;
-    _Atomic uint64_t hb_ns;          /* set by moon_dist_stop while progress runs */
-    uint32_t         spin_passes; /* idle passes before sleeping (cfg.spin_passes) */
-    uint64_t         peer_timeout_ns; /* cfg.peer_timeout_ms, in ns */
-    _Atomic int      saying_goodbye;
+    pthread_t         thread;
+    _Atomic int       progress_busy;   /* held for a pass: the progress state below */
+    _Atomic int       worker_polled;   /* an idle worker ran a pass since the last look */
+    _Atomic int       napping;         /* progress thread defers to polling workers */
+    _Atomic uint32_t  parks;           /* workers that stopped polling: see nap() */
+    _Atomic int       direct;          /* handlers may send their first message at once */
+    _Atomic int       progress_wanted; /* threads waiting in progress_lock: workers stay off */
+    _Atomic int       closing;         /* moon_dist_stop: no pass or direct send any more */
+    _Atomic int       stop_req;
+    _Atomic int       sleeping;
+    int               wake_fd;
+    _Atomic uint64_t *ready; /* one bit per peer */
+    uint32_t          n_ready_words;
+    dist_buf_t       *buf_pool;
+    uint32_t          n_pool;
+    uint64_t          next_tick_ns, last_tick_ns;
+    _Atomic uint64_t  hb_ns;           /* set by moon_dist_stop while progress runs */
+    uint32_t          spin_passes;     /* idle passes before sleeping (cfg.spin_passes) */
+    uint64_t          peer_timeout_ns; /* cfg.peer_timeout_ms, in ns */
+    _Atomic int       saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */
     struct moon_dist_region *regions; /* registered with the engine (dist_bulk.c), under lock */
-    pthread_mutex_t  cmd_lock;
-    bulk_op_t       *cmd_bulk;
-    dist_buf_t      *cmd_raw;
-    _Atomic int      cmd_pending;
-    bulk_op_t       *active;   /* progress thread */
-    uint32_t         n_held;   /* peers with withheld credits */
-    moon_addr_t      tgt_addr; /* last target: deliveries (all peers) vs. its progress */
-    uint64_t         tgt_base, tgt_delivered;
-    uint32_t         n_open;   /* active ops not yet finished */
-    uint64_t         next_op_id;
+    pthread_mutex_t          cmd_lock;
+    bulk_op_t               *cmd_bulk;
+    dist_buf_t              *cmd_raw;
+    _Atomic int              cmd_pending;
+    bulk_op_t               *active;   /* progress thread */
+    uint32_t                 n_held;   /* peers with withheld credits */
+    moon_addr_t              tgt_addr; /* last target: deliveries (all peers) vs. its progress */
+    uint64_t                 tgt_base, tgt_delivered;
+    uint32_t                 n_open; /* active ops not yet finished */
+    uint64_t                 next_op_id;
 
     /* remote monitors and links, the name registry */
-    pthread_mutex_t  lock;
-    struct monitor_rec *mons;  /* dist_peers.c */
-    uint32_t         n_mons, cap_mons;
-    moon_addr_t     *watchers;
-    uint32_t         n_watchers, cap_watchers;
+    pthread_mutex_t     lock;
+    struct monitor_rec *mons; /* dist_peers.c */
+    uint32_t            n_mons, cap_mons;
+    moon_addr_t        *watchers;
+    uint32_t            n_watchers, cap_watchers;
     struct name_rec *names[DIST_NAME_BUCKETS]; /* this rank's copy of the registry (dist_names.c) */
-    uint64_t         name_clock; /* highest registration version seen */
-    pthread_cond_t   cond;       /* signalled when a name is registered */
+    uint64_t         name_clock;               /* highest registration version seen */
+    pthread_cond_t   cond;                     /* signalled when a name is registered */
     _Atomic uint64_t any_down;
 
-    FILE            *trace;
-    _Atomic int      logged_bad_frame, logged_bad_msg, logged_stale;
+    FILE       *trace;
+    _Atomic int logged_bad_frame, logged_bad_msg, logged_stale;
 
     struct {
         _Atomic uint64_t sent, received, frames_sent, frames_received, bad_frames, bad_msgs, stale,

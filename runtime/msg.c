@@ -14,16 +14,16 @@
 #include <pthread.h>
 #include <string.h>
 
-#define N_CLASSES   8 /* 64 << 0 .. 64 << 7 = 8 KiB */
-#define CACHE_MAX   512
+#define N_CLASSES 8 /* 64 << 0 .. 64 << 7 = 8 KiB */
+#define CACHE_MAX 512
 #define CACHE_BATCH 256
 
 /* ---- registry ------------------------------------------------------------- */
 /* Written under registry_lock, read lock-free by the codec on any thread:
  * release stores pair with the acquire loads in moon_msg_desc(). */
 static _Atomic(const moon_msg_desc_t *) registry[MOON_MSG_MAX_TYPES];
-static uint32_t               layout_hash[MOON_MSG_MAX_TYPES]; /* written before its entry */
-static pthread_mutex_t        registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t        layout_hash[MOON_MSG_MAX_TYPES]; /* written before its entry */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A hash of what a message image's bytes mean: the header's and the struct's
  * sizes, and each field's kind and offset. Never 0. */
@@ -49,8 +49,7 @@ moon_status_t moon_msg_register(const moon_msg_desc_t *descs)
             status = MOON_ERR_INVALID_PARAM;
             goto out;
         }
-        const moon_msg_desc_t *cur = atomic_load_explicit(&registry[d->id],
-                                                          memory_order_relaxed);
+        const moon_msg_desc_t *cur = atomic_load_explicit(&registry[d->id], memory_order_relaxed);
         if (cur != NULL && cur != d) {
             MOON_ERROR("message %s: id %u already taken by %s", d->name, d->id, cur->name);
             status = MOON_ERR_EXISTS;
@@ -70,9 +69,8 @@ out:
 
 const moon_msg_desc_t *moon_msg_desc(uint32_t type)
 {
-    return type < MOON_MSG_MAX_TYPES
-               ? atomic_load_explicit(&registry[type], memory_order_acquire)
-               : NULL;
+    return type < MOON_MSG_MAX_TYPES ? atomic_load_explicit(&registry[type], memory_order_acquire)
+                                     : NULL;
 }
 
 uint32_t moon_msg_layout(uint32_t type)
@@ -97,7 +95,13 @@ static struct {
     pthread_mutex_t lock;
     free_list_t     list;
 } shared_pool[N_CLASSES] = {
-#define SHARED_INIT {PTHREAD_MUTEX_INITIALIZER, {NULL, 0}}
+#define SHARED_INIT                                                                                \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER,                                                                 \
+        {                                                                                          \
+            NULL, 0                                                                                \
+        }                                                                                          \
+    }
     SHARED_INIT, SHARED_INIT, SHARED_INIT, SHARED_INIT,
     SHARED_INIT, SHARED_INIT, SHARED_INIT, SHARED_INIT,
 };
@@ -270,8 +274,7 @@ void *moon_msg_new(uint32_t type, size_t tail_bytes)
     return msg_alloc_raw(type, d->struct_bytes, tail_bytes);
 }
 
-void *moon_msg_span_alloc(void *msg, moon_span_t *span, uint32_t n, uint32_t elem_bytes,
-                          int is_str)
+void *moon_msg_span_alloc(void *msg, moon_span_t *span, uint32_t n, uint32_t elem_bytes, int is_str)
 {
     moon_msg_hdr_t *hdr   = msg;
     moon_msg_env_t *env   = moon_msg_env(hdr);

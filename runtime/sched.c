@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define SPIN_ROUNDS       2000 /* idle polls before parking (~50-100 us) */
-#define INJECT_EVERY      61   /* turns between forced looks at the inject queue */
+#define SPIN_ROUNDS 2000 /* idle polls before parking (~50-100 us) */
+#define INJECT_EVERY 61  /* turns between forced looks at the inject queue */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -39,15 +39,15 @@ typedef struct {
 } worker_t;
 
 struct moon_sched {
-    moon_runtime_t *rt;
-    worker_t       *workers;
-    uint32_t        n_workers;
+    moon_runtime_t  *rt;
+    worker_t        *workers;
+    uint32_t         n_workers;
     hwloc_topology_t topo;
-    int             topo_loaded, started;
-    int             yield_spin; /* no spare core for other threads: spin with sched_yield */
-    int             oversubscribed; /* more workers on this host than cores: yield even
-                                       while polling the transport */
-    _Atomic int     stop;
+    int              topo_loaded, started;
+    int              yield_spin;     /* no spare core for other threads: spin with sched_yield */
+    int              oversubscribed; /* more workers on this host than cores: yield even
+                                        while polling the transport */
+    _Atomic int stop;
 
     /* inject queue: FIFO through actor->next_sched */
     pthread_mutex_t  inject_lock;
@@ -319,9 +319,9 @@ static uint32_t local_ranks(void)
                            "SLURM_NTASKS_PER_NODE"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char   *v = moon_config_foreign_env(names[i]); /* the launcher's */
+        const char   *v   = moon_config_foreign_env(names[i]); /* the launcher's */
         char         *end = NULL;
-        unsigned long n = v != NULL && v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
+        unsigned long n   = v != NULL && v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
         if (n > 0 && n <= UINT32_MAX && *end == '\0') {
             return (uint32_t)n;
         }
@@ -357,7 +357,7 @@ moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
         moon_free(s);
         return MOON_ERR_NO_MEMORY;
     }
-    s->n_workers  = n;
+    s->n_workers = n;
     /* A rank bound to part of the host has those PUs to itself (the launcher
      * binds ranks apart); an unbound one shares them with the host's ranks. */
     pus               = allowed_pus(s);

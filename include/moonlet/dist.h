@@ -35,21 +35,21 @@ typedef enum {
  * moon_dist_config_table (dist_config.c), whose docs, defaults and ranges
  * `moonlet config` and the README show. */
 typedef struct {
-    int         transport;       /* moon_dist_transport_t (--transport auto|ucx|mpi) */
-    uint32_t    credits;         /* per-peer window, messages in flight (1024) */
-    uint32_t    batch_bytes;     /* small messages coalesced per frame (16 KiB) */
-    uint64_t    peer_timeout_ms; /* silence that declares a rank lost (2000; 0: 2000) */
-    uint64_t    slice_bytes;     /* bulk transfers move in slices of this size (0, the
-                                    default: the transport's choice, 1 MiB over shared
-                                    memory, 128 KiB over tcp) */
-    const char *trace_dir;       /* per-rank message trace files (NULL: none); borrowed */
-    uint32_t    spin_passes;     /* idle progress passes before sleeping (256) */
-    int         images;          /* ranks of one host exchange message images (1) */
-    int         direct;          /* a handler's first message may leave at once (1) */
-    int         worker_poll;     /* idle workers drive network progress (1) */
-    uint32_t    split_hosts;     /* > 1: ranks count as that many hosts (rank % N) (0) */
-    int         shm_rings;       /* frames to ranks of this host through our rings (1) */
-    uint32_t    shm_ring_kib;    /* size of each ring, KiB (256) */
+    int      transport;       /* moon_dist_transport_t (--transport auto|ucx|mpi) */
+    uint32_t credits;         /* per-peer window, messages in flight (1024) */
+    uint32_t batch_bytes;     /* small messages coalesced per frame (16 KiB) */
+    uint64_t peer_timeout_ms; /* silence that declares a rank lost (2000; 0: 2000) */
+    uint64_t slice_bytes;     /* bulk transfers move in slices of this size (0, the
+                                 default: the transport's choice, 1 MiB over shared
+                                 memory, 128 KiB over tcp) */
+    const char *trace_dir;    /* per-rank message trace files (NULL: none); borrowed */
+    uint32_t    spin_passes;  /* idle progress passes before sleeping (256) */
+    int         images;       /* ranks of one host exchange message images (1) */
+    int         direct;       /* a handler's first message may leave at once (1) */
+    int         worker_poll;  /* idle workers drive network progress (1) */
+    uint32_t    split_hosts;  /* > 1: ranks count as that many hosts (rank % N) (0) */
+    int         shm_rings;    /* frames to ranks of this host through our rings (1) */
+    uint32_t    shm_ring_kib; /* size of each ring, KiB (256) */
 } moon_dist_config_t;
 
 /* The rows of moon_dist_config_t (env MOON_<NAME>, flags --<name>). */
@@ -67,8 +67,8 @@ MOON_API moon_status_t moon_dist_config_default(moon_dist_config_t *cfg);
  * be NULL (defaults). MOON_ERR_UNSUPPORTED: MPI lacks the thread level. */
 MOON_API moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *cfg,
                                       moon_dist_t **dist_p);
-MOON_API uint32_t moon_dist_rank(const moon_dist_t *d);
-MOON_API uint32_t moon_dist_size(const moon_dist_t *d);
+MOON_API uint32_t      moon_dist_rank(const moon_dist_t *d);
+MOON_API uint32_t      moon_dist_size(const moon_dist_t *d);
 /* "ucx", "mpi" or "none" (single rank). */
 MOON_API const char *moon_dist_engine(const moon_dist_t *d);
 
@@ -181,13 +181,13 @@ MOON_API moon_status_t moon_dist_put(moon_dist_t *d, const void *local,
 
 /* ---- counters --------------------------------------------------------------- */
 typedef struct {
-    uint64_t n_sent, n_received;       /* remote messages */
+    uint64_t n_sent, n_received; /* remote messages */
     uint64_t n_frames_sent, n_frames_received;
-    uint64_t n_bad_frames;             /* truncated or unknown frame kinds */
-    uint64_t n_bad_msgs;               /* records that failed to decode */
-    uint64_t n_stale;                  /* records for stale or unknown actors */
-    uint64_t n_credit_stalls;          /* times a peer's window was exhausted */
-    uint64_t n_gate_mutes;             /* senders muted by a full window */
+    uint64_t n_bad_frames;    /* truncated or unknown frame kinds */
+    uint64_t n_bad_msgs;      /* records that failed to decode */
+    uint64_t n_stale;         /* records for stale or unknown actors */
+    uint64_t n_credit_stalls; /* times a peer's window was exhausted */
+    uint64_t n_gate_mutes;    /* senders muted by a full window */
     uint64_t n_peers_lost;
     uint64_t n_bulk_done, bulk_bytes;
     uint64_t n_peer_regions_forgotten; /* peers' regions dropped from our caches when
@@ -200,11 +200,10 @@ MOON_API moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void
                                           size_t len);
 
 /* ---- messages (ids 112..119 of the component range) ------------------------ */
-#define MOON_DIST_BULK_DONE_FIELDS(F, T)  F(T, u64, cookie) F(T, i32, status) F(T, u64, bytes)
+#define MOON_DIST_BULK_DONE_FIELDS(F, T) F(T, u64, cookie) F(T, i32, status) F(T, u64, bytes)
 #define MOON_DIST_NAME_REPLY_FIELDS(F, T) F(T, u64, cookie) F(T, i32, status) F(T, addr, addr)
 /* internal: a registration sent to every rank's copy of the registry */
-#define MOON_DIST_NAME_OP_FIELDS(F, T)                                                             \
-    F(T, u32, op) F(T, u64, ver) F(T, addr, addr) F(T, str, name)
+#define MOON_DIST_NAME_OP_FIELDS(F, T) F(T, u32, op) F(T, u64, ver) F(T, addr, addr) F(T, str, name)
 
 #define MOON_DIST_MSGS(X)                                                                          \
     X(MOON_MSG_DIST_BULK_DONE, moon_dist_bulk_done_t, MOON_DIST_BULK_DONE_FIELDS)                  \

@@ -33,10 +33,10 @@ MOON_API moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv
  * 64-byte aligned, at least moon_kv_config_pool_bytes(cfg) long): a serving
  * instance puts its pool in a region registered for RDMA, so store gets and
  * peers' pulls land in (and read from) the pool itself. mem is zeroed. */
-MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
-                                               size_t mem_bytes, moon_kv_cache_t **kv_p);
-MOON_API size_t        moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
-MOON_API void          moon_kv_cache_destroy(moon_kv_cache_t *kv); /* NULL: no-op */
+MOON_API moon_status_t           moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
+                                                         size_t mem_bytes, moon_kv_cache_t **kv_p);
+MOON_API size_t                  moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
+MOON_API void                    moon_kv_cache_destroy(moon_kv_cache_t *kv); /* NULL: no-op */
 MOON_API const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv);
 
 MOON_API size_t   moon_kv_block_bytes(const moon_kv_cache_t *kv);       /* whole block */

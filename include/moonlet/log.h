@@ -37,7 +37,7 @@ MOON_API void moon_log_emit(int level, const char *file, int line, const char *f
     MOON_PRINTF(4, 5);
 MOON_API void moon_log_set_level(int level);
 /* Parses "error".."trace" or "1".."5"; returns -1 on anything else. */
-MOON_API int  moon_log_parse_level(const char *text);
+MOON_API int moon_log_parse_level(const char *text);
 
 /* The prefix identity of this process and of the calling thread. The name is
  * borrowed: it must outlive its use (actor names live in static ops tables). */
@@ -56,8 +56,8 @@ MOON_API void moon_log_set_sink(moon_log_sink_fn sink, void *arg);
         }                                                                                          \
     } while (0)
 #define MOON_ERROR(...) MOON_LOG(MOON_LOG_ERROR, __VA_ARGS__)
-#define MOON_WARN(...)  MOON_LOG(MOON_LOG_WARN, __VA_ARGS__)
-#define MOON_INFO(...)  MOON_LOG(MOON_LOG_INFO, __VA_ARGS__)
+#define MOON_WARN(...) MOON_LOG(MOON_LOG_WARN, __VA_ARGS__)
+#define MOON_INFO(...) MOON_LOG(MOON_LOG_INFO, __VA_ARGS__)
 #define MOON_DEBUG_LOG(...) MOON_LOG(MOON_LOG_DEBUG, __VA_ARGS__)
 #define MOON_TRACE(...) MOON_LOG(MOON_LOG_TRACE, __VA_ARGS__)
 
@@ -65,8 +65,7 @@ MOON_NORETURN MOON_API void moon_panic(const char *file, int line, const char *f
     MOON_PRINTF(3, 4);
 
 /* Always on: use where carrying on would corrupt data. */
-#define MOON_CHECK(_e)                                                                             \
-    ((_e) ? (void)0 : moon_panic(__FILE__, __LINE__, "check failed: %s", #_e))
+#define MOON_CHECK(_e) ((_e) ? (void)0 : moon_panic(__FILE__, __LINE__, "check failed: %s", #_e))
 #ifdef MOON_DEBUG
 #define MOON_ASSERT(_e) MOON_CHECK(_e)
 #else

@@ -154,11 +154,11 @@ MOON_API extern const moon_config_table_t moon_engine_tuning_table;
 MOON_API moon_status_t moon_engine_tuning_default(moon_engine_tuning_t *t);
 
 typedef struct {
-    moon_backend_kind_t         kind;
-    uint32_t                    n_threads; /* CPU: 0 = online cores */
-    uint32_t pin;        /* CPU: 1 binds pool thread i to core first_core + i (thread 0 is the
-                            caller, which binds itself if it wants: moon_cpu_pin_self) */
-    uint32_t first_core;
+    moon_backend_kind_t kind;
+    uint32_t            n_threads; /* CPU: 0 = online cores */
+    uint32_t            pin; /* CPU: 1 binds pool thread i to core first_core + i (thread 0 is the
+                                caller, which binds itself if it wants: moon_cpu_pin_self) */
+    uint32_t                    first_core;
     uint32_t                    max_batch; /* decode sequences per call (0: 64) */
     uint32_t                    max_chunk; /* prefill tokens per call (0: 512) */
     moon_cost_config_t          cost;      /* COST only */
@@ -172,9 +172,8 @@ typedef struct moon_engine moon_engine_t;
  * for COST, which then uses cfg->cost.shape). COST over a model checks
  * tokens and KV caches against the model's shape and models the durations of
  * cfg->cost.shape when it is set (n_layers > 0), else of the model's (the
- * simulator: a tiny model's real KV bookkeeping, a large model's times). Preallocates every buffer: the
- * calls below never allocate. MOON_ERR_UNSUPPORTED: CUDA not built or no
- * device. */
+ * simulator: a tiny model's real KV bookkeeping, a large model's times). Preallocates every buffer:
+ * the calls below never allocate. MOON_ERR_UNSUPPORTED: CUDA not built or no device. */
 MOON_API moon_status_t moon_engine_create(const moon_model_t         *model,
                                           const moon_engine_config_t *cfg,
                                           moon_engine_t             **engine_p);

@@ -33,13 +33,13 @@ static moon_serve_cluster_t *g_cluster;
 static moon_serve_client_t  *g_client;
 
 typedef struct {
-    int32_t  tokens[1024];
-    uint32_t n;
-    char     text[8192];
-    size_t   text_len;
+    int32_t            tokens[1024];
+    uint32_t           n;
+    char               text[8192];
+    size_t             text_len;
     moon_serve_event_t done;
-    int      finished;
-    int      out_of_order;
+    int                finished;
+    int                out_of_order;
 } result_t;
 
 /* Collects events into results[request id - base] until n DONEs. */
@@ -68,9 +68,9 @@ static void collect(result_t *res, uint64_t base, uint32_t n)
                 r->text_len += l;
             }
         } else {
-            r->done     = ev;
+            r->done      = ev;
             r->done.msg_ = NULL;
-            r->finished = 1;
+            r->finished  = 1;
             done++;
         }
         moon_serve_event_fini(&ev);
@@ -176,8 +176,7 @@ static uint32_t reference(const int32_t *prompt, uint32_t n, uint32_t max_new, i
             break; /* BOS or EOS */
         }
         out[got++] = t;
-        if (got == max_new ||
-            moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
+        if (got == max_new || moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
             break;
         }
     }
@@ -234,9 +233,9 @@ static void test_prefix_reuse(void)
  * fetched. */
 static void test_evicted_prefix_recomputes(void)
 {
-    const moon_model_config_t *mc = moon_model_config(moon_serve_cluster_model(g_cluster));
-    uint64_t block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * 16 * 4;
-    uint64_t capacity    = (g_cfg.store_dram_mib << 20) / block_bytes;
+    const moon_model_config_t *mc   = moon_model_config(moon_serve_cluster_model(g_cluster));
+    uint64_t            block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * 16 * 4;
+    uint64_t            capacity    = (g_cfg.store_dram_mib << 20) / block_bytes;
     int32_t             a[60], other[60];
     moon_serve_params_t p;
     result_t           *r1 = calloc(1, sizeof(*r1)), *r2 = calloc(1, sizeof(*r2));

@@ -98,12 +98,13 @@ static void test_lost_shard_and_other_tags(void)
 
 static CU_TestInfo tests[] = {
     {"snapshot_then_live_events", test_snapshot_then_live_events},
-    {"gap_drops_the_shard_until_its_next_snapshot", test_gap_drops_the_shard_until_its_next_snapshot},
+    {"gap_drops_the_shard_until_its_next_snapshot",
+     test_gap_drops_the_shard_until_its_next_snapshot},
     {"lost_shard_and_other_tags", test_lost_shard_and_other_tags},
     CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"kv_index", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-int main(void)
+int                 main(void)
 {
     return moon_test_run(suites);
 }

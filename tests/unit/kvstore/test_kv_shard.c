@@ -6,7 +6,6 @@
 
 #include "kv_test_util.h"
 
-
 #define SEC 1000000000ull
 
 static moon_kv_shard_t *make_shard(uint32_t n_slots, size_t slot_bytes, kv_events_t *events)
@@ -528,11 +527,11 @@ static moon_kv_shard_t *big_shard(uint32_t n)
 
 static void test_a_million_keys_without_per_key_malloc(void)
 {
-    const uint32_t         n = 1u << 20;
-    moon_kv_shard_t       *shard;
-    uint64_t               block;
-    unsigned               bad = 0;
-    moon_kv_shard_stats_t  st;
+    const uint32_t        n = 1u << 20;
+    moon_kv_shard_t      *shard;
+    uint64_t              block;
+    unsigned              bad = 0;
+    moon_kv_shard_stats_t st;
 
     shard = big_shard(n);
     moon_fault_fail_after(UINT64_MAX); /* counts allocations, fails none */
@@ -567,11 +566,11 @@ static void test_a_million_keys_without_per_key_malloc(void)
  * (unmixed, 256 k consecutive keys make one run of 256 k buckets). */
 static void test_consecutive_keys_do_not_cluster(void)
 {
-    const uint32_t         n = 1u << 18, n_miss = 4096;
-    moon_kv_shard_t       *shard;
-    uint64_t               block = 0;
-    unsigned               bad   = 0;
-    uint8_t                present;
+    const uint32_t   n = 1u << 18, n_miss = 4096;
+    moon_kv_shard_t *shard;
+    uint64_t         block = 0;
+    unsigned         bad   = 0;
+    uint8_t          present;
 
     shard = big_shard(n);
     for (uint32_t i = 0; i < n; i++) {
