@@ -792,6 +792,24 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
 }
 
 /* Colocated: a prefill chunk ended. */
+/* A forward pass with r in it ended: r ends now if it finished or was
+ * cancelled meanwhile, or if the pass failed (1); else it goes on (0). */
+static int after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_t status,
+                      const char *what)
+{
+    r->in_step = 0;
+    if (r->finished) {
+        release_req(self, d, r);
+    } else if (r->cancelled) {
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, what);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, double dur)
 {
     dreq_t                     *r      = d->chunk_req;
@@ -800,14 +818,7 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
     uint32_t                    n_keys = m->keys.n / 2;
 
     d->chunk_req = NULL;
-    r->in_step   = 0;
-    if (r->finished) {
-        release_req(self, d, r);
-    } else if (r->cancelled) {
-        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
-    } else if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, "prefill failed");
-    } else {
+    if (!after_pass(self, d, r, status, "prefill failed")) {
         r->n_done += d->chunk_n;
         r->prefill_ns += (uint64_t)(dur * 1e9);
         d->n_computed_tokens += d->chunk_n;
@@ -827,15 +838,8 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
 static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
 {
     for (uint32_t b = 0; b < d->b_n; b++) {
-        dreq_t *r  = &d->reqs[d->b_slot[b]];
-        r->in_step = 0;
-        if (r->finished) {
-            release_req(self, d, r);
-        } else if (r->cancelled) {
-            finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
-        } else if (status != MOON_OK) {
-            finish(self, d, r, MOON_FINISH_ERROR, status, "decode step failed");
-        } else {
+        dreq_t *r = &d->reqs[d->b_slot[b]];
+        if (!after_pass(self, d, r, status, "decode step failed")) {
             emit(self, d, r, moon_sampler_sample(&r->smp, d->b_logits + (size_t)b * d->vocab));
         }
     }
