@@ -937,22 +937,12 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         status = MOON_ERR_NO_MEMORY;
     }
     if (status == MOON_OK) {
-        status = moon_engine_runner_create(
-            moon_actor_runtime(self), moon_actor_addr(self), d->a.threaded,
-            d->a.engine.pin ? (int32_t)d->a.engine.first_core : -1, &d->runner);
-    }
-    if (status == MOON_OK) {
-        uint64_t period = d->a.load_period_ns ? d->a.load_period_ns : 50000000ull;
-        status          = moon_timer_start(self, period, period, 0, &d->timer);
+        status =
+            moon_serve_instance_start(self, &d->a, d->engine, d->pool.kv, &d->runner, &d->timer);
     }
     if (status != MOON_OK) {
         MOON_ERROR("decode %u: setup failed: %s", d->a.instance, moon_status_str(status));
         decode_fini(self); /* the runtime does not call fini after a failed init */
-        return status;
-    }
-    status = moon_serve_hello(self, &d->a, d->engine, d->pool.kv);
-    if (status != MOON_OK) {
-        decode_fini(self);
         return status;
     }
     report_load(self, d);

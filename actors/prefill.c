@@ -627,22 +627,12 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     }
     p->a.shards = NULL; /* copied by the store client */
     if (status == MOON_OK) {
-        status = moon_engine_runner_create(
-            moon_actor_runtime(self), moon_actor_addr(self), p->a.threaded,
-            p->a.engine.pin ? (int32_t)p->a.engine.first_core : -1, &p->runner);
-    }
-    if (status == MOON_OK) {
-        uint64_t period = p->a.load_period_ns ? p->a.load_period_ns : 50000000ull;
-        status          = moon_timer_start(self, period, period, 0, &p->timer);
+        status =
+            moon_serve_instance_start(self, &p->a, p->engine, p->pool.kv, &p->runner, &p->timer);
     }
     if (status != MOON_OK) {
         MOON_ERROR("prefill %u: setup failed: %s", p->a.instance, moon_status_str(status));
         prefill_fini(self); /* the runtime does not call fini after a failed init */
-        return status;
-    }
-    status = moon_serve_hello(self, &p->a, p->engine, p->pool.kv);
-    if (status != MOON_OK) {
-        prefill_fini(self);
         return status;
     }
     report_load(self, p);

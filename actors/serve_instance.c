@@ -2,6 +2,7 @@
 #include "serve_instance.h"
 
 #include "moonlet/log.h"
+#include "engine_runner.h"
 #include "serve_calibrate.h"
 
 #include <stdio.h>
@@ -105,4 +106,22 @@ moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_arg
     m->d1           = cost.d1;
     m->d2           = cost.d2;
     return moon_tell(self, a->conductor, &m->hdr);
+}
+
+moon_status_t moon_serve_instance_start(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                                        moon_engine_t *engine, moon_kv_cache_t *kv,
+                                        moon_engine_runner_t **runner_p, uint64_t *timer_p)
+{
+    uint64_t      period = a->load_period_ns ? a->load_period_ns : 50000000ull;
+    moon_status_t status =
+        moon_engine_runner_create(moon_actor_runtime(self), moon_actor_addr(self), a->threaded,
+                                  a->engine.pin ? (int32_t)a->engine.first_core : -1, runner_p);
+
+    if (status == MOON_OK) {
+        status = moon_timer_start(self, period, period, 0, timer_p);
+    }
+    if (status == MOON_OK) {
+        status = moon_serve_hello(self, a, engine, kv);
+    }
+    return status;
 }

@@ -45,6 +45,17 @@ MOON_API moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tok
 MOON_API moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
                                         moon_engine_t *engine, moon_kv_cache_t *kv);
 
+/* The last steps of an instance's init, shared by both roles: its engine
+ * runner (thread bound to the instance's first core when pinned), the
+ * periodic LOAD timer, the engine's calibration and HELLO. On error what
+ * was made here is set in *runner_p for the caller's fini to free. */
+typedef struct moon_engine_runner moon_engine_runner_t;
+MOON_API moon_status_t            moon_serve_instance_start(moon_actor_t                     *self,
+                                                            const moon_serve_instance_args_t *a,
+                                                            moon_engine_t *engine, moon_kv_cache_t *kv,
+                                                            moon_engine_runner_t **runner_p,
+                                                            uint64_t              *timer_p);
+
 /* Sends LOAD to the conductor (fire and forget). */
 MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
                                      uint32_t queued_tokens, uint32_t queued_reqs, uint32_t running,
