@@ -321,13 +321,25 @@ static void progress_pull(moon_actor_t *self, decode_t *d, dreq_t *r)
     }
 }
 
+/* Simulation: the modeled time n blocks from m's prefill take to arrive,
+ * booked as one move (0 for real moves). */
+static uint64_t pull_delay(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
+                           uint32_t n)
+{
+    if (d->a.xfer_ns == NULL || n == 0) {
+        return 0;
+    }
+    return d->a.xfer_ns(d->a.xfer_arg, moon_now(moon_actor_runtime(self)), MOON_SERVE_XFER_PULL,
+                        m->prefill_instance, d->a.instance, n);
+}
+
 static moon_status_t start_pull(moon_actor_t *self, decode_t *d, dreq_t *r,
                                 const moon_serve_kv_ready_t *m, uint32_t i, uint32_t local,
-                                uint32_t remote)
+                                uint32_t remote, uint64_t delay)
 {
     moon_status_t status =
         moon_kv_pool_pull(&d->pool, self, local, MOON_SPAN_PTR(m, m->desc), m->desc.n, m->base,
-                          remote, DEC_COOKIE(r - d->reqs, i));
+                          remote, DEC_COOKIE(r - d->reqs, i), delay);
     if (status == MOON_OK) {
         r->n_issued++;
     }
@@ -341,7 +353,13 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
     const uint32_t  *blocks = MOON_SPAN_PTR(m, m->blocks);
     moon_kv_cache_t *kv     = d->pool.kv;
     moon_status_t    status;
+    uint32_t         n_full = 0;
+    uint64_t         delay;
 
+    for (uint32_t j = 0; j < m->blocks.n; j++) {
+        n_full += m->first_block + j < r->n_full;
+    }
+    delay = pull_delay(self, d, m, n_full); /* the message's full blocks move together */
     for (uint32_t j = 0; j < m->blocks.n; j++) {
         uint32_t i = m->first_block + j;
         if (i < r->n_full) {
@@ -350,7 +368,7 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
             }
             /* budgeted at admission: cannot fail */
             MOON_CHECK(moon_kv_block_alloc(kv, &r->local[i]) == MOON_OK);
-            status = start_pull(self, d, r, m, i, r->local[i], blocks[j]);
+            status = start_pull(self, d, r, m, i, r->local[i], blocks[j], delay);
         } else if (i == r->n_full && m->final) {
             continue; /* the partial block: pull_partial, once the full ones are in */
         } else {
@@ -492,7 +510,7 @@ static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
     status            = moon_kv_seq_reserve(d->pool.kv, r->seq, rem);
     if (status == MOON_OK) {
         uint32_t local = moon_kv_seq_block(d->pool.kv, r->seq, r->n_full);
-        status         = start_pull(self, d, r, f, r->n_full, local, blocks[j]);
+        status = start_pull(self, d, r, f, r->n_full, local, blocks[j], pull_delay(self, d, f, 1));
     }
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "decode: pulling the last block failed");
@@ -668,34 +686,42 @@ static void try_admit_waiting(moon_actor_t *self, decode_t *d)
     }
 }
 
+static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t status);
+
 static moon_status_t decode_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    decode_t                    *d    = moon_actor_state(self);
-    const moon_dist_bulk_done_t *m    = (const void *)msg;
-    uint32_t                     slot = (uint32_t)(m->cookie >> 32), i = (uint32_t)m->cookie;
-    dreq_t                      *r;
+    const moon_dist_bulk_done_t *m = (const void *)msg;
+
+    block_arrived(self, moon_actor_state(self), m->cookie, m->status);
+    return MOON_OK;
+}
+
+/* A pulled block landed (status MOON_OK) or its transfer failed. */
+static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t st)
+{
+    uint32_t slot = (uint32_t)(cookie >> 32), i = (uint32_t)cookie;
+    dreq_t  *r;
 
     if (slot >= d->a.max_seqs || d->reqs[slot].state == DREQ_FREE) {
-        return MOON_OK;
+        return;
     }
     r = &d->reqs[slot];
     r->n_arrived++;
     if (i <= r->n_full) {
-        r->arrived[i] = m->status == MOON_OK;
+        r->arrived[i] = st == MOON_OK;
     }
     if (r->finished) {
         release_req(self, d, r); /* the last pull in flight of an ended request */
-        return MOON_OK;
+        return;
     }
-    if (m->status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, m->status, "decode: KV transfer failed");
-        return MOON_OK;
+    if (st != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, st, "decode: KV transfer failed");
+        return;
     }
     progress_pull(self, d, r);
     if (!r->finished) {
         pull_partial(self, d, r);
     }
-    return MOON_OK;
 }
 
 /* ---- the batch ------------------------------------------------------------ */
@@ -854,7 +880,11 @@ static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *m
     moon_status_t status;
     double        dur;
 
-    if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
+    uint64_t cookie;
+
+    if (moon_kv_pool_timer(msg, &cookie)) {
+        block_arrived(self, d, cookie, MOON_OK); /* a modeled pull ended (simulation) */
+    } else if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
         if (d->job_kind == JOB_CHUNK) {
             on_chunk_done(self, d, status, dur);
         } else {

@@ -61,7 +61,7 @@ moon_status_t moon_kv_pool_describe(const moon_kv_pool_t *pool, void *msg, moon_
 
 moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32_t block,
                                 const void *desc, size_t desc_len, uint64_t base,
-                                uint32_t remote_block, uint64_t cookie)
+                                uint32_t remote_block, uint64_t cookie, uint64_t delay_ns)
 {
     size_t   bb    = moon_kv_block_bytes(pool->kv);
     void    *local = moon_kv_block_data(pool->kv, block);
@@ -81,6 +81,10 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
     /* One process: the peer's pool is at base; its blocks stay put until we
      * answer KV_DONE, like a remote one. */
     memcpy(local, (const char *)(uintptr_t)base + off, bb);
+    if (delay_ns > 0) {
+        uint64_t timer;
+        return moon_timer_start(self, delay_ns, 0, MOON_KV_POOL_TIMER_TAG | cookie, &timer);
+    }
     moon_dist_bulk_done_t *done = moon_msg_new(MOON_MSG_DIST_BULK_DONE, 0);
     if (done == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -89,4 +93,19 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
     done->status = MOON_OK;
     done->bytes  = bb;
     return moon_tell(self, moon_actor_addr(self), &done->hdr);
+}
+
+int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p)
+{
+    uint64_t c;
+
+    if (msg->type != MOON_MSG_SYS_TIMER) {
+        return 0;
+    }
+    c = ((const moon_sys_timer_t *)msg)->cookie;
+    if ((c & MOON_KV_POOL_TIMER_TAG) == 0 || (c >> 63) != 0) {
+        return 0;
+    }
+    *cookie_p = c & ~MOON_KV_POOL_TIMER_TAG;
+    return 1;
 }

@@ -133,18 +133,19 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->reply_to    = q->reply_to;
-    m->request_id  = q->request_id;
-    m->prefill     = moon_actor_addr(self);
-    m->status      = status;
-    m->first_block = first;
-    m->final       = final;
-    m->n_tokens    = r->n_prompt;
-    m->token       = (uint32_t)token;
-    m->n_cached    = r->n_cached;
-    m->arrival_ns  = q->arrival_ns;
-    m->queue_ns    = r->start_ns - q->arrival_ns;
-    m->prefill_ns  = r->compute_ns;
+    m->reply_to         = q->reply_to;
+    m->request_id       = q->request_id;
+    m->prefill          = moon_actor_addr(self);
+    m->prefill_instance = p->a.instance;
+    m->status           = status;
+    m->first_block      = first;
+    m->final            = final;
+    m->n_tokens         = r->n_prompt;
+    m->token            = (uint32_t)token;
+    m->n_cached         = r->n_cached;
+    m->arrival_ns       = q->arrival_ns;
+    m->queue_ns         = r->start_ns - q->arrival_ns;
+    m->prefill_ns       = r->compute_ns;
     MOON_SERVE_COPY_SAMPLING(m, q);
     m->seed = rng;
     if (n > 0) {
@@ -237,6 +238,15 @@ static void fetch_finished(moon_actor_t *self, prefill_t *p, preq_t *r)
         return;
     }
     r->state = PREQ_COMPUTING;
+    if (p->a.xfer_ns != NULL && n > 0) {
+        /* simulation: the fetch takes its modeled time before compute starts */
+        uint64_t timer, delay = p->a.xfer_ns(p->a.xfer_arg, moon_now(moon_actor_runtime(self)),
+                                             MOON_SERVE_XFER_FETCH, 0, p->a.instance, n);
+        if (delay > 0 && moon_timer_start(self, delay, 0, MOON_SERVE_XFER_TIMER_TAG | slot_of(p, r),
+                                          &timer) == MOON_OK) {
+            return;
+        }
+    }
     compute_next(self, p, r);
 }
 
@@ -555,6 +565,14 @@ static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *
     double        dur;
 
     if (p->store != NULL && moon_store_client_handle(p->store, msg)) {
+        return MOON_OK;
+    }
+    if (msg->type == MOON_MSG_SYS_TIMER &&
+        (((const moon_sys_timer_t *)msg)->cookie >> 62) == 1) { /* a modeled fetch ended */
+        uint64_t slot = ((const moon_sys_timer_t *)msg)->cookie & ~MOON_SERVE_XFER_TIMER_TAG;
+        if (slot < p->a.max_seqs && p->reqs[slot].state == PREQ_COMPUTING) {
+            compute_next(self, p, &p->reqs[slot]);
+        }
         return MOON_OK;
     }
     if (moon_engine_runner_done(p->runner, msg, &job, &status, &dur)) {

@@ -15,6 +15,17 @@
 #define MOON_SERVE_ROLE_DECODE 1u
 #define MOON_SERVE_ROLE_COLOCATED 2u
 
+/* KV moves a simulation times (virtual time): the store's blocks fetched
+ * into a prefill instance, a decode instance pulling blocks from a prefill. */
+#define MOON_SERVE_XFER_FETCH 0u /* src: the store; dst: the prefill instance */
+#define MOON_SERVE_XFER_PULL 1u  /* src: the prefill instance; dst: the decode instance */
+/* Returns the move's duration from now_ns (booking it on the modeled
+ * network). Called from the instance's turns. */
+typedef uint64_t (*moon_serve_xfer_fn)(void *arg, uint64_t now_ns, uint32_t kind, uint32_t src,
+                                       uint32_t dst, uint32_t n_blocks);
+/* Timer cookies with this bit set end a modeled KV move. */
+#define MOON_SERVE_XFER_TIMER_TAG (1ull << 62)
+
 typedef struct {
     const moon_model_t  *model;    /* borrowed: outlives the actor */
     moon_engine_config_t engine;   /* backend, threads, max batch / chunk */
@@ -32,6 +43,9 @@ typedef struct {
     moon_kv_tag_t        tag;            /* store keys' tag: model id, weight version */
     int                  threaded;       /* 1: engine thread; 0: inline (deterministic executor) */
     uint64_t             load_period_ns; /* periodic LOAD (0: 50 ms) */
+    moon_serve_xfer_fn   xfer_ns;        /* simulation only: KV moves take this long (NULL: as
+                                            long as they take) */
+    void *xfer_arg;
 } moon_serve_instance_args_t;
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's

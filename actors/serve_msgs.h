@@ -97,6 +97,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
+    F(T, u32, prefill_instance)                                                                    \
     F(T, i32, status)                                                                              \
     F(T, u32, first_block)                                                                         \
     F(T, u32, final)                                                                               \

@@ -11,7 +11,10 @@
  * capacities in blocks come from the profile (HBM left after the weights,
  * store DRAM), the store's capped by what the trace can ever fill. Which
  * instances the conductor chose is read off its PREFILL messages as they are
- * dispatched (the runtime's trace hook). */
+ * dispatched (the runtime's trace hook). KV moves take their modeled time
+ * on the profile's network (sim_net.h: per-node NICs with busy-until lanes,
+ * store DRAM): prefill instance i is on node i, decode instance j on node
+ * P + j, and a prompt's store blocks come evenly from every shard's node. */
 #include "sim_run.h"
 
 #include "conductor.h"
@@ -21,6 +24,7 @@
 #include "serve_msgs.h"
 #include "replay_watch.h"
 #include "sim_driver.h"
+#include "sim_net.h"
 #include "store_client.h"
 #include "store_shard.h"
 
@@ -50,7 +54,36 @@ typedef struct {
     uint32_t            n_store, n_prefill, n_decode;
     moon_sim_records_t *recs;
     moon_replay_watch_t watch; /* placements, read off the dispatched messages */
+    moon_sim_net_t     *net;
+    uint64_t            block_bytes; /* the modeled model's KV bytes per block */
 } sim_t;
+
+/* A KV move's modeled duration (moon_serve_xfer_fn), booked on the network. */
+static uint64_t sim_xfer(void *arg, uint64_t now, uint32_t kind, uint32_t src, uint32_t dst,
+                         uint32_t n_blocks)
+{
+    sim_t   *s   = arg;
+    uint64_t end = now, done;
+
+    if (kind == MOON_SERVE_XFER_PULL) {
+        if (moon_sim_net_transfer(s->net, now, src, MOON_SIM_MEDIA_HBM, s->n_prefill + dst,
+                                  MOON_SIM_MEDIA_HBM, n_blocks * s->block_bytes,
+                                  &done) == MOON_OK) {
+            end = done;
+        }
+        return end - now;
+    }
+    /* a fetch: the blocks are spread over the shards by rendezvous hashing */
+    for (uint32_t k = 0; k < s->n_store; k++) {
+        uint64_t n = n_blocks / s->n_store + (k < n_blocks % s->n_store);
+        if (n > 0 &&
+            moon_sim_net_transfer(s->net, now, k, MOON_SIM_MEDIA_DRAM, dst, MOON_SIM_MEDIA_HBM,
+                                  n * s->block_bytes, &done) == MOON_OK) {
+            end = MOON_MAX(end, done);
+        }
+    }
+    return end - now;
+}
 
 /* A random model of the bookkeeping shape, its context the profile's. */
 static moon_status_t load_tiny_model(sim_t *s, const moon_sim_run_config_t *cfg)
@@ -211,6 +244,8 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
             .n_replicas    = 1,
             .tag           = s->tag,
             .threaded      = 0,
+            .xfer_ns       = s->net != NULL ? sim_xfer : NULL,
+            .xfer_arg      = s,
         };
         status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, &s->inst[i]);
     }
@@ -284,6 +319,13 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
         rc.trace_arg     = &s.watch;
         status           = moon_runtime_create(&rc, &s.rt);
     }
+    if (status == MOON_OK && !cfg->colocated) {
+        moon_sim_net_config_t nc =
+            moon_sim_net_config_from_profile(cfg->profile, s.n_prefill + s.n_decode);
+        moon_cost_config_t cost = moon_profile_cost(cfg->profile);
+        s.block_bytes           = cfg->block_tokens * moon_cost_kv_bytes_per_token(&cost);
+        status                  = moon_sim_net_create(&nc, &s.net);
+    }
     if (status == MOON_OK) {
         status = spawn_cluster(&s, cfg);
     }
@@ -311,6 +353,7 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
         }
     }
     moon_runtime_destroy(s.rt);
+    moon_sim_net_destroy(s.net);
     moon_model_destroy(s.model);
     moon_free(s.shards);
     moon_free(s.inst);

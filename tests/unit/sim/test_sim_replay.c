@@ -4,6 +4,7 @@
  * model, a prefix reused through the store, byte-identical CSVs from two runs
  * of the same trace and seed, and configurations it refuses. */
 #include "moon_test.h"
+#include "sim_net.h"
 #include "sim_run.h"
 
 #include "moonlet/log.h"
@@ -35,8 +36,13 @@ static uint64_t ns(double s)
 /* Request 0: 1024 tokens, 3 out, from scratch. Request 1 a minute later:
  * 1536 tokens sharing request 0's two blocks (hash ids 1, 2), which it
  * fetches from the store: it computes 512 tokens after a 1024-token prefix.
- * Transfers take no virtual time yet; decode steps are batch-1 roofline
- * steps over the context (prompt + tokens so far). */
+ * Decode steps are batch-1 roofline steps over the context (prompt + tokens
+ * so far). KV moves take the profile network's time on idle links (a minute
+ * apart, nothing else books them): the first token leaves with the
+ * handover, so the first decode step waits for the pull of the prompt's
+ * blocks from the prefill node (one move striped over the NICs, then the
+ * link latency); request 1's fetch reads one block from each shard (shard 0
+ * on the prefill's own node: DRAM to HBM; shard 1 across the network). */
 static void test_hand_checked_trace(void)
 {
     static const char *text =
@@ -48,7 +54,17 @@ static void test_hand_checked_trace(void)
     moon_sim_run_config_t c;
     moon_cost_config_t    cost = moon_profile_cost(&profile);
     moon_sim_record_t    *x;
+    moon_sim_net_config_t nc  = moon_sim_net_config_from_profile(&profile, 2);
+    moon_sim_net_t       *net = NULL;
+    uint64_t              blk = 512 * moon_cost_kv_bytes_per_token(&cost), pull2, pull3, fetch;
 
+    CU_ASSERT_EQUAL_FATAL(moon_sim_net_create(&nc, &net), MOON_OK);
+    pull2 = moon_sim_net_idle_ns(net, 0, MOON_SIM_MEDIA_HBM, MOON_SIM_MEDIA_HBM, 2 * blk);
+    pull3 = moon_sim_net_idle_ns(net, 0, MOON_SIM_MEDIA_HBM, MOON_SIM_MEDIA_HBM, 3 * blk);
+    fetch = MOON_MAX(moon_sim_net_idle_ns(net, 1, MOON_SIM_MEDIA_DRAM, MOON_SIM_MEDIA_HBM, blk),
+                     moon_sim_net_idle_ns(net, 0, MOON_SIM_MEDIA_DRAM, MOON_SIM_MEDIA_HBM, blk));
+    moon_sim_net_destroy(net);
+    CU_ASSERT(pull2 > 0 && fetch > 0);
     CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
     c = config(t, 1, 1);
@@ -63,16 +79,19 @@ static void test_hand_checked_trace(void)
     /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms */
     CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, ns(moon_cost_prefill_s(&cost, 0, 1024)));
     CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, 99114629);
-    /* gaps: steps over 1025 and 1026 tokens; TBT = the slower */
-    CU_ASSERT_EQUAL(x->tbt_ns, ns(moon_cost_decode_s(&cost, 1, 1026)));
-    CU_ASSERT_EQUAL(x->finish_ns, x->first_token_ns + ns(moon_cost_decode_s(&cost, 1, 1025)) +
+    /* gaps: the pull then the step over 1025 tokens, the step over 1026;
+     * TBT = the slower */
+    CU_ASSERT_EQUAL(x->tbt_ns, pull2 + ns(moon_cost_decode_s(&cost, 1, 1025)));
+    CU_ASSERT_EQUAL(x->finish_ns, x->first_token_ns + pull2 +
+                                      ns(moon_cost_decode_s(&cost, 1, 1025)) +
                                       ns(moon_cost_decode_s(&cost, 1, 1026)));
     x = &r.recs[1];
     CU_ASSERT_EQUAL(x->status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(x->arrival_ns, 60000000000ull);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 1024);
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, ns(moon_cost_prefill_s(&cost, 1024, 512)));
-    CU_ASSERT_EQUAL(x->tbt_ns, ns(moon_cost_decode_s(&cost, 1, 1537)));
+    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns,
+                    fetch + ns(moon_cost_prefill_s(&cost, 1024, 512)));
+    CU_ASSERT_EQUAL(x->tbt_ns, pull3 + ns(moon_cost_decode_s(&cost, 1, 1537)));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
 }
