@@ -61,7 +61,8 @@ moon_status_t moon_bench_http_url(const char *base_url, const char *path, char *
 static void set_error(moon_bench_result_t *res, const char *text)
 {
     if (res->error[0] == '\0') {
-        snprintf(res->error, sizeof(res->error), "%s", text);
+        /* truncating a long message is intended: the precision says so */
+        snprintf(res->error, sizeof(res->error), "%.*s", (int)sizeof(res->error) - 1, text);
     }
 }
 

@@ -36,6 +36,18 @@ static int make_dir(const char *dir)
     return 0;
 }
 
+/* dir/name into path (cap bytes); -1 with a message when it does not fit. */
+static int join_path(char *path, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(path, cap, "%s/%s", dir, name);
+
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "moonlet replay: output path %s/%s is too long\n", dir, name);
+        return -1;
+    }
+    return 0;
+}
+
 /* requests.csv and summary.json of one run into dir. */
 static int write_outputs(const char *dir, const char *label, const moon_sim_records_t *recs,
                          const moon_replay_opts_t *o, moon_sim_summary_t *s)
@@ -44,7 +56,9 @@ static int write_outputs(const char *dir, const char *label, const moon_sim_reco
     FILE         *f;
     moon_status_t status;
 
-    snprintf(path, sizeof(path), "%s/requests.csv", dir);
+    if (join_path(path, sizeof(path), dir, "requests.csv") != 0) {
+        return -1;
+    }
     f = fopen(path, "w");
     if (f == NULL) {
         fprintf(stderr, "moonlet replay: cannot write %s: %s\n", path, strerror(errno));
@@ -58,7 +72,9 @@ static int write_outputs(const char *dir, const char *label, const moon_sim_reco
     if (moon_sim_summarize(recs, o->ttft_slo_s, o->tbt_slo_s, s) != MOON_OK) {
         return -1;
     }
-    snprintf(path, sizeof(path), "%s/summary.json", dir);
+    if (join_path(path, sizeof(path), dir, "summary.json") != 0) {
+        return -1;
+    }
     f = fopen(path, "w");
     if (f == NULL) {
         fprintf(stderr, "moonlet replay: cannot write %s: %s\n", path, strerror(errno));
