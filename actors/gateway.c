@@ -77,7 +77,7 @@ moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg)
     return status != MOON_OK ? status : moon_config_load_env(&moon_gateway_config_table, cfg);
 }
 
-/* "models/stories260K.gguf" -> "stories260K" */
+/* "examples/models/stories260K.gguf" -> "stories260K" */
 static char *stem_of(const char *path)
 {
     const char *base = strrchr(path, '/');

@@ -28,7 +28,7 @@ demo)
     # The main job: a local serving cluster under mpirun on the bundled
     # stories260K (rank 0: gateway + conductor; ranks 1-3: store, prefill,
     # decode), queried with curl and measured with moonlet bench.
-    M=models/stories260K/stories260K.gguf
+    M=examples/models/stories260K/stories260K.gguf
     PORT=${PORT:-8000}
     URL=http://127.0.0.1:$PORT
     LOG=$(mktemp)

@@ -6,7 +6,7 @@
 # API: target >= 0.9), stories260K. SMOKE=1: tiny counts.
 set -euo pipefail
 B=${BENCH_BIN:?}/bench_gateway
-M=models/stories260K/stories260K.gguf
+M=examples/models/stories260K/stories260K.gguf
 if [ "${SMOKE:-0}" = 1 ]; then
     MOON_LOG_LEVEL=error "$B" --model="$M" --n=10 --rounds=1 --depth=4
     exit 0

@@ -68,5 +68,5 @@ run_model() { # path label decode_iters
 for i in $(seq "${REPEAT:-1}"); do
     run_model "$MD/llama110m-f32.gguf" llama110m-f32 24
     run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 24
-    run_model models/stories260K/stories260K.gguf stories260K 200 # ctx 512: 64 + 2 x 200 steps fit
+    run_model examples/models/stories260K/stories260K.gguf stories260K 200 # ctx 512: 64 + 2 x 200 steps fit
 done

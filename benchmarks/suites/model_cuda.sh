@@ -21,7 +21,7 @@ mkdir -p "$MD"
 # shellcheck source=bench_models.inc
 source "$(dirname "$0")/bench_models.inc"
 
-if ! "$B" --model=models/stories260K/stories260K.gguf --bench=cuda_roofline --iters=1 |
+if ! "$B" --model=examples/models/stories260K/stories260K.gguf --bench=cuda_roofline --iters=1 |
         grep -q '"read_gb_per_s": [1-9]'; then
     echo "model_cuda: no GPU, or a build without MOON_WITH_CUDA: nothing to measure" >&2
     exit 0
@@ -45,12 +45,12 @@ run_model() { # path label decode_iters
 }
 
 if [ "${SMOKE:-0}" = 1 ]; then
-    run_model models/stories260K/stories260K.gguf stories260K 6
+    run_model examples/models/stories260K/stories260K.gguf stories260K 6
     exit 0
 fi
 gen_llama110m
 for i in $(seq "${REPEAT:-1}"); do
     run_model "$MD/llama110m-f32.gguf" llama110m-f32 300
     run_model "$MD/llama110m-bf16.gguf" llama110m-bf16 300
-    run_model models/stories260K/stories260K.gguf stories260K 300
+    run_model examples/models/stories260K/stories260K.gguf stories260K 300
 done

@@ -12,7 +12,7 @@ B="$BENCH_BIN/bench_serve"
 MOONLET="$BUILD_DIR/launch/moonlet"
 MD="$BUILD_DIR/bench-models"
 T=${THREADS:-$(nproc)}
-S=models/stories260K/stories260K.gguf
+S=examples/models/stories260K/stories260K.gguf
 mkdir -p "$MD"
 # shellcheck source=bench_models.inc
 source "$(dirname "$0")/bench_models.inc"

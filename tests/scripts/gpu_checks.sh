@@ -20,7 +20,7 @@ check "$T/model/test_cuda"
 check env MOON_CUDA_GRAPHS=0 "$T/model/test_cuda"
 check "$T/model/test_golden"
 echo "== moonlet generate --backend cuda (on the GPU, the golden text)"
-out=$("$B/launch/moonlet" generate --model models/stories260K/stories260K.gguf \
+out=$("$B/launch/moonlet" generate --model examples/models/stories260K/stories260K.gguf \
     --prompt "Once upon a time" --max-tokens 20 --backend cuda 2>&1)
 echo "$out"
 if ! grep -q '^, there was a little girl named Lily\. She loved' <<<"$out" ||

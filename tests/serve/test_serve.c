@@ -22,7 +22,7 @@
 #ifndef MOON_TEST_DATA_DIR
 #error "MOON_TEST_DATA_DIR must point at tests/data"
 #endif
-#define MODEL MOON_TEST_DATA_DIR "/../../models/stories260K/stories260K.gguf"
+#define MODEL MOON_TEST_DATA_DIR "/../../examples/models/stories260K/stories260K.gguf"
 #define GOLDEN MOON_TEST_DATA_DIR "/stories260K/expected_greedy.json"
 #define WAIT_NS 60000000000ull
 
