@@ -81,10 +81,11 @@ static char *finish_text(cJSON *o, int sse, size_t *len_p)
     return out;
 }
 
-char *moon_gw_format_response(const moon_gw_resp_meta_t *m, const char *text, const char *finish,
-                              const moon_gw_usage_t *u, size_t *len_p)
+/* The response object with its one choice (index 0): returns the choice and
+ * sets *o_p to the object; NULL when out of memory. */
+static cJSON *head_with_choice(const moon_gw_resp_meta_t *m, const char *object, cJSON **o_p)
 {
-    cJSON *o = head(m, m->chat ? "chat.completion" : "text_completion");
+    cJSON *o = head(m, object);
     cJSON *choices;
     cJSON *c;
 
@@ -95,6 +96,19 @@ char *moon_gw_format_response(const moon_gw_resp_meta_t *m, const char *text, co
     }
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
+    *o_p = o;
+    return c;
+}
+
+char *moon_gw_format_response(const moon_gw_resp_meta_t *m, const char *text, const char *finish,
+                              const moon_gw_usage_t *u, size_t *len_p)
+{
+    cJSON *o = NULL;
+    cJSON *c = head_with_choice(m, m->chat ? "chat.completion" : "text_completion", &o);
+
+    if (c == NULL) {
+        return NULL;
+    }
     if (m->chat) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         if (msg != NULL) {
@@ -113,17 +127,12 @@ char *moon_gw_format_response(const moon_gw_resp_meta_t *m, const char *text, co
 char *moon_gw_format_chunk(const moon_gw_resp_meta_t *m, int role, const char *text,
                            const char *finish, size_t *len_p)
 {
-    cJSON *o = head(m, m->chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices;
-    cJSON *c;
+    cJSON *o = NULL;
+    cJSON *c = head_with_choice(m, m->chat ? "chat.completion.chunk" : "text_completion", &o);
 
-    if (o == NULL || (choices = cJSON_AddArrayToObject(o, "choices")) == NULL ||
-        (c = cJSON_CreateObject()) == NULL) {
-        cJSON_Delete(o);
+    if (c == NULL) {
         return NULL;
     }
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
     if (m->chat) {
         cJSON *delta = cJSON_AddObjectToObject(c, "delta");
         if (delta != NULL && role) {
