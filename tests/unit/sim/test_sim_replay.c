@@ -185,10 +185,9 @@ static double mean_ttft(const moon_trace_t *t, const char *policy)
     return s.ttft_mean_s;
 }
 
-/* The paper's scheduling ablation, as far as the simulated cluster shows it
- * today: random places worst; least-loaded, cache-aware and Algorithm 1 are
- * each no worse than the one before. (They tie while every prefill fetches
- * any cached prefix from the store at no modeled cost.) */
+/* The paper's scheduling ablation, strictly: random > least-loaded (no
+ * cache) > local cache-aware (the prefill instances' own caches) >
+ * Algorithm 1 (global: pulls from the store). */
 static void test_policy_ordering(void)
 {
     moon_trace_opts_t o = {.max_reqs = 300};
@@ -204,8 +203,8 @@ static void test_policy_ordering(void)
     fprintf(stderr, "mean ttft: random %.3f least-loaded %.3f cache-aware %.3f mooncake %.3f s\n",
             rnd, ll, ca, mc);
     CU_ASSERT(rnd > 1.2 * ll);
-    CU_ASSERT(ca <= ll * 1.0001);
-    CU_ASSERT(mc <= ca * 1.0001);
+    CU_ASSERT(ll > ca);
+    CU_ASSERT(ca > mc);
     moon_trace_destroy(t);
 }
 
