@@ -213,12 +213,14 @@ static int decode_bad(const void *samples, uint32_t i)
     return 0;
 }
 
-/* Checks the samples, then fits fp's three terms into coef (subsets tried in
- * order). */
+/* Checks the samples, then fits fp's three terms (subsets tried in order)
+ * into *c0, *c1, *c2 (unchanged on error). */
 static moon_status_t fit_checked(const char *what, const fit_problem_t *fp, const unsigned order[7],
-                                 sample_bad_fn bad, const moon_sched_cost_t *cost,
-                                 double coef[N_TERMS])
+                                 sample_bad_fn bad, const moon_sched_cost_t *cost, double *c0,
+                                 double *c1, double *c2)
 {
+    double coef[N_TERMS];
+
     if (fp->samples == NULL || fp->n_rows == 0 || cost == NULL) {
         MOON_ERROR("sched cost fit %s: no samples or no cost", what);
         return MOON_ERR_INVALID_PARAM;
@@ -229,6 +231,9 @@ static moon_status_t fit_checked(const char *what, const fit_problem_t *fp, cons
         }
     }
     fit_nnls(fp, order, coef);
+    *c0 = coef[0];
+    *c1 = coef[1];
+    *c2 = coef[2];
     return MOON_OK;
 }
 
@@ -238,15 +243,9 @@ moon_status_t moon_sched_cost_fit_prefill(const moon_sched_prefill_sample_t *sam
     /* a1 alone first (one sample: seconds per token), then a0, a2, pairs, all */
     static const unsigned order[7] = {0x2, 0x1, 0x4, 0x3, 0x6, 0x5, 0x7};
     fit_problem_t         fp       = {.n_rows = n_samples, .samples = samples, .row = prefill_row};
-    double                coef[N_TERMS];
-    moon_status_t         status = fit_checked("prefill", &fp, order, prefill_bad, cost, coef);
 
-    if (status == MOON_OK) {
-        cost->a0 = coef[0];
-        cost->a1 = coef[1];
-        cost->a2 = coef[2];
-    }
-    return status;
+    return fit_checked("prefill", &fp, order, prefill_bad, cost, cost ? &cost->a0 : NULL,
+                       cost ? &cost->a1 : NULL, cost ? &cost->a2 : NULL);
 }
 
 moon_status_t moon_sched_cost_fit_decode(const moon_sched_decode_sample_t *samples,
@@ -256,13 +255,7 @@ moon_status_t moon_sched_cost_fit_decode(const moon_sched_decode_sample_t *sampl
      * pairs with d0, then d1 + d2, then all */
     static const unsigned order[7] = {0x1, 0x2, 0x4, 0x3, 0x5, 0x6, 0x7};
     fit_problem_t         fp       = {.n_rows = n_samples, .samples = samples, .row = decode_row};
-    double                coef[N_TERMS];
-    moon_status_t         status = fit_checked("decode", &fp, order, decode_bad, cost, coef);
 
-    if (status == MOON_OK) {
-        cost->d0 = coef[0];
-        cost->d1 = coef[1];
-        cost->d2 = coef[2];
-    }
-    return status;
+    return fit_checked("decode", &fp, order, decode_bad, cost, cost ? &cost->d0 : NULL,
+                       cost ? &cost->d1 : NULL, cost ? &cost->d2 : NULL);
 }
