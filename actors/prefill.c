@@ -404,6 +404,13 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
+    /* the reused and fetched prefix is final already: the decode pulls it
+     * while the rest computes, not all after a short suffix (a long cached
+     * prefix would otherwise make the first token gap its whole transfer) */
+    if (r->n_sent < r->n_fetched && send_ready(self, p, r, r->n_sent, r->n_fetched - r->n_sent, 0,
+                                               MOON_OK, 0, 0, NULL) == MOON_OK) {
+        r->n_sent = r->n_fetched;
+    }
     /* the actor reserves the blocks (the engine thread then finds them there
      * and touches no shared pool state) */
     status = moon_kv_seq_reserve(p->pool.kv, r->seq, n);
