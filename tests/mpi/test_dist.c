@@ -1132,23 +1132,6 @@ static void test_placement_from_config(void)
     CU_ASSERT_EQUAL(moon_dist_place("garbage", "x", 4, &r), MOON_ERR_INVALID_PARAM);
 }
 
-static CU_TestInfo tests[] = {
-    {"placement_from_config", test_placement_from_config},
-    {"names_and_round_trips", test_names_and_round_trips},
-    {"names_replicated", test_names_replicated},
-    {"barrier_orders_registrations", test_barrier_orders_registrations},
-    {"fifo_order_all_pairs", test_fifo_order_all_pairs},
-    {"flooding_sender_is_slowed_not_dropped", test_flooding_sender_is_slowed_not_dropped},
-    {"bad_input_is_counted_and_dropped", test_bad_input_is_counted_and_dropped},
-    {"busy_worker_does_not_stop_progress", test_busy_worker_does_not_stop_progress},
-    {"unencodable_message_is_refused", test_unencodable_message_is_refused},
-    {"bulk_odd_sizes", test_bulk_odd_sizes},
-    {"bulk_odd_sizes_allocated", test_bulk_odd_sizes_allocated},
-    {"bulk_cache_eviction_keeps_regions", test_bulk_cache_eviction_keeps_regions},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"dist", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(int argc, char **argv)
 {
     moon_dist_config_t dcfg;
@@ -1159,7 +1142,12 @@ int main(int argc, char **argv)
     if (dist_test_setup(&argc, &argv, &dcfg, 256) != 0 || moon_msg_register(t_descs) != MOON_OK) {
         return 1;
     }
-    failures = moon_test_run(suites);
+    failures = MOON_TEST_RUN(
+        "dist", NULL, NULL, test_placement_from_config, test_names_and_round_trips,
+        test_names_replicated, test_barrier_orders_registrations, test_fifo_order_all_pairs,
+        test_flooding_sender_is_slowed_not_dropped, test_bad_input_is_counted_and_dropped,
+        test_busy_worker_does_not_stop_progress, test_unencodable_message_is_refused,
+        test_bulk_odd_sizes, test_bulk_odd_sizes_allocated, test_bulk_cache_eviction_keeps_regions);
     {
         void *p;
         if (moon_dist_region_alloc(g_dist, 1u << 16, &p, &g_region_left_on_stop) != MOON_OK) {

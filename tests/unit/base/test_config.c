@@ -507,29 +507,11 @@ static void test_foreign_env(void)
     CU_ASSERT_PTR_NULL(moon_config_foreign_env(NULL));
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults_fill_every_type", test_defaults_fill_every_type},
-    {"parse_every_type", test_parse_every_type},
-    {"bool_forms_and_negation", test_bool_forms_and_negation},
-    {"size_units", test_size_units},
-    {"positionals_and_double_dash", test_positionals_and_double_dash},
-    {"value_may_start_with_dash", test_value_may_start_with_dash},
-    {"help_flag", test_help_flag},
-    {"precedence_flag_caller_env_default", test_precedence_flag_caller_env_default},
-    {"set_errors", test_set_errors},
-    {"malformed_values_name_the_flag", test_malformed_values_name_the_flag},
-    {"unknown_and_missing", test_unknown_and_missing},
-    {"malformed_env_names_the_variable", test_malformed_env_names_the_variable},
-    {"two_tables_and_flag_only_table", test_two_tables_and_flag_only_table},
-    {"malformed_tables_refused", test_malformed_tables_refused},
-    {"table_limit", test_table_limit},
-    {"allocation_failures", test_allocation_failures},
-    {"foreign_env", test_foreign_env},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"config", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("config", NULL, NULL, test_defaults_fill_every_type, test_parse_every_type,
+               test_bool_forms_and_negation, test_size_units, test_positionals_and_double_dash,
+               test_value_may_start_with_dash, test_help_flag,
+               test_precedence_flag_caller_env_default, test_set_errors,
+               test_malformed_values_name_the_flag, test_unknown_and_missing,
+               test_malformed_env_names_the_variable, test_two_tables_and_flag_only_table,
+               test_malformed_tables_refused, test_table_limit, test_allocation_failures,
+               test_foreign_env)

@@ -201,19 +201,8 @@ static void test_random_churn_keeps_accounting(void)
     moon_kv_shard_destroy(shard);
 }
 
-static CU_TestInfo tests[] = {
-    {"least_recently_used_goes_first", test_least_recently_used_goes_first},
-    {"eviction_runs_from_high_to_low_watermark", test_eviction_runs_from_high_to_low_watermark},
-    {"full_store_is_no_resource_and_evicts_nothing_held",
-     test_full_store_is_no_resource_and_evicts_nothing_held},
-    {"pinned_block_survives_any_churn", test_pinned_block_survives_any_churn},
-    {"small_entry_table_recycles_coldest", test_small_entry_table_recycles_coldest},
-    {"random_churn_keeps_accounting", test_random_churn_keeps_accounting},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_eviction", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_eviction", NULL, NULL, test_least_recently_used_goes_first,
+               test_eviction_runs_from_high_to_low_watermark,
+               test_full_store_is_no_resource_and_evicts_nothing_held,
+               test_pinned_block_survives_any_churn, test_small_entry_table_recycles_coldest,
+               test_random_churn_keeps_accounting)

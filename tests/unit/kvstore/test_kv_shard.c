@@ -618,35 +618,17 @@ static void test_allocation_failures_are_clean(void)
     CU_ASSERT_TRUE(ok); /* and LSan reports no leak on the failed paths */
 }
 
-static CU_TestInfo tests[] = {
-    {"create_rejects_bad_config", test_create_rejects_bad_config},
-    {"arena_is_one_page_aligned_region", test_arena_is_one_page_aligned_region},
-    {"caller_arena_is_used", test_caller_arena_is_used},
-    {"put_then_get_is_zero_copy", test_put_then_get_is_zero_copy},
-    {"reserved_block_is_invisible_until_commit", test_reserved_block_is_invisible_until_commit},
-    {"oversized_block_is_rejected", test_oversized_block_is_rejected},
-    {"unknown_keys_and_ids_get_clear_statuses", test_unknown_keys_and_ids_get_clear_statuses},
-    {"same_key_second_writer_gets_exists", test_same_key_second_writer_gets_exists},
-    {"commit_verifies_the_checksum", test_commit_verifies_the_checksum},
-    {"client_dying_mid_put_reservation_expires", test_client_dying_mid_put_reservation_expires},
-    {"renewed_reservation_outlives_the_timeout", test_renewed_reservation_outlives_the_timeout},
-    {"drop_client_revokes_and_releases", test_drop_client_revokes_and_releases},
-    {"remove_of_leased_block_is_deferred", test_remove_of_leased_block_is_deferred},
-    {"client_dying_mid_get_lease_is_swept", test_client_dying_mid_get_lease_is_swept},
-    {"release_during_transfer_ends_at_transfer_end",
-     test_release_during_transfer_ends_at_transfer_end},
-    {"other_model_or_version_is_never_served", test_other_model_or_version_is_never_served},
-    {"corrupted_block_is_detected_and_dropped", test_corrupted_block_is_detected_and_dropped},
-    {"exists_and_longest_prefix_of_a_prompt", test_exists_and_longest_prefix_of_a_prompt},
-    {"lease_table_full_is_no_resource", test_lease_table_full_is_no_resource},
-    {"a_million_keys_without_per_key_malloc", test_a_million_keys_without_per_key_malloc},
-    {"consecutive_keys_do_not_cluster", test_consecutive_keys_do_not_cluster},
-    {"allocation_failures_are_clean", test_allocation_failures_are_clean},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_shard", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_shard", NULL, NULL, test_create_rejects_bad_config,
+               test_arena_is_one_page_aligned_region, test_caller_arena_is_used,
+               test_put_then_get_is_zero_copy, test_reserved_block_is_invisible_until_commit,
+               test_oversized_block_is_rejected, test_unknown_keys_and_ids_get_clear_statuses,
+               test_same_key_second_writer_gets_exists, test_commit_verifies_the_checksum,
+               test_client_dying_mid_put_reservation_expires,
+               test_renewed_reservation_outlives_the_timeout, test_drop_client_revokes_and_releases,
+               test_remove_of_leased_block_is_deferred, test_client_dying_mid_get_lease_is_swept,
+               test_release_during_transfer_ends_at_transfer_end,
+               test_other_model_or_version_is_never_served,
+               test_corrupted_block_is_detected_and_dropped,
+               test_exists_and_longest_prefix_of_a_prompt, test_lease_table_full_is_no_resource,
+               test_a_million_keys_without_per_key_malloc, test_consecutive_keys_do_not_cluster,
+               test_allocation_failures_are_clean)

@@ -229,17 +229,6 @@ static void test_alloc_failures_unwind(void)
     CU_ASSERT(done);
 }
 
-static CU_TestInfo tests[] = {
-    {"alloc_failures_unwind", test_alloc_failures_unwind},
-    {"reserve_and_release", test_reserve_and_release},
-    {"fork_shares_full_blocks", test_fork_shares_full_blocks},
-    {"export_import_and_fork_decode_identically", test_export_import_and_fork_decode_identically},
-    {"engine_rejects_and_rolls_back", test_engine_rejects_and_rolls_back},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_cache", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
+               test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
+               test_engine_rejects_and_rolls_back)
