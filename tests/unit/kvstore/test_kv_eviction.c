@@ -9,10 +9,8 @@ static moon_kv_shard_t *make_shard(uint32_t n_slots, double high, double low, kv
     moon_kv_shard_config_t cfg;
     moon_kv_shard_t       *shard = NULL;
 
-    moon_kv_shard_config_init(&cfg);
+    cfg                = kv_shard_config(n_slots, 64);
     cfg.shard_id       = 2;
-    cfg.n_slots        = n_slots;
-    cfg.slot_bytes     = 64;
     cfg.high_watermark = high;
     cfg.low_watermark  = low;
     cfg.on_event       = ev != NULL ? kv_record : NULL;
@@ -134,9 +132,7 @@ static void test_small_entry_table_recycles_coldest(void)
     moon_kv_shard_t       *shard = NULL;
     moon_kv_put_t          a, b, c;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots     = 8;
-    cfg.slot_bytes  = 64;
+    cfg             = kv_shard_config(8, 64);
     cfg.max_entries = 2;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     CU_ASSERT_EQUAL(kv_put_i(shard, 1, 64), MOON_OK);
