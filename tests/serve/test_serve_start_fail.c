@@ -60,16 +60,6 @@ static void test_agree(void)
     CU_ASSERT_EQUAL(moon_dist_agree(NULL, MOON_ERR_IO), MOON_ERR_IO);
 }
 
-static CU_TestInfo tests[] = {
-    {"agree", test_agree},
-    {"start_fails_everywhere", test_start_fails_everywhere},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {
-    {"serve_start_fail", NULL, NULL, NULL, NULL, tests},
-    CU_SUITE_INFO_NULL,
-};
-
 int main(int argc, char **argv)
 {
     moon_runtime_config_t rcfg;
@@ -94,7 +84,7 @@ int main(int argc, char **argv)
         moon_runtime_start(g_rt) != MOON_OK) {
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("serve_start_fail", NULL, NULL, test_agree, test_start_fails_everywhere);
     moon_dist_barrier(g_dist);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
