@@ -329,23 +329,35 @@ static double secs(uint64_t ns)
     return (double)ns * 1e-9;
 }
 
+/* The live request a TOKEN or DONE names, NULL (logged) if unknown. */
+static moon_gw_req_t *event_req(gw_state_t *st, uint64_t request_id, const char *what)
+{
+    moon_gw_req_t *req = moon_gw_bridge_find(st->bridge, request_id);
+
+    if (req == NULL) {
+        MOON_DEBUG_LOG("gateway: %s of unknown request %llu dropped", what,
+                       (unsigned long long)request_id);
+    }
+    return req;
+}
+
+/* TTFT and end-to-end latency are observed by the HTTP side, when the
+ * client's bytes leave (what the client measures); the actor keeps the
+ * token times for ITL and TPOT. */
 static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t               *st  = moon_actor_state(self);
     const moon_serve_token_t *tok = (const moon_serve_token_t *)msg;
-    moon_gw_req_t            *req = moon_gw_bridge_find(st->bridge, tok->request_id);
+    moon_gw_req_t            *req = event_req(st, tok->request_id, "token");
     moon_gw_req_times_t      *t;
     uint64_t                  now = moon_now(moon_actor_runtime(self));
 
     if (req == NULL) {
-        MOON_DEBUG_LOG("gateway: token of unknown request %llu dropped",
-                       (unsigned long long)tok->request_id);
         return MOON_OK;
     }
     t = moon_gw_req_times_mut(req);
     if (t->first_token_ns == 0) {
         t->first_token_ns = now;
-        moon_gw_metrics_observe(st->metrics, MOON_GW_M_TTFT, NULL, secs(now - t->arrival_ns));
     } else {
         moon_gw_metrics_observe(st->metrics, MOON_GW_M_ITL, NULL, secs(now - t->last_token_ns));
     }
@@ -357,17 +369,14 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
 static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    gw_state_t              *st  = moon_actor_state(self);
-    const moon_serve_done_t *d   = (const moon_serve_done_t *)msg;
-    moon_gw_req_t           *req = moon_gw_bridge_find(st->bridge, d->request_id);
-    moon_gw_metrics_t       *m   = st->metrics;
-    moon_gw_req_times_t     *t;
-    uint64_t                 now = moon_now(moon_actor_runtime(self));
-    char                     labels[48];
+    gw_state_t                *st  = moon_actor_state(self);
+    const moon_serve_done_t   *d   = (const moon_serve_done_t *)msg;
+    moon_gw_req_t             *req = event_req(st, d->request_id, "done");
+    moon_gw_metrics_t         *m   = st->metrics;
+    const moon_gw_req_times_t *t;
+    char                       labels[48];
 
     if (req == NULL) {
-        MOON_DEBUG_LOG("gateway: done of unknown request %llu dropped",
-                       (unsigned long long)d->request_id);
         return MOON_OK;
     }
     t = moon_gw_req_times_mut(req);
@@ -377,7 +386,6 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
         moon_gw_metrics_add(m, MOON_GW_M_REJECTED, NULL, 1);
     }
     if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
-        moon_gw_metrics_observe(m, MOON_GW_M_E2E, NULL, secs(now - t->arrival_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_QUEUE, NULL, secs(d->queue_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_PREFILL, NULL, secs(d->prefill_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_TRANSFER, NULL, secs(d->transfer_ns));

@@ -38,6 +38,7 @@ struct moon_gw_req {
     pthread_mutex_t      wake_mu;
     int                  parked; /* under wake_mu */
     int                  closed; /* under wake_mu: the HTTP side is gone */
+    int                  poked;  /* under wake_mu: woken from outside; never parks again */
     moon_gw_conn_t       conn;
     uint64_t             woken_ns; /* actor: when a TOKEN last woke the connection */
     atomic_int           done;     /* the actor delivered DONE */
@@ -283,13 +284,24 @@ int moon_gw_req_park(moon_gw_req_t *req)
     pthread_mutex_lock(&req->wake_mu);
     /* Under the lock: a deliver that queued before we took it is seen here;
      * one after sees parked and wakes. */
-    if (fifo_empty(req)) {
+    if (fifo_empty(req) && !req->poked) {
         req->parked = 1;
         req->conn.park(req->conn.arg);
         parked = 1;
     }
     pthread_mutex_unlock(&req->wake_mu);
     return parked;
+}
+
+void moon_gw_req_poke(moon_gw_req_t *req)
+{
+    pthread_mutex_lock(&req->wake_mu);
+    req->poked = 1;
+    if (req->parked && !req->closed) {
+        req->parked = 0;
+        req->conn.wake(req->conn.arg);
+    }
+    pthread_mutex_unlock(&req->wake_mu);
 }
 
 void moon_gw_req_close(moon_gw_req_t *req, int cancel)

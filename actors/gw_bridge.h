@@ -40,9 +40,9 @@ typedef struct {
     moon_gw_conn_fn park, wake;
     void           *arg;           /* passed to park and wake */
     uint64_t        token_wake_ns; /* 0: every event wakes a parked connection; else a
-                                      TOKEN wakes it at most once per this long (a whole
-                                      answer waits for DONE: fewer wake-ups, and a client
-                                      that left is still noticed that often); DONE always */
+                                      TOKEN wakes it at most once per this long
+                                      (UINT64_MAX: never; a whole answer waits for DONE
+                                      with no wake-up between); DONE always */
     uint64_t arrival_ns;           /* when the request arrived (moon_now); 0: at submit */
 } moon_gw_conn_t;
 
@@ -77,8 +77,12 @@ uint64_t      moon_gw_req_id(const moon_gw_req_t *req);
  * moon_msg_release it), NULL if none is queued now. The connection's thread only. */
 const moon_msg_hdr_t *moon_gw_req_next(moon_gw_req_t *req);
 /* Parks the connection (park(conn) under the wake lock) if nothing is
- * queued: returns 1 parked, 0 events are waiting (call next again). */
+ * queued: returns 1 parked, 0 events are waiting or the request was poked
+ * (call next again). */
 int moon_gw_req_park(moon_gw_req_t *req);
+/* Wakes the connection now if it is parked, and keeps it from parking
+ * again (its client hung up: the connection must run to see it). Any thread. */
+void moon_gw_req_poke(moon_gw_req_t *req);
 /* The HTTP side is done with the request (its connection is closing): no
  * wake after this returns; cancel != 0 and the request not finished: CANCEL
  * goes to the cluster (its KV freed). Drops the HTTP side's reference. */
