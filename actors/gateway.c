@@ -232,7 +232,8 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     if (status != MOON_OK) {
         goto err;
     }
-    status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->cfg.max_inflight, &st->bridge);
+    status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->conductor, st->cfg.max_inflight,
+                                   &st->bridge);
     if (status != MOON_OK) {
         goto err;
     }
@@ -292,7 +293,7 @@ static void gw_fini(moon_actor_t *self)
     struct timespec nap = {0, 10 * 1000 * 1000};
 
     moon_gw_http_quiesce(st->http);
-    moon_gw_bridge_cancel_all(st->bridge, self, st->conductor);
+    moon_gw_bridge_cancel_all(st->bridge, self);
     /* No connection may stay parked when the server stops: end every request
      * and let the connections finish (bounded: 5 s). */
     for (int i = 0; i < 500; i++) {
@@ -320,7 +321,7 @@ static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
     gw_state_t *st = moon_actor_state(self);
 
     (void)msg;
-    moon_gw_bridge_drain(st->bridge, self, st->conductor);
+    moon_gw_bridge_drain(st->bridge, self);
     return MOON_OK;
 }
 
@@ -330,9 +331,10 @@ static double secs(uint64_t ns)
 }
 
 /* The live request a TOKEN or DONE names, NULL (logged) if unknown. */
-static moon_gw_req_t *event_req(gw_state_t *st, uint64_t request_id, const char *what)
+static moon_gw_req_t *event_req(moon_actor_t *self, gw_state_t *st, uint64_t request_id,
+                                const char *what)
 {
-    moon_gw_req_t *req = moon_gw_bridge_find(st->bridge, request_id);
+    moon_gw_req_t *req = moon_gw_bridge_find(st->bridge, self, request_id);
 
     if (req == NULL) {
         MOON_DEBUG_LOG("gateway: %s of unknown request %llu dropped", what,
@@ -348,7 +350,7 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t               *st  = moon_actor_state(self);
     const moon_serve_token_t *tok = (const moon_serve_token_t *)msg;
-    moon_gw_req_t            *req = event_req(st, tok->request_id, "token");
+    moon_gw_req_t            *req = event_req(self, st, tok->request_id, "token");
     moon_gw_req_times_t      *t;
     uint64_t                  now = moon_now(moon_actor_runtime(self));
 
@@ -371,7 +373,7 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t                *st  = moon_actor_state(self);
     const moon_serve_done_t   *d   = (const moon_serve_done_t *)msg;
-    moon_gw_req_t             *req = event_req(st, d->request_id, "done");
+    moon_gw_req_t             *req = event_req(self, st, d->request_id, "done");
     moon_gw_metrics_t         *m   = st->metrics;
     const moon_gw_req_times_t *t;
     char                       labels[48];
@@ -415,6 +417,7 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
         return MOON_OK;
     }
     moon_gw_http_set_down(st->http, 1);
+    moon_gw_bridge_drain(st->bridge, self); /* those on the ring fail too */
     n = moon_gw_bridge_fail_all(st->bridge, MOON_ERR_PEER_LOST, "the conductor is gone");
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"prefill\"", 0);
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"decode\"", 0);
