@@ -70,10 +70,11 @@ typedef struct {
     char                  *out;   /* stream: bytes to send */
     size_t                 n_out, off_out;
     int                    role_sent;
-    int                    finished;  /* stream: [DONE] formatted */
-    int                    got_done;  /* DONE read: nothing to cancel */
-    int                    ttft_seen; /* the first text is out (TTFT observed) */
-    int                    watched;   /* hangup_slot is ours */
+    int                    finished;     /* stream: [DONE] formatted */
+    int                    got_done;     /* DONE read: nothing to cancel */
+    int                    ttft_seen;    /* the first text is out (TTFT observed) */
+    uint64_t               last_text_ns; /* stream: when text last went out */
+    int                    watched;      /* hangup_slot is ours */
     uint32_t               hangup_slot;
     atomic_int             gone; /* the client hung up (the watcher saw it) */
 } conn_t;
@@ -321,30 +322,34 @@ static int done_error(const moon_serve_done_t *d, moon_gw_error_t *err)
 
 /* ---- latencies, as the client sees them ---------------------------------------- */
 /* From the request's first byte to when its bytes leave this thread for the
- * socket (what `vllm bench serve` and `moonlet bench` measure, less the
- * loopback): TTFT at the first text, the end-to-end latency at the end of
- * an answer that finished (stop or length). The actor's clock marks would
- * leave out the hop to this thread, which on a busy machine is most of the
- * difference. */
+ * socket, with the definitions of `vllm bench serve` and `moonlet bench`
+ * (so each interval lies inside the one the client measures, less only the
+ * loopback): TTFT at the first text, the end-to-end latency at the last
+ * text of an answer that finished (stop or length; a whole answer: when it
+ * goes). The actor's clock marks would leave out the hop to this thread,
+ * which on a busy machine is most of the difference. */
 static double since_start_s(const conn_t *c, uint64_t now_ns)
 {
     return (double)(now_ns - c->t_start_ns) * 1e-9;
 }
 
+/* Text goes out now. */
 static void observe_text(conn_t *c)
 {
+    c->last_text_ns = moon_now(c->http->a.rt);
     if (!c->ttft_seen) {
         c->ttft_seen = 1;
         moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
-                                since_start_s(c, moon_now(c->http->a.rt)));
+                                since_start_s(c, c->last_text_ns));
     }
 }
 
 static void observe_end(conn_t *c, const moon_serve_done_t *d)
 {
+    uint64_t end = c->last_text_ns != 0 ? c->last_text_ns : moon_now(c->http->a.rt);
+
     if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
-        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_E2E, NULL,
-                                since_start_s(c, moon_now(c->http->a.rt)));
+        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_E2E, NULL, since_start_s(c, end));
     }
 }
 
