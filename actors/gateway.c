@@ -158,6 +158,21 @@ out:
     return status;
 }
 
+/* Frees what init made (the HTTP server stopped, or never started). */
+static void free_state(gw_state_t *st)
+{
+    moon_gw_bridge_destroy(st->bridge);
+    if (st->own_metrics) {
+        moon_gw_metrics_destroy(st->metrics);
+    }
+    moon_tokenizer_destroy(st->tok);
+    moon_free(st->host);
+    moon_free(st->api_key);
+    moon_free(st->wait_roles);
+    moon_free(st->model_name);
+    moon_free(st->fingerprint);
+}
+
 static moon_status_t gw_init(moon_actor_t *self, const void *arg)
 {
     const moon_gateway_args_t *args = arg;
@@ -274,16 +289,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     return MOON_OK;
 
 err:
-    moon_gw_bridge_destroy(st->bridge);
-    if (st->own_metrics) {
-        moon_gw_metrics_destroy(st->metrics);
-    }
-    moon_tokenizer_destroy(st->tok);
-    moon_free(st->host);
-    moon_free(st->api_key);
-    moon_free(st->wait_roles);
-    moon_free(st->model_name);
-    moon_free(st->fingerprint);
+    free_state(st);
     return status;
 }
 
@@ -304,16 +310,7 @@ static void gw_fini(moon_actor_t *self)
         nanosleep(&nap, NULL);
     }
     moon_gw_http_stop(st->http);
-    moon_gw_bridge_destroy(st->bridge);
-    if (st->own_metrics) {
-        moon_gw_metrics_destroy(st->metrics);
-    }
-    moon_tokenizer_destroy(st->tok);
-    moon_free(st->host);
-    moon_free(st->api_key);
-    moon_free(st->wait_roles);
-    moon_free(st->model_name);
-    moon_free(st->fingerprint);
+    free_state(st);
 }
 
 static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)

@@ -25,15 +25,8 @@ fi
 
 T=$(mktemp -d)
 SRV=
-cleanup() {
-    if [ -n "$SRV" ] && kill -0 "$SRV" 2>/dev/null; then
-        kill -TERM "$SRV" 2>/dev/null
-        for _ in $(seq 100); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SRV" 2>/dev/null || true
-    fi
-    rm -rf "$T"
-}
-trap cleanup EXIT
+# moonlet serve stops cleanly on SIGTERM
+trap '[ -z "$SRV" ] || { kill -TERM "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }; rm -rf "$T"' EXIT
 MOON_LOG_LEVEL=warn "$MOONLET" serve --model "$M" --port 0 --model-name stories260K \
     >"$T/serve.log" 2>&1 </dev/null &
 SRV=$!

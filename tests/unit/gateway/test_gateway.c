@@ -693,10 +693,22 @@ static void test_half_sent_request_times_out(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
+/* Runs an official client's script; cmd exits 77 when its tool or its
+ * registry cannot be reached (then the test is skipped, saying unreachable). */
+static void run_client(const char *cmd, const char *unreachable)
+{
+    int ret = system(cmd);
+
+    if (WEXITSTATUS(ret) == 77) {
+        moon_test_skip(unreachable);
+        return;
+    }
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+}
+
 static void test_openai_npm(void)
 {
     char cmd[2048];
-    int  ret;
 
     snprintf(cmd, sizeof(cmd),
              "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
@@ -705,19 +717,12 @@ static void test_openai_npm(void)
              "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
              "cp '%s' client.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node client.mjs",
              gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
-    ret = system(cmd);
-    if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip(
-            "npm or the npm registry is unreachable: the openai client test did not run");
-        return;
-    }
-    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    run_client(cmd, "npm or the npm registry is unreachable: the openai client test did not run");
 }
 
 static void test_openai_python(void)
 {
     char cmd[2048];
-    int  ret;
 
     snprintf(cmd, sizeof(cmd),
              "command -v python3 >/dev/null || exit 77; d='%s/py'; "
@@ -726,12 +731,7 @@ static void test_openai_python(void)
              ">\"%s/pip.log\" 2>&1; \"$d/bin/python\" -c 'import openai' 2>/dev/null || exit 77; "
              "MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 \"$d/bin/python\" '%s'",
              gw_tmp_dir(), gw_tmp_dir(), g_port, MOON_TEST_PY_SCRIPT);
-    ret = system(cmd);
-    if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip("python3 or PyPI is unreachable: the openai python client test did not run");
-        return;
-    }
-    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    run_client(cmd, "python3 or PyPI is unreachable: the openai python client test did not run");
 }
 
 static CU_TestInfo tests[] = {

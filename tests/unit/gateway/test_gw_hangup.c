@@ -31,14 +31,20 @@ static void nap_ms(long ms)
     nanosleep(&(struct timespec){0, ms * 1000000L}, NULL);
 }
 
+/* A socket pair, its first end watched (hook: on_hangup(n)). */
+static void watched_pair(int sv[2], atomic_int *n, uint32_t *slot_p)
+{
+    CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_gw_hangup_watch(g_w, sv[0], on_hangup, n, slot_p), MOON_OK);
+}
+
 static void test_close_fires_once(void)
 {
     int        sv[2];
     atomic_int n = 0;
     uint32_t   slot;
 
-    CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    CU_ASSERT_EQUAL_FATAL(moon_gw_hangup_watch(g_w, sv[0], on_hangup, &n, &slot), MOON_OK);
+    watched_pair(sv, &n, &slot);
     CU_ASSERT_EQUAL(write(sv[1], "GET / HTTP/1.1\r\n\r\n", 18), 18); /* pipelined: no hang-up */
     nap_ms(50);
     CU_ASSERT_EQUAL(atomic_load(&n), 0);
@@ -56,8 +62,7 @@ static void test_shutdown_fires(void)
     atomic_int n = 0;
     uint32_t   slot;
 
-    CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    CU_ASSERT_EQUAL_FATAL(moon_gw_hangup_watch(g_w, sv[0], on_hangup, &n, &slot), MOON_OK);
+    watched_pair(sv, &n, &slot);
     shutdown(sv[1], SHUT_WR);
     CU_ASSERT_EQUAL(wait_count(&n, 1), 1);
     moon_gw_hangup_unwatch(g_w, slot);
@@ -71,8 +76,7 @@ static void test_unwatched_never_fires(void)
     atomic_int n = 0;
     uint32_t   slot;
 
-    CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    CU_ASSERT_EQUAL_FATAL(moon_gw_hangup_watch(g_w, sv[0], on_hangup, &n, &slot), MOON_OK);
+    watched_pair(sv, &n, &slot);
     moon_gw_hangup_unwatch(g_w, slot);
     moon_gw_hangup_unwatch(g_w, slot);  /* twice: no-op */
     moon_gw_hangup_unwatch(g_w, 99999); /* out of range: no-op */
