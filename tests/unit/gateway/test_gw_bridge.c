@@ -67,7 +67,8 @@ static moon_status_t owner_init(moon_actor_t *self, const void *args)
     moon_status_t status;
 
     (void)args;
-    status = moon_gw_bridge_create(moon_actor_runtime(self), moon_actor_addr(self), 64, &o->bridge);
+    status = moon_gw_bridge_create(moon_actor_runtime(self), moon_actor_addr(self), g_conductor, 64,
+                                   &o->bridge);
     if (status == MOON_OK) {
         atomic_store(&g_bridge, o->bridge);
     }
@@ -82,7 +83,7 @@ static void owner_fini(moon_actor_t *self)
 static moon_status_t owner_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     (void)msg;
-    moon_gw_bridge_drain(((owner_t *)moon_actor_state(self))->bridge, self, g_conductor);
+    moon_gw_bridge_drain(((owner_t *)moon_actor_state(self))->bridge, self);
     return MOON_OK;
 }
 
@@ -91,7 +92,7 @@ static moon_status_t owner_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
     owner_t *o  = moon_actor_state(self);
     uint64_t id = msg->type == MOON_MSG_SERVE_TOKEN ? ((const moon_serve_token_t *)msg)->request_id
                                                     : ((const moon_serve_done_t *)msg)->request_id;
-    moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, id);
+    moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, self, id);
 
     if (req != NULL) {
         moon_gw_bridge_deliver(o->bridge, req, msg);
