@@ -121,15 +121,6 @@ static void test_capacity(void)
     CU_ASSERT_EQUAL(atomic_load(&n), 1);
 }
 
-static CU_TestInfo tests[] = {
-    {"close_fires_once", test_close_fires_once},
-    {"shutdown_fires", test_shutdown_fires},
-    {"unwatched_never_fires", test_unwatched_never_fires},
-    {"capacity", test_capacity},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_hangup", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     int rc;
@@ -138,7 +129,8 @@ int main(void)
         moon_gw_hangup_create(4, &g_w) != MOON_OK) {
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gw_hangup", NULL, NULL, test_close_fires_once, test_shutdown_fires,
+                       test_unwatched_never_fires, test_capacity);
     moon_gw_hangup_destroy(g_w);
     moon_gw_hangup_destroy(NULL);
     return rc;
