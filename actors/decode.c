@@ -639,17 +639,6 @@ static int handle_incoming(moon_actor_t *self, decode_t *d, const moon_msg_hdr_t
                : handle_kv_ready(self, d, (const moon_serve_kv_ready_t *)msg);
 }
 
-static int waiting_for_same(const decode_t *d, const moon_serve_kv_ready_t *m)
-{
-    for (uint32_t i = 0; i < d->n_waiting; i++) {
-        const moon_serve_kv_ready_t *w = (const void *)d->waiting[i];
-        if (w->reply_to == m->reply_to && w->request_id == m->request_id) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* KV_READY from a prefill instance, or (colocated) PREFILL from the
  * conductor: both begin with the request's name. */
 static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -661,7 +650,11 @@ static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t
         MOON_WARN("decode %u: a prefill request for a decode-only instance dropped", d->a.instance);
         return MOON_OK;
     }
-    if (waiting_for_same(d, m) || !handle_incoming(self, d, msg)) {
+    /* first come, first served: a new request that would fit does not pass
+     * the ones already waiting for room (a long one would starve behind a
+     * stream of short ones) */
+    int queued = d->n_waiting > 0 && find_req(d, m->reply_to, m->request_id) == NULL;
+    if (queued || !handle_incoming(self, d, msg)) {
         moon_msg_hdr_t **w = moon_realloc(d->waiting, (d->n_waiting + 1) * sizeof(*w));
         if (w == NULL) {
             return MOON_ERR_NO_MEMORY;
