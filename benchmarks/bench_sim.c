@@ -5,7 +5,9 @@
  * < 60 s, on one core). One configuration per process (peak RSS is the
  * process's). --copies N concatenates the trace N times (fresh hash ids,
  * shifted times), --requests caps it, --span-s time-scales it to that span.
- * Prints one JSON line. */
+ * --kv-scale N multiplies the profile's HBM and store DRAM: KV payloads are
+ * virtual in simulation, so peak memory must not follow (two configurations
+ * differing only in it, one process each). Prints one JSON line. */
 #include "bench_util.h"
 #include "profile.h"
 #include "sim_run.h"
@@ -63,6 +65,7 @@ int main(int argc, char **argv)
     int64_t               max_req = moon_bench_arg_int(argc, argv, "requests", 0);
     int64_t               span_s  = moon_bench_arg_int(argc, argv, "span-s", 0);
     int64_t               target  = moon_bench_arg_int(argc, argv, "target-s", 0);
+    int64_t               kv_scale = moon_bench_arg_int(argc, argv, "kv-scale", 1);
     moon_trace_t         *t = NULL, *all = NULL;
     moon_profile_t        p;
     moon_sim_records_t    recs;
@@ -74,13 +77,16 @@ int main(int argc, char **argv)
     uint64_t              t0;
     double                wall, scale = 1.0;
 
-    if (path == NULL || nodes < 2 || copies < 1 ||
+    if (path == NULL || nodes < 2 || copies < 1 || kv_scale < 1 ||
         moon_trace_load(path, NULL, &t, NULL) != MOON_OK ||
         moon_profile_load(prof, NULL, &p, NULL) != MOON_OK) {
         fprintf(stderr, "usage: bench_sim --trace=T.jsonl [--nodes=16] [--copies=1] "
-                        "[--requests=0] [--span-s=0] [--profile=NAME] [--target-s=0]\n");
+                        "[--requests=0] [--span-s=0] [--profile=NAME] [--target-s=0] "
+                        "[--kv-scale=1]\n");
         return 2;
     }
+    p.device.mem_bytes *= (double)kv_scale;
+    p.store.dram_bytes *= (double)kv_scale;
     text = concat(t, (int)copies, (size_t)max_req, &len);
     if (text == NULL || moon_trace_parse(text, len, NULL, &all, NULL) != MOON_OK) {
         return 1;
@@ -112,6 +118,11 @@ int main(int argc, char **argv)
     moon_bench_json_str(&j, "profile", p.name);
     moon_bench_json_int(&j, "requests", (int64_t)all->n_reqs);
     moon_bench_json_int(&j, "nodes", nodes);
+    moon_bench_json_int(&j, "kv_scale", kv_scale);
+    /* the KV the cluster models: every instance's HBM left for KV, every node's store DRAM */
+    moon_bench_json_num(&j, "modeled_kv_gib",
+                        (double)nodes * (moon_profile_kv_capacity_bytes(&p) + p.store.dram_bytes) /
+                            (1024.0 * 1024.0 * 1024.0));
     moon_bench_json_num(&j, "trace_span_s",
                         (double)all->reqs[all->n_reqs - 1].timestamp_ms * scale * 1e-3);
     moon_bench_json_num(&j, "wall_s", wall);

@@ -6,10 +6,12 @@
  * The instances need a model for their bookkeeping (vocabulary, context,
  * KV pools, tokenizer): a tiny random one (dim 2, one layer, one head: RoPE needs pairs) is
  * written and loaded for the run, and the engine models the profile's shape
- * (moonlet/model.h: COST over a model with a modeled shape). So KV pools and
- * store arenas hold 16 bytes per token whatever the modeled model, and their
- * capacities in blocks come from the profile (HBM left after the weights,
- * store DRAM), the store's capped by what the trace can ever fill. Which
+ * (moonlet/model.h: COST over a model with a modeled shape). KV payloads are
+ * virtual: pools and store shards keep block tables, keys, sizes, leases
+ * and eviction but no bytes (kv_pool.h, store_shard.h), so memory does not
+ * grow with the modeled KV; capacities in blocks come from the profile (HBM
+ * left after the weights, store DRAM), the store's capped by what the trace
+ * can ever fill. Which
  * instances the conductor chose is read off its PREFILL messages as they are
  * dispatched (the runtime's trace hook). KV moves take their modeled time
  * on the profile's network (sim_net.h: per-node NICs with busy-until lanes,
@@ -192,7 +194,8 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
                .shard_id   = i,
                .slot_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens *
                              sizeof(float),
-               .n_slots = (uint32_t)(slots > 0 ? slots : 1),
+               .n_slots         = (uint32_t)(slots > 0 ? slots : 1),
+               .virtual_payload = 1,
         };
         status = spawn(s, &moon_store_shard_ops, &sa, 0, &s->shards[i]);
     }
@@ -246,6 +249,7 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
             .threaded      = 0,
             .xfer_ns       = s->net != NULL ? sim_xfer : NULL,
             .xfer_arg      = s,
+            .virtual_kv    = 1,
         };
         status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, &s->inst[i]);
     }

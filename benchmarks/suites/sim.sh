@@ -2,7 +2,9 @@
 # Simulator speed (issue #16): the whole synthetic trace on 16 simulated nodes
 # (target < 10 s wall), and a 12,000-request, one-hour trace (the synthetic
 # trace three times over with fresh ids, time-scaled to 3,600 s) on 128
-# nodes (target < 60 s). One process per configuration (peak RSS).
+# nodes (target < 60 s). One process per configuration (peak RSS); the
+# 16-node run again with 4x the HBM and store DRAM (--kv-scale=4): KV payloads
+# are virtual, so its peak RSS must stay that of the first.
 # SMOKE=1: 200 requests on 4 nodes.
 set -euo pipefail
 B=${BENCH_BIN:?}/bench_sim
@@ -13,5 +15,6 @@ if [ "${SMOKE:-0}" = 1 ]; then
 fi
 for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10
+    "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=4
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
 done
