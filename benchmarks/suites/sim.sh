@@ -5,6 +5,7 @@
 # nodes (target < 60 s). One process per configuration (peak RSS); the
 # 16-node run again with 4x the HBM and store DRAM (--kv-scale=4): KV payloads
 # are virtual, so its peak RSS must stay that of the first.
+# Then the cross-check against the real cluster (sim_crosscheck.sh).
 # SMOKE=1: 200 requests on 4 nodes.
 set -euo pipefail
 B=${BENCH_BIN:?}/bench_sim
@@ -18,3 +19,4 @@ for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=4
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
 done
+bash "$(dirname "$0")/sim_crosscheck.sh"
