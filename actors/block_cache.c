@@ -20,12 +20,14 @@ typedef struct {
 } slot_t;
 
 struct moon_block_cache {
-    moon_kv_cache_t *kv;
-    moon_htab_t     *map; /* key -> entry index */
-    centry_t        *e;   /* (max) */
-    uint32_t        *free_list;
-    uint32_t         n_free, max, n;
-    uint32_t         head, tail;
+    moon_kv_cache_t            *kv;
+    moon_htab_t                *map; /* key -> entry index */
+    centry_t                   *e;   /* (max) */
+    uint32_t                   *free_list;
+    uint32_t                    n_free, max, n;
+    uint32_t                    head, tail;
+    moon_block_cache_listener_t listen;
+    void                       *listen_arg;
 };
 
 static uint64_t key_hash(const void *key, void *arg)
@@ -105,6 +107,9 @@ static void push_newest(moon_block_cache_t *c, uint32_t i)
 
 static void evict(moon_block_cache_t *c, uint32_t i)
 {
+    if (c->listen != NULL) {
+        c->listen(c->listen_arg, 0, c->e[i].key);
+    }
     unlink_entry(c, i);
     moon_htab_remove(c->map, &c->e[i].key);
     moon_kv_block_unref(c->kv, c->e[i].block);
@@ -117,6 +122,7 @@ void moon_block_cache_destroy(moon_block_cache_t *c)
     if (c == NULL) {
         return;
     }
+    c->listen = NULL; /* going away is not an eviction anyone must hear of */
     while (c->head != NIL) {
         evict(c, c->head);
     }
@@ -182,6 +188,23 @@ void moon_block_cache_put(moon_block_cache_t *c, moon_kv_key_t key, uint32_t blo
     moon_kv_block_ref(c->kv, block);
     push_newest(c, k);
     c->n++;
+    if (c->listen != NULL) {
+        c->listen(c->listen_arg, 1, key);
+    }
+}
+
+void moon_block_cache_listen(moon_block_cache_t *c, moon_block_cache_listener_t fn, void *arg)
+{
+    c->listen     = fn;
+    c->listen_arg = arg;
+}
+
+void moon_block_cache_foreach(const moon_block_cache_t *c, moon_block_cache_listener_t fn,
+                              void *arg)
+{
+    for (uint32_t i = c->head; i != NIL; i = c->e[i].next) {
+        fn(arg, 1, c->e[i].key);
+    }
 }
 
 uint32_t moon_block_cache_make_room(moon_block_cache_t *c, uint32_t want)

@@ -31,6 +31,15 @@ MOON_API void moon_block_cache_put(moon_block_cache_t *cache, moon_kv_key_t key,
 /* Drops least recently used blocks until the pool has want free blocks or
  * the cache is empty; returns the pool's free blocks. */
 MOON_API uint32_t moon_block_cache_make_room(moon_block_cache_t *cache, uint32_t want);
+/* Told of every key that enters (stored 1) or leaves (evicted 0) the
+ * cache, e.g. to publish the cache's content to the conductor. */
+typedef void (*moon_block_cache_listener_t)(void *arg, int stored, moon_kv_key_t key);
+/* Sets (fn NULL: clears) the listener. */
+MOON_API void moon_block_cache_listen(moon_block_cache_t *cache, moon_block_cache_listener_t fn,
+                                      void *arg);
+/* Calls fn(arg, 1, key) for every cached key (a snapshot for the listener). */
+MOON_API void moon_block_cache_foreach(const moon_block_cache_t   *cache,
+                                       moon_block_cache_listener_t fn, void *arg);
 /* Blocks the cache holds (only it, or shared with sequences). */
 MOON_API uint32_t moon_block_cache_count(const moon_block_cache_t *cache);
 /* Blocks only the cache holds: the room make_room can give back. */

@@ -2,14 +2,13 @@
  * the request, tokenizes a text prompt, computes the prompt's block keys
  * (the store's chained keys under the deployment's tag), looks up how much of
  * the prefix the store holds in its global prefix index (fed by the shards'
- * event streams), and asks the scheduler's policy for a (prefill, decode)
- * pair from its view of the cluster: every instance's fitted cost model
- * (HELLO), its load reports (LOAD) and the placements made since. A request
- * whose predicted TTFT or TBT breaks its SLO is rejected at arrival. The
- * request's entry stays until its decode instance releases it, so a CANCEL
- * reaches both instances. Spawned with MOON_SPAWN_CONTROL: never muted.
- * Requests it cannot take are answered at once with DONE (finish error or
- * rejected) and a log line. */
+ * event streams) and each prefill instance's own prefix cache holds (one
+ * index per instance, fed by its CACHE_EVENTS), and asks the scheduler's policy for a (prefill,
+ * decode) pair from its view of the cluster: every instance's fitted cost model (HELLO), its load
+ * reports (LOAD) and the placements made since. A request whose predicted TTFT or TBT breaks its
+ * SLO is rejected at arrival. The request's entry stays until its decode instance releases it, so a
+ * CANCEL reaches both instances. Spawned with MOON_SPAWN_CONTROL: never muted. Requests it cannot
+ * take are answered at once with DONE (finish error or rejected) and a log line. */
 #include "conductor.h"
 
 #include "moonlet/alloc.h"
@@ -48,11 +47,12 @@ typedef struct {
     uint32_t                n_inst;
     moon_sched_view_t       view;
     moon_sched_policy_t    *policy;
-    moon_kv_index_t        *index; /* NULL without a store */
-    moon_addr_t             shards[COND_MAX_INSTANCES];
-    creq_t                 *reqs; /* (max_requests) */
-    uint32_t                n_reqs;
-    uint64_t                next_tag;
+    moon_kv_index_t        *index;                   /* NULL without a store */
+    moon_kv_index_t *cached[2 * COND_MAX_INSTANCES]; /* per prefill instance: its own cache */
+    moon_addr_t      shards[COND_MAX_INSTANCES];
+    creq_t          *reqs; /* (max_requests) */
+    uint32_t         n_reqs;
+    uint64_t         next_tag;
     struct {
         uint64_t n_submitted, n_placed, n_rejected, n_errors, n_finished[5];
         uint64_t n_index_resyncs;
@@ -222,19 +222,29 @@ static int index_synced(const conductor_t *c)
 }
 
 /* Asks the policy: the prompt's full blocks, how many the store holds (the
- * index), the SLOs. */
+ * index) and each prefill instance's cache holds (local, n_inst entries: as
+ * far as its events told; the instance checks), the SLOs. */
 static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
                            const int32_t *ids, uint32_t n, moon_sched_decision_t *d,
-                           moon_sched_request_t *req)
+                           moon_sched_request_t *req, uint32_t *local)
 {
     uint32_t      n_blocks = n / c->a.block_tokens, store = 0;
     moon_kv_key_t keys[MOON_STORE_QUERY_MAX_KEYS / 16];
     size_t        got = 0;
 
-    if (c->index != NULL && n_blocks > 0) {
+    if (n_blocks > 0) {
         uint32_t k = MOON_MIN(n_blocks, (uint32_t)MOON_ARRAY_SIZE(keys));
         moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, keys, k, &got);
+    }
+    if (c->index != NULL) {
         store = moon_kv_index_prefix(c->index, keys, (uint32_t)got);
+    }
+    memset(local, 0, c->n_inst * sizeof(*local));
+    for (uint32_t i = 0; i < c->a.n_prefill && !c->a.colocated; i++) {
+        if (c->cached[i] != NULL && c->view.inst[i].alive &&
+            moon_kv_index_synced(c->cached[i], 0)) {
+            local[i] = moon_kv_index_prefix(c->cached[i], keys, (uint32_t)got);
+        }
     }
     memset(req, 0, sizeof(*req));
     req->tag           = ++c->next_tag;
@@ -242,11 +252,26 @@ static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_
     req->block_tokens  = c->a.block_tokens;
     req->n_blocks      = n_blocks;
     req->store_blocks  = store;
+    req->local_blocks  = local;
     req->max_tokens    = m->max_tokens;
     req->ttft_slo_s    = c->a.ttft_slo_s;
     req->tbt_slo_s     = c->a.tbt_slo_s;
     req->now_s         = now_s(self);
     return moon_sched_policy_decide(c->policy, &c->view, req, d);
+}
+
+/* Blocks the prefill instance fetches from the store after its local ones.
+ * A pull from another prefill instance's cache (fetch_from >= 0) is not
+ * done: the store holds what every prefill instance computed (unless it
+ * evicted it), so those blocks come from the store, the rest are computed. */
+static uint32_t store_fetch(const moon_sched_request_t *req, const moon_sched_decision_t *d)
+{
+    uint32_t end = d->local_blocks + d->fetch_blocks;
+
+    if (d->fetch_from >= 0) {
+        end = MOON_MIN(end, req->store_blocks);
+    }
+    return end > d->local_blocks ? end - d->local_blocks : 0;
 }
 
 static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -260,6 +285,7 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     moon_serve_prefill_t      *p;
     moon_sched_decision_t      d;
     moon_sched_request_t       req;
+    uint32_t                   local[2 * COND_MAX_INSTANCES];
     moon_status_t              status;
     uint64_t                   now = moon_now(moon_actor_runtime(self));
 
@@ -292,7 +318,7 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         moon_free(ids);
         return MOON_OK;
     }
-    status = place(self, c, m, ids, n, &d, &req);
+    status = place(self, c, m, ids, n, &d, &req, local);
     if (status != MOON_OK || d.rejected != MOON_SCHED_ADMIT) {
         const char *w = status != MOON_OK ? "no prefill or decode instance is up" : d.reason;
         c->stats.n_rejected++;
@@ -306,7 +332,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     moon_free(ids);
     if (p != NULL) {
         /* the plan when the index knows the store; else the instance asks */
-        p->n_fetch = index_synced(c) ? d.fetch_blocks : MOON_SERVE_FETCH_ASK;
+        p->n_local = d.local_blocks;
+        p->n_fetch = index_synced(c) ? store_fetch(&req, &d) : MOON_SERVE_FETCH_ASK;
     }
     if (p == NULL || moon_send(self, c->inst[d.prefill].addr, &p->hdr) != MOON_OK) {
         moon_msg_release(p ? &p->hdr : NULL);
@@ -465,6 +492,35 @@ static moon_status_t conductor_on_events(moon_actor_t *self, const moon_msg_hdr_
     return MOON_OK;
 }
 
+/* A prefill instance's cache changed: its index follows; a gap asks the
+ * instance for a snapshot. */
+static moon_status_t conductor_on_cache_events(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t                     *c = moon_actor_state(self);
+    const moon_serve_cache_events_t *m = (const void *)msg;
+    int32_t                          i = view_index(c, MOON_SERVE_ROLE_PREFILL, m->instance);
+    moon_serve_cache_sync_t         *q;
+    moon_status_t                    status;
+
+    if (i < 0 || c->cached[i] == NULL || !c->inst[i].hello || c->inst[i].addr != msg->src) {
+        return MOON_OK; /* not (yet) known: its next events show a gap, then it resyncs */
+    }
+    status = moon_kv_index_apply(c->cached[i], 0, m->seq, m->snapshot, MOON_SPAN_PTR(m, m->ev),
+                                 m->ev.n / MOON_STORE_EVENT_U64S);
+    if (status != MOON_ERR_CORRUPT && status != MOON_ERR_NO_MEMORY) {
+        return MOON_OK;
+    }
+    MOON_WARN("conductor: cache events of prefill %u lost (%s): asking for a snapshot", m->instance,
+              moon_status_str(status));
+    c->stats.n_index_resyncs++;
+    q = moon_msg_new(MOON_MSG_SERVE_CACHE_SYNC, 0);
+    if (q != NULL) {
+        q->instance = m->instance;
+        moon_tell(self, msg->src, &q->hdr);
+    }
+    return MOON_OK;
+}
+
 static moon_status_t conductor_on_store_reply(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     (void)self;
@@ -490,6 +546,9 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
                   c->inst[m->ref].last.role, moon_status_str(m->reason));
         c->view.inst[m->ref].alive = 0;
         c->inst[m->ref].hello      = 0;
+        if (m->ref < c->a.n_prefill && c->cached[m->ref] != NULL) {
+            moon_kv_index_drop_shard(c->cached[m->ref], 0); /* its cache went with it */
+        }
     }
     return MOON_OK;
 }
@@ -592,6 +651,9 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (status == MOON_OK && c->a.n_shards > 0) {
         status = moon_kv_index_create(c->a.n_shards, &c->a.tag, &c->index);
     }
+    for (uint32_t i = 0; status == MOON_OK && !c->a.colocated && i < c->a.n_prefill; i++) {
+        status = moon_kv_index_create(1, &c->a.tag, &c->cached[i]);
+    }
     for (uint32_t s = 0; status == MOON_OK && s < c->a.n_shards; s++) {
         moon_monitor(self, c->shards[s], COND_SHARD_REF_BASE + s);
         subscribe(self, c, s, 0);
@@ -610,6 +672,10 @@ static void conductor_fini(moon_actor_t *self)
     conductor_t *c = moon_actor_state(self);
 
     moon_kv_index_destroy(c->index);
+    for (uint32_t i = 0; i < MOON_ARRAY_SIZE(c->cached); i++) {
+        moon_kv_index_destroy(c->cached[i]);
+        c->cached[i] = NULL;
+    }
     moon_sched_policy_destroy(c->policy);
     moon_sched_view_fini(&c->view);
     moon_free(c->reqs);
@@ -627,14 +693,15 @@ const moon_actor_ops_t moon_conductor_ops = {
     .fini        = conductor_fini,
     .on_msg =
         {
-            [MOON_MSG_SERVE_SUBMIT]   = conductor_on_submit,
-            [MOON_MSG_SERVE_CANCEL]   = conductor_on_cancel,
-            [MOON_MSG_SERVE_RELEASED] = conductor_on_released,
-            [MOON_MSG_SERVE_LOAD]     = conductor_on_load,
-            [MOON_MSG_SERVE_HELLO]    = conductor_on_hello,
-            [MOON_MSG_STORE_EVENTS]   = conductor_on_events,
-            [MOON_MSG_STORE_REPLY]    = conductor_on_store_reply,
-            [MOON_MSG_SYS_DOWN]       = conductor_on_down,
-            [MOON_MSG_SERVE_STATS]    = conductor_on_stats,
+            [MOON_MSG_SERVE_SUBMIT]       = conductor_on_submit,
+            [MOON_MSG_SERVE_CANCEL]       = conductor_on_cancel,
+            [MOON_MSG_SERVE_RELEASED]     = conductor_on_released,
+            [MOON_MSG_SERVE_LOAD]         = conductor_on_load,
+            [MOON_MSG_SERVE_HELLO]        = conductor_on_hello,
+            [MOON_MSG_STORE_EVENTS]       = conductor_on_events,
+            [MOON_MSG_SERVE_CACHE_EVENTS] = conductor_on_cache_events,
+            [MOON_MSG_STORE_REPLY]        = conductor_on_store_reply,
+            [MOON_MSG_SYS_DOWN]           = conductor_on_down,
+            [MOON_MSG_SERVE_STATS]        = conductor_on_stats,
         },
 };

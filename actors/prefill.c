@@ -1,16 +1,21 @@
 /* actors/prefill.c - the prefill instance: for each placed request (FIFO
- * within its SLO class, one computing at a time) it fetches the prompt's
- * cached prefix blocks from the KV store straight into its pool (RDMA get
- * into the registered pool), computes the rest in chunks on its engine
+ * within its SLO class, one computing at a time) it reuses the prompt's
+ * leading blocks its own prefix cache holds, fetches the next cached ones
+ * from the KV store straight into its pool (RDMA get into the registered
+ * pool), computes the rest in chunks on its engine
  * thread, puts the new full blocks into the store (two-phase put, zero-copy
  * from the pool), and hands the sequence to the decode instance the
  * conductor chose: after every chunk a KV_READY names the blocks now final,
  * which the decode pulls from this pool while the next chunk computes; the
  * last one carries the partial block and the first sampled token.
  * A request's blocks stay until the decode says KV_DONE and the store puts
- * from them have finished. */
+ * from them have finished; its full blocks then stay in the prefix cache
+ * (least recently used ones go when the pool needs room), whose content the
+ * conductor learns from CACHE_EVENTS (cache_events.h). */
 #include "prefill.h"
 
+#include "block_cache.h"
+#include "cache_events.h"
 #include "engine_runner.h"
 #include "kv_pool.h"
 #include "moonlet/alloc.h"
@@ -33,8 +38,9 @@ typedef struct {
     uint32_t                    seq;
     int                         have_seq;
     uint32_t                    n_prompt, n_full, n_done, n_sent, n_fetched, n_cached;
+    uint32_t                    n_local; /* leading blocks taken from the prefix cache */
     uint32_t                    n_gets, n_gets_done, n_puts;
-    uint32_t                   *got; /* (n_full) blocks fetched from the store, in key order */
+    uint32_t                   *got; /* (n_full) blocks fetched from the store, by block index */
     uint8_t                    *got_ok;
     int                         kv_done, cancelled, handed;
     uint64_t                    start_ns, compute_ns;
@@ -48,6 +54,8 @@ typedef struct {
     moon_engine_runner_t      *runner;
     moon_kv_pool_t             pool;
     moon_store_client_t       *store;
+    moon_block_cache_t        *cache;  /* the prompts' full blocks, kept for reuse */
+    moon_cache_events_t        events; /* its changes, told to the conductor */
     uint32_t                   vocab, seq_len;
     preq_t                    *reqs;                 /* (max_seqs) */
     uint32_t                  *queue[PRE_N_CLASSES]; /* slots waiting, per class, FIFO */
@@ -59,7 +67,7 @@ typedef struct {
     const int32_t *job_tokens;
     uint32_t       job_seq, job_n;
     uint64_t       timer;
-    uint64_t       n_store_hit_tokens, n_computed_tokens;
+    uint64_t       n_cache_hit_tokens, n_store_hit_tokens, n_computed_tokens;
 } prefill_t;
 
 static void kick(moon_actor_t *self, prefill_t *p);
@@ -75,20 +83,69 @@ static const int32_t *tokens_of(const preq_t *r)
     return MOON_SPAN_PTR(r->msg, r->msg->tokens);
 }
 
+/* Leading blocks of the prompt the instance may reuse or fetch: at least the
+ * prompt's last token is computed (its logits give the first token). */
+static uint32_t fetchable_blocks(const prefill_t *p, const preq_t *r)
+{
+    return MOON_MIN(r->msg->keys.n / 2, (r->n_prompt - 1) / p->a.block_tokens);
+}
+
+/* Tokens r still has to compute: a queued request's planned prefix counts
+ * as done (so the conductor's queue estimate is not inflated by hits). */
+static uint32_t tokens_to_compute(const prefill_t *p, const preq_t *r)
+{
+    uint32_t plan = 0;
+
+    if (r->state == PREQ_QUEUED && r->msg->n_fetch != MOON_SERVE_FETCH_ASK) {
+        plan =
+            MOON_MIN(r->msg->n_local + r->msg->n_fetch, fetchable_blocks(p, r)) * p->a.block_tokens;
+    }
+    return r->n_prompt - MOON_MAX(r->n_done, plan);
+}
+
 static void report_load(moon_actor_t *self, prefill_t *p)
 {
     uint32_t queued_tokens = 0, queued = 0;
-    uint64_t counters[3] = {0, p->n_store_hit_tokens, p->n_computed_tokens};
+    uint64_t counters[3] = {p->n_cache_hit_tokens, p->n_store_hit_tokens, p->n_computed_tokens};
 
     for (uint32_t i = 0; i < p->a.max_seqs; i++) {
         const preq_t *r = &p->reqs[i];
         if (r->state == PREQ_QUEUED || r->state == PREQ_FETCHING || r->state == PREQ_COMPUTING) {
-            queued_tokens += r->n_prompt - r->n_done;
+            queued_tokens += tokens_to_compute(p, r);
             queued++;
         }
     }
-    moon_serve_report_load(self, &p->a, queued_tokens, queued, 0, moon_kv_n_free_blocks(p->pool.kv),
+    /* blocks only the cache holds are room: it gives them back on demand */
+    moon_serve_report_load(self, &p->a, queued_tokens, queued, 0,
+                           moon_kv_n_free_blocks(p->pool.kv) + moon_block_cache_idle(p->cache),
                            counters);
+}
+
+/* Room for want more free blocks in the pool, evicting idle cached blocks
+ * (least recently used first; the conductor hears of it). 1 when freed any. */
+static int make_room(moon_actor_t *self, prefill_t *p, uint32_t want)
+{
+    uint32_t before = moon_kv_n_free_blocks(p->pool.kv);
+
+    if (moon_block_cache_make_room(p->cache, before + want) == before) {
+        return 0;
+    }
+    moon_cache_events_flush(&p->events, self);
+    return 1;
+}
+
+/* The prompt's full blocks enter the prefix cache (those taken from it are
+ * only touched): computed or fetched, they serve the next prompt sharing
+ * them. */
+static void keep_blocks(moon_actor_t *self, prefill_t *p, const preq_t *r)
+{
+    const moon_kv_key_t *keys = MOON_SPAN_PTR(r->msg, r->msg->keys);
+    uint32_t             n    = MOON_MIN(r->msg->keys.n / 2, r->n_prompt / p->a.block_tokens);
+
+    for (uint32_t i = 0; i < n; i++) {
+        moon_block_cache_put(p->cache, keys[i], moon_kv_seq_block(p->pool.kv, r->seq, i));
+    }
+    moon_cache_events_flush(&p->events, self);
 }
 
 static void free_req(moon_actor_t *self, prefill_t *p, preq_t *r)
@@ -219,12 +276,13 @@ static void put_new_blocks(prefill_t *p, preq_t *r, uint32_t from, uint32_t to)
     }
 }
 
-/* Appends the fetched blocks that landed, in order up to the first miss. */
+/* Appends the fetched blocks that landed (after the cached ones), in order
+ * up to the first miss. */
 static void fetch_finished(moon_actor_t *self, prefill_t *p, preq_t *r)
 {
-    uint32_t n = 0;
+    uint32_t n = r->n_local;
 
-    while (n < r->n_gets && r->got_ok[n]) {
+    while (n < r->n_local + r->n_gets && r->got_ok[n]) {
         MOON_CHECK(moon_kv_seq_append_block(p->pool.kv, r->seq, r->got[n]) == MOON_OK);
         moon_kv_block_unref(p->pool.kv, r->got[n]);
         r->got[n++] = MOON_KV_NO_BLOCK;
@@ -232,16 +290,17 @@ static void fetch_finished(moon_actor_t *self, prefill_t *p, preq_t *r)
     r->n_fetched = n;
     r->n_done    = n * p->a.block_tokens;
     r->n_cached  = r->n_done;
-    p->n_store_hit_tokens += r->n_done;
+    p->n_store_hit_tokens += (uint64_t)(n - r->n_local) * p->a.block_tokens;
     if (r->cancelled) {
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
     r->state = PREQ_COMPUTING;
-    if (p->a.xfer_ns != NULL && n > 0) {
+    if (p->a.xfer_ns != NULL && n > r->n_local) {
         /* simulation: the fetch takes its modeled time before compute starts */
-        uint64_t timer, delay = p->a.xfer_ns(p->a.xfer_arg, moon_now(moon_actor_runtime(self)),
-                                             MOON_SERVE_XFER_FETCH, 0, p->a.instance, n);
+        uint64_t timer,
+            delay = p->a.xfer_ns(p->a.xfer_arg, moon_now(moon_actor_runtime(self)),
+                                 MOON_SERVE_XFER_FETCH, 0, p->a.instance, n - r->n_local);
         if (delay > 0 && moon_timer_start(self, delay, 0, MOON_SERVE_XFER_TIMER_TAG | slot_of(p, r),
                                           &timer) == MOON_OK) {
             return;
@@ -250,12 +309,16 @@ static void fetch_finished(moon_actor_t *self, prefill_t *p, preq_t *r)
     compute_next(self, p, r);
 }
 
-static void start_fetch(moon_actor_t *self, prefill_t *p, preq_t *r, uint32_t n_hit)
+/* Gets blocks [r->n_local, end) from the store. */
+static void start_fetch(moon_actor_t *self, prefill_t *p, preq_t *r, uint32_t end)
 {
     const uint64_t *keys = MOON_SPAN_PTR(r->msg, r->msg->keys);
     size_t          bb   = moon_kv_block_bytes(p->pool.kv);
 
-    for (uint32_t i = 0; i < n_hit; i++) {
+    if (end > r->n_local && moon_kv_n_free_blocks(p->pool.kv) < end - r->n_local) {
+        make_room(self, p, end - r->n_local);
+    }
+    for (uint32_t i = r->n_local; i < end; i++) {
         moon_kv_key_t key = {keys[2 * i], keys[2 * i + 1]};
         if (moon_kv_block_alloc(p->pool.kv, &r->got[i]) != MOON_OK) {
             r->got[i] = MOON_KV_NO_BLOCK;
@@ -341,9 +404,20 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
+    /* the reused and fetched prefix is final already: the decode pulls it
+     * while the rest computes, not all after a short suffix (a long cached
+     * prefix would otherwise make the first token gap its whole transfer) */
+    if (r->n_sent < r->n_fetched && send_ready(self, p, r, r->n_sent, r->n_fetched - r->n_sent, 0,
+                                               MOON_OK, 0, 0, NULL) == MOON_OK) {
+        r->n_sent = r->n_fetched;
+    }
     /* the actor reserves the blocks (the engine thread then finds them there
      * and touches no shared pool state) */
     status = moon_kv_seq_reserve(p->pool.kv, r->seq, n);
+    while (status == MOON_ERR_NO_RESOURCE &&
+           make_room(self, p, (n + p->a.block_tokens - 1) / p->a.block_tokens + 1)) {
+        status = moon_kv_seq_reserve(p->pool.kv, r->seq, n);
+    }
     if (status == MOON_ERR_NO_RESOURCE && others_hold_blocks(p, r)) {
         p->stalled = 1; /* a KV_DONE or a put's end frees blocks: free_req retries */
         return;
@@ -408,6 +482,7 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     r->handed = 1;
     r->state  = PREQ_HANDED;
     p->cur    = -1;
+    keep_blocks(self, p, r);
     report_load(self, p);
     kick(self, p);
 }
@@ -416,7 +491,8 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
 
 static void start_req(moon_actor_t *self, prefill_t *p, preq_t *r)
 {
-    uint32_t fetchable;
+    const moon_serve_prefill_t *m = r->msg;
+    uint32_t                    fetchable;
 
     r->start_ns = moon_now(moon_actor_runtime(self));
     if (moon_kv_seq_create(p->pool.kv, &r->seq) != MOON_OK) {
@@ -425,15 +501,21 @@ static void start_req(moon_actor_t *self, prefill_t *p, preq_t *r)
     }
     r->have_seq = 1;
     r->state    = PREQ_FETCHING;
-    /* at least the prompt's last token is computed: its logits give the first token */
-    fetchable = MOON_MIN(r->msg->keys.n / 2, (r->n_prompt - 1) / p->a.block_tokens);
-    if (p->store != NULL && fetchable > 0 && r->msg->n_fetch != MOON_SERVE_FETCH_ASK) {
-        /* the conductor's plan: straight to the gets, no query round trip */
-        if (r->msg->n_fetch > 0) {
-            start_fetch(self, p, r, MOON_MIN(r->msg->n_fetch, fetchable));
+    fetchable   = fetchable_blocks(p, r);
+    /* what the cache really holds, whatever the conductor believed */
+    r->n_local   = moon_block_cache_take(p->cache, MOON_SPAN_PTR(m, m->keys), fetchable, r->seq);
+    r->n_fetched = r->n_local;
+    p->n_cache_hit_tokens += (uint64_t)r->n_local * p->a.block_tokens;
+    if (p->store != NULL && fetchable > r->n_local && m->n_fetch != MOON_SERVE_FETCH_ASK) {
+        /* the conductor's plan: straight to the gets, no query round trip; a
+         * planned local block the cache lost meanwhile is fetched too (or
+         * computed if the store lacks it) */
+        uint32_t end = MOON_MIN((uint64_t)m->n_local + m->n_fetch, fetchable);
+        if (end > r->n_local) {
+            start_fetch(self, p, r, end);
             return;
         }
-    } else if (p->store != NULL && fetchable > 0) {
+    } else if (p->store != NULL && fetchable > r->n_local) {
         moon_kv_key_t   keys[MOON_STORE_CLIENT_MAX_KEYS];
         const uint64_t *k = MOON_SPAN_PTR(r->msg, r->msg->keys);
         uint32_t        n = MOON_MIN(fetchable, MOON_STORE_CLIENT_MAX_KEYS);
@@ -446,7 +528,7 @@ static void start_req(moon_actor_t *self, prefill_t *p, preq_t *r)
             return;
         }
     }
-    fetch_finished(self, p, r); /* no store, or it is unreachable: compute it all */
+    fetch_finished(self, p, r); /* no store, or it is unreachable: compute the rest */
 }
 
 static void kick(moon_actor_t *self, prefill_t *p)
@@ -557,6 +639,17 @@ static moon_status_t prefill_on_kv_done(moon_actor_t *self, const moon_msg_hdr_t
     return MOON_OK;
 }
 
+/* The conductor lost some of our cache events: it gets the whole cache. */
+static moon_status_t prefill_on_cache_sync(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    prefill_t *p = moon_actor_state(self);
+
+    if (msg->src == p->a.conductor) {
+        moon_cache_events_snapshot(&p->events, self, p->cache);
+    }
+    return MOON_OK;
+}
+
 static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     prefill_t    *p = moon_actor_state(self);
@@ -630,6 +723,12 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     if (status == MOON_OK && (p->reqs == NULL || p->logits == NULL)) {
         status = MOON_ERR_NO_MEMORY;
     }
+    if (status == MOON_OK) {
+        status = moon_block_cache_create(p->pool.kv, p->a.n_blocks, &p->cache);
+    }
+    if (status == MOON_OK) {
+        moon_cache_events_init(&p->events, p->cache, p->a.instance, &p->a.tag, p->a.conductor);
+    }
     if (status == MOON_OK && p->a.n_shards > 0) {
         moon_store_client_config_t sc = {
             .dist          = p->a.dist,
@@ -653,6 +752,7 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
         prefill_fini(self); /* the runtime does not call fini after a failed init */
         return status;
     }
+    moon_cache_events_snapshot(&p->events, self, p->cache); /* after HELLO: empty */
     report_load(self, p);
     return MOON_OK;
 }
@@ -673,6 +773,8 @@ static void prefill_fini(moon_actor_t *self)
     for (uint32_t c = 0; c < PRE_N_CLASSES; c++) {
         moon_free(p->queue[c]);
     }
+    moon_block_cache_destroy(p->cache); /* its references, before the pool goes */
+    moon_cache_events_fini(&p->events);
     moon_kv_pool_close(&p->pool);
     moon_engine_destroy(p->engine);
     moon_free(p->reqs);
@@ -692,5 +794,6 @@ const moon_actor_ops_t moon_prefill_ops = {
             [MOON_MSG_SERVE_PREFILL]     = prefill_on_prefill,
             [MOON_MSG_SERVE_CANCEL]      = prefill_on_cancel,
             [MOON_MSG_SERVE_KV_DONE]     = prefill_on_kv_done,
+            [MOON_MSG_SERVE_CACHE_SYNC]  = prefill_on_cache_sync,
         },
 };

@@ -13,6 +13,8 @@
  *   d --KV_DONE--> p (p frees the sequence), d admits the sequence into its
  *      batch, streams TOKEN... then DONE to the client (reply_to), and
  *   d --RELEASED--> conductor (the request's entry and load accounting end).
+ * p keeps the prompt's full blocks in its own prefix cache (LRU over its
+ * pool) and tells the conductor what enters and leaves it (CACHE_EVENTS).
  * Colocated: the conductor sends PREFILL with decode == the instance itself,
  * which then keeps the sequence in its own pool (no KV_READY).
  *
@@ -46,8 +48,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
     F(T, u32, max_tokens)                                                                          \
     F(T, f32, temperature)                                                                         \
-    F(T, f32, top_p) F(T, u32, top_k) F(T, u64, seed) F(T, u32, flags) F(T, u32s, stop_ids)        \
-        F(T, bytes, stop_strs)
+    F(T, f32, top_p)                                                                               \
+    F(T, u32, top_k) F(T, u64, seed) F(T, u32, flags) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 
@@ -71,29 +73,32 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, i32, status)                                                                              \
     F(T, u32, n_prompt)                                                                            \
     F(T, u32, n_completion)                                                                        \
-    F(T, u32, n_cached) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)           \
-        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
+    F(T, u32, n_cached)                                                                            \
+    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
+        F(T, str, text) F(T, str, message)
 
-/* conductor -> prefill (or a colocated instance). n_fetch: the leading blocks
- * of the prompt the instance reads from the store (the policy's plan, from
- * the conductor's prefix index; a block gone meanwhile is computed), or
- * MOON_SERVE_FETCH_ASK: ask the store how many it holds. keys: 2 u64 per full
- * block of the prompt. */
+/* conductor -> prefill (or a colocated instance). The policy's plan, from
+ * the conductor's prefix indexes: n_local leading blocks of the prompt are in
+ * the instance's own prefix cache, the next n_fetch it reads from the store.
+ * The instance reuses what its cache really holds and fetches the rest of
+ * the plan's prefix (blocks [held, n_local + n_fetch)); a block gone
+ * meanwhile is computed. n_fetch MOON_SERVE_FETCH_ASK: ask the store how many
+ * it holds. keys: 2 u64 per full block of the prompt. */
 #define MOON_SERVE_FETCH_ASK UINT32_MAX
 #define MOON_SERVE_PREFILL_FIELDS(F, T)                                                            \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, decode)                                                                             \
     F(T, u32, slo_class)                                                                           \
-    F(T, u32, n_fetch) F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens)   \
-        F(T, u64s, keys)
+    F(T, u32, n_local)                                                                             \
+    F(T, u32, n_fetch)                                                                             \
+    F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
 /* prefill -> decode: status != 0 (final): the request ended at the prefill
  * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
- * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region desc)
- * hold prompt tokens [first_block * block_tokens, ...). final: the prompt is
- * done; then n_tokens = prompt length, token = the first sampled token, and
- * the sampling fields and tokens are set (the decode instance's sequence
- * state). desc: the prefill pool's region descriptor (empty in one process:
- * base then holds the pool's address). */
+ * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
+ * desc) hold prompt tokens [first_block * block_tokens, ...). final: the prompt is done; then
+ * n_tokens = prompt length, token = the first sampled token, and the sampling fields and tokens are
+ * set (the decode instance's sequence state). desc: the prefill pool's region descriptor (empty in
+ * one process: base then holds the pool's address). */
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
@@ -107,8 +112,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, arrival_ns)                                                                          \
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
-    F(T, u64, base) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, blocks) F(T, bytes, desc)          \
-        F(T, u32s, tokens) F(T, str, message)
+    F(T, u64, base)                                                                                \
+    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens)       \
+        F(T, str, message)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
@@ -123,7 +129,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, role)                                                                                \
     F(T, u32, queued_tokens)                                                                       \
     F(T, u32, queued_reqs)                                                                         \
-    F(T, u32, running) F(T, u32, free_blocks) F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) \
+    F(T, u32, running)                                                                             \
+    F(T, u32, free_blocks) F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens)                   \
         F(T, u64, n_store_hit_tokens) F(T, u64, n_computed_tokens)
 /* instance -> conductor at start: who it is, and what the engine costs
  * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
@@ -134,10 +141,19 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, total_blocks)                                                                        \
     F(T, u32, max_batch)                                                                           \
     F(T, f64, a0) F(T, f64, a1) F(T, f64, a2) F(T, f64, d0) F(T, f64, d1) F(T, f64, d2)
+/* prefill -> conductor: its own prefix cache changed, as the store shards'
+ * EVENTS say it (same fields and event layout, MOON_STORE_EVENT_U64S u64 per
+ * event: kind STORED or EVICTED, key lo, key hi, model id, weight version):
+ * snapshot 0: live events numbered from seq; 1: the first part of a snapshot
+ * of the whole cache (the conductor forgets what it knew of it), 2: a later
+ * part. The first one after HELLO is a snapshot. */
+#define MOON_SERVE_CACHE_EVENTS_FIELDS(F, T)                                                       \
+    F(T, u32, instance) F(T, u64, seq) F(T, u32, snapshot) F(T, u64s, ev)
+/* conductor -> prefill: a gap in its events (a lost message): send a snapshot. */
+#define MOON_SERVE_CACHE_SYNC_FIELDS(F, T) F(T, u32, instance)
 /* engine thread -> its instance: a forward pass finished (job echoes the
  * instance's id for it). */
-#define MOON_SERVE_ENGINE_DONE_FIELDS(F, T)                                                        \
-    F(T, u64, job) F(T, i32, status) F(T, f64, duration_s)
+#define MOON_SERVE_ENGINE_DONE_FIELDS(F, T) F(T, u64, job) F(T, i32, status) F(T, f64, duration_s)
 
 /* anyone -> conductor: counters and the instances' last reports. */
 #define MOON_SERVE_STATS_FIELDS(F, T) F(T, u64, req)
@@ -153,8 +169,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_prefill)                                                                           \
     F(T, u32, n_prefill_up)                                                                        \
     F(T, u32, n_decode_up)                                                                         \
-    F(T, u64, running) F(T, u64, waiting) F(T, u64, store_hit_tokens) F(T, u64, computed_tokens)   \
-        F(T, u64s, finished) F(T, u32s, blocks_used) F(T, u32s, blocks_total)
+    F(T, u64, running)                                                                             \
+    F(T, u64, waiting) F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished) \
+        F(T, u32s, blocks_used) F(T, u32s, blocks_total)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
@@ -169,7 +186,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_HELLO, moon_serve_hello_t, MOON_SERVE_HELLO_FIELDS)                           \
     X(MOON_MSG_SERVE_ENGINE_DONE, moon_serve_engine_done_t, MOON_SERVE_ENGINE_DONE_FIELDS)         \
     X(MOON_MSG_SERVE_STATS, moon_serve_stats_req_t, MOON_SERVE_STATS_FIELDS)                       \
-    X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)
+    X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)         \
+    X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
+    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)
 
 MOON_MSG_DECLARE(MOON_SERVE_MSGS, 64, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");

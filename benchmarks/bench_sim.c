@@ -7,7 +7,11 @@
  * shifted times), --requests caps it, --span-s time-scales it to that span.
  * --kv-scale N multiplies the profile's HBM and store DRAM: KV payloads are
  * virtual in simulation, so peak memory must not follow (two configurations
- * differing only in it, one process each). Prints one JSON line. */
+ * differing only in it, one process each).
+ * With --anchor=POLICY it is a policy comparison instead: --policy (default
+ * moonlet+reject) and the anchor (e.g. mooncake+reject) on the same trace
+ * and SLO (--ttft-slo-ms, --tbt-slo-ms, --time-scale), their goodput and
+ * the ratio. Prints one JSON line. */
 #include "bench_util.h"
 #include "profile.h"
 #include "sim_run.h"
@@ -56,33 +60,107 @@ static char *concat(const moon_trace_t *t, int copies, size_t max_reqs, size_t *
     return buf;
 }
 
+/* One replay of cfg: its summary at the SLO, 0 on success. */
+static int replay(const moon_sim_run_config_t *cfg, moon_sim_summary_t *s, double *wall_p)
+{
+    moon_sim_records_t recs;
+    uint64_t           t0;
+    int                bad;
+
+    if (moon_sim_records_init(&recs, (uint32_t)cfg->trace->n_reqs) != MOON_OK) {
+        return 1;
+    }
+    t0      = moon_bench_now_ns();
+    bad     = moon_replay_sim_run(cfg, &recs) != MOON_OK;
+    *wall_p = (double)(moon_bench_now_ns() - t0) * 1e-9;
+    bad     = bad || moon_sim_summarize(&recs, cfg->ttft_slo_s, cfg->tbt_slo_s, s) != MOON_OK;
+    moon_sim_records_fini(&recs);
+    return bad;
+}
+
+static void put_summary(moon_bench_json_t *j, const char *prefix, const moon_sim_summary_t *s)
+{
+    char k[64];
+
+#define PUT(_name, _v)                                                                             \
+    do {                                                                                           \
+        snprintf(k, sizeof(k), "%s%s", prefix, _name);                                             \
+        moon_bench_json_num(j, k, _v);                                                             \
+    } while (0)
+    PUT("goodput_rps", s->goodput_rps);
+    PUT("slo_attainment", s->slo_attainment);
+    PUT("ttft_mean_s", s->ttft_mean_s);
+    PUT("ttft_p90_s", s->ttft_p90_s);
+    PUT("tbt_mean_s", s->tbt_mean_s);
+    PUT("tbt_p90_s", s->tbt_p90_s);
+#undef PUT
+}
+
+/* --anchor: policy against anchor on cfg's trace and SLO, one JSON line. */
+static int compare(moon_sim_run_config_t *cfg, const char *policy, const char *anchor,
+                   int64_t nodes)
+{
+    moon_sim_summary_t s, a;
+    moon_bench_json_t  j;
+    double             wall, wall_a;
+
+    cfg->policy = policy;
+    if (replay(cfg, &s, &wall) != 0) {
+        return 1;
+    }
+    cfg->policy = anchor;
+    if (replay(cfg, &a, &wall_a) != 0) {
+        return 1;
+    }
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", "sim_goodput");
+    moon_bench_json_str(&j, "policy", policy);
+    moon_bench_json_str(&j, "anchor", anchor);
+    moon_bench_json_int(&j, "requests", (int64_t)cfg->trace->n_reqs);
+    moon_bench_json_int(&j, "nodes", nodes);
+    moon_bench_json_num(&j, "time_scale", cfg->time_scale);
+    moon_bench_json_num(&j, "ttft_slo_s", cfg->ttft_slo_s);
+    moon_bench_json_num(&j, "tbt_slo_s", cfg->tbt_slo_s);
+    put_summary(&j, "", &s);
+    put_summary(&j, "anchor_", &a);
+    moon_bench_json_num(&j, "wall_s", wall + wall_a);
+    moon_bench_json_num(&j, "ratio", a.goodput_rps > 0 ? s.goodput_rps / a.goodput_rps : 0.0);
+    moon_bench_json_end(&j);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char           *path    = moon_bench_arg_str(argc, argv, "trace", NULL);
-    const char           *prof    = moon_bench_arg_str(argc, argv, "profile", MOON_PROFILE_DEFAULT);
-    int64_t               nodes   = moon_bench_arg_int(argc, argv, "nodes", 16);
-    int64_t               copies  = moon_bench_arg_int(argc, argv, "copies", 1);
-    int64_t               max_req = moon_bench_arg_int(argc, argv, "requests", 0);
-    int64_t               span_s  = moon_bench_arg_int(argc, argv, "span-s", 0);
-    int64_t               target  = moon_bench_arg_int(argc, argv, "target-s", 0);
-    int64_t               kv_scale = moon_bench_arg_int(argc, argv, "kv-scale", 1);
+    const char *path     = moon_bench_arg_str(argc, argv, "trace", NULL);
+    const char *prof     = moon_bench_arg_str(argc, argv, "profile", MOON_PROFILE_DEFAULT);
+    int64_t     nodes    = moon_bench_arg_int(argc, argv, "nodes", 16);
+    int64_t     copies   = moon_bench_arg_int(argc, argv, "copies", 1);
+    int64_t     max_req  = moon_bench_arg_int(argc, argv, "requests", 0);
+    int64_t     span_s   = moon_bench_arg_int(argc, argv, "span-s", 0);
+    int64_t     target   = moon_bench_arg_int(argc, argv, "target-s", 0);
+    int64_t     kv_scale = moon_bench_arg_int(argc, argv, "kv-scale", 1);
+    const char *policy   = moon_bench_arg_str(argc, argv, "policy", "moonlet+reject");
+    const char *anchor   = moon_bench_arg_str(argc, argv, "anchor", NULL);
+    double ttft_slo = strtod(moon_bench_arg_str(argc, argv, "ttft-slo-ms", "30000"), NULL) * 1e-3;
+    double tbt_slo  = strtod(moon_bench_arg_str(argc, argv, "tbt-slo-ms", "100"), NULL) * 1e-3;
+    double tscale   = strtod(moon_bench_arg_str(argc, argv, "time-scale", "1"), NULL);
     moon_trace_t         *t = NULL, *all = NULL;
     moon_profile_t        p;
-    moon_sim_records_t    recs;
     moon_sim_run_config_t cfg;
     moon_sim_summary_t    s;
     moon_bench_json_t     j;
     char                 *text;
     size_t                len;
-    uint64_t              t0;
     double                wall, scale = 1.0;
 
-    if (path == NULL || nodes < 2 || copies < 1 || kv_scale < 1 ||
-        moon_trace_load(path, NULL, &t, NULL) != MOON_OK ||
+    if (path == NULL || nodes < 2 || copies < 1 || kv_scale < 1 || !(ttft_slo > 0) ||
+        !(tbt_slo > 0) || !(tscale > 0) || moon_trace_load(path, NULL, &t, NULL) != MOON_OK ||
         moon_profile_load(prof, NULL, &p, NULL) != MOON_OK) {
         fprintf(stderr, "usage: bench_sim --trace=T.jsonl [--nodes=16] [--copies=1] "
                         "[--requests=0] [--span-s=0] [--profile=NAME] [--target-s=0] "
-                        "[--kv-scale=1]\n");
+                        "[--kv-scale=1]\n"
+                        "       [--anchor=POLICY [--policy=moonlet+reject] [--ttft-slo-ms=30000] "
+                        "[--tbt-slo-ms=100] [--time-scale=1]]\n");
         return 2;
     }
     p.device.mem_bytes *= (double)kv_scale;
@@ -100,19 +178,19 @@ int main(int argc, char **argv)
                                   .nodes_prefill = (uint32_t)(nodes / 2),
                                   .nodes_decode  = (uint32_t)(nodes - nodes / 2),
                                   .block_tokens  = 512,
-                                  .ttft_slo_s    = 30,
-                                  .tbt_slo_s     = 0.1,
-                                  .time_scale    = scale,
+                                  .ttft_slo_s    = anchor ? ttft_slo : 30,
+                                  .tbt_slo_s     = anchor ? tbt_slo : 0.1,
+                                  .time_scale    = anchor ? scale * tscale : scale,
                                   .seed          = 1};
-    if (moon_sim_records_init(&recs, (uint32_t)all->n_reqs) != MOON_OK) {
+    if (anchor != NULL) {
+        int bad = compare(&cfg, policy, anchor, nodes);
+        moon_trace_destroy(all);
+        moon_trace_destroy(t);
+        return bad;
+    }
+    if (replay(&cfg, &s, &wall) != 0) {
         return 1;
     }
-    t0 = moon_bench_now_ns();
-    if (moon_replay_sim_run(&cfg, &recs) != MOON_OK) {
-        return 1;
-    }
-    wall = (double)(moon_bench_now_ns() - t0) * 1e-9;
-    moon_sim_summarize(&recs, 30, 0.1, &s);
     moon_bench_json_begin(&j);
     moon_bench_json_str(&j, "bench", "sim_speed");
     moon_bench_json_str(&j, "profile", p.name);
@@ -136,7 +214,6 @@ int main(int argc, char **argv)
         moon_bench_json_num(&j, "ratio", wall / (double)target);
     }
     moon_bench_json_end(&j);
-    moon_sim_records_fini(&recs);
     moon_trace_destroy(all);
     moon_trace_destroy(t);
     return 0;

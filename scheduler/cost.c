@@ -186,30 +186,66 @@ static void decode_row(const void *samples, uint32_t i, double out[N_TERMS])
     out[2] = w * (double)s->ctx_tokens;
 }
 
+/* 1 (and logged) when sample i cannot be fitted. */
+typedef int (*sample_bad_fn)(const void *samples, uint32_t i);
+
+static int prefill_bad(const void *samples, uint32_t i)
+{
+    const moon_sched_prefill_sample_t *s = (const moon_sched_prefill_sample_t *)samples + i;
+
+    if (s->n_new == 0 || !good_seconds(s->seconds)) {
+        MOON_ERROR("sched cost fit prefill: sample %u has n_new %llu, seconds %g", i,
+                   (unsigned long long)s->n_new, s->seconds);
+        return 1;
+    }
+    return 0;
+}
+
+static int decode_bad(const void *samples, uint32_t i)
+{
+    const moon_sched_decode_sample_t *s = (const moon_sched_decode_sample_t *)samples + i;
+
+    if (s->batch == 0 || !good_seconds(s->seconds)) {
+        MOON_ERROR("sched cost fit decode: sample %u has batch %u, seconds %g", i, s->batch,
+                   s->seconds);
+        return 1;
+    }
+    return 0;
+}
+
+/* Checks the samples, then fits fp's three terms (subsets tried in order)
+ * into *c0, *c1, *c2 (unchanged on error). */
+static moon_status_t fit_checked(const char *what, const fit_problem_t *fp, const unsigned order[7],
+                                 sample_bad_fn bad, const moon_sched_cost_t *cost, double *c0,
+                                 double *c1, double *c2)
+{
+    double coef[N_TERMS];
+
+    if (fp->samples == NULL || fp->n_rows == 0 || cost == NULL) {
+        MOON_ERROR("sched cost fit %s: no samples or no cost", what);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < fp->n_rows; i++) {
+        if (bad(fp->samples, i)) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    fit_nnls(fp, order, coef);
+    *c0 = coef[0];
+    *c1 = coef[1];
+    *c2 = coef[2];
+    return MOON_OK;
+}
+
 moon_status_t moon_sched_cost_fit_prefill(const moon_sched_prefill_sample_t *samples,
                                           uint32_t n_samples, moon_sched_cost_t *cost)
 {
     /* a1 alone first (one sample: seconds per token), then a0, a2, pairs, all */
     static const unsigned order[7] = {0x2, 0x1, 0x4, 0x3, 0x6, 0x5, 0x7};
     fit_problem_t         fp       = {.n_rows = n_samples, .samples = samples, .row = prefill_row};
-    double                coef[N_TERMS];
 
-    if (samples == NULL || n_samples == 0 || cost == NULL) {
-        MOON_ERROR("sched cost fit prefill: no samples or no cost");
-        return MOON_ERR_INVALID_PARAM;
-    }
-    for (uint32_t i = 0; i < n_samples; i++) {
-        if (samples[i].n_new == 0 || !good_seconds(samples[i].seconds)) {
-            MOON_ERROR("sched cost fit prefill: sample %u has n_new %llu, seconds %g", i,
-                       (unsigned long long)samples[i].n_new, samples[i].seconds);
-            return MOON_ERR_INVALID_PARAM;
-        }
-    }
-    fit_nnls(&fp, order, coef);
-    cost->a0 = coef[0];
-    cost->a1 = coef[1];
-    cost->a2 = coef[2];
-    return MOON_OK;
+    return fit_checked("prefill", &fp, order, prefill_bad, cost, cost ? &cost->a0 : NULL,
+                       cost ? &cost->a1 : NULL, cost ? &cost->a2 : NULL);
 }
 
 moon_status_t moon_sched_cost_fit_decode(const moon_sched_decode_sample_t *samples,
@@ -219,22 +255,7 @@ moon_status_t moon_sched_cost_fit_decode(const moon_sched_decode_sample_t *sampl
      * pairs with d0, then d1 + d2, then all */
     static const unsigned order[7] = {0x1, 0x2, 0x4, 0x3, 0x5, 0x6, 0x7};
     fit_problem_t         fp       = {.n_rows = n_samples, .samples = samples, .row = decode_row};
-    double                coef[N_TERMS];
 
-    if (samples == NULL || n_samples == 0 || cost == NULL) {
-        MOON_ERROR("sched cost fit decode: no samples or no cost");
-        return MOON_ERR_INVALID_PARAM;
-    }
-    for (uint32_t i = 0; i < n_samples; i++) {
-        if (samples[i].batch == 0 || !good_seconds(samples[i].seconds)) {
-            MOON_ERROR("sched cost fit decode: sample %u has batch %u, seconds %g", i,
-                       samples[i].batch, samples[i].seconds);
-            return MOON_ERR_INVALID_PARAM;
-        }
-    }
-    fit_nnls(&fp, order, coef);
-    cost->d0 = coef[0];
-    cost->d1 = coef[1];
-    cost->d2 = coef[2];
-    return MOON_OK;
+    return fit_checked("decode", &fp, order, decode_bad, cost, cost ? &cost->d0 : NULL,
+                       cost ? &cost->d1 : NULL, cost ? &cost->d2 : NULL);
 }

@@ -168,6 +168,7 @@ static void pending_push(moon_sched_instance_t *inst, double at_s, double prefil
     if (inst->n_pending == MOON_SCHED_PENDING_MAX) {
         inst->pending_head = (inst->pending_head + 1) % MOON_SCHED_PENDING_MAX;
         inst->n_pending--;
+        inst->n_covered -= inst->n_covered > 0;
     }
     slot                = (inst->pending_head + inst->n_pending) % MOON_SCHED_PENDING_MAX;
     inst->pending[slot] = (moon_sched_pending_t){at_s, prefill_s, tokens};
@@ -258,17 +259,33 @@ moon_status_t moon_sched_view_release(moon_sched_view_t *view, uint32_t index, u
     return MOON_ERR_NOT_FOUND;
 }
 
-/* The queue the instance reported, or one estimated from its counts: r
- * requests of equal length sharing the tokens, without prefixes. */
+static const moon_sched_pending_t *pending_at(const moon_sched_instance_t *inst, uint32_t k)
+{
+    return &inst->pending[(inst->pending_head + k) % MOON_SCHED_PENDING_MAX];
+}
+
+/* The queue the instance reported, or one estimated from its counts. A
+ * prefill instance serves its requests in order, so the r requests it still
+ * has are the last r committed before the report: their predicted prefill
+ * times (prefixes and all), scaled down by the tokens already computed of
+ * the one in progress. Without that many remembered: r requests of equal
+ * length sharing the tokens, without prefixes. */
 static double reported_queue_s(const moon_sched_instance_t *inst, const moon_sched_report_t *r)
 {
-    double reqs, tokens = (double)r->queue_tokens;
+    double reqs, tokens = (double)r->queue_tokens, sum_s = 0.0, sum_tokens = 0.0;
 
     if (r->queue_s >= 0.0) {
         return r->queue_s;
     }
     if (r->queue_tokens == 0) {
         return 0.0;
+    }
+    if (r->queue_reqs > 0 && inst->n_covered >= r->queue_reqs) {
+        for (uint32_t k = inst->n_covered - r->queue_reqs; k < inst->n_covered; k++) {
+            sum_s += pending_at(inst, k)->prefill_s;
+            sum_tokens += (double)pending_at(inst, k)->tokens;
+        }
+        return sum_tokens > tokens ? sum_s * tokens / sum_tokens : sum_s;
     }
     reqs = r->queue_reqs ? (double)r->queue_reqs : 1.0;
     return reqs * inst->cost.a0 + inst->cost.a1 * tokens + inst->cost.a2 * tokens * tokens / reqs;
@@ -278,18 +295,17 @@ static double reported_queue_s(const moon_sched_instance_t *inst, const moon_sch
  * report replayed on it in order (each drains the queue up to its time). */
 static void report_prefill(moon_sched_instance_t *inst, const moon_sched_report_t *r)
 {
-    double   q = reported_queue_s(inst, r), t = r->now_s;
+    double   q, t = r->now_s;
     uint64_t tokens = r->queue_tokens;
     uint32_t reqs   = r->queue_reqs;
 
-    while (inst->n_pending > 0 && inst->pending[inst->pending_head].at_s <= r->now_s) {
-        inst->pending_head = (inst->pending_head + 1) % MOON_SCHED_PENDING_MAX;
-        inst->n_pending--;
+    while (inst->n_covered < inst->n_pending && pending_at(inst, inst->n_covered)->at_s <= t) {
+        inst->n_covered++; /* the report saw it: kept for estimates, not replayed */
     }
-    for (uint32_t k = 0; k < inst->n_pending; k++) {
-        const moon_sched_pending_t *e =
-            &inst->pending[(inst->pending_head + k) % MOON_SCHED_PENDING_MAX];
-        double drained = e->at_s - t;
+    q = reported_queue_s(inst, r);
+    for (uint32_t k = inst->n_covered; k < inst->n_pending; k++) {
+        const moon_sched_pending_t *e       = pending_at(inst, k);
+        double                      drained = e->at_s - t;
 
         if (drained > 0.0) {
             q = q > drained ? q - drained : 0.0;

@@ -77,6 +77,7 @@ typedef struct {
     moon_sched_pending_t *pending; /* ring of the last MOON_SCHED_PENDING_MAX prefill commits */
     uint32_t              pending_head; /* oldest entry */
     uint32_t              n_pending;
+    uint32_t              n_covered; /* the oldest n_covered a report saw (kept for estimates) */
 } moon_sched_instance_t;
 
 /* The cluster: n_inst instances, indexed 0..n_inst-1 (a decision names
@@ -177,7 +178,9 @@ MOON_API moon_status_t moon_sched_view_release(moon_sched_view_t *view, uint32_t
                                                uint64_t tag);
 
 /* Overwrites instance index's predicted load with what it reported: the queue
- * (queue_at_s = report->now_s) plus the commits made after report->now_s,
+ * (queue_at_s = report->now_s; without queue_s, the predicted prefill times
+ * of the last queue_reqs commits before it, as the instance serves in order)
+ * plus the commits made after report->now_s,
  * which the instance could not have seen; the free KV blocks; the running
  * sequences not covered by a predicted sequence started by then become the
  * untracked batch/ctx_tokens.

@@ -655,23 +655,6 @@ static void test_openai_python(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
-static CU_TestInfo tests[] = {
-    {"routes", test_routes},
-    {"errors", test_errors},
-    {"api_key", test_api_key},
-    {"completion_stream_and_not", test_completion_stream_and_not},
-    {"chat", test_chat},
-    {"cancel_on_disconnect", test_cancel_on_disconnect},
-    {"cancel_on_disconnect_not_streamed", test_cancel_on_disconnect_not_streamed},
-    {"concurrent_streams", test_concurrent_streams},
-    {"rejected_then_conductor_down", test_rejected_then_conductor_down},
-    {"half_sent_request_times_out", test_half_sent_request_times_out},
-    {"openai_npm", test_openai_npm},
-    {"openai_python", test_openai_python},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gateway", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 /* Rank 0 (or the only process) holds the conductor, the gateways and the
  * tests; under mpirun the store, prefill and decode run on ranks 1.. and the
  * other ranks only host them until the barrier. */
@@ -708,7 +691,11 @@ static int run_rank0(void)
         fprintf(stderr, "test_gateway: /health never said 200\n");
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gateway", NULL, NULL, test_routes, test_errors, test_api_key,
+                       test_completion_stream_and_not, test_chat, test_cancel_on_disconnect,
+                       test_cancel_on_disconnect_not_streamed, test_concurrent_streams,
+                       test_rejected_then_conductor_down, test_half_sent_request_times_out,
+                       test_openai_npm, test_openai_python);
     moon_serve_client_destroy(g_client);
     return rc;
 }

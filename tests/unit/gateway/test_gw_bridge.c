@@ -232,12 +232,6 @@ static void test_many_producers(void)
             N_THREADS * N_PER_THREAD, n_cancelled, atomic_load(&g_cancels), n_full);
 }
 
-static CU_TestInfo tests[] = {
-    {"many_producers", test_many_producers},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_bridge", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     moon_runtime_config_t cfg;
@@ -252,7 +246,7 @@ int main(void)
         moon_spawn(g_rt, &owner_ops, NULL, NULL, &owner) != MOON_OK) {
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gw_bridge", NULL, NULL, test_many_producers);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
     moon_runtime_destroy(g_rt);

@@ -213,16 +213,6 @@ static void test_command_line(void)
     CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
-static CU_TestInfo tests[] = {
-    {"random_completions", test_random_completions},
-    {"shared_prefix_chat_with_slos", test_shared_prefix_chat_with_slos},
-    {"trace_replay", test_trace_replay},
-    {"command_line", test_command_line},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_gateway", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     moon_runtime_config_t rcfg;
@@ -267,7 +257,8 @@ int main(void)
         fprintf(stderr, "test_bench_gateway: /health never said 200\n");
         goto out;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("bench_gateway", NULL, NULL, test_random_completions,
+                       test_shared_prefix_chat_with_slos, test_trace_replay, test_command_line);
 out:
     moon_serve_cluster_stop(g_cluster);
     moon_runtime_shutdown(g_rt, 0);

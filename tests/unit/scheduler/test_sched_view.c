@@ -188,7 +188,40 @@ static void test_report_keeps_commits_made_after_it(void)
     CU_ASSERT_EQUAL_FATAL(moon_sched_view_report(&view, 0, &report), MOON_OK);
     CU_ASSERT_EQUAL(view.inst[0].queue_s, 0.5);
     CU_ASSERT_EQUAL(view.inst[0].queue_reqs, 1);
-    CU_ASSERT_EQUAL(view.inst[0].n_pending, 0);
+    CU_ASSERT_EQUAL(view.inst[0].n_covered, 2); /* seen: none replayed */
+    moon_sched_view_fini(&view);
+}
+
+/* Without queue_s, the requests still queued are the last ones committed
+ * before the report: their predicted prefill times (prefixes included),
+ * the one in progress scaled by the tokens it has left. */
+static void test_report_estimates_queue_from_commits(void)
+{
+    moon_sched_view_t     view;
+    moon_sched_request_t  req    = sched_test_request(2, NULL);
+    moon_sched_decision_t d      = decision(2.0, 32, 10.0, 0.01);
+    moon_sched_report_t   report = {
+          .now_s = 6.0, .queue_s = -1.0, .queue_reqs = 2, .queue_tokens = 60};
+
+    sched_test_view(&view, 1, 1);
+    view.inst[0].cost.a1 = 1.0; /* the token estimate would say 60 s */
+    req.now_s            = 1.0;
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_commit(&view, &req, &d), MOON_OK);
+    req.now_s = 2.0;
+    d         = decision(3.0, 40, 10.0, 0.01);
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_commit(&view, &req, &d), MOON_OK);
+    /* both still there, 60 of their 72 tokens left: (2 + 3) x 60 / 72 */
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_report(&view, 0, &report), MOON_OK);
+    SCHED_ASSERT_NEAR(view.inst[0].queue_s, 5.0 * 60.0 / 72.0, 1e-12);
+    /* one left, untouched: its 3 s */
+    report.queue_reqs   = 1;
+    report.queue_tokens = 40;
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_report(&view, 0, &report), MOON_OK);
+    SCHED_ASSERT_NEAR(view.inst[0].queue_s, 3.0, 1e-12);
+    /* more than were committed: the token estimate */
+    report.queue_reqs = 3;
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_report(&view, 0, &report), MOON_OK);
+    CU_ASSERT(view.inst[0].queue_s > 30.0);
     moon_sched_view_fini(&view);
 }
 
@@ -254,21 +287,9 @@ static void test_report_splits_running_into_predicted_and_untracked(void)
     moon_sched_view_fini(&view);
 }
 
-static CU_TestInfo tests[] = {
-    {"init_refuses_bad_input", test_init_refuses_bad_input},
-    {"queue_drains_in_real_time", test_queue_drains_in_real_time},
-    {"commit_grows_queue_and_adds_sequence", test_commit_grows_queue_and_adds_sequence},
-    {"commit_refuses_bad_input_and_changes_nothing",
-     test_commit_refuses_bad_input_and_changes_nothing},
-    {"release_returns_blocks", test_release_returns_blocks},
-    {"report_keeps_commits_made_after_it", test_report_keeps_commits_made_after_it},
-    {"report_estimates_queue_from_counts", test_report_estimates_queue_from_counts},
-    {"report_splits_running_into_predicted_and_untracked",
-     test_report_splits_running_into_predicted_and_untracked},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched_view", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sched_view", NULL, NULL, test_init_refuses_bad_input,
+               test_queue_drains_in_real_time, test_commit_grows_queue_and_adds_sequence,
+               test_commit_refuses_bad_input_and_changes_nothing, test_release_returns_blocks,
+               test_report_keeps_commits_made_after_it, test_report_estimates_queue_from_commits,
+               test_report_estimates_queue_from_counts,
+               test_report_splits_running_into_predicted_and_untracked)

@@ -101,14 +101,4 @@ static void test_virtual_shard(void)
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &sh), MOON_ERR_INVALID_PARAM);
 }
 
-static CU_TestInfo tests[] = {
-    {"virtual_cache", test_virtual_cache},
-    {"virtual_shard", test_virtual_shard},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"virtual_kv", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("virtual_kv", NULL, NULL, test_virtual_cache, test_virtual_shard)
