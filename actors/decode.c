@@ -948,7 +948,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     kcfg   = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
     status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
     if (status == MOON_OK) {
-        status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg);
+        status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv);
     }
     d->reqs     = moon_calloc(d->a.max_seqs, sizeof(*d->reqs));
     d->b_slot   = moon_calloc(mb, sizeof(*d->b_slot));

@@ -1,5 +1,6 @@
 /* actors/kv_pool.c - KV pool in a registered region, block pulls between
- * pools (one-sided get, or memcpy in one process). */
+ * pools (one-sided get, or memcpy in one process; nothing to copy between
+ * virtual pools). */
 #include "kv_pool.h"
 
 #include "moonlet/alloc.h"
@@ -8,14 +9,17 @@
 #include <string.h>
 
 moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
-                                const moon_kv_config_t *cfg)
+                                const moon_kv_config_t *cfg, int virt)
 {
     moon_status_t status;
     size_t        bytes = moon_kv_config_pool_bytes(cfg);
 
     memset(pool, 0, sizeof(*pool));
-    if (bytes == 0) {
+    if (bytes == 0 || (virt && dist != NULL)) {
         return MOON_ERR_INVALID_PARAM;
+    }
+    if (virt) {
+        return moon_kv_cache_create_virtual(cfg, &pool->kv);
     }
     pool->dist  = dist;
     pool->bytes = (bytes + 4095) / 4096 * 4096;
@@ -59,6 +63,24 @@ moon_status_t moon_kv_pool_describe(const moon_kv_pool_t *pool, void *msg, moon_
     return pool->reg != NULL ? moon_dist_region_desc(pool->reg, msg, desc) : MOON_OK;
 }
 
+/* A pull in this process ended: its completion now, or after the modeled delay. */
+static moon_status_t pull_done(moon_actor_t *self, uint64_t cookie, size_t bytes, uint64_t delay_ns)
+{
+    moon_dist_bulk_done_t *done;
+
+    if (delay_ns > 0) {
+        uint64_t timer;
+        return moon_timer_start(self, delay_ns, 0, MOON_KV_POOL_TIMER_TAG | cookie, &timer);
+    }
+    if ((done = moon_msg_new(MOON_MSG_DIST_BULK_DONE, 0)) == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    done->cookie = cookie;
+    done->status = MOON_OK;
+    done->bytes  = bytes;
+    return moon_tell(self, moon_actor_addr(self), &done->hdr);
+}
+
 moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32_t block,
                                 const void *desc, size_t desc_len, uint64_t base,
                                 uint32_t remote_block, uint64_t cookie, uint64_t delay_ns)
@@ -68,6 +90,12 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
     uint64_t off   = (uint64_t)remote_block * bb;
 
     moon_kv_block_mark_written(pool->kv, block);
+    if (local == NULL) {
+        if (desc_len > 0 || base != 0) {
+            return MOON_ERR_INVALID_PARAM; /* a virtual pool pulls from virtual ones only */
+        }
+        return pull_done(self, cookie, bb, delay_ns);
+    }
     if (desc_len > 0) {
         if (pool->dist == NULL) {
             return MOON_ERR_INVALID_PARAM;
@@ -81,18 +109,7 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
     /* One process: the peer's pool is at base; its blocks stay put until we
      * answer KV_DONE, like a remote one. */
     memcpy(local, (const char *)(uintptr_t)base + off, bb);
-    if (delay_ns > 0) {
-        uint64_t timer;
-        return moon_timer_start(self, delay_ns, 0, MOON_KV_POOL_TIMER_TAG | cookie, &timer);
-    }
-    moon_dist_bulk_done_t *done = moon_msg_new(MOON_MSG_DIST_BULK_DONE, 0);
-    if (done == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    done->cookie = cookie;
-    done->status = MOON_OK;
-    done->bytes  = bb;
-    return moon_tell(self, moon_actor_addr(self), &done->hdr);
+    return pull_done(self, cookie, bb, delay_ns);
 }
 
 int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p)

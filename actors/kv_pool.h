@@ -19,9 +19,12 @@ typedef struct {
     size_t              bytes;
 } moon_kv_pool_t;
 
-/* Creates the cache of cfg in a registered region (or plain memory). */
+/* Creates the cache of cfg in a registered region (or plain memory). virt
+ * (a simulation, dist NULL): a virtual cache, no payload memory at all
+ * (moon_kv_cache_create_virtual); its blocks' data pointers are NULL, its
+ * base 0, and pulls between virtual pools move nothing. */
 MOON_API moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
-                                         const moon_kv_config_t *cfg);
+                                         const moon_kv_config_t *cfg, int virt);
 MOON_API void          moon_kv_pool_close(moon_kv_pool_t *pool); /* zeroed or opened */
 
 /* Writes the pool's descriptor into msg's bytes span and its address in this

@@ -710,7 +710,7 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     kcfg   = moon_model_kv_config(mc, p->a.block_tokens, p->a.n_blocks, p->a.max_seqs);
     status = moon_engine_create(p->a.model, &p->a.engine, &p->engine);
     if (status == MOON_OK) {
-        status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg);
+        status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg, p->a.virtual_kv);
     }
     p->reqs   = moon_calloc(p->a.max_seqs, sizeof(*p->reqs));
     p->logits = moon_calloc(p->vocab, sizeof(float));

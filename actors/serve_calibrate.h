@@ -18,4 +18,12 @@ MOON_API moon_status_t moon_serve_calibrate(moon_engine_t *engine, moon_kv_cache
                                             uint32_t vocab, uint32_t prefill_chunk,
                                             uint32_t max_batch, moon_sched_cost_t *cost);
 
+/* What an instance pays per engine call on top of the call itself: the mean
+ * round trip of n empty jobs from an actor (on a threaded runtime of one
+ * worker, as a serving rank) to its engine runner's thread and back (the
+ * hand-off, the thread's wake-up, the completion message, the owner's
+ * turn) into *seconds_p. The simulator adds it to every modeled call.
+ * MOON_ERR_INVALID_PARAM (n 0); the runtime's and runner's errors. */
+MOON_API moon_status_t moon_serve_calibrate_handoff(uint32_t n, double *seconds_p);
+
 #endif /* MOON_ACTORS_SERVE_CALIBRATE_H */

@@ -273,7 +273,8 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                                   .pin        = (uint32_t)cfg->pin,
                                   .first_core = first,
                                   .max_batch  = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
-                                  .max_chunk  = cfg->prefill_chunk},
+                                  .max_chunk  = cfg->prefill_chunk,
+                                  .cost       = cfg->cost},
                 .role          = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,
                 .instance      = i,
                 .block_tokens  = cfg->block_tokens,
@@ -286,7 +287,9 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .n_shards      = cfg->n_store,
                 .n_replicas    = cfg->replicas,
                 .tag           = c->tag,
-                .threaded      = 1,
+                /* the cost engine's steps are timers of their modeled
+                 * length on the runtime's clock (nothing to run on a thread) */
+                .threaded = cfg->backend != MOON_BACKEND_COST,
             };
             status = spawn_mine(
                 c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
@@ -338,6 +341,17 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     status    = c->shards ? moon_model_load(cfg->model_path, &c->model) : MOON_ERR_NO_MEMORY;
     if (status == MOON_OK) {
         status = moon_serve_model_tag(cfg->model_path, cfg->block_tokens, &c->tag);
+    }
+    if (status == MOON_OK && cfg->backend == MOON_BACKEND_COST) {
+        moon_cost_config_t cost = cfg->cost;
+        if (cost.shape.n_layers == 0) {
+            cost.shape = *moon_model_config(c->model); /* as the engine does */
+        }
+        if (moon_cost_check(&cost) != MOON_OK) {
+            MOON_ERROR("serve: the cost backend needs the modeled hardware's rates: give "
+                       "--profile NAME (a profile of launch/profiles or a file)");
+            status = MOON_ERR_INVALID_PARAM;
+        }
     }
     if (status == MOON_OK && c->cfg.kv_blocks == 0) {
         uint32_t ctx     = moon_model_config(c->model)->seq_len;

@@ -24,6 +24,7 @@ typedef struct {
     int         pin;           /* bind engine threads to cores after the runtime's
                                   workers' (which the runtime pins) */
     moon_backend_kind_t backend;
+    moon_cost_config_t  cost; /* backend cost: the modeled rates (a profile's); not an option */
     uint64_t            store_dram_mib; /* per shard */
     const char         *store_ssd;      /* a folder for each shard's SSD tier file (NULL: none) */
     uint64_t            store_ssd_mib;  /* per shard */

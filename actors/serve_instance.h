@@ -46,6 +46,8 @@ typedef struct {
     moon_serve_xfer_fn   xfer_ns;        /* simulation only: KV moves take this long (NULL: as
                                             long as they take) */
     void *xfer_arg;
+    int   virtual_kv; /* simulation (dist NULL, COST): KV of sizes and keys, no bytes
+                         (kv_pool.h); the store's shards virtual too */
 } moon_serve_instance_args_t;
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's

@@ -315,7 +315,7 @@ static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t
     moon_store_release_t *m;
 
     MOON_DEBUG_LOG("store client: get transfer from shard %u: %s", shard, moon_status_str(status));
-    if (status == MOON_OK && c->verify_get &&
+    if (status == MOON_OK && c->verify_get && op->buf != NULL &&
         moon_kv_checksum(op->buf, (size_t)op->got_bytes) != op->got_checksum) {
         MOON_WARN("store client: block from shard %u failed its checksum", shard);
         status = MOON_ERR_CORRUPT;
@@ -369,7 +369,9 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
         return;
     }
     if (c->dist == NULL) {
-        memcpy(op->buf, (const char *)(uintptr_t)g->base + g->offset, (size_t)g->n_bytes);
+        if (op->buf != NULL) { /* NULL: a virtual block */
+            memcpy(op->buf, (const char *)(uintptr_t)g->base + g->offset, (size_t)g->n_bytes);
+        }
         get_done(c, op, t, MOON_OK);
         return;
     }
@@ -418,7 +420,9 @@ static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g
     }
     op->rid[t] = g->token;
     if (c->dist == NULL) {
-        memcpy((char *)(uintptr_t)g->base + g->offset, op->buf, op->len);
+        if (op->buf != NULL) { /* NULL: a virtual block */
+            memcpy((char *)(uintptr_t)g->base + g->offset, op->buf, op->len);
+        }
         put_commit(c, op, t);
         return;
     }
@@ -708,7 +712,7 @@ moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, c
     uint32_t ws[MAX_T], n;
     op_t    *op;
 
-    if (c == NULL || bytes == NULL || n_bytes == 0 || n_bytes > UINT32_MAX) {
+    if (c == NULL || (bytes == NULL && c->dist != NULL) || n_bytes == 0 || n_bytes > UINT32_MAX) {
         return MOON_ERR_INVALID_PARAM;
     }
     n = moon_kv_placement_write_set(c->placement, key, ws);
@@ -723,7 +727,7 @@ moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, c
     op->buf      = (void *)(uintptr_t)bytes;
     op->len      = n_bytes;
     op->reg      = local_reg;
-    op->checksum = c->skip_checksum ? 0 : moon_kv_checksum(bytes, n_bytes);
+    op->checksum = c->skip_checksum || bytes == NULL ? 0 : moon_kv_checksum(bytes, n_bytes);
     for (uint32_t t = 0; t < n; t++) {
         moon_store_put_reserve_t *m = moon_msg_new(MOON_MSG_STORE_PUT_RESERVE, 0);
 
@@ -751,7 +755,7 @@ moon_status_t moon_store_client_get(moon_store_client_t *c, moon_kv_key_t key, v
     op_t         *op;
     moon_status_t status;
 
-    if (c == NULL || buf == NULL || cap == 0) {
+    if (c == NULL || (buf == NULL && c->dist != NULL) || cap == 0) {
         return MOON_ERR_INVALID_PARAM;
     }
     op = op_alloc(c, MOON_STORE_OP_GET, cookie);

@@ -105,6 +105,9 @@ MOON_API void moon_store_client_destroy(moon_store_client_t *client);
  * n_replicas says how many committed.
  * Call status: MOON_OK (on_done will follow), MOON_ERR_INVALID_PARAM,
  * MOON_ERR_NO_RESOURCE (max_ops in flight), MOON_ERR_PEER_LOST (no live shard). */
+/* In one process (dist NULL) bytes (and a get's buf) may be NULL: a virtual
+ * block of n_bytes (a simulation's: sizes and keys, no bytes; checksum 0),
+ * for shards with virtual_payload. */
 MOON_API moon_status_t moon_store_client_put(moon_store_client_t *client, moon_kv_key_t key,
                                              const void *bytes, size_t n_bytes,
                                              moon_dist_region_t *local_reg, uint64_t cookie);

@@ -556,7 +556,8 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     size_t                         arena_bytes = 0;
     moon_status_t                  status;
 
-    if (a == NULL || a->slot_bytes == 0 || a->n_slots == 0 || a->max_clients > (1u << 24)) {
+    if (a == NULL || a->slot_bytes == 0 || a->n_slots == 0 || a->max_clients > (1u << 24) ||
+        (a->virtual_payload && a->dist != NULL)) {
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_store_msgs_register();
@@ -585,6 +586,7 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     cfg.verify_on_get    = a->verify_on_get;
     cfg.ssd_path         = a->ssd_path;
     cfg.ssd_bytes        = a->ssd_path != NULL ? a->ssd_bytes : 0;
+    cfg.virtual_payload  = a->virtual_payload;
     cfg.on_event         = on_kv_event;
     cfg.event_arg        = st;
     if (a->reserve_timeout_ns != 0) {
@@ -618,7 +620,9 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     /* Fault the arena in now: a remote write into an untouched page costs a
      * page fault in this process per 4 KiB (with CMA, in the writer's call),
      * which would make the first fill of the store several times slower. */
-    memset(st->base, 0, arena_bytes);
+    if (st->base != NULL) {
+        memset(st->base, 0, arena_bytes);
+    }
     if (st->dist != NULL) {
         status = moon_dist_watch_peers(st->dist, moon_actor_addr(self));
         if (status != MOON_OK) {

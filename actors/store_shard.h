@@ -44,6 +44,9 @@ typedef struct {
                                     MOON_ERR_NO_RESOURCE */
     const char *ssd_path;        /* optional SSD tier file (created, truncated; copied) */
     uint64_t    ssd_bytes;       /* its capacity */
+    int         virtual_payload; /* a simulation (dist NULL): blocks of sizes and keys, no
+                                    bytes (no arena; grants carry base 0), clients put and get
+                                    with NULL buffers (store_client.h) */
 } moon_store_shard_args_t;
 
 /* Spawn with moon_spawn(rt, &moon_store_shard_ops, &args, ...). init fails with

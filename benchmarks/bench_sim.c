@@ -5,6 +5,9 @@
  * < 60 s, on one core). One configuration per process (peak RSS is the
  * process's). --copies N concatenates the trace N times (fresh hash ids,
  * shifted times), --requests caps it, --span-s time-scales it to that span.
+ * --kv-scale N multiplies the profile's HBM and store DRAM: KV payloads are
+ * virtual in simulation, so peak memory must not follow (two configurations
+ * differing only in it, one process each).
  * With --anchor=POLICY it is a policy comparison instead: --policy (default
  * moonlet+reject) and the anchor (e.g. mooncake+reject) on the same trace
  * and SLO (--ttft-slo-ms, --tbt-slo-ms, --time-scale), their goodput and
@@ -128,15 +131,16 @@ static int compare(moon_sim_run_config_t *cfg, const char *policy, const char *a
 
 int main(int argc, char **argv)
 {
-    const char *path    = moon_bench_arg_str(argc, argv, "trace", NULL);
-    const char *prof    = moon_bench_arg_str(argc, argv, "profile", MOON_PROFILE_DEFAULT);
-    int64_t     nodes   = moon_bench_arg_int(argc, argv, "nodes", 16);
-    int64_t     copies  = moon_bench_arg_int(argc, argv, "copies", 1);
-    int64_t     max_req = moon_bench_arg_int(argc, argv, "requests", 0);
-    int64_t     span_s  = moon_bench_arg_int(argc, argv, "span-s", 0);
-    int64_t     target  = moon_bench_arg_int(argc, argv, "target-s", 0);
-    const char *policy  = moon_bench_arg_str(argc, argv, "policy", "moonlet+reject");
-    const char *anchor  = moon_bench_arg_str(argc, argv, "anchor", NULL);
+    const char *path     = moon_bench_arg_str(argc, argv, "trace", NULL);
+    const char *prof     = moon_bench_arg_str(argc, argv, "profile", MOON_PROFILE_DEFAULT);
+    int64_t     nodes    = moon_bench_arg_int(argc, argv, "nodes", 16);
+    int64_t     copies   = moon_bench_arg_int(argc, argv, "copies", 1);
+    int64_t     max_req  = moon_bench_arg_int(argc, argv, "requests", 0);
+    int64_t     span_s   = moon_bench_arg_int(argc, argv, "span-s", 0);
+    int64_t     target   = moon_bench_arg_int(argc, argv, "target-s", 0);
+    int64_t     kv_scale = moon_bench_arg_int(argc, argv, "kv-scale", 1);
+    const char *policy   = moon_bench_arg_str(argc, argv, "policy", "moonlet+reject");
+    const char *anchor   = moon_bench_arg_str(argc, argv, "anchor", NULL);
     double ttft_slo = strtod(moon_bench_arg_str(argc, argv, "ttft-slo-ms", "30000"), NULL) * 1e-3;
     double tbt_slo  = strtod(moon_bench_arg_str(argc, argv, "tbt-slo-ms", "100"), NULL) * 1e-3;
     double tscale   = strtod(moon_bench_arg_str(argc, argv, "time-scale", "1"), NULL);
@@ -149,15 +153,18 @@ int main(int argc, char **argv)
     size_t                len;
     double                wall, scale = 1.0;
 
-    if (path == NULL || nodes < 2 || copies < 1 || !(ttft_slo > 0) || !(tbt_slo > 0) ||
-        !(tscale > 0) || moon_trace_load(path, NULL, &t, NULL) != MOON_OK ||
+    if (path == NULL || nodes < 2 || copies < 1 || kv_scale < 1 || !(ttft_slo > 0) ||
+        !(tbt_slo > 0) || !(tscale > 0) || moon_trace_load(path, NULL, &t, NULL) != MOON_OK ||
         moon_profile_load(prof, NULL, &p, NULL) != MOON_OK) {
         fprintf(stderr, "usage: bench_sim --trace=T.jsonl [--nodes=16] [--copies=1] "
-                        "[--requests=0] [--span-s=0] [--profile=NAME] [--target-s=0]\n"
+                        "[--requests=0] [--span-s=0] [--profile=NAME] [--target-s=0] "
+                        "[--kv-scale=1]\n"
                         "       [--anchor=POLICY [--policy=moonlet+reject] [--ttft-slo-ms=30000] "
                         "[--tbt-slo-ms=100] [--time-scale=1]]\n");
         return 2;
     }
+    p.device.mem_bytes *= (double)kv_scale;
+    p.store.dram_bytes *= (double)kv_scale;
     text = concat(t, (int)copies, (size_t)max_req, &len);
     if (text == NULL || moon_trace_parse(text, len, NULL, &all, NULL) != MOON_OK) {
         return 1;
@@ -189,6 +196,11 @@ int main(int argc, char **argv)
     moon_bench_json_str(&j, "profile", p.name);
     moon_bench_json_int(&j, "requests", (int64_t)all->n_reqs);
     moon_bench_json_int(&j, "nodes", nodes);
+    moon_bench_json_int(&j, "kv_scale", kv_scale);
+    /* the KV the cluster models: every instance's HBM left for KV, every node's store DRAM */
+    moon_bench_json_num(&j, "modeled_kv_gib",
+                        (double)nodes * (moon_profile_kv_capacity_bytes(&p) + p.store.dram_bytes) /
+                            (1024.0 * 1024.0 * 1024.0));
     moon_bench_json_num(&j, "trace_span_s",
                         (double)all->reqs[all->n_reqs - 1].timestamp_ms * scale * 1e-3);
     moon_bench_json_num(&j, "wall_s", wall);

@@ -290,7 +290,7 @@ static void ssd_give(moon_kv_shard_t *shard, uint32_t slot)
 
 static char *slot_ptr(const moon_kv_shard_t *shard, uint32_t slot)
 {
-    return shard->arena + (size_t)slot * shard->slot_bytes;
+    return shard->arena != NULL ? shard->arena + (size_t)slot * shard->slot_bytes : NULL;
 }
 
 static void entry_free(moon_kv_shard_t *shard, uint32_t e)
@@ -587,7 +587,9 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         return MOON_ERR_INVALID_PARAM;
     }
     arena_bytes = cfg->slot_bytes * cfg->n_slots;
-    if (cfg->arena != NULL && cfg->arena_bytes < arena_bytes) {
+    if ((cfg->arena != NULL && cfg->arena_bytes < arena_bytes) ||
+        (cfg->virtual_payload && (cfg->arena != NULL || cfg->ssd_path != NULL ||
+                                  cfg->verify_on_commit || cfg->verify_on_get))) {
         return MOON_ERR_INVALID_PARAM;
     }
     if (cfg->ssd_path != NULL) {
@@ -624,7 +626,7 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
     status = MOON_ERR_NO_MEMORY;
     if (cfg->arena != NULL) {
         shard->arena = cfg->arena;
-    } else {
+    } else if (!cfg->virtual_payload) {
         size_t rounded = (arena_bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
 
         shard->arena = moon_aligned_alloc((size_t)page, rounded);
@@ -723,7 +725,7 @@ void moon_kv_shard_destroy(moon_kv_shard_t *shard)
 void *moon_kv_shard_arena(const moon_kv_shard_t *shard, size_t *bytes_p)
 {
     if (bytes_p != NULL) {
-        *bytes_p = shard->slot_bytes * shard->n_slots;
+        *bytes_p = shard->arena != NULL ? shard->slot_bytes * shard->n_slots : 0;
     }
     return shard->arena;
 }
@@ -864,7 +866,9 @@ moon_status_t moon_kv_shard_put(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
     if (status != MOON_OK) {
         return status;
     }
-    memcpy(put.ptr, bytes, n_bytes);
+    if (put.ptr != NULL) { /* NULL: virtual payload, nothing to copy */
+        memcpy(put.ptr, bytes, n_bytes);
+    }
     status = moon_kv_shard_commit(shard, put.token, n_bytes, moon_kv_checksum(bytes, n_bytes));
     MOON_CHECK(status == MOON_OK); /* the bytes were just copied in */
     return MOON_OK;

@@ -22,6 +22,8 @@ typedef struct {
     uint32_t    threads, max_chunk, max_batch;
 } cal_opts_t;
 
+#define CAL_HANDOFF_CALLS 2000u
+
 static const char *const backends[] = {"ref", "cpu", "cuda", "cost", NULL};
 
 #define CO(_f) MOON_CONFIG_AT(cal_opts_t, _f)
@@ -125,6 +127,14 @@ int moon_cmd_calibrate(int argc, char **argv)
         moon_model_destroy(m);
         return 1;
     }
+    /* what each call costs a serving instance on top: its engine thread's round trip */
+    p.fit_handoff_s = 0.0;
+    if (ecfg.kind != MOON_BACKEND_COST &&
+        moon_serve_calibrate_handoff(CAL_HANDOFF_CALLS, &p.fit_handoff_s) != MOON_OK) {
+        fprintf(stderr, "moonlet calibrate: timing the engine hand-off failed\n");
+        moon_model_destroy(m);
+        return 1;
+    }
     p.shape                  = *moon_model_config(m);
     p.weight_bytes_per_param = (double)moon_model_weight_bytes(m) / moon_cost_params(&p.shape);
     p.kv_bytes_per_elem      = 4; /* the engines' KV caches are fp32 */
@@ -144,8 +154,8 @@ int moon_cmd_calibrate(int argc, char **argv)
              : 1;
     if (rc == 0) {
         printf("{\"profile\": \"%s\", \"a0\": %.6g, \"a1\": %.6g, \"a2\": %.6g, \"d0\": %.6g, "
-               "\"d1\": %.6g, \"d2\": %.6g}\n",
-               o.out, fit.a0, fit.a1, fit.a2, fit.d0, fit.d1, fit.d2);
+               "\"d1\": %.6g, \"d2\": %.6g, \"handoff_s\": %.6g}\n",
+               o.out, fit.a0, fit.a1, fit.a2, fit.d0, fit.d1, fit.d2, p.fit_handoff_s);
     }
     moon_model_destroy(m);
     moon_config_destroy(cfg); /* the string options borrowed argv until here */

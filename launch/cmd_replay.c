@@ -118,6 +118,7 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         .model_path    = o->model,
         .workers       = o->workers,
         .threads       = o->threads,
+        .backend       = o->backend,
     };
     moon_status_t status;
 

@@ -6,6 +6,7 @@
  * mpirun MPMD job's client ranks, see examples/serve_driver.c). */
 #include "cli.h"
 #include "commands.h"
+#include "profile.h"
 
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
@@ -20,9 +21,10 @@
 #include <time.h>
 
 typedef struct {
-    uint32_t workers;
-    uint64_t seconds;
-    int      gateway;
+    uint32_t    workers;
+    uint64_t    seconds;
+    int         gateway;
+    const char *profile;
 } serve_run_t;
 
 #define SR(_f) MOON_CONFIG_AT(serve_run_t, _f)
@@ -33,6 +35,9 @@ static const moon_config_field_t run_fields[] = {
      UINT64_MAX, 0, 0, NULL},
     {"gateway", MOON_CONFIG_BOOL, SR(gateway), "1",
      "run the openai http gateway on rank 0 (--no-gateway: the client api only)", 0, 1, 0, 0, NULL},
+    {"profile", MOON_CONFIG_STRING, SR(profile), NULL,
+     "--backend cost: the hardware/model profile it models (a name in launch/profiles or a file)",
+     0, 0, 0, 0, NULL},
     MOON_CONFIG_END,
 };
 #undef SR
@@ -108,6 +113,23 @@ int moon_cmd_serve(int argc, char **argv)
     if (scfg.model_path == NULL) {
         rc = moon_cli_usage_error("serve", "--model is required");
         goto out;
+    }
+    if ((scfg.backend == MOON_BACKEND_COST) != (run.profile != NULL)) {
+        rc = moon_cli_usage_error("serve", "%s",
+                                  run.profile == NULL
+                                      ? "--backend cost needs --profile NAME (the "
+                                        "modeled hardware: launch/profiles or a file)"
+                                      : "--profile is for --backend cost");
+        goto out;
+    }
+    if (run.profile != NULL) {
+        moon_profile_t profile;
+        if (moon_profile_load(run.profile, NULL, &profile, NULL) != MOON_OK) {
+            fprintf(stderr, "moonlet serve: profile %s did not load (see the log above)\n",
+                    run.profile);
+            goto out;
+        }
+        scfg.cost = moon_profile_cost(&profile);
     }
     if (moon_dist_init(&argc, &argv, &dcfg, &dist) != MOON_OK) {
         goto out;

@@ -86,10 +86,15 @@ static const field_t store_fields[] = {
     {NULL, 0, 0, 0, 0},
 };
 static const field_t fit_fields[] = {
-    FIELD("a0", F_NONNEG, fit.a0),         FIELD("a1", F_NONNEG, fit.a1),
-    FIELD("a2", F_NONNEG, fit.a2),         FIELD("d0", F_NONNEG, fit.d0),
-    FIELD("d1", F_NONNEG, fit.d1),         FIELD("d2", F_NONNEG, fit.d2),
-    OPTIONAL("source", F_STR, fit_source), {NULL, 0, 0, 0, 0},
+    FIELD("a0", F_NONNEG, fit.a0),
+    FIELD("a1", F_NONNEG, fit.a1),
+    FIELD("a2", F_NONNEG, fit.a2),
+    FIELD("d0", F_NONNEG, fit.d0),
+    FIELD("d1", F_NONNEG, fit.d1),
+    FIELD("d2", F_NONNEG, fit.d2),
+    OPTIONAL("handoff_s", F_NONNEG, fit_handoff_s),
+    OPTIONAL("source", F_STR, fit_source),
+    {NULL, 0, 0, 0, 0},
 };
 static const field_t top_fields[] = {
     FIELD("name", F_STR, name),
@@ -441,6 +446,10 @@ moon_cost_config_t moon_profile_cost(const moon_profile_t *p)
     c.kv_bytes_per_elem  = p->kv_bytes_per_elem;
     c.step_overhead_s    = p->device.step_overhead_s;
     c.fit                = p->fit;
+    if (c.fit.enabled) {
+        c.fit.a0 += p->fit_handoff_s; /* a real instance's every call pays it */
+        c.fit.d0 += p->fit_handoff_s;
+    }
     return c;
 }
 

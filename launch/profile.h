@@ -23,7 +23,8 @@
  *               "nic_efficiency" (achieved share), "latency_s" (per transfer)},
  *   "store":   {"dram_bytes", "dram_bytes_per_s", "ssd_bytes", "ssd_bytes_per_s"}
  *                                            per node
- *   "fitted":  {"a0", "a1", "a2", "d0", "d1", "d2", "source"}   optional
+ *   "fitted":  {"a0", "a1", "a2", "d0", "d1", "d2", "handoff_s", "source"}  optional
+ *              (handoff_s, source optional)
  * }
  * Every number is finite; counts are integers >= 1; rates, sizes and
  * efficiencies (in (0, 1]) are > 0 except ssd_bytes, ssd_bytes_per_s and
@@ -65,6 +66,10 @@ typedef struct {
     } store;
     moon_cost_fit_t fit;             /* enabled: the file had a "fitted" section */
     char            fit_source[128]; /* the fit's "source" ("" when none) */
+    double          fit_handoff_s;   /* the fit's "handoff_s" (optional, 0): what a real
+                                        instance pays per engine call on top of it (the
+                                        runner's round trip); moon_profile_cost adds it to
+                                        a0 and d0 */
 } moon_profile_t;
 
 typedef struct {

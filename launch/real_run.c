@@ -47,10 +47,14 @@ moon_status_t moon_replay_real_run(const moon_sim_run_config_t *cfg, moon_sim_re
     sc.colocated    = cfg->colocated;
     sc.block_tokens = cfg->block_tokens;
     sc.threads      = cfg->threads ? cfg->threads : 1;
-    sc.policy       = policy;
-    sc.ttft_slo_ms  = cfg->ttft_slo_s * 1e3;
-    sc.tbt_slo_ms   = cfg->tbt_slo_s * 1e3;
-    sc.seed         = cfg->seed;
+    sc.backend      = (moon_backend_kind_t)cfg->backend;
+    if (sc.backend == MOON_BACKEND_COST && cfg->profile != NULL) {
+        sc.cost = moon_profile_cost(cfg->profile);
+    }
+    sc.policy      = policy;
+    sc.ttft_slo_ms = cfg->ttft_slo_s * 1e3;
+    sc.tbt_slo_ms  = cfg->tbt_slo_s * 1e3;
+    sc.seed        = cfg->seed;
     moon_runtime_config_default(&rc);
     rc.n_workers = cfg->workers ? cfg->workers : 1;
     rc.trace     = moon_replay_watch_hook;

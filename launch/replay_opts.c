@@ -20,6 +20,8 @@ const char moon_replay_usage[] =
     "replays a Mooncake trace against a simulated cluster (virtual time, the real\n"
     "conductor/prefill/decode actors, modeled compute and transfers)\n";
 
+static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
+
 #define RO(_f) MOON_CONFIG_AT(moon_replay_opts_t, _f)
 static const moon_config_field_t replay_fields[] = {
     {"trace", MOON_CONFIG_STRING, RO(trace), .doc = "mooncake jsonl trace"},
@@ -29,6 +31,9 @@ static const moon_config_field_t replay_fields[] = {
     {"model", MOON_CONFIG_STRING, RO(model), .doc = "--real: the gguf the instances serve"},
     {"workers", MOON_CONFIG_U32, RO(workers), .dflt = "1", .doc = "--real: runtime worker threads",
      .min = 1, .max = 1024},
+    {"backend", MOON_CONFIG_ENUM, RO(backend), .dflt = "cpu",
+     .doc     = "--real: the engine (cost: the profile's modeled times on the wall clock)",
+     .choices = backend_names},
     {"threads", MOON_CONFIG_U32, RO(threads), .dflt = "1",
      .doc = "--real: engine threads per instance", .min = 1, .max = 1024},
     {"nodes-prefill", MOON_CONFIG_U32, RO(nodes_prefill), .dflt = "8", .doc = "prefill instances",

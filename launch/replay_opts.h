@@ -10,6 +10,8 @@
  *                         this process (wall clock, the CPU engine on M):
  *                         the cross-check of the simulator
  *   --workers N --threads N   --real: runtime workers, engine threads
+ *   --backend B           --real: the engine (cpu; cost: the profile's
+ *                         modeled durations as wall-clock timers)
  *   --nodes-prefill P     prefill instances (default 8)
  *   --nodes-decode D      decode instances (default 8)
  *   --colocated           P + D instances that each prefill and decode
@@ -55,6 +57,7 @@ typedef struct {
     int         sim, real, colocated, list_policies, help;
     const char *model;            /* --real: the GGUF served (borrowed) */
     uint32_t    workers, threads; /* --real: runtime workers, engine threads per instance */
+    int         backend;          /* --real: moon_backend_kind_t */
     uint32_t    nodes_prefill, nodes_decode;
     uint32_t    block_tokens;
     uint64_t    max_requests; /* 0: all */

@@ -6,15 +6,21 @@
  * The instances need a model for their bookkeeping (vocabulary, context,
  * KV pools, tokenizer): a tiny random one (dim 2, one layer, one head: RoPE needs pairs) is
  * written and loaded for the run, and the engine models the profile's shape
- * (moonlet/model.h: COST over a model with a modeled shape). So KV pools and
- * store arenas hold 16 bytes per token whatever the modeled model, and their
- * capacities in blocks come from the profile (HBM left after the weights,
- * store DRAM), the store's capped by what the trace can ever fill. Which
+ * (moonlet/model.h: COST over a model with a modeled shape). KV payloads are
+ * virtual: pools and store shards keep block tables, keys, sizes, leases
+ * and eviction but no bytes (kv_pool.h, store_shard.h), so memory does not
+ * grow with the modeled KV; capacities in blocks come from the profile (HBM
+ * left after the weights, store DRAM), the store's capped by what the trace
+ * can ever fill. Which
  * instances the conductor chose is read off its PREFILL messages as they are
  * dispatched (the runtime's trace hook). KV moves take their modeled time
  * on the profile's network (sim_net.h: per-node NICs with busy-until lanes,
  * store DRAM): prefill instance i is on node i, decode instance j on node
- * P + j, and a prompt's store blocks come evenly from every shard's node. */
+ * P + j, and a prompt's store blocks come evenly from every shard's node.
+ * Store shard k is on node k; the conductor and the driver (the clients)
+ * on a front node of their own. A message between actors on different
+ * nodes arrives the profile's network latency after its send (the
+ * runtime's sim_latency_ns). */
 #include "sim_run.h"
 
 #include "conductor.h"
@@ -147,10 +153,16 @@ static uint64_t trace_blocks(const moon_trace_t *t, uint32_t block_tokens)
     return n * per;
 }
 
-static moon_status_t spawn(sim_t *s, const moon_actor_ops_t *ops, const void *args, uint32_t flags,
-                           moon_addr_t *addr_p)
+/* The node of the conductor and the driver: past every instance's. */
+static uint32_t sim_front_node(const sim_t *s)
 {
-    moon_spawn_opts_t opts   = {.flags = flags};
+    return s->n_prefill + s->n_decode;
+}
+
+static moon_status_t spawn(sim_t *s, const moon_actor_ops_t *ops, const void *args, uint32_t flags,
+                           uint32_t node, moon_addr_t *addr_p)
+{
+    moon_spawn_opts_t opts   = {.flags = flags, .sim_node = node};
     moon_status_t     status = moon_spawn(s->rt, ops, args, &opts, addr_p);
 
     if (status != MOON_OK) {
@@ -192,9 +204,10 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
                .shard_id   = i,
                .slot_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens *
                              sizeof(float),
-               .n_slots = (uint32_t)(slots > 0 ? slots : 1),
+               .n_slots         = (uint32_t)(slots > 0 ? slots : 1),
+               .virtual_payload = 1,
         };
-        status = spawn(s, &moon_store_shard_ops, &sa, 0, &s->shards[i]);
+        status = spawn(s, &moon_store_shard_ops, &sa, 0, i, &s->shards[i]);
     }
     /* the SLOs are the conductor's predictions' targets; it rejects early only
      * when the policy says NAME+reject (a bare NAME replays every request) */
@@ -219,7 +232,8 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
         .seed = cfg->seed,
     };
     if (status == MOON_OK) {
-        status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, &s->conductor);
+        status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, sim_front_node(s),
+                       &s->conductor);
     }
     for (uint32_t i = 0; status == MOON_OK && i < s->n_prefill + s->n_decode; i++) {
         uint32_t chunk = MOON_MIN(SIM_PREFILL_CHUNK, MOON_MAX(16u, pf->shape.seq_len / 4));
@@ -246,8 +260,9 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
             .threaded      = 0,
             .xfer_ns       = s->net != NULL ? sim_xfer : NULL,
             .xfer_arg      = s,
+            .virtual_kv    = 1,
         };
-        status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, &s->inst[i]);
+        status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, i, &s->inst[i]);
     }
     return status;
 }
@@ -311,13 +326,14 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     if (status == MOON_OK) {
         last = moon_trace_arrival_ns(&cfg->trace->reqs[cfg->trace->n_reqs - 1], cfg->time_scale);
         moon_runtime_config_default(&rc);
-        rc.deterministic = 1;
-        rc.seed          = cfg->seed;
-        rc.max_actors    = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
-        rc.sim_max_ns    = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
-        rc.trace         = moon_replay_watch_hook;
-        rc.trace_arg     = &s.watch;
-        status           = moon_runtime_create(&rc, &s.rt);
+        rc.deterministic  = 1;
+        rc.seed           = cfg->seed;
+        rc.max_actors     = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
+        rc.sim_max_ns     = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
+        rc.sim_latency_ns = (uint64_t)(cfg->profile->network.latency_s * 1e9 + 0.5);
+        rc.trace          = moon_replay_watch_hook;
+        rc.trace_arg      = &s.watch;
+        status            = moon_runtime_create(&rc, &s.rt);
     }
     if (status == MOON_OK && !cfg->colocated) {
         moon_sim_net_config_t nc =
@@ -339,7 +355,7 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
                                           .recs           = recs,
                                           .progress       = cfg->progress,
                                           .start_ns       = SIM_START_NS};
-        status = spawn(&s, &moon_sim_driver_ops, &da, 0, &driver);
+        status = spawn(&s, &moon_sim_driver_ops, &da, 0, sim_front_node(&s), &driver);
     }
     if (status == MOON_OK) {
         uint32_t pending = 0;

@@ -28,6 +28,7 @@ typedef struct {
     const char *model_path; /* the GGUF the instances serve */
     uint32_t    workers;    /* runtime worker threads (0: 1) */
     uint32_t    threads;    /* engine threads per instance (0: 1) */
+    int         backend;    /* moon_backend_kind_t (COST: the profile's costs) */
 } moon_sim_run_config_t;
 
 /* Replays cfg->trace into recs (moon_sim_records_init'ed with the trace's
@@ -38,7 +39,7 @@ typedef struct {
 moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_records_t *recs);
 
 /* The same replay against a real cluster of the same actors in this process
- * (launch/real_run.c): a threaded runtime, the CPU engine on model_path, one
+ * (launch/real_run.c): a threaded runtime, the CPU engine (or backend) on model_path, one
  * store shard, wall-clock time; the records are the same kind, so the two
  * can be compared (the cross-check of the cost model against the real
  * engine). Runs until every request ended. MOON_ERR_INVALID_PARAM (bad

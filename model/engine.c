@@ -104,7 +104,8 @@ static int kv_matches(const moon_engine_t *e, const moon_kv_cache_t *kv)
 {
     const moon_kv_config_t *k = &kv->cfg;
     return k->n_layers == e->shape.n_layers && k->n_kv_heads == e->shape.n_kv_heads &&
-           k->head_dim == e->shape.head_dim && k->max_seq_len <= e->shape.seq_len;
+           k->head_dim == e->shape.head_dim && k->max_seq_len <= e->shape.seq_len &&
+           (kv->data != NULL || e->cfg.kind == MOON_BACKEND_COST); /* virtual: COST only */
 }
 
 moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,

@@ -27,7 +27,9 @@ size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
            sizeof(float) * cfg->n_blocks;
 }
 
-static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, moon_kv_cache_t **kv_p)
+/* virt: no block bytes at all (kv->data NULL), the bookkeeping only. */
+static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int virt,
+                                  moon_kv_cache_t **kv_p)
 {
     moon_kv_cache_t *kv;
     size_t           bytes;
@@ -43,19 +45,21 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, moon_k
     kv->layer_floats       = 2 * (size_t)cfg->block_tokens * kv->kv_dim;
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
-    kv->owns_data          = mem == NULL;
-    kv->data       = mem != NULL ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->owns_data          = mem == NULL && !virt;
+    kv->data = mem != NULL || virt ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
     kv->refcount   = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
     kv->writer     = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
     kv->free_stack = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
     kv->seqs       = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
     kv->table_mem  = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
-    if (!kv->data || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs ||
+    if ((!kv->data && !virt) || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs ||
         !kv->table_mem) {
         moon_kv_cache_destroy(kv);
         return MOON_ERR_NO_MEMORY;
     }
-    memset(kv->data, 0, bytes);
+    if (kv->data != NULL) {
+        memset(kv->data, 0, bytes);
+    }
     for (uint32_t i = 0; i < cfg->n_blocks; i++) {
         kv->free_stack[i] = cfg->n_blocks - 1 - i; /* block 0 comes out first */
     }
@@ -72,7 +76,15 @@ moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t 
     if (!config_ok(cfg) || kv_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    return cache_create(cfg, NULL, kv_p);
+    return cache_create(cfg, NULL, 0, kv_p);
+}
+
+moon_status_t moon_kv_cache_create_virtual(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p)
+{
+    if (!config_ok(cfg) || kv_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return cache_create(cfg, NULL, 1, kv_p);
 }
 
 moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem, size_t mem_bytes,
@@ -82,7 +94,7 @@ moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem, si
         mem_bytes < moon_kv_config_pool_bytes(cfg)) {
         return MOON_ERR_INVALID_PARAM;
     }
-    return cache_create(cfg, mem, kv_p);
+    return cache_create(cfg, mem, 0, kv_p);
 }
 
 void moon_kv_cache_destroy(moon_kv_cache_t *kv)
@@ -130,7 +142,7 @@ void *moon_kv_pool_data(moon_kv_cache_t *kv)
 void *moon_kv_block_data(moon_kv_cache_t *kv, uint32_t block)
 {
     MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
-    return kv->data + (size_t)block * kv->block_floats;
+    return kv->data != NULL ? kv->data + (size_t)block * kv->block_floats : NULL;
 }
 
 void moon_kv_block_mark_written(moon_kv_cache_t *kv, uint32_t block)
@@ -310,9 +322,11 @@ moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tok
     if (partial) {
         uint32_t b;
         moon_kv_block_alloc(kv, &b); /* cannot fail: checked above */
-        memcpy(kv->data + (size_t)b * kv->block_floats,
-               kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
-               kv->block_floats * sizeof(float));
+        if (kv->data != NULL) {
+            memcpy(kv->data + (size_t)b * kv->block_floats,
+                   kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
+                   kv->block_floats * sizeof(float));
+        }
         kv->writer[b]            = 0;
         d->blocks[d->n_blocks++] = b;
     }
@@ -341,8 +355,8 @@ static moon_status_t block_span(const moon_kv_cache_t *kv, uint32_t block, int32
                                 size_t bytes, size_t *off_p)
 {
     if (kv == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
-        layer >= (int32_t)kv->cfg.n_layers) {
-        return MOON_ERR_INVALID_PARAM;
+        layer >= (int32_t)kv->cfg.n_layers || kv->data == NULL) {
+        return MOON_ERR_INVALID_PARAM; /* a virtual cache has no bytes to move */
     }
     if (layer < 0) {
         if (bytes != moon_kv_block_bytes(kv)) {

@@ -191,6 +191,10 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
         return MOON_ERR_INVALID_PARAM;
     }
     moon_msg_env(msg)->dst = to;
+    if (MOON_UNLIKELY(rt->sim != NULL) && sender != NULL && sender->sim_node != a->sim_node &&
+        rt->cfg.sim_latency_ns > 0) {
+        return moon_sim_defer(rt->sim, msg, rt->cfg.sim_latency_ns); /* across the network */
+    }
     if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
         rt->exec->schedule(rt, a);
     }
@@ -613,6 +617,7 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
     a->ops         = ops;
     a->addr        = addr_make(rt->cfg.rank, a->index, atomic_load(&a->gen));
     a->flags       = opts->flags;
+    a->sim_node    = opts->sim_node;
     a->exiting     = 0;
     a->exit_reason = MOON_OK;
     a->send_seq    = 0;

@@ -55,8 +55,9 @@ struct moon_actor {
     alignas(MOON_CACHE_LINE) const moon_actor_ops_t *ops;
     void              *state;
     moon_addr_t        addr;
-    uint32_t           flags;   /* MOON_SPAWN_* */
-    uint8_t            exiting; /* exit requested during this turn */
+    uint32_t           flags;    /* MOON_SPAWN_* */
+    uint32_t           sim_node; /* deterministic executor: its simulated node */
+    uint8_t            exiting;  /* exit requested during this turn */
     moon_status_t      exit_reason;
     struct moon_actor *mute_on; /* overloaded receiver hit during this turn */
     uint64_t           send_seq;
@@ -145,6 +146,9 @@ moon_status_t                moon_sim_create(moon_runtime_t *rt, moon_sim_t **si
 void                         moon_sim_destroy(moon_sim_t *sim);
 uint64_t                     moon_sim_run(moon_sim_t *sim, uint64_t max_dispatches);
 extern const moon_exec_ops_t moon_sim_exec_ops;
+
+/* Holds msg (its env's dst set) for delivery delay_ns of virtual time from now. */
+moon_status_t moon_sim_defer(moon_sim_t *sim, moon_msg_hdr_t *msg, uint64_t delay_ns);
 
 /* timer.c: a deadline heap; threaded mode runs it on its own thread,
  * deterministic mode polls it from the executor loop. */

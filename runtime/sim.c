@@ -3,16 +3,26 @@
  * next and how many messages its turn takes; the virtual clock stands still
  * while anything is runnable and jumps to the next timer deadline when
  * nothing is. Same seed, same configuration -> the same sequence of
- * dispatches, byte for byte; different seeds explore different interleavings. */
+ * dispatches, byte for byte; different seeds explore different interleavings.
+ * Messages between actors on different simulated nodes wait sim_latency_ns
+ * of virtual time in a FIFO (one latency for every pair, so arrival order is
+ * send order and each pair's order holds) before they reach the mailbox. */
 #include "runtime_internal.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+typedef struct {
+    uint64_t        at_ns;
+    moon_msg_hdr_t *msg;
+} sim_held_t;
+
 struct moon_sim {
     moon_runtime_t *rt;
     moon_actor_t  **ready;
     uint32_t        n_ready, cap_ready;
+    sim_held_t     *held; /* ring of messages in flight between nodes, by arrival */
+    size_t          held_head, n_held, cap_held;
     uint64_t        now_ns;
     uint64_t        rng;
     int             oom; /* a schedule could not grow the ready set */
@@ -41,6 +51,47 @@ static void sim_schedule(moon_runtime_t *rt, moon_actor_t *a)
         sim->cap_ready = cap;
     }
     sim->ready[sim->n_ready++] = a;
+}
+
+moon_status_t moon_sim_defer(moon_sim_t *sim, moon_msg_hdr_t *msg, uint64_t delay_ns)
+{
+    if (sim->n_held == sim->cap_held) {
+        size_t      cap  = sim->cap_held ? sim->cap_held * 2 : 256;
+        sim_held_t *held = moon_malloc(cap * sizeof(*held));
+
+        if (held == NULL) {
+            return MOON_ERR_NO_MEMORY; /* the sender keeps the message */
+        }
+        for (size_t i = 0; i < sim->n_held; i++) {
+            held[i] = sim->held[(sim->held_head + i) % sim->cap_held];
+        }
+        moon_free(sim->held);
+        sim->held      = held;
+        sim->cap_held  = cap;
+        sim->held_head = 0;
+    }
+    sim->held[(sim->held_head + sim->n_held++) % sim->cap_held] =
+        (sim_held_t){sim->now_ns + delay_ns, msg};
+    return MOON_OK;
+}
+
+/* Hands the messages due by now to their mailboxes (a message to an actor
+ * that ended meanwhile is dropped, as the network would); the next arrival. */
+static uint64_t sim_deliver_due(moon_sim_t *sim)
+{
+    while (sim->n_held > 0 && sim->held[sim->held_head].at_ns <= sim->now_ns) {
+        moon_msg_hdr_t *msg = sim->held[sim->held_head].msg;
+        moon_actor_t   *a   = moon_rt_lookup(sim->rt, moon_env_msg_dst(msg));
+
+        sim->held_head = (sim->held_head + 1) % sim->cap_held;
+        sim->n_held--;
+        if (a == NULL) {
+            moon_msg_release(msg);
+        } else if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
+            sim_schedule(sim->rt, a);
+        }
+    }
+    return sim->n_held > 0 ? sim->held[sim->held_head].at_ns : UINT64_MAX;
 }
 
 static uint64_t sim_now(const moon_runtime_t *rt)
@@ -75,6 +126,11 @@ moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p)
 void moon_sim_destroy(moon_sim_t *sim)
 {
     if (sim != NULL) {
+        for (; sim->n_held > 0; sim->n_held--) {
+            moon_msg_release(sim->held[sim->held_head].msg);
+            sim->held_head = (sim->held_head + 1) % sim->cap_held;
+        }
+        moon_free(sim->held);
         moon_free(sim->ready);
         moon_free(sim);
     }
@@ -87,6 +143,7 @@ uint64_t moon_sim_run(moon_sim_t *sim, uint64_t max_turns)
 
     while (max_turns == 0 || turns < max_turns) {
         uint64_t      next = moon_timers_fire_due(rt->timers, sim->now_ns);
+        uint64_t      held = sim_deliver_due(sim);
         uint32_t      i;
         moon_actor_t *a;
 
@@ -94,6 +151,7 @@ uint64_t moon_sim_run(moon_sim_t *sim, uint64_t max_turns)
             break;
         }
         if (sim->n_ready == 0) {
+            next = MOON_MIN(next, held);
             if (next == UINT64_MAX || (rt->cfg.sim_max_ns != 0 && next > rt->cfg.sim_max_ns)) {
                 break; /* idle: nothing runnable, no timer left in range */
             }

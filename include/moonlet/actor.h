@@ -42,6 +42,8 @@ typedef struct {
     moon_addr_t link;        /* optional: link both ways to this actor from birth */
     moon_addr_t monitor;     /* optional: this actor gets DOWN when the new one ends */
     uint64_t    monitor_ref; /* ref carried by that DOWN */
+    uint32_t    sim_node;    /* deterministic executor: the simulated node it runs on
+                                (moon_runtime_config_t.sim_latency_ns) */
 } moon_spawn_opts_t;
 
 /* Spawns an actor; init runs on the calling thread before this returns.

@@ -33,8 +33,14 @@ MOON_API moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv
  * 64-byte aligned, at least moon_kv_config_pool_bytes(cfg) long): a serving
  * instance puts its pool in a region registered for RDMA, so store gets and
  * peers' pulls land in (and read from) the pool itself. mem is zeroed. */
-MOON_API moon_status_t           moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
-                                                         size_t mem_bytes, moon_kv_cache_t **kv_p);
+MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
+                                               size_t mem_bytes, moon_kv_cache_t **kv_p);
+/* The bookkeeping without the bytes (a simulation's virtual KV: sizes and
+ * block tables, no payload): moon_kv_block_data and moon_kv_pool_data give
+ * NULL, export and import MOON_ERR_INVALID_PARAM; only an engine that reads
+ * no KV (the COST backend) runs on it. */
+MOON_API moon_status_t           moon_kv_cache_create_virtual(const moon_kv_config_t *cfg,
+                                                              moon_kv_cache_t       **kv_p);
 MOON_API size_t                  moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
 MOON_API void                    moon_kv_cache_destroy(moon_kv_cache_t *kv); /* NULL: no-op */
 MOON_API const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv);

@@ -60,6 +60,9 @@ typedef struct {
     uint64_t         ssd_bytes;   /* SSD tier capacity; ssd_bytes / slot_bytes slots */
     moon_kv_event_fn on_event;    /* optional; NULL: no events */
     void            *event_arg;
+    int virtual_payload; /* a simulation's blocks (sizes and keys, no bytes): no arena (its
+                            pointers NULL), no SSD tier, no verification; the metadata,
+                            capacity in slots, leases and eviction as ever */
 } moon_kv_shard_config_t;
 
 /* Fills cfg with the defaults above; the caller then sets slot_bytes, n_slots... */
@@ -109,7 +112,8 @@ MOON_API moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg,
  * file. Outstanding reservations and leases die with it. NULL: no-op. */
 MOON_API void moon_kv_shard_destroy(moon_kv_shard_t *shard);
 
-/* The arena to register with the transport: base and size (n_slots * slot_bytes). */
+/* The arena to register with the transport: base and size (n_slots * slot_bytes;
+ * NULL and 0 with virtual_payload). */
 MOON_API void *moon_kv_shard_arena(const moon_kv_shard_t *shard, size_t *bytes_p);
 
 /* Phase 1 of a put: reserves a slot for key (a block of n_bytes, made under tag)

@@ -26,6 +26,9 @@ typedef struct {
     uint64_t      sim_max_ns;    /* deterministic: stop when virtual time passes this (0: never) */
     moon_trace_fn trace;         /* optional */
     void         *trace_arg;
+    /* deterministic: a message from an actor to one on another sim_node
+     * (moon_spawn_opts_t) arrives this long after its send (0: at once) */
+    uint64_t sim_latency_ns;
 } moon_runtime_config_t;
 
 MOON_API void moon_runtime_config_default(moon_runtime_config_t *cfg);

@@ -1,7 +1,8 @@
 /* tests/unit/runtime/test_sim.c - the deterministic executor: the same seed
  * gives a byte-identical message trace; different seeds give different
  * interleavings, and searching seeds finds an order-dependent bug planted in
- * a test actor (and replays it). */
+ * a test actor (and replays it); messages between actors on different
+ * simulated nodes arrive the configured latency later, in send order. */
 #include "moonlet/moonlet.h"
 
 #include "moon_test.h"
@@ -181,6 +182,69 @@ static void test_seed_search_finds_the_planted_bug(void)
     CU_ASSERT_EQUAL(run_scenario(found), 1); /* the seed replays it */
 }
 
+/* Latency: a recorder notes when each WORK arrives; a sender on node 0 sends
+ * WORK 0, 1, 2 to a recorder on node 1 and WORK 9 to one on its own node. */
+static uint64_t lat_at[8], lat_n_of[8];
+static uint32_t lat_count;
+
+static moon_status_t rec_on_work(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    if (lat_count < 8) {
+        lat_at[lat_count]     = moon_now(moon_actor_runtime(self));
+        lat_n_of[lat_count++] = ((const t_work_t *)msg)->n;
+    }
+    return MOON_OK;
+}
+
+static const moon_actor_ops_t rec_ops = {.name   = "recorder",
+                                         .on_msg = {[T_MSG_WORK] = rec_on_work}};
+
+static moon_status_t sender_init(moon_actor_t *self, const void *args)
+{
+    const moon_addr_t *to     = args; /* far, near */
+    moon_status_t      status = MOON_OK;
+
+    for (uint64_t n = 0; status == MOON_OK && n < 4; n++) {
+        t_work_t *m = moon_msg_new(T_MSG_WORK, 0);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->n   = n < 3 ? n : 9;
+        status = moon_tell(self, to[n < 3 ? 0 : 1], &m->hdr);
+    }
+    return status;
+}
+
+static const moon_actor_ops_t sender_ops = {.name = "sender", .init = sender_init};
+
+static void test_latency_between_nodes(void)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt;
+    moon_addr_t           to[2], src;
+
+    moon_runtime_config_default(&cfg);
+    cfg.deterministic  = 1;
+    cfg.seed           = 7;
+    cfg.sim_latency_ns = 1000;
+    lat_count          = 0;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        moon_spawn(rt, &rec_ops, NULL, &(moon_spawn_opts_t){.sim_node = 1}, &to[0]), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &rec_ops, NULL, NULL, &to[1]), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &sender_ops, to, NULL, &src), MOON_OK);
+    moon_runtime_run(rt);
+    /* the near one at once, the far ones a latency later, in order */
+    CU_ASSERT_EQUAL_FATAL(lat_count, 4);
+    CU_ASSERT_EQUAL(lat_n_of[0], 9);
+    CU_ASSERT_EQUAL(lat_at[0], 0);
+    for (uint32_t i = 1; i < 4; i++) {
+        CU_ASSERT_EQUAL(lat_n_of[i], i - 1);
+        CU_ASSERT_EQUAL(lat_at[i], 1000);
+    }
+    moon_runtime_destroy(rt);
+}
+
 static int setup(void)
 {
     moon_log_set_level(MOON_LOG_ERROR);
@@ -188,4 +252,5 @@ static int setup(void)
 }
 
 MOON_TEST_MAIN("sim", setup, NULL, test_same_seed_same_trace,
-               test_different_seeds_explore_interleavings, test_seed_search_finds_the_planted_bug)
+               test_different_seeds_explore_interleavings, test_seed_search_finds_the_planted_bug,
+               test_latency_between_nodes)

@@ -33,6 +33,13 @@ static uint64_t ns(double s)
     return (uint64_t)(s * 1e9); /* the engine runner's timers truncate */
 }
 
+/* One message between actors on different simulated nodes: the profile's
+ * network latency (20 us), as the runtime holds it. */
+static uint64_t hop(void)
+{
+    return (uint64_t)(profile.network.latency_s * 1e9 + 0.5);
+}
+
 /* Request 0: 1024 tokens, 3 out, from scratch. Request 1 a minute later:
  * 1536 tokens sharing request 0's two blocks (hash ids 1, 2), which the
  * prefill instance still holds in its own prefix cache: it computes 512
@@ -44,7 +51,13 @@ static uint64_t ns(double s)
  * apart, nothing else books them): the first token leaves with the
  * handover, so the first decode step waits for the pull of the prompt's
  * blocks from the prefill node (one move striped over the NICs, then the
- * link latency). */
+ * link latency).
+ * Messages between nodes take one hop (the network latency): the driver
+ * and the conductor share the front node, so a request reaches the prefill
+ * instance one hop after its arrival (its queue time), and its first token
+ * reaches the driver two hops after the prefill ends (with the handover to
+ * the decode instance, which forwards it). Token gaps are between two
+ * tokens that travel the same way: no hop. */
 static void test_hand_checked_trace(void)
 {
     static const char *text =
@@ -75,10 +88,11 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL(x->decode, 0);
     CU_ASSERT_EQUAL(x->output_tokens, 3);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 0);
-    CU_ASSERT_EQUAL(x->prefill_start_ns, 0);
-    /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms */
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, ns(moon_cost_prefill_s(&cost, 0, 1024)));
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, 99114629);
+    CU_ASSERT_EQUAL(x->prefill_start_ns, hop());
+    /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms, and three hops of 20 us */
+    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns,
+                    3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)));
+    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, 99114629 + 60000);
     /* gaps: the pull then the step over 1025 tokens, the step over 1026;
      * TBT = the slower */
     CU_ASSERT_EQUAL(x->tbt_ns, pull2 + ns(moon_cost_decode_s(&cost, 1, 1025)));
@@ -89,7 +103,9 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL(x->status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(x->arrival_ns, 60000000000ull);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 1024);
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, ns(moon_cost_prefill_s(&cost, 1024, 512)));
+    CU_ASSERT_EQUAL(x->prefill_start_ns - x->arrival_ns, hop());
+    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns,
+                    3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512)));
     CU_ASSERT_EQUAL(x->tbt_ns, pull1 + ns(moon_cost_decode_s(&cost, 1, 1537)));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
@@ -159,8 +175,9 @@ static void test_colocated(void)
     CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(r.recs[1].status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(r.recs[0].prefill, r.recs[0].decode); /* one instance does both */
+    /* a hop to the instance, one back to the driver */
     CU_ASSERT_EQUAL(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
-                    ns(moon_cost_prefill_s(&cost, 0, 1024)));
+                    2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)));
     if (r.recs[1].prefill == r.recs[0].prefill) {
         CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 1024);
     } else {
