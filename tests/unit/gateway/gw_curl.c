@@ -7,7 +7,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static char tmp_dir[256];
+#ifndef MOON_TEST_TMP_BASE
+#error "MOON_TEST_TMP_BASE must name a folder of the build tree"
+#endif
+
+static char tmp_dir[512];
 static char tmp_name[64] = "gw_e2e";
 
 void gw_tmp_name(const char *name)
@@ -19,10 +23,12 @@ void gw_tmp_name(const char *name)
 const char *gw_tmp_dir(void)
 {
     if (tmp_dir[0] == '\0') {
-        /* fixed, so the npm install of an earlier run is reused */
-        snprintf(tmp_dir, sizeof(tmp_dir), "%s", tmp_name);
+        /* fixed and in the build tree (whatever the working directory), so
+         * the npm install of an earlier run is reused and nothing lands in
+         * the source tree */
+        snprintf(tmp_dir, sizeof(tmp_dir), "%s/%s", MOON_TEST_TMP_BASE, tmp_name);
         if (mkdir(tmp_dir, 0755) != 0 && errno != EEXIST) {
-            snprintf(tmp_dir, sizeof(tmp_dir), ".");
+            snprintf(tmp_dir, sizeof(tmp_dir), "%s", MOON_TEST_TMP_BASE);
         }
     }
     return tmp_dir;
