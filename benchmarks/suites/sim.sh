@@ -4,7 +4,7 @@
 # trace three times over with fresh ids, time-scaled to 3,600 s) on 128
 # nodes (target < 60 s). One process per configuration (peak RSS). Then
 # the policy comparison: moonlet against Algorithm 1 (both with early
-# rejection) on the synthetic trace at twice its rate, TTFT <= 30 s and
+# rejection) on the synthetic trace at 2.5 times its rate, TTFT <= 30 s and
 # TBT <= 100 ms: their goodput and the ratio (anchor: mooncake, same run).
 # SMOKE=1: 200 requests on 4 nodes.
 set -euo pipefail
@@ -18,5 +18,5 @@ fi
 for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
-    "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale=0.5
+    "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale=0.4
 done
