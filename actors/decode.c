@@ -68,6 +68,8 @@ typedef struct {
     /* KV_READY messages of requests not yet taken, in arrival order */
     moon_msg_hdr_t **waiting;
     uint32_t         n_waiting;
+    int              admitting; /* try_admit_waiting runs (a cancel taken on admission
+                                   finishes, and finishing admits: not again inside) */
     /* the step in flight */
     uint32_t           *b_slot, *b_seq;
     int32_t            *b_tok;
@@ -675,6 +677,10 @@ static void try_admit_waiting(moon_actor_t *self, decode_t *d)
 {
     uint32_t i = 0;
 
+    if (d->admitting) {
+        return; /* the outer loop goes on admitting */
+    }
+    d->admitting = 1;
     /* In order: a request's later messages stay behind its first. */
     while (i < d->n_waiting) {
         if (!handle_incoming(self, d, d->waiting[i])) {
@@ -684,6 +690,7 @@ static void try_admit_waiting(moon_actor_t *self, decode_t *d)
         memmove(&d->waiting[i], &d->waiting[i + 1], (d->n_waiting - i - 1) * sizeof(*d->waiting));
         d->n_waiting--;
     }
+    d->admitting = 0;
 }
 
 static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t status);

@@ -158,6 +158,21 @@ out:
     return status;
 }
 
+/* Frees what init made (the HTTP server stopped, or never started). */
+static void free_state(gw_state_t *st)
+{
+    moon_gw_bridge_destroy(st->bridge);
+    if (st->own_metrics) {
+        moon_gw_metrics_destroy(st->metrics);
+    }
+    moon_tokenizer_destroy(st->tok);
+    moon_free(st->host);
+    moon_free(st->api_key);
+    moon_free(st->wait_roles);
+    moon_free(st->model_name);
+    moon_free(st->fingerprint);
+}
+
 static moon_status_t gw_init(moon_actor_t *self, const void *arg)
 {
     const moon_gateway_args_t *args = arg;
@@ -232,7 +247,8 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     if (status != MOON_OK) {
         goto err;
     }
-    status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->cfg.max_inflight, &st->bridge);
+    status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->conductor, st->cfg.max_inflight,
+                                   &st->bridge);
     if (status != MOON_OK) {
         goto err;
     }
@@ -273,16 +289,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     return MOON_OK;
 
 err:
-    moon_gw_bridge_destroy(st->bridge);
-    if (st->own_metrics) {
-        moon_gw_metrics_destroy(st->metrics);
-    }
-    moon_tokenizer_destroy(st->tok);
-    moon_free(st->host);
-    moon_free(st->api_key);
-    moon_free(st->wait_roles);
-    moon_free(st->model_name);
-    moon_free(st->fingerprint);
+    free_state(st);
     return status;
 }
 
@@ -292,7 +299,7 @@ static void gw_fini(moon_actor_t *self)
     struct timespec nap = {0, 10 * 1000 * 1000};
 
     moon_gw_http_quiesce(st->http);
-    moon_gw_bridge_cancel_all(st->bridge, self, st->conductor);
+    moon_gw_bridge_cancel_all(st->bridge, self);
     /* No connection may stay parked when the server stops: end every request
      * and let the connections finish (bounded: 5 s). */
     for (int i = 0; i < 500; i++) {
@@ -303,16 +310,7 @@ static void gw_fini(moon_actor_t *self)
         nanosleep(&nap, NULL);
     }
     moon_gw_http_stop(st->http);
-    moon_gw_bridge_destroy(st->bridge);
-    if (st->own_metrics) {
-        moon_gw_metrics_destroy(st->metrics);
-    }
-    moon_tokenizer_destroy(st->tok);
-    moon_free(st->host);
-    moon_free(st->api_key);
-    moon_free(st->wait_roles);
-    moon_free(st->model_name);
-    moon_free(st->fingerprint);
+    free_state(st);
 }
 
 static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -320,7 +318,7 @@ static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
     gw_state_t *st = moon_actor_state(self);
 
     (void)msg;
-    moon_gw_bridge_drain(st->bridge, self, st->conductor);
+    moon_gw_bridge_drain(st->bridge, self);
     return MOON_OK;
 }
 
@@ -329,23 +327,36 @@ static double secs(uint64_t ns)
     return (double)ns * 1e-9;
 }
 
+/* The live request a TOKEN or DONE names, NULL (logged) if unknown. */
+static moon_gw_req_t *event_req(moon_actor_t *self, gw_state_t *st, uint64_t request_id,
+                                const char *what)
+{
+    moon_gw_req_t *req = moon_gw_bridge_find(st->bridge, self, request_id);
+
+    if (req == NULL) {
+        MOON_DEBUG_LOG("gateway: %s of unknown request %llu dropped", what,
+                       (unsigned long long)request_id);
+    }
+    return req;
+}
+
+/* TTFT and end-to-end latency are observed by the HTTP side, when the
+ * client's bytes leave (what the client measures); the actor keeps the
+ * token times for ITL and TPOT. */
 static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t               *st  = moon_actor_state(self);
     const moon_serve_token_t *tok = (const moon_serve_token_t *)msg;
-    moon_gw_req_t            *req = moon_gw_bridge_find(st->bridge, tok->request_id);
+    moon_gw_req_t            *req = event_req(self, st, tok->request_id, "token");
     moon_gw_req_times_t      *t;
     uint64_t                  now = moon_now(moon_actor_runtime(self));
 
     if (req == NULL) {
-        MOON_DEBUG_LOG("gateway: token of unknown request %llu dropped",
-                       (unsigned long long)tok->request_id);
         return MOON_OK;
     }
     t = moon_gw_req_times_mut(req);
     if (t->first_token_ns == 0) {
         t->first_token_ns = now;
-        moon_gw_metrics_observe(st->metrics, MOON_GW_M_TTFT, NULL, secs(now - t->arrival_ns));
     } else {
         moon_gw_metrics_observe(st->metrics, MOON_GW_M_ITL, NULL, secs(now - t->last_token_ns));
     }
@@ -357,17 +368,14 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
 static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    gw_state_t              *st  = moon_actor_state(self);
-    const moon_serve_done_t *d   = (const moon_serve_done_t *)msg;
-    moon_gw_req_t           *req = moon_gw_bridge_find(st->bridge, d->request_id);
-    moon_gw_metrics_t       *m   = st->metrics;
-    moon_gw_req_times_t     *t;
-    uint64_t                 now = moon_now(moon_actor_runtime(self));
-    char                     labels[48];
+    gw_state_t                *st  = moon_actor_state(self);
+    const moon_serve_done_t   *d   = (const moon_serve_done_t *)msg;
+    moon_gw_req_t             *req = event_req(self, st, d->request_id, "done");
+    moon_gw_metrics_t         *m   = st->metrics;
+    const moon_gw_req_times_t *t;
+    char                       labels[48];
 
     if (req == NULL) {
-        MOON_DEBUG_LOG("gateway: done of unknown request %llu dropped",
-                       (unsigned long long)d->request_id);
         return MOON_OK;
     }
     t = moon_gw_req_times_mut(req);
@@ -377,7 +385,6 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
         moon_gw_metrics_add(m, MOON_GW_M_REJECTED, NULL, 1);
     }
     if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
-        moon_gw_metrics_observe(m, MOON_GW_M_E2E, NULL, secs(now - t->arrival_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_QUEUE, NULL, secs(d->queue_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_PREFILL, NULL, secs(d->prefill_ns));
         moon_gw_metrics_observe(m, MOON_GW_M_TRANSFER, NULL, secs(d->transfer_ns));
@@ -407,6 +414,7 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
         return MOON_OK;
     }
     moon_gw_http_set_down(st->http, 1);
+    moon_gw_bridge_drain(st->bridge, self); /* those on the ring fail too */
     n = moon_gw_bridge_fail_all(st->bridge, MOON_ERR_PEER_LOST, "the conductor is gone");
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"prefill\"", 0);
     moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"decode\"", 0);

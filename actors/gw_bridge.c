@@ -30,17 +30,18 @@ static pthread_mutex_t ck_tsan_mu = PTHREAD_MUTEX_INITIALIZER;
 #endif
 
 struct moon_gw_req {
-    atomic_uint          refs;
-    moon_gw_bridge_t    *bridge;
-    uint64_t             id;
-    moon_serve_submit_t *submit; /* until the actor sends it */
-    struct ck_fifo_spsc  fifo;   /* messages: the actor enqueues, the HTTP side dequeues */
-    pthread_mutex_t      wake_mu;
-    int                  parked; /* under wake_mu */
-    int                  closed; /* under wake_mu: the HTTP side is gone */
-    moon_gw_conn_t       conn;
-    uint64_t             woken_ns; /* actor: when a TOKEN last woke the connection */
-    atomic_int           done;     /* the actor delivered DONE */
+    atomic_uint         refs;
+    moon_gw_bridge_t   *bridge;
+    uint64_t            id;
+    moon_status_t       send_status; /* the SUBMIT's send failed: set before the fail item */
+    struct ck_fifo_spsc fifo;        /* messages: the actor enqueues, the HTTP side dequeues */
+    pthread_mutex_t     wake_mu;
+    int                 parked; /* under wake_mu */
+    int                 closed; /* under wake_mu: the HTTP side is gone */
+    int                 poked;  /* under wake_mu: woken from outside; never parks again */
+    moon_gw_conn_t      conn;
+    uint64_t            woken_ns; /* actor: when a TOKEN last woke the connection */
+    atomic_int          done;     /* the actor delivered DONE */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
@@ -48,7 +49,7 @@ struct moon_gw_req {
 
 struct moon_gw_bridge {
     moon_runtime_t        *rt;
-    moon_addr_t            actor;
+    moon_addr_t            actor, conductor;
     struct ck_ring         ring;
     struct ck_ring_buffer *ring_buf;
     atomic_int             kicked; /* a WAKE is on its way; pairs with drain's reset */
@@ -82,8 +83,8 @@ static void ht_free(void *p, size_t bytes, bool defer)
 static struct ck_malloc ht_allocator = {
     .malloc = ht_malloc, .realloc = ht_realloc, .free = ht_free};
 
-moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, uint32_t capacity,
-                                    moon_gw_bridge_t **bridge_p)
+moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, moon_addr_t conductor,
+                                    uint32_t capacity, moon_gw_bridge_t **bridge_p)
 {
     moon_status_t     status = moon_msg_register(moon_gw_msg_descs);
     moon_gw_bridge_t *b;
@@ -108,8 +109,9 @@ moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, uint3
         return MOON_ERR_NO_MEMORY;
     }
     ck_ring_init(&b->ring, size);
-    b->rt    = rt;
-    b->actor = actor;
+    b->rt        = rt;
+    b->actor     = actor;
+    b->conductor = conductor;
     atomic_init(&b->kicked, 0);
     atomic_init(&b->next_id, 1);
     *bridge_p = b;
@@ -193,7 +195,6 @@ static void req_unref(moon_gw_req_t *req)
         moon_free(garbage);
         garbage = next;
     }
-    moon_msg_release(req->submit != NULL ? &req->submit->hdr : NULL);
     pthread_mutex_destroy(&req->wake_mu);
     moon_free(req);
 }
@@ -225,11 +226,23 @@ static void kick(moon_gw_bridge_t *b)
     }
 }
 
+/* Ring items: the request's pointer, its low bits say what for. */
+#define ITEM_SUBMIT 0u /* register it (its SUBMIT is on its way) */
+#define ITEM_CANCEL 1u /* the HTTP side left: CANCEL it */
+#define ITEM_FAIL 2u   /* its SUBMIT could not be sent: end it with send_status */
+#define ITEM_TAGS 3u
+
+static bool push_item(moon_gw_bridge_t *b, moon_gw_req_t *req, uintptr_t tag)
+{
+    return ring_push(b, (void *)((uintptr_t)req | tag));
+}
+
 moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params_t *params,
                                     const moon_gw_conn_t *conn, moon_gw_req_t **req_p)
 {
     moon_gw_req_t             *req = moon_calloc(1, sizeof(*req));
     struct ck_fifo_spsc_entry *stub;
+    moon_serve_submit_t       *submit = NULL;
     moon_status_t              status;
 
     if (req == NULL) {
@@ -241,7 +254,7 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
         return MOON_ERR_NO_MEMORY;
     }
     req->id = atomic_fetch_add(&b->next_id, 1);
-    status  = moon_serve_submit_build(b->actor, req->id, params, &req->submit);
+    status  = moon_serve_submit_build(b->actor, req->id, params, &submit);
     if (status != MOON_OK) {
         moon_free(stub);
         moon_free(req);
@@ -254,12 +267,29 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
     atomic_init(&req->refs, 2); /* the HTTP side and the actor */
-    if (!ring_push(b, req)) {
+    if (!push_item(b, req, ITEM_SUBMIT)) {
+        moon_msg_release(&submit->hdr);
         atomic_store(&req->refs, 1);
         req_unref(req);
         return MOON_ERR_NO_RESOURCE;
     }
-    kick(b);
+    /* The SUBMIT goes to the conductor from this thread, one hop shorter than
+     * through the actor. Pushed first: the actor meets the request in the
+     * ring before any event of it (moon_gw_bridge_find drains it). */
+    status = moon_runtime_send(b->rt, b->conductor, &submit->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&submit->hdr);
+        MOON_WARN("gateway: submit of request %llu to the conductor failed: %s",
+                  (unsigned long long)req->id, moon_status_str(status));
+        req->send_status = status;
+        atomic_fetch_add(&req->refs, 1); /* the fail item's */
+        if (!push_item(b, req, ITEM_FAIL)) {
+            atomic_fetch_sub(&req->refs, 1);
+            MOON_ERROR("gateway: inbound ring full: request %llu waits for its timeout",
+                       (unsigned long long)req->id);
+        }
+    }
+    kick(b); /* registers it soon, events or not (the ring stays short) */
     *req_p = req;
     return MOON_OK;
 }
@@ -283,13 +313,24 @@ int moon_gw_req_park(moon_gw_req_t *req)
     pthread_mutex_lock(&req->wake_mu);
     /* Under the lock: a deliver that queued before we took it is seen here;
      * one after sees parked and wakes. */
-    if (fifo_empty(req)) {
+    if (fifo_empty(req) && !req->poked) {
         req->parked = 1;
         req->conn.park(req->conn.arg);
         parked = 1;
     }
     pthread_mutex_unlock(&req->wake_mu);
     return parked;
+}
+
+void moon_gw_req_poke(moon_gw_req_t *req)
+{
+    pthread_mutex_lock(&req->wake_mu);
+    req->poked = 1;
+    if (req->parked && !req->closed) {
+        req->parked = 0;
+        req->conn.wake(req->conn.arg);
+    }
+    pthread_mutex_unlock(&req->wake_mu);
 }
 
 void moon_gw_req_close(moon_gw_req_t *req, int cancel)
@@ -303,7 +344,7 @@ void moon_gw_req_close(moon_gw_req_t *req, int cancel)
     if (cancel && !atomic_load(&req->done)) {
         /* The cancel item holds a reference until the actor has read it. */
         atomic_fetch_add(&req->refs, 1);
-        if (ring_push(b, (void *)((uintptr_t)req | 1))) {
+        if (push_item(b, req, ITEM_CANCEL)) {
             kick(b);
         } else {
             atomic_fetch_sub(&req->refs, 1);
@@ -365,20 +406,35 @@ static void table_remove(moon_gw_bridge_t *b, moon_gw_req_t *req)
     b->n_live--;
 }
 
-moon_gw_req_t *moon_gw_bridge_find(moon_gw_bridge_t *b, uint64_t request_id)
+static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status,
+                 const char *message);
+
+static moon_gw_req_t *table_get(moon_gw_bridge_t *b, uint64_t request_id)
 {
     ck_ht_entry_t e;
     ck_ht_hash_t  h;
 
-    if (request_id == 0 || request_id == UINT64_MAX) {
-        return NULL;
-    }
     ck_ht_hash_direct(&h, &b->table, (uintptr_t)request_id);
     ck_ht_entry_key_set_direct(&e, (uintptr_t)request_id);
     if (!ck_ht_get_spmc(&b->table, h, &e)) {
         return NULL;
     }
     return (moon_gw_req_t *)ck_ht_entry_value_direct(&e);
+}
+
+moon_gw_req_t *moon_gw_bridge_find(moon_gw_bridge_t *b, moon_actor_t *self, uint64_t request_id)
+{
+    moon_gw_req_t *req;
+
+    if (request_id == 0 || request_id == UINT64_MAX) {
+        return NULL;
+    }
+    req = table_get(b, request_id);
+    if (req == NULL) { /* its event outran the wake-up: the ring holds it */
+        moon_gw_bridge_drain(b, self);
+        req = table_get(b, request_id);
+    }
+    return req;
 }
 
 void moon_gw_bridge_deliver(moon_gw_bridge_t *b, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
@@ -435,7 +491,7 @@ static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status, 
     moon_msg_release(&done->hdr);
 }
 
-void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self, moon_addr_t conductor)
+void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self)
 {
     void *item;
 
@@ -444,30 +500,30 @@ void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self, moon_addr_t c
     /* seq_cst fence: pairs with the fence in kick(). */
     atomic_thread_fence(memory_order_seq_cst);
     while (ring_pop(b, &item)) {
-        moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)1);
+        moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)ITEM_TAGS);
         moon_status_t  status;
 
-        if ((uintptr_t)item & 1) {
-            /* a cancel: the request may have ended meanwhile */
+        switch ((uintptr_t)item & ITEM_TAGS) {
+        case ITEM_SUBMIT:
+            table_put(b, req);
+            break;
+        case ITEM_CANCEL: /* the request may have ended meanwhile */
             if (!atomic_load(&req->done)) {
-                status = moon_serve_cancel(self, conductor, req->id);
+                status = moon_serve_cancel(self, b->conductor, req->id);
                 if (status != MOON_OK) {
                     MOON_WARN("gateway: cancel of request %llu not sent: %s",
                               (unsigned long long)req->id, moon_status_str(status));
                 }
             }
             req_unref(req);
-            continue;
+            break;
+        default: /* ITEM_FAIL: after its ITEM_SUBMIT */
+            if (!atomic_load(&req->done)) {
+                fail(b, req, req->send_status, "the conductor cannot be reached");
+            }
+            req_unref(req);
+            break;
         }
-        table_put(b, req);
-        status = moon_send(self, conductor, &req->submit->hdr);
-        if (status != MOON_OK) {
-            MOON_WARN("gateway: submit of request %llu to the conductor failed: %s",
-                      (unsigned long long)req->id, moon_status_str(status));
-            fail(b, req, status, "the conductor cannot be reached");
-            continue;
-        }
-        req->submit = NULL; /* the runtime's now */
     }
 }
 
@@ -478,9 +534,9 @@ void moon_gw_bridge_abort(moon_gw_bridge_t *b, moon_status_t status, const char 
     atomic_store(&b->kicked, 0);
     atomic_thread_fence(memory_order_seq_cst);
     while (ring_pop(b, &item)) {
-        moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)1);
+        moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)ITEM_TAGS);
 
-        if ((uintptr_t)item & 1) {
+        if (((uintptr_t)item & ITEM_TAGS) != ITEM_SUBMIT) {
             req_unref(req);
         } else {
             table_put(b, req);
@@ -500,10 +556,11 @@ uint32_t moon_gw_bridge_fail_all(moon_gw_bridge_t *b, moon_status_t status, cons
     return n;
 }
 
-void moon_gw_bridge_cancel_all(moon_gw_bridge_t *b, moon_actor_t *self, moon_addr_t conductor)
+void moon_gw_bridge_cancel_all(moon_gw_bridge_t *b, moon_actor_t *self)
 {
+    moon_gw_bridge_drain(b, self);
     for (moon_gw_req_t *req = b->live; req != NULL; req = req->next) {
-        moon_serve_cancel(self, conductor, req->id);
+        moon_serve_cancel(self, b->conductor, req->id);
     }
 }
 

@@ -1,12 +1,13 @@
 /* actors/gw_bridge.h - where the HTTP threads and the actor runtime meet.
  *
  * In: an HTTP thread builds a request's SUBMIT (moon_serve_submit_build,
- * reply_to = the gateway actor) and pushes the request onto the inbound ring
- * (Concurrency Kit ck_ring, many producers, the actor the one consumer); the
- * push that finds the actor idle sends it one GW_WAKE message. The actor, on
- * GW_WAKE, drains the ring: it sends each SUBMIT to the conductor and keeps
- * the request in its table (ck_ht, by request id); a cancel item becomes a
- * CANCEL to the conductor.
+ * reply_to = the gateway actor), pushes the request onto the inbound ring
+ * (Concurrency Kit ck_ring, many producers, the actor the one consumer) and
+ * sends the SUBMIT to the conductor itself (no hop through the actor on the
+ * way in); the push that finds the actor idle sends it one GW_WAKE message.
+ * The actor drains the ring on GW_WAKE, and whenever an event names a
+ * request it does not know yet: it keeps each request in its table (ck_ht,
+ * by request id); a cancel item becomes a CANCEL to the conductor.
  *
  * Out: the actor hands each TOKEN and DONE message of a request (retained,
  * not copied) to that request's queue (ck_fifo_spsc: the actor produces, the
@@ -40,9 +41,9 @@ typedef struct {
     moon_gw_conn_fn park, wake;
     void           *arg;           /* passed to park and wake */
     uint64_t        token_wake_ns; /* 0: every event wakes a parked connection; else a
-                                      TOKEN wakes it at most once per this long (a whole
-                                      answer waits for DONE: fewer wake-ups, and a client
-                                      that left is still noticed that often); DONE always */
+                                      TOKEN wakes it at most once per this long
+                                      (UINT64_MAX: never; a whole answer waits for DONE
+                                      with no wake-up between); DONE always */
     uint64_t arrival_ns;           /* when the request arrived (moon_now); 0: at submit */
 } moon_gw_conn_t;
 
@@ -54,11 +55,12 @@ typedef struct {
     uint32_t n_tokens;
 } moon_gw_req_times_t;
 
-/* Creates the bridge of the actor `actor` in rt (capacity: requests in flight
+/* Creates the bridge of the actor `actor` in rt, whose requests go to
+ * conductor (capacity: requests in flight
  * on the inbound ring at once, rounded up to a power of two). Called from
  * the actor's init. MOON_ERR_NO_MEMORY, or the message registration's status. */
-moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, uint32_t capacity,
-                                    moon_gw_bridge_t **bridge_p);
+moon_status_t moon_gw_bridge_create(moon_runtime_t *rt, moon_addr_t actor, moon_addr_t conductor,
+                                    uint32_t capacity, moon_gw_bridge_t **bridge_p);
 /* From the actor's fini, after the HTTP daemon stopped (no HTTP thread may
  * touch the bridge any more): aborts what is left and frees. Requests the
  * HTTP side still referenced are freed with their last reference. */
@@ -66,7 +68,8 @@ void moon_gw_bridge_destroy(moon_gw_bridge_t *bridge);
 
 /* ---- HTTP side (any thread) ------------------------------------------------ */
 /* Submits: builds SUBMIT {request id, params} (params borrowed for the call),
- * queues the request for the actor and wakes it. conn is copied.
+ * queues the request for the actor, sends the SUBMIT and wakes the actor
+ * (a send that fails ends the request with a DONE error). conn is copied.
  * *req_p gets the HTTP side's reference (close it). MOON_ERR_NO_RESOURCE: the
  * ring is full (answer 503); MOON_ERR_INVALID_PARAM: params refused by the
  * SUBMIT builder; MOON_ERR_NO_MEMORY. */
@@ -77,8 +80,12 @@ uint64_t      moon_gw_req_id(const moon_gw_req_t *req);
  * moon_msg_release it), NULL if none is queued now. The connection's thread only. */
 const moon_msg_hdr_t *moon_gw_req_next(moon_gw_req_t *req);
 /* Parks the connection (park(conn) under the wake lock) if nothing is
- * queued: returns 1 parked, 0 events are waiting (call next again). */
+ * queued: returns 1 parked, 0 events are waiting or the request was poked
+ * (call next again). */
 int moon_gw_req_park(moon_gw_req_t *req);
+/* Wakes the connection now if it is parked, and keeps it from parking
+ * again (its client hung up: the connection must run to see it). Any thread. */
+void moon_gw_req_poke(moon_gw_req_t *req);
 /* The HTTP side is done with the request (its connection is closing): no
  * wake after this returns; cancel != 0 and the request not finished: CANCEL
  * goes to the cluster (its KV freed). Drops the HTTP side's reference. */
@@ -87,11 +94,13 @@ void moon_gw_req_close(moon_gw_req_t *req, int cancel);
 const moon_gw_req_times_t *moon_gw_req_times(const moon_gw_req_t *req);
 
 /* ---- actor side (the gateway actor's turns) -------------------------------- */
-/* Drains the inbound ring: SUBMITs to conductor, cancels as CANCEL. A SUBMIT
- * that cannot be sent ends its request with a DONE error (the send's status). */
-void moon_gw_bridge_drain(moon_gw_bridge_t *bridge, moon_actor_t *self, moon_addr_t conductor);
-/* The request a TOKEN or DONE names, NULL if unknown (stray or late). */
-moon_gw_req_t *moon_gw_bridge_find(moon_gw_bridge_t *bridge, uint64_t request_id);
+/* Drains the inbound ring: requests into the table, cancels as CANCEL, a
+ * SUBMIT that could not be sent as its request's DONE error. */
+void moon_gw_bridge_drain(moon_gw_bridge_t *bridge, moon_actor_t *self);
+/* The request a TOKEN or DONE names (the ring drained first when the table
+ * lacks it), NULL if unknown (stray or late). */
+moon_gw_req_t *moon_gw_bridge_find(moon_gw_bridge_t *bridge, moon_actor_t *self,
+                                   uint64_t request_id);
 /* Actor-owned figures of a live request (update them before deliver). */
 moon_gw_req_times_t *moon_gw_req_times_mut(moon_gw_req_t *req);
 /* Queues msg (retained) for the request's connection and wakes it. A DONE
@@ -106,8 +115,9 @@ void moon_gw_bridge_abort(moon_gw_bridge_t *bridge, moon_status_t status, const 
  * returns how many. */
 uint32_t moon_gw_bridge_fail_all(moon_gw_bridge_t *bridge, moon_status_t status,
                                  const char *message);
-/* Sends CANCEL for every live request (the gateway stopping: their KV freed). */
-void moon_gw_bridge_cancel_all(moon_gw_bridge_t *bridge, moon_actor_t *self, moon_addr_t conductor);
+/* Sends CANCEL for every live request, those on the ring too (the gateway
+ * stopping: their KV freed). */
+void moon_gw_bridge_cancel_all(moon_gw_bridge_t *bridge, moon_actor_t *self);
 /* Requests in flight (submitted, not DONE) as the actor sees them. */
 uint32_t moon_gw_bridge_n_live(const moon_gw_bridge_t *bridge);
 

@@ -53,31 +53,13 @@ static void add_usage(cJSON *o, const moon_gw_usage_t *u)
 /* Prints o (deleting it), optionally framed as an SSE event. */
 static char *finish_text(cJSON *o, int sse, size_t *len_p)
 {
-    char  *json;
-    char  *out;
-    size_t len = 0;
+    char *out;
 
     if (o == NULL) {
         return NULL;
     }
-    json = moon_gw_json_print(o, &len);
+    out = moon_gw_json_print_wrapped(o, sse ? "data: " : "", sse ? "\n\n" : "", len_p);
     cJSON_Delete(o);
-    if (json == NULL || !sse) {
-        if (json != NULL && len_p != NULL) {
-            *len_p = len;
-        }
-        return json;
-    }
-    out = moon_malloc(len + 9);
-    if (out != NULL) {
-        memcpy(out, "data: ", 6);
-        memcpy(out + 6, json, len);
-        memcpy(out + 6 + len, "\n\n", 3);
-        if (len_p != NULL) {
-            *len_p = len + 8;
-        }
-    }
-    moon_free(json);
     return out;
 }
 
@@ -167,23 +149,13 @@ char *moon_gw_format_usage_chunk(const moon_gw_resp_meta_t *m, const moon_gw_usa
 
 char *moon_gw_format_error_event(const moon_gw_error_t *err, size_t *len_p)
 {
-    char  *json = moon_gw_error_json(err);
-    char  *out;
-    size_t len;
+    char *json = moon_gw_error_json(err);
+    char *out;
 
     if (json == NULL) {
         return NULL;
     }
-    len = strlen(json);
-    out = moon_malloc(len + 9);
-    if (out != NULL) {
-        memcpy(out, "data: ", 6);
-        memcpy(out + 6, json, len);
-        memcpy(out + 6 + len, "\n\n", 3);
-        if (len_p != NULL) {
-            *len_p = len + 8;
-        }
-    }
+    out = moon_gw_json_wrap("data: ", json, strlen(json), "\n\n", len_p);
     moon_free(json);
     return out;
 }

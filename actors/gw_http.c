@@ -5,6 +5,7 @@
 #include "gw_buf.h"
 #include "gw_errors.h"
 #include "gw_format.h"
+#include "gw_hangup.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
@@ -21,10 +22,6 @@
 #include <time.h>
 
 #define SSE_BLOCK_BYTES (16u << 10)
-/* A non-streamed answer's tokens wake its connection at most this often
- * (each wake-up costs the server thread a resume and a suspend; the one
- * after a client left closes the connection, which cancels the request). */
-#define NON_STREAM_WAKE_NS (50u * 1000u * 1000u)
 
 typedef enum {
     ROUTE_NONE,
@@ -46,6 +43,7 @@ typedef enum {
 struct moon_gw_http {
     moon_gw_http_args_t a;
     struct MHD_Daemon  *daemon;
+    moon_gw_hangup_t   *hangup; /* clients that leave while parked */
     uint16_t            port;
     uint64_t            nonce; /* makes response ids unique across restarts */
     int64_t             created;
@@ -72,8 +70,13 @@ typedef struct {
     char                  *out;   /* stream: bytes to send */
     size_t                 n_out, off_out;
     int                    role_sent;
-    int                    finished; /* stream: [DONE] formatted */
-    int                    got_done; /* DONE read: nothing to cancel */
+    int                    finished;     /* stream: [DONE] formatted */
+    int                    got_done;     /* DONE read: nothing to cancel */
+    int                    ttft_seen;    /* the first text is out (TTFT observed) */
+    uint64_t               last_text_ns; /* stream: when text last went out */
+    int                    watched;      /* hangup_slot is ours */
+    uint32_t               hangup_slot;
+    atomic_int             gone; /* the client hung up (the watcher saw it) */
 } conn_t;
 
 /* ---- responses --------------------------------------------------------------- */
@@ -266,6 +269,33 @@ static void conn_wake(void *arg)
     MHD_resume_connection(((conn_t *)arg)->mc);
 }
 
+/* The watcher's hook (its thread): the client left; the resumed connection
+ * sees gone and closes, which cancels the request. */
+static void conn_hangup(void *arg)
+{
+    conn_t *c = arg;
+
+    atomic_store(&c->gone, 1);
+    moon_gw_req_poke(c->breq);
+}
+
+/* Watches the submitted request's socket: a client that leaves while its
+ * connection is parked is noticed at once (libmicrohttpd polls no suspended
+ * socket). */
+static void watch_hangup(conn_t *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    c->watched = ci != NULL && moon_gw_hangup_watch(c->http->hangup, ci->connect_fd, conn_hangup, c,
+                                                    &c->hangup_slot) == MOON_OK;
+    if (!c->watched) {
+        MOON_WARN("gateway: request %llu is not watched: a client that leaves is noticed at "
+                  "its next event",
+                  (unsigned long long)moon_gw_req_id(c->breq));
+    }
+}
+
 /* ---- events ------------------------------------------------------------------------ */
 
 static void usage_of(const moon_serve_done_t *d, moon_gw_usage_t *u)
@@ -288,6 +318,39 @@ static int done_error(const moon_serve_done_t *d, moon_gw_error_t *err)
         return 1;
     }
     return moon_gw_error_from_done(d->finish, d->status, str_of(&d->hdr, d->message), err);
+}
+
+/* ---- latencies, as the client sees them ---------------------------------------- */
+/* From the request's first byte to when its bytes leave this thread for the
+ * socket, with the definitions of `vllm bench serve` and `moonlet bench`
+ * (so each interval lies inside the one the client measures, less only the
+ * loopback): TTFT at the first text, the end-to-end latency at the last
+ * text of an answer that finished (stop or length; a whole answer: when it
+ * goes). The actor's clock marks would leave out the hop to this thread,
+ * which on a busy machine is most of the difference. */
+static double since_start_s(const conn_t *c, uint64_t now_ns)
+{
+    return (double)(now_ns - c->t_start_ns) * 1e-9;
+}
+
+/* Text goes out now. */
+static void observe_text(conn_t *c)
+{
+    c->last_text_ns = moon_now(c->http->a.rt);
+    if (!c->ttft_seen) {
+        c->ttft_seen = 1;
+        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
+                                since_start_s(c, c->last_text_ns));
+    }
+}
+
+static void observe_end(conn_t *c, const moon_serve_done_t *d)
+{
+    uint64_t end = c->last_text_ns != 0 ? c->last_text_ns : moon_now(c->http->a.rt);
+
+    if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
+        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_E2E, NULL, since_start_s(c, end));
+    }
 }
 
 /* Appends a chunk (taken) to the stream's pending bytes. */
@@ -321,6 +384,7 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
         if (text[0] != '\0') {
             chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
             out_append(&b, chunk, len);
+            observe_text(c);
         }
     } else {
         const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
@@ -334,6 +398,10 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
             chunk = moon_gw_format_error_event(&err, &len);
             out_append(&b, chunk, len);
         } else {
+            if (text[0] != '\0') {
+                observe_text(c);
+            }
+            observe_end(c, d);
             if (c->meta.chat && text[0] != '\0') {
                 chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
                 out_append(&b, chunk, len);
@@ -378,6 +446,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (c->finished) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
+        if (atomic_load(&c->gone)) {
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* closes: cancels */
+        }
         msg      = c->first;
         c->first = NULL;
         if (msg == NULL) {
@@ -417,13 +488,17 @@ static enum MHD_Result start_stream(conn_t *c)
 static enum MHD_Result on_events(conn_t *c)
 {
     for (;;) {
-        const moon_msg_hdr_t    *msg = moon_gw_req_next(c->breq);
+        const moon_msg_hdr_t    *msg;
         const moon_serve_done_t *d;
         moon_gw_error_t          err;
         moon_gw_usage_t          u;
         char                    *text;
         size_t                   len = 0;
 
+        if (atomic_load(&c->gone)) {
+            return MHD_NO; /* closes the connection: on_completed cancels */
+        }
+        msg = moon_gw_req_next(c->breq);
         if (msg == NULL) {
             if (moon_gw_req_park(c->breq)) {
                 return MHD_YES;
@@ -450,6 +525,13 @@ static enum MHD_Result on_events(conn_t *c)
             return start_stream(c);
         }
         moon_gw_buf_puts(&c->acc, str_of(msg, d->text));
+        /* a whole answer: its first token's time is the actor's */
+        if (moon_gw_req_times(c->breq)->first_token_ns != 0) {
+            c->ttft_seen = 1;
+            moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
+                                    since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
+        }
+        observe_end(c, d);
         usage_of(d, &u);
         text = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
                                        moon_finish_str(d->finish), &u, &len);
@@ -486,10 +568,12 @@ static enum MHD_Result on_body(conn_t *c)
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    conn.park          = conn_park;
-    conn.wake          = conn_wake;
-    conn.arg           = c;
-    conn.token_wake_ns = c->req.stream ? 0 : NON_STREAM_WAKE_NS;
+    conn.park = conn_park;
+    conn.wake = conn_wake;
+    conn.arg  = c;
+    /* a whole answer wakes its connection once, at DONE (the watcher notices a
+     * client that leaves before) */
+    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
     conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
     status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
     if (status == MOON_ERR_NO_RESOURCE) {
@@ -503,6 +587,7 @@ static enum MHD_Result on_body(conn_t *c)
                     moon_status_str(status));
     }
     atomic_fetch_add(&h->n_busy, 1);
+    watch_hangup(c);
     snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", c->req.chat ? "chatcmpl" : "cmpl",
              (unsigned long long)(h->nonce & 0xffffffffull),
              (unsigned long long)moon_gw_req_id(c->breq));
@@ -569,6 +654,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         moon_gw_buf_init(&c->body);
         moon_gw_buf_init(&c->acc);
         moon_gw_buf_puts(&c->acc, "");
+        atomic_init(&c->gone, 0);
         *con_cls = c;
         return on_start(c, url, method);
     }
@@ -611,6 +697,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     (void)mc;
     if (c == NULL) {
         return;
+    }
+    if (c->watched) {
+        moon_gw_hangup_unwatch(h->hangup, c->hangup_slot);
     }
     if (c->breq != NULL) {
         if (!c->got_done) {
@@ -676,6 +765,11 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
         freeaddrinfo(ai);
         return MOON_ERR_NO_MEMORY;
     }
+    if (moon_gw_hangup_create(MOON_MAX(args->cfg.max_connections, 1u), &h->hangup) != MOON_OK) {
+        freeaddrinfo(ai);
+        moon_free(h);
+        return MOON_ERR_IO;
+    }
     h->a       = *args;
     h->created = (int64_t)time(NULL);
     h->nonce   = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ moon_now(args->rt);
@@ -699,6 +793,7 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
     if (h->daemon == NULL) {
         MOON_ERROR("gateway: cannot listen on %s:%u (in use, or not an address of this host)",
                    args->cfg.host, args->cfg.port);
+        moon_gw_hangup_destroy(h->hangup);
         moon_free(h);
         return MOON_ERR_IO;
     }
@@ -739,5 +834,6 @@ void moon_gw_http_stop(moon_gw_http_t *h)
         return;
     }
     MHD_stop_daemon(h->daemon);
+    moon_gw_hangup_destroy(h->hangup); /* after the daemon: no unwatch can come */
     moon_free(h);
 }

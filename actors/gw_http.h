@@ -7,9 +7,13 @@
  *   read body -> parse/prepare (400/404) -> submit -> park
  *   first event: TOKEN (or a normal DONE) -> 200 (JSON at DONE, or SSE as they come);
  *                DONE rejected/error -> 429/400/503/500 with the error object
- * A connection closed before its DONE was read cancels its request.
- * Threading: the server's own threads; the actor only wakes connections
- * through the bridge. */
+ * A connection closed before its DONE was read cancels its request; one
+ * whose client hangs up while it is parked (queued, or between tokens) is
+ * resumed at once by the hang-up watcher (gw_hangup.h) and closes.
+ * TTFT and end-to-end latency go to the metrics from here, when the text
+ * leaves for the socket (the client's definitions).
+ * Threading: the server's own threads and the watcher's; the actor only
+ * wakes connections through the bridge. */
 #ifndef MOON_ACTORS_GW_HTTP_H
 #define MOON_ACTORS_GW_HTTP_H
 

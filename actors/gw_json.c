@@ -6,25 +6,40 @@
 #include <math.h>
 #include <string.h>
 
-char *moon_gw_json_print(const cJSON *item, size_t *len_p)
+char *moon_gw_json_wrap(const char *before, const char *text, size_t len, const char *after,
+                        size_t *len_p)
 {
-    char  *text = cJSON_PrintUnformatted(item);
-    char  *out;
-    size_t len;
+    size_t nb = strlen(before), na = strlen(after);
+    char  *out = moon_malloc(nb + len + na + 1);
+
+    if (out != NULL) {
+        memcpy(out, before, nb);
+        memcpy(out + nb, text, len);
+        memcpy(out + nb + len, after, na + 1);
+        if (len_p != NULL) {
+            *len_p = nb + len + na;
+        }
+    }
+    return out;
+}
+
+char *moon_gw_json_print_wrapped(const cJSON *item, const char *before, const char *after,
+                                 size_t *len_p)
+{
+    char *text = cJSON_PrintUnformatted(item);
+    char *out;
 
     if (text == NULL) {
         return NULL;
     }
-    len = strlen(text);
-    out = moon_malloc(len + 1);
-    if (out != NULL) {
-        memcpy(out, text, len + 1);
-        if (len_p != NULL) {
-            *len_p = len;
-        }
-    }
+    out = moon_gw_json_wrap(before, text, strlen(text), after, len_p);
     cJSON_free(text);
     return out;
+}
+
+char *moon_gw_json_print(const cJSON *item, size_t *len_p)
+{
+    return moon_gw_json_print_wrapped(item, "", "", len_p);
 }
 
 static const cJSON *field(const cJSON *obj, const char *name)

@@ -12,6 +12,13 @@
 /* Compact JSON of item, NUL-terminated, moon_malloc'd; NULL when out of memory.
  * len_p (optional) gets its length. */
 char *moon_gw_json_print(const cJSON *item, size_t *len_p);
+/* The same between before and after ("data: " and "\n\n": an SSE event). */
+char *moon_gw_json_print_wrapped(const cJSON *item, const char *before, const char *after,
+                                 size_t *len_p);
+/* before + text[0..len) + after, NUL-terminated, moon_malloc'd; NULL when out
+ * of memory. len_p (optional) gets its length. */
+char *moon_gw_json_wrap(const char *before, const char *text, size_t len, const char *after,
+                        size_t *len_p);
 
 /* Field lookups on an object (case-sensitive). Return 0 when the field is
  * absent or JSON null, 1 when present with the right type (value written),

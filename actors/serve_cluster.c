@@ -173,16 +173,36 @@ static moon_status_t resolve(moon_serve_cluster_t *c, const char *name, moon_add
                    : moon_whereis(c->rt, name, a);
 }
 
-static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint32_t n_ranks,
-                                 uint32_t me)
+/* Every rank's outcome of a start-up step (mine: this rank's); the ranks that
+ * did their part log that another one failed. */
+static moon_status_t agree(moon_serve_cluster_t *c, moon_status_t mine, const char *step)
 {
-    const moon_serve_config_t *cfg = &c->cfg;
-    const moon_model_config_t *mc  = moon_model_config(c->model);
-    size_t                     block_bytes =
-        2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens * sizeof(float);
-    char          name[64];
-    moon_status_t status = MOON_OK;
+    moon_status_t all = moon_dist_agree(c->dist, mine);
 
+    if (mine == MOON_OK && all != MOON_OK) {
+        MOON_ERROR("serve: another rank failed while starting %s: %s", step, moon_status_str(all));
+    }
+    return all;
+}
+
+/* Spawns this rank's actors in three steps (store shards, the conductor, the
+ * instances), each ended by an agreement of every rank on its outcome: a
+ * failure on one rank (its model did not load, its SSD file could not be
+ * made) fails the start everywhere, where a plain barrier would leave the
+ * other ranks waiting for it. status is this rank's outcome so far: a rank
+ * that already failed still takes part in the agreements. */
+static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint32_t n_ranks,
+                                 uint32_t me, moon_status_t status)
+{
+    const moon_serve_config_t *cfg         = &c->cfg;
+    size_t                     block_bytes = 0;
+    char                       name[64];
+
+    if (status == MOON_OK) {
+        const moon_model_config_t *mc = moon_model_config(c->model);
+        block_bytes =
+            2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens * sizeof(float);
+    }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         if (rank_of(spec, name, n_ranks) == me) {
@@ -200,9 +220,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             status = spawn_mine(c, &moon_store_shard_ops, &sa, name, 0, NULL);
         }
     }
-    if (status == MOON_OK && c->dist != NULL) {
-        moon_dist_barrier(c->dist); /* the shards' names are registered everywhere */
-    }
+    status = agree(c, status, "the store shards"); /* their names are registered everywhere */
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
         status = resolve(c, name, &c->shards[i]);
@@ -230,14 +248,9 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             status = name_it(c, "conductor", c->conductor);
         }
     }
-    if (status == MOON_OK && c->dist != NULL) {
-        moon_dist_barrier(c->dist);
-    }
+    status = agree(c, status, "the conductor");
     if (status == MOON_OK) {
         status = resolve(c, "conductor", &c->conductor);
-    }
-    if (status != MOON_OK) {
-        return status;
     }
     for (uint32_t role = MOON_SERVE_ROLE_PREFILL; role <= MOON_SERVE_ROLE_DECODE; role++) {
         uint32_t n = role == MOON_SERVE_ROLE_PREFILL ? cfg->n_prefill : cfg->n_decode;
@@ -280,7 +293,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 name, 0, NULL);
         }
     }
-    return status;
+    return agree(c, status, "the instances");
 }
 
 moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runtime_t *rt,
@@ -339,11 +352,10 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     if (c->cfg.max_batch == 0) {
         c->cfg.max_batch = 32;
     }
-    if (status == MOON_OK) {
-        status = spawn_roles(c, spec, n_ranks, me);
-    } else {
+    if (status != MOON_OK) {
         MOON_ERROR("serve: loading %s failed: %s", cfg->model_path, moon_status_str(status));
     }
+    status = spawn_roles(c, spec, n_ranks, me, status);
     if (status != MOON_OK) {
         moon_serve_cluster_stop(c);
         return status;

@@ -815,6 +815,16 @@ moon_status_t moon_config_load_env(const moon_config_table_t *table, void *base)
     return status;
 }
 
+moon_status_t moon_config_from_env(const moon_config_table_t *table, void *base)
+{
+    moon_status_t status = moon_config_defaults(table, base);
+
+    if (status == MOON_OK && (status = moon_config_load_env(table, base)) != MOON_OK) {
+        moon_config_defaults(table, base); /* parsed before: cannot fail now */
+    }
+    return status;
+}
+
 const char *moon_config_foreign_env(const char *name)
 {
     return name != NULL ? getenv(name) : NULL;

@@ -1,5 +1,9 @@
 # MoonTesting.cmake - helpers registering CUnit executables with CTest (STYLE §13).
 
+# What mpirun needs in a test: root in containers, shared memory and loopback
+# only (no network probing), more ranks than cores.
+set(MOON_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl=self,vader;OMPI_MCA_oob_tcp_if_include=lo;OMPI_MCA_rmaps_base_oversubscribe=1;UCX_NET_DEVICES=lo")
+
 set(MOON_TEST_TIMEOUT 300 CACHE STRING "default CTest timeout, seconds")
 
 # moon_add_test(NAME SOURCES... LIBS libs... LABELS labels... [TIMEOUT s])
@@ -31,5 +35,5 @@ function(moon_add_mpi_test name)
     set(T_TIMEOUT ${MOON_TEST_TIMEOUT})
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}"
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl=self,vader;OMPI_MCA_oob_tcp_if_include=lo;OMPI_MCA_rmaps_base_oversubscribe=1;UCX_NET_DEVICES=lo;${T_ENV}")
+    ENVIRONMENT "${MOON_MPI_TEST_ENV};${T_ENV}")
 endfunction()

@@ -42,7 +42,8 @@ int main(int argc, char **argv)
     rcfg.rank      = moon_dist_rank(dist);
     if (moon_runtime_create(&rcfg, &rt) != MOON_OK || moon_dist_start(dist, rt) != MOON_OK ||
         moon_runtime_start(rt) != MOON_OK ||
-        moon_serve_cluster_start(&scfg, rt, dist, &cluster) != MOON_OK) {
+        moon_serve_cluster_start(&scfg, rt, dist, &cluster) != MOON_OK ||
+        moon_dist_agree(dist, MOON_OK) != MOON_OK) { /* moonlet serve's gateway started */
         fprintf(stderr, "serve_driver: could not join the cluster\n");
         return 1;
     }

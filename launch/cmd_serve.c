@@ -92,6 +92,7 @@ int moon_cmd_serve(int argc, char **argv)
     moon_runtime_t        *rt       = NULL;
     moon_serve_cluster_t  *cluster  = NULL;
     moon_runtime_config_t  rcfg;
+    moon_status_t          up = MOON_OK; /* the gateway's start, agreed by every rank */
     int                    rc = 1;
 
     moon_serve_config_default(&scfg);
@@ -125,10 +126,20 @@ int moon_cmd_serve(int argc, char **argv)
         fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
         goto out;
     }
-    if (moon_dist_rank(dist) == 0 && run.gateway &&
-        start_gateway(rt, dist, cluster, &scfg, &gcfg, &gateway, &port) != MOON_OK) {
-        fprintf(stderr, "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
-                gcfg.host, gcfg.port);
+    if (moon_dist_rank(dist) == 0 && run.gateway) {
+        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, &gateway, &port);
+        if (up != MOON_OK) {
+            fprintf(stderr,
+                    "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
+                    gcfg.host, gcfg.port);
+        }
+    }
+    /* every rank (a serve_driver's too) learns whether the gateway started:
+     * without it the others would serve on until a signal */
+    if (moon_dist_size(dist) > 1) {
+        up = moon_dist_agree(dist, up);
+    }
+    if (up != MOON_OK) {
         goto out;
     }
     signal(SIGINT, on_signal);

@@ -47,17 +47,5 @@ const moon_config_table_t moon_engine_tuning_table = {"engine", "model engine ba
 
 moon_status_t moon_engine_tuning_default(moon_engine_tuning_t *t)
 {
-    moon_status_t status;
-
-    if (t == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = moon_config_defaults(&moon_engine_tuning_table, t);
-    if (status == MOON_OK) {
-        status = moon_config_load_env(&moon_engine_tuning_table, t);
-        if (status != MOON_OK) {
-            moon_config_defaults(&moon_engine_tuning_table, t);
-        }
-    }
-    return status;
+    return t == NULL ? MOON_ERR_INVALID_PARAM : moon_config_from_env(&moon_engine_tuning_table, t);
 }

@@ -236,13 +236,21 @@ static void backoff_nap(useconds_t *nap_us)
     *nap_us = MOON_MIN(*nap_us * 2, 16000);
 }
 
-/* MPI_Barrier that sleeps instead of spinning: the main thread must not
- * take a core from the workers and the progress thread while it waits. */
+/* Waits for a nonblocking collective, sleeping instead of spinning: the main
+ * thread must not take a core from the workers and the progress thread. */
+static void sleepy_wait(MPI_Request *req)
+{
+    int        done   = 0;
+    useconds_t nap_us = 50;
+
+    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        backoff_nap(&nap_us);
+    }
+}
+
 static void sleepy_barrier(moon_dist_t *d)
 {
     MPI_Request req;
-    int         done   = 0;
-    useconds_t  nap_us = 50;
 
     if (!d->use_mpi) {
         return;
@@ -251,9 +259,7 @@ static void sleepy_barrier(moon_dist_t *d)
         MPI_Barrier(d->comm);
         return;
     }
-    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-        backoff_nap(&nap_us);
-    }
+    sleepy_wait(&req);
 }
 
 /* 1 when everything this rank sent has been delivered at the peers (their
@@ -271,7 +277,7 @@ static int all_delivered(moon_dist_t *d)
     return 1;
 }
 
-void moon_dist_barrier(moon_dist_t *d)
+static void wait_delivered(moon_dist_t *d)
 {
     uint64_t   deadline = dist_now_ns() + 10000000000ull;
     useconds_t nap_us   = 50;
@@ -280,7 +286,34 @@ void moon_dist_barrier(moon_dist_t *d)
     while (d->eng != NULL && !all_delivered(d) && dist_now_ns() < deadline) {
         backoff_nap(&nap_us);
     }
+}
+
+void moon_dist_barrier(moon_dist_t *d)
+{
+    wait_delivered(d);
     sleepy_barrier(d);
+}
+
+moon_status_t moon_dist_agree(moon_dist_t *d, moon_status_t status)
+{
+    int         mine = (int)status, worst = (int)status;
+    MPI_Request req;
+
+    if (d == NULL) {
+        return status;
+    }
+    wait_delivered(d);
+    if (!d->use_mpi) {
+        return status;
+    }
+    /* statuses are negative errors, MOON_OK is 0: the minimum is a failure
+     * when any rank failed */
+    if (MPI_Iallreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, d->comm, &req) == MPI_SUCCESS) {
+        sleepy_wait(&req);
+    } else if (MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MIN, d->comm) != MPI_SUCCESS) {
+        return status != MOON_OK ? status : MOON_ERR_PEER_LOST;
+    }
+    return (moon_status_t)worst;
 }
 
 /* ---- trace ---------------------------------------------------------------- */

@@ -49,17 +49,6 @@ const moon_config_table_t moon_dist_config_table = {"dist", "distributed runtime
 
 moon_status_t moon_dist_config_default(moon_dist_config_t *cfg)
 {
-    moon_status_t status;
-
-    if (cfg == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    status = moon_config_defaults(&moon_dist_config_table, cfg);
-    if (status == MOON_OK) {
-        status = moon_config_load_env(&moon_dist_config_table, cfg);
-        if (status != MOON_OK) {
-            moon_config_defaults(&moon_dist_config_table, cfg);
-        }
-    }
-    return status;
+    return cfg == NULL ? MOON_ERR_INVALID_PARAM
+                       : moon_config_from_env(&moon_dist_config_table, cfg);
 }

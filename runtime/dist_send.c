@@ -162,13 +162,15 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
             }
             dist_frame_begin(d, b, FRAME_BATCH);
         }
-        atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
-        if (frame_add(d, b, env->dst, msg, image) != 0) {
-            continue; /* dropped, logged by the codec */
-        }
-        n_rec++;
-        n++;
-        __atomic_store_n(&p->credits, p->credits - 1, __ATOMIC_RELAXED);
+        if (frame_add(d, b, env->dst, msg, image) == 0) {
+            n_rec++;
+            n++;
+            __atomic_store_n(&p->credits, p->credits - 1, __ATOMIC_RELAXED);
+        } /* else dropped, logged by the codec */
+        /* only now, with its credit taken: moon_dist_barrier reads "nothing
+         * queued and every credit back" as delivered, and a message off the
+         * queue but not yet charged would look delivered before it left */
+        atomic_fetch_sub_explicit(&p->queued, 1, memory_order_release);
         /* the popped message is released by the next pop (the queue's stub) */
     }
     if (b != NULL) {

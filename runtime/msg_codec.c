@@ -58,6 +58,34 @@ static uint32_t span_align(uint32_t kind)
     return kind == MOON_FIELD_u64s ? 8 : (kind == MOON_FIELD_u32s ? 4 : 1);
 }
 
+/* The scalar kinds, once for the encoder, the decoder and scalar_bytes: the
+ * C type, its msgpack packer, the decoder's reader (uint, sint or real) and
+ * the range it accepts. */
+#define SCALAR_KINDS(X)                                                                            \
+    X(u8, uint8_t, msgpack_pack_uint8, uint, 0, UINT8_MAX)                                         \
+    X(u16, uint16_t, msgpack_pack_uint16, uint, 0, UINT16_MAX)                                     \
+    X(u32, uint32_t, msgpack_pack_uint32, uint, 0, UINT32_MAX)                                     \
+    X(u64, uint64_t, msgpack_pack_uint64, uint, 0, UINT64_MAX)                                     \
+    X(addr, uint64_t, msgpack_pack_uint64, uint, 0, UINT64_MAX)                                    \
+    X(i32, int32_t, msgpack_pack_int32, sint, INT32_MIN, INT32_MAX)                                \
+    X(i64, int64_t, msgpack_pack_int64, sint, INT64_MIN, INT64_MAX)                                \
+    X(f32, float, msgpack_pack_float, real, 0, 0)                                                  \
+    X(f64, double, msgpack_pack_double, real, 0, 0)
+
+/* Bytes of a scalar field kind; 0 for span kinds. */
+static size_t scalar_bytes(uint32_t kind)
+{
+    switch (kind) {
+#define SCALAR_BYTES_(kind, type, pack, reader, lo, hi)                                            \
+    case MOON_FIELD_##kind:                                                                        \
+        return sizeof(type);
+        SCALAR_KINDS(SCALAR_BYTES_)
+#undef SCALAR_BYTES_
+    default:
+        return 0;
+    }
+}
+
 /* One non-empty span as an image carries it: in the tail (past the struct,
  * where a handler's writes to one span cannot reach another's record),
  * within the first `limit` bytes, its array aligned to its element, a str
@@ -169,31 +197,12 @@ moon_status_t moon_msg_encode(const moon_msg_hdr_t *msg, void *buf, size_t cap, 
         const char        *data = (const char *)msg;
 
         switch (d->fields[i].kind) {
-        case MOON_FIELD_u8:
-            msgpack_pack_uint8(&pk, *(const uint8_t *)f);
-            break;
-        case MOON_FIELD_u16:
-            msgpack_pack_uint16(&pk, *(const uint16_t *)f);
-            break;
-        case MOON_FIELD_u32:
-            msgpack_pack_uint32(&pk, *(const uint32_t *)f);
-            break;
-        case MOON_FIELD_u64:
-        case MOON_FIELD_addr:
-            msgpack_pack_uint64(&pk, *(const uint64_t *)f);
-            break;
-        case MOON_FIELD_i32:
-            msgpack_pack_int32(&pk, *(const int32_t *)f);
-            break;
-        case MOON_FIELD_i64:
-            msgpack_pack_int64(&pk, *(const int64_t *)f);
-            break;
-        case MOON_FIELD_f32:
-            msgpack_pack_float(&pk, *(const float *)f);
-            break;
-        case MOON_FIELD_f64:
-            msgpack_pack_double(&pk, *(const double *)f);
-            break;
+#define ENCODE_SCALAR_(kind, type, pack, reader, lo, hi)                                           \
+    case MOON_FIELD_##kind:                                                                        \
+        pack(&pk, *(const type *)f);                                                               \
+        break;
+            SCALAR_KINDS(ENCODE_SCALAR_)
+#undef ENCODE_SCALAR_
         case MOON_FIELD_str:
         case MOON_FIELD_bytes:
             if (!span_ok(msg, *span, 1)) {
@@ -279,26 +288,17 @@ static int rd_int(rd_t *r, uint64_t *u, int64_t *i, int *neg)
         return moon_reader_be(r, 4, u);
     case 0xcf:
         return moon_reader_be(r, 8, u);
-    case 0xd0:
-        if (moon_reader_be(r, 1, &v))
-            return -1;
-        *i = (int8_t)v;
-        break;
+    case 0xd0: /* int 8, 16, 32, 64 */
     case 0xd1:
-        if (moon_reader_be(r, 2, &v))
-            return -1;
-        *i = (int16_t)v;
-        break;
     case 0xd2:
-        if (moon_reader_be(r, 4, &v))
+    case 0xd3: {
+        unsigned shift = 64 - 8 * (1u << (b[0] - 0xd0)); /* sign-extends from the top byte */
+
+        if (moon_reader_be(r, (size_t)1 << (b[0] - 0xd0), &v))
             return -1;
-        *i = (int32_t)v;
+        *i = (int64_t)(v << shift) >> shift;
         break;
-    case 0xd3:
-        if (moon_reader_be(r, 8, &v))
-            return -1;
-        *i = (int64_t)v;
-        break;
+    }
     default:
         return -1;
     }
@@ -500,55 +500,28 @@ static int decode_fields(rd_t *r, const moon_msg_desc_t *d, moon_msg_hdr_t *msg,
         uint32_t       n;
 
         switch (kind) {
-        case MOON_FIELD_u8:
-            if (rd_uint_max(r, UINT8_MAX, &u))
-                return -1;
-            if (f)
-                *(uint8_t *)f = (uint8_t)u;
-            break;
-        case MOON_FIELD_u16:
-            if (rd_uint_max(r, UINT16_MAX, &u))
-                return -1;
-            if (f)
-                *(uint16_t *)f = (uint16_t)u;
-            break;
-        case MOON_FIELD_u32:
-            if (rd_uint_max(r, UINT32_MAX, &u))
-                return -1;
-            if (f)
-                *(uint32_t *)f = (uint32_t)u;
-            break;
-        case MOON_FIELD_u64:
-        case MOON_FIELD_addr:
-            if (rd_uint_max(r, UINT64_MAX, &u))
-                return -1;
-            if (f)
-                *(uint64_t *)f = u;
-            break;
-        case MOON_FIELD_i32:
-            if (rd_sint(r, INT32_MIN, INT32_MAX, &s))
-                return -1;
-            if (f)
-                *(int32_t *)f = (int32_t)s;
-            break;
-        case MOON_FIELD_i64:
-            if (rd_sint(r, INT64_MIN, INT64_MAX, &s))
-                return -1;
-            if (f)
-                *(int64_t *)f = s;
-            break;
-        case MOON_FIELD_f32:
-            if (rd_float(r, &x))
-                return -1;
-            if (f)
-                *(float *)f = (float)x;
-            break;
-        case MOON_FIELD_f64:
-            if (rd_float(r, &x))
-                return -1;
-            if (f)
-                *(double *)f = x;
-            break;
+/* each reader leaves its value in u, s or x */
+#define READ_uint(lo, hi) rd_uint_max(r, hi, &u)
+#define READ_sint(lo, hi) rd_sint(r, lo, hi, &s)
+#define READ_real(lo, hi) rd_float(r, &x)
+#define VALUE_uint u
+#define VALUE_sint s
+#define VALUE_real x
+#define DECODE_SCALAR_(kind, type, pack, reader, lo, hi)                                           \
+    case MOON_FIELD_##kind:                                                                        \
+        if (READ_##reader(lo, hi))                                                                 \
+            return -1;                                                                             \
+        if (f)                                                                                     \
+            *(type *)f = (type)VALUE_##reader;                                                     \
+        break;
+            SCALAR_KINDS(DECODE_SCALAR_)
+#undef DECODE_SCALAR_
+#undef READ_uint
+#undef READ_sint
+#undef READ_real
+#undef VALUE_uint
+#undef VALUE_sint
+#undef VALUE_real
         case MOON_FIELD_str:
         case MOON_FIELD_bytes: {
             int is_str = kind == MOON_FIELD_str;
@@ -707,28 +680,6 @@ done:
     msg->seq   = seq;
     *msg_p     = msg;
     return MOON_OK;
-}
-
-/* Bytes of a scalar field kind; 0 for span kinds. */
-static size_t scalar_bytes(uint32_t kind)
-{
-    switch (kind) {
-    case MOON_FIELD_u8:
-        return 1;
-    case MOON_FIELD_u16:
-        return 2;
-    case MOON_FIELD_u32:
-    case MOON_FIELD_i32:
-    case MOON_FIELD_f32:
-        return 4;
-    case MOON_FIELD_u64:
-    case MOON_FIELD_i64:
-    case MOON_FIELD_f64:
-    case MOON_FIELD_addr:
-        return 8;
-    default:
-        return 0;
-    }
 }
 
 int moon_msg_equal(const moon_msg_hdr_t *a, const moon_msg_hdr_t *b)

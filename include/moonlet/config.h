@@ -171,6 +171,11 @@ MOON_API void moon_config_print_markdown(const moon_config_t *cfg, FILE *f);
  * default take the environment's value. MOON_ERR_INVALID_PARAM: a malformed
  * variable (logged, naming it and the accepted values); MOON_ERR_NO_MEMORY. */
 MOON_API moon_status_t moon_config_load_env(const moon_config_table_t *table, void *base);
+/* What a library's moon_<lib>_config_default() does: every field at its
+ * default, then the environment over them. On a malformed variable base
+ * holds the defaults alone (a half-read environment never escapes) and the
+ * status is moon_config_load_env's; MOON_ERR_INVALID_PARAM for a bad table. */
+MOON_API moon_status_t moon_config_from_env(const moon_config_table_t *table, void *base);
 
 /* A variable owned by another program (the MPI launcher's OMPI_COMM_WORLD_SIZE,
  * UCX_TLS...): read here so Moonlet's own options can only come from tables.

@@ -87,6 +87,12 @@ MOON_API void moon_dist_finalize(moon_dist_t *d);
 /* Waits until what this rank sent was delivered (credits back, at most 10 s),
  * then MPI_Barrier (main thread, before stop; no rank may be dead). */
 MOON_API void moon_dist_barrier(moon_dist_t *d);
+/* A barrier that also agrees on an outcome: every rank passes its own status
+ * and gets the same answer, MOON_OK when every rank passed MOON_OK, else one
+ * rank's error (the most negative code). For start-up steps where a failure
+ * on one rank must stop them all instead of leaving the others waiting at
+ * the next barrier. Main thread; no rank may be dead. NULL d: status. */
+MOON_API moon_status_t moon_dist_agree(moon_dist_t *d, moon_status_t status);
 
 /* ---- placement: which rank runs an actor, from configuration ---------------- */
 /* Looks name up in a placement spec: entries "pattern=ranks" separated by ';'

@@ -434,18 +434,6 @@ static void test_nothing_left_behind(void)
     moon_dist_barrier(g_dist);
 }
 
-static CU_TestInfo tests[] = {
-    {"put_get_across_ranks_odd_sizes", test_put_get_across_ranks_odd_sizes},
-    {"unknown_oversized_wrong_version", test_unknown_oversized_wrong_version},
-    {"same_key_concurrent_puts_all_ranks", test_same_key_concurrent_puts_all_ranks},
-    {"prefix_query_across_shards", test_prefix_query_across_shards},
-    {"client_actors_die_mid_put_and_mid_get", test_client_actors_die_mid_put_and_mid_get},
-    {"full_store_says_no_resource", test_full_store_says_no_resource},
-    {"transfers_outlasting_their_grant", test_transfers_outlasting_their_grant},
-    {"nothing_left_behind", test_nothing_left_behind},
-    CU_TEST_INFO_NULL,
-};
-
 /* ---- rank loss ------------------------------------------------------------- */
 #define LOSS_KEYS 12
 #define LOSS_BYTES 100000
@@ -532,11 +520,6 @@ static void survivors_meet(void)
     nanosleep(&(struct timespec){0, 200000000}, NULL); /* the other one sees ours */
 }
 
-static CU_TestInfo loss_tests[] = {
-    {"rank_dies_holding_reservation_and_lease", test_rank_dies_holding_reservation_and_lease},
-    CU_TEST_INFO_NULL,
-};
-
 int main(int argc, char **argv)
 {
     int loss = argc > 1 && strcmp(argv[1], "loss") == 0;
@@ -547,9 +530,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (loss) {
-        CU_SuiteInfo suites[] = {{"store_loss", NULL, NULL, NULL, NULL, loss_tests},
-                                 CU_SUITE_INFO_NULL};
-        failures              = moon_test_run(suites);
+        failures =
+            MOON_TEST_RUN("store_loss", NULL, NULL, test_rank_dies_holding_reservation_and_lease);
         printf("store-loss result: rank %u %s\n", g_rank, failures ? "FAILED" : "ok");
         fflush(stdout);
         /* no collective can end this job (no MPI_Finalize either); the two
@@ -561,10 +543,12 @@ int main(int argc, char **argv)
         moon_dist_stop(g_dist);
         _exit(failures ? 1 : 0);
     }
-    {
-        CU_SuiteInfo suites[] = {{"store_mpi", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-        failures              = moon_test_run(suites);
-    }
+    failures =
+        MOON_TEST_RUN("store_mpi", NULL, NULL, test_put_get_across_ranks_odd_sizes,
+                      test_unknown_oversized_wrong_version, test_same_key_concurrent_puts_all_ranks,
+                      test_prefix_query_across_shards, test_client_actors_die_mid_put_and_mid_get,
+                      test_full_store_says_no_resource, test_transfers_outlasting_their_grant,
+                      test_nothing_left_behind);
     moon_dist_barrier(g_dist); /* no rank still reads from this shard */
     stop_shard(g_self_shard);
     free(g_src);

@@ -166,17 +166,10 @@ static void test_one_gib_get_and_put(void)
     moon_dist_region_deregister(g_dist, reg); /* frees buf */
 }
 
-static CU_TestInfo tests[] = {
-    {"one_gib_get_and_put", test_one_gib_get_and_put},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"dist_bulk_big", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
 int main(int argc, char **argv)
 {
     if (dist_test_setup(&argc, &argv, NULL, 0) != 0 || moon_msg_register(t_descs) != MOON_OK) {
         return 1;
     }
-    return dist_test_teardown(moon_test_run(suites));
+    return dist_test_teardown(MOON_TEST_RUN("dist_bulk_big", NULL, NULL, test_one_gib_get_and_put));
 }

@@ -230,13 +230,6 @@ static void test_rank_loss(void)
     free(g_desc);
 }
 
-static CU_TestInfo tests[] = {
-    {"rank_loss", test_rank_loss},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"dist_rank_loss", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
 int main(int argc, char **argv)
 {
     int failures;
@@ -244,7 +237,7 @@ int main(int argc, char **argv)
     if (dist_test_setup(&argc, &argv, NULL, 0) != 0 || moon_msg_register(t_descs) != MOON_OK) {
         return 1;
     }
-    failures = moon_test_run(suites);
+    failures = MOON_TEST_RUN("dist_rank_loss", NULL, NULL, test_rank_loss);
     printf("rank-loss result: rank %u %s\n", g_rank, failures ? "FAILED" : "ok");
     fflush(stdout);
     /* no collective can end this job: the goodbyes of moon_dist_stop (live

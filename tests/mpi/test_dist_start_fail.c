@@ -68,13 +68,6 @@ static void test_each_failure_unwinds_and_retry_starts(void)
     moon_dist_barrier(g_dist);
 }
 
-static CU_TestInfo tests[] = {
-    {"each_failure_unwinds_and_retry_starts", test_each_failure_unwinds_and_retry_starts},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"dist_start_fail", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
 int main(int argc, char **argv)
 {
     moon_dist_config_t dcfg;
@@ -101,8 +94,9 @@ int main(int argc, char **argv)
         rmdir(g_trace_dir);
         return 0;
     }
-    failures = moon_test_run(suites);
-    all      = failures;
+    failures =
+        MOON_TEST_RUN("dist_start_fail", NULL, NULL, test_each_failure_unwinds_and_retry_starts);
+    all = failures;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (g_rt_started) {
         moon_runtime_shutdown(g_rt, 0);

@@ -441,24 +441,6 @@ static void test_early_rejection(void)
     free(r);
 }
 
-static CU_TestInfo slo_tests[] = {
-    {"early_rejection", test_early_rejection},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo slo_suites[] = {{"serve_slo", NULL, NULL, NULL, NULL, slo_tests},
-                                    CU_SUITE_INFO_NULL};
-
-static CU_TestInfo tests[] = {
-    {"golden_greedy", test_golden_greedy},
-    {"stop_string", test_stop_string},
-    {"prefix_reuse", test_prefix_reuse},
-    {"evicted_prefix_recomputes", test_evicted_prefix_recomputes},
-    {"bad_input", test_bad_input},
-    {"concurrent_with_cancels", test_concurrent_with_cancels},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"serve", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(int argc, char **argv)
 {
     moon_runtime_config_t      rcfg;
@@ -507,7 +489,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "test_serve: the instances did not come up\n");
             return 1;
         }
-        rc = moon_test_run(scfg->ttft_slo_ms > 0.0 ? slo_suites : suites);
+        rc = scfg->ttft_slo_ms > 0.0
+                 ? MOON_TEST_RUN("serve_slo", NULL, NULL, test_early_rejection)
+                 : MOON_TEST_RUN("serve", NULL, NULL, test_golden_greedy, test_stop_string,
+                                 test_prefix_reuse, test_evicted_prefix_recomputes, test_bad_input,
+                                 test_concurrent_with_cancels);
         moon_serve_client_destroy(g_client);
     }
     if (moon_dist_size(g_dist) > 1) {

@@ -3,9 +3,26 @@
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
-int moon_test_run(CU_SuiteInfo *suites)
+/* Splits the stringized list in place into the tests' names ("test_" off). */
+static int name_tests(char *list, CU_TestInfo *tests, const moon_test_suite_t *suite)
+{
+    char *save = NULL, *tok = strtok_r(list, ", \t\n", &save);
+
+    for (size_t i = 0; i < suite->n_fns; i++, tok = strtok_r(NULL, ", \t\n", &save)) {
+        if (tok == NULL) {
+            return -1;
+        }
+        tests[i].pName     = strncmp(tok, "test_", 5) == 0 ? tok + 5 : tok;
+        tests[i].pTestFunc = suite->fns[i];
+    }
+    return tok == NULL ? 0 : -1;
+}
+
+static unsigned run_registered(CU_SuiteInfo *suites)
 {
     unsigned failures;
 
@@ -25,6 +42,25 @@ int moon_test_run(CU_SuiteInfo *suites)
         failures++;
     }
     CU_cleanup_registry();
+    return failures;
+}
+
+int moon_test_run(moon_test_suite_t suite)
+{
+    CU_TestInfo *tests = calloc(suite.n_fns + 1, sizeof(*tests)); /* NULL-terminated */
+    char        *list  = strdup(suite.fn_names);
+    unsigned     failures;
+
+    if (tests == NULL || list == NULL || name_tests(list, tests, &suite) != 0) {
+        fprintf(stderr, "moon_test: cannot list the tests of suite %s\n", suite.name);
+        failures = 1;
+    } else {
+        CU_SuiteInfo suites[] = {{suite.name, suite.init, suite.clean, NULL, NULL, tests},
+                                 CU_SUITE_INFO_NULL};
+        failures              = run_registered(suites);
+    }
+    free(list);
+    free(tests);
     return failures != 0;
 }
 

@@ -6,9 +6,40 @@
 #include <CUnit/CUnit.h>
 #include <stdint.h>
 
-/* Registers the suites, runs them in basic verbose mode and returns 0 when every
+#include <stddef.h>
+
+/* One suite: a name, CUnit's init and cleanup (NULL: none) and its tests,
+ * each listed once, as its function; the test is named after the function
+ * less its "test_" prefix. Build one with MOON_TEST_SUITE. */
+typedef struct {
+    const char        *name;
+    CU_InitializeFunc  init;
+    CU_CleanupFunc     clean;
+    const char        *fn_names; /* the function list, stringized: "test_a, test_b" */
+    const CU_TestFunc *fns;
+    size_t             n_fns;
+} moon_test_suite_t;
+
+/* The list is expanded before it is stringized, so an entry may be a macro
+ * that stands for several tests (or none: tests built only with CUDA). */
+#define MOON_TEST_SUITE(name, init, clean, ...) MOON_TEST_SUITE_(name, init, clean, __VA_ARGS__)
+#define MOON_TEST_SUITE_(name, init, clean, ...)                                                   \
+    ((moon_test_suite_t){(name), (init), (clean), #__VA_ARGS__,                                    \
+                         (const CU_TestFunc[]){__VA_ARGS__},                                       \
+                         sizeof((const CU_TestFunc[]){__VA_ARGS__}) / sizeof(CU_TestFunc)})
+
+/* Registers the suite, runs it in basic verbose mode and returns 0 when every
  * assertion passed, 1 otherwise (also when CUnit itself failed to set up). */
-int moon_test_run(CU_SuiteInfo *suites);
+int moon_test_run(moon_test_suite_t suite);
+#define MOON_TEST_RUN(name, init, clean, ...)                                                      \
+    moon_test_run(MOON_TEST_SUITE(name, init, clean, __VA_ARGS__))
+
+/* The whole main() of a test executable that only runs its suite. */
+#define MOON_TEST_MAIN(name, init, clean, ...)                                                     \
+    int main(void)                                                                                 \
+    {                                                                                              \
+        return MOON_TEST_RUN(name, init, clean, __VA_ARGS__);                                      \
+    }
 
 /* Prints "skipped: <why>" once, for tests that cannot run here (no GPU...).
  * CUnit 2.1 has no skip: the caller returns and the test passes. */

@@ -527,24 +527,10 @@ static void test_unanswered_requests_time_out(void)
     teardown();
 }
 
-static CU_TestInfo tests[] = {
-    {"unanswered_requests_time_out", test_unanswered_requests_time_out},
-    {"two_clients_in_one_actor", test_two_clients_in_one_actor},
-    {"put_get_odd_sizes_two_replicas", test_put_get_odd_sizes_two_replicas},
-    {"bad_input_unknown_oversized_small_buffer", test_bad_input_unknown_oversized_small_buffer},
-    {"wrong_model_or_version_never_served", test_wrong_model_or_version_never_served},
-    {"full_store_says_no_resource", test_full_store_says_no_resource},
-    {"same_key_concurrent_puts", test_same_key_concurrent_puts},
-    {"client_dies_mid_put_and_mid_get", test_client_dies_mid_put_and_mid_get},
-    {"uncommitted_reservation_expires", test_uncommitted_reservation_expires},
-    {"lease_outlives_any_timeout", test_lease_outlives_any_timeout},
-    {"shard_dies_reads_from_surviving_replica", test_shard_dies_reads_from_surviving_replica},
-    {"events_queries_and_eviction", test_events_queries_and_eviction},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"store_actor", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("store_actor", NULL, NULL, test_unanswered_requests_time_out,
+               test_two_clients_in_one_actor, test_put_get_odd_sizes_two_replicas,
+               test_bad_input_unknown_oversized_small_buffer,
+               test_wrong_model_or_version_never_served, test_full_store_says_no_resource,
+               test_same_key_concurrent_puts, test_client_dies_mid_put_and_mid_get,
+               test_uncommitted_reservation_expires, test_lease_outlives_any_timeout,
+               test_shard_dies_reads_from_surviving_replica, test_events_queries_and_eviction)

@@ -167,20 +167,7 @@ static void test_copy_stream_copies_exactly(void)
     free(dst);
 }
 
-static CU_TestInfo tests[] = {
-    {"status_str_never_null", test_status_str_never_null},
-    {"log_parse_level", test_log_parse_level},
-    {"log_prefix_and_threshold", test_log_prefix_and_threshold},
-    {"log_arguments_not_evaluated_below_threshold",
-     test_log_arguments_not_evaluated_below_threshold},
-    {"fault_injection_fails_nth_allocation", test_fault_injection_fails_nth_allocation},
-    {"fault_injection_here_spares_other_threads", test_fault_injection_here_spares_other_threads},
-    {"copy_stream_copies_exactly", test_copy_stream_copies_exactly},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"base", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("base", NULL, NULL, test_status_str_never_null, test_log_parse_level,
+               test_log_prefix_and_threshold, test_log_arguments_not_evaluated_below_threshold,
+               test_fault_injection_fails_nth_allocation,
+               test_fault_injection_here_spares_other_threads, test_copy_stream_copies_exactly)

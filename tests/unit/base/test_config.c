@@ -344,10 +344,35 @@ static void test_malformed_env_names_the_variable(void)
     moon_config_destroy(cfg);
     CU_ASSERT_EQUAL(moon_config_defaults(&opt_table, &o), MOON_OK);
     CU_ASSERT_EQUAL(moon_config_load_env(&opt_table, &o), MOON_ERR_INVALID_PARAM);
+    /* a library's one-shot: the defaults stay whole when a variable is bad */
+    o.count = 99;
+    o.bytes = 1;
+    CU_ASSERT_EQUAL(moon_config_from_env(&opt_table, &o), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(o.count, 8);
+    CU_ASSERT_EQUAL(o.bytes, 256 << 10);
+    CU_ASSERT_EQUAL(moon_config_from_env(NULL, &o), MOON_ERR_INVALID_PARAM);
     setenv("MOONTEST_BYTES", "8k", 1);
     CU_ASSERT_EQUAL(moon_config_load_env(&opt_table, &o), MOON_OK);
     CU_ASSERT_EQUAL(o.bytes, 8192);
+    setenv("MOONTEST_COUNT", "3", 1);
+    CU_ASSERT_EQUAL(moon_config_from_env(&opt_table, &o), MOON_OK);
+    CU_ASSERT_EQUAL(o.count, 3);
+    CU_ASSERT_EQUAL(o.bytes, 8192);
     clear_env();
+}
+
+/* What print writes for cfg, as a string in buf; 0 if no stream opens. */
+static int print_to(void (*print)(const moon_config_t *, FILE *), const moon_config_t *cfg,
+                    char *buf, size_t n)
+{
+    FILE *f = fmemopen(buf, n, "w");
+
+    if (f == NULL) {
+        return 0;
+    }
+    print(cfg, f);
+    fclose(f);
+    return 1;
 }
 
 static void test_two_tables_and_flag_only_table(void)
@@ -357,7 +382,6 @@ static void test_two_tables_and_flag_only_table(void)
     moon_config_t *cfg;
     const char    *argv[] = {"prog", "--other", "4", "--count", "2", NULL};
     char           buf[4096];
-    FILE          *f;
 
     clear_env();
     setenv("MOONTEST_OTHER", "9", 1); /* the table has no prefix: never read */
@@ -370,10 +394,7 @@ static void test_two_tables_and_flag_only_table(void)
     CU_ASSERT_EQUAL(x.other, 4);
     CU_ASSERT_EQUAL(o.count, 2);
     /* help lists both tables, in order, with defaults, ranges, choices, env */
-    f = fmemopen(buf, sizeof(buf), "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    moon_config_print_help(cfg, f);
-    fclose(f);
+    CU_ASSERT_FATAL(print_to(moon_config_print_help, cfg, buf, sizeof(buf)));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "test options (options of the test):"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "other options (a second table):"));
     CU_ASSERT(strstr(buf, "test options") < strstr(buf, "other options"));
@@ -386,10 +407,7 @@ static void test_two_tables_and_flag_only_table(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "flags only"));
     CU_ASSERT_PTR_NULL(strstr(buf, "MOONTEST_OTHER"));
     /* values and their sources */
-    f = fmemopen(buf, sizeof(buf), "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    moon_config_print_values(cfg, f);
-    fclose(f);
+    CU_ASSERT_FATAL(print_to(moon_config_print_values, cfg, buf, sizeof(buf)));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "count"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "flag\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "256k"));
@@ -397,10 +415,7 @@ static void test_two_tables_and_flag_only_table(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "auto"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "false"));
     /* markdown: one table per table */
-    f = fmemopen(buf, sizeof(buf), "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    moon_config_print_markdown(cfg, f);
-    fclose(f);
+    CU_ASSERT_FATAL(print_to(moon_config_print_markdown, cfg, buf, sizeof(buf)));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "**test** (options of the test)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "| `--count` | `MOONTEST_COUNT` | `8` |"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "| `--other` | - | `3` |"));
@@ -507,29 +522,11 @@ static void test_foreign_env(void)
     CU_ASSERT_PTR_NULL(moon_config_foreign_env(NULL));
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults_fill_every_type", test_defaults_fill_every_type},
-    {"parse_every_type", test_parse_every_type},
-    {"bool_forms_and_negation", test_bool_forms_and_negation},
-    {"size_units", test_size_units},
-    {"positionals_and_double_dash", test_positionals_and_double_dash},
-    {"value_may_start_with_dash", test_value_may_start_with_dash},
-    {"help_flag", test_help_flag},
-    {"precedence_flag_caller_env_default", test_precedence_flag_caller_env_default},
-    {"set_errors", test_set_errors},
-    {"malformed_values_name_the_flag", test_malformed_values_name_the_flag},
-    {"unknown_and_missing", test_unknown_and_missing},
-    {"malformed_env_names_the_variable", test_malformed_env_names_the_variable},
-    {"two_tables_and_flag_only_table", test_two_tables_and_flag_only_table},
-    {"malformed_tables_refused", test_malformed_tables_refused},
-    {"table_limit", test_table_limit},
-    {"allocation_failures", test_allocation_failures},
-    {"foreign_env", test_foreign_env},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"config", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("config", NULL, NULL, test_defaults_fill_every_type, test_parse_every_type,
+               test_bool_forms_and_negation, test_size_units, test_positionals_and_double_dash,
+               test_value_may_start_with_dash, test_help_flag,
+               test_precedence_flag_caller_env_default, test_set_errors,
+               test_malformed_values_name_the_flag, test_unknown_and_missing,
+               test_malformed_env_names_the_variable, test_two_tables_and_flag_only_table,
+               test_malformed_tables_refused, test_table_limit, test_allocation_failures,
+               test_foreign_env)

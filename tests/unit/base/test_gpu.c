@@ -31,14 +31,4 @@ static void test_kernel_selftest_on_every_device(void)
     }
 }
 
-static CU_TestInfo tests[] = {
-    {"discovery_never_fails", test_discovery_never_fails},
-    {"kernel_selftest_on_every_device", test_kernel_selftest_on_every_device},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gpu", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("gpu", NULL, NULL, test_discovery_never_fails, test_kernel_selftest_on_every_device)

@@ -40,15 +40,5 @@ static void test_combine_is_ordered(void)
     CU_ASSERT_EQUAL(ab, moon_hash_combine(moon_hash_combine(1, 2), 3));
 }
 
-static CU_TestInfo tests[] = {
-    {"bytes_are_xxh3", test_bytes_are_xxh3},
-    {"mix_spreads_consecutive_ints", test_mix_spreads_consecutive_ints},
-    {"combine_is_ordered", test_combine_is_ordered},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"hash", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("hash", NULL, NULL, test_bytes_are_xxh3, test_mix_spreads_consecutive_ints,
+               test_combine_is_ordered)

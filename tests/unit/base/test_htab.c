@@ -335,22 +335,8 @@ static void test_failed_growth_changes_nothing(void)
     moon_htab_destroy(h);
 }
 
-static CU_TestInfo tests[] = {
-    {"insert_find_remove", test_insert_find_remove},
-    {"invalid_type_rejected", test_invalid_type_rejected},
-    {"random_ops_match_model", test_random_ops_match_model},
-    {"growth_keeps_every_element", test_growth_keeps_every_element},
-    {"fixed_table_refuses_past_capacity", test_fixed_table_refuses_past_capacity},
-    {"elem_free_on_remove_clear_destroy", test_elem_free_on_remove_clear_destroy},
-    {"no_elem_free_frees_nothing", test_no_elem_free_frees_nothing},
-    {"external_keys", test_external_keys},
-    {"create_fails_cleanly", test_create_fails_cleanly},
-    {"failed_growth_changes_nothing", test_failed_growth_changes_nothing},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"htab", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("htab", NULL, NULL, test_insert_find_remove, test_invalid_type_rejected,
+               test_random_ops_match_model, test_growth_keeps_every_element,
+               test_fixed_table_refuses_past_capacity, test_elem_free_on_remove_clear_destroy,
+               test_no_elem_free_frees_nothing, test_external_keys, test_create_fails_cleanly,
+               test_failed_growth_changes_nothing)

@@ -63,15 +63,5 @@ static void test_copy(void)
     CU_ASSERT_EQUAL(moon_reader_left(&r), 7);
 }
 
-static CU_TestInfo tests[] = {
-    {"integers_both_orders", test_integers_both_orders},
-    {"past_the_end_moves_nothing", test_past_the_end_moves_nothing},
-    {"copy", test_copy},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"reader", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("reader", NULL, NULL, test_integers_both_orders, test_past_the_end_moves_nothing,
+               test_copy)

@@ -87,16 +87,5 @@ static void test_size_overflow_refused(void)
     moon_vec_fini(&v);
 }
 
-static CU_TestInfo tests[] = {
-    {"push_at_remove", test_push_at_remove},
-    {"append_bytes", test_append_bytes},
-    {"failed_growth_changes_nothing", test_failed_growth_changes_nothing},
-    {"size_overflow_refused", test_size_overflow_refused},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"vec", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("vec", NULL, NULL, test_push_at_remove, test_append_bytes,
+               test_failed_growth_changes_nothing, test_size_overflow_refused)

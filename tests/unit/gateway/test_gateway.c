@@ -446,8 +446,8 @@ static void test_chat(void)
 }
 
 /* The cluster holds no request and no KV block (load reports may lag, and
- * requests whose client left are cancelled only at their next token: under
- * a sanitizer that can take a while). */
+ * a cancel crosses the conductor to both instances: under a sanitizer
+ * that can take a while). */
 static void expect_cluster_idle(void)
 {
     moon_serve_stats_t s;
@@ -474,52 +474,131 @@ static uint64_t n_cancelled(void)
     return s.n_finished[MOON_FINISH_CANCELLED];
 }
 
-/* Clients that read the first events and hang up cancel their requests:
- * the cluster counts them cancelled and holds no block afterwards. */
-static void test_cancel_on_disconnect(void)
+/* Runs n clients at once (the shell line client, %u the port) that hang
+ * up early; their requests are cancelled (some may finish first) and the
+ * cluster holds no block afterwards. */
+static void cancel_clients(const char *client, int n, const char *what)
 {
     uint64_t before = n_cancelled();
-    char     cmd[2048];
+    char     line[1024], cmd[2048];
     int      ret;
 
-    /* 24 long streams at once (the decode batch keeps them all running); each
-     * client leaves after ~300 bytes (head exits, curl dies of SIGPIPE). */
-    snprintf(cmd, sizeof(cmd),
-             "for i in $(seq 24); do (curl -sN -X POST -H 'Content-Type: application/json' "
-             "-d '{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"ignore_eos\":true,"
-             "\"stream\":true}' http://127.0.0.1:%u/v1/completions | head -c 300 >/dev/null) & "
-             "done; wait",
-             g_port);
+    snprintf(line, sizeof(line), client, g_port);
+    snprintf(cmd, sizeof(cmd), "for i in $(seq %d); do %s & done; wait", n, line);
     ret = system(cmd);
     CU_ASSERT_EQUAL(ret, 0);
     expect_cluster_idle();
     CU_ASSERT(n_cancelled() > before);
-    fprintf(stderr, "cancelled on disconnect: %llu of 24\n",
-            (unsigned long long)(n_cancelled() - before));
+    fprintf(stderr, "cancelled on disconnect (%s): %llu of %d\n", what,
+            (unsigned long long)(n_cancelled() - before), n);
 }
 
-/* The same for clients waiting for a whole (non-streamed) answer: they give
- * up after 50 ms, long before 32 answers of 500 tokens are computed (each
- * token resumes the parked connection, and libmicrohttpd then sees the
- * closed socket). Some curls do not even connect in 50 ms: not all cancel. */
+/* 24 long streams at once (the decode batch keeps them all running); each
+ * client leaves after ~300 bytes (head exits, curl dies of SIGPIPE). */
+static void test_cancel_on_disconnect(void)
+{
+    cancel_clients("(curl -sN -X POST -H 'Content-Type: application/json' "
+                   "-d '{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"ignore_eos\":true,"
+                   "\"stream\":true}' http://127.0.0.1:%u/v1/completions | head -c 300 >/dev/null)",
+                   24, "streamed");
+}
+
+/* Clients waiting for a whole (non-streamed) answer give up after 50 ms,
+ * long before 32 answers of 500 tokens are computed (the hang-up watcher
+ * resumes the parked connection, which then closes). Some curls do not even
+ * connect in 50 ms: not all cancel. */
 static void test_cancel_on_disconnect_not_streamed(void)
 {
-    uint64_t before = n_cancelled();
-    char     cmd[2048];
-    int      ret;
+    cancel_clients("curl -s --max-time 0.05 -X POST -H 'Content-Type: application/json' "
+                   "-d '{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"ignore_eos\":true}' "
+                   "-o /dev/null http://127.0.0.1:%u/v1/completions",
+                   32, "not streamed");
+}
 
+/* The value of the first /metrics line of g_port that starts with prefix (0 if none). */
+static double metric(const char *prefix)
+{
+    gw_http_t   r;
+    double      v = 0;
+    const char *p;
+
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port, "/metrics", NULL), 200);
+    p = r.body != NULL ? strstr(r.body, prefix) : NULL;
+    if (p != NULL && (p = strchr(p, ' ')) != NULL) {
+        v = strtod(p, NULL);
+    }
+    gw_http_fini(&r);
+    return v;
+}
+
+#define CANCELLED_LINE                                                                             \
+    "moonlet:request_success_total{model_name=\"stories260K\",finished_reason=\"cancelled\"}"
+
+/* Clients that hang up while their requests still wait in the cluster's
+ * queues (the cluster saturated by long requests of the client API): both
+ * requests (streamed and not) end cancelled without a single token made,
+ * which only a hang-up noticed before the first token gives, and the
+ * cluster holds no block afterwards. */
+static void test_cancel_while_queued(void)
+{
+    enum { N_LONG = 32 };
+    char                prompt[2048] = "";
+    moon_serve_params_t p;
+    moon_serve_stats_t  s;
+    uint64_t            ids[N_LONG];
+    double              k0 = metric(CANCELLED_LINE), g0, end;
+    char                cmd[2048];
+    int                 ret, n_sub = 0;
+
+    g0 = metric("moonlet:generation_tokens_total{");
+    while (strlen(prompt) < 300) {
+        strcat(prompt, "Once upon a time there was a girl. ");
+    }
+    moon_serve_params_default(&p);
+    p.prompt     = prompt;
+    p.max_tokens = 300;
+    p.flags |= MOON_SERVE_F_IGNORE_EOS;
+    for (int i = 0; i < N_LONG; i++) {
+        n_sub += moon_serve_client_submit(g_client, &p, &ids[i]) == MOON_OK;
+    }
+    CU_ASSERT_EQUAL_FATAL(n_sub, N_LONG);
+    /* queued work: requests waiting behind the running ones */
+    memset(&s, 0, sizeof(s));
+    for (end = moon_test_now_s() + 60; s.waiting == 0 && moon_test_now_s() < end;) {
+        nap_ms(5);
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s), MOON_OK);
+    }
+    fprintf(stderr, "saturated: %llu running, %llu waiting; ", (unsigned long long)s.running,
+            (unsigned long long)s.waiting);
+    CU_ASSERT_FATAL(s.waiting > 0);
+    /* both clients give up after 0.2 s: curl's 28 (timed out), no answer came */
     snprintf(cmd, sizeof(cmd),
-             "for i in $(seq 32); do curl -s --max-time 0.05 -X POST "
-             "-H 'Content-Type: application/json' -d '{\"prompt\":\"Once upon a time\","
-             "\"max_tokens\":500,\"ignore_eos\":true}' -o /dev/null "
-             "http://127.0.0.1:%u/v1/completions & done; wait",
+             "c() { curl -sN --max-time 0.2 -X POST -H 'Content-Type: application/json' "
+             "-d '{\"prompt\":\"Once upon a time\",\"max_tokens\":8'\"$1\"'}' -o /dev/null "
+             "http://127.0.0.1:%u/v1/completions; }; c '' & a=$!; c ',\"stream\":true' & b=$!; "
+             "wait $a; ra=$?; wait $b; rb=$?; [ $ra = 28 ] && [ $rb = 28 ]",
              g_port);
     ret = system(cmd);
     CU_ASSERT_EQUAL(ret, 0);
+    for (end = moon_test_now_s() + 120;
+         metric(CANCELLED_LINE) < k0 + 2 && moon_test_now_s() < end;) {
+        nap_ms(5);
+    }
+    CU_ASSERT_EQUAL(metric(CANCELLED_LINE), k0 + 2);
+    CU_ASSERT_EQUAL(metric("moonlet:generation_tokens_total{"), g0); /* not one token */
+    fprintf(stderr, "cancelled while queued: %.0f of 2\n", metric(CANCELLED_LINE) - k0);
+    for (int i = 0; i < N_LONG; i++) {
+        moon_serve_client_cancel(g_client, ids[i]);
+    }
+    for (int done = 0; done < N_LONG;) {
+        moon_serve_event_t ev;
+        if (moon_serve_client_next(g_client, WAIT_NS, &ev) != MOON_OK) {
+            break;
+        }
+        done += ev.kind == MOON_SERVE_EV_DONE;
+        moon_serve_event_fini(&ev);
+    }
     expect_cluster_idle();
-    CU_ASSERT(n_cancelled() > before);
-    fprintf(stderr, "cancelled on disconnect (not streamed): %llu of 32\n",
-            (unsigned long long)(n_cancelled() - before));
 }
 
 /* 64 streaming clients at once: every stream whole and well-formed; greedy
@@ -614,10 +693,22 @@ static void test_half_sent_request_times_out(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
+/* Runs an official client's script; cmd exits 77 when its tool or its
+ * registry cannot be reached (then the test is skipped, saying unreachable). */
+static void run_client(const char *cmd, const char *unreachable)
+{
+    int ret = system(cmd);
+
+    if (WEXITSTATUS(ret) == 77) {
+        moon_test_skip(unreachable);
+        return;
+    }
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+}
+
 static void test_openai_npm(void)
 {
     char cmd[2048];
-    int  ret;
 
     snprintf(cmd, sizeof(cmd),
              "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
@@ -626,19 +717,12 @@ static void test_openai_npm(void)
              "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
              "cp '%s' client.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node client.mjs",
              gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
-    ret = system(cmd);
-    if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip(
-            "npm or the npm registry is unreachable: the openai client test did not run");
-        return;
-    }
-    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    run_client(cmd, "npm or the npm registry is unreachable: the openai client test did not run");
 }
 
 static void test_openai_python(void)
 {
     char cmd[2048];
-    int  ret;
 
     snprintf(cmd, sizeof(cmd),
              "command -v python3 >/dev/null || exit 77; d='%s/py'; "
@@ -647,30 +731,8 @@ static void test_openai_python(void)
              ">\"%s/pip.log\" 2>&1; \"$d/bin/python\" -c 'import openai' 2>/dev/null || exit 77; "
              "MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 \"$d/bin/python\" '%s'",
              gw_tmp_dir(), gw_tmp_dir(), g_port, MOON_TEST_PY_SCRIPT);
-    ret = system(cmd);
-    if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip("python3 or PyPI is unreachable: the openai python client test did not run");
-        return;
-    }
-    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    run_client(cmd, "python3 or PyPI is unreachable: the openai python client test did not run");
 }
-
-static CU_TestInfo tests[] = {
-    {"routes", test_routes},
-    {"errors", test_errors},
-    {"api_key", test_api_key},
-    {"completion_stream_and_not", test_completion_stream_and_not},
-    {"chat", test_chat},
-    {"cancel_on_disconnect", test_cancel_on_disconnect},
-    {"cancel_on_disconnect_not_streamed", test_cancel_on_disconnect_not_streamed},
-    {"concurrent_streams", test_concurrent_streams},
-    {"rejected_then_conductor_down", test_rejected_then_conductor_down},
-    {"half_sent_request_times_out", test_half_sent_request_times_out},
-    {"openai_npm", test_openai_npm},
-    {"openai_python", test_openai_python},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gateway", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
 /* Rank 0 (or the only process) holds the conductor, the gateways and the
  * tests; under mpirun the store, prefill and decode run on ranks 1.. and the
@@ -708,7 +770,11 @@ static int run_rank0(void)
         fprintf(stderr, "test_gateway: /health never said 200\n");
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gateway", NULL, NULL, test_routes, test_errors, test_api_key,
+                       test_completion_stream_and_not, test_chat, test_cancel_on_disconnect,
+                       test_cancel_on_disconnect_not_streamed, test_cancel_while_queued,
+                       test_concurrent_streams, test_rejected_then_conductor_down,
+                       test_half_sent_request_times_out, test_openai_npm, test_openai_python);
     moon_serve_client_destroy(g_client);
     return rc;
 }

@@ -67,7 +67,8 @@ static moon_status_t owner_init(moon_actor_t *self, const void *args)
     moon_status_t status;
 
     (void)args;
-    status = moon_gw_bridge_create(moon_actor_runtime(self), moon_actor_addr(self), 64, &o->bridge);
+    status = moon_gw_bridge_create(moon_actor_runtime(self), moon_actor_addr(self), g_conductor, 64,
+                                   &o->bridge);
     if (status == MOON_OK) {
         atomic_store(&g_bridge, o->bridge);
     }
@@ -82,7 +83,7 @@ static void owner_fini(moon_actor_t *self)
 static moon_status_t owner_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     (void)msg;
-    moon_gw_bridge_drain(((owner_t *)moon_actor_state(self))->bridge, self, g_conductor);
+    moon_gw_bridge_drain(((owner_t *)moon_actor_state(self))->bridge, self);
     return MOON_OK;
 }
 
@@ -91,7 +92,7 @@ static moon_status_t owner_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
     owner_t *o  = moon_actor_state(self);
     uint64_t id = msg->type == MOON_MSG_SERVE_TOKEN ? ((const moon_serve_token_t *)msg)->request_id
                                                     : ((const moon_serve_done_t *)msg)->request_id;
-    moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, id);
+    moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, self, id);
 
     if (req != NULL) {
         moon_gw_bridge_deliver(o->bridge, req, msg);
@@ -232,12 +233,6 @@ static void test_many_producers(void)
             N_THREADS * N_PER_THREAD, n_cancelled, atomic_load(&g_cancels), n_full);
 }
 
-static CU_TestInfo tests[] = {
-    {"many_producers", test_many_producers},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_bridge", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     moon_runtime_config_t cfg;
@@ -252,7 +247,7 @@ int main(void)
         moon_spawn(g_rt, &owner_ops, NULL, NULL, &owner) != MOON_OK) {
         return 1;
     }
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gw_bridge", NULL, NULL, test_many_producers);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
     moon_runtime_destroy(g_rt);

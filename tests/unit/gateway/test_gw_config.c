@@ -57,15 +57,4 @@ static void test_bad_values(void)
     moon_config_destroy(cfg);
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults", test_defaults},
-    {"flags", test_flags},
-    {"bad_values", test_bad_values},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_config", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("gw_config", NULL, NULL, test_defaults, test_flags, test_bad_values)

@@ -148,19 +148,6 @@ static void test_done_to_http(void)
     CU_ASSERT_EQUAL(err.http, 500);
 }
 
-static CU_TestInfo tests[] = {
-    {"completion_body", test_completion_body},
-    {"chat_body", test_chat_body},
-    {"completion_chunks", test_completion_chunks},
-    {"chat_chunks", test_chat_chunks},
-    {"models", test_models},
-    {"error_objects", test_error_objects},
-    {"done_to_http", test_done_to_http},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_format", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("gw_format", NULL, NULL, test_completion_body, test_chat_body,
+               test_completion_chunks, test_chat_chunks, test_models, test_error_objects,
+               test_done_to_http)

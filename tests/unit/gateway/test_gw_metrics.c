@@ -131,17 +131,5 @@ static void test_allocation_failures(void)
     CU_PASS("no crash, no leak under ASan");
 }
 
-static CU_TestInfo tests[] = {
-    {"text_format", test_text_format},
-    {"no_const_labels", test_no_const_labels},
-    {"bad_use", test_bad_use},
-    {"serving_catalogue", test_serving_catalogue},
-    {"allocation_failures", test_allocation_failures},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_metrics", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("gw_metrics", NULL, NULL, test_text_format, test_no_const_labels, test_bad_use,
+               test_serving_catalogue, test_allocation_failures)

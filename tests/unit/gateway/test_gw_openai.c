@@ -307,18 +307,6 @@ static void test_allocation_failures(void)
     CU_PASS("no crash, no leak under ASan");
 }
 
-static CU_TestInfo tests[] = {
-    {"completion_fields", test_completion_fields},
-    {"completion_errors", test_completion_errors},
-    {"context_check", test_context_check},
-    {"chat_errors", test_chat_errors},
-    {"templates", test_templates},
-    {"template_tokens", test_template_tokens},
-    {"allocation_failures", test_allocation_failures},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gw_openai", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     moon_gguf_t *gguf = NULL;
@@ -332,7 +320,9 @@ int main(void)
     moon_gguf_close(gguf);
     moon_gw_template_init(&g_plain, NULL, 0, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok),
                           NULL, NULL);
-    rc = moon_test_run(suites);
+    rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
+                       test_context_check, test_chat_errors, test_templates, test_template_tokens,
+                       test_allocation_failures);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }

@@ -46,6 +46,17 @@ static inline void kv_record(const moon_kv_event_t *event, void *arg)
     r->count[event->kind]++;
 }
 
+/* The default config but for the slots (n_slots of slot_bytes each). */
+static inline moon_kv_shard_config_t kv_shard_config(uint32_t n_slots, size_t slot_bytes)
+{
+    moon_kv_shard_config_t cfg;
+
+    moon_kv_shard_config_init(&cfg);
+    cfg.n_slots    = n_slots;
+    cfg.slot_bytes = slot_bytes;
+    return cfg;
+}
+
 static inline moon_status_t kv_put_i(moon_kv_shard_t *shard, uint64_t i, size_t n_bytes)
 {
     unsigned char buf[4096];

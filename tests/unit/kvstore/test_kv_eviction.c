@@ -9,10 +9,8 @@ static moon_kv_shard_t *make_shard(uint32_t n_slots, double high, double low, kv
     moon_kv_shard_config_t cfg;
     moon_kv_shard_t       *shard = NULL;
 
-    moon_kv_shard_config_init(&cfg);
+    cfg                = kv_shard_config(n_slots, 64);
     cfg.shard_id       = 2;
-    cfg.n_slots        = n_slots;
-    cfg.slot_bytes     = 64;
     cfg.high_watermark = high;
     cfg.low_watermark  = low;
     cfg.on_event       = ev != NULL ? kv_record : NULL;
@@ -134,9 +132,7 @@ static void test_small_entry_table_recycles_coldest(void)
     moon_kv_shard_t       *shard = NULL;
     moon_kv_put_t          a, b, c;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots     = 8;
-    cfg.slot_bytes  = 64;
+    cfg             = kv_shard_config(8, 64);
     cfg.max_entries = 2;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     CU_ASSERT_EQUAL(kv_put_i(shard, 1, 64), MOON_OK);
@@ -201,19 +197,8 @@ static void test_random_churn_keeps_accounting(void)
     moon_kv_shard_destroy(shard);
 }
 
-static CU_TestInfo tests[] = {
-    {"least_recently_used_goes_first", test_least_recently_used_goes_first},
-    {"eviction_runs_from_high_to_low_watermark", test_eviction_runs_from_high_to_low_watermark},
-    {"full_store_is_no_resource_and_evicts_nothing_held",
-     test_full_store_is_no_resource_and_evicts_nothing_held},
-    {"pinned_block_survives_any_churn", test_pinned_block_survives_any_churn},
-    {"small_entry_table_recycles_coldest", test_small_entry_table_recycles_coldest},
-    {"random_churn_keeps_accounting", test_random_churn_keeps_accounting},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_eviction", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_eviction", NULL, NULL, test_least_recently_used_goes_first,
+               test_eviction_runs_from_high_to_low_watermark,
+               test_full_store_is_no_resource_and_evicts_nothing_held,
+               test_pinned_block_survives_any_churn, test_small_entry_table_recycles_coldest,
+               test_random_churn_keeps_accounting)

@@ -96,15 +96,5 @@ static void test_lost_shard_and_other_tags(void)
     moon_kv_index_destroy(x);
 }
 
-static CU_TestInfo tests[] = {
-    {"snapshot_then_live_events", test_snapshot_then_live_events},
-    {"gap_drops_the_shard_until_its_next_snapshot",
-     test_gap_drops_the_shard_until_its_next_snapshot},
-    {"lost_shard_and_other_tags", test_lost_shard_and_other_tags},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_index", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_index", NULL, NULL, test_snapshot_then_live_events,
+               test_gap_drops_the_shard_until_its_next_snapshot, test_lost_shard_and_other_tags)

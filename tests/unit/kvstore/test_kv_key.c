@@ -200,22 +200,8 @@ static void test_key_format_is_stable(void)
     CU_ASSERT_EQUAL(moon_kv_checksum("moonlet", 7), GOLDEN_SUM);
 }
 
-static CU_TestInfo tests[] = {
-    {"key_format_is_stable", test_key_format_is_stable},
-    {"one_key_per_full_block", test_one_key_per_full_block},
-    {"keys_are_deterministic_and_distinct", test_keys_are_deterministic_and_distinct},
-    {"key_covers_every_block_before_it", test_key_covers_every_block_before_it},
-    {"key_next_extends_the_chain", test_key_next_extends_the_chain},
-    {"model_and_version_salt_the_key", test_model_and_version_salt_the_key},
-    {"block_size_is_configurable", test_block_size_is_configurable},
-    {"bad_input_is_rejected", test_bad_input_is_rejected},
-    {"trace_ids_map_to_salted_keys", test_trace_ids_map_to_salted_keys},
-    {"checksum_detects_a_flipped_bit", test_checksum_detects_a_flipped_bit},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_key", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_key", NULL, NULL, test_key_format_is_stable, test_one_key_per_full_block,
+               test_keys_are_deterministic_and_distinct, test_key_covers_every_block_before_it,
+               test_key_next_extends_the_chain, test_model_and_version_salt_the_key,
+               test_block_size_is_configurable, test_bad_input_is_rejected,
+               test_trace_ids_map_to_salted_keys, test_checksum_detects_a_flipped_bit)

@@ -129,19 +129,7 @@ static void test_bad_membership_is_rejected(void)
     }
 }
 
-static CU_TestInfo tests[] = {
-    {"replicas_are_distinct_and_deterministic", test_replicas_are_distinct_and_deterministic},
-    {"keys_spread_evenly", test_keys_spread_evenly},
-    {"removing_a_shard_moves_only_its_keys", test_removing_a_shard_moves_only_its_keys},
-    {"reads_go_to_the_surviving_replica_first", test_reads_go_to_the_surviving_replica_first},
-    {"fewer_live_shards_than_replicas", test_fewer_live_shards_than_replicas},
-    {"bad_membership_is_rejected", test_bad_membership_is_rejected},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_placement", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_placement", NULL, NULL, test_replicas_are_distinct_and_deterministic,
+               test_keys_spread_evenly, test_removing_a_shard_moves_only_its_keys,
+               test_reads_go_to_the_surviving_replica_first, test_fewer_live_shards_than_replicas,
+               test_bad_membership_is_rejected)

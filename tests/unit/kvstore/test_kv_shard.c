@@ -13,10 +13,8 @@ static moon_kv_shard_t *make_shard(uint32_t n_slots, size_t slot_bytes, kv_event
     moon_kv_shard_config_t cfg;
     moon_kv_shard_t       *shard = NULL;
 
-    moon_kv_shard_config_init(&cfg);
+    cfg                = kv_shard_config(n_slots, slot_bytes);
     cfg.shard_id       = 5;
-    cfg.n_slots        = n_slots;
-    cfg.slot_bytes     = slot_bytes;
     cfg.high_watermark = 1.0;
     cfg.low_watermark  = 1.0;
     cfg.on_event       = events != NULL ? kv_record : NULL;
@@ -31,9 +29,7 @@ static void test_create_rejects_bad_config(void)
     moon_kv_shard_t       *shard = NULL;
     char                   small[64];
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots    = 4;
-    cfg.slot_bytes = 0;
+    cfg = kv_shard_config(4, 0);
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
     cfg.slot_bytes = 64;
     cfg.n_slots    = 0;
@@ -44,9 +40,7 @@ static void test_create_rejects_bad_config(void)
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
     cfg.high_watermark = 1.5;
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots     = 4;
-    cfg.slot_bytes  = 64;
+    cfg             = kv_shard_config(4, 64);
     cfg.arena       = small;
     cfg.arena_bytes = sizeof(small); /* 4 * 64 needed */
     CU_ASSERT_EQUAL(moon_kv_shard_create(&cfg, &shard), MOON_ERR_INVALID_PARAM);
@@ -86,9 +80,7 @@ static void test_caller_arena_is_used(void)
     moon_kv_shard_t       *shard = NULL;
     moon_kv_get_t          get;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots     = 4;
-    cfg.slot_bytes  = 256;
+    cfg             = kv_shard_config(4, 256);
     cfg.arena       = mem;
     cfg.arena_bytes = sizeof(mem);
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
@@ -250,9 +242,7 @@ static void test_client_dying_mid_put_reservation_expires(void)
     moon_kv_shard_stats_t  st;
     uint64_t               n;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots            = 2;
-    cfg.slot_bytes         = 128;
+    cfg                    = kv_shard_config(2, 128);
     cfg.reserve_timeout_ns = 2 * SEC;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(1), 128, 1, 10, &put),
@@ -282,9 +272,7 @@ static void test_renewed_reservation_outlives_the_timeout(void)
     moon_kv_put_t          slow, other;
     uint64_t               n;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots            = 4;
-    cfg.slot_bytes         = 128;
+    cfg                    = kv_shard_config(4, 128);
     cfg.reserve_timeout_ns = 2 * SEC;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(1), 128, 1, 0, &slow), MOON_OK);
@@ -490,9 +478,7 @@ static void test_lease_table_full_is_no_resource(void)
     moon_kv_shard_t       *shard = NULL;
     moon_kv_get_t          a, b, c;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots    = 4;
-    cfg.slot_bytes = 64;
+    cfg            = kv_shard_config(4, 64);
     cfg.max_leases = 2;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     CU_ASSERT_EQUAL(kv_put_i(shard, 1, 64), MOON_OK);
@@ -515,9 +501,7 @@ static moon_kv_shard_t *big_shard(uint32_t n)
     moon_kv_shard_config_t cfg;
     moon_kv_shard_t       *shard = NULL;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots          = n;
-    cfg.slot_bytes       = 8;
+    cfg                  = kv_shard_config(n, 8);
     cfg.high_watermark   = 1.0;
     cfg.low_watermark    = 1.0;
     cfg.verify_on_commit = 0;
@@ -596,9 +580,7 @@ static void test_allocation_failures_are_clean(void)
     moon_kv_shard_config_t cfg;
     int                    ok = 0;
 
-    moon_kv_shard_config_init(&cfg);
-    cfg.n_slots    = 16;
-    cfg.slot_bytes = 64;
+    cfg = kv_shard_config(16, 64);
     for (uint64_t k = 1; k < 20 && !ok; k++) {
         moon_kv_shard_t *shard = NULL;
         moon_status_t    status;
@@ -618,35 +600,17 @@ static void test_allocation_failures_are_clean(void)
     CU_ASSERT_TRUE(ok); /* and LSan reports no leak on the failed paths */
 }
 
-static CU_TestInfo tests[] = {
-    {"create_rejects_bad_config", test_create_rejects_bad_config},
-    {"arena_is_one_page_aligned_region", test_arena_is_one_page_aligned_region},
-    {"caller_arena_is_used", test_caller_arena_is_used},
-    {"put_then_get_is_zero_copy", test_put_then_get_is_zero_copy},
-    {"reserved_block_is_invisible_until_commit", test_reserved_block_is_invisible_until_commit},
-    {"oversized_block_is_rejected", test_oversized_block_is_rejected},
-    {"unknown_keys_and_ids_get_clear_statuses", test_unknown_keys_and_ids_get_clear_statuses},
-    {"same_key_second_writer_gets_exists", test_same_key_second_writer_gets_exists},
-    {"commit_verifies_the_checksum", test_commit_verifies_the_checksum},
-    {"client_dying_mid_put_reservation_expires", test_client_dying_mid_put_reservation_expires},
-    {"renewed_reservation_outlives_the_timeout", test_renewed_reservation_outlives_the_timeout},
-    {"drop_client_revokes_and_releases", test_drop_client_revokes_and_releases},
-    {"remove_of_leased_block_is_deferred", test_remove_of_leased_block_is_deferred},
-    {"client_dying_mid_get_lease_is_swept", test_client_dying_mid_get_lease_is_swept},
-    {"release_during_transfer_ends_at_transfer_end",
-     test_release_during_transfer_ends_at_transfer_end},
-    {"other_model_or_version_is_never_served", test_other_model_or_version_is_never_served},
-    {"corrupted_block_is_detected_and_dropped", test_corrupted_block_is_detected_and_dropped},
-    {"exists_and_longest_prefix_of_a_prompt", test_exists_and_longest_prefix_of_a_prompt},
-    {"lease_table_full_is_no_resource", test_lease_table_full_is_no_resource},
-    {"a_million_keys_without_per_key_malloc", test_a_million_keys_without_per_key_malloc},
-    {"consecutive_keys_do_not_cluster", test_consecutive_keys_do_not_cluster},
-    {"allocation_failures_are_clean", test_allocation_failures_are_clean},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_shard", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_shard", NULL, NULL, test_create_rejects_bad_config,
+               test_arena_is_one_page_aligned_region, test_caller_arena_is_used,
+               test_put_then_get_is_zero_copy, test_reserved_block_is_invisible_until_commit,
+               test_oversized_block_is_rejected, test_unknown_keys_and_ids_get_clear_statuses,
+               test_same_key_second_writer_gets_exists, test_commit_verifies_the_checksum,
+               test_client_dying_mid_put_reservation_expires,
+               test_renewed_reservation_outlives_the_timeout, test_drop_client_revokes_and_releases,
+               test_remove_of_leased_block_is_deferred, test_client_dying_mid_get_lease_is_swept,
+               test_release_during_transfer_ends_at_transfer_end,
+               test_other_model_or_version_is_never_served,
+               test_corrupted_block_is_detected_and_dropped,
+               test_exists_and_longest_prefix_of_a_prompt, test_lease_table_full_is_no_resource,
+               test_a_million_keys_without_per_key_malloc, test_consecutive_keys_do_not_cluster,
+               test_allocation_failures_are_clean)

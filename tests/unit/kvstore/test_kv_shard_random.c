@@ -274,16 +274,5 @@ static void test_random_sequences_under_allocation_faults(void)
     moon_kv_shard_destroy(shard);
 }
 
-static CU_TestInfo tests[] = {
-    {"random_sequences_dram_only", test_random_sequences_dram_only},
-    {"random_sequences_with_ssd_tier", test_random_sequences_with_ssd_tier},
-    {"random_sequences_under_allocation_faults", test_random_sequences_under_allocation_faults},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_shard_random", suite_init, suite_clean, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_shard_random", suite_init, suite_clean, test_random_sequences_dram_only,
+               test_random_sequences_with_ssd_tier, test_random_sequences_under_allocation_faults)

@@ -224,21 +224,7 @@ static void test_allocation_failures_with_ssd_tier_are_clean(void)
     CU_ASSERT_TRUE(ok); /* LSan: the failed creates leaked nothing, fds closed */
 }
 
-static CU_TestInfo tests[] = {
-    {"evicted_blocks_spill_and_come_back", test_evicted_blocks_spill_and_come_back},
-    {"ssd_tier_has_its_own_lru", test_ssd_tier_has_its_own_lru},
-    {"pin_and_remove_of_spilled_blocks", test_pin_and_remove_of_spilled_blocks},
-    {"unopenable_file_is_io_error", test_unopenable_file_is_io_error},
-    {"read_error_drops_the_block", test_read_error_drops_the_block},
-    {"corruption_on_ssd_is_detected", test_corruption_on_ssd_is_detected},
-    {"allocation_failures_with_ssd_tier_are_clean",
-     test_allocation_failures_with_ssd_tier_are_clean},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_ssd", suite_init, suite_clean, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_ssd", suite_init, suite_clean, test_evicted_blocks_spill_and_come_back,
+               test_ssd_tier_has_its_own_lru, test_pin_and_remove_of_spilled_blocks,
+               test_unopenable_file_is_io_error, test_read_error_drops_the_block,
+               test_corruption_on_ssd_is_detected, test_allocation_failures_with_ssd_tier_are_clean)

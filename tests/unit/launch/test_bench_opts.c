@@ -151,16 +151,5 @@ static void test_urls(void)
                     MOON_ERR_INVALID_PARAM);
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults", test_defaults},
-    {"spellings_and_aliases", test_spellings_and_aliases},
-    {"errors_name_the_flag", test_errors_name_the_flag},
-    {"urls", test_urls},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_opts", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("bench_opts", NULL, NULL, test_defaults, test_spellings_and_aliases,
+               test_errors_name_the_flag, test_urls)

@@ -268,20 +268,7 @@ static void test_chat_body_sends_roles(void)
     cJSON_Delete(j);
 }
 
-static CU_TestInfo tests[] = {
-    {"whole_stream_in_one_read", test_whole_stream_in_one_read},
-    {"split_reads_anywhere", test_split_reads_anywhere},
-    {"finish_flushes_an_unterminated_event", test_finish_flushes_an_unterminated_event},
-    {"oversized_event_and_stop", test_oversized_event_and_stop},
-    {"completion_and_chat_chunks", test_completion_and_chat_chunks},
-    {"error_bodies_and_model_lists", test_error_bodies_and_model_lists},
-    {"completion_body_sends_token_ids", test_completion_body_sends_token_ids},
-    {"chat_body_sends_roles", test_chat_body_sends_roles},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_sse", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("bench_sse", NULL, NULL, test_whole_stream_in_one_read, test_split_reads_anywhere,
+               test_finish_flushes_an_unterminated_event, test_oversized_event_and_stop,
+               test_completion_and_chat_chunks, test_error_bodies_and_model_lists,
+               test_completion_body_sends_token_ids, test_chat_body_sends_roles)

@@ -185,21 +185,9 @@ static void test_no_completed_request_gives_zeros(void)
     CU_ASSERT_EQUAL(s.peak_concurrency, 0);
 }
 
-static CU_TestInfo tests[] = {
-    {"percentile_interpolates_like_numpy", test_percentile_interpolates_like_numpy},
-    {"dist_is_in_ms_with_population_std", test_dist_is_in_ms_with_population_std},
-    {"vllm_definitions_on_timelines", test_vllm_definitions_on_timelines},
-    {"tpot_uses_usage_tokens_not_chunks", test_tpot_uses_usage_tokens_not_chunks},
-    {"goodput_and_slo_attainment", test_goodput_and_slo_attainment},
-    {"back_to_back_requests_do_not_overlap", test_back_to_back_requests_do_not_overlap},
-    {"throughput_series_places_tokens_at_chunk_times",
-     test_throughput_series_places_tokens_at_chunk_times},
-    {"no_completed_request_gives_zeros", test_no_completed_request_gives_zeros},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_stats", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("bench_stats", NULL, NULL, test_percentile_interpolates_like_numpy,
+               test_dist_is_in_ms_with_population_std, test_vllm_definitions_on_timelines,
+               test_tpot_uses_usage_tokens_not_chunks, test_goodput_and_slo_attainment,
+               test_back_to_back_requests_do_not_overlap,
+               test_throughput_series_places_tokens_at_chunk_times,
+               test_no_completed_request_gives_zeros)

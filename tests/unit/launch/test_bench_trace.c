@@ -199,18 +199,6 @@ static void test_out_of_memory_leaves_nothing(void)
     unlink(path);
 }
 
-static CU_TestInfo tests[] = {
-    {"out_of_memory_leaves_nothing", test_out_of_memory_leaves_nothing},
-    {"scale_arithmetic", test_scale_arithmetic},
-    {"equal_hash_ids_give_equal_blocks", test_equal_hash_ids_give_equal_blocks},
-    {"time_scale_and_max_context", test_time_scale_and_max_context},
-    {"same_seed_same_trace_prompts", test_same_seed_same_trace_prompts},
-    {"bad_traces_are_errors", test_bad_traces_are_errors},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_trace", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("bench_trace", NULL, NULL, test_out_of_memory_leaves_nothing, test_scale_arithmetic,
+               test_equal_hash_ids_give_equal_blocks, test_time_scale_and_max_context,
+               test_same_seed_same_trace_prompts, test_bad_traces_are_errors)

@@ -266,23 +266,10 @@ static void test_out_of_memory_leaves_nothing(void)
     }
 }
 
-static CU_TestInfo tests[] = {
-    {"out_of_memory_leaves_nothing", test_out_of_memory_leaves_nothing},
-    {"same_seed_same_workload", test_same_seed_same_workload},
-    {"rate_changes_gaps_not_prompts", test_rate_changes_gaps_not_prompts},
-    {"random_ids_and_lengths_in_range", test_random_ids_and_lengths_in_range},
-    {"max_context_clamps_lengths", test_max_context_clamps_lengths},
-    {"gamma_gaps_have_the_right_mean_and_shape", test_gamma_gaps_have_the_right_mean_and_shape},
-    {"gamma_draws_are_seeded", test_gamma_draws_are_seeded},
-    {"shared_prefix_turns_extend_their_chat", test_shared_prefix_turns_extend_their_chat},
-    {"shared_prefix_over_the_context_is_refused", test_shared_prefix_over_the_context_is_refused},
-    {"words_format_indexes_the_word_list", test_words_format_indexes_the_word_list},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"bench_workload", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("bench_workload", NULL, NULL, test_out_of_memory_leaves_nothing,
+               test_same_seed_same_workload, test_rate_changes_gaps_not_prompts,
+               test_random_ids_and_lengths_in_range, test_max_context_clamps_lengths,
+               test_gamma_gaps_have_the_right_mean_and_shape, test_gamma_draws_are_seeded,
+               test_shared_prefix_turns_extend_their_chat,
+               test_shared_prefix_over_the_context_is_refused,
+               test_words_format_indexes_the_word_list)

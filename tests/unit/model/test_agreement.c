@@ -265,17 +265,5 @@ static void test_long_prefill_chunk(void)
     unlink(path);
 }
 
-static CU_TestInfo tests[] = {
-    {"long_prefill_chunk", test_long_prefill_chunk},
-    {"forward_never_allocates", test_forward_never_allocates},
-    {"shapes_f32", test_shapes_f32},
-    {"weight_types", test_weight_types},
-    {"bf16_products", test_bf16_products},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"agreement", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("agreement", NULL, NULL, test_long_prefill_chunk, test_forward_never_allocates,
+               test_shapes_f32, test_weight_types, test_bf16_products)

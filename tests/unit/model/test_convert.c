@@ -65,14 +65,4 @@ static void test_bad_checkpoint_refused(void)
     unlink(out);
 }
 
-static CU_TestInfo tests[] = {
-    {"reproduces_bundled_gguf", test_reproduces_bundled_gguf},
-    {"bad_checkpoint_refused", test_bad_checkpoint_refused},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"convert", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("convert", NULL, NULL, test_reproduces_bundled_gguf, test_bad_checkpoint_refused)

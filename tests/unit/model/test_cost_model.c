@@ -186,18 +186,6 @@ static void test_model_calls_need_cost(void)
     moon_model_destroy(m);
 }
 
-static CU_TestInfo tests[] = {
-    {"eq1_and_kv_bytes", test_eq1_and_kv_bytes},
-    {"engine_interface", test_engine_interface},
-    {"decode_roofline", test_decode_roofline},
-    {"fitted_form", test_fitted_form},
-    {"model_calls_without_kv", test_model_calls_without_kv},
-    {"model_calls_need_cost", test_model_calls_need_cost},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"cost_model", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("cost_model", NULL, NULL, test_eq1_and_kv_bytes, test_engine_interface,
+               test_decode_roofline, test_fitted_form, test_model_calls_without_kv,
+               test_model_calls_need_cost)

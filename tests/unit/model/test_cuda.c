@@ -411,18 +411,6 @@ static void test_bad_calls_change_nothing(void)
     free(lg);
 }
 
-static CU_TestInfo tests[] = {
-    {"cuda_matches_cpu", test_cuda_matches_cpu},
-    {"cuda_head_sizes", test_cuda_head_sizes},
-    {"cuda_long_context", test_cuda_long_context},
-    {"mirror_follows_the_host_cache", test_mirror_follows_the_host_cache},
-    {"new_cache_of_another_shape", test_new_cache_of_another_shape},
-    {"bad_calls_change_nothing", test_bad_calls_change_nothing},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"cuda", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("cuda", NULL, NULL, test_cuda_matches_cpu, test_cuda_head_sizes,
+               test_cuda_long_context, test_mirror_follows_the_host_cache,
+               test_new_cache_of_another_shape, test_bad_calls_change_nothing)

@@ -66,16 +66,5 @@ static void test_malformed_variable_refused(void)
     unsetenv("MOON_CPU_ISA");
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults", test_defaults},
-    {"environment_read_at_create", test_environment_read_at_create},
-    {"malformed_variable_refused", test_malformed_variable_refused},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"engine_tuning", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("engine_tuning", NULL, NULL, test_defaults, test_environment_read_at_create,
+               test_malformed_variable_refused)

@@ -437,23 +437,12 @@ static void test_fp16_bf16_conversions(void)
     CU_ASSERT(isnan(moon_bf16_to_f32(moon_f32_to_bf16(NAN))));
 }
 
-static CU_TestInfo tests[] = {
-    {"roundtrip_every_type", test_roundtrip_every_type},
-    {"every_truncation_fails_cleanly", test_every_truncation_fails_cleanly},
-    {"random_flips_and_bytes", test_random_flips_and_bytes},
-    {"hostile_counts", test_hostile_counts},
-    {"fuzz_corpus", test_fuzz_corpus},
-    {"small_alignment_refused", test_small_alignment_refused},
-    {"misaligned_memory_refused", test_misaligned_memory_refused},
-    {"fifo_refused_without_blocking", test_fifo_refused_without_blocking},
-    {"alloc_failures_leak_nothing", test_alloc_failures_leak_nothing},
-    {"fp16_bf16_conversions", test_fp16_bf16_conversions},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"gguf", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     snprintf(tmp_path, sizeof(tmp_path), "/tmp/moon_test_gguf_%d.gguf", (int)getpid());
-    return moon_test_run(suites);
+    return MOON_TEST_RUN("gguf", NULL, NULL, test_roundtrip_every_type,
+                         test_every_truncation_fails_cleanly, test_random_flips_and_bytes,
+                         test_hostile_counts, test_fuzz_corpus, test_small_alignment_refused,
+                         test_misaligned_memory_refused, test_fifo_refused_without_blocking,
+                         test_alloc_failures_leak_nothing, test_fp16_bf16_conversions);
 }

@@ -202,22 +202,10 @@ static void test_cuda_first_step_logits(void)
 }
 #endif
 
-static CU_TestInfo tests[] = {
-    {"first_step_logits", test_first_step_logits},
-    {"ref_decode", test_ref_decode},
-    {"ref_prefill", test_ref_prefill},
-    {"cpu_decode", test_cpu_decode},
-    {"cpu_prefill", test_cpu_prefill},
 #ifdef MOON_WITH_CUDA
-    {"cuda_first_step_logits", test_cuda_first_step_logits},
-    {"cuda_decode", test_cuda_decode},
-    {"cuda_prefill", test_cuda_prefill},
+#define CUDA_TESTS , test_cuda_first_step_logits, test_cuda_decode, test_cuda_prefill
+#else
+#define CUDA_TESTS
 #endif
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"golden", setup, teardown, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("golden", setup, teardown, test_first_step_logits, test_ref_decode, test_ref_prefill,
+               test_cpu_decode, test_cpu_prefill CUDA_TESTS)

@@ -9,19 +9,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A cache of 4-token blocks, of the shape a test asks for; NULL on failure. */
+static moon_kv_cache_t *small_cache(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                                    uint32_t n_blocks, uint32_t max_seqs, uint32_t max_seq_len)
+{
+    moon_kv_config_t cfg = {.n_layers     = n_layers,
+                            .n_kv_heads   = n_kv_heads,
+                            .head_dim     = head_dim,
+                            .block_tokens = 4,
+                            .n_blocks     = n_blocks,
+                            .max_seqs     = max_seqs,
+                            .max_seq_len  = max_seq_len};
+    moon_kv_cache_t *kv  = NULL;
+
+    CU_ASSERT_EQUAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    return kv;
+}
+
 static void test_reserve_and_release(void)
 {
-    moon_kv_config_t cfg = {.n_layers     = 2,
-                            .n_kv_heads   = 2,
-                            .head_dim     = 4,
-                            .block_tokens = 4,
-                            .n_blocks     = 5,
-                            .max_seqs     = 2,
-                            .max_seq_len  = 16};
-    moon_kv_cache_t *kv;
+    moon_kv_cache_t *kv = small_cache(2, 2, 4, 5, 2, 16); /* 5 blocks, 2 seqs, context 16 */
     uint32_t         a, b, c;
 
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
     CU_ASSERT_EQUAL(moon_kv_block_bytes(kv), 2 * 2 * 4 * 8 * sizeof(float));
     CU_ASSERT_EQUAL(moon_kv_block_layer_bytes(kv), 2 * 4 * 8 * sizeof(float));
     CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
@@ -45,17 +55,10 @@ static void test_reserve_and_release(void)
 
 static void test_fork_shares_full_blocks(void)
 {
-    moon_kv_config_t cfg = {.n_layers     = 1,
-                            .n_kv_heads   = 1,
-                            .head_dim     = 2,
-                            .block_tokens = 4,
-                            .n_blocks     = 8,
-                            .max_seqs     = 4,
-                            .max_seq_len  = 32};
-    moon_kv_cache_t *kv;
+    moon_kv_cache_t *kv = small_cache(1, 1, 2, 8, 4, 32); /* 8 blocks, 4 seqs, context 32 */
     uint32_t         a, f8, f10;
 
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
     CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
     CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 10), MOON_OK);
     moon_kv_seq_advance(kv, a, 10);
@@ -229,17 +232,6 @@ static void test_alloc_failures_unwind(void)
     CU_ASSERT(done);
 }
 
-static CU_TestInfo tests[] = {
-    {"alloc_failures_unwind", test_alloc_failures_unwind},
-    {"reserve_and_release", test_reserve_and_release},
-    {"fork_shares_full_blocks", test_fork_shares_full_blocks},
-    {"export_import_and_fork_decode_identically", test_export_import_and_fork_decode_identically},
-    {"engine_rejects_and_rolls_back", test_engine_rejects_and_rolls_back},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"kv_cache", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
+               test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
+               test_engine_rejects_and_rolls_back)

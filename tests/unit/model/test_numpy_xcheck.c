@@ -105,15 +105,4 @@ static void test_stories260k(void)
     moon_model_destroy(m);
 }
 
-static CU_TestInfo tests[] = {
-    {"random_models", test_random_models},
-    {"stories260k", test_stories260k},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"numpy_xcheck", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("numpy_xcheck", NULL, NULL, test_random_models, test_stories260k)

@@ -70,15 +70,5 @@ static void test_top_k_and_top_p_restrict_support(void)
     CU_ASSERT_EQUAL(moon_sampler_init(&s, V, 1.0f, 0.0f, 0, 1), MOON_ERR_INVALID_PARAM);
 }
 
-static CU_TestInfo tests[] = {
-    {"greedy", test_greedy},
-    {"seeded_is_deterministic", test_seeded_is_deterministic},
-    {"top_k_and_top_p_restrict_support", test_top_k_and_top_p_restrict_support},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sampler", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sampler", NULL, NULL, test_greedy, test_seeded_is_deterministic,
+               test_top_k_and_top_p_restrict_support)

@@ -190,19 +190,7 @@ static void test_vocab_32000(void)
     unlink(path);
 }
 
-static CU_TestInfo tests[] = {
-    {"encode_matches_llama2c", test_encode_matches_llama2c},
-    {"encode_too_small_buffer", test_encode_too_small_buffer},
-    {"decode_roundtrip_with_byte_fallback", test_decode_roundtrip_with_byte_fallback},
-    {"stream_never_splits_characters", test_stream_never_splits_characters},
-    {"stream_invalid_bytes_become_replacement", test_stream_invalid_bytes_become_replacement},
-    {"vocab_32000", test_vocab_32000},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"tokenizer", setup, teardown, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("tokenizer", setup, teardown, test_encode_matches_llama2c,
+               test_encode_too_small_buffer, test_decode_roundtrip_with_byte_fallback,
+               test_stream_never_splits_characters, test_stream_invalid_bytes_become_replacement,
+               test_vocab_32000)

@@ -706,31 +706,18 @@ static int setup(void)
     return moon_msg_register(t_msg_descs) != MOON_OK;
 }
 
-static CU_TestInfo tests[] = {
-    {"send_and_reply", test_send_and_reply},
-    {"stale_address_never_reaches_a_reused_slot", test_stale_address_never_reaches_a_reused_slot},
-    {"names", test_names},
-    {"monitor_reports_down_with_reason", test_monitor_reports_down_with_reason},
-    {"monitor_racing_a_death_still_gets_down", test_monitor_racing_a_death_still_gets_down},
-    {"link_propagates_failure_unless_trapped", test_link_propagates_failure_unless_trapped},
-    {"init_failure_is_returned", test_init_failure_is_returned},
-    {"supervisor_restarts_then_escalates", test_supervisor_restarts_then_escalates},
-    {"supervisor_transient_child_stops_normally", test_supervisor_transient_child_stops_normally},
-    {"timers_on_the_virtual_clock", test_timers_on_the_virtual_clock},
-    {"spawn_survives_allocation_failures", test_spawn_survives_allocation_failures},
-    {"names_registered_later_die_with_the_actor", test_names_registered_later_die_with_the_actor},
-    {"forwarding_a_received_message_needs_a_copy", test_forwarding_a_received_message_needs_a_copy},
-    {"exit_during_init_ends_before_any_message", test_exit_during_init_ends_before_any_message},
-    {"undelivered_timer_does_not_leak", test_undelivered_timer_does_not_leak},
-    {"one_for_all_restarts_every_named_child", test_one_for_all_restarts_every_named_child},
-    {"slots_retire_when_generations_run_out", test_slots_retire_when_generations_run_out},
-    {"monitor_of_an_unreachable_rank_gets_down", test_monitor_of_an_unreachable_rank_gets_down},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"actor", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
 int main(void)
 {
     moon_log_set_level(MOON_LOG_ERROR); /* failures here are on purpose */
-    return moon_test_run(suites);
+    return MOON_TEST_RUN(
+        "actor", setup, NULL, test_send_and_reply, test_stale_address_never_reaches_a_reused_slot,
+        test_names, test_monitor_reports_down_with_reason,
+        test_monitor_racing_a_death_still_gets_down, test_link_propagates_failure_unless_trapped,
+        test_init_failure_is_returned, test_supervisor_restarts_then_escalates,
+        test_supervisor_transient_child_stops_normally, test_timers_on_the_virtual_clock,
+        test_spawn_survives_allocation_failures, test_names_registered_later_die_with_the_actor,
+        test_forwarding_a_received_message_needs_a_copy,
+        test_exit_during_init_ends_before_any_message, test_undelivered_timer_does_not_leak,
+        test_one_for_all_restarts_every_named_child, test_slots_retire_when_generations_run_out,
+        test_monitor_of_an_unreachable_rank_gets_down);
 }

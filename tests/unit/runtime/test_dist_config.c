@@ -60,15 +60,5 @@ static void test_malformed_variable_refused(void)
     unsetenv("MOON_TRANSPORT");
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults", test_defaults},
-    {"environment", test_environment},
-    {"malformed_variable_refused", test_malformed_variable_refused},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"dist_config", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("dist_config", NULL, NULL, test_defaults, test_environment,
+               test_malformed_variable_refused)

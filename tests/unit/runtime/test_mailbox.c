@@ -166,15 +166,5 @@ static int setup(void)
     return moon_msg_register(t_msg_descs) != MOON_OK;
 }
 
-static CU_TestInfo tests[] = {
-    {"fifo_and_empty_protocol", test_fifo_and_empty_protocol},
-    {"depth_scan_is_bounded", test_depth_scan_is_bounded},
-    {"multi_producer_stress", test_multi_producer_stress},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"mailbox", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("mailbox", setup, NULL, test_fifo_and_empty_protocol, test_depth_scan_is_bounded,
+               test_multi_producer_stress)

@@ -15,8 +15,9 @@
 /* A schema with every field kind. */
 #define T_ALL_FIELDS(F, T)                                                                         \
     F(T, u8, a)                                                                                    \
-    F(T, u16, b) F(T, u32, c) F(T, u64, d) F(T, i32, e) F(T, i64, f) F(T, f32, g) F(T, f64, h)     \
-        F(T, addr, who) F(T, str, text) F(T, bytes, blob) F(T, u32s, tokens) F(T, u64s, keys)
+    F(T, u16, b)                                                                                   \
+    F(T, u32, c) F(T, u64, d) F(T, i32, e) F(T, i64, f) F(T, f32, g) F(T, f64, h) F(T, addr, who)  \
+        F(T, str, text) F(T, bytes, blob) F(T, u32s, tokens) F(T, u64s, keys)
 #define T_NONE_FIELDS(F, T)
 #define T_MSGS(X)                                                                                  \
     X(T_MSG_ALL, t_all_t, T_ALL_FIELDS)                                                            \
@@ -712,30 +713,12 @@ static void test_image_bad_bytes(void)
     expect_image_rejected(NULL, 0, 1);
 }
 
-static CU_TestInfo tests[] = {
-    {"register_rejects_clashing_ids", test_register_rejects_clashing_ids},
-    {"round_trip_every_field_kind", test_round_trip_every_field_kind},
-    {"interoperates_with_msgpack_c", test_interoperates_with_msgpack_c},
-    {"round_trip_runtime_and_empty_types", test_round_trip_runtime_and_empty_types},
-    {"round_trip_every_registered_type", test_round_trip_every_registered_type},
-    {"span_alloc_respects_the_tail", test_span_alloc_respects_the_tail},
-    {"encode_into_small_buffer_is_no_resource", test_encode_into_small_buffer_is_no_resource},
-    {"retain_and_dup", test_retain_and_dup},
-    {"decode_truncations_and_bit_flips", test_decode_truncations_and_bit_flips},
-    {"decode_random_bytes_never_crashes", test_decode_random_bytes_never_crashes},
-    {"decode_hostile_size_claims", test_decode_hostile_size_claims},
-    {"peek_reads_the_header_only", test_peek_reads_the_header_only},
-    {"image_round_trip_every_type", test_image_round_trip_every_type},
-    {"image_of_empty_spans", test_image_of_empty_spans},
-    {"image_needs_aligned_arrays_and_nuls", test_image_needs_aligned_arrays_and_nuls},
-    {"image_bad_bytes", test_image_bad_bytes},
-    {"decoded_message_takes_a_new_span_after_its_own",
-     test_decoded_message_takes_a_new_span_after_its_own},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"msg", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("msg", NULL, NULL, test_register_rejects_clashing_ids,
+               test_round_trip_every_field_kind, test_interoperates_with_msgpack_c,
+               test_round_trip_runtime_and_empty_types, test_round_trip_every_registered_type,
+               test_span_alloc_respects_the_tail, test_encode_into_small_buffer_is_no_resource,
+               test_retain_and_dup, test_decode_truncations_and_bit_flips,
+               test_decode_random_bytes_never_crashes, test_decode_hostile_size_claims,
+               test_peek_reads_the_header_only, test_image_round_trip_every_type,
+               test_image_of_empty_spans, test_image_needs_aligned_arrays_and_nuls,
+               test_image_bad_bytes, test_decoded_message_takes_a_new_span_after_its_own)

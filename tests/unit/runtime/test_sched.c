@@ -415,21 +415,8 @@ static int setup(void)
     return moon_msg_register(t_msg_descs) != MOON_OK;
 }
 
-static CU_TestInfo tests[] = {
-    {"work_spreads_over_workers", test_work_spreads_over_workers},
-    {"backpressure_mutes_the_sender_and_loses_nothing",
-     test_backpressure_mutes_the_sender_and_loses_nothing},
-    {"control_actors_are_never_muted", test_control_actors_are_never_muted},
-    {"ring_delivers_every_hop", test_ring_delivers_every_hop},
-    {"outside_senders_lose_nothing", test_outside_senders_lose_nothing},
-    {"periodic_timer_on_the_real_clock", test_periodic_timer_on_the_real_clock},
-    {"supervisor_restarts_named_children_across_workers",
-     test_supervisor_restarts_named_children_across_workers},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sched", setup, NULL, test_work_spreads_over_workers,
+               test_backpressure_mutes_the_sender_and_loses_nothing,
+               test_control_actors_are_never_muted, test_ring_delivers_every_hop,
+               test_outside_senders_lose_nothing, test_periodic_timer_on_the_real_clock,
+               test_supervisor_restarts_named_children_across_workers)

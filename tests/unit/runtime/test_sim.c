@@ -187,15 +187,5 @@ static int setup(void)
     return moon_msg_register(t_msg_descs) != MOON_OK;
 }
 
-static CU_TestInfo tests[] = {
-    {"same_seed_same_trace", test_same_seed_same_trace},
-    {"different_seeds_explore_interleavings", test_different_seeds_explore_interleavings},
-    {"seed_search_finds_the_planted_bug", test_seed_search_finds_the_planted_bug},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sim", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sim", setup, NULL, test_same_seed_same_trace,
+               test_different_seeds_explore_interleavings, test_seed_search_finds_the_planted_bug)

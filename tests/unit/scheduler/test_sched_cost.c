@@ -165,21 +165,9 @@ static void test_fit_bad_input_changes_nothing(void)
     CU_ASSERT_EQUAL(memcmp(&fit, &keep, sizeof(fit)), 0);
 }
 
-static CU_TestInfo tests[] = {
-    {"prefill_form_has_the_prefix_attention_term", test_prefill_form_has_the_prefix_attention_term},
-    {"step_and_transfer_forms", test_step_and_transfer_forms},
-    {"fit_prefill_recovers_three_terms", test_fit_prefill_recovers_three_terms},
-    {"fit_prefill_tolerates_noise", test_fit_prefill_tolerates_noise},
-    {"fit_prefill_falls_back_to_fewer_terms", test_fit_prefill_falls_back_to_fewer_terms},
-    {"fit_never_returns_a_negative_coefficient", test_fit_never_returns_a_negative_coefficient},
-    {"fit_decode_recovers_three_terms", test_fit_decode_recovers_three_terms},
-    {"fit_decode_with_ctx_in_lockstep_keeps_a_pair",
-     test_fit_decode_with_ctx_in_lockstep_keeps_a_pair},
-    {"fit_bad_input_changes_nothing", test_fit_bad_input_changes_nothing},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched_cost", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sched_cost", NULL, NULL, test_prefill_form_has_the_prefix_attention_term,
+               test_step_and_transfer_forms, test_fit_prefill_recovers_three_terms,
+               test_fit_prefill_tolerates_noise, test_fit_prefill_falls_back_to_fewer_terms,
+               test_fit_never_returns_a_negative_coefficient, test_fit_decode_recovers_three_terms,
+               test_fit_decode_with_ctx_in_lockstep_keeps_a_pair,
+               test_fit_bad_input_changes_nothing)

@@ -108,17 +108,6 @@ static void test_runs_are_deterministic(void)
     CU_ASSERT_EQUAL(a.ttft_mean_s, b.ttft_mean_s);
 }
 
-static CU_TestInfo tests[] = {
-    {"ablation_orders_as_the_paper", test_ablation_orders_as_the_paper},
-    {"moonlet_beats_algorithm_1_at_saturation", test_moonlet_beats_algorithm_1_at_saturation},
-    {"moonlet_beats_algorithm_1_when_decode_binds",
-     test_moonlet_beats_algorithm_1_when_decode_binds},
-    {"runs_are_deterministic", test_runs_are_deterministic},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched_goodput", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sched_goodput", NULL, NULL, test_ablation_orders_as_the_paper,
+               test_moonlet_beats_algorithm_1_at_saturation,
+               test_moonlet_beats_algorithm_1_when_decode_binds, test_runs_are_deterministic)

@@ -717,40 +717,16 @@ static void test_decide_out_of_memory_changes_nothing(void)
     moon_sched_view_fini(&view);
 }
 
-static CU_TestInfo tests[] = {
-    {"names_list_and_create", test_names_list_and_create},
-    {"random_is_seeded_and_skips_dead", test_random_is_seeded_and_skips_dead},
-    {"round_robin_cycles_and_skips_dead", test_round_robin_cycles_and_skips_dead},
-    {"least_loaded_picks_smallest_queue", test_least_loaded_picks_smallest_queue},
-    {"least_loaded_spreads_through_commits", test_least_loaded_spreads_through_commits},
-    {"cache_aware_picks_longest_local_prefix", test_cache_aware_picks_longest_local_prefix},
-    {"mooncake_picks_by_ttft_with_transfer_and_queue",
-     test_mooncake_picks_by_ttft_with_transfer_and_queue},
-    {"mooncake_pulls_above_threshold_only", test_mooncake_pulls_above_threshold_only},
-    {"moonlet_pulls_when_transfer_beats_compute", test_moonlet_pulls_when_transfer_beats_compute},
-    {"fully_cached_prompt_computes_one_token", test_fully_cached_prompt_computes_one_token},
-    {"early_rejection_on_ttft", test_early_rejection_on_ttft},
-    {"early_rejection_on_tbt", test_early_rejection_on_tbt},
-    {"tbt_predicted_at_prefill_end_admits_what_now_would_reject",
-     test_tbt_predicted_at_prefill_end_admits_what_now_would_reject},
-    {"tbt_predicted_at_prefill_end_rejects_what_now_would_admit",
-     test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit},
-    {"moonlet_picks_decode_by_load_at_prefill_end",
-     test_moonlet_picks_decode_by_load_at_prefill_end},
-    {"moonlet_counts_the_kv_handover", test_moonlet_counts_the_kv_handover},
-    {"moonlet_tbt_counts_sequences_joining_during_its_life",
-     test_moonlet_tbt_counts_sequences_joining_during_its_life},
-    {"full_decode_waits_for_room", test_full_decode_waits_for_room},
-    {"colocated_uses_one_instance_and_local_cache",
-     test_colocated_uses_one_instance_and_local_cache},
-    {"bad_input_changes_nothing", test_bad_input_changes_nothing},
-    {"no_alive_instance_is_no_resource", test_no_alive_instance_is_no_resource},
-    {"decide_out_of_memory_changes_nothing", test_decide_out_of_memory_changes_nothing},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched_policy", NULL, NULL, NULL, NULL, tests},
-                                CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN(
+    "sched_policy", NULL, NULL, test_names_list_and_create, test_random_is_seeded_and_skips_dead,
+    test_round_robin_cycles_and_skips_dead, test_least_loaded_picks_smallest_queue,
+    test_least_loaded_spreads_through_commits, test_cache_aware_picks_longest_local_prefix,
+    test_mooncake_picks_by_ttft_with_transfer_and_queue, test_mooncake_pulls_above_threshold_only,
+    test_moonlet_pulls_when_transfer_beats_compute, test_fully_cached_prompt_computes_one_token,
+    test_early_rejection_on_ttft, test_early_rejection_on_tbt,
+    test_tbt_predicted_at_prefill_end_admits_what_now_would_reject,
+    test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit,
+    test_moonlet_picks_decode_by_load_at_prefill_end, test_moonlet_counts_the_kv_handover,
+    test_moonlet_tbt_counts_sequences_joining_during_its_life, test_full_decode_waits_for_room,
+    test_colocated_uses_one_instance_and_local_cache, test_bad_input_changes_nothing,
+    test_no_alive_instance_is_no_resource, test_decide_out_of_memory_changes_nothing)

@@ -287,22 +287,9 @@ static void test_report_splits_running_into_predicted_and_untracked(void)
     moon_sched_view_fini(&view);
 }
 
-static CU_TestInfo tests[] = {
-    {"init_refuses_bad_input", test_init_refuses_bad_input},
-    {"queue_drains_in_real_time", test_queue_drains_in_real_time},
-    {"commit_grows_queue_and_adds_sequence", test_commit_grows_queue_and_adds_sequence},
-    {"commit_refuses_bad_input_and_changes_nothing",
-     test_commit_refuses_bad_input_and_changes_nothing},
-    {"release_returns_blocks", test_release_returns_blocks},
-    {"report_keeps_commits_made_after_it", test_report_keeps_commits_made_after_it},
-    {"report_estimates_queue_from_commits", test_report_estimates_queue_from_commits},
-    {"report_estimates_queue_from_counts", test_report_estimates_queue_from_counts},
-    {"report_splits_running_into_predicted_and_untracked",
-     test_report_splits_running_into_predicted_and_untracked},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sched_view", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-int                 main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sched_view", NULL, NULL, test_init_refuses_bad_input,
+               test_queue_drains_in_real_time, test_commit_grows_queue_and_adds_sequence,
+               test_commit_refuses_bad_input_and_changes_nothing, test_release_returns_blocks,
+               test_report_keeps_commits_made_after_it, test_report_estimates_queue_from_commits,
+               test_report_estimates_queue_from_counts,
+               test_report_splits_running_into_predicted_and_untracked)

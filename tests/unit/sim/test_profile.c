@@ -191,16 +191,5 @@ static void test_fitted_round_trip(void)
     moon_log_set_level(MOON_LOG_WARN);
 }
 
-static CU_TestInfo tests[] = {
-    {"default_profile", test_default_profile},
-    {"h200_profile_and_paths", test_h200_profile_and_paths},
-    {"strict_errors_name_the_key", test_strict_errors_name_the_key},
-    {"fitted_round_trip", test_fitted_round_trip},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"profile", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("profile", NULL, NULL, test_default_profile, test_h200_profile_and_paths,
+               test_strict_errors_name_the_key, test_fitted_round_trip)

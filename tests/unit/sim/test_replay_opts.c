@@ -121,15 +121,5 @@ static void test_split_compare(void)
     CU_ASSERT_EQUAL(moon_replay_split_compare("a,b", buf, 3, names, all, 3), -1);
 }
 
-static CU_TestInfo tests[] = {
-    {"defaults_and_forms", test_defaults_and_forms},
-    {"bad_input_names_the_option", test_bad_input_names_the_option},
-    {"split_compare", test_split_compare},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"replay_opts", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("replay_opts", NULL, NULL, test_defaults_and_forms, test_bad_input_names_the_option,
+               test_split_compare)

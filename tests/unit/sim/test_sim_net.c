@@ -142,14 +142,5 @@ static void test_from_profile(void)
     moon_sim_net_destroy(net);
 }
 
-static CU_TestInfo tests[] = {
-    {"idle_handover", test_idle_handover}, {"nic_contention", test_nic_contention},
-    {"store_media", test_store_media},     {"bad_input", test_bad_input},
-    {"from_profile", test_from_profile},   CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sim_net", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sim_net", NULL, NULL, test_idle_handover, test_nic_contention, test_store_media,
+               test_bad_input, test_from_profile)

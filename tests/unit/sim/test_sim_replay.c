@@ -250,17 +250,5 @@ static int setup(void)
                : -1;
 }
 
-static CU_TestInfo tests[] = {
-    {"hand_checked_trace", test_hand_checked_trace},
-    {"two_runs_byte_identical", test_two_runs_byte_identical},
-    {"colocated", test_colocated},
-    {"policy_ordering", test_policy_ordering},
-    {"refused_configs", test_refused_configs},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sim_replay", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sim_replay", setup, NULL, test_hand_checked_trace, test_two_runs_byte_identical,
+               test_colocated, test_policy_ordering, test_refused_configs)

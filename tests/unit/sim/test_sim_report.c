@@ -262,18 +262,5 @@ static void test_progress(void)
     close(fds[0]);
 }
 
-static CU_TestInfo tests[] = {
-    {"csv_bytes", test_csv_bytes},
-    {"events_after_finish_refused", test_events_after_finish_refused},
-    {"summary_by_hand", test_summary_by_hand},
-    {"series", test_series},
-    {"plots", test_plots},
-    {"progress", test_progress},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"sim_report", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("sim_report", NULL, NULL, test_csv_bytes, test_events_after_finish_refused,
+               test_summary_by_hand, test_series, test_plots, test_progress)

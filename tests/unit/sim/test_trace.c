@@ -258,20 +258,6 @@ static void test_synthetic_trace(void)
     moon_trace_destroy(t);
 }
 
-static CU_TestInfo tests[] = {
-    {"reads_records", test_reads_records},
-    {"bad_lines_name_the_line", test_bad_lines_name_the_line},
-    {"out_of_memory_is_clean", test_out_of_memory_is_clean},
-    {"block_keys", test_block_keys},
-    {"fill_tokens", test_fill_tokens},
-    {"shrink", test_shrink},
-    {"scale_like_bench", test_scale_like_bench},
-    {"synthetic_trace", test_synthetic_trace},
-    CU_TEST_INFO_NULL,
-};
-static CU_SuiteInfo suites[] = {{"trace", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
-
-int main(void)
-{
-    return moon_test_run(suites);
-}
+MOON_TEST_MAIN("trace", NULL, NULL, test_reads_records, test_bad_lines_name_the_line,
+               test_out_of_memory_is_clean, test_block_keys, test_fill_tokens, test_shrink,
+               test_scale_like_bench, test_synthetic_trace)
