@@ -625,7 +625,9 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     mc             = moon_model_config(c->a.model);
     c->vocab       = mc->vocab_size;
     c->seq_len     = mc->seq_len;
-    c->block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * c->a.block_tokens * 4;
+    c->block_bytes = c->a.kv_block_bytes > 0 ? c->a.kv_block_bytes
+                                             : 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim *
+                                                   c->a.block_tokens * 4;
     c->n_inst      = c->a.n_prefill + c->a.n_decode;
     c->a.shards    = NULL;
     memcpy(c->shards, ((const moon_conductor_args_t *)args)->shards,

@@ -25,7 +25,9 @@ typedef struct {
     double      tbt_slo_s;           /* 0: none */
     double      balance_threshold;   /* mooncake's pull threshold (0: default) */
     double      kv_link_bytes_per_s; /* prefill <- store / decode <- prefill (0: 10 GB/s) */
-    uint64_t    seed;
+    uint64_t    kv_block_bytes;      /* KV bytes a block moves (0: the model's; a simulation
+                                        gives its modeled model's) */
+    uint64_t seed;
 } moon_conductor_args_t;
 
 MOON_API extern const moon_actor_ops_t moon_conductor_ops;

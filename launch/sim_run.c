@@ -229,7 +229,8 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
         .kv_link_bytes_per_s =
             MOON_MIN(pf->network.nics_per_node * moon_profile_nic_bytes_per_s(pf),
                      pf->store.dram_bytes_per_s),
-        .seed = cfg->seed,
+        .kv_block_bytes = (uint64_t)blk_model,
+        .seed           = cfg->seed,
     };
     if (status == MOON_OK) {
         status = spawn(s, &moon_conductor_ops, &ca, MOON_SPAWN_CONTROL, sim_front_node(s),

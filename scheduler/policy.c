@@ -211,6 +211,7 @@ moon_status_t moon_sched_policy_decide(moon_sched_policy_t *policy, const moon_s
         .req        = req,
         .colocated  = n_colocated != 0,
         .peak       = policy->ops->peak,
+        .handover   = policy->ops->handover,
         .ctx_new    = req->prompt_tokens + req->max_tokens,
         .blocks_new = (uint32_t)((req->prompt_tokens + req->max_tokens + req->block_tokens - 1) /
                                  req->block_tokens)};

@@ -66,7 +66,7 @@ static void mooncake_place(moon_sched_policy_t *policy, const sched_ctx_t *c,
         if (!sched_is_decode(c, j)) {
             continue;
         }
-        sched_predict_decode(c, j, c->req->now_s, &p);
+        sched_predict_decode(c, j, c->req->now_s, 0.0, &p);
         if (best_dec == UINT32_MAX || p.tbt_s < best_tbt) {
             best_dec = j;
             best_tbt = p.tbt_s;

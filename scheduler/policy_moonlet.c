@@ -8,7 +8,11 @@
  * (the attention term) while its transfer cost does not, so TTFT is concave
  * in the blocks fetched. Decode: the instance with the smallest TBT
  * predicted at the prefill's end, from the predicted finish times of its
- * sequences, including the wait for KV or batch room. */
+ * sequences, including the wait for KV or batch room and for the KV
+ * handover: the prompt's blocks, and those of the sequences whose prefills
+ * end meanwhile on the same instance, come over its link, overlapping the
+ * prefill's compute only (a long cached prefix after a short suffix makes
+ * the first gap long, and spreading such handovers shortens it). */
 #include "sched_internal.h"
 
 #include <math.h>
@@ -69,7 +73,7 @@ static void moonlet_place(moon_sched_policy_t *policy, const sched_ctx_t *c,
         if (!sched_is_decode(c, j)) {
             continue;
         }
-        sched_predict_decode(c, j, t_end, &p);
+        sched_predict_decode(c, j, t_end, d->prefill_s, &p);
         if (best == UINT32_MAX || p.tbt_s < best_tbt ||
             (p.tbt_s == best_tbt && p.join_s < best_join)) {
             best      = j;
@@ -82,9 +86,10 @@ static void moonlet_place(moon_sched_policy_t *policy, const sched_ctx_t *c,
 }
 
 const sched_policy_ops_t sched_moonlet_ops = {
-    .name  = "moonlet",
-    .doc   = "ours: prices every fetch option (pull when the transfer costs less than the "
-             "compute it saves); decode by TBT predicted at prefill end with room waits",
-    .peak  = 1,
-    .place = moonlet_place,
+    .name     = "moonlet",
+    .doc      = "ours: prices every fetch option (pull when the transfer costs less than the "
+                "compute it saves); decode by TBT predicted at prefill end with room waits",
+    .peak     = 1,
+    .handover = 1,
+    .place    = moonlet_place,
 };

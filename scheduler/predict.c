@@ -138,14 +138,38 @@ static double peak_step(const sched_ctx_t *c, const moon_sched_instance_t *inst,
     return peak;
 }
 
-void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_decode_pred_t *p)
+/* How long after its prefill's end (t_s) the new sequence's KV is all on
+ * inst: its prompt's blocks, and those of the sequences joining inst
+ * during its compute (their pulls share the link), go over inst's link from
+ * the compute's start (the reused prefix is sent then, computed chunks as
+ * they finish). */
+static double handover_wait(const sched_ctx_t *c, const moon_sched_instance_t *inst, double t_s,
+                            double compute_s)
+{
+    uint64_t blocks = (c->req->prompt_tokens + c->req->block_tokens - 1) / c->req->block_tokens;
+
+    for (uint32_t k = 0; k < inst->n_seqs; k++) {
+        const moon_sched_seq_t *s = &inst->seqs[k];
+        if (s->start_s > t_s - compute_s && s->start_s <= t_s) {
+            blocks += s->kv_blocks;
+        }
+    }
+    return fmax(0.0,
+                moon_sched_cost_transfer_s(&inst->cost, (uint32_t)MOON_MIN(blocks, UINT32_MAX)) -
+                    compute_s);
+}
+
+void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, double compute_s,
+                          sched_decode_pred_t *p)
 {
     const moon_sched_instance_t *inst  = &c->view->inst[j];
     uint32_t                     gaps  = c->req->max_tokens - 1, n_slow;
     uint32_t                     batch = 0;
     uint64_t                     ctx   = 0;
 
-    p->join_s = join_time(c, inst, t_s);
+    /* it joins once its KV is there and the batch has room */
+    p->join_s =
+        join_time(c, inst, c->handover ? t_s + handover_wait(c, inst, t_s, compute_s) : t_s);
     if (isfinite(p->join_s)) {
         moon_sched_instance_load_at(inst, p->join_s, &batch, &ctx);
     } else {
@@ -178,7 +202,7 @@ void sched_set_decode(const sched_ctx_t *c, uint32_t j, moon_sched_decision_t *d
     sched_decode_pred_t p;
     double              t_end = c->req->now_s + d->ttft_s;
 
-    sched_predict_decode(c, j, t_end, &p);
+    sched_predict_decode(c, j, t_end, d->prefill_s, &p);
     d->decode        = (int32_t)j;
     d->decode_join_s = isfinite(p.join_s) ? p.join_s : t_end;
     d->step_s        = p.step_s;

@@ -23,6 +23,7 @@ typedef struct {
     uint64_t                    ctx_new;    /* the new sequence's context: prompt + max_tokens */
     uint32_t                    blocks_new; /* its KV blocks */
     int                         peak;       /* TBT from the peak step over the sequence's life */
+    int                         handover;   /* the first gap waits for the KV handover */
     sched_event_t              *scratch;    /* 2 events per seq of the busiest instance */
 } sched_ctx_t;
 
@@ -36,7 +37,8 @@ typedef struct {
 typedef struct {
     const char *name;
     const char *doc;
-    int         peak; /* predict TBT from the peak step over the sequence's life */
+    int         peak;     /* predict TBT from the peak step over the sequence's life */
+    int         handover; /* count the KV handover's wait in the first gap */
     /* Picks into d: the prefill instance and prefix (through
      * sched_predict_prefill), then the decode instance (through
      * sched_set_decode). At least one candidate of each role is alive. */
@@ -66,8 +68,10 @@ uint32_t sched_local_blocks(const sched_ctx_t *c, uint32_t i);
  * (transfer_s + queue_s + prefill_s = ttft_s). */
 void sched_predict_prefill(const sched_ctx_t *c, uint32_t i, uint32_t local, uint32_t fetch,
                            int32_t fetch_from, moon_sched_decision_t *d);
-/* The new sequence on decode instance j when its prefill ends at t_s. */
-void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, sched_decode_pred_t *p);
+/* The new sequence on decode instance j when its prefill, computing for
+ * compute_s, ends at t_s. */
+void sched_predict_decode(const sched_ctx_t *c, uint32_t j, double t_s, double compute_s,
+                          sched_decode_pred_t *p);
 /* d->decode = j with its predictions at the end of d's prefill. */
 void sched_set_decode(const sched_ctx_t *c, uint32_t j, moon_sched_decision_t *d);
 /* The alive decode instance with the fewest sequences at now (ties: less

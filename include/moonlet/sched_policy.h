@@ -24,8 +24,11 @@
  *                 predicted at the prefill's end, including the wait for KV or
  *                 batch room, and from the peak step over the sequence's
  *                 predicted life (sequences placed earlier that join during
- *                 it slow it and its neighbours), which early rejection then
- *                 judges. scheduler/README.md says why it wins.
+ *                 it slow it and its neighbours), and the wait for the KV
+ *                 handover (the prompt's blocks and those arriving meanwhile
+ *                 on the decode instance's link, less the prefill compute
+ *                 they overlap), which early rejection then judges.
+ *                 scheduler/README.md says why it wins.
  * Random, round-robin and least-loaded reuse the chosen instance's local
  * prefix and fetch nothing. Every policy predicts TTFT and TBT the same way
  * for what it picked, and rejects early (when early rejection is on) if the

@@ -542,7 +542,7 @@ static double metric(const char *prefix)
 static void test_cancel_while_queued(void)
 {
     enum { N_LONG = 32 };
-    char                prompt[2048] = "";
+    char                prompt[2048] = "", own[N_LONG][2100];
     moon_serve_params_t p;
     moon_serve_stats_t  s;
     uint64_t            ids[N_LONG];
@@ -559,6 +559,9 @@ static void test_cancel_while_queued(void)
     p.max_tokens = 300;
     p.flags |= MOON_SERVE_F_IGNORE_EOS;
     for (int i = 0; i < N_LONG; i++) {
+        /* each its own first block: none reuses another's from a prefix cache */
+        snprintf(own[i], sizeof(own[i]), "%d %s", i, prompt);
+        p.prompt = own[i];
         n_sub += moon_serve_client_submit(g_client, &p, &ids[i]) == MOON_OK;
     }
     CU_ASSERT_EQUAL_FATAL(n_sub, N_LONG);

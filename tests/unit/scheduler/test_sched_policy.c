@@ -498,6 +498,37 @@ static void test_moonlet_picks_decode_by_load_at_prefill_end(void)
     moon_sched_view_fini(&view);
 }
 
+/* 99 of 100 blocks cached: a 16 ms suffix, then the decode pulls 100 blocks
+ * (1 ms each) of which the compute hides 16 ms. On decode 1 another
+ * 100-block sequence arrives at the same moment and shares the link: 184 ms
+ * to wait against 84 ms on decode 2, whose bigger batch Algorithm 1 avoids. */
+static void test_moonlet_counts_the_kv_handover(void)
+{
+    static const uint32_t local[3] = {99, 0, 0};
+    moon_sched_view_t     view;
+    moon_sched_request_t  req  = sched_test_request(100, local);
+    moon_sched_policy_t  *ours = sched_test_policy("moonlet");
+    moon_sched_policy_t  *alg1 = sched_test_policy("mooncake");
+    moon_sched_seq_t      big  = {
+              .tag = 7, .start_s = 0.016, .finish_s = 100.0, .ctx_tokens = 1600, .kv_blocks = 100};
+    moon_sched_decision_t d;
+
+    sched_test_view(&view, 1, 2);
+    CU_ASSERT_EQUAL_FATAL(moon_sched_view_add_seq(&view, 1, &big), MOON_OK);
+    add_seqs(&view, 2, 5, 0.0, 100.0);
+    d = decide_ok(alg1, &view, &req);
+    CU_ASSERT_EQUAL(d.decode, 1);
+    d = decide_ok(ours, &view, &req);
+    SCHED_ASSERT_NEAR(d.ttft_s, 0.016, 1e-12);
+    CU_ASSERT_EQUAL(d.decode, 2);
+    /* step 16 ms; the first of ten slow gaps waits 84 ms more */
+    SCHED_ASSERT_NEAR(d.tbt_s, 0.016 + (0.084 + 0.016) / 10, 1e-9);
+    SCHED_ASSERT_NEAR(d.decode_join_s, 0.1, 1e-9);
+    moon_sched_policy_destroy(ours);
+    moon_sched_policy_destroy(alg1);
+    moon_sched_view_fini(&view);
+}
+
 static void test_moonlet_tbt_counts_sequences_joining_during_its_life(void)
 {
     moon_sched_view_t     view;
@@ -695,7 +726,7 @@ MOON_TEST_MAIN(
     test_early_rejection_on_ttft, test_early_rejection_on_tbt,
     test_tbt_predicted_at_prefill_end_admits_what_now_would_reject,
     test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit,
-    test_moonlet_picks_decode_by_load_at_prefill_end,
+    test_moonlet_picks_decode_by_load_at_prefill_end, test_moonlet_counts_the_kv_handover,
     test_moonlet_tbt_counts_sequences_joining_during_its_life, test_full_decode_waits_for_room,
     test_colocated_uses_one_instance_and_local_cache, test_bad_input_changes_nothing,
     test_no_alive_instance_is_no_resource, test_decide_out_of_memory_changes_nothing)
