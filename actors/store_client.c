@@ -339,15 +339,31 @@ static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t
     op->rstate[t] = R_CHECK;
 }
 
+/* The op (of kind `op_kind`) and target *t_p a grant answers, if that target
+ * still waits for it; else NULL, and a late grant that holds something (a
+ * lease, a token: handle) is given back to its shard by give_back. */
+static op_t *grant_op(moon_store_client_t *c, uint64_t req, uint32_t op_kind, int32_t status,
+                      uint32_t shard_id, uint64_t handle,
+                      void (*give_back)(moon_store_client_t *, uint32_t, uint64_t), uint32_t *t_p)
+{
+    op_t *op = op_of_id(c, req, t_p);
+
+    if (op == NULL || op->op != op_kind || op->rstate[*t_p] != R_WAIT) {
+        if (status == MOON_OK && shard_id < c->n_shards) {
+            give_back(c, shard_id, handle);
+        }
+        return NULL;
+    }
+    return op;
+}
+
 static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g)
 {
     uint32_t t;
-    op_t    *op = op_of_id(c, g->req, &t);
+    op_t    *op =
+        grant_op(c, g->req, MOON_STORE_OP_GET, g->status, g->shard_id, g->lease, send_release, &t);
 
-    if (op == NULL || op->op != MOON_STORE_OP_GET || op->rstate[t] != R_WAIT) {
-        if (g->status == MOON_OK && g->shard_id < c->n_shards) {
-            send_release(c, g->shard_id, g->lease); /* late grant: give it back */
-        }
+    if (op == NULL) {
         return;
     }
     if (g->status != MOON_OK) {
@@ -406,12 +422,10 @@ static void put_commit(moon_store_client_t *c, op_t *op, uint32_t t)
 static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g)
 {
     uint32_t t;
-    op_t    *op = op_of_id(c, g->req, &t);
+    op_t    *op =
+        grant_op(c, g->req, MOON_STORE_OP_PUT, g->status, g->shard_id, g->token, send_revoke, &t);
 
-    if (op == NULL || op->op != MOON_STORE_OP_PUT || op->rstate[t] != R_WAIT) {
-        if (g->status == MOON_OK && g->shard_id < c->n_shards) {
-            send_revoke(c, g->shard_id, g->token); /* late grant: give it back */
-        }
+    if (op == NULL) {
         return;
     }
     if (g->status != MOON_OK) {

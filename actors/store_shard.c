@@ -225,27 +225,55 @@ static moon_status_t shard_on_query(moon_actor_t *self, const moon_msg_hdr_t *ms
     return MOON_OK;
 }
 
-/* Finishes and sends grant g (a PUT_GRANT or GET_GRANT) to `to`: status is
- * its shard call's (a reserve or a get, whose token or lease is handle); on
- * MOON_OK the grant also describes the arena. undo (revoke or release) gives
- * the handle back when the grant cannot say MOON_OK or cannot be sent (the
- * requester is gone). Events the call raised (evictions by a reserve or a
- * promote, a corrupt block removed) are published before it leaves. */
-static void grant_send(moon_actor_t *self, shard_state_t *st, moon_addr_t to, moon_msg_hdr_t *g,
-                       int32_t *status_p, moon_span_t *desc, uint64_t *base_p, moon_status_t status,
-                       uint64_t handle, moon_status_t (*undo)(moon_kv_shard_t *kv, uint64_t handle))
+/* The fields PUT_GRANT and GET_GRANT share, so that one function fills
+ * either: GRANT_OF(g) of a moon_store_put_grant_t or _get_grant_t. */
+typedef struct {
+    moon_msg_hdr_t *hdr;
+    uint64_t       *req;
+    int32_t        *status;
+    uint32_t       *shard_id;
+    moon_span_t    *desc;
+    uint64_t       *base;
+} grant_t;
+#define GRANT_OF(g)                                                                                \
+    ((grant_t){&(g)->hdr, &(g)->req, &(g)->status, &(g)->shard_id, &(g)->desc, &(g)->base})
+
+/* Finishes grant g, the answer to request msg, and sends it to msg's sender:
+ * status is its shard call's (a reserve or a get, whose token or lease is
+ * handle); on MOON_OK the grant also describes the arena. undo (revoke or
+ * release) gives the handle back when the grant cannot say MOON_OK or cannot
+ * be sent (the requester is gone). Events the call raised (evictions by a
+ * reserve or a promote, a corrupt block removed) are published before it
+ * leaves. */
+static void grant_send(moon_actor_t *self, shard_state_t *st, const moon_msg_hdr_t *msg,
+                       uint64_t req, grant_t g, moon_status_t status, uint64_t handle,
+                       moon_status_t (*undo)(moon_kv_shard_t *kv, uint64_t handle))
 {
+    *g.req      = req;
+    *g.shard_id = st->shard_id;
     if (status == MOON_OK) {
-        status = fill_desc(st, g, desc, base_p);
+        status = fill_desc(st, g.hdr, g.desc, g.base);
         if (status != MOON_OK) {
             (void)undo(st->kv, handle);
         }
     }
-    *status_p = status;
+    *g.status = status;
     publish_events(self, st);
-    if (moon_tell(self, to, g) != MOON_OK && status == MOON_OK) {
+    if (moon_tell(self, msg->src, g.hdr) != MOON_OK && status == MOON_OK) {
         (void)undo(st->kv, handle);
     }
+}
+
+/* A grant (PUT_GRANT or GET_GRANT) for request req, with room for the
+ * arena's descriptor; NULL without memory, and the requester is told so. */
+static void *grant_new(moon_actor_t *self, const moon_msg_hdr_t *msg, uint32_t type, uint64_t req)
+{
+    void *g = moon_msg_new(type, desc_bytes(moon_actor_state(self)) + 8);
+
+    if (g == NULL) {
+        (void)reply(self, msg, req, MOON_ERR_NO_MEMORY);
+    }
+    return g;
 }
 
 static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -258,12 +286,9 @@ static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *
     moon_kv_put_t                   put = {0};
     moon_status_t                   status;
 
-    g = moon_msg_new(MOON_MSG_STORE_PUT_GRANT, desc_bytes(st) + 8);
-    if (g == NULL) {
-        return reply(self, msg, q->req, MOON_ERR_NO_MEMORY);
+    if ((g = grant_new(self, msg, MOON_MSG_STORE_PUT_GRANT, q->req)) == NULL) {
+        return MOON_OK;
     }
-    g->req      = q->req;
-    g->shard_id = st->shard_id;
     status = q->n_bytes > SIZE_MAX ? MOON_ERR_INVALID_PARAM : clients_track(self, st, msg->src);
     if (status == MOON_OK) {
         status = moon_kv_shard_reserve(st->kv, &tag, key, (size_t)q->n_bytes, client_of(msg),
@@ -274,8 +299,7 @@ static moon_status_t shard_on_reserve(moon_actor_t *self, const moon_msg_hdr_t *
         g->offset    = put.offset;
         g->max_bytes = put.max_bytes;
     }
-    grant_send(self, st, msg->src, &g->hdr, &g->status, &g->desc, &g->base, status, put.token,
-               moon_kv_shard_revoke);
+    grant_send(self, st, msg, q->req, GRANT_OF(g), status, put.token, moon_kv_shard_revoke);
     return MOON_OK;
 }
 
@@ -311,13 +335,10 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_kv_get_t           get = {0};
     moon_status_t           status;
 
-    g = moon_msg_new(MOON_MSG_STORE_GET_GRANT, desc_bytes(st) + 8);
-    if (g == NULL) {
-        return reply(self, msg, q->req, MOON_ERR_NO_MEMORY);
+    if ((g = grant_new(self, msg, MOON_MSG_STORE_GET_GRANT, q->req)) == NULL) {
+        return MOON_OK;
     }
-    g->req      = q->req;
-    g->shard_id = st->shard_id;
-    status      = clients_track(self, st, msg->src);
+    status = clients_track(self, st, msg->src);
     if (status == MOON_OK) {
         status = moon_kv_shard_get(st->kv, &tag, key, client_of(msg), now_of(self), &get);
     }
@@ -328,8 +349,7 @@ static moon_status_t shard_on_get(moon_actor_t *self, const moon_msg_hdr_t *msg)
         g->checksum         = get.checksum;
         g->lease_timeout_ns = st->lease_timeout_ns; /* > 0: the reader has the release confirmed */
     }
-    grant_send(self, st, msg->src, &g->hdr, &g->status, &g->desc, &g->base, status, get.lease,
-               moon_kv_shard_release);
+    grant_send(self, st, msg, q->req, GRANT_OF(g), status, get.lease, moon_kv_shard_release);
     return MOON_OK;
 }
 

@@ -94,3 +94,10 @@ void moon_free(void *ptr)
 {
     free(ptr);
 }
+
+void moon_free_array(void *const *ptrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        moon_free(ptrs[i]);
+    }
+}

@@ -1146,11 +1146,8 @@ moon_status_t moon_kv_shard_pin(moon_kv_shard_t *shard, moon_kv_key_t key)
         return status;
     }
     ent = &shard->entries[e];
-    if (ent->state == ST_SPILLED) {
-        status = promote(shard, e);
-        if (status != MOON_OK) {
-            return status;
-        }
+    if (ent->state == ST_SPILLED && (status = promote(shard, e)) != MOON_OK) {
+        return status;
     }
     if (ent->flags & F_PINNED) {
         return MOON_OK;

@@ -117,28 +117,11 @@ static void cpu_destroy(void *state)
         return;
     }
     moon_tp_destroy(s->tp);
-    moon_free(s->x);
-    moon_free(s->xb);
-    moon_free(s->q);
     if (s->kv_owned) {
-        moon_free(s->k);
-        moon_free(s->v);
+        MOON_FREE_ALL(s->k, s->v);
     }
-    moon_free(s->hb);
-    moon_free(s->hb2);
-    moon_free(s->att);
-    moon_free(s->wtile);
-    moon_free(s->pack);
-    moon_free(s->xt);
-    moon_free(s->yt);
-    moon_free(s->rope);
-    moon_free(s->kc);
-    moon_free(s->vc);
-    moon_free(s->sc);
-    moon_free((void *)s->seq);
-    moon_free(s->pos);
-    moon_free(s->views);
-    moon_free(s);
+    MOON_FREE_ALL(s->x, s->xb, s->q, s->hb, s->hb2, s->att, s->wtile, s->pack, s->xt, s->yt,
+                  s->rope, s->kc, s->vc, s->sc, (void *)s->seq, s->pos, s->views, s);
 }
 
 static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_t *cfg,

@@ -160,17 +160,7 @@ static void ref_destroy(void *state)
     if (s == NULL) {
         return;
     }
-    moon_free(s->x);
-    moon_free(s->xb);
-    moon_free(s->xb2);
-    moon_free(s->hb);
-    moon_free(s->hb2);
-    moon_free(s->q);
-    moon_free(s->k);
-    moon_free(s->v);
-    moon_free(s->att);
-    moon_free(s->row);
-    moon_free(s);
+    MOON_FREE_ALL(s->x, s->xb, s->xb2, s->hb, s->hb2, s->q, s->k, s->v, s->att, s->row, s);
 }
 
 static moon_status_t ref_create(const moon_model_t *m, const moon_engine_config_t *cfg,

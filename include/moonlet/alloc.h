@@ -14,6 +14,13 @@ MOON_API void *moon_realloc(void *ptr, size_t bytes);
 MOON_API void *moon_aligned_alloc(size_t alignment, size_t bytes); /* free with moon_free */
 MOON_API char *moon_strdup(const char *s);
 MOON_API void  moon_free(void *ptr);
+/* moon_free of each of the n pointers (NULL ones are no-ops), for the
+ * destructor of a struct that holds many buffers; MOON_FREE_ALL(a, b, ...)
+ * lists them (C only: a compound literal). */
+MOON_API void moon_free_array(void *const *ptrs, size_t n);
+#define MOON_FREE_ALL(...)                                                                         \
+    moon_free_array((void *const[]){__VA_ARGS__},                                                  \
+                    sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
 
 /* Fault injection: the n-th moon_* allocation from now (1 = the next) and every
  * later one return NULL until moon_fault_reset(); n = 0 disarms. Counted across

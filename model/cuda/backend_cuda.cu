@@ -309,50 +309,39 @@ static void cuda_destroy(void *state)
     }
     MOON_DEBUG_LOG("cuda: %llu KV blocks uploaded", (unsigned long long)s->n_uploaded);
     drop_graphs(s);
-    if (s->layers != NULL) {
-        for (uint32_t l = 0; l < s->m->cfg.n_layers; l++) {
-            d_layer_t *L = &s->layers[l];
-            cudaFree(L->attn_norm);
-            cudaFree(L->ffn_norm);
-            cudaFree(L->wqkv);
-            cudaFree(L->wo);
-            cudaFree(L->w13);
-            cudaFree(L->w2);
+    for (uint32_t l = 0; s->layers != NULL && l < s->m->cfg.n_layers; l++) {
+        d_layer_t *L   = &s->layers[l];
+        void      *w[] = {L->attn_norm, L->ffn_norm, L->wqkv, L->wo, L->w13, L->w2};
+
+        for (void *d : w) {
+            cudaFree(d);
         }
     }
     if (s->d_out != s->d_embd) {
         cudaFree(s->d_out);
     }
-    cudaFree(s->d_embd);
-    cudaFree(s->d_out_norm);
-    cudaFree(s->d_x);
-    cudaFree(s->d_xb);
-    cudaFree(s->d_qkv);
-    cudaFree(s->d_ao);
-    cudaFree(s->d_h13);
-    cudaFree(s->d_logits);
-    cudaFree(s->d_rope);
-    cudaFree(s->d_tokens);
-    cudaFree(s->d_pos);
-    cudaFree(s->d_tables);
-    cudaFree(s->d_kv);
     if (s->blas != NULL) {
         cublasDestroy(s->blas);
     }
-    cudaFree(s->d_blas_ws);
     if (s->stream != NULL) {
         cudaStreamDestroy(s->stream);
     }
-    moon_free(s->graphs);
-    moon_free(s->graph_failed);
-    moon_free(s->h_tables);
-    cudaFreeHost(s->h_pos);
-    cudaFreeHost(s->h_tokens);
-    cudaFreeHost(s->h_logits);
-    cudaFreeHost(s->h_rows);
-    moon_free(s->rows);
-    moon_free(s->layers);
-    moon_free(s);
+    {
+        /* cudaFree, cudaFreeHost and moon_free take NULL: a half-built state goes too */
+        void *dev[]  = {s->d_embd, s->d_out_norm, s->d_x,      s->d_xb,     s->d_qkv,
+                        s->d_ao,   s->d_h13,      s->d_logits, s->d_rope,   s->d_tokens,
+                        s->d_pos,  s->d_tables,   s->d_kv,     s->d_blas_ws};
+        void *host[] = {s->h_pos, s->h_tokens, s->h_logits, s->h_rows};
+        void *heap[] = {s->graphs, s->graph_failed, s->h_tables, s->rows, s->layers, s};
+
+        for (void *d : dev) {
+            cudaFree(d);
+        }
+        for (void *h : host) {
+            cudaFreeHost(h);
+        }
+        moon_free_array(heap, MOON_ARRAY_SIZE(heap));
+    }
 }
 
 static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config_t *cfg)
