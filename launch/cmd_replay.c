@@ -21,10 +21,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* mkdir -p: the folders on the way are made too, as users of --out expect. */
 static int make_dir(const char *dir)
 {
     struct stat st;
+    char        path[4096];
+    size_t      len = strlen(dir);
 
+    if (len == 0 || len >= sizeof(path)) {
+        fprintf(stderr, "moonlet replay: --out: a folder name of 1 to %zu bytes\n",
+                sizeof(path) - 1);
+        return -1;
+    }
+    memcpy(path, dir, len + 1);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            (void)mkdir(path, 0777); /* an error shows in the last mkdir */
+            *p = '/';
+        }
+    }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "moonlet replay: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
