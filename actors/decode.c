@@ -652,7 +652,8 @@ static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t
     }
     /* first come, first served: a new request that would fit does not pass
      * the ones already waiting for room (a long one would starve behind a
-     * stream of short ones) */
+     * stream of short ones); the head always fits an empty pool at last, as
+     * init asks for one full context */
     int queued = d->n_waiting > 0 && find_req(d, m->reply_to, m->request_id) == NULL;
     if (queued || !handle_incoming(self, d, msg)) {
         moon_msg_hdr_t **w = moon_realloc(d->waiting, (d->n_waiting + 1) * sizeof(*w));
