@@ -81,10 +81,12 @@ static void answer(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t fin
     if (m == NULL) {
         return;
     }
-    m->request_id = id;
-    m->finish     = finish;
-    m->status     = status;
-    m->n_prompt   = n_prompt;
+    m->request_id       = id;
+    m->finish           = finish;
+    m->status           = status;
+    m->n_prompt         = n_prompt;
+    m->prefill_instance = -1; /* never placed */
+    m->decode_instance  = -1;
     moon_msg_set_str(m, &m->text, "");
     moon_msg_set_str(m, &m->message, why);
     moon_tell(self, to, &m->hdr);

@@ -52,6 +52,7 @@ typedef struct {
     moon_serve_text_t text;
     int               text_ready;
     uint32_t          n_cached;
+    int32_t           prefill_instance; /* who computed the prompt (DONE tells the client) */
     uint64_t          arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
 } dreq_t;
 
@@ -145,21 +146,22 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
     size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
     moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
 
-    (void)d;
     if (m == NULL) {
         MOON_ERROR("decode: no memory for DONE of request %llu", (unsigned long long)r->request_id);
         return;
     }
-    m->request_id   = r->request_id;
-    m->finish       = finish;
-    m->status       = status;
-    m->n_prompt     = r->n_prompt;
-    m->n_completion = r->n_gen;
-    m->n_cached     = r->n_cached;
-    m->queue_ns     = r->queue_ns;
-    m->prefill_ns   = r->prefill_ns;
-    m->transfer_ns  = r->transfer_ns;
-    m->ttft_ns      = r->ttft_ns;
+    m->request_id       = r->request_id;
+    m->finish           = finish;
+    m->status           = status;
+    m->n_prompt         = r->n_prompt;
+    m->n_completion     = r->n_gen;
+    m->n_cached         = r->n_cached;
+    m->prefill_instance = r->prefill_instance;
+    m->decode_instance  = (int32_t)d->a.instance;
+    m->queue_ns         = r->queue_ns;
+    m->prefill_ns       = r->prefill_ns;
+    m->transfer_ns      = r->transfer_ns;
+    m->ttft_ns          = r->ttft_ns;
     moon_msg_set_str(m, &m->text, text ? text : "");
     moon_msg_set_str(m, &m->message, why ? why : "");
     moon_tell(self, r->reply_to, &m->hdr);
@@ -430,14 +432,15 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     for (uint32_t i = 0; i <= r->n_full; i++) {
         r->local[i] = MOON_KV_NO_BLOCK;
     }
-    r->state         = DREQ_PULLING;
-    r->reply_to      = m->reply_to;
-    r->request_id    = m->request_id;
-    r->prefill       = m->prefill;
-    r->max_tokens    = m->max_tokens;
-    r->flags         = m->flags;
-    r->budget        = need;
-    r->xfer_start_ns = moon_now(moon_actor_runtime(self));
+    r->state            = DREQ_PULLING;
+    r->reply_to         = m->reply_to;
+    r->request_id       = m->request_id;
+    r->prefill          = m->prefill;
+    r->prefill_instance = (int32_t)m->prefill_instance;
+    r->max_tokens       = m->max_tokens;
+    r->flags            = m->flags;
+    r->budget           = need;
+    r->xfer_start_ns    = moon_now(moon_actor_runtime(self));
     d->committed += need;
     *r_p = r;
     return MOON_OK;
@@ -603,13 +606,14 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
         return 1;
     }
     moon_msg_retain(&m->hdr);
-    r->final_msg  = (moon_msg_hdr_t *)&m->hdr;
-    r->final      = 1;
-    r->prefill    = MOON_ADDR_NONE;
-    r->state      = DREQ_PREFILLING;
-    r->arrival_ns = m->arrival_ns;
-    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
-    r->n_stop_ids = m->stop_ids.n;
+    r->final_msg        = (moon_msg_hdr_t *)&m->hdr;
+    r->final            = 1;
+    r->prefill          = MOON_ADDR_NONE;
+    r->prefill_instance = (int32_t)d->a.instance; /* colocated: it prefills too */
+    r->state            = DREQ_PREFILLING;
+    r->arrival_ns       = m->arrival_ns;
+    r->stop_ids         = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids       = m->stop_ids.n;
     /* the prompt's last token is always computed: its logits give the first token */
     hits          = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
                                           MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),

@@ -482,9 +482,11 @@ static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status, 
         req_unref(req);
         return;
     }
-    done->request_id = req->id;
-    done->finish     = MOON_FINISH_ERROR;
-    done->status     = status;
+    done->request_id       = req->id;
+    done->finish           = MOON_FINISH_ERROR;
+    done->status           = status;
+    done->prefill_instance = -1;
+    done->decode_instance  = -1;
     moon_msg_set_str(done, &done->text, "");
     moon_msg_set_str(done, &done->message, message);
     moon_gw_bridge_deliver(b, req, &done->hdr);

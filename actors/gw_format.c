@@ -48,6 +48,15 @@ static void add_usage(cJSON *o, const moon_gw_usage_t *u)
     if (details != NULL) {
         cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens);
     }
+    details = u->details ? cJSON_AddObjectToObject(usage, "moonlet_details") : NULL;
+    if (details != NULL) {
+        cJSON_AddNumberToObject(details, "prefill_instance", u->prefill_instance);
+        cJSON_AddNumberToObject(details, "decode_instance", u->decode_instance);
+        cJSON_AddNumberToObject(details, "queue_s", u->queue_s);
+        cJSON_AddNumberToObject(details, "prefill_s", u->prefill_s);
+        cJSON_AddNumberToObject(details, "transfer_s", u->transfer_s);
+        cJSON_AddNumberToObject(details, "ttft_s", u->ttft_s);
+    }
 }
 
 /* Prints o (deleting it), optionally framed as an SSE event. */

@@ -8,7 +8,12 @@
  *               "message":{"role":"assistant","content":..},"logprobs":null,
  *               "finish_reason":R}],"usage":{...}}
  *  usage:      {"prompt_tokens":P,"completion_tokens":C,"total_tokens":P+C,
- *               "prompt_tokens_details":{"cached_tokens":K}}
+ *               "prompt_tokens_details":{"cached_tokens":K}}, and when the request
+ *               asked for "moonlet_details": true (an extension, like vLLM's
+ *               ignore_eos) also "moonlet_details":{"prefill_instance":I,
+ *               "decode_instance":J,"queue_s":Q,"prefill_s":S,"transfer_s":X,
+ *               "ttft_s":F}: where the request ran and the server's times, what
+ *               `moonlet replay` over HTTP puts in its per-request CSV
  *  stream:     "data: " chunk "\n\n" per piece (object "text_completion" or
  *              "chat.completion.chunk"; chat's first delta is {"role":"assistant",
  *              "content":""}, its last {} with the finish reason), with include_usage
@@ -39,6 +44,9 @@ typedef struct {
     uint32_t prompt_tokens;
     uint32_t completion_tokens;
     uint32_t cached_tokens; /* prompt tokens whose KV came from the prefix cache */
+    int      details;       /* add "moonlet_details" (the fields below) */
+    int32_t  prefill_instance, decode_instance; /* -1: not placed */
+    double   queue_s, prefill_s, transfer_s, ttft_s;
 } moon_gw_usage_t;
 
 /* The whole (non-streamed) answer. finish: "stop", "length"... */

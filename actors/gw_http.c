@@ -298,11 +298,20 @@ static void watch_hangup(conn_t *c)
 
 /* ---- events ------------------------------------------------------------------------ */
 
-static void usage_of(const moon_serve_done_t *d, moon_gw_usage_t *u)
+static void usage_of(const conn_t *c, const moon_serve_done_t *d, moon_gw_usage_t *u)
 {
-    u->prompt_tokens     = d->n_prompt;
-    u->completion_tokens = d->n_completion;
-    u->cached_tokens     = d->n_cached;
+    *u = (moon_gw_usage_t){
+        .prompt_tokens     = d->n_prompt,
+        .completion_tokens = d->n_completion,
+        .cached_tokens     = d->n_cached,
+        .details           = c->req.details,
+        .prefill_instance  = d->prefill_instance,
+        .decode_instance   = d->decode_instance,
+        .queue_s           = (double)d->queue_ns * 1e-9,
+        .prefill_s         = (double)d->prefill_ns * 1e-9,
+        .transfer_s        = (double)d->transfer_ns * 1e-9,
+        .ttft_s            = (double)d->ttft_ns * 1e-9,
+    };
 }
 
 static const char *str_of(const moon_msg_hdr_t *msg, moon_span_t span)
@@ -411,7 +420,7 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
                                          moon_finish_str(d->finish), &len);
             out_append(&b, chunk, len);
             if (c->meta.include_usage) {
-                usage_of(d, &u);
+                usage_of(c, d, &u);
                 chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
                 out_append(&b, chunk, len);
             }
@@ -532,7 +541,7 @@ static enum MHD_Result on_events(conn_t *c)
                                     since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
         }
         observe_end(c, d);
-        usage_of(d, &u);
+        usage_of(c, d, &u);
         text = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
                                        moon_finish_str(d->finish), &u, &len);
         moon_msg_release(msg);

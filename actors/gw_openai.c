@@ -331,6 +331,9 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
         }
         req->include_usage = b;
     }
+    if (moon_gw_json_bool(root, "moonlet_details", &req->details) < 0) {
+        BAD("moonlet_details", "'moonlet_details' must be a boolean");
+    }
     if (moon_gw_json_bool(root, "ignore_eos", &b) < 0) {
         BAD("ignore_eos", "'ignore_eos' must be a boolean");
     }

@@ -9,7 +9,8 @@
  * either) or messages (role + content string or text parts), max_tokens /
  * max_completion_tokens, temperature (default 1, as OpenAI), top_p, top_k,
  * seed, stop (string or list of up to 16), n (1 only), stream,
- * stream_options.include_usage, and vLLM's ignore_eos and stop_token_ids.
+ * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
+ * moonlet_details (placement and server times in the usage: gw_format.h).
  * logprobs, echo, best_of > 1 and suffix are refused (400); other fields are
  * ignored. max_tokens defaults to 16 for completions and to the rest of the
  * context for chat. Pure functions: any thread. */
@@ -29,6 +30,7 @@ typedef struct {
     int                 chat; /* 1: /v1/chat/completions */
     int                 stream;
     int                 include_usage;  /* stream_options.include_usage */
+    int                 details;        /* "moonlet_details": placement and server times in usage */
     int                 has_max_tokens; /* given by the client */
     int                 has_seed;
     char               *model;  /* NULL: not given */

@@ -65,8 +65,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
     F(T, u64, request_id) F(T, u32, index) F(T, u32, token) F(T, str, text)
 /* -> client: the end. text: held-back text released at the end (never a stop
- * string). Times are the server's, in ns: queue = arrival to prefill start,
- * prefill = compute, transfer = KV handover, ttft = arrival to first token. */
+ * string). prefill_instance / decode_instance: the instances (indices within
+ * their role, as in LOAD) that served it, -1 when it was never placed. Times
+ * are the server's, in ns: queue = arrival to prefill start, prefill =
+ * compute, transfer = KV handover, ttft = arrival to first token. */
 #define MOON_SERVE_DONE_FIELDS(F, T)                                                               \
     F(T, u64, request_id)                                                                          \
     F(T, u32, finish)                                                                              \
@@ -74,8 +76,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_prompt)                                                                            \
     F(T, u32, n_completion)                                                                        \
     F(T, u32, n_cached)                                                                            \
-    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
-        F(T, str, text) F(T, str, message)
+    F(T, i32, prefill_instance)                                                                    \
+    F(T, i32, decode_instance) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)    \
+        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
 
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
@@ -113,8 +116,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, base)                                                                                \
-    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens)       \
-        F(T, str, message)
+    MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
+    F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
@@ -130,8 +133,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, queued_tokens)                                                                       \
     F(T, u32, queued_reqs)                                                                         \
     F(T, u32, running)                                                                             \
-    F(T, u32, free_blocks) F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens)                   \
-        F(T, u64, n_store_hit_tokens) F(T, u64, n_computed_tokens)
+    F(T, u32, free_blocks)                                                                         \
+    F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens)            \
+        F(T, u64, n_computed_tokens)
 /* instance -> conductor at start: who it is, and what the engine costs
  * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
  * decode step_s(b, ctx) = d0 + d1 b + d2 ctx (ctx: tokens in the batch). */
@@ -170,7 +174,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_prefill_up)                                                                        \
     F(T, u32, n_decode_up)                                                                         \
     F(T, u64, running)                                                                             \
-    F(T, u64, waiting) F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished) \
+    F(T, u64, waiting)                                                                             \
+    F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished)                    \
         F(T, u32s, blocks_used) F(T, u32s, blocks_total)
 
 #define MOON_SERVE_MSGS(X)                                                                         \

@@ -95,6 +95,12 @@ static int on_event(void *arg, const char *data, size_t len)
             res->n_in = chunk.prompt_tokens;
         }
         res->n_cached = chunk.cached_tokens;
+        if (chunk.has_details) {
+            res->has_details      = 1;
+            res->prefill_instance = chunk.prefill_instance;
+            res->decode_instance  = chunk.decode_instance;
+            res->queue_s          = chunk.queue_s;
+        }
     }
     if (chunk.has_text) {
         if (res->n_chunks == 0) {

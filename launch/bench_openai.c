@@ -131,6 +131,9 @@ moon_status_t moon_bench_openai_body(const moon_bench_opts_t *opts, const char *
     if (opts->ignore_eos) {
         ok = ok && cJSON_AddTrueToObject(root, "ignore_eos") != NULL;
     }
+    if (opts->details) {
+        ok = ok && cJSON_AddTrueToObject(root, "moonlet_details") != NULL;
+    }
     printed = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (printed == NULL) {
@@ -161,6 +164,23 @@ static void error_of(const cJSON *err, char *out, size_t out_len)
         copy_text(out, out_len, msg->valuestring);
     } else {
         copy_text(out, out_len, "error object without a message");
+    }
+}
+
+/* Moonlet's usage extension (gw_format.h): where the request ran, its queue. */
+static void details_of(const cJSON *d, moon_bench_chunk_t *chunk)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(d, "prefill_instance");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(d, "decode_instance");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(d, "queue_s");
+
+    if (cJSON_IsNumber(p) && cJSON_IsNumber(q) && cJSON_IsNumber(w) && p->valuedouble >= -1 &&
+        p->valuedouble < 1e6 && q->valuedouble >= -1 && q->valuedouble < 1e6 &&
+        w->valuedouble >= 0) {
+        chunk->has_details      = 1;
+        chunk->prefill_instance = (int32_t)p->valuedouble;
+        chunk->decode_instance  = (int32_t)q->valuedouble;
+        chunk->queue_s          = w->valuedouble;
     }
 }
 
@@ -229,6 +249,7 @@ moon_status_t moon_bench_openai_chunk(const char *data, size_t len, moon_bench_c
         if (cJSON_IsNumber(n) && n->valuedouble >= 0) {
             chunk->cached_tokens = (uint32_t)n->valuedouble;
         }
+        details_of(cJSON_GetObjectItemCaseSensitive(usage, "moonlet_details"), chunk);
     }
     cJSON_Delete(root);
     return MOON_OK;

@@ -30,10 +30,13 @@ typedef struct {
     size_t   text_len;  /* its bytes */
     int      has_usage; /* a usage object with completion_tokens */
     uint32_t prompt_tokens, completion_tokens;
-    uint32_t cached_tokens;     /* usage.prompt_tokens_details.cached_tokens (prefix cache), or 0 */
-    char     finish_reason[32]; /* "" when absent */
-    int      has_error;         /* an "error" object (or string) */
-    char     error[192];        /* its message, truncated */
+    uint32_t cached_tokens; /* usage.prompt_tokens_details.cached_tokens (prefix cache), or 0 */
+    int      has_details;   /* usage.moonlet_details (a Moonlet server asked for them) */
+    int32_t  prefill_instance, decode_instance; /* its instances (-1: not placed) */
+    double   queue_s;                           /* its server-side queue time */
+    char     finish_reason[32];                 /* "" when absent */
+    int      has_error;                         /* an "error" object (or string) */
+    char     error[192];                        /* its message, truncated */
 } moon_bench_chunk_t;
 
 /* Decodes one event's data into *chunk (zeroed first). MOON_ERR_CORRUPT when

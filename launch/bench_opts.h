@@ -66,6 +66,8 @@ typedef struct {
     const char *goodput;     /* vLLM's --goodput "ttft:MS tpot:MS e2el:MS", into the slo_* */
     int         progress;    /* progress bar when stderr is a tty */
     int         help;        /* --help was given */
+    int         details;     /* ask for "moonlet_details" (placement, server times): set by
+                                `moonlet replay`, no flag */
 } moon_bench_opts_t;
 
 /* The options' tables (flags only): moonlet's names, and vLLM's `bench

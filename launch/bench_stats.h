@@ -17,16 +17,19 @@
 #include <stdint.h>
 
 typedef struct {
-    int      ok;       /* completed: HTTP 200, stream ended, no error chunk */
-    double   send_s;   /* when it was sent, seconds after the run start */
-    double   ttft_s;   /* first chunk with text - send */
-    double   e2el_s;   /* last chunk (or end of stream) - send */
-    uint32_t n_in;     /* prompt tokens: the server's usage, else ids sent */
-    uint32_t n_out;    /* output tokens: usage.completion_tokens, else text chunks */
-    uint32_t n_cached; /* prompt tokens the server's prefix cache served (usage), or 0 */
-    uint32_t n_chunks; /* chunks with text */
-    uint32_t n_itl;    /* n_chunks - 1 gaps in itl_s */
-    double  *itl_s;    /* gaps between text chunks; owned (moon_free) */
+    int      ok;          /* completed: HTTP 200, stream ended, no error chunk */
+    double   send_s;      /* when it was sent, seconds after the run start */
+    double   ttft_s;      /* first chunk with text - send */
+    double   e2el_s;      /* last chunk (or end of stream) - send */
+    uint32_t n_in;        /* prompt tokens: the server's usage, else ids sent */
+    uint32_t n_out;       /* output tokens: usage.completion_tokens, else text chunks */
+    uint32_t n_cached;    /* prompt tokens the server's prefix cache served (usage), or 0 */
+    int      has_details; /* the server said where it ran (below) */
+    int32_t  prefill_instance, decode_instance; /* usage.moonlet_details; -1: not placed */
+    double   queue_s;                           /* the server's queue time */
+    uint32_t n_chunks;                          /* chunks with text */
+    uint32_t n_itl;                             /* n_chunks - 1 gaps in itl_s */
+    double  *itl_s;                             /* gaps between text chunks; owned (moon_free) */
     int      http_status;
     char     error[192]; /* why it failed; "" when ok */
 } moon_bench_result_t;

@@ -7,6 +7,9 @@
 #include "profile.h"
 #include "progress.h"
 #include "replay_opts.h"
+#ifdef MOON_WITH_BENCH
+#include "replay_http.h"
+#endif
 #include "sim_plot.h"
 #include "sim_report.h"
 #include "sim_run.h"
@@ -230,6 +233,39 @@ out:
     return rc;
 }
 
+/* Without --sim: against the server at --url (replay_http.h). */
+static int replay_http(const moon_replay_opts_t *o)
+{
+#ifdef MOON_WITH_BENCH
+    moon_sim_records_t  recs;
+    moon_sim_summary_t  s;
+    moon_sim_plot_run_t run = {"http", &recs};
+    moon_status_t       status;
+    int                 rc = 1;
+
+    if (make_dir(o->out) != 0) {
+        return 1;
+    }
+    status = moon_replay_http_run(o, &recs);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet replay: %s: %s\n", o->url, moon_status_str(status));
+        return status == MOON_ERR_INVALID_PARAM ? 2 : 1;
+    }
+    if (write_outputs(o->out, "http", &recs, o, &s) == 0) {
+        print_line("http", &s);
+        (void)moon_sim_plot(o->out, &run, 1, o->ttft_slo_s, o->tbt_slo_s, NULL);
+        rc = s.completed > 0 ? 0 : 1;
+    }
+    moon_sim_records_fini(&recs);
+    return rc;
+#else
+    fprintf(stderr, "moonlet replay: over HTTP needs the bench client (libcurl; "
+                    "launch/install_deps.sh); use --sim to simulate\n");
+    (void)o;
+    return 2;
+#endif
+}
+
 static int run(const moon_replay_opts_t *po);
 
 int moon_cmd_replay(int argc, char **argv)
@@ -267,9 +303,7 @@ static int run(const moon_replay_opts_t *po)
         return 0;
     }
     if (!o.sim && !o.real) {
-        fprintf(stderr, "moonlet replay: replay against a running cluster goes through the "
-                        "HTTP bench client (moonlet bench); use --sim to simulate\n");
-        return 2;
+        return replay_http(&o);
     }
     return replay(&o);
 }

@@ -16,9 +16,11 @@
 
 const char moon_replay_usage[] =
     "usage: moonlet replay --trace T.jsonl --sim --out DIR [options]\n"
+    "       moonlet replay --trace T.jsonl --url URL --out DIR [options]\n"
     "       moonlet replay --list-policies\n"
     "replays a Mooncake trace against a simulated cluster (virtual time, the real\n"
-    "conductor/prefill/decode actors, modeled compute and transfers)\n";
+    "conductor/prefill/decode actors, modeled compute and transfers), or without\n"
+    "--sim against a running server over HTTP (the bench client's trace workload)\n";
 
 static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
 
@@ -28,6 +30,8 @@ static const moon_config_field_t replay_fields[] = {
     {"sim", MOON_CONFIG_BOOL, RO(sim), .dflt = "0", .doc = "simulate the cluster (virtual time)"},
     {"real", MOON_CONFIG_BOOL, RO(real), .dflt = "0",
      .doc = "replay against a real cluster of the same actors in this process (wall clock)"},
+    {"url", MOON_CONFIG_STRING, RO(url), .dflt = "http://127.0.0.1:8000",
+     .doc = "without --sim / --real: the running server replayed against over HTTP"},
     {"model", MOON_CONFIG_STRING, RO(model), .doc = "--real: the gguf the instances serve"},
     {"workers", MOON_CONFIG_U32, RO(workers), .dflt = "1", .doc = "--real: runtime worker threads",
      .min = 1, .max = 1024},
@@ -129,8 +133,14 @@ int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len)
     if (opts->trace == NULL) {
         return fail(err, err_len, "--trace is required");
     }
-    if ((opts->sim || opts->real) && opts->out == NULL) {
-        return fail(err, err_len, "--out is required with --sim or --real");
+    if (opts->out == NULL) {
+        return fail(err, err_len, "--out is required");
+    }
+    if (!opts->sim && !opts->real &&
+        (opts->policy != NULL || opts->compare != NULL || opts->colocated)) {
+        return fail(err, err_len,
+                    "over HTTP the server places requests: --policy, --compare and "
+                    "--colocated need --sim or --real (or moonlet serve's own flags)");
     }
     if (opts->sim && opts->real) {
         return fail(err, err_len, "--sim and --real exclude each other");

@@ -5,7 +5,9 @@
  *
  *   --trace PATH          Mooncake JSONL trace (required but for --list-policies)
  *   --sim                 replay against a simulated cluster (virtual time);
- *                         without it: against a running cluster over HTTP
+ *                         without it (and --real): against a running server
+ *                         over HTTP (--url; the policy is the server's)
+ *   --url URL             that server (default http://127.0.0.1:8000)
  *   --real --model M      replay against a real cluster of the same actors in
  *                         this process (wall clock, the CPU engine on M):
  *                         the cross-check of the simulator
@@ -55,6 +57,7 @@ typedef struct {
     const char *policy;  /* borrowed, NULL: the scheduler's default */
     const char *compare; /* borrowed LIST as given, NULL: no comparison */
     int         sim, real, colocated, list_policies, help;
+    const char *url;              /* over HTTP: the server (borrowed or the default) */
     const char *model;            /* --real: the GGUF served (borrowed) */
     uint32_t    workers, threads; /* --real: runtime workers, engine threads per instance */
     int         backend;          /* --real: moon_backend_kind_t */

@@ -72,6 +72,25 @@ printf '%s\n' \
     --result-file "$T/r.json" > "$T/out.txt" 2>&1 || fail "trace: $(cat "$T/out.txt")"
 check "r['completed'] == 2 and r['output_lens'] == [8, 4]"
 
+# the same trace through `moonlet replay` over HTTP: the replay's CSV and
+# summary, placement and cache hits from the server's moonlet_details
+"$MOONLET" replay --trace "$T/trace.jsonl" --url "$URL" --block-scale 16 --out "$T/rp" \
+    > "$T/out.txt" 2>&1 || fail "replay: $(cat "$T/out.txt")"
+"$PY" - "$T/rp" <<'PYEOF' || fail "replay outputs: $(cat "$T/rp/requests.csv")"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/requests.csv")))
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert [r["status"] for r in rows] == ["ok", "ok"], rows
+assert [int(r["output_tokens"]) for r in rows] == [8, 4], rows
+assert all(r["prefill"] == "0" and r["decode"] == "0" for r in rows), rows
+assert int(rows[1]["prefix_hit_tokens"]) >= 48 and float(rows[1]["queue_s"]) >= 0, rows
+assert 0 < float(rows[0]["ttft_s"]) <= float(rows[0]["finish_s"]) - float(rows[0]["arrival_s"])
+assert s["requests"] == 2 and s["rejected"] == 0 and s["cache_hit_ratio"] > 0, s
+PYEOF
+"$MOONLET" replay --trace "$T/trace.jsonl" --url "$URL" --out "$T/rp" --policy mooncake \
+    > "$T/out.txt" 2>&1 && fail "replay over HTTP took --policy"
+grep -q "the server places requests" "$T/out.txt" || fail "no reason: $(cat "$T/out.txt")"
+
 kill -TERM "$SRV"
 for _ in $(seq 300); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$SRV" 2>/dev/null && fail "moonlet serve did not stop on SIGTERM"

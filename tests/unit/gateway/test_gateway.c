@@ -327,8 +327,8 @@ static char *check_stream(const char *body, int chat, int include_usage, const c
             CU_ASSERT_EQUAL(strncmp(id, chat ? "chatcmpl-" : "cmpl-", chat ? 9 : 5), 0);
         }
         c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-        if (c == NULL) { /* the usage chunk */
-            moon_gw_usage_t u;
+        if (c == NULL) {              /* the usage chunk */
+            moon_gw_usage_t u  = {0}; /* no moonlet_details: not asked for */
             cJSON          *us = cJSON_GetObjectItem(j, "usage");
             u.prompt_tokens =
                 (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "prompt_tokens"));

@@ -56,6 +56,29 @@ static void test_chat_body(void)
           "\"finish_reason\":\"stop\"}]," USAGE "}");
 }
 
+/* The moonlet_details extension, asked for: after OpenAI's fields. */
+static void test_usage_details(void)
+{
+    moon_gw_usage_t u   = usage;
+    size_t          len = 0;
+    char           *got;
+
+    u.details          = 1;
+    u.prefill_instance = 1;
+    u.decode_instance  = -1;
+    u.queue_s          = 0.25;
+    u.prefill_s        = 0.5;
+    u.transfer_s       = 0;
+    u.ttft_s           = 1;
+    got                = moon_gw_format_response(&cmpl, "x", "stop", &u, &len);
+    check(got, &len,
+          "{" CMPL_HEAD ",\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,"
+          "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,"
+          "\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":2},"
+          "\"moonlet_details\":{\"prefill_instance\":1,\"decode_instance\":-1,\"queue_s\":0.25,"
+          "\"prefill_s\":0.5,\"transfer_s\":0,\"ttft_s\":1}}}");
+}
+
 static void test_completion_chunks(void)
 {
     moon_gw_resp_meta_t m   = cmpl;
@@ -148,6 +171,6 @@ static void test_done_to_http(void)
     CU_ASSERT_EQUAL(err.http, 500);
 }
 
-MOON_TEST_MAIN("gw_format", NULL, NULL, test_completion_body, test_chat_body,
+MOON_TEST_MAIN("gw_format", NULL, NULL, test_completion_body, test_chat_body, test_usage_details,
                test_completion_chunks, test_chat_chunks, test_models, test_error_objects,
                test_done_to_http)

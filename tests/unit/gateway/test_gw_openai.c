@@ -66,7 +66,7 @@ static void test_completion_fields(void)
         run("{\"model\":\"stories260K\",\"prompt\":\"Once upon\",\"max_tokens\":7,"
             "\"temperature\":0,\"top_p\":0.5,\"top_k\":3,\"seed\":9,\"stop\":[\".\",\"!\"],"
             "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true,"
-            "\"user\":\"ignored\"}",
+            "\"moonlet_details\":true,\"user\":\"ignored\"}",
             0, &req, &err),
         200);
     CU_ASSERT_EQUAL(req.params.max_tokens, 7);
@@ -78,6 +78,7 @@ static void test_completion_fields(void)
     CU_ASSERT_STRING_EQUAL(req.params.stop[1], "!");
     CU_ASSERT_TRUE(req.stream);
     CU_ASSERT_TRUE(req.include_usage);
+    CU_ASSERT_TRUE(req.details);
     CU_ASSERT(req.params.flags & MOON_SERVE_F_IGNORE_EOS);
     /* tokenized here, BOS first, no ADD_BOS flag for the cluster */
     CU_ASSERT(req.params.n_tokens > 2);
@@ -134,6 +135,7 @@ static void test_completion_errors(void)
     expect("{\"prompt\":\"x\",\"n\":\"1\"}", 0, 400, "n");
     expect("{\"prompt\":\"x\",\"n\":1}", 0, 200, NULL);
     expect("{\"prompt\":\"x\",\"stream\":1}", 0, 400, "stream");
+    expect("{\"prompt\":\"x\",\"moonlet_details\":\"yes\"}", 0, 400, "moonlet_details");
     expect("{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}", 0, 400,
            "stream_options");
     expect("{\"prompt\":\"x\",\"echo\":true}", 0, 400, "echo");

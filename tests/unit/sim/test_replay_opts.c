@@ -56,7 +56,7 @@ static void test_defaults_and_forms(void)
 static void test_bad_input_names_the_option(void)
 {
     static const struct {
-        const char *args[4];
+        const char *args[5];
         const char *expect;
     } cases[] = {
         {{"--bogus"}, "--bogus"},
@@ -70,11 +70,14 @@ static void test_bad_input_names_the_option(void)
         {{"--trace", "t", "--tbt-slo-ms", "abc"}, "--tbt-slo-ms: 'abc' is not a finite number"},
         {{"--trace", "t", "--ttft-slo-ms", "inf"}, "--ttft-slo-ms: 'inf' is not a finite number"},
         {{"--trace", "t", "--sim=maybe"}, "--sim"},
-        {{"--trace", "t", "--sim"}, "--out is required with --sim or --real"},
+        {{"--trace", "t", "--sim"}, "--out is required"},
+        {{"--trace", "t", "--out=d"}, NULL}, /* over HTTP, to --url's default */
+        {{"--trace", "t", "--out=d", "--policy=a"}, "over HTTP the server places requests"},
+        {{"--trace", "t", "--out=d", "--colocated"}, "need --sim or --real"},
         {{"--trace", "t", "--real", "--out=d"}, "--real needs --model"},
         {{"--sim", "--out", "d"}, "--trace is required"},
-        {{"--trace", "t", "--policy", "a"}, NULL},
-        {{"--trace", "t", "--policy=a", "--compare=b"}, "exclude each other"},
+        {{"--trace", "t", "--sim", "--out=d", "--policy=a"}, NULL},
+        {{"--trace=t", "--sim", "--out=d", "--policy=a", "--compare=b"}, "exclude each other"},
         {{"--trace", "t", "--block-tokens", "99999999999"}, "--block-tokens: '99999999999'"},
         {{"--trace", "t", "--block-scale", "513"},
          "--block-scale: '513' is not an integer in [0, 512]"},
@@ -82,13 +85,13 @@ static void test_bad_input_names_the_option(void)
         {{"--trace", "t", "extra"}, "unexpected argument 'extra'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char              *argv[6] = {"replay"};
+        char              *argv[7] = {"replay"};
         int                argc    = 1;
         moon_replay_opts_t o;
         char               err[256];
         int                rc;
 
-        for (int k = 0; k < 4 && cases[i].args[k] != NULL; k++) {
+        for (int k = 0; k < 5 && cases[i].args[k] != NULL; k++) {
             argv[argc++] = (char *)cases[i].args[k];
         }
         rc = moon_replay_opts_parse(argc, argv, &o, err, sizeof(err));
