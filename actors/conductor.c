@@ -640,6 +640,12 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (c->a.balance_threshold > 0.0) {
         sc.balance_threshold = c->a.balance_threshold;
     }
+    if (c->a.shed_after > 0.0) {
+        sc.shed_after = c->a.shed_after;
+    }
+    if (c->a.shed_share > 0.0) {
+        sc.shed_share = c->a.shed_share;
+    }
     c->reqs = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
     c->inst = moon_calloc(c->n_inst, sizeof(*c->inst));
     status  = c->reqs && c->inst ? moon_sched_view_init(&c->view, c->n_inst) : MOON_ERR_NO_MEMORY;

@@ -20,13 +20,14 @@ typedef struct {
     const moon_addr_t  *shards;              /* store shards whose events feed the prefix index
                                                 (copied); n_shards 0: no store */
     uint32_t    n_shards;
-    const char *policy;              /* scheduler policy name (NULL: the default) */
-    double      ttft_slo_s;          /* 0: none */
-    double      tbt_slo_s;           /* 0: none */
-    double      balance_threshold;   /* mooncake's pull threshold (0: default) */
-    double      kv_link_bytes_per_s; /* prefill <- store / decode <- prefill (0: 10 GB/s) */
-    uint64_t    kv_block_bytes;      /* KV bytes a block moves (0: the model's; a simulation
-                                        gives its modeled model's) */
+    const char *policy;                 /* scheduler policy name (NULL: the default) */
+    double      ttft_slo_s;             /* 0: none */
+    double      tbt_slo_s;              /* 0: none */
+    double      balance_threshold;      /* mooncake's pull threshold (0: default) */
+    double      shed_after, shed_share; /* moonlet's shedding by cost (0: defaults) */
+    double      kv_link_bytes_per_s;    /* prefill <- store / decode <- prefill (0: 10 GB/s) */
+    uint64_t    kv_block_bytes;         /* KV bytes a block moves (0: the model's; a simulation
+                                           gives its modeled model's) */
     uint64_t seed;
 } moon_conductor_args_t;
 

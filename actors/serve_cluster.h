@@ -34,6 +34,7 @@ typedef struct {
     double              ttft_slo_ms;  /* early rejection: 0 none */
     double              tbt_slo_ms;
     double              balance_threshold;
+    double              shed_after, shed_share;
     double              kv_link_gbps; /* KV transfer bandwidth the predictions assume */
     uint64_t            seed;
 } moon_serve_config_t;

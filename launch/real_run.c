@@ -54,6 +54,8 @@ moon_status_t moon_replay_real_run(const moon_sim_run_config_t *cfg, moon_sim_re
     sc.policy      = policy;
     sc.ttft_slo_ms = cfg->ttft_slo_s * 1e3;
     sc.tbt_slo_ms  = cfg->tbt_slo_s * 1e3;
+    sc.shed_after  = cfg->shed_after;
+    sc.shed_share  = cfg->shed_share;
     sc.seed        = cfg->seed;
     moon_runtime_config_default(&rc);
     rc.n_workers = cfg->workers ? cfg->workers : 1;

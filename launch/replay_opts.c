@@ -6,6 +6,7 @@
 
 #include "moonlet/config.h"
 #include "moonlet/defs.h"
+#include "moonlet/sched_policy.h"
 
 #include <errno.h>
 #include <math.h>
@@ -56,6 +57,13 @@ static const moon_config_field_t replay_fields[] = {
      .dmin = 1e-3, .dmax = 1e9},
     {"time-scale", MOON_CONFIG_DOUBLE, RO(time_scale), .dflt = "1",
      .doc = "arrival = timestamp x this (0.5: twice the rate)", .dmin = 1e-9, .dmax = 1e9},
+    {"shed-after", MOON_CONFIG_DOUBLE, RO(shed_after), .dflt = "0.3",
+     .doc  = "moonlet policy: shed by cost once the queue exceeds this share of the ttft slo",
+     .dmin = 1e-3, .dmax = 1},
+    {"shed-share", MOON_CONFIG_DOUBLE, RO(shed_share), .dflt = "0.5",
+     .doc =
+         "moonlet policy: then reject a prefill over this share of the ttft budget left (1: off)",
+     .dmin = 1e-3, .dmax = 1},
     {"seed", MOON_CONFIG_U64, RO(seed), .dflt = "1", .doc = "seed of the executor and policies"},
     {"out", MOON_CONFIG_STRING, RO(out), .doc = "output folder: requests.csv, summary.json, plots"},
     {"profile", MOON_CONFIG_STRING, RO(profile), .dflt = MOON_PROFILE_DEFAULT,
@@ -137,10 +145,12 @@ int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len)
         return fail(err, err_len, "--out is required");
     }
     if (!opts->sim && !opts->real &&
-        (opts->policy != NULL || opts->compare != NULL || opts->colocated)) {
+        (opts->policy != NULL || opts->compare != NULL || opts->colocated ||
+         opts->shed_after != MOON_SCHED_SHED_AFTER_DEFAULT ||
+         opts->shed_share != MOON_SCHED_SHED_SHARE_DEFAULT)) {
         return fail(err, err_len,
-                    "over HTTP the server places requests: --policy, --compare and "
-                    "--colocated need --sim or --real (or moonlet serve's own flags)");
+                    "over HTTP the server places requests: --policy, --compare, --colocated "
+                    "and --shed-* need --sim or --real (or moonlet serve's own flags)");
     }
     if (opts->sim && opts->real) {
         return fail(err, err_len, "--sim and --real exclude each other");

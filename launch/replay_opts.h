@@ -69,6 +69,7 @@ typedef struct {
     uint64_t    seed;
     double      ttft_slo_s, tbt_slo_s; /* seconds after parsing (the flags are ms) */
     double      time_scale;
+    double      shed_after, shed_share; /* moonlet's shedding by cost (sched_policy.h) */
 } moon_replay_opts_t;
 
 /* Parses argv[1..argc) (argv[0] is the subcommand name) into *opts (filled

@@ -226,6 +226,8 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
         .policy       = policy,
         .ttft_slo_s   = cfg->ttft_slo_s,
         .tbt_slo_s    = cfg->tbt_slo_s,
+        .shed_after   = cfg->shed_after,
+        .shed_share   = cfg->shed_share,
         .kv_link_bytes_per_s =
             MOON_MIN(pf->network.nics_per_node * moon_profile_nic_bytes_per_s(pf),
                      pf->store.dram_bytes_per_s),

@@ -22,6 +22,7 @@ typedef struct {
     uint32_t              block_tokens;
     double                ttft_slo_s, tbt_slo_s;
     double                time_scale;
+    double                shed_after, shed_share; /* moonlet's shedding by cost (0: defaults) */
     uint64_t              seed;
     moon_progress_t      *progress; /* may be NULL */
     /* moon_replay_real_run only */

@@ -12,7 +12,8 @@
  * handover: the prompt's blocks, and those of the sequences whose prefills
  * end meanwhile on the same instance, come over its link, overlapping the
  * prefill's compute only (a long cached prefix after a short suffix makes
- * the first gap long, and spreading such handovers shortens it). */
+ * the first gap long, and spreading such handovers shortens it). With early
+ * rejection it also sheds by cost under overload (policy.c shed()). */
 #include "sched_internal.h"
 
 #include <math.h>
@@ -88,8 +89,10 @@ static void moonlet_place(moon_sched_policy_t *policy, const sched_ctx_t *c,
 const sched_policy_ops_t sched_moonlet_ops = {
     .name     = "moonlet",
     .doc      = "ours: prices every fetch option (pull when the transfer costs less than the "
-                "compute it saves); decode by TBT predicted at prefill end with room waits",
+                "compute it saves); decode by TBT predicted at prefill end with room waits; "
+                "sheds costly prefills under overload",
     .peak     = 1,
     .handover = 1,
+    .shed     = 1,
     .place    = moonlet_place,
 };

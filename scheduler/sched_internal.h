@@ -39,6 +39,7 @@ typedef struct {
     const char *doc;
     int         peak;     /* predict TBT from the peak step over the sequence's life */
     int         handover; /* count the KV handover's wait in the first gap */
+    int         shed;     /* early rejection also sheds by cost (policy.c shed()) */
     /* Picks into d: the prefill instance and prefix (through
      * sched_predict_prefill), then the decode instance (through
      * sched_set_decode). At least one candidate of each role is alive. */

@@ -6,8 +6,9 @@
 # 16-node run again with 4x the HBM and store DRAM (--kv-scale=4): KV payloads
 # are virtual, so its peak RSS must stay that of the first. Then the policy
 # comparison: moonlet against Algorithm 1 (both with early rejection) on the
-# synthetic trace at 2.5 times its rate, TTFT <= 30 s and TBT <= 100 ms: their
-# goodput and the ratio (anchor: mooncake, same run). Then the cross-check
+# synthetic trace from its rate to 3.3 times it, TTFT <= 30 s and TBT <= 100 ms
+# (and 200 / 300 ms at 2.5 times): their goodput and the ratio (anchor:
+# mooncake, same run). Then the cross-check
 # against the real cluster (sim_crosscheck.sh).
 # SMOKE=1: 200 requests on 4 nodes.
 set -euo pipefail
@@ -22,6 +23,11 @@ for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10
     "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=4
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
-    "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale=0.4
+    for ts in 1 0.5 0.4 0.35 0.3; do
+        "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale="$ts"
+    done
+    for tbt in 200 300; do
+        "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale=0.4 --tbt-slo-ms="$tbt"
+    done
 done
 bash "$(dirname "$0")/sim_crosscheck.sh"

@@ -48,14 +48,23 @@ typedef struct moon_sched_policy moon_sched_policy_t; /* opaque */
 
 #define MOON_SCHED_POLICY_DEFAULT "moonlet"
 #define MOON_SCHED_BALANCE_THRESHOLD_DEFAULT 2.0
+#define MOON_SCHED_SHED_AFTER_DEFAULT 0.3
+#define MOON_SCHED_SHED_SHARE_DEFAULT 0.5
 
 typedef struct {
     uint64_t seed;              /* random: the generator's seed */
     int      early_reject;      /* 1: reject a request whose predicted TTFT/TBT breaks its SLO */
     double   balance_threshold; /* mooncake: pull when best_len / local_len > this (> 0) */
+    /* moonlet's early rejection sheds load by cost: once the predicted queue
+     * exceeds shed_after x the TTFT SLO, it rejects a request whose prefill
+     * would take more than shed_share of the TTFT budget left (SLO - queue -
+     * transfer). Both in [0, 1]; shed_share 1 turns it off. */
+    double shed_after;
+    double shed_share;
 } moon_sched_config_t;
 
-/* Defaults: seed 1, early rejection off, balance threshold 2.0. */
+/* Defaults: seed 1, early rejection off, balance threshold 2.0, shedding
+ * after 0.3 of the TTFT SLO above half the budget left. */
 MOON_API void moon_sched_config_default(moon_sched_config_t *cfg);
 
 /* Creates the policy called name (see the list above). A suffix "+reject" or

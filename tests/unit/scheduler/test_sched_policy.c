@@ -83,6 +83,12 @@ static void test_names_list_and_create(void)
     CU_ASSERT_EQUAL(moon_sched_policy_create("random", NULL, NULL), MOON_ERR_INVALID_PARAM);
     cfg.balance_threshold = 0.0;
     CU_ASSERT_EQUAL(moon_sched_policy_create("mooncake", &cfg, &p), MOON_ERR_INVALID_PARAM);
+    moon_sched_config_default(&cfg);
+    cfg.shed_after = 1.5;
+    CU_ASSERT_EQUAL(moon_sched_policy_create("moonlet", &cfg, &p), MOON_ERR_INVALID_PARAM);
+    cfg.shed_after = 0.3;
+    cfg.shed_share = NAN;
+    CU_ASSERT_EQUAL(moon_sched_policy_create("moonlet", &cfg, &p), MOON_ERR_INVALID_PARAM);
     moon_fault_fail_after(1);
     CU_ASSERT_EQUAL(moon_sched_policy_create("random", NULL, &p), MOON_ERR_NO_MEMORY);
     moon_fault_reset();
@@ -397,6 +403,41 @@ static void test_early_rejection_on_ttft(void)
     CU_ASSERT_EQUAL(decide_ok(on, &view, &req).rejected, MOON_SCHED_ADMIT);
     moon_sched_policy_destroy(on);
     moon_sched_policy_destroy(off);
+    moon_sched_view_fini(&view);
+}
+
+/* moonlet sheds by cost once the queue passes 0.3 of the TTFT SLO: a
+ * prefill over half the budget left is rejected though it would meet the
+ * SLO; a cheap one, a short queue, shed_share 1 or Algorithm 1 admit it. */
+static void test_moonlet_sheds_expensive_prefills_when_queued(void)
+{
+    moon_sched_view_t    view;
+    moon_sched_request_t big = sched_test_request(20, NULL), small = sched_test_request(4, NULL);
+    moon_sched_policy_t *p = sched_test_policy("moonlet+reject"), *off = NULL;
+    moon_sched_policy_t *mk = sched_test_policy("mooncake+reject");
+    moon_sched_config_t  cfg;
+
+    sched_test_view(&view, 1, 1);
+    big.ttft_slo_s = small.ttft_slo_s = 1.0;
+    view.inst[0].queue_s              = 0.5; /* over 0.3 s: budget 0.5 s, half 0.25 s */
+    moon_sched_decision_t d           = decide_ok(p, &view, &big);
+    SCHED_ASSERT_NEAR(d.ttft_s, 0.82, 1e-12);            /* within the SLO... */
+    CU_ASSERT_EQUAL(d.rejected, MOON_SCHED_REJECT_TTFT); /* ...but 0.32 s > 0.25 s */
+    CU_ASSERT_PTR_NOT_NULL(d.reason);
+    CU_ASSERT_EQUAL(decide_ok(p, &view, &small).rejected, MOON_SCHED_ADMIT); /* 0.064 s */
+    CU_ASSERT_EQUAL(decide_ok(mk, &view, &big).rejected, MOON_SCHED_ADMIT);
+    view.inst[0].queue_s = 0.29; /* under the bar: whatever fits */
+    CU_ASSERT_EQUAL(decide_ok(p, &view, &big).rejected, MOON_SCHED_ADMIT);
+    view.inst[0].queue_s = 0.5;
+    moon_sched_config_default(&cfg);
+    cfg.shed_share = 1.0;
+    CU_ASSERT_EQUAL_FATAL(moon_sched_policy_create("moonlet+reject", &cfg, &off), MOON_OK);
+    CU_ASSERT_EQUAL(decide_ok(off, &view, &big).rejected, MOON_SCHED_ADMIT);
+    big.ttft_slo_s = 0.0; /* no SLO: nothing to shed against */
+    CU_ASSERT_EQUAL(decide_ok(p, &view, &big).rejected, MOON_SCHED_ADMIT);
+    moon_sched_policy_destroy(p);
+    moon_sched_policy_destroy(off);
+    moon_sched_policy_destroy(mk);
     moon_sched_view_fini(&view);
 }
 
@@ -723,8 +764,8 @@ MOON_TEST_MAIN(
     test_least_loaded_spreads_through_commits, test_cache_aware_picks_longest_local_prefix,
     test_mooncake_picks_by_ttft_with_transfer_and_queue, test_mooncake_pulls_above_threshold_only,
     test_moonlet_pulls_when_transfer_beats_compute, test_fully_cached_prompt_computes_one_token,
-    test_early_rejection_on_ttft, test_early_rejection_on_tbt,
-    test_tbt_predicted_at_prefill_end_admits_what_now_would_reject,
+    test_early_rejection_on_ttft, test_moonlet_sheds_expensive_prefills_when_queued,
+    test_early_rejection_on_tbt, test_tbt_predicted_at_prefill_end_admits_what_now_would_reject,
     test_tbt_predicted_at_prefill_end_rejects_what_now_would_admit,
     test_moonlet_picks_decode_by_load_at_prefill_end, test_moonlet_counts_the_kv_handover,
     test_moonlet_tbt_counts_sequences_joining_during_its_life, test_full_decode_waits_for_room,

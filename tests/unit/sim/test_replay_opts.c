@@ -74,6 +74,8 @@ static void test_bad_input_names_the_option(void)
         {{"--trace", "t", "--out=d"}, NULL}, /* over HTTP, to --url's default */
         {{"--trace", "t", "--out=d", "--policy=a"}, "over HTTP the server places requests"},
         {{"--trace", "t", "--out=d", "--colocated"}, "need --sim or --real"},
+        {{"--trace", "t", "--out=d", "--shed-share=0.9"}, "need --sim or --real"},
+        {{"--trace", "t", "--sim", "--out=d", "--shed-after=0"}, "--shed-after: '0' is not"},
         {{"--trace", "t", "--real", "--out=d"}, "--real needs --model"},
         {{"--sim", "--out", "d"}, "--trace is required"},
         {{"--trace", "t", "--sim", "--out=d", "--policy=a"}, NULL},
