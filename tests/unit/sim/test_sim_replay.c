@@ -154,13 +154,24 @@ static void test_two_runs_byte_identical(void)
     moon_trace_destroy(t);
 }
 
-/* The colocated baseline on the same trace: request 0 as from scratch; request
- * 1 reuses the 1024 tokens its instance holds only if it lands there. */
+/* The colocated baseline (1 + 1: two instances that each prefill and
+ * decode): request 0 as from scratch, on instance 0 (both idle: the first).
+ * A minute later request 1, an unrelated 512-token prompt with a long
+ * output, goes there too (idle again, the first); 20 ms later, while
+ * instance 0 still computes request 1, request 2 shares request 0's two
+ * blocks. Instance 0 told the conductor it holds them (CACHE_EVENTS), so the
+ * policy weighs the 1024 tokens it saves against the wait: request 2 goes to
+ * the busy instance 0, reuses the 1024 tokens and has its first token before
+ * an idle instance could compute its 1536 from scratch. Without the events
+ * the conductor would see instance 0 busy and instance 1 idle and send it
+ * to instance 1, cold. */
 static void test_colocated(void)
 {
     static const char *text =
         "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 60000, \"input_length\": 1536, \"output_length\": 2, "
+        "{\"timestamp\": 60000, \"input_length\": 512, \"output_length\": 200, "
+        "\"hash_ids\": [7]}\n"
+        "{\"timestamp\": 60020, \"input_length\": 1536, \"output_length\": 2, "
         "\"hash_ids\": [1, 2, 3]}\n";
     moon_trace_t         *t = NULL;
     moon_sim_records_t    r;
@@ -168,21 +179,27 @@ static void test_colocated(void)
     moon_cost_config_t    cost = moon_profile_cost(&profile);
 
     CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 3), MOON_OK);
     c           = config(t, 1, 1);
     c.colocated = 1;
     CU_ASSERT_EQUAL_FATAL(moon_replay_sim_run(&c, &r), MOON_OK);
-    CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_OK);
-    CU_ASSERT_EQUAL(r.recs[1].status, MOON_SIM_REQ_OK);
-    CU_ASSERT_EQUAL(r.recs[0].prefill, r.recs[0].decode); /* one instance does both */
+    for (uint32_t i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(r.recs[i].status, MOON_SIM_REQ_OK);
+        CU_ASSERT_EQUAL(r.recs[i].prefill, r.recs[i].decode); /* one instance does both */
+    }
     /* a hop to the instance, one back to the driver */
+    CU_ASSERT_EQUAL(r.recs[0].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[0].prefix_hit_tokens, 0);
     CU_ASSERT_EQUAL(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
                     2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)));
-    if (r.recs[1].prefill == r.recs[0].prefill) {
-        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 1024);
-    } else {
-        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 0);
-    }
+    CU_ASSERT_EQUAL(r.recs[1].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 0);
+    /* request 2 arrives while request 1 computes on instance 0 */
+    CU_ASSERT(r.recs[2].arrival_ns < r.recs[1].first_token_ns);
+    CU_ASSERT_EQUAL(r.recs[2].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[2].prefix_hit_tokens, 1024);
+    CU_ASSERT(r.recs[2].first_token_ns - r.recs[2].arrival_ns <
+              2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1536)));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
 }
