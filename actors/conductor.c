@@ -2,13 +2,15 @@
  * the request, tokenizes a text prompt, computes the prompt's block keys
  * (the store's chained keys under the deployment's tag), looks up how much of
  * the prefix the store holds in its global prefix index (fed by the shards'
- * event streams) and each prefill instance's own prefix cache holds (one
- * index per instance, fed by its CACHE_EVENTS), and asks the scheduler's policy for a (prefill,
- * decode) pair from its view of the cluster: every instance's fitted cost model (HELLO), its load
- * reports (LOAD) and the placements made since. A request whose predicted TTFT or TBT breaks its
- * SLO is rejected at arrival. The request's entry stays until its decode instance releases it, so a
- * CANCEL reaches both instances. Spawned with MOON_SPAWN_CONTROL: never muted. Requests it cannot
- * take are answered at once with DONE (finish error or rejected) and a log line. */
+ * event streams) and each prefill (or colocated) instance's own prefix cache
+ * holds (one index per instance, fed by its CACHE_EVENTS), and asks the
+ * scheduler's policy for a (prefill, decode) pair from its view of the
+ * cluster: every instance's fitted cost model (HELLO), its load reports
+ * (LOAD) and the placements made since. A request whose predicted TTFT or TBT
+ * breaks its SLO is rejected at arrival. The request's entry stays until its
+ * decode instance releases it, so a CANCEL reaches both instances. Spawned
+ * with MOON_SPAWN_CONTROL: never muted. Requests it cannot take are answered
+ * at once with DONE (finish error or rejected) and a log line. */
 #include "conductor.h"
 
 #include "moonlet/alloc.h"
@@ -48,7 +50,7 @@ typedef struct {
     moon_sched_view_t       view;
     moon_sched_policy_t    *policy;
     moon_kv_index_t        *index;                   /* NULL without a store */
-    moon_kv_index_t *cached[2 * COND_MAX_INSTANCES]; /* per prefill instance: its own cache */
+    moon_kv_index_t *cached[2 * COND_MAX_INSTANCES]; /* by view index: an instance's own cache */
     moon_addr_t      shards[COND_MAX_INSTANCES];
     creq_t          *reqs; /* (max_requests) */
     uint32_t         n_reqs;
@@ -62,6 +64,14 @@ typedef struct {
 static double now_s(moon_actor_t *self)
 {
     return (double)moon_now(moon_actor_runtime(self)) * 1e-9;
+}
+
+/* 1 when the instance at view index i keeps a prefix cache (and tells its
+ * content): prefill instances, or colocated ones (which come after the
+ * n_prefill = 0 prefill ones). */
+static int keeps_cache(const conductor_t *c, uint32_t i)
+{
+    return c->a.colocated ? i < c->n_inst : i < c->a.n_prefill;
 }
 
 /* View index of an instance: prefill ones first. */
@@ -224,7 +234,7 @@ static int index_synced(const conductor_t *c)
 }
 
 /* Asks the policy: the prompt's full blocks, how many the store holds (the
- * index) and each prefill instance's cache holds (local, n_inst entries: as
+ * index) and each caching instance's cache holds (local, n_inst entries: as
  * far as its events told; the instance checks), the SLOs. */
 static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
                            const int32_t *ids, uint32_t n, moon_sched_decision_t *d,
@@ -242,7 +252,7 @@ static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_
         store = moon_kv_index_prefix(c->index, keys, (uint32_t)got);
     }
     memset(local, 0, c->n_inst * sizeof(*local));
-    for (uint32_t i = 0; i < c->a.n_prefill && !c->a.colocated; i++) {
+    for (uint32_t i = 0; i < c->n_inst; i++) {
         if (c->cached[i] != NULL && c->view.inst[i].alive &&
             moon_kv_index_synced(c->cached[i], 0)) {
             local[i] = moon_kv_index_prefix(c->cached[i], keys, (uint32_t)got);
@@ -494,15 +504,16 @@ static moon_status_t conductor_on_events(moon_actor_t *self, const moon_msg_hdr_
     return MOON_OK;
 }
 
-/* A prefill instance's cache changed: its index follows; a gap asks the
- * instance for a snapshot. */
+/* A prefill (or colocated) instance's cache changed: its index follows; a
+ * gap asks the instance for a snapshot. */
 static moon_status_t conductor_on_cache_events(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t                     *c = moon_actor_state(self);
     const moon_serve_cache_events_t *m = (const void *)msg;
-    int32_t                          i = view_index(c, MOON_SERVE_ROLE_PREFILL, m->instance);
-    moon_serve_cache_sync_t         *q;
-    moon_status_t                    status;
+    int32_t i = view_index(c, c->a.colocated ? MOON_SERVE_ROLE_COLOCATED : MOON_SERVE_ROLE_PREFILL,
+                           m->instance);
+    moon_serve_cache_sync_t *q;
+    moon_status_t            status;
 
     if (i < 0 || c->cached[i] == NULL || !c->inst[i].hello || c->inst[i].addr != msg->src) {
         return MOON_OK; /* not (yet) known: its next events show a gap, then it resyncs */
@@ -512,7 +523,8 @@ static moon_status_t conductor_on_cache_events(moon_actor_t *self, const moon_ms
     if (status != MOON_ERR_CORRUPT && status != MOON_ERR_NO_MEMORY) {
         return MOON_OK;
     }
-    MOON_WARN("conductor: cache events of prefill %u lost (%s): asking for a snapshot", m->instance,
+    MOON_WARN("conductor: cache events of %s %u lost (%s): asking for a snapshot",
+              c->a.colocated ? "colocated instance" : "prefill", m->instance,
               moon_status_str(status));
     c->stats.n_index_resyncs++;
     q = moon_msg_new(MOON_MSG_SERVE_CACHE_SYNC, 0);
@@ -548,7 +560,7 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
                   c->inst[m->ref].last.role, moon_status_str(m->reason));
         c->view.inst[m->ref].alive = 0;
         c->inst[m->ref].hello      = 0;
-        if (m->ref < c->a.n_prefill && c->cached[m->ref] != NULL) {
+        if (c->cached[m->ref] != NULL) {
             moon_kv_index_drop_shard(c->cached[m->ref], 0); /* its cache went with it */
         }
     }
@@ -661,7 +673,7 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (status == MOON_OK && c->a.n_shards > 0) {
         status = moon_kv_index_create(c->a.n_shards, &c->a.tag, &c->index);
     }
-    for (uint32_t i = 0; status == MOON_OK && !c->a.colocated && i < c->a.n_prefill; i++) {
+    for (uint32_t i = 0; status == MOON_OK && keeps_cache(c, i); i++) {
         status = moon_kv_index_create(1, &c->a.tag, &c->cached[i]);
     }
     for (uint32_t s = 0; status == MOON_OK && s < c->a.n_shards; s++) {

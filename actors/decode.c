@@ -9,20 +9,23 @@
  * instance also takes PREFILL itself, reuses the prompt's leading blocks from
  * its own prefix cache (block_cache.h), computes the rest in chunks that
  * alternate with the batch's decode steps on the same engine, and then runs
- * the sequence in its batch; no store, no transfer.
+ * the sequence in its batch; no store, no transfer. Like a prefill
+ * instance, it tells the conductor its cache's content as CACHE_EVENTS
+ * (cache_events.h), so placement can send a prompt where its prefix is.
  *
  * Admission is budgeted: a request is taken only when the blocks it can ever
  * need (prompt + max_tokens) fit beside those of the requests already taken,
  * so a running sequence never finds the pool full; the others wait, in order. */
 #include "decode.h"
 
+#include "block_cache.h"
+#include "cache_events.h"
 #include "engine_runner.h"
 #include "kv_pool.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 #include "serve_instance.h"
 #include "serve_text.h"
-#include "block_cache.h"
 
 #include <string.h>
 
@@ -81,7 +84,8 @@ typedef struct {
     uint32_t            chunk_n;
     float              *c_logits; /* (vocab) the chunk's last logits */
     int                 last_was_chunk;
-    moon_block_cache_t *cache; /* colocated: the instance's own prefix cache */
+    moon_block_cache_t *cache;  /* colocated: the instance's own prefix cache */
+    moon_cache_events_t events; /* colocated: its changes, told to the conductor */
     uint64_t            timer;
     uint64_t            n_cache_hit_tokens, n_computed_tokens;
     /* cancels that came before their request */
@@ -388,7 +392,7 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
 /* Room for a request that may need `need` blocks, beside what the taken
  * ones may still need: blocks only the prefix cache holds count as room once
  * given back (least recently used first). */
-static int budget_allows(decode_t *d, uint32_t need)
+static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need)
 {
     uint32_t idle = d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
 
@@ -396,6 +400,7 @@ static int budget_allows(decode_t *d, uint32_t need)
         moon_block_cache_make_room(d->cache, moon_kv_n_free_blocks(d->pool.kv) + 1);
         idle = moon_block_cache_idle(d->cache);
     }
+    moon_cache_events_flush(&d->events, self); /* the evictions, if any */
     return d->committed + need + idle <= d->a.n_blocks;
 }
 
@@ -405,8 +410,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens);
     dreq_t  *r    = NULL;
 
-    (void)self;
-    if (!budget_allows(d, need)) {
+    if (!budget_allows(self, d, need)) {
         return MOON_ERR_NO_RESOURCE;
     }
     for (uint32_t i = 0; i < d->a.max_seqs && r == NULL; i++) {
@@ -857,6 +861,7 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
             for (uint32_t i = 0; i < MOON_MIN(n_keys, r->n_prompt / d->a.block_tokens); i++) {
                 moon_block_cache_put(d->cache, keys[i], moon_kv_seq_block(d->pool.kv, r->seq, i));
             }
+            moon_cache_events_flush(&d->events, self);
             r->state   = DREQ_RUNNING;
             r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
             emit(self, d, r, moon_sampler_sample(&r->smp, d->c_logits));
@@ -922,6 +927,17 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     return MOON_OK;
 }
 
+/* Colocated: the conductor lost some of our cache events: it gets the whole cache. */
+static moon_status_t decode_on_cache_sync(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t *d = moon_actor_state(self);
+
+    if (d->cache != NULL && msg->src == d->a.conductor) {
+        moon_cache_events_snapshot(&d->events, self, d->cache);
+    }
+    return MOON_OK;
+}
+
 /* ---- life ------------------------------------------------------------------ */
 
 static void decode_fini(moon_actor_t *self);
@@ -967,6 +983,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         d->c_logits = moon_calloc(d->vocab, sizeof(float));
         status      = d->c_logits ? moon_block_cache_create(d->pool.kv, d->a.n_blocks, &d->cache)
                                   : MOON_ERR_NO_MEMORY;
+        if (status == MOON_OK) {
+            moon_cache_events_init(&d->events, d->cache, d->a.instance, &d->a.tag, d->a.conductor);
+        }
     }
     if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits)) {
         status = MOON_ERR_NO_MEMORY;
@@ -979,6 +998,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         MOON_ERROR("decode %u: setup failed: %s", d->a.instance, moon_status_str(status));
         decode_fini(self); /* the runtime does not call fini after a failed init */
         return status;
+    }
+    if (d->cache != NULL) {
+        moon_cache_events_snapshot(&d->events, self, d->cache); /* after HELLO: empty */
     }
     report_load(self, d);
     return MOON_OK;
@@ -1005,7 +1027,8 @@ static void decode_fini(moon_actor_t *self)
         moon_msg_release(d->waiting[i]);
     }
     moon_free(d->waiting);
-    moon_block_cache_destroy(d->cache);
+    moon_block_cache_destroy(d->cache); /* its references, before the pool goes */
+    moon_cache_events_fini(&d->events);
     moon_kv_pool_close(&d->pool);
     moon_engine_destroy(d->engine);
     moon_free(d->c_logits);
@@ -1029,5 +1052,6 @@ const moon_actor_ops_t moon_decode_ops = {
             [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
             [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
             [MOON_MSG_SYS_TIMER]         = decode_on_timer,
+            [MOON_MSG_SERVE_CACHE_SYNC]  = decode_on_cache_sync,
         },
 };

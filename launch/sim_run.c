@@ -19,8 +19,9 @@
  * P + j, and a prompt's store blocks come evenly from every shard's node.
  * Store shard k is on node k; the conductor and the driver (the clients)
  * on a front node of their own. A message between actors on different
- * nodes arrives the profile's network latency after its send (the
- * runtime's sim_latency_ns). */
+ * nodes takes its bytes at one NIC's rate, queued behind its sender's
+ * earlier messages, then the profile's network latency (the runtime's
+ * sim_bytes_per_s and sim_latency_ns). */
 #include "sim_run.h"
 
 #include "conductor.h"
@@ -329,14 +330,15 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     if (status == MOON_OK) {
         last = moon_trace_arrival_ns(&cfg->trace->reqs[cfg->trace->n_reqs - 1], cfg->time_scale);
         moon_runtime_config_default(&rc);
-        rc.deterministic  = 1;
-        rc.seed           = cfg->seed;
-        rc.max_actors     = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
-        rc.sim_max_ns     = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
-        rc.sim_latency_ns = (uint64_t)(cfg->profile->network.latency_s * 1e9 + 0.5);
-        rc.trace          = moon_replay_watch_hook;
-        rc.trace_arg      = &s.watch;
-        status            = moon_runtime_create(&rc, &s.rt);
+        rc.deterministic   = 1;
+        rc.seed            = cfg->seed;
+        rc.max_actors      = 4 * (s.n_store + s.n_prefill + s.n_decode) + 64;
+        rc.sim_max_ns      = SIM_START_NS + last + 100000ull * 1000000000ull; /* a day past */
+        rc.sim_latency_ns  = (uint64_t)(cfg->profile->network.latency_s * 1e9 + 0.5);
+        rc.sim_bytes_per_s = moon_profile_nic_bytes_per_s(cfg->profile);
+        rc.trace           = moon_replay_watch_hook;
+        rc.trace_arg       = &s.watch;
+        status             = moon_runtime_create(&rc, &s.rt);
     }
     if (status == MOON_OK && !cfg->colocated) {
         moon_sim_net_config_t nc =

@@ -192,8 +192,8 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
     }
     moon_msg_env(msg)->dst = to;
     if (MOON_UNLIKELY(rt->sim != NULL) && sender != NULL && sender->sim_node != a->sim_node &&
-        rt->cfg.sim_latency_ns > 0) {
-        return moon_sim_defer(rt->sim, msg, rt->cfg.sim_latency_ns); /* across the network */
+        (rt->cfg.sim_latency_ns > 0 || rt->cfg.sim_bytes_per_s > 0.0)) {
+        return moon_sim_send_remote(rt->sim, sender, msg); /* across the network */
     }
     if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
         rt->exec->schedule(rt, a);
@@ -614,14 +614,15 @@ moon_status_t moon_spawn(moon_runtime_t *rt, const moon_actor_ops_t *ops, const 
                    status == MOON_ERR_NO_RESOURCE ? "actor table full" : "no memory for a slot");
         return status;
     }
-    a->ops         = ops;
-    a->addr        = addr_make(rt->cfg.rank, a->index, atomic_load(&a->gen));
-    a->flags       = opts->flags;
-    a->sim_node    = opts->sim_node;
-    a->exiting     = 0;
-    a->exit_reason = MOON_OK;
-    a->send_seq    = 0;
-    a->mute_on     = NULL;
+    a->ops              = ops;
+    a->addr             = addr_make(rt->cfg.rank, a->index, atomic_load(&a->gen));
+    a->flags            = opts->flags;
+    a->sim_node         = opts->sim_node;
+    a->sim_lane_free_ns = 0;
+    a->exiting          = 0;
+    a->exit_reason      = MOON_OK;
+    a->send_seq         = 0;
+    a->mute_on          = NULL;
     moon_vec_init(&a->links, sizeof(moon_addr_t)); /* empty: the last incarnation freed them */
     moon_vec_init(&a->monitors, sizeof(monitor_t));
     atomic_store(&a->n_processed, 0);

@@ -5,6 +5,8 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <math.h>
+
 void moon_runtime_config_default(moon_runtime_config_t *cfg)
 {
     *cfg = (moon_runtime_config_t){
@@ -25,7 +27,8 @@ moon_status_t moon_runtime_create(const moon_runtime_config_t *cfg, moon_runtime
     moon_status_t   status;
 
     if (cfg == NULL || cfg->batch == 0 || cfg->mailbox_bound < 2 || cfg->max_actors < 2 ||
-        cfg->max_actors > (1u << ADDR_SLOT_BITS) || cfg->rank >= (1u << ADDR_RANK_BITS)) {
+        cfg->max_actors > (1u << ADDR_SLOT_BITS) || cfg->rank >= (1u << ADDR_RANK_BITS) ||
+        !(cfg->sim_bytes_per_s >= 0.0) || !isfinite(cfg->sim_bytes_per_s)) {
         MOON_ERROR("runtime: invalid configuration");
         return MOON_ERR_INVALID_PARAM;
     }

@@ -55,9 +55,10 @@ struct moon_actor {
     alignas(MOON_CACHE_LINE) const moon_actor_ops_t *ops;
     void              *state;
     moon_addr_t        addr;
-    uint32_t           flags;    /* MOON_SPAWN_* */
-    uint32_t           sim_node; /* deterministic executor: its simulated node */
-    uint8_t            exiting;  /* exit requested during this turn */
+    uint32_t           flags;            /* MOON_SPAWN_* */
+    uint32_t           sim_node;         /* deterministic executor: its simulated node */
+    uint64_t           sim_lane_free_ns; /* its messages to other nodes leave from then on */
+    uint8_t            exiting;          /* exit requested during this turn */
     moon_status_t      exit_reason;
     struct moon_actor *mute_on; /* overloaded receiver hit during this turn */
     uint64_t           send_seq;
@@ -147,8 +148,10 @@ void                         moon_sim_destroy(moon_sim_t *sim);
 uint64_t                     moon_sim_run(moon_sim_t *sim, uint64_t max_dispatches);
 extern const moon_exec_ops_t moon_sim_exec_ops;
 
-/* Holds msg (its env's dst set) for delivery delay_ns of virtual time from now. */
-moon_status_t moon_sim_defer(moon_sim_t *sim, moon_msg_hdr_t *msg, uint64_t delay_ns);
+/* Holds msg (its env's dst set) from sender to another node for its modeled trip: queued on the
+ * sender's lane behind its earlier messages, bytes / sim_bytes_per_s on it,
+ * then sim_latency_ns (moon_runtime_config_t). */
+moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_msg_hdr_t *msg);
 
 /* timer.c: a deadline heap; threaded mode runs it on its own thread,
  * deterministic mode polls it from the executor loop. */

@@ -43,7 +43,7 @@ typedef struct {
     moon_addr_t monitor;     /* optional: this actor gets DOWN when the new one ends */
     uint64_t    monitor_ref; /* ref carried by that DOWN */
     uint32_t    sim_node;    /* deterministic executor: the simulated node it runs on
-                                (moon_runtime_config_t.sim_latency_ns) */
+                                (moon_runtime_config_t.sim_latency_ns, sim_bytes_per_s) */
 } moon_spawn_opts_t;
 
 /* Spawns an actor; init runs on the calling thread before this returns.

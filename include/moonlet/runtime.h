@@ -27,8 +27,13 @@ typedef struct {
     moon_trace_fn trace;         /* optional */
     void         *trace_arg;
     /* deterministic: a message from an actor to one on another sim_node
-     * (moon_spawn_opts_t) arrives this long after its send (0: at once) */
+     * (moon_spawn_opts_t) leaves once the sender's earlier ones have (each
+     * actor sends on a lane of its own), takes its bytes (header and spans)
+     * / sim_bytes_per_s on that lane (0: size not priced) and arrives
+     * sim_latency_ns after it left (0: at once). Idle lane: latency +
+     * bytes / rate after the send. */
     uint64_t sim_latency_ns;
+    double   sim_bytes_per_s;
 } moon_runtime_config_t;
 
 MOON_API void moon_runtime_config_default(moon_runtime_config_t *cfg);

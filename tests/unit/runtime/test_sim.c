@@ -2,18 +2,22 @@
  * gives a byte-identical message trace; different seeds give different
  * interleavings, and searching seeds finds an order-dependent bug planted in
  * a test actor (and replays it); messages between actors on different
- * simulated nodes arrive the configured latency later, in send order. */
+ * simulated nodes arrive the configured latency later, in send order, and a
+ * larger one later by exactly its extra bytes / the configured rate. */
 #include "moonlet/moonlet.h"
 
 #include "moon_test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #define T_N_FIELDS(F, T) F(T, u64, n)
+#define T_BLOB_FIELDS(F, T) F(T, u64, n) F(T, u64s, data)
 #define T_MSGS(X)                                                                                  \
     X(T_MSG_WORK, t_work_t, T_N_FIELDS)                                                            \
-    X(T_MSG_DONE, t_done_t, T_N_FIELDS)
+    X(T_MSG_DONE, t_done_t, T_N_FIELDS)                                                            \
+    X(T_MSG_BLOB, t_blob_t, T_BLOB_FIELDS)
 MOON_MSG_DECLARE(T_MSGS, 230, T_MSG_END)
 MOON_MSG_DEFINE(T_MSGS, t_msg_descs)
 
@@ -245,6 +249,117 @@ static void test_latency_between_nodes(void)
     moon_runtime_destroy(rt);
 }
 
+/* Size: blob senders on node 0 send BLOBs of n_elems u64s (ids n) to a
+ * recorder on node 1, each from init, so at virtual time 0. At 1 byte per
+ * ns, a message's bytes are its wire time in ns. */
+typedef struct {
+    moon_addr_t to;
+    uint32_t    n_msgs;
+    uint64_t    n[2], n_elems[2];
+} blob_args_t;
+
+static moon_status_t rec_on_blob(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    if (lat_count < 8) {
+        lat_at[lat_count]     = moon_now(moon_actor_runtime(self));
+        lat_n_of[lat_count++] = ((const t_blob_t *)msg)->n;
+    }
+    return MOON_OK;
+}
+
+static const moon_actor_ops_t blob_rec_ops = {.name   = "blob recorder",
+                                              .on_msg = {[T_MSG_BLOB] = rec_on_blob}};
+
+static moon_status_t blob_sender_init(moon_actor_t *self, const void *args)
+{
+    const blob_args_t *a      = args;
+    moon_status_t      status = MOON_OK;
+
+    for (uint32_t i = 0; status == MOON_OK && i < a->n_msgs; i++) {
+        t_blob_t *m = moon_msg_new(T_MSG_BLOB, a->n_elems[i] * 8);
+        if (m == NULL ||
+            (a->n_elems[i] > 0 && moon_msg_span_alloc(m, &m->data, a->n_elems[i], 8, 0) == NULL)) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->n   = a->n[i];
+        status = moon_tell(self, a->to, &m->hdr);
+    }
+    return status;
+}
+
+static const moon_actor_ops_t blob_sender_ops = {.name = "blob sender", .init = blob_sender_init};
+
+static moon_runtime_t *blob_runtime(moon_addr_t *rec)
+{
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt = NULL;
+
+    moon_runtime_config_default(&cfg);
+    cfg.deterministic   = 1;
+    cfg.seed            = 7;
+    cfg.sim_latency_ns  = 1000;
+    cfg.sim_bytes_per_s = 1e9;
+    lat_count           = 0;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        moon_spawn(rt, &blob_rec_ops, NULL, &(moon_spawn_opts_t){.sim_node = 1}, rec), MOON_OK);
+    return rt;
+}
+
+/* Two senders (a lane each), at once: the small BLOB arrives the latency
+ * plus its bytes after its send, the large one later by exactly its 8000
+ * extra bytes at the rate. One sender, large then small: the small one waits
+ * for the large one to leave its lane, and they arrive in send order. */
+static void test_size_priced_between_nodes(void)
+{
+    const uint64_t  small = sizeof(t_blob_t), large = sizeof(t_blob_t) + 8000;
+    moon_runtime_t *rt;
+    moon_addr_t     rec, src;
+    blob_args_t     a;
+
+    rt = blob_runtime(&rec);
+    a  = (blob_args_t){rec, 1, {1, 0}, {0, 0}};
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &blob_sender_ops, &a, NULL, &src), MOON_OK);
+    a = (blob_args_t){rec, 1, {2, 0}, {1000, 0}};
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &blob_sender_ops, &a, NULL, &src), MOON_OK);
+    moon_runtime_run(rt);
+    CU_ASSERT_EQUAL_FATAL(lat_count, 2);
+    CU_ASSERT_EQUAL(lat_n_of[0], 1);
+    CU_ASSERT_EQUAL(lat_at[0], 1000 + small);
+    CU_ASSERT_EQUAL(lat_n_of[1], 2);
+    CU_ASSERT_EQUAL(lat_at[1] - lat_at[0], large - small); /* 8000 bytes at 1 byte/ns */
+    moon_runtime_destroy(rt);
+
+    rt = blob_runtime(&rec);
+    a  = (blob_args_t){rec, 2, {2, 1}, {1000, 0}};
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &blob_sender_ops, &a, NULL, &src), MOON_OK);
+    moon_runtime_run(rt);
+    CU_ASSERT_EQUAL_FATAL(lat_count, 2);
+    CU_ASSERT_EQUAL(lat_n_of[0], 2);
+    CU_ASSERT_EQUAL(lat_at[0], 1000 + large);
+    CU_ASSERT_EQUAL(lat_n_of[1], 1);
+    CU_ASSERT_EQUAL(lat_at[1], 1000 + large + small);
+    moon_runtime_destroy(rt);
+}
+
+/* A rate that is not a number >= 0 is refused. */
+static void test_bad_rate_refused(void)
+{
+    const double          bad[] = {-1.0, NAN, INFINITY};
+    moon_runtime_config_t cfg;
+    moon_runtime_t       *rt = NULL;
+
+    moon_log_set_level(0); /* the refusals' log lines */
+    for (uint32_t i = 0; i < 3; i++) {
+        moon_runtime_config_default(&cfg);
+        cfg.deterministic   = 1;
+        cfg.sim_bytes_per_s = bad[i];
+        CU_ASSERT_EQUAL(moon_runtime_create(&cfg, &rt), MOON_ERR_INVALID_PARAM);
+    }
+    moon_log_set_level(MOON_LOG_ERROR);
+    CU_ASSERT_PTR_NULL(rt);
+}
+
 static int setup(void)
 {
     moon_log_set_level(MOON_LOG_ERROR);
@@ -253,4 +368,4 @@ static int setup(void)
 
 MOON_TEST_MAIN("sim", setup, NULL, test_same_seed_same_trace,
                test_different_seeds_explore_interleavings, test_seed_search_finds_the_planted_bug,
-               test_latency_between_nodes)
+               test_latency_between_nodes, test_size_priced_between_nodes, test_bad_rate_refused)

@@ -34,10 +34,23 @@ static uint64_t ns(double s)
 }
 
 /* One message between actors on different simulated nodes: the profile's
- * network latency (20 us), as the runtime holds it. */
+ * network latency (20 us), as the runtime holds it, plus its bytes at one
+ * NIC's rate (wire_ns). */
 static uint64_t hop(void)
 {
     return (uint64_t)(profile.network.latency_s * 1e9 + 0.5);
+}
+
+static uint64_t wire_ns(uint64_t bytes)
+{
+    return (uint64_t)((double)bytes * 1e9 / moon_profile_nic_bytes_per_s(&profile) + 0.5);
+}
+
+/* 1 when t is base plus n messages' bytes: at least min_bytes in all, at
+ * most 16 KiB each (no message of these prompts is larger). */
+static int priced(uint64_t t, uint64_t base, uint64_t min_bytes, uint32_t n)
+{
+    return t >= base + wire_ns(min_bytes) && t <= base + n * wire_ns(16384);
 }
 
 /* Request 0: 1024 tokens, 3 out, from scratch. Request 1 a minute later:
@@ -52,12 +65,14 @@ static uint64_t hop(void)
  * handover, so the first decode step waits for the pull of the prompt's
  * blocks from the prefill node (one move striped over the NICs, then the
  * link latency).
- * Messages between nodes take one hop (the network latency): the driver
- * and the conductor share the front node, so a request reaches the prefill
- * instance one hop after its arrival (its queue time), and its first token
- * reaches the driver two hops after the prefill ends (with the handover to
- * the decode instance, which forwards it). Token gaps are between two
- * tokens that travel the same way: no hop. */
+ * Messages between nodes take one hop (the network latency, plus their
+ * bytes at a NIC's rate: the PREFILL carries the prompt's token ids, 4 bytes
+ * each): the driver and the conductor share the front node, so a request
+ * reaches the prefill instance one hop after its arrival (its queue time),
+ * and its first token reaches the driver two hops after the prefill ends
+ * (with the handover to the decode instance, which forwards it). Token gaps
+ * are between two tokens that travel the same way, of the same size: no
+ * hop. */
 static void test_hand_checked_trace(void)
 {
     static const char *text =
@@ -72,6 +87,7 @@ static void test_hand_checked_trace(void)
     moon_sim_net_config_t nc  = moon_sim_net_config_from_profile(&profile, 2);
     moon_sim_net_t       *net = NULL;
     uint64_t              blk = 512 * moon_cost_kv_bytes_per_token(&cost), pull1, pull2;
+    int64_t               end;
 
     CU_ASSERT_EQUAL_FATAL(moon_sim_net_create(&nc, &net), MOON_OK);
     pull2 = moon_sim_net_idle_ns(net, 0, MOON_SIM_MEDIA_HBM, MOON_SIM_MEDIA_HBM, 2 * blk);
@@ -88,24 +104,26 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL(x->decode, 0);
     CU_ASSERT_EQUAL(x->output_tokens, 3);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 0);
-    CU_ASSERT_EQUAL(x->prefill_start_ns, hop());
+    CU_ASSERT(priced(x->prefill_start_ns, hop(), 4 * 1024, 1));
     /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms, and three hops of 20 us */
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns,
-                    3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)));
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns, 99114629 + 60000);
+    CU_ASSERT(priced(x->first_token_ns - x->arrival_ns,
+                     3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)), 4 * 1024 + 2 * 24, 3));
+    CU_ASSERT(priced(x->first_token_ns - x->arrival_ns, 99114629 + 60000, 4 * 1024, 3));
     /* gaps: the pull then the step over 1025 tokens, the step over 1026;
      * TBT = the slower */
     CU_ASSERT_EQUAL(x->tbt_ns, pull2 + ns(moon_cost_decode_s(&cost, 1, 1025)));
-    CU_ASSERT_EQUAL(x->finish_ns, x->first_token_ns + pull2 +
-                                      ns(moon_cost_decode_s(&cost, 1, 1025)) +
-                                      ns(moon_cost_decode_s(&cost, 1, 1026)));
+    /* the end is the DONE's arrival: a message of another size than a token's */
+    end =
+        (int64_t)(x->finish_ns - x->first_token_ns - pull2 -
+                  ns(moon_cost_decode_s(&cost, 1, 1025)) - ns(moon_cost_decode_s(&cost, 1, 1026)));
+    CU_ASSERT(end >= -(int64_t)wire_ns(16384) && end <= (int64_t)wire_ns(16384));
     x = &r.recs[1];
     CU_ASSERT_EQUAL(x->status, MOON_SIM_REQ_OK);
     CU_ASSERT_EQUAL(x->arrival_ns, 60000000000ull);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 1024);
-    CU_ASSERT_EQUAL(x->prefill_start_ns - x->arrival_ns, hop());
-    CU_ASSERT_EQUAL(x->first_token_ns - x->arrival_ns,
-                    3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512)));
+    CU_ASSERT(priced(x->prefill_start_ns - x->arrival_ns, hop(), 4 * 1536, 1));
+    CU_ASSERT(priced(x->first_token_ns - x->arrival_ns,
+                     3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512)), 4 * 1536 + 2 * 24, 3));
     CU_ASSERT_EQUAL(x->tbt_ns, pull1 + ns(moon_cost_decode_s(&cost, 1, 1537)));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
@@ -154,13 +172,24 @@ static void test_two_runs_byte_identical(void)
     moon_trace_destroy(t);
 }
 
-/* The colocated baseline on the same trace: request 0 as from scratch; request
- * 1 reuses the 1024 tokens its instance holds only if it lands there. */
+/* The colocated baseline (1 + 1: two instances that each prefill and
+ * decode): request 0 as from scratch, on instance 0 (both idle: the first).
+ * A minute later request 1, an unrelated 512-token prompt with a long
+ * output, goes there too (idle again, the first); 20 ms later, while
+ * instance 0 still computes request 1, request 2 shares request 0's two
+ * blocks. Instance 0 told the conductor it holds them (CACHE_EVENTS), so the
+ * policy weighs the 1024 tokens it saves against the wait: request 2 goes to
+ * the busy instance 0, reuses the 1024 tokens and has its first token before
+ * an idle instance could compute its 1536 from scratch. Without the events
+ * the conductor would see instance 0 busy and instance 1 idle and send it
+ * to instance 1, cold. */
 static void test_colocated(void)
 {
     static const char *text =
         "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [1, 2]}\n"
-        "{\"timestamp\": 60000, \"input_length\": 1536, \"output_length\": 2, "
+        "{\"timestamp\": 60000, \"input_length\": 512, \"output_length\": 200, "
+        "\"hash_ids\": [7]}\n"
+        "{\"timestamp\": 60020, \"input_length\": 1536, \"output_length\": 2, "
         "\"hash_ids\": [1, 2, 3]}\n";
     moon_trace_t         *t = NULL;
     moon_sim_records_t    r;
@@ -168,21 +197,27 @@ static void test_colocated(void)
     moon_cost_config_t    cost = moon_profile_cost(&profile);
 
     CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 3), MOON_OK);
     c           = config(t, 1, 1);
     c.colocated = 1;
     CU_ASSERT_EQUAL_FATAL(moon_replay_sim_run(&c, &r), MOON_OK);
-    CU_ASSERT_EQUAL(r.recs[0].status, MOON_SIM_REQ_OK);
-    CU_ASSERT_EQUAL(r.recs[1].status, MOON_SIM_REQ_OK);
-    CU_ASSERT_EQUAL(r.recs[0].prefill, r.recs[0].decode); /* one instance does both */
-    /* a hop to the instance, one back to the driver */
-    CU_ASSERT_EQUAL(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
-                    2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)));
-    if (r.recs[1].prefill == r.recs[0].prefill) {
-        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 1024);
-    } else {
-        CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(r.recs[i].status, MOON_SIM_REQ_OK);
+        CU_ASSERT_EQUAL(r.recs[i].prefill, r.recs[i].decode); /* one instance does both */
     }
+    /* a hop to the instance, one back to the driver */
+    CU_ASSERT_EQUAL(r.recs[0].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[0].prefix_hit_tokens, 0);
+    CU_ASSERT(priced(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
+                     2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)), 4 * 1024 + 24, 2));
+    CU_ASSERT_EQUAL(r.recs[1].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[1].prefix_hit_tokens, 0);
+    /* request 2 arrives while request 1 computes on instance 0 */
+    CU_ASSERT(r.recs[2].arrival_ns < r.recs[1].first_token_ns);
+    CU_ASSERT_EQUAL(r.recs[2].prefill, 0);
+    CU_ASSERT_EQUAL(r.recs[2].prefix_hit_tokens, 1024);
+    CU_ASSERT(r.recs[2].first_token_ns - r.recs[2].arrival_ns <
+              2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1536)));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
 }
