@@ -662,9 +662,11 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     c->inst = moon_calloc(c->n_inst, sizeof(*c->inst));
     status  = c->reqs && c->inst ? moon_sched_view_init(&c->view, c->n_inst) : MOON_ERR_NO_MEMORY;
     if (status == MOON_OK) {
-        status = moon_sched_policy_create(c->a.policy, &sc, &c->policy);
+        const char *policy = c->a.policy != NULL ? c->a.policy : MOON_SCHED_POLICY_DEFAULT;
+
+        status = moon_sched_policy_create(policy, &sc, &c->policy);
         if (status != MOON_OK) {
-            MOON_ERROR("conductor: unknown policy '%s'", c->a.policy ? c->a.policy : "");
+            MOON_ERROR("conductor: unknown policy '%s'", policy);
         }
     }
     if (status == MOON_OK && c->a.n_shards > 0) {

@@ -226,7 +226,7 @@ static void test_colocated_cache_picture(void)
                                 .n_prefill    = 0,
                                 .n_decode     = 2,
                                 .colocated    = 1,
-                                .policy       = "moonlet",
+                                .policy       = NULL, /* the default, moonlet */
                                 .seed         = 1};
     inst_args_t           ia[2];
 
