@@ -1,10 +1,14 @@
 /* actors/block_cache.c - per-instance prefix cache: key -> block in an
  * open-addressing table, LRU order as an intrusive doubly linked list over
- * a fixed array of entries. */
+ * an array of entries. The table and the array grow as entries are first
+ * used (up to max_blocks): a simulated instance models a pool far larger
+ * than its trace touches. */
 #include "block_cache.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+
+#include <string.h>
 
 #define NIL UINT32_MAX
 
@@ -14,17 +18,12 @@ typedef struct {
     uint32_t      prev, next; /* LRU: head is the oldest */
 } centry_t;
 
-typedef struct {
-    moon_kv_key_t key;
-    uint32_t      entry;
-} slot_t;
-
 struct moon_block_cache {
     moon_kv_cache_t            *kv;
-    moon_htab_t                *map; /* key -> entry index */
-    centry_t                   *e;   /* (max) */
-    uint32_t                   *free_list;
-    uint32_t                    n_free, max, n;
+    moon_htab_t                *map;        /* key -> entry (uint32_t); the keys are the entries' */
+    centry_t                   *e;          /* (cap): entries [0, n_touched) used at least once */
+    uint32_t                   *free_stack; /* (cap) freed entries, the next to reuse on top */
+    uint32_t                    n_stack, n_touched, cap, max, n;
     uint32_t                    head, tail;
     moon_block_cache_listener_t listen;
     void                       *listen_arg;
@@ -32,14 +31,29 @@ struct moon_block_cache {
 
 static uint64_t key_hash(const void *key, void *arg)
 {
+    moon_kv_key_t k;
+
     (void)arg;
-    return moon_kv_key_hash(*(const moon_kv_key_t *)key);
+    memcpy(&k, key, sizeof(k));
+    return moon_kv_key_hash(k);
+}
+
+/* The table stores entry numbers (4 bytes a slot, not a key's 16 again). */
+static int key_eq(const void *key, const void *elem, void *arg)
+{
+    const moon_block_cache_t *c = arg;
+    moon_kv_key_t             k;
+    uint32_t                  i;
+
+    memcpy(&k, key, sizeof(k));
+    memcpy(&i, elem, sizeof(i));
+    return moon_kv_key_eq(c->e[i].key, k);
 }
 
 static const moon_htab_type_t slot_type = {
-    .elem_bytes = sizeof(slot_t),
-    .key_bytes  = sizeof(moon_kv_key_t),
+    .elem_bytes = sizeof(uint32_t),
     .hash       = key_hash,
+    .key_eq     = key_eq,
 };
 
 moon_status_t moon_block_cache_create(moon_kv_cache_t *kv, uint32_t max_blocks,
@@ -55,25 +69,35 @@ moon_status_t moon_block_cache_create(moon_kv_cache_t *kv, uint32_t max_blocks,
     if (c == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    c->kv        = kv;
-    c->max       = max_blocks;
-    c->head      = NIL;
-    c->tail      = NIL;
-    c->e         = moon_calloc(max_blocks, sizeof(*c->e));
-    c->free_list = moon_calloc(max_blocks, sizeof(*c->free_list));
-    status       = c->e && c->free_list
-                       ? moon_htab_create(&slot_type, NULL, max_blocks, MOON_HTAB_FIXED, &c->map)
-                       : MOON_ERR_NO_MEMORY;
+    c->kv   = kv;
+    c->max  = max_blocks;
+    c->head = NIL;
+    c->tail = NIL;
+    /* grows by doubling; put keeps at most max entries in it */
+    status = moon_htab_create(&slot_type, c, 0, 0, &c->map);
     if (status != MOON_OK) {
-        moon_free(c->e);
-        moon_free(c->free_list);
         moon_free(c);
         return status;
     }
-    for (uint32_t i = 0; i < max_blocks; i++) {
-        c->free_list[c->n_free++] = max_blocks - 1 - i;
-    }
     *cache_p = c;
+    return MOON_OK;
+}
+
+/* Room in the arrays for one more never-used entry (n_touched < max). */
+static moon_status_t grow(moon_block_cache_t *c)
+{
+    size_t cap;
+
+    if (c->n_touched < c->cap) {
+        return MOON_OK;
+    }
+    cap = moon_grow_cap(c->cap, c->n_touched + 1, c->max);
+    if (moon_realloc_zero((void **)&c->e, c->cap, cap, sizeof(*c->e)) != MOON_OK ||
+        moon_realloc_zero((void **)&c->free_stack, c->cap, cap, sizeof(*c->free_stack)) !=
+            MOON_OK) {
+        return MOON_ERR_NO_MEMORY; /* a grown one is merely larger than cap says */
+    }
+    c->cap = (uint32_t)cap;
     return MOON_OK;
 }
 
@@ -113,7 +137,7 @@ static void evict(moon_block_cache_t *c, uint32_t i)
     unlink_entry(c, i);
     moon_htab_remove(c->map, &c->e[i].key);
     moon_kv_block_unref(c->kv, c->e[i].block);
-    c->free_list[c->n_free++] = i;
+    c->free_stack[c->n_stack++] = i; /* cannot overflow: cap >= n_touched */
     c->n--;
 }
 
@@ -128,14 +152,14 @@ void moon_block_cache_destroy(moon_block_cache_t *c)
     }
     moon_htab_destroy(c->map);
     moon_free(c->e);
-    moon_free(c->free_list);
+    moon_free(c->free_stack);
     moon_free(c);
 }
 
 static uint32_t find(const moon_block_cache_t *c, moon_kv_key_t key)
 {
-    const slot_t *s = moon_htab_find(c->map, &key);
-    return s != NULL ? s->entry : NIL;
+    const uint32_t *i = moon_htab_find(c->map, &key);
+    return i != NULL ? *i : NIL;
 }
 
 uint32_t moon_block_cache_prefix(const moon_block_cache_t *c, const moon_kv_key_t *keys, uint32_t n)
@@ -167,23 +191,29 @@ uint32_t moon_block_cache_take(moon_block_cache_t *c, const moon_kv_key_t *keys,
 void moon_block_cache_put(moon_block_cache_t *c, moon_kv_key_t key, uint32_t block)
 {
     uint32_t k = find(c, key);
-    slot_t   s;
 
     if (k != NIL) {
         unlink_entry(c, k);
         push_newest(c, k);
         return;
     }
-    if (c->n_free == 0) {
+    if (c->n == c->max) {
         evict(c, c->head);
     }
-    k = c->free_list[--c->n_free];
-    s = (slot_t){key, k};
-    if (moon_htab_insert(c->map, &key, &s, NULL) != MOON_OK) {
-        c->free_list[c->n_free++] = k; /* full: not kept */
-        return;
+    /* freed entries first, then unused ones in order (as a stack of all, 0 on top) */
+    if (c->n_stack == 0 && grow(c) != MOON_OK) {
+        return; /* no memory: not kept */
     }
-    c->e[k].key   = key;
+    k           = c->n_stack > 0 ? c->free_stack[c->n_stack - 1] : c->n_touched;
+    c->e[k].key = key; /* first: the table compares with it */
+    if (moon_htab_insert(c->map, &key, &k, NULL) != MOON_OK) {
+        return; /* no memory: not kept */
+    }
+    if (c->n_stack > 0) {
+        c->n_stack--;
+    } else {
+        c->n_touched++;
+    }
     c->e[k].block = block;
     moon_kv_block_ref(c->kv, block);
     push_newest(c, k);

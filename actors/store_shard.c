@@ -31,11 +31,13 @@ typedef struct {
     moon_addr_t         subs[MOON_STORE_MAX_SUBSCRIBERS];
     uint64_t            event_seq; /* number of the next live event */
     uint32_t            n_subs;
-    moon_kv_event_t    *events; /* raised by the current shard call; cap_events */
-    uint32_t            n_events, cap_events;
-    uint64_t            n_events_lost; /* more events in one call than cap_events */
-    uint64_t            n_dropped;     /* reservations + leases dropped with dead clients */
-    uint64_t            n_renewals;    /* RENEW requests served, granted or refused */
+    /* raised by the current shard call: (n_alloc_events), grown up to
+     * cap_events for a virtual shard (full-size at init for a real one) */
+    moon_kv_event_t *events;
+    uint32_t         n_events, n_alloc_events, cap_events;
+    uint64_t         n_events_lost; /* more events in one call than cap_events */
+    uint64_t         n_dropped;     /* reservations + leases dropped with dead clients */
+    uint64_t         n_renewals;    /* RENEW requests served, granted or refused */
     /* Clients holding (or having held) a reservation or lease, each monitored
      * once: a set of moon_addr_t, fixed at max_clients. */
     moon_htab_t *clients;
@@ -90,9 +92,16 @@ static void on_kv_event(const moon_kv_event_t *event, void *arg)
     if (st->n_subs == 0) {
         return;
     }
-    if (st->n_events == st->cap_events) {
-        st->n_events_lost++;
-        return;
+    if (st->n_events == st->n_alloc_events) {
+        size_t n = moon_grow_cap(st->n_alloc_events, st->n_events + 1, st->cap_events);
+
+        if (st->n_events == st->cap_events ||
+            moon_realloc_zero((void **)&st->events, st->n_alloc_events, n, sizeof(*st->events)) !=
+                MOON_OK) {
+            st->n_events_lost++;
+            return;
+        }
+        st->n_alloc_events = (uint32_t)n;
     }
     st->events[st->n_events++] = *event;
 }
@@ -588,7 +597,8 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     st->shard_id         = a->shard_id;
     st->lease_timeout_ns = a->lease_timeout_ns;
     st->cap_events       = a->n_slots + 64; /* one call evicts at most the arena */
-    st->events           = moon_calloc(st->cap_events, sizeof(*st->events));
+    st->n_alloc_events   = a->virtual_payload ? MOON_MIN(st->cap_events, 64) : st->cap_events;
+    st->events           = moon_calloc(st->n_alloc_events, sizeof(*st->events));
     st->max_clients      = a->max_clients ? a->max_clients : DEFAULT_MAX_CLIENTS;
     if (st->events == NULL) {
         status = MOON_ERR_NO_MEMORY;

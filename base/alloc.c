@@ -90,6 +90,32 @@ char *moon_strdup(const char *s)
     return copy;
 }
 
+size_t moon_grow_cap(size_t cap, size_t need, size_t limit)
+{
+    size_t next = cap < 32 ? 64 : cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+
+    return MOON_MIN(limit, MOON_MAX(need, next));
+}
+
+moon_status_t moon_realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t elem_bytes)
+{
+    char *p;
+
+    if (new_n <= old_n) {
+        return MOON_OK;
+    }
+    if (elem_bytes == 0 || new_n > SIZE_MAX / elem_bytes) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    p = moon_realloc(*ptr, new_n * elem_bytes);
+    if (p == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    memset(p + old_n * elem_bytes, 0, (new_n - old_n) * elem_bytes);
+    *ptr = p;
+    return MOON_OK;
+}
+
 void moon_free(void *ptr)
 {
     free(ptr);

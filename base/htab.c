@@ -164,6 +164,19 @@ static MOON_NOINLINE moon_status_t grow(moon_htab_t *h)
     return MOON_OK;
 }
 
+moon_status_t moon_htab_reserve(moon_htab_t *h, size_t n)
+{
+    moon_status_t status = MOON_OK;
+
+    if (h->flags & MOON_HTAB_FIXED) {
+        return n <= h->max_n ? MOON_OK : MOON_ERR_NO_RESOURCE;
+    }
+    while (status == MOON_OK && h->max_n < n) {
+        status = grow(h);
+    }
+    return status;
+}
+
 moon_status_t moon_htab_insert_hashed(moon_htab_t *h, const void *key, uint64_t hash,
                                       const void *elem, void **elem_p)
 {

@@ -1,7 +1,15 @@
 /* kvstore/shard.c - one KV store shard (moonlet/kv_shard.h): slot arena with a
- * free-slot stack, open-addressing key index over a preallocated entry table,
- * intrusive lists (free, reservations by deadline, DRAM LRU, SSD LRU), a lease
- * table, and the SSD tier. Single-threaded: the owner's thread only.
+ * free-slot stack, open-addressing key index over an entry table, intrusive
+ * lists (free, reservations by deadline, DRAM LRU, SSD LRU), a lease table,
+ * and the SSD tier. Single-threaded: the owner's thread only.
+ *
+ * Metadata grows on use: DRAM slots, entries and leases past their
+ * high-water mark (n_*_touched) were never handed out, are free, and have no
+ * storage yet; each is handed out in the order a full free stack (slots) or
+ * free list (entries, leases) made at create gave. A real shard allocates
+ * every table for its capacity at create (nothing allocates after it); a
+ * virtual one (a simulation's) starts small and doubles, so its memory
+ * follows the blocks a trace stores, not the modeled capacity.
  *
  * Invariants: an entry is in exactly one list or in none. The DRAM LRU holds
  * exactly the evictable blocks (committed, unleased, unpinned, indexed), so
@@ -25,6 +33,7 @@
 #define DEFAULT_LOW_WATERMARK 0.85
 #define DEFAULT_RESERVE_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
 #define MAX_ENTRIES (1u << 30)
+#define VIRT_START 64 /* a virtual shard's tables at create; they double as used */
 
 enum { ST_FREE = 0, ST_RESERVED = 1, ST_COMMITTED = 2, ST_SPILLED = 3 };
 enum { L_NONE = 0, L_FREE, L_RESERVED, L_DRAM, L_SSD, L_LEASE_IDLE };
@@ -81,18 +90,21 @@ struct moon_kv_shard {
     moon_kv_event_fn on_event;
     void            *event_arg;
 
-    uint32_t *free_slots; /* stack */
-    uint32_t  n_free_slots;
+    uint32_t *free_slots;   /* (cap_slots) stack of freed slots, the next on top */
+    uint32_t  n_slot_stack; /* on free_slots */
+    uint32_t  n_free_slots; /* n_slot_stack + the untouched n_slots - n_slots_touched */
+    uint32_t  n_slots_touched, cap_slots;
 
-    entry_t *entries; /* (max_entries) */
-    uint32_t max_entries;
-    list_t   free_entries, reserved, dram_lru, ssd_lru;
+    entry_t *entries; /* (cap_entries) */
+    uint32_t max_entries, n_entries_touched, cap_entries;
+    list_t   free_entries, reserved, dram_lru, ssd_lru; /* free_entries: freed ones only */
 
-    moon_htab_t *index; /* key -> entry (uint32_t); its keys are the entries' */
+    /* key -> entry (uint32_t); its keys are the entries'; room for cap_entries */
+    moon_htab_t *index;
 
-    lease_t *leases; /* (max_leases) */
-    uint32_t max_leases;
-    list_t   free_leases, idle_leases;
+    lease_t *leases; /* (cap_leases) */
+    uint32_t max_leases, n_leases_touched, cap_leases;
+    list_t   free_leases, idle_leases; /* free_leases: ended ones only */
     uint32_t n_leases;
 
     int           has_ssd;
@@ -265,17 +277,130 @@ static moon_status_t block_find(const moon_kv_shard_t *shard, moon_kv_key_t key,
     return MOON_OK;
 }
 
+/* ---- growth on use ---- */
+
+/* Room for one more never-used slot, entry or lease (its table and, for
+ * entries, the index), so the call that may take one cannot fail half-way.
+ * A real shard's tables are full-size: always MOON_OK. */
+static moon_status_t grow_slots(moon_kv_shard_t *shard)
+{
+    size_t cap;
+
+    if (shard->n_slots_touched < shard->cap_slots || shard->n_slots_touched == shard->n_slots) {
+        return MOON_OK;
+    }
+    cap = moon_grow_cap(shard->cap_slots, shard->n_slots_touched + 1, shard->n_slots);
+    if (moon_realloc_zero((void **)&shard->free_slots, shard->cap_slots, cap,
+                          sizeof(*shard->free_slots)) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    shard->cap_slots = (uint32_t)cap;
+    return MOON_OK;
+}
+
+static moon_status_t grow_entries(moon_kv_shard_t *shard)
+{
+    size_t cap;
+
+    if (shard->n_entries_touched < shard->cap_entries ||
+        shard->n_entries_touched == shard->max_entries) {
+        return MOON_OK;
+    }
+    cap = moon_grow_cap(shard->cap_entries, shard->n_entries_touched + 1, shard->max_entries);
+    if (moon_htab_reserve(shard->index, cap) != MOON_OK ||
+        moon_realloc_zero((void **)&shard->entries, shard->cap_entries, cap,
+                          sizeof(*shard->entries)) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY; /* a grown one is merely larger than needed */
+    }
+    shard->cap_entries = (uint32_t)cap;
+    return MOON_OK;
+}
+
+static moon_status_t grow_leases(moon_kv_shard_t *shard)
+{
+    size_t cap;
+
+    if (shard->n_leases_touched < shard->cap_leases ||
+        shard->n_leases_touched == shard->max_leases) {
+        return MOON_OK;
+    }
+    cap = moon_grow_cap(shard->cap_leases, shard->n_leases_touched + 1, shard->max_leases);
+    if (moon_realloc_zero((void **)&shard->leases, shard->cap_leases, cap,
+                          sizeof(*shard->leases)) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    shard->cap_leases = (uint32_t)cap;
+    return MOON_OK;
+}
+
+/* Free entries and leases: the freed ones and the never used. */
+static uint32_t entries_free(const moon_kv_shard_t *shard)
+{
+    return shard->free_entries.n + (shard->max_entries - shard->n_entries_touched);
+}
+
+static uint32_t leases_free(const moon_kv_shard_t *shard)
+{
+    return shard->free_leases.n + (shard->max_leases - shard->n_leases_touched);
+}
+
 /* ---- slots, entries, events ---- */
 
+/* Freed slots first, newest on top, then never-used ones in order (what a
+ * stack of every slot, 0 on top, gave). Room was made by grow_slots. */
 static uint32_t slot_take(moon_kv_shard_t *shard)
 {
-    return shard->n_free_slots == 0 ? NIL : shard->free_slots[--shard->n_free_slots];
+    if (shard->n_free_slots == 0) {
+        return NIL;
+    }
+    shard->n_free_slots--;
+    if (shard->n_slot_stack > 0) {
+        return shard->free_slots[--shard->n_slot_stack];
+    }
+    MOON_ASSERT(shard->n_slots_touched < shard->cap_slots);
+    return shard->n_slots_touched++;
 }
 
 static void slot_give(moon_kv_shard_t *shard, uint32_t slot)
 {
-    MOON_ASSERT(shard->n_free_slots < shard->n_slots);
-    shard->free_slots[shard->n_free_slots++] = slot;
+    MOON_ASSERT(shard->n_slot_stack < shard->n_slots_touched && slot < shard->n_slots_touched);
+    shard->free_slots[shard->n_slot_stack++] = slot; /* cap_slots >= n_slots_touched */
+    shard->n_free_slots++;
+}
+
+/* Never-used entries first, in order, then freed ones oldest first (what a
+ * list of every entry made at create gave). Room was made by grow_entries. */
+static uint32_t entry_take(moon_kv_shard_t *shard)
+{
+    uint32_t e;
+
+    if (shard->n_entries_touched < shard->max_entries) {
+        MOON_ASSERT(shard->n_entries_touched < shard->cap_entries);
+        e = shard->n_entries_touched++;
+        memset(&shard->entries[e], 0, sizeof(entry_t));
+        shard->entries[e].gen = 1;
+        return e;
+    }
+    e = shard->free_entries.head;
+    entry_unlink(shard, e);
+    return e;
+}
+
+/* The same order for leases. Room was made by grow_leases. */
+static uint32_t lease_take(moon_kv_shard_t *shard)
+{
+    uint32_t l;
+
+    if (shard->n_leases_touched < shard->max_leases) {
+        MOON_ASSERT(shard->n_leases_touched < shard->cap_leases);
+        l = shard->n_leases_touched++;
+        memset(&shard->leases[l], 0, sizeof(lease_t));
+        shard->leases[l].gen = 1;
+        return l;
+    }
+    l = shard->free_leases.head;
+    list_unlink(&shard->free_leases, shard->leases, sizeof(lease_t), l);
+    return l;
 }
 
 static uint32_t ssd_take(moon_kv_shard_t *shard)
@@ -524,7 +649,8 @@ static moon_status_t lease_find(const moon_kv_shard_t *shard, uint64_t lease, ui
     if (shard == NULL || gen == 0 || l >= shard->max_leases) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (shard->leases[l].gen != gen || shard->leases[l].entry == NIL) {
+    if (l >= shard->n_leases_touched || shard->leases[l].gen != gen ||
+        shard->leases[l].entry == NIL) {
         return MOON_ERR_NOT_FOUND;
     }
     *l_p = l;
@@ -540,7 +666,8 @@ static moon_status_t token_find(const moon_kv_shard_t *shard, uint64_t token, ui
     if (shard == NULL || gen == 0 || e >= shard->max_entries) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (shard->entries[e].gen != gen || shard->entries[e].state != ST_RESERVED) {
+    if (e >= shard->n_entries_touched || shard->entries[e].gen != gen ||
+        shard->entries[e].state != ST_RESERVED) {
         return MOON_ERR_NOT_FOUND;
     }
     *e_p = e;
@@ -635,14 +762,23 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         }
         shard->own_arena = 1;
     }
-    shard->free_slots = moon_malloc(sizeof(uint32_t) * cfg->n_slots);
-    shard->entries    = moon_malloc(sizeof(entry_t) * max_entries);
-    shard->leases     = moon_malloc(sizeof(lease_t) * max_leases);
+    /* real: every table full-size (fixed index, load <= 2/3), so nothing
+     * allocates after create; virtual: small, grown as blocks are stored */
+    shard->cap_slots = cfg->virtual_payload ? MOON_MIN(cfg->n_slots, VIRT_START) : cfg->n_slots;
+    shard->cap_entries =
+        (uint32_t)(cfg->virtual_payload ? MOON_MIN(max_entries, VIRT_START) : max_entries);
+    shard->cap_leases =
+        (uint32_t)(cfg->virtual_payload ? MOON_MIN(max_leases, VIRT_START) : max_leases);
+    shard->free_slots = moon_malloc(sizeof(uint32_t) * shard->cap_slots);
+    shard->entries    = moon_malloc(sizeof(entry_t) * shard->cap_entries);
+    shard->leases     = moon_malloc(sizeof(lease_t) * shard->cap_leases);
     if (shard->free_slots == NULL || shard->entries == NULL || shard->leases == NULL) {
         goto err_free;
     }
-    /* fixed, load <= 2/3: nothing allocates after create */
-    status = moon_htab_create(&index_type, shard, max_entries, MOON_HTAB_FIXED, &shard->index);
+    status =
+        cfg->virtual_payload
+            ? moon_htab_create(&index_type, shard, shard->cap_entries, 0, &shard->index)
+            : moon_htab_create(&index_type, shard, max_entries, MOON_HTAB_FIXED, &shard->index);
     if (status != MOON_OK) {
         goto err_free;
     }
@@ -664,28 +800,13 @@ moon_status_t moon_kv_shard_create(const moon_kv_shard_config_t *cfg, moon_kv_sh
         shard->n_free_ssd = (uint32_t)ssd_slots;
     }
 
-    for (uint32_t i = 0; i < cfg->n_slots; i++) {
-        shard->free_slots[i] = cfg->n_slots - 1 - i;
-    }
-    shard->n_free_slots = cfg->n_slots;
+    shard->n_free_slots = cfg->n_slots; /* all never used: the tables fill as they go */
     list_init(&shard->free_entries);
     list_init(&shard->reserved);
     list_init(&shard->dram_lru);
     list_init(&shard->ssd_lru);
     list_init(&shard->free_leases);
     list_init(&shard->idle_leases);
-    for (uint32_t i = 0; i < max_entries; i++) {
-        memset(&shard->entries[i], 0, sizeof(entry_t));
-        shard->entries[i].gen = 1;
-        entry_link(shard, i, L_FREE);
-    }
-    for (uint32_t i = 0; i < max_leases; i++) {
-        memset(&shard->leases[i], 0, sizeof(lease_t));
-        shard->leases[i].entry = NIL;
-        shard->leases[i].gen   = 1;
-        shard->leases[i].list  = L_FREE;
-        list_push_tail(&shard->free_leases, shard->leases, sizeof(lease_t), i);
-    }
     MOON_DEBUG_LOG("kv shard %u: %u slots of %zu bytes, %u entries, %llu ssd slots",
                    shard->shard_id, shard->n_slots, shard->slot_bytes, shard->max_entries,
                    (unsigned long long)ssd_slots);
@@ -750,7 +871,10 @@ moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_kv_tag_t 
     if (shard->n_free_slots == 0 && shard->dram_lru.n == 0) {
         return MOON_ERR_NO_RESOURCE;
     }
-    if (shard->free_entries.n == 0) {
+    if (grow_slots(shard) != MOON_OK || grow_entries(shard) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (entries_free(shard) == 0) {
         /* Entry table full (max_entries below slots + SSD slots): drop the
          * coldest block, SSD first, to reuse its entry. */
         if (shard->ssd_lru.head != NIL) {
@@ -771,8 +895,7 @@ moon_status_t moon_kv_shard_reserve(moon_kv_shard_t *shard, const moon_kv_tag_t 
     }
     slot = slot_take_evicting(shard);
     MOON_CHECK(slot != NIL); /* guaranteed by the checks above */
-    e = shard->free_entries.head;
-    entry_unlink(shard, e);
+    e                = entry_take(shard);
     ent              = &shard->entries[e];
     ent->key         = key;
     ent->tag         = *tag;
@@ -898,8 +1021,11 @@ moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
         shard->counters.n_get_misses++;
         return MOON_ERR_NOT_FOUND;
     }
-    if (shard->free_leases.n == 0) {
+    if (leases_free(shard) == 0) {
         return MOON_ERR_NO_RESOURCE;
+    }
+    if (grow_leases(shard) != MOON_OK || grow_slots(shard) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY; /* a spilled block's promote takes a slot */
     }
     if (ent->state == ST_SPILLED) {
         status = promote(shard, e);
@@ -921,8 +1047,7 @@ moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
         entry_unlink(shard, e); /* leased: not evictable */
     }
     ent->n_leases++;
-    l = shard->free_leases.head;
-    list_unlink(&shard->free_leases, shard->leases, sizeof(lease_t), l);
+    l               = lease_take(shard);
     ls              = &shard->leases[l];
     ls->list        = L_NONE;
     ls->entry       = e;
@@ -1068,7 +1193,7 @@ uint64_t moon_kv_shard_drop_client(moon_kv_shard_t *shard, uint64_t client_id)
         }
         e = next;
     }
-    for (uint32_t l = 0; l < shard->max_leases; l++) {
+    for (uint32_t l = 0; l < shard->n_leases_touched; l++) {
         lease_t *ls = &shard->leases[l];
 
         if (ls->entry == NIL || ls->client_id != client_id || ls->ending) {
@@ -1212,7 +1337,7 @@ void moon_kv_shard_stats(const moon_kv_shard_t *shard, moon_kv_shard_stats_t *st
     stats->n_reserved     = shard->reserved.n;
     stats->n_spilled      = shard->ssd_lru.n;
     stats->n_committed =
-        shard->max_entries - shard->free_entries.n - shard->reserved.n - shard->ssd_lru.n;
+        shard->max_entries - entries_free(shard) - shard->reserved.n - shard->ssd_lru.n;
     stats->n_pinned = shard->n_pinned;
     stats->n_leases = shard->n_leases;
 }
@@ -1244,12 +1369,13 @@ static uint32_t list_count(const list_t *l, const void *base, size_t stride)
 
 moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
 {
-    moon_status_t status    = MOON_OK;
-    uint8_t      *dram      = moon_calloc(shard->n_slots, 1);
-    uint8_t      *ssd       = moon_calloc(shard->has_ssd ? shard->ssd.n_slots : 1, 1);
-    uint32_t     *leases    = moon_calloc(shard->max_entries, sizeof(uint32_t));
-    uint32_t      n_indexed = 0, n_in_index = 0, n_held = 0, n_pinned = 0;
-    uint32_t      id = shard->shard_id;
+    moon_status_t status = MOON_OK;
+    /* slots, entries and leases past the touched ones are free by construction */
+    uint8_t  *dram      = moon_calloc(shard->n_slots_touched + 1, 1);
+    uint8_t  *ssd       = moon_calloc(shard->has_ssd ? shard->ssd.n_slots : 1, 1);
+    uint32_t *leases    = moon_calloc(shard->n_entries_touched + 1, sizeof(uint32_t));
+    uint32_t  n_indexed = 0, n_in_index = 0, n_held = 0, n_pinned = 0;
+    uint32_t  id = shard->shard_id;
 
     if (dram == NULL || ssd == NULL || leases == NULL) {
         status = MOON_ERR_NO_MEMORY;
@@ -1266,10 +1392,19 @@ moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
         list_count(&shard->idle_leases, shard->leases, sizeof(lease_t)) == shard->idle_leases.n &&
             list_count(&shard->free_leases, shard->leases, sizeof(lease_t)) == shard->free_leases.n,
         "lease list links", id);
-    for (uint32_t i = 0; i < shard->n_free_slots; i++) {
+    CHECK_OR_FAIL(shard->n_slots_touched <= shard->cap_slots &&
+                      shard->n_slots_touched <= shard->n_slots &&
+                      shard->n_free_slots ==
+                          shard->n_slot_stack + (shard->n_slots - shard->n_slots_touched) &&
+                      shard->n_entries_touched <= shard->cap_entries &&
+                      shard->n_entries_touched <= shard->max_entries &&
+                      shard->n_leases_touched <= shard->cap_leases &&
+                      shard->n_leases_touched <= shard->max_leases,
+                  "high-water marks", id);
+    for (uint32_t i = 0; i < shard->n_slot_stack; i++) {
         uint32_t slot = shard->free_slots[i];
 
-        CHECK_OR_FAIL(slot < shard->n_slots && !dram[slot], "free slot %u twice", id, slot);
+        CHECK_OR_FAIL(slot < shard->n_slots_touched && !dram[slot], "free slot %u twice", id, slot);
         dram[slot] = 1;
     }
     for (uint32_t i = 0; shard->has_ssd && i < shard->n_free_ssd; i++) {
@@ -1278,14 +1413,14 @@ moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
         CHECK_OR_FAIL(slot < shard->ssd.n_slots && !ssd[slot], "free ssd slot %u twice", id, slot);
         ssd[slot] = 1;
     }
-    for (uint32_t l = 0; l < shard->max_leases; l++) {
+    for (uint32_t l = 0; l < shard->n_leases_touched; l++) {
         const lease_t *ls = &shard->leases[l];
 
         if (ls->entry == NIL) {
             CHECK_OR_FAIL(ls->list == L_FREE, "free lease %u not in the free list", id, l);
             continue;
         }
-        CHECK_OR_FAIL(ls->entry < shard->max_entries &&
+        CHECK_OR_FAIL(ls->entry < shard->n_entries_touched &&
                           shard->entries[ls->entry].state == ST_COMMITTED,
                       "lease %u on a non-committed entry", id, l);
         CHECK_OR_FAIL((ls->list == L_LEASE_IDLE) == (ls->n_transfers == 0),
@@ -1294,7 +1429,7 @@ moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
         n_held++;
     }
     CHECK_OR_FAIL(n_held == shard->n_leases, "lease count %u != %u", id, n_held, shard->n_leases);
-    for (uint32_t e = 0; e < shard->max_entries; e++) {
+    for (uint32_t e = 0; e < shard->n_entries_touched; e++) {
         const entry_t *ent = &shard->entries[e];
         int            orphan;
 
@@ -1329,11 +1464,11 @@ moon_status_t moon_kv_shard_check(const moon_kv_shard_t *shard)
         default:
             CHECK_OR_FAIL(0, "entry %u state %u", id, e, ent->state);
         }
-        CHECK_OR_FAIL(ent->slot < shard->n_slots && !dram[ent->slot], "slot of %u owned twice", id,
-                      e);
+        CHECK_OR_FAIL(ent->slot < shard->n_slots_touched && !dram[ent->slot],
+                      "slot of %u owned twice", id, e);
         dram[ent->slot] = 1;
     }
-    for (uint32_t i = 0; i < shard->n_slots; i++) {
+    for (uint32_t i = 0; i < shard->n_slots_touched; i++) {
         CHECK_OR_FAIL(dram[i], "slot %u leaked", id, i);
     }
     for (uint32_t i = 0; shard->has_ssd && i < shard->ssd.n_slots; i++) {
@@ -1351,7 +1486,7 @@ out:
 
 void moon_kv_shard_foreach(const moon_kv_shard_t *shard, moon_kv_shard_visit_fn fn, void *arg)
 {
-    for (uint32_t i = 0; i < shard->max_entries; i++) {
+    for (uint32_t i = 0; i < shard->n_entries_touched; i++) {
         const entry_t *e = &shard->entries[i];
         if (e->state == ST_COMMITTED || e->state == ST_SPILLED) {
             fn(arg, e->key, &e->tag);

@@ -9,7 +9,42 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* A virtual cache's metadata arrays at create; they double as blocks are used. */
+#define VIRT_START_BLOCKS 64
+
 static _Atomic uint64_t last_cache_id;
+
+/* Room in the metadata arrays for blocks [0, n) (n <= n_blocks). */
+static moon_status_t ensure_cap(moon_kv_cache_t *kv, uint32_t n)
+{
+    size_t cap;
+
+    if (n <= kv->cap) {
+        return MOON_OK;
+    }
+    cap = moon_grow_cap(kv->cap, n, kv->cfg.n_blocks);
+    if (moon_realloc_zero((void **)&kv->refcount, kv->cap, cap, sizeof(*kv->refcount)) != MOON_OK ||
+        (kv->writer != NULL &&
+         moon_realloc_zero((void **)&kv->writer, kv->cap, cap, sizeof(*kv->writer)) != MOON_OK) ||
+        moon_realloc_zero((void **)&kv->free_stack, kv->cap, cap, sizeof(*kv->free_stack)) !=
+            MOON_OK) {
+        return MOON_ERR_NO_MEMORY; /* the grown ones are merely larger than cap says */
+    }
+    kv->cap = (uint32_t)cap;
+    return MOON_OK;
+}
+
+/* Room for n more fresh blocks than the free stack holds (n <= n_free). */
+static moon_status_t ensure_fresh(moon_kv_cache_t *kv, uint32_t n)
+{
+    return n > kv->n_stack ? ensure_cap(kv, kv->n_touched + (n - kv->n_stack)) : MOON_OK;
+}
+
+/* A handed-out block: ids past n_touched were never allocated. */
+static int block_live(const moon_kv_cache_t *kv, uint32_t block)
+{
+    return block < kv->n_touched && kv->refcount[block] > 0;
+}
 
 static int config_ok(const moon_kv_config_t *cfg)
 {
@@ -47,23 +82,21 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->owns_data          = mem == NULL && !virt;
     kv->data = mem != NULL || virt ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
-    kv->refcount   = moon_calloc(cfg->n_blocks, sizeof(*kv->refcount));
-    kv->writer     = moon_calloc(cfg->n_blocks, sizeof(*kv->writer));
-    kv->free_stack = moon_malloc(cfg->n_blocks * sizeof(*kv->free_stack));
+    kv->cap  = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
+    kv->refcount   = moon_calloc(kv->cap, sizeof(*kv->refcount));
+    kv->writer     = virt ? NULL : moon_calloc(kv->cap, sizeof(*kv->writer)); /* no mirrors */
+    kv->free_stack = moon_malloc(kv->cap * sizeof(*kv->free_stack));
     kv->seqs       = moon_calloc(cfg->max_seqs, sizeof(*kv->seqs));
     kv->table_mem  = moon_malloc((size_t)cfg->max_seqs * kv->max_blocks_per_seq * sizeof(uint32_t));
-    if ((!kv->data && !virt) || !kv->refcount || !kv->writer || !kv->free_stack || !kv->seqs ||
-        !kv->table_mem) {
+    if ((!kv->data && !virt) || !kv->refcount || (!kv->writer && !virt) || !kv->free_stack ||
+        !kv->seqs || !kv->table_mem) {
         moon_kv_cache_destroy(kv);
         return MOON_ERR_NO_MEMORY;
     }
     if (kv->data != NULL) {
         memset(kv->data, 0, bytes);
     }
-    for (uint32_t i = 0; i < cfg->n_blocks; i++) {
-        kv->free_stack[i] = cfg->n_blocks - 1 - i; /* block 0 comes out first */
-    }
-    kv->n_free = cfg->n_blocks;
+    kv->n_free = cfg->n_blocks; /* all untouched: block 0 comes out first */
     for (uint32_t s = 0; s < cfg->max_seqs; s++) {
         kv->seqs[s].blocks = kv->table_mem + (size_t)s * kv->max_blocks_per_seq;
     }
@@ -141,14 +174,16 @@ void *moon_kv_pool_data(moon_kv_cache_t *kv)
 
 void *moon_kv_block_data(moon_kv_cache_t *kv, uint32_t block)
 {
-    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    MOON_CHECK(block_live(kv, block));
     return kv->data != NULL ? kv->data + (size_t)block * kv->block_floats : NULL;
 }
 
 void moon_kv_block_mark_written(moon_kv_cache_t *kv, uint32_t block)
 {
     MOON_CHECK(block < kv->cfg.n_blocks);
-    kv->writer[block] = 0;
+    if (kv->writer != NULL && block < kv->cap) { /* past cap: untouched, 0 already */
+        kv->writer[block] = 0;
+    }
 }
 
 static moon_kv_seq_t *get_seq(const moon_kv_cache_t *kv, uint32_t seq)
@@ -169,7 +204,17 @@ moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p)
     if (kv->n_free == 0) {
         return MOON_ERR_NO_RESOURCE;
     }
-    b               = kv->free_stack[--kv->n_free];
+    /* freed blocks first, newest on top, then untouched ones in order: the
+     * order a stack of every block (0 on top) gave */
+    if (kv->n_stack > 0) {
+        b = kv->free_stack[--kv->n_stack];
+    } else {
+        if (ensure_cap(kv, kv->n_touched + 1) != MOON_OK) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        b = kv->n_touched++;
+    }
+    kv->n_free--;
     kv->refcount[b] = 1;
     *block_p        = b;
     return MOON_OK;
@@ -177,21 +222,22 @@ moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p)
 
 void moon_kv_block_ref(moon_kv_cache_t *kv, uint32_t block)
 {
-    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    MOON_CHECK(block_live(kv, block));
     kv->refcount[block]++;
 }
 
 void moon_kv_block_unref(moon_kv_cache_t *kv, uint32_t block)
 {
-    MOON_CHECK(block < kv->cfg.n_blocks && kv->refcount[block] > 0);
+    MOON_CHECK(block_live(kv, block));
     if (--kv->refcount[block] == 0) {
-        kv->free_stack[kv->n_free++] = block;
+        kv->free_stack[kv->n_stack++] = block; /* cannot overflow: cap >= n_touched */
+        kv->n_free++;
     }
 }
 
 uint32_t moon_kv_block_refcount(const moon_kv_cache_t *kv, uint32_t block)
 {
-    return block < kv->cfg.n_blocks ? kv->refcount[block] : 0;
+    return block < kv->n_touched ? kv->refcount[block] : 0;
 }
 
 moon_status_t moon_kv_seq_create(moon_kv_cache_t *kv, uint32_t *seq_p)
@@ -261,9 +307,12 @@ moon_status_t moon_kv_seq_reserve(moon_kv_cache_t *kv, uint32_t seq, uint32_t n)
     if (need > s->n_blocks && need - s->n_blocks > kv->n_free) {
         return MOON_ERR_NO_RESOURCE;
     }
+    if (need > s->n_blocks && ensure_fresh(kv, need - s->n_blocks) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
     while (s->n_blocks < need) {
         uint32_t b;
-        moon_kv_block_alloc(kv, &b); /* cannot fail: counted above */
+        moon_kv_block_alloc(kv, &b); /* cannot fail: counted and made room above */
         s->blocks[s->n_blocks++] = b;
     }
     return MOON_OK;
@@ -310,6 +359,9 @@ moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tok
     if (partial && kv->n_free == 0) {
         return MOON_ERR_NO_RESOURCE;
     }
+    if (partial && ensure_fresh(kv, 1) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
     status = moon_kv_seq_create(kv, &dst);
     if (status != MOON_OK) {
         return status;
@@ -321,13 +373,15 @@ moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tok
     }
     if (partial) {
         uint32_t b;
-        moon_kv_block_alloc(kv, &b); /* cannot fail: checked above */
+        moon_kv_block_alloc(kv, &b); /* cannot fail: checked and made room above */
         if (kv->data != NULL) {
             memcpy(kv->data + (size_t)b * kv->block_floats,
                    kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
                    kv->block_floats * sizeof(float));
         }
-        kv->writer[b]            = 0;
+        if (kv->writer != NULL) {
+            kv->writer[b] = 0;
+        }
         d->blocks[d->n_blocks++] = b;
     }
     d->n_tokens = n_tokens;
@@ -339,8 +393,7 @@ moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32
 {
     moon_kv_seq_t *s = get_seq(kv, seq);
 
-    if (s == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
-        s->n_tokens % kv->cfg.block_tokens != 0 ||
+    if (s == NULL || !block_live(kv, block) || s->n_tokens % kv->cfg.block_tokens != 0 ||
         s->n_blocks * kv->cfg.block_tokens != s->n_tokens ||
         (uint64_t)s->n_tokens + kv->cfg.block_tokens > kv->cfg.max_seq_len) {
         return MOON_ERR_INVALID_PARAM;
@@ -354,8 +407,8 @@ moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32
 static moon_status_t block_span(const moon_kv_cache_t *kv, uint32_t block, int32_t layer,
                                 size_t bytes, size_t *off_p)
 {
-    if (kv == NULL || block >= kv->cfg.n_blocks || kv->refcount[block] == 0 ||
-        layer >= (int32_t)kv->cfg.n_layers || kv->data == NULL) {
+    if (kv == NULL || !block_live(kv, block) || layer >= (int32_t)kv->cfg.n_layers ||
+        kv->data == NULL) {
         return MOON_ERR_INVALID_PARAM; /* a virtual cache has no bytes to move */
     }
     if (layer < 0) {
@@ -395,7 +448,9 @@ moon_status_t moon_kv_block_import(moon_kv_cache_t *kv, uint32_t block, int32_t 
         return MOON_ERR_INVALID_PARAM;
     }
     memcpy(kv->data + off, buf, bytes);
-    kv->writer[block] = 0;
+    if (kv->writer != NULL) {
+        kv->writer[block] = 0;
+    }
     return MOON_OK;
 }
 
@@ -404,6 +459,9 @@ void moon_kv_mark_host_written(moon_kv_cache_t *kv, uint32_t seq, uint32_t pos0,
     const moon_kv_seq_t *s  = &kv->seqs[seq];
     uint32_t             bt = kv->cfg.block_tokens;
 
+    if (kv->writer == NULL) {
+        return; /* virtual: no bytes, no device mirrors */
+    }
     for (uint32_t i = pos0 / bt; n > 0 && i <= (pos0 + n - 1) / bt && i < s->n_blocks; i++) {
         kv->writer[s->blocks[i]] = 0;
     }

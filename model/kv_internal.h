@@ -21,14 +21,23 @@ struct moon_kv_cache {
     size_t           layer_floats; /* 2 * block_tokens * kv_dim */
     float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
     int              owns_data;    /* 0: the caller's memory (moon_kv_cache_create_in) */
-    uint32_t        *refcount;     /* (n_blocks) */
-    /* (n_blocks) who wrote each block last: 0 = code on the host (create,
+    /* Block metadata grows on use: blocks [0, n_touched) have been handed out
+     * at least once, the rest are free and untouched, and the arrays below
+     * hold cap >= n_touched entries. A real pool starts with cap = n_blocks
+     * (its bytes are allocated anyway: nothing allocates after create); a
+     * virtual one starts small, so a simulation's memory follows the blocks
+     * its trace uses, not the modeled capacity. */
+    uint32_t  cap;
+    uint32_t  n_touched;
+    uint32_t *refcount; /* (cap) */
+    /* (cap) who wrote each block last: 0 = code on the host (create,
      * import, fork's copy, the CPU backends), else the id of a device mirror
      * that holds the same bytes (backend_cuda.cu), so it uploads only blocks
-     * written since by someone else. */
+     * written since by someone else. NULL in a virtual cache (no bytes). */
     uint64_t      *writer;
-    uint32_t      *free_stack; /* (n_blocks) */
-    uint32_t       n_free;
+    uint32_t      *free_stack; /* (cap) freed blocks, the next to hand out on top */
+    uint32_t       n_stack;
+    uint32_t       n_free;    /* n_stack + the untouched n_blocks - n_touched */
     moon_kv_seq_t *seqs;      /* (max_seqs) */
     uint32_t      *table_mem; /* (max_seqs, max_blocks_per_seq) */
 };

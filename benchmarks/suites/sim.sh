@@ -3,8 +3,9 @@
 # (target < 10 s wall), and a 12,000-request, one-hour trace (the synthetic
 # trace three times over with fresh ids, time-scaled to 3,600 s) on 128
 # nodes (target < 60 s). One process per configuration (peak RSS); the
-# 16-node run again with 4x the HBM and store DRAM (--kv-scale=4): KV payloads
-# are virtual, so its peak RSS must stay that of the first. Then the policy
+# 16-node run again with 4x and 16x the HBM and store DRAM (--kv-scale=4, 16):
+# KV payloads are virtual and block metadata grows with the blocks used, so
+# their peak RSS must stay that of the first. Then the policy
 # comparison: moonlet against Algorithm 1 (both with early rejection) on the
 # synthetic trace from its rate to 3.3 times it, TTFT <= 30 s and TBT <= 100 ms
 # (and 200 / 300 ms at 2.5 times): their goodput and the ratio (anchor:
@@ -22,6 +23,7 @@ fi
 for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10
     "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=4
+    "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=16
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
     for ts in 1 0.5 0.4 0.35 0.3; do
         "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale="$ts"

@@ -5,6 +5,7 @@
 #define MOONLET_ALLOC_H
 
 #include "moonlet/defs.h"
+#include "moonlet/status.h"
 
 MOON_EXTERN_C_BEGIN
 
@@ -14,6 +15,14 @@ MOON_API void *moon_realloc(void *ptr, size_t bytes);
 MOON_API void *moon_aligned_alloc(size_t alignment, size_t bytes); /* free with moon_free */
 MOON_API char *moon_strdup(const char *s);
 MOON_API void  moon_free(void *ptr);
+/* Arrays that grow on use (metadata of a modeled capacity that a run may
+ * touch only a little of, so memory follows use): moon_grow_cap is the next
+ * capacity for at least need elements, doubling from cap (at least 64), never
+ * past limit (need <= limit). moon_realloc_zero grows *ptr from old_n to new_n
+ * elements of elem_bytes, zeroing the new ones: MOON_ERR_NO_MEMORY leaves *ptr
+ * and its contents as they were. */
+MOON_API size_t        moon_grow_cap(size_t cap, size_t need, size_t limit);
+MOON_API moon_status_t moon_realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t elem_bytes);
 /* moon_free of each of the n pointers (NULL ones are no-ops), for the
  * destructor of a struct that holds many buffers; MOON_FREE_ALL(a, b, ...)
  * lists them (C only: a compound literal). */

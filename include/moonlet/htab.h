@@ -113,6 +113,11 @@ MOON_API moon_status_t moon_htab_insert(moon_htab_t *htab, const void *key, cons
 MOON_API moon_status_t moon_htab_insert_hashed(moon_htab_t *htab, const void *key, uint64_t hash,
                                                const void *elem, void **elem_p);
 
+/* Makes room for n elements in all, so inserts up to n allocate nothing.
+ * MOON_ERR_NO_RESOURCE: a FIXED table made for fewer, or n past the largest
+ * table; MOON_ERR_NO_MEMORY: growing failed (the elements are unchanged). */
+MOON_API moon_status_t moon_htab_reserve(moon_htab_t *htab, size_t n);
+
 /* Removes the element with key (elem_free on it, if set). MOON_ERR_NOT_FOUND: none. */
 MOON_API moon_status_t moon_htab_remove(moon_htab_t *htab, const void *key);
 /* Removes elem, a pointer from find, insert or next (elem_free on it, if set).

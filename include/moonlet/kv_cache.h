@@ -38,7 +38,10 @@ MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void
 /* The bookkeeping without the bytes (a simulation's virtual KV: sizes and
  * block tables, no payload): moon_kv_block_data and moon_kv_pool_data give
  * NULL, export and import MOON_ERR_INVALID_PARAM; only an engine that reads
- * no KV (the COST backend) runs on it. */
+ * no KV (the COST backend) runs on it. Its per-block metadata grows as blocks
+ * are first used (memory follows use, not n_blocks), so alloc, reserve and
+ * fork may also return MOON_ERR_NO_MEMORY (nothing changed); the blocks
+ * handed out are the same as a real cache's. */
 MOON_API moon_status_t           moon_kv_cache_create_virtual(const moon_kv_config_t *cfg,
                                                               moon_kv_cache_t       **kv_p);
 MOON_API size_t                  moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
@@ -83,7 +86,8 @@ MOON_API moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint3
 MOON_API moon_status_t moon_kv_seq_append_block(moon_kv_cache_t *kv, uint32_t seq, uint32_t block);
 
 /* Blocks: alloc returns a block with refcount 1 (MOON_ERR_NO_RESOURCE: empty
- * pool); unref frees it at 0. */
+ * pool); unref frees it at 0. The next block handed out is the last freed
+ * one, else the lowest never used. */
 MOON_API moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p);
 MOON_API void          moon_kv_block_ref(moon_kv_cache_t *kv, uint32_t block);
 MOON_API void          moon_kv_block_unref(moon_kv_cache_t *kv, uint32_t block);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Splits the stringized list in place into the tests' names ("test_" off). */
 static int name_tests(char *list, CU_TestInfo *tests, const moon_test_suite_t *suite)
@@ -76,4 +77,19 @@ double moon_test_now_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+size_t moon_test_rss_bytes(void)
+{
+    FILE         *f    = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2) {
+        resident = 0;
+    }
+    fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }

@@ -58,4 +58,8 @@ static inline uint64_t moon_test_rand(uint64_t *state)
 /* Seconds on the monotonic clock, for waits with a deadline in tests. */
 double moon_test_now_s(void);
 
+/* The process's resident bytes now (/proc/self/statm; 0 where unreadable):
+ * for "this allocates next to nothing" checks, in bytes, never in time. */
+size_t moon_test_rss_bytes(void);
+
 #endif /* MOON_TEST_H */

@@ -1,4 +1,5 @@
-/* tests/unit/base/test_base.c - status strings, log levels, fault injection. */
+/* tests/unit/base/test_base.c - status strings, log levels, fault injection,
+ * arrays that grow on use. */
 #include "moonlet/alloc.h"
 #include "moonlet/copy.h"
 #include "moonlet/log.h"
@@ -167,7 +168,36 @@ static void test_copy_stream_copies_exactly(void)
     free(dst);
 }
 
+/* Arrays that grow on use: capacities double from 64 up to the limit, the
+ * new elements are zero, and a failed growth leaves the array as it was. */
+static void test_grow_cap_and_realloc_zero(void)
+{
+    uint32_t *a = NULL;
+
+    CU_ASSERT_EQUAL(moon_grow_cap(0, 1, 1000), 64);
+    CU_ASSERT_EQUAL(moon_grow_cap(64, 65, 1000), 128);
+    CU_ASSERT_EQUAL(moon_grow_cap(64, 300, 1000), 300);
+    CU_ASSERT_EQUAL(moon_grow_cap(512, 513, 1000), 1000);
+    CU_ASSERT_EQUAL(moon_grow_cap(0, 5, 10), 10);
+    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 0, 4, sizeof(*a)), MOON_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    a[0] = 1;
+    a[3] = 4;
+    moon_fault_fail_after(1);
+    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 4, 8, sizeof(*a)), MOON_ERR_NO_MEMORY);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(a[0], 1);
+    CU_ASSERT_EQUAL(a[3], 4);
+    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 4, 8, sizeof(*a)), MOON_OK);
+    CU_ASSERT(a[0] == 1 && a[3] == 4 && a[4] == 0 && a[7] == 0);
+    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 8, 2, sizeof(*a)), MOON_OK); /* never shrinks */
+    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 8, SIZE_MAX / 2, sizeof(*a)),
+                    MOON_ERR_NO_MEMORY); /* the byte count would overflow */
+    moon_free(a);
+}
+
 MOON_TEST_MAIN("base", NULL, NULL, test_status_str_never_null, test_log_parse_level,
                test_log_prefix_and_threshold, test_log_arguments_not_evaluated_below_threshold,
                test_fault_injection_fails_nth_allocation,
-               test_fault_injection_here_spares_other_threads, test_copy_stream_copies_exactly)
+               test_fault_injection_here_spares_other_threads, test_copy_stream_copies_exactly,
+               test_grow_cap_and_realloc_zero)

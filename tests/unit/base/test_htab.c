@@ -335,8 +335,39 @@ static void test_failed_growth_changes_nothing(void)
     moon_htab_destroy(h);
 }
 
+/* reserve: room made once, then inserts up to it allocate nothing; a FIXED
+ * table only says whether it fits; a failed growth keeps every element. */
+static void test_reserve_makes_room_up_front(void)
+{
+    moon_htab_t *h = NULL, *f = NULL;
+    kv_t         in;
+
+    CU_ASSERT_EQUAL_FATAL(moon_htab_create(&kv_type, NULL, 0, 0, &h), MOON_OK);
+    in = (kv_t){7, 70};
+    CU_ASSERT_EQUAL(moon_htab_insert(h, &in.key, &in, NULL), MOON_OK);
+    moon_fault_fail_after(1);
+    CU_ASSERT_EQUAL(moon_htab_reserve(h, 5000), MOON_ERR_NO_MEMORY);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(moon_htab_count(h), 1);
+    CU_ASSERT_PTR_NOT_NULL(moon_htab_find(h, &in.key));
+    CU_ASSERT_EQUAL(moon_htab_reserve(h, 5000), MOON_OK);
+    moon_fault_fail_after(1);
+    for (uint64_t k = 100; k < 100 + 4999; k++) {
+        in = (kv_t){k, k};
+        CU_ASSERT_EQUAL(moon_htab_insert(h, &in.key, &in, NULL), MOON_OK);
+    }
+    CU_ASSERT_EQUAL(moon_fault_count(), 0);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(moon_htab_count(h), 5000);
+    CU_ASSERT_EQUAL_FATAL(moon_htab_create(&kv_type, NULL, 100, MOON_HTAB_FIXED, &f), MOON_OK);
+    CU_ASSERT_EQUAL(moon_htab_reserve(f, 100), MOON_OK);
+    CU_ASSERT_EQUAL(moon_htab_reserve(f, 101), MOON_ERR_NO_RESOURCE);
+    moon_htab_destroy(f);
+    moon_htab_destroy(h);
+}
+
 MOON_TEST_MAIN("htab", NULL, NULL, test_insert_find_remove, test_invalid_type_rejected,
                test_random_ops_match_model, test_growth_keeps_every_element,
                test_fixed_table_refuses_past_capacity, test_elem_free_on_remove_clear_destroy,
                test_no_elem_free_frees_nothing, test_external_keys, test_create_fails_cleanly,
-               test_failed_growth_changes_nothing)
+               test_failed_growth_changes_nothing, test_reserve_makes_room_up_front)

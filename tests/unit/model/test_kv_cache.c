@@ -232,6 +232,189 @@ static void test_alloc_failures_unwind(void)
     CU_ASSERT(done);
 }
 
+/* ---- virtual caches: metadata that grows on use ---- */
+
+static moon_kv_config_t virt_config(uint32_t n_blocks)
+{
+    return (moon_kv_config_t){.n_layers     = 1,
+                              .n_kv_heads   = 1,
+                              .head_dim     = 2,
+                              .block_tokens = 4,
+                              .n_blocks     = n_blocks,
+                              .max_seqs     = 8,
+                              .max_seq_len  = 4 * n_blocks};
+}
+
+/* Counts the ways seq s differs between the two caches (length, blocks). */
+static unsigned seq_diff(moon_kv_cache_t *const kv[2], uint32_t s)
+{
+    unsigned bad = moon_kv_seq_len(kv[0], s) != moon_kv_seq_len(kv[1], s) ||
+                   moon_kv_seq_n_blocks(kv[0], s) != moon_kv_seq_n_blocks(kv[1], s);
+
+    for (uint32_t j = 0; j < moon_kv_seq_n_blocks(kv[0], s); j++) {
+        bad += moon_kv_seq_block(kv[0], s, j) != moon_kv_seq_block(kv[1], s, j);
+    }
+    return bad;
+}
+
+/* A virtual cache (its metadata growing past the 64 blocks it starts with)
+ * hands out exactly the blocks and sequences a real one does under the same
+ * random calls, and once full refuses with the same MOON_ERR_NO_RESOURCE. */
+static void test_virtual_hands_out_what_real_does(void)
+{
+    moon_kv_config_t cfg     = virt_config(300);
+    moon_kv_cache_t *kv[2]   = {NULL, NULL};
+    int              live[8] = {0};
+    uint64_t         rng     = 7;
+    unsigned         bad = 0, peak         = 0;
+    uint32_t         got[2][301], n_got[2] = {0, 0};
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv[0]), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_virtual(&cfg, &kv[1]), MOON_OK);
+    for (int step = 0; step < 4000; step++) {
+        uint32_t      s = (uint32_t)(moon_test_rand(&rng) % 8), id[2] = {0, 0};
+        uint32_t      len = moon_kv_seq_len(kv[0], s);
+        uint32_t      n   = (uint32_t)(moon_test_rand(&rng) % 200);
+        moon_status_t st[2];
+
+        switch (moon_test_rand(&rng) % 5) {
+        case 0:
+            st[0] = moon_kv_seq_create(kv[0], &id[0]);
+            st[1] = moon_kv_seq_create(kv[1], &id[1]);
+            bad += st[0] != st[1] || id[0] != id[1];
+            if (st[0] == MOON_OK) {
+                live[id[0]] = 1;
+            }
+            break;
+        case 1:
+            st[0] = moon_kv_seq_reserve(kv[0], s, n);
+            st[1] = moon_kv_seq_reserve(kv[1], s, n);
+            bad += st[0] != st[1];
+            if (st[0] == MOON_OK) {
+                moon_kv_seq_advance(kv[0], s, n);
+                moon_kv_seq_advance(kv[1], s, n);
+            }
+            break;
+        case 2:
+            n     = live[s] ? n % (len + 1) : 0;
+            st[0] = moon_kv_seq_truncate(kv[0], s, n);
+            st[1] = moon_kv_seq_truncate(kv[1], s, n);
+            bad += st[0] != st[1];
+            break;
+        case 3:
+            moon_kv_seq_destroy(kv[0], s);
+            moon_kv_seq_destroy(kv[1], s);
+            live[s] = 0;
+            break;
+        default:
+            n     = live[s] ? n % (len + 1) : 0;
+            st[0] = moon_kv_seq_fork(kv[0], s, n, &id[0]);
+            st[1] = moon_kv_seq_fork(kv[1], s, n, &id[1]);
+            bad += st[0] != st[1] || (st[0] == MOON_OK && id[0] != id[1]);
+            if (st[0] == MOON_OK) {
+                live[id[0]] = 1;
+                bad += seq_diff(kv, id[0]);
+            }
+            break;
+        }
+        bad += seq_diff(kv, s);
+        bad += moon_kv_n_free_blocks(kv[0]) != moon_kv_n_free_blocks(kv[1]);
+        peak = MOON_MAX(peak, 300 - moon_kv_n_free_blocks(kv[0]));
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(peak > 200); /* the virtual metadata grew well past its first 64 */
+    for (uint32_t s = 0; s < 8; s++) {
+        moon_kv_seq_destroy(kv[0], s);
+        moon_kv_seq_destroy(kv[1], s);
+    }
+    /* every block, in the same order, then the same refusal */
+    for (int c = 0; c < 2; c++) {
+        while (n_got[c] < 301 && moon_kv_block_alloc(kv[c], &got[c][n_got[c]]) == MOON_OK) {
+            n_got[c]++;
+        }
+        CU_ASSERT_EQUAL(n_got[c], 300);
+        CU_ASSERT_EQUAL(moon_kv_block_alloc(kv[c], &got[c][300]), MOON_ERR_NO_RESOURCE);
+        CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv[c]), 0);
+        CU_ASSERT_EQUAL(moon_kv_block_refcount(kv[c], 300), 0);
+    }
+    CU_ASSERT_EQUAL(memcmp(got[0], got[1], sizeof(got[0][0]) * 300), 0);
+    moon_kv_cache_destroy(kv[0]);
+    moon_kv_cache_destroy(kv[1]);
+}
+
+/* 2^30 modeled blocks of a 70B model's shape (320 MiB each): created in a
+ * few bytes, paying only for the blocks used; blocks never handed out are
+ * refused as such. */
+static void test_virtual_huge_pool_costs_what_it_uses(void)
+{
+    moon_kv_config_t cfg  = {.n_layers     = 80,
+                             .n_kv_heads   = 8,
+                             .head_dim     = 128,
+                             .block_tokens = 512,
+                             .n_blocks     = 1u << 30,
+                             .max_seqs     = 4,
+                             .max_seq_len  = 8192};
+    moon_kv_cache_t *kv   = NULL;
+    size_t           rss0 = moon_test_rss_bytes();
+    uint32_t         a, b;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_virtual(&cfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 1u << 30);
+    CU_ASSERT_EQUAL(moon_kv_pool_bytes(kv), (size_t)moon_kv_block_bytes(kv) << 30);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &b), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 8192), MOON_OK); /* 16 blocks: 0..15 */
+    moon_kv_seq_advance(kv, a, 8192);
+    CU_ASSERT_EQUAL(moon_kv_seq_block(kv, a, 15), 15);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), (1u << 30) - 16);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 1), MOON_ERR_NO_RESOURCE); /* past the context */
+    /* ids never handed out: no reference, refused */
+    CU_ASSERT_EQUAL(moon_kv_block_refcount(kv, 1u << 29), 0);
+    CU_ASSERT_EQUAL(moon_kv_block_refcount(kv, 1u << 30), 0);
+    CU_ASSERT_EQUAL(moon_kv_seq_append_block(kv, b, 1u << 29), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_kv_seq_append_block(kv, b, 3), MOON_OK); /* a live one is shared */
+    CU_ASSERT_EQUAL(moon_kv_block_refcount(kv, 3), 2);
+    moon_kv_seq_destroy(kv, a);
+    moon_kv_seq_destroy(kv, b);
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 1u << 30);
+    if (rss0 != 0) { /* a full-size table of 2^30 blocks would be 16 GiB */
+        CU_ASSERT(moon_test_rss_bytes() < rss0 + (16u << 20));
+    }
+    moon_kv_cache_destroy(kv);
+}
+
+/* The metadata cannot grow: MOON_ERR_NO_MEMORY and nothing changed; then it
+ * goes on as if nothing happened. */
+static void test_virtual_growth_failure_changes_nothing(void)
+{
+    moon_kv_config_t cfg = virt_config(300);
+    moon_kv_cache_t *kv  = NULL;
+    uint32_t         b, s;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_virtual(&cfg, &kv), MOON_OK);
+    for (uint32_t i = 0; i < 64; i++) { /* the metadata's first size */
+        CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b), MOON_OK);
+    }
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &s), MOON_OK);
+    moon_fault_fail_after(1);
+    CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b), MOON_ERR_NO_MEMORY);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, s, 9), MOON_ERR_NO_MEMORY);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 300 - 64);
+    CU_ASSERT_EQUAL(moon_kv_seq_n_blocks(kv, s), 0);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, s, 9), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_block(kv, s, 0), 64);
+    CU_ASSERT_EQUAL(moon_kv_seq_block(kv, s, 2), 66);
+    moon_kv_block_unref(kv, 10);
+    CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b), MOON_OK);
+    CU_ASSERT_EQUAL(b, 10); /* the last freed first */
+    CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b), MOON_OK);
+    CU_ASSERT_EQUAL(b, 67);
+    moon_kv_cache_destroy(kv);
+}
+
 MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
                test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
-               test_engine_rejects_and_rolls_back)
+               test_engine_rejects_and_rolls_back, test_virtual_hands_out_what_real_does,
+               test_virtual_huge_pool_costs_what_it_uses,
+               test_virtual_growth_failure_changes_nothing)
