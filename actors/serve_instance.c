@@ -82,15 +82,9 @@ moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_arg
     int                 pre  = a->role != MOON_SERVE_ROLE_DECODE;
     int                 dec  = a->role != MOON_SERVE_ROLE_PREFILL;
     moon_serve_hello_t *m;
-    moon_status_t       status = MOON_OK;
-
-    if (a->announce != NULL) {
-        cost = *a->announce;
-    } else {
-        status =
-            moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,
-                                 pre ? a->prefill_chunk : 0, dec ? a->engine.max_batch : 0, &cost);
-    }
+    moon_status_t       status =
+        moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,
+                             pre ? a->prefill_chunk : 0, dec ? a->engine.max_batch : 0, &cost);
 
     if (status != MOON_OK) {
         MOON_ERROR("instance %u: engine calibration failed: %s", a->instance,

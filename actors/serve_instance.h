@@ -9,7 +9,6 @@
 #include "moonlet/dist.h"
 #include "moonlet/kv_key.h"
 #include "moonlet/model.h"
-#include "moonlet/sched_cost.h"
 #include "serve_msgs.h"
 
 #define MOON_SERVE_ROLE_PREFILL 0u
@@ -49,8 +48,6 @@ typedef struct {
     void *xfer_arg;
     int   virtual_kv; /* simulation (dist NULL, COST): KV of sizes and keys, no bytes
                          (kv_pool.h); the store's shards virtual too */
-    const moon_sched_cost_t *announce; /* simulation only: the costs HELLO announces (a0..d2)
-                                          instead of timing the engine (NULL: timed) */
     double request_s; /* simulation only, prefill role: the modeled time a request costs
                          its instance outside the engine calls (a real one spends it:
                          0), charged with the request's first chunk */

@@ -106,11 +106,18 @@ static int cmp_sample(const void *a, const void *b)
     return x->n_new < y->n_new ? -1 : x->n_new > y->n_new;
 }
 
-/* The samples of the finished requests, averaged per bin of similar lengths
- * into s (each bin's mean lengths and seconds): single requests in service
- * are noisy with a long tail (a call that lost its core), and a fit on the
- * relative error of single samples would lean to the fast ones, while the
- * queues the simulator builds follow the mean. Returns the bins. */
+static int cmp_seconds(const void *a, const void *b)
+{
+    const moon_sched_prefill_sample_t *x = a, *y = b;
+
+    return x->seconds < y->seconds ? -1 : x->seconds > y->seconds;
+}
+
+/* The samples of the finished requests, one per bin of similar lengths into
+ * s (the bin's mean lengths, its median seconds): single requests in
+ * service are noisy with a long tail (a call that lost its core), which a
+ * deterministic model cannot give only some requests; the typical request
+ * is what the TTFT median follows. Returns the bins. */
 static uint32_t binned_samples(const moon_sim_records_t *recs, const moon_profile_t *p,
                                uint32_t chunk, moon_sched_prefill_sample_t *s)
 {
@@ -121,7 +128,7 @@ static uint32_t binned_samples(const moon_sim_records_t *recs, const moon_profil
     }
     qsort(s, n, sizeof(*s), cmp_sample);
     for (uint32_t i = 0; i < n;) {
-        double   sum_new = 0.0, sum_prefix = 0.0, sum_s = 0.0;
+        double   sum_new = 0.0, sum_prefix = 0.0, mid;
         uint32_t j = i;
 
         for (; j < n && s[j].n_prefix / CAL_BIN_PREFIX == s[i].n_prefix / CAL_BIN_PREFIX &&
@@ -129,14 +136,16 @@ static uint32_t binned_samples(const moon_sim_records_t *recs, const moon_profil
              j++) {
             sum_new += (double)s[j].n_new;
             sum_prefix += (double)s[j].n_prefix;
-            sum_s += s[j].seconds;
         }
+        qsort(s + i, j - i, sizeof(*s), cmp_seconds);
+        mid = (j - i) % 2 ? s[i + (j - i) / 2].seconds
+                          : 0.5 * (s[i + (j - i) / 2 - 1].seconds + s[i + (j - i) / 2].seconds);
         /* a bin the per-call costs already explain adds nothing to fit */
-        if (sum_s > 0.0) {
+        if (mid > 0.0) {
             s[out++] = (moon_sched_prefill_sample_t){
                 .n_new    = (uint64_t)(sum_new / (j - i) + 0.5),
                 .n_prefix = (uint64_t)(sum_prefix / (j - i) + 0.5),
-                .seconds  = sum_s / (j - i),
+                .seconds  = mid,
             };
         }
         i = j;
@@ -261,8 +270,7 @@ moon_status_t moon_calibrate_service(const moon_cal_service_config_t *cfg, moon_
         MOON_ERROR("calibrate: the in-service step needs a trace slice, a model and a fit");
         return MOON_ERR_INVALID_PARAM;
     }
-    p             = *profile;
-    p.fit_startup = profile->fit; /* what the real conductor predicts with */
+    p = *profile;
     memset(&r, 0, sizeof(r));
     moon_serve_config_default(&sc); /* the real instances' prefill chunk */
     scratch =

@@ -6,14 +6,18 @@
  * same way out. So a trace slice is replayed on a real in-process cluster
  * of the same actors (moon_replay_real_run, wall clock; a few times, the
  * records pooled), and the profile is refitted from what its requests took:
- *   - prefill: a0, a1, a2 from each request's service at its prefill
- *     instance (start to the decode taking the first token: the engine
- *     calls and everything around them), one sample per request with one
- *     a0 per chunk (moon_sched_cost_fit_prefill, n_calls); the hand-off is
- *     taken out of a0, the profile adds it back to every call;
  *   - network.latency_s: half the median of what the two ends of a
  *     request's path add to its TTFT (the SUBMIT to the conductor, the first
  *     TOKEN to the client): one message between actors of this process;
+ *   - prefill: a1, a2 and fitted request_s from each request's service at
+ *     its prefill instance (start to the decode taking the first token: the
+ *     engine calls and everything around them: the store's round trips, a
+ *     core to run on), less what the simulator charges there anyway (the
+ *     start-up a0 and the hand-off per chunk, the hand-over message), one
+ *     sample per bin of similar lengths (their means), fitted by
+ *     moon_sched_cost_fit_prefill, whose a0 is then the constant per
+ *     request: the simulated prefill instance charges it with a request's
+ *     first chunk; a0 stays the start-up one per call;
  *   - fitted step_gap_s: the median TBT the real cluster streamed minus the
  *     simulator's on the same slice with the refitted profile (a few
  *     rounds: a longer step changes batching, so the gap is re-measured).

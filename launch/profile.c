@@ -95,12 +95,6 @@ static const field_t fit_fields[] = {
     OPTIONAL("handoff_s", F_NONNEG, fit_handoff_s),
     OPTIONAL("request_s", F_NONNEG, fit_request_s),
     OPTIONAL("step_gap_s", F_NONNEG, fit_step_gap_s),
-    OPTIONAL("startup_a0", F_NONNEG, fit_startup.a0),
-    OPTIONAL("startup_a1", F_NONNEG, fit_startup.a1),
-    OPTIONAL("startup_a2", F_NONNEG, fit_startup.a2),
-    OPTIONAL("startup_d0", F_NONNEG, fit_startup.d0),
-    OPTIONAL("startup_d1", F_NONNEG, fit_startup.d1),
-    OPTIONAL("startup_d2", F_NONNEG, fit_startup.d2),
     OPTIONAL("source", F_STR, fit_source),
     {NULL, 0, 0, 0, 0},
 };
@@ -459,13 +453,6 @@ moon_cost_config_t moon_profile_cost(const moon_profile_t *p)
         c.fit.d0 += p->fit_handoff_s + p->fit_step_gap_s;
     }
     return c;
-}
-
-int moon_profile_announces(const moon_profile_t *p)
-{
-    const moon_cost_fit_t *s = &p->fit_startup;
-
-    return p->fit.enabled && s->a0 + s->a1 + s->a2 + s->d0 + s->d1 + s->d2 > 0.0;
 }
 
 double moon_profile_kv_capacity_bytes(const moon_profile_t *p)

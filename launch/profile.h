@@ -24,8 +24,7 @@
  *   "store":   {"dram_bytes", "dram_bytes_per_s", "ssd_bytes", "ssd_bytes_per_s"}
  *                                            per node
  *   "fitted":  {"a0", "a1", "a2", "d0", "d1", "d2", "handoff_s", "request_s",
- *               "step_gap_s", "startup_a0" .. "startup_d2", "source"}  optional
- *              (all but a0..d2 optional, 0 or "" when absent)
+ *               "step_gap_s", "source"}  optional (the last four optional: 0, "")
  * }
  * Every number is finite; counts are integers >= 1; rates, sizes and
  * efficiencies (in (0, 1]) are > 0 except ssd_bytes, ssd_bytes_per_s and
@@ -76,17 +75,11 @@ typedef struct {
                                         engine calls (the store's round trips, the
                                         hand-over); the simulator's prefill instances
                                         charge it with each request's first chunk */
-    /* the fit's "startup_a0".."startup_d2" (optional, all 0: none): the engine's
-     * start-up timing when the fit above was refitted in service. A real
-     * conductor predicts with the start-up timing while its instances take
-     * the in-service times, so the simulator's instances announce these
-     * (moon_profile_announce) and take the fit's. */
-    moon_cost_fit_t fit_startup;
-    double          fit_step_gap_s; /* the fit's "step_gap_s" (optional, 0): what a real
-                                       decode step costs in service past its modeled
-                                       time (the token's way out, the other instances'
-                                       threads on the same cores); moon_profile_cost
-                                       adds it to d0 */
+    double fit_step_gap_s;           /* the fit's "step_gap_s" (optional, 0): what a real
+                                        decode step costs in service past its modeled
+                                        time (the token's way out, the other instances'
+                                        threads on the same cores); moon_profile_cost
+                                        adds it to d0 */
 } moon_profile_t;
 
 typedef struct {
@@ -118,10 +111,6 @@ moon_status_t moon_profile_set_fit(moon_profile_t *profile, const moon_cost_fit_
  * efficiency), weights at weight_bytes_per_param, the fit when there is
  * one. Passes moon_cost_check for any loaded profile. */
 moon_cost_config_t moon_profile_cost(const moon_profile_t *profile);
-/* Whether a simulated instance announces the start-up timing (fit_startup)
- * to the conductor (HELLO: the predictions' costs) rather than timing its
- * engine as usual: a fit refitted in service that kept one. */
-int moon_profile_announces(const moon_profile_t *profile);
 /* Bytes of KV one instance can hold: count * mem_bytes * mem_usable minus
  * the weights (0 when the weights do not fit). */
 double moon_profile_kv_capacity_bytes(const moon_profile_t *profile);

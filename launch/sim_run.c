@@ -61,9 +61,7 @@ typedef struct {
     moon_sim_records_t *recs;
     moon_replay_watch_t watch; /* placements, read off the dispatched messages */
     moon_sim_net_t     *net;
-    uint64_t            block_bytes;  /* the modeled model's KV bytes per block */
-    moon_sched_cost_t   announce;     /* what the instances tell the conductor ... */
-    int                 has_announce; /* ... instead of timing their engines */
+    uint64_t            block_bytes; /* the modeled model's KV bytes per block */
 } sim_t;
 
 /* A KV move's modeled duration (moon_serve_xfer_fn), booked on the network. */
@@ -188,15 +186,6 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     char                  policy[96];
     moon_status_t         status = MOON_OK;
 
-    /* a profile refitted in service keeps the start-up timing a real
-     * conductor predicts with (profile.h) */
-    s->has_announce = moon_profile_announces(pf);
-    s->announce     = (moon_sched_cost_t){.a0 = pf->fit_startup.a0,
-                                          .a1 = pf->fit_startup.a1,
-                                          .a2 = pf->fit_startup.a2,
-                                          .d0 = pf->fit_startup.d0,
-                                          .d1 = pf->fit_startup.d1,
-                                          .d2 = pf->fit_startup.d2};
     if (kv_blocks < ctx_blocks || kv_blocks > UINT32_MAX) {
         MOON_ERROR("replay: profile %s holds %llu KV blocks of %u tokens per instance: not one "
                    "full context (%llu)",
@@ -274,7 +263,6 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
             .xfer_arg      = s,
             .virtual_kv    = 1,
             .request_s     = dec ? 0.0 : pf->fit_request_s,
-            .announce      = s->has_announce ? &s->announce : NULL,
         };
         status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, i, &s->inst[i]);
     }
