@@ -15,8 +15,10 @@
 # calls on an idle engine, put the simulator 20-60 % short on TTFT and 2-5x
 # short on TBT. The "fit" field has the slice's own real and simulated
 # medians. On a shared machine the real figures move with the load: run it
-# when the machine is otherwise idle (or read the spread of a few runs).
-# Env: N requests (300), TS time scale (0.05), P / DD prefill / decode
+# when the machine is otherwise idle, or with R=3: each real replay runs R
+# times and its figures are the median of the runs' (the runs' TTFT medians
+# listed beside them; the simulator is deterministic, one run).
+# Env: N requests (300), TS time scale (0.05), R real runs (1), P / DD prefill / decode
 # instances (2 / 2: on a 2-core machine more engine threads than cores make
 # the real cluster CPU-bound where the simulator gives each its own device),
 # POLICIES (random least-loaded mooncake), MOON (build/launch/moonlet).
@@ -37,15 +39,28 @@ med() {
         awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 mean() { awk -F, 'NR > 1 && $12 == "ok" { s += $9; n++ } END { print s / n }' "$1"; }
+# median of the arguments
+mid() {
+    printf '%s\n' "$@" | sort -g |
+        awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
 for pol in ${POLICIES:-random least-loaded mooncake}; do
-    "$MOON" replay "${C[@]}" --real --model "$M" --policy "$pol" --out "$D/real_$pol" >/dev/null 2>&1
+    rt=() rm=() rb=()
+    for k in $(seq "${R:-1}"); do
+        "$MOON" replay "${C[@]}" --real --model "$M" --policy "$pol" --out "$D/real_${pol}_$k" \
+            >/dev/null 2>&1
+        r=$D/real_${pol}_$k/requests.csv
+        rt+=("$(med "$r" 9)") rm+=("$(mean "$r")") rb+=("$(med "$r" 10)")
+    done
     "$MOON" replay "${C[@]}" --sim --profile "$D/fit.json" --policy "$pol" --out "$D/sim_$pol" \
         >/dev/null 2>&1
-    r=$D/real_$pol/requests.csv s=$D/sim_$pol/requests.csv
+    s=$D/sim_$pol/requests.csv
     printf '{"bench": "sim_crosscheck", "policy": "%s", "requests": %s, "prefill": %s, "decode": %s, ' \
         "$pol" "${N:-300}" "${P:-2}" "${DD:-2}"
     printf '"real_ttft_median_s": %s, "sim_ttft_median_s": %s, "real_ttft_mean_s": %s, ' \
-        "$(med "$r" 9)" "$(med "$s" 9)" "$(mean "$r")"
-    printf '"sim_ttft_mean_s": %s, "real_tbt_median_s": %s, "sim_tbt_median_s": %s, "fit": %s}\n' \
-        "$(mean "$s")" "$(med "$r" 10)" "$(med "$s" 10)" "$(cat "$D/fit.txt")"
+        "$(mid "${rt[@]}")" "$(med "$s" 9)" "$(mid "${rm[@]}")"
+    printf '"sim_ttft_mean_s": %s, "real_tbt_median_s": %s, "sim_tbt_median_s": %s, ' \
+        "$(mean "$s")" "$(mid "${rb[@]}")" "$(med "$s" 10)"
+    printf '"real_ttft_median_runs_s": [%s], "fit": %s}\n' "$(IFS=,; echo "${rt[*]}")" \
+        "$(cat "$D/fit.txt")"
 done
