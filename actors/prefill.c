@@ -66,6 +66,7 @@ typedef struct {
     /* the chunk in flight */
     const int32_t *job_tokens;
     uint32_t       job_seq, job_n;
+    double         job_extra_s; /* modeled time charged with the chunk (a.request_s) */
     uint64_t       timer;
     uint64_t       n_cache_hit_tokens, n_store_hit_tokens, n_computed_tokens;
 } prefill_t;
@@ -380,9 +381,14 @@ static void on_store_done(moon_actor_t *self, void *arg, const moon_store_done_t
 
 static moon_status_t chunk_job(void *arg, double *duration_s_p)
 {
-    prefill_t *p = arg;
-    return moon_engine_prefill(p->engine, p->pool.kv, p->job_seq, p->job_tokens, p->job_n,
-                               p->logits, duration_s_p);
+    prefill_t    *p      = arg;
+    moon_status_t status = moon_engine_prefill(p->engine, p->pool.kv, p->job_seq, p->job_tokens,
+                                               p->job_n, p->logits, duration_s_p);
+
+    if (status == MOON_OK) {
+        *duration_s_p += p->job_extra_s; /* an inline runner waits for it too */
+    }
+    return status;
 }
 
 static int others_hold_blocks(const prefill_t *p, const preq_t *r)
@@ -426,11 +432,12 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
         abort_req(self, p, r, status, "the prompt does not fit the prefill KV pool");
         return;
     }
-    p->job_seq    = r->seq;
-    p->job_tokens = tokens_of(r) + r->n_done;
-    p->job_n      = n;
-    r->chunk_n    = n;
-    status        = moon_engine_runner_submit(p->runner, self, chunk_job, p, slot_of(p, r));
+    p->job_seq     = r->seq;
+    p->job_tokens  = tokens_of(r) + r->n_done;
+    p->job_n       = n;
+    p->job_extra_s = r->compute_ns == 0 ? p->a.request_s : 0.0; /* the first chunk */
+    r->chunk_n     = n;
+    status         = moon_engine_runner_submit(p->runner, self, chunk_job, p, slot_of(p, r));
     MOON_CHECK(status == MOON_OK);
 }
 

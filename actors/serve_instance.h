@@ -48,6 +48,9 @@ typedef struct {
     void *xfer_arg;
     int   virtual_kv; /* simulation (dist NULL, COST): KV of sizes and keys, no bytes
                          (kv_pool.h); the store's shards virtual too */
+    double request_s; /* simulation only, prefill role: the modeled time a request costs
+                         its instance outside the engine calls (a real one spends it:
+                         0), charged with the request's first chunk */
 } moon_serve_instance_args_t;
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's

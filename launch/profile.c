@@ -93,6 +93,8 @@ static const field_t fit_fields[] = {
     FIELD("d1", F_NONNEG, fit.d1),
     FIELD("d2", F_NONNEG, fit.d2),
     OPTIONAL("handoff_s", F_NONNEG, fit_handoff_s),
+    OPTIONAL("request_s", F_NONNEG, fit_request_s),
+    OPTIONAL("step_gap_s", F_NONNEG, fit_step_gap_s),
     OPTIONAL("source", F_STR, fit_source),
     {NULL, 0, 0, 0, 0},
 };
@@ -448,7 +450,7 @@ moon_cost_config_t moon_profile_cost(const moon_profile_t *p)
     c.fit                = p->fit;
     if (c.fit.enabled) {
         c.fit.a0 += p->fit_handoff_s; /* a real instance's every call pays it */
-        c.fit.d0 += p->fit_handoff_s;
+        c.fit.d0 += p->fit_handoff_s + p->fit_step_gap_s;
     }
     return c;
 }

@@ -23,8 +23,8 @@
  *               "nic_efficiency" (achieved share), "latency_s" (per transfer)},
  *   "store":   {"dram_bytes", "dram_bytes_per_s", "ssd_bytes", "ssd_bytes_per_s"}
  *                                            per node
- *   "fitted":  {"a0", "a1", "a2", "d0", "d1", "d2", "handoff_s", "source"}  optional
- *              (handoff_s, source optional)
+ *   "fitted":  {"a0", "a1", "a2", "d0", "d1", "d2", "handoff_s", "request_s",
+ *               "step_gap_s", "source"}  optional (the last four optional: 0, "")
  * }
  * Every number is finite; counts are integers >= 1; rates, sizes and
  * efficiencies (in (0, 1]) are > 0 except ssd_bytes, ssd_bytes_per_s and
@@ -70,6 +70,16 @@ typedef struct {
                                         instance pays per engine call on top of it (the
                                         runner's round trip); moon_profile_cost adds it to
                                         a0 and d0 */
+    double fit_request_s;            /* the fit's "request_s" (optional, 0): what a real
+                                        prefill instance spends per request outside its
+                                        engine calls (the store's round trips, the
+                                        hand-over); the simulator's prefill instances
+                                        charge it with each request's first chunk */
+    double fit_step_gap_s;           /* the fit's "step_gap_s" (optional, 0): what a real
+                                        decode step costs in service past its modeled
+                                        time (the token's way out, the other instances'
+                                        threads on the same cores); moon_profile_cost
+                                        adds it to d0 */
 } moon_profile_t;
 
 typedef struct {

@@ -265,6 +265,7 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
             .xfer_ns       = s->net != NULL ? sim_xfer : NULL,
             .xfer_arg      = s,
             .virtual_kv    = 1,
+            .request_s     = dec ? 0.0 : pf->fit_request_s,
         };
         status = spawn(s, dec ? &moon_decode_ops : &moon_prefill_ops, &ia, 0, i, &s->inst[i]);
     }

@@ -143,11 +143,13 @@ static int same_profile(const moon_profile_t *a, const moon_profile_t *b)
            a->fit.enabled == b->fit.enabled && a->fit.a0 == b->fit.a0 && a->fit.a1 == b->fit.a1 &&
            a->fit.a2 == b->fit.a2 && a->fit.d0 == b->fit.d0 && a->fit.d1 == b->fit.d1 &&
            a->fit.d2 == b->fit.d2 && a->fit_handoff_s == b->fit_handoff_s &&
+           a->fit_request_s == b->fit_request_s && a->fit_step_gap_s == b->fit_step_gap_s &&
            strcmp(a->fit_source, b->fit_source) == 0;
 }
 
 /* Calibration writes a fitted variant; it loads back equal and the cost
- * model then follows the fit, every call paying the engine hand-off too. */
+ * model then follows the fit, every call paying the engine hand-off too and
+ * every decode step the in-service step gap. */
 static void test_fitted_round_trip(void)
 {
     moon_profile_t  p, q;
@@ -166,7 +168,9 @@ static void test_fitted_round_trip(void)
     fit.a0 = 1e-3;
     CU_ASSERT_EQUAL(moon_profile_set_fit(&p, &fit, "calibration: cpu, 2 threads"), MOON_OK);
     snprintf(p.name, sizeof(p.name), "fitted-here");
-    p.fit_handoff_s = 5e-5;
+    p.fit_handoff_s  = 5e-5;
+    p.fit_step_gap_s = 2e-4;
+    p.fit_request_s  = 3e-4;
     CU_ASSERT_EQUAL_FATAL(moon_profile_write(&p, path), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_profile_load(path, NULL, &q, NULL), MOON_OK);
     unlink(path);
@@ -177,7 +181,10 @@ static void test_fitted_round_trip(void)
         moon_cost_config_t c = moon_profile_cost(&q);
         CU_ASSERT_DOUBLE_EQUAL(q.fit_handoff_s, 5e-5, 0.0);
         CU_ASSERT_DOUBLE_EQUAL(moon_cost_prefill_s(&c, 0, 100), 5e-5 + 1e-3 + 2.5e-3 + 3e-6, 1e-15);
-        CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 2, 300), 5e-5 + 4e-3 + 2e-4 + 2.1e-5, 1e-15);
+        CU_ASSERT_DOUBLE_EQUAL(q.fit_step_gap_s, 2e-4, 0.0);
+        CU_ASSERT_DOUBLE_EQUAL(q.fit_request_s, 3e-4, 0.0); /* the prefill actor's, not a0 */
+        CU_ASSERT_DOUBLE_EQUAL(moon_cost_decode_s(&c, 2, 300), 5e-5 + 2e-4 + 4e-3 + 2e-4 + 2.1e-5,
+                               1e-15);
     }
     /* a profile without a fit writes no "fitted" section */
     CU_ASSERT_EQUAL_FATAL(moon_profile_load(MOON_PROFILE_DEFAULT, MOON_PROFILE_DIR, &p, NULL),

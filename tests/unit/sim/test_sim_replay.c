@@ -129,6 +129,46 @@ static void test_hand_checked_trace(void)
     moon_trace_destroy(t);
 }
 
+/* The same trace with a profile whose fit was refitted in service
+ * (moonlet calibrate --trace): the prefill instance charges request_s with
+ * each request's first chunk, so both TTFTs grow by exactly that (one
+ * chunk each), and the token gaps stay as they were. */
+static void test_request_overhead_adds_to_ttft(void)
+{
+    static const char *text =
+        "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [1, 2]}\n"
+        "{\"timestamp\": 60000, \"input_length\": 1536, \"output_length\": 2, "
+        "\"hash_ids\": [1, 2, 3]}\n";
+    moon_profile_t        plain = profile;
+    moon_trace_t         *t     = NULL;
+    moon_sim_records_t    r, base;
+    moon_sim_run_config_t c;
+    moon_cost_config_t    cost = moon_profile_cost(&profile);
+
+    CU_ASSERT_EQUAL_FATAL(moon_trace_parse(text, strlen(text), NULL, &t, NULL), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&base, 2), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_sim_records_init(&r, 2), MOON_OK);
+    c = config(t, 1, 1);
+    CU_ASSERT_EQUAL_FATAL(moon_replay_sim_run(&c, &base), MOON_OK);
+    profile.fit_request_s = 0.002;
+    CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
+    profile = plain;
+    CU_ASSERT_EQUAL(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
+                    3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024) + 0.002));
+    CU_ASSERT_EQUAL(r.recs[1].first_token_ns - r.recs[1].arrival_ns,
+                    3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512) + 0.002));
+    for (int i = 0; i < 2; i++) {
+        uint64_t d = (r.recs[i].first_token_ns - r.recs[i].arrival_ns) -
+                     (base.recs[i].first_token_ns - base.recs[i].arrival_ns);
+        CU_ASSERT(d >= 1999999 && d <= 2000001); /* 2 ms, give or take the truncation */
+        CU_ASSERT_EQUAL(r.recs[i].tbt_ns, base.recs[i].tbt_ns);
+        CU_ASSERT_EQUAL(r.recs[i].prefix_hit_tokens, base.recs[i].prefix_hit_tokens);
+    }
+    moon_sim_records_fini(&r);
+    moon_sim_records_fini(&base);
+    moon_trace_destroy(t);
+}
+
 /* requests.csv of one run of the first n requests of the synthetic trace */
 static char *run_csv(const moon_trace_t *t, double time_scale, size_t *len_p)
 {
@@ -302,5 +342,6 @@ static int setup(void)
                : -1;
 }
 
-MOON_TEST_MAIN("sim_replay", setup, NULL, test_hand_checked_trace, test_two_runs_byte_identical,
-               test_colocated, test_policy_ordering, test_refused_configs)
+MOON_TEST_MAIN("sim_replay", setup, NULL, test_hand_checked_trace,
+               test_request_overhead_adds_to_ttft, test_two_runs_byte_identical, test_colocated,
+               test_policy_ordering, test_refused_configs)
