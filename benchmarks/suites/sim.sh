@@ -7,10 +7,11 @@
 # KV payloads are virtual and block metadata grows with the blocks used, so
 # their peak RSS must stay that of the first. Then the policy
 # comparison: moonlet against Algorithm 1 (both with early rejection) on the
-# synthetic trace from its rate to 3.3 times it, TTFT <= 30 s and TBT <= 100 ms
-# (and 200 / 300 ms at 2.5 times): their goodput and the ratio (anchor:
-# mooncake, same run). Then the cross-check
-# against the real cluster (sim_crosscheck.sh).
+# synthetic trace from its rate to 3.3 times it (close steps from 2.2 times
+# on: neighbouring loads differ by up to 3 % in this chaotic system, so read
+# the band, not one point), TTFT <= 30 s and TBT <= 100 ms (and 200 / 300 ms
+# at 2.5 times): their goodput and the ratio (anchor: mooncake, same run).
+# Then the cross-check against the real cluster (sim_crosscheck.sh).
 # SMOKE=1: 200 requests on 4 nodes.
 set -euo pipefail
 B=${BENCH_BIN:?}/bench_sim
@@ -25,7 +26,7 @@ for i in $(seq "${REPEAT:-1}"); do
     "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=4
     "$B" --trace="$T" --nodes=16 --target-s=10 --kv-scale=16
     "$B" --trace="$T" --nodes=128 --copies=4 --requests=12000 --span-s=3600 --target-s=60
-    for ts in 1 0.5 0.4 0.35 0.3; do
+    for ts in 1 0.5 0.45 0.43 0.41 0.4 0.39 0.37 0.35 0.33 0.31 0.3; do
         "$B" --trace="$T" --nodes=16 --anchor=mooncake+reject --time-scale="$ts"
     done
     for tbt in 200 300; do
