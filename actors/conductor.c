@@ -652,10 +652,10 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (c->a.balance_threshold > 0.0) {
         sc.balance_threshold = c->a.balance_threshold;
     }
-    if (c->a.shed_after > 0.0) {
+    if (c->a.shed_after != 0.0) { /* out of [0, 1]: the policy refuses it */
         sc.shed_after = c->a.shed_after;
     }
-    if (c->a.shed_share > 0.0) {
+    if (c->a.shed_share != 0.0) {
         sc.shed_share = c->a.shed_share;
     }
     c->reqs = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
@@ -666,7 +666,9 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
 
         status = moon_sched_policy_create(policy, &sc, &c->policy);
         if (status != MOON_OK) {
-            MOON_ERROR("conductor: unknown policy '%s'", policy);
+            MOON_ERROR("conductor: policy '%s' refused (%s): an unknown name or an "
+                       "out-of-range option",
+                       policy, moon_status_str(status));
         }
     }
     if (status == MOON_OK && c->a.n_shards > 0) {

@@ -23,6 +23,7 @@
 #include "serve_instance.h"
 #include "store_client.h"
 
+#include <math.h>
 #include <string.h>
 
 enum { PREQ_FREE = 0, PREQ_QUEUED, PREQ_FETCHING, PREQ_COMPUTING, PREQ_HANDED };
@@ -44,7 +45,9 @@ typedef struct {
     uint8_t                    *got_ok;
     int                         kv_done, cancelled, handed;
     uint64_t                    start_ns, compute_ns;
-    uint32_t                    chunk_n; /* tokens of the chunk in flight */
+    uint32_t                    chunk_n;       /* tokens of the chunk in flight */
+    int                         overhead_done; /* request_s charged (with its first chunk) */
+    double chunk_extra_s; /* request_s in the chunk in flight: not engine time */
 } preq_t;
 
 typedef struct {
@@ -432,12 +435,14 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
         abort_req(self, p, r, status, "the prompt does not fit the prefill KV pool");
         return;
     }
-    p->job_seq     = r->seq;
-    p->job_tokens  = tokens_of(r) + r->n_done;
-    p->job_n       = n;
-    p->job_extra_s = r->compute_ns == 0 ? p->a.request_s : 0.0; /* the first chunk */
-    r->chunk_n     = n;
-    status         = moon_engine_runner_submit(p->runner, self, chunk_job, p, slot_of(p, r));
+    p->job_seq       = r->seq;
+    p->job_tokens    = tokens_of(r) + r->n_done;
+    p->job_n         = n;
+    r->chunk_extra_s = r->overhead_done ? 0.0 : p->a.request_s; /* the first chunk */
+    r->overhead_done = 1;
+    p->job_extra_s   = r->chunk_extra_s;
+    r->chunk_n       = n;
+    status           = moon_engine_runner_submit(p->runner, self, chunk_job, p, slot_of(p, r));
     MOON_CHECK(status == MOON_OK);
 }
 
@@ -453,7 +458,8 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         return;
     }
     r->n_done += r->chunk_n;
-    r->compute_ns += (uint64_t)(dur * 1e9);
+    r->compute_ns += (uint64_t)(fmax(0.0, dur - r->chunk_extra_s) * 1e9);
+    r->chunk_extra_s = 0.0;
     p->n_computed_tokens += r->chunk_n;
     full = r->n_done / p->a.block_tokens;
     if (r->n_done < r->n_prompt) {

@@ -8,6 +8,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
+#include "moonlet/sched_policy.h"
 #include "prefill.h"
 #include "serve_instance.h"
 #include "store_shard.h"
@@ -79,12 +80,10 @@ static const moon_config_field_t serve_fields[] = {
     {"balance-threshold", MOON_CONFIG_DOUBLE, SC(balance_threshold), "0",
      "mooncake policy: pull the prefix when best / local exceeds this (0: default)", 0, 0, 0, 1e9,
      NULL},
-    {"shed-after", MOON_CONFIG_DOUBLE, SC(shed_after), "0.3",
-     "moonlet policy: shed by cost once the queue exceeds this share of the ttft slo", 0, 0, 1e-3,
-     1, NULL},
-    {"shed-share", MOON_CONFIG_DOUBLE, SC(shed_share), "0.5",
-     "moonlet policy: then reject a prefill over this share of the ttft budget left (1: off)", 0, 0,
-     1e-3, 1, NULL},
+    {"shed-after", MOON_CONFIG_DOUBLE, SC(shed_after), MOON_XSTR(MOON_SCHED_SHED_AFTER_DEFAULT),
+     MOON_SCHED_SHED_AFTER_DOC, 0, 0, 1e-3, 1, NULL},
+    {"shed-share", MOON_CONFIG_DOUBLE, SC(shed_share), MOON_XSTR(MOON_SCHED_SHED_SHARE_DEFAULT),
+     MOON_SCHED_SHED_SHARE_DOC, 0, 0, 1e-3, 1, NULL},
     {"kv-link-gbps", MOON_CONFIG_DOUBLE, SC(kv_link_gbps), "80",
      "kv transfer bandwidth the conductor predicts with, gbit/s", 0, 0, 1e-3, 1e6, NULL},
     {"seed", MOON_CONFIG_U64, SC(seed), "1", "seed of the random policy", 0, UINT64_MAX, 0, 0,

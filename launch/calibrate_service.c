@@ -161,13 +161,15 @@ static moon_sim_run_config_t run_config(const moon_cal_service_config_t *c, cons
                                    .nodes_prefill = c->nodes_prefill,
                                    .nodes_decode  = c->nodes_decode,
                                    .block_tokens  = c->block_tokens,
-                                   .ttft_slo_s    = 30.0,
-                                   .tbt_slo_s     = 0.1,
-                                   .time_scale    = c->time_scale,
-                                   .seed          = c->seed,
-                                   .model_path    = c->model_path,
-                                   .threads       = c->threads,
-                                   .backend       = MOON_BACKEND_CPU};
+                                   /* no SLO: no early rejection or shedding,
+                                    * every request of the slice is a sample */
+                                   .ttft_slo_s = 0.0,
+                                   .tbt_slo_s  = 0.0,
+                                   .time_scale = c->time_scale,
+                                   .seed       = c->seed,
+                                   .model_path = c->model_path,
+                                   .threads    = c->threads,
+                                   .backend    = MOON_BACKEND_CPU};
 }
 
 /* The simulator's replay of the slice with p: its TTFT and TBT medians. */

@@ -46,9 +46,9 @@ typedef struct {
     uint64_t              finish_ns;         /* 0: not finished */
     uint64_t              tbt_ns;            /* set when it finishes (mean rounded to the ns) */
     moon_sim_req_status_t status;
-    /* the instances' own account, from DONE (not in the CSV; calibration
-     * reads them): the prefill engine's time, and arrival at the conductor
-     * to the decode taking the first token (0: none) */
+    /* the instances' own account, from DONE (not in the CSV): the prefill
+     * engine's time, and arrival at the conductor to the decode taking the
+     * first token (0: none; the in-service calibration reads this one) */
     uint64_t engine_ns, decode_ttft_ns;
     /* private: the request's token times while it streams */
     uint64_t  last_token_ns;

@@ -28,7 +28,8 @@ moon_status_t moon_runtime_create(const moon_runtime_config_t *cfg, moon_runtime
 
     if (cfg == NULL || cfg->batch == 0 || cfg->mailbox_bound < 2 || cfg->max_actors < 2 ||
         cfg->max_actors > (1u << ADDR_SLOT_BITS) || cfg->rank >= (1u << ADDR_RANK_BITS) ||
-        !(cfg->sim_bytes_per_s >= 0.0) || !isfinite(cfg->sim_bytes_per_s)) {
+        !(cfg->sim_bytes_per_s == 0.0 || cfg->sim_bytes_per_s >= 1.0) ||
+        !isfinite(cfg->sim_bytes_per_s)) { /* >= 1 B/s: a message's ns fit 64 bits */
         MOON_ERROR("runtime: invalid configuration");
         return MOON_ERR_INVALID_PARAM;
     }

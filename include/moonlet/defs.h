@@ -16,6 +16,9 @@
 #define MOON_PRINTF(_f, _a) __attribute__((format(printf, _f, _a)))
 #define MOON_CACHE_LINE 64
 #define MOON_ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
+/* A macro's value as a string literal (MOON_XSTR(0.3) is "0.3"). */
+#define MOON_STR_(_x) #_x
+#define MOON_XSTR(_x) MOON_STR_(_x)
 #define MOON_MIN(_a, _b) ((_a) < (_b) ? (_a) : (_b))
 #define MOON_MAX(_a, _b) ((_a) > (_b) ? (_a) : (_b))
 #define MOON_NORETURN __attribute__((noreturn))

@@ -29,7 +29,7 @@ typedef struct {
     /* deterministic: a message from an actor to one on another sim_node
      * (moon_spawn_opts_t) leaves once the sender's earlier ones have (each
      * actor sends on a lane of its own), takes its bytes (header and spans)
-     * / sim_bytes_per_s on that lane (0: size not priced) and arrives
+     * / sim_bytes_per_s on that lane (0: size not priced; else >= 1) and arrives
      * sim_latency_ns after it left (0: at once). Idle lane: latency +
      * bytes / rate after the send. */
     uint64_t sim_latency_ns;

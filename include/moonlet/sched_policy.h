@@ -50,6 +50,11 @@ typedef struct moon_sched_policy moon_sched_policy_t; /* opaque */
 #define MOON_SCHED_BALANCE_THRESHOLD_DEFAULT 2.0
 #define MOON_SCHED_SHED_AFTER_DEFAULT 0.3
 #define MOON_SCHED_SHED_SHARE_DEFAULT 0.5
+/* The two options' help, for the option tables that carry them */
+#define MOON_SCHED_SHED_AFTER_DOC                                                                  \
+    "moonlet policy: shed by cost once the queue exceeds this share of the ttft slo"
+#define MOON_SCHED_SHED_SHARE_DOC                                                                  \
+    "moonlet policy: then reject a prefill over this share of the ttft budget left (1: off)"
 
 typedef struct {
     uint64_t seed;              /* random: the generator's seed */

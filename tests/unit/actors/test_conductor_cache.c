@@ -30,8 +30,9 @@ static uint32_t      prompt[N_TOK];
 static moon_kv_key_t keys[N_BLK];
 
 /* what the scripted instances saw, by request id (1..N_SUBMITS) */
-static int32_t  placed_on[N_SUBMITS + 1];
+static int32_t  placed_on[N_SUBMITS + 1]; /* -1: never placed */
 static uint32_t local_of[N_SUBMITS + 1];
+static uint32_t n_placed;
 static uint32_t n_sync[2], n_answered;
 
 typedef struct {
@@ -107,6 +108,7 @@ static moon_status_t inst_on_prefill(moon_actor_t *self, const moon_msg_hdr_t *m
     if (p->request_id >= 1 && p->request_id <= N_SUBMITS) {
         placed_on[p->request_id] = (int32_t)s->a.instance;
         local_of[p->request_id]  = p->n_local;
+        n_placed++;
     }
     CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     r->reply_to   = p->reply_to;
@@ -233,6 +235,8 @@ static void test_colocated_cache_picture(void)
     moon_runtime_config_default(&cfg);
     cfg.deterministic = 1;
     cfg.sim_max_ns    = 10 * SEC;
+    memset(placed_on, 0xff, sizeof(placed_on));
+    n_placed = 0;
     CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_conductor_ops, &ca,
                                      &(moon_spawn_opts_t){.flags = MOON_SPAWN_CONTROL}, &cond),
@@ -248,6 +252,7 @@ static void test_colocated_cache_picture(void)
     moon_runtime_run(rt);
     moon_log_set_level(MOON_LOG_WARN);
     CU_ASSERT_EQUAL(n_answered, 0);
+    CU_ASSERT_EQUAL(n_placed, N_SUBMITS); /* each placed once, none lost */
     /* 1 s: instance 1 told it holds the prompt's blocks; all of them reused
      * but the last block (its last token is computed for the first token) */
     CU_ASSERT_EQUAL(placed_on[1], 1);

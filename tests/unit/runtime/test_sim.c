@@ -342,15 +342,16 @@ static void test_size_priced_between_nodes(void)
     moon_runtime_destroy(rt);
 }
 
-/* A rate that is not a number >= 0 is refused. */
+/* A rate that is not 0 (unpriced) or a number >= 1 byte/s is refused (a
+ * slower one would overflow a message's nanoseconds). */
 static void test_bad_rate_refused(void)
 {
-    const double          bad[] = {-1.0, NAN, INFINITY};
+    const double          bad[] = {-1.0, NAN, INFINITY, 1e-12};
     moon_runtime_config_t cfg;
     moon_runtime_t       *rt = NULL;
 
     moon_log_set_level(0); /* the refusals' log lines */
-    for (uint32_t i = 0; i < 3; i++) {
+    for (uint32_t i = 0; i < 4; i++) {
         moon_runtime_config_default(&cfg);
         cfg.deterministic   = 1;
         cfg.sim_bytes_per_s = bad[i];
