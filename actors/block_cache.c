@@ -86,19 +86,9 @@ moon_status_t moon_block_cache_create(moon_kv_cache_t *kv, uint32_t max_blocks,
 /* Room in the arrays for one more never-used entry (n_touched < max). */
 static moon_status_t grow(moon_block_cache_t *c)
 {
-    size_t cap;
+    const moon_grow_table_t tables[] = {MOON_GROW_TABLE(c->e), MOON_GROW_TABLE(c->free_stack)};
 
-    if (c->n_touched < c->cap) {
-        return MOON_OK;
-    }
-    cap = moon_grow_cap(c->cap, c->n_touched + 1, c->max);
-    if (moon_realloc_zero((void **)&c->e, c->cap, cap, sizeof(*c->e)) != MOON_OK ||
-        moon_realloc_zero((void **)&c->free_stack, c->cap, cap, sizeof(*c->free_stack)) !=
-            MOON_OK) {
-        return MOON_ERR_NO_MEMORY; /* a grown one is merely larger than cap says */
-    }
-    c->cap = (uint32_t)cap;
-    return MOON_OK;
+    return moon_grow_tables(tables, 2, c->n_touched + 1, c->max, &c->cap);
 }
 
 static void unlink_entry(moon_block_cache_t *c, uint32_t i)

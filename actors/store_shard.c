@@ -93,15 +93,12 @@ static void on_kv_event(const moon_kv_event_t *event, void *arg)
         return;
     }
     if (st->n_events == st->n_alloc_events) {
-        size_t n = moon_grow_cap(st->n_alloc_events, st->n_events + 1, st->cap_events);
-
         if (st->n_events == st->cap_events ||
-            moon_realloc_zero((void **)&st->events, st->n_alloc_events, n, sizeof(*st->events)) !=
-                MOON_OK) {
+            moon_grow_tables(&MOON_GROW_TABLE(st->events), 1, st->n_events + 1, st->cap_events,
+                             &st->n_alloc_events) != MOON_OK) {
             st->n_events_lost++;
             return;
         }
-        st->n_alloc_events = (uint32_t)n;
     }
     st->events[st->n_events++] = *event;
 }

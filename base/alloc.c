@@ -90,20 +90,21 @@ char *moon_strdup(const char *s)
     return copy;
 }
 
-size_t moon_grow_cap(size_t cap, size_t need, size_t limit)
+/* The next capacity for at least need elements: doubling from cap (at least
+ * 64), never past limit (need <= limit). */
+static size_t grow_cap(size_t cap, size_t need, size_t limit)
 {
     size_t next = cap < 32 ? 64 : cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
 
     return MOON_MIN(limit, MOON_MAX(need, next));
 }
 
-moon_status_t moon_realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t elem_bytes)
+/* Grows *ptr from old_n to new_n elements, zeroing the new ones; on
+ * MOON_ERR_NO_MEMORY *ptr and its contents are as they were. */
+static moon_status_t realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t elem_bytes)
 {
     char *p;
 
-    if (new_n <= old_n) {
-        return MOON_OK;
-    }
     if (elem_bytes == 0 || new_n > SIZE_MAX / elem_bytes) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -113,6 +114,24 @@ moon_status_t moon_realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t e
     }
     memset(p + old_n * elem_bytes, 0, (new_n - old_n) * elem_bytes);
     *ptr = p;
+    return MOON_OK;
+}
+
+MOON_NOINLINE moon_status_t moon_grow_tables_slow(const moon_grow_table_t *tables, size_t n_tables,
+                                                  size_t need, size_t limit, uint32_t *cap_p)
+{
+    size_t cap;
+
+    if (need <= *cap_p || *cap_p >= limit) {
+        return MOON_OK;
+    }
+    cap = grow_cap(*cap_p, MOON_MIN(need, limit), limit);
+    for (size_t i = 0; i < n_tables; i++) {
+        if (realloc_zero(tables[i].ptr, *cap_p, cap, tables[i].elem_bytes) != MOON_OK) {
+            return MOON_ERR_NO_MEMORY; /* the ones grown are merely larger than *cap_p says */
+        }
+    }
+    *cap_p = (uint32_t)cap;
     return MOON_OK;
 }
 

@@ -281,56 +281,33 @@ static moon_status_t block_find(const moon_kv_shard_t *shard, moon_kv_key_t key,
 
 /* Room for one more never-used slot, entry or lease (its table and, for
  * entries, the index), so the call that may take one cannot fail half-way.
- * A real shard's tables are full-size: always MOON_OK. */
+ * None is left to take once all were used (touched == max): MOON_OK, as in
+ * a real shard, whose tables are full-size. */
 static moon_status_t grow_slots(moon_kv_shard_t *shard)
 {
-    size_t cap;
-
-    if (shard->n_slots_touched < shard->cap_slots || shard->n_slots_touched == shard->n_slots) {
-        return MOON_OK;
-    }
-    cap = moon_grow_cap(shard->cap_slots, shard->n_slots_touched + 1, shard->n_slots);
-    if (moon_realloc_zero((void **)&shard->free_slots, shard->cap_slots, cap,
-                          sizeof(*shard->free_slots)) != MOON_OK) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    shard->cap_slots = (uint32_t)cap;
-    return MOON_OK;
+    return moon_grow_tables(&MOON_GROW_TABLE(shard->free_slots), 1,
+                            (size_t)shard->n_slots_touched + 1, shard->n_slots, &shard->cap_slots);
 }
 
 static moon_status_t grow_entries(moon_kv_shard_t *shard)
 {
-    size_t cap;
+    uint32_t cap = shard->cap_entries;
 
-    if (shard->n_entries_touched < shard->cap_entries ||
-        shard->n_entries_touched == shard->max_entries) {
-        return MOON_OK;
+    /* The index keeps room for the whole table, so insert never fails
+     * half-way; cap_entries says so only once both grew. */
+    if (moon_grow_tables(&MOON_GROW_TABLE(shard->entries), 1, (size_t)shard->n_entries_touched + 1,
+                         shard->max_entries, &cap) != MOON_OK ||
+        (cap != shard->cap_entries && moon_htab_reserve(shard->index, cap) != MOON_OK)) {
+        return MOON_ERR_NO_MEMORY; /* a grown table is merely larger than needed */
     }
-    cap = moon_grow_cap(shard->cap_entries, shard->n_entries_touched + 1, shard->max_entries);
-    if (moon_htab_reserve(shard->index, cap) != MOON_OK ||
-        moon_realloc_zero((void **)&shard->entries, shard->cap_entries, cap,
-                          sizeof(*shard->entries)) != MOON_OK) {
-        return MOON_ERR_NO_MEMORY; /* a grown one is merely larger than needed */
-    }
-    shard->cap_entries = (uint32_t)cap;
+    shard->cap_entries = cap;
     return MOON_OK;
 }
 
 static moon_status_t grow_leases(moon_kv_shard_t *shard)
 {
-    size_t cap;
-
-    if (shard->n_leases_touched < shard->cap_leases ||
-        shard->n_leases_touched == shard->max_leases) {
-        return MOON_OK;
-    }
-    cap = moon_grow_cap(shard->cap_leases, shard->n_leases_touched + 1, shard->max_leases);
-    if (moon_realloc_zero((void **)&shard->leases, shard->cap_leases, cap,
-                          sizeof(*shard->leases)) != MOON_OK) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    shard->cap_leases = (uint32_t)cap;
-    return MOON_OK;
+    return moon_grow_tables(&MOON_GROW_TABLE(shard->leases), 1, (size_t)shard->n_leases_touched + 1,
+                            shard->max_leases, &shard->cap_leases);
 }
 
 /* Free entries and leases: the freed ones and the never used. */

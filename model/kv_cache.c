@@ -17,21 +17,12 @@ static _Atomic uint64_t last_cache_id;
 /* Room in the metadata arrays for blocks [0, n) (n <= n_blocks). */
 static moon_status_t ensure_cap(moon_kv_cache_t *kv, uint32_t n)
 {
-    size_t cap;
+    const moon_grow_table_t tables[] = {MOON_GROW_TABLE(kv->refcount),
+                                        MOON_GROW_TABLE(kv->free_stack),
+                                        MOON_GROW_TABLE(kv->writer)};
 
-    if (n <= kv->cap) {
-        return MOON_OK;
-    }
-    cap = moon_grow_cap(kv->cap, n, kv->cfg.n_blocks);
-    if (moon_realloc_zero((void **)&kv->refcount, kv->cap, cap, sizeof(*kv->refcount)) != MOON_OK ||
-        (kv->writer != NULL &&
-         moon_realloc_zero((void **)&kv->writer, kv->cap, cap, sizeof(*kv->writer)) != MOON_OK) ||
-        moon_realloc_zero((void **)&kv->free_stack, kv->cap, cap, sizeof(*kv->free_stack)) !=
-            MOON_OK) {
-        return MOON_ERR_NO_MEMORY; /* the grown ones are merely larger than cap says */
-    }
-    kv->cap = (uint32_t)cap;
-    return MOON_OK;
+    /* writer last: a virtual cache has none */
+    return moon_grow_tables(tables, kv->writer != NULL ? 3 : 2, n, kv->cfg.n_blocks, &kv->cap);
 }
 
 /* Room for n more fresh blocks than the free stack holds (n <= n_free). */

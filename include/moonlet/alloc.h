@@ -15,14 +15,32 @@ MOON_API void *moon_realloc(void *ptr, size_t bytes);
 MOON_API void *moon_aligned_alloc(size_t alignment, size_t bytes); /* free with moon_free */
 MOON_API char *moon_strdup(const char *s);
 MOON_API void  moon_free(void *ptr);
-/* Arrays that grow on use (metadata of a modeled capacity that a run may
- * touch only a little of, so memory follows use): moon_grow_cap is the next
- * capacity for at least need elements, doubling from cap (at least 64), never
- * past limit (need <= limit). moon_realloc_zero grows *ptr from old_n to new_n
- * elements of elem_bytes, zeroing the new ones: MOON_ERR_NO_MEMORY leaves *ptr
- * and its contents as they were. */
-MOON_API size_t        moon_grow_cap(size_t cap, size_t need, size_t limit);
-MOON_API moon_status_t moon_realloc_zero(void **ptr, size_t old_n, size_t new_n, size_t elem_bytes);
+/* Tables of ids that grow on use (metadata of a modeled capacity that a run
+ * may touch only a little of, so memory follows use). The tables share one
+ * capacity: ids [0, cap) have storage in each. */
+typedef struct {
+    void **ptr;        /* the table: moon_grow_tables may move it */
+    size_t elem_bytes; /* of one element */
+} moon_grow_table_t;
+/* The table entry for an array variable or field (C only: a compound literal). */
+#define MOON_GROW_TABLE(_table) ((moon_grow_table_t){(void **)&(_table), sizeof(*(_table))})
+/* Grows the n_tables tables of capacity *cap_p to hold at least need elements
+ * (need past limit: limit), doubling (at least 64) but never past limit
+ * (<= UINT32_MAX), the new elements zeroed, and sets *cap_p. Nothing to grow
+ * (need <= *cap_p, or *cap_p == limit): MOON_OK at once, inline, since it
+ * runs wherever an id is taken. MOON_ERR_NO_MEMORY: *cap_p and the first
+ * *cap_p elements of every table are as they were (a table grown before the
+ * failure is merely larger than *cap_p says). _slow is the growing part. */
+MOON_API moon_status_t      moon_grow_tables_slow(const moon_grow_table_t *tables, size_t n_tables,
+                                                  size_t need, size_t limit, uint32_t *cap_p);
+static inline moon_status_t moon_grow_tables(const moon_grow_table_t *tables, size_t n_tables,
+                                             size_t need, size_t limit, uint32_t *cap_p)
+{
+    if (need <= *cap_p || *cap_p >= limit) {
+        return MOON_OK;
+    }
+    return moon_grow_tables_slow(tables, n_tables, need, limit, cap_p);
+}
 /* moon_free of each of the n pointers (NULL ones are no-ops), for the
  * destructor of a struct that holds many buffers; MOON_FREE_ALL(a, b, ...)
  * lists them (C only: a compound literal). */

@@ -168,36 +168,56 @@ static void test_copy_stream_copies_exactly(void)
     free(dst);
 }
 
-/* Arrays that grow on use: capacities double from 64 up to the limit, the
- * new elements are zero, and a failed growth leaves the array as it was. */
-static void test_grow_cap_and_realloc_zero(void)
+/* Tables that grow on use: capacities double from 64 up to the limit, the
+ * new elements are zero, nothing is touched while the capacity suffices,
+ * and a failed growth leaves the capacity and the elements as they were. */
+static void test_grow_tables_double_to_limit(void)
 {
-    uint32_t *a = NULL;
+    uint32_t               *a = NULL, cap = 0, small_cap = 0;
+    uint64_t               *b = NULL, *c = NULL, *d = NULL;
+    const moon_grow_table_t t[]   = {MOON_GROW_TABLE(a), MOON_GROW_TABLE(b)};
+    const moon_grow_table_t small = MOON_GROW_TABLE(c);
+    const moon_grow_table_t huge  = {(void **)&d, SIZE_MAX / 4};
 
-    CU_ASSERT_EQUAL(moon_grow_cap(0, 1, 1000), 64);
-    CU_ASSERT_EQUAL(moon_grow_cap(64, 65, 1000), 128);
-    CU_ASSERT_EQUAL(moon_grow_cap(64, 300, 1000), 300);
-    CU_ASSERT_EQUAL(moon_grow_cap(512, 513, 1000), 1000);
-    CU_ASSERT_EQUAL(moon_grow_cap(0, 5, 10), 10);
-    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 0, 4, sizeof(*a)), MOON_OK);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
-    a[0] = 1;
-    a[3] = 4;
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 1, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(cap, 64);
+    CU_ASSERT_FATAL(a != NULL && b != NULL);
+    CU_ASSERT(a[0] == 0 && a[63] == 0 && b[0] == 0 && b[63] == 0);
+    a[0]  = 1;
+    a[63] = 4;
+    b[5]  = 7;
     moon_fault_fail_after(1);
-    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 4, 8, sizeof(*a)), MOON_ERR_NO_MEMORY);
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 64, 1000, &cap), MOON_OK); /* room: no allocation */
+    CU_ASSERT_EQUAL(moon_fault_count(), 0);
     moon_fault_reset();
-    CU_ASSERT_EQUAL(a[0], 1);
-    CU_ASSERT_EQUAL(a[3], 4);
-    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 4, 8, sizeof(*a)), MOON_OK);
-    CU_ASSERT(a[0] == 1 && a[3] == 4 && a[4] == 0 && a[7] == 0);
-    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 8, 2, sizeof(*a)), MOON_OK); /* never shrinks */
-    CU_ASSERT_EQUAL(moon_realloc_zero((void **)&a, 8, SIZE_MAX / 2, sizeof(*a)),
-                    MOON_ERR_NO_MEMORY); /* the byte count would overflow */
-    moon_free(a);
+    moon_fault_fail_after(2); /* a grows, b fails */
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 65, 1000, &cap), MOON_ERR_NO_MEMORY);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(cap, 64);
+    CU_ASSERT(a[0] == 1 && a[63] == 4 && b[5] == 7);
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 65, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL(cap, 128);
+    CU_ASSERT(a[0] == 1 && a[63] == 4 && a[64] == 0 && a[127] == 0 && b[5] == 7 && b[127] == 0);
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 300, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL(cap, 300); /* more than double asked: what was asked */
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 301, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL(cap, 600);
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 601, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL(cap, 1000); /* never past the limit */
+    CU_ASSERT_EQUAL(moon_grow_tables(t, 2, 1001, 1000, &cap), MOON_OK);
+    CU_ASSERT_EQUAL(cap, 1000);
+    CU_ASSERT(a[999] == 0 && b[999] == 0);
+    CU_ASSERT_EQUAL(moon_grow_tables(&small, 1, 5, 10, &small_cap), MOON_OK);
+    CU_ASSERT_EQUAL(small_cap, 10); /* a limit under 64 */
+    small_cap = 0;
+    CU_ASSERT_EQUAL(moon_grow_tables(&huge, 1, 8, 8, &small_cap), MOON_ERR_NO_MEMORY);
+    CU_ASSERT_EQUAL(small_cap, 0); /* the byte count would overflow */
+    CU_ASSERT_PTR_NULL(d);
+    MOON_FREE_ALL(a, b, c);
 }
 
 MOON_TEST_MAIN("base", NULL, NULL, test_status_str_never_null, test_log_parse_level,
                test_log_prefix_and_threshold, test_log_arguments_not_evaluated_below_threshold,
                test_fault_injection_fails_nth_allocation,
                test_fault_injection_here_spares_other_threads, test_copy_stream_copies_exactly,
-               test_grow_cap_and_realloc_zero)
+               test_grow_tables_double_to_limit)

@@ -22,16 +22,25 @@ static void fold_event(const moon_kv_event_t *ev, void *arg)
     *h = (*h ^ ev->kind ^ ev->key.lo ^ (ev->key.hi << 1)) * 0x100000001b3ull;
 }
 
-static moon_kv_shard_config_t twin_config(uint32_t n_slots, int virt, uint64_t *events)
+/* The default config but for the slots, with no payload checks (a virtual
+ * shard has no bytes to check), virtual or real. */
+static moon_kv_shard_config_t shard_config(uint32_t n_slots, size_t slot_bytes, int virt)
 {
-    moon_kv_shard_config_t cfg = kv_shard_config(n_slots, 4096);
+    moon_kv_shard_config_t cfg = kv_shard_config(n_slots, slot_bytes);
 
     cfg.verify_on_commit = 0;
     cfg.verify_on_get    = 0;
     cfg.virtual_payload  = virt;
-    cfg.max_leases       = 32; /* fewer than MAX_HELD: the lease table fills */
-    cfg.on_event         = fold_event;
-    cfg.event_arg        = events;
+    return cfg;
+}
+
+static moon_kv_shard_config_t twin_config(uint32_t n_slots, int virt, uint64_t *events)
+{
+    moon_kv_shard_config_t cfg = shard_config(n_slots, 4096, virt);
+
+    cfg.max_leases = 32; /* fewer than MAX_HELD: the lease table fills */
+    cfg.on_event   = fold_event;
+    cfg.event_arg  = events;
     return cfg;
 }
 
@@ -158,16 +167,13 @@ static void test_virtual_shard_answers_like_a_real_one(void)
  * does, and takes it once a slot is given back. */
 static void test_virtual_shard_full_is_no_resource(void)
 {
-    moon_kv_shard_config_t cfg   = kv_shard_config(200, 4096);
+    moon_kv_shard_config_t cfg   = shard_config(200, 4096, 1);
     moon_kv_shard_t       *shard = NULL;
     moon_kv_put_t          put, first;
     unsigned               bad = 0;
 
-    cfg.verify_on_commit = 0;
-    cfg.verify_on_get    = 0;
-    cfg.virtual_payload  = 1;
-    cfg.high_watermark   = 1.0;
-    cfg.low_watermark    = 1.0;
+    cfg.high_watermark = 1.0;
+    cfg.low_watermark  = 1.0;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     for (uint32_t i = 0; i < 200; i++) {
         bad += moon_kv_shard_reserve(shard, &kv_tag, kv_key(i), 4096, 1, 0, &put) != MOON_OK;
@@ -191,17 +197,14 @@ static void test_virtual_shard_full_is_no_resource(void)
  * entries and leases never used are unknown, not out of bounds. */
 static void test_virtual_shard_of_2_to_30_slots_costs_what_it_stores(void)
 {
-    moon_kv_shard_config_t cfg   = kv_shard_config(1u << 30, 160u << 20);
+    moon_kv_shard_config_t cfg   = shard_config(1u << 30, 160u << 20, 1);
     moon_kv_shard_t       *shard = NULL;
     moon_kv_shard_stats_t  st;
     moon_kv_get_t          get;
     size_t                 rss0 = moon_test_rss_bytes();
     unsigned               bad  = 0;
 
-    cfg.verify_on_commit = 0;
-    cfg.verify_on_get    = 0;
-    cfg.virtual_payload  = 1;
-    cfg.max_leases       = 1u << 30;
+    cfg.max_leases = 1u << 30;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
     for (uint32_t i = 0; i < 10000; i++) {
         moon_kv_put_t put;
@@ -230,46 +233,69 @@ static void test_virtual_shard_of_2_to_30_slots_costs_what_it_stores(void)
     moon_kv_shard_destroy(shard);
 }
 
-/* A table that cannot grow: MOON_ERR_NO_MEMORY, the shard unchanged; the
- * same call then succeeds. */
-static void test_virtual_shard_growth_failure_changes_nothing(void)
+/* A virtual shard of 1000 slots holding 64 blocks, all leased: its tables
+ * are at their first size, so the next reserve and get grow them. */
+static moon_kv_shard_t *shard_at_first_size(void)
 {
-    moon_kv_shard_config_t cfg   = kv_shard_config(1000, 4096);
+    moon_kv_shard_config_t cfg   = shard_config(1000, 4096, 1);
     moon_kv_shard_t       *shard = NULL;
-    moon_kv_shard_stats_t  before, after;
     moon_kv_put_t          put;
     moon_kv_get_t          get;
     unsigned               bad = 0;
 
-    cfg.verify_on_commit = 0;
-    cfg.verify_on_get    = 0;
-    cfg.virtual_payload  = 1;
     CU_ASSERT_EQUAL_FATAL(moon_kv_shard_create(&cfg, &shard), MOON_OK);
-    for (uint32_t i = 0; i < 64; i++) { /* the tables' first size */
-        bad += moon_kv_shard_reserve(shard, &kv_tag, kv_key(i), 4096, 1, 0, &put) != MOON_OK ||
-               moon_kv_shard_commit(shard, put.token, 4096, 0) != MOON_OK;
-    }
     for (uint32_t i = 0; i < 64; i++) {
-        bad += moon_kv_shard_get(shard, &kv_tag, kv_key(i), 1, 0, &get) != MOON_OK;
+        bad += moon_kv_shard_reserve(shard, &kv_tag, kv_key(i), 4096, 1, 0, &put) != MOON_OK ||
+               moon_kv_shard_commit(shard, put.token, 4096, 0) != MOON_OK ||
+               moon_kv_shard_get(shard, &kv_tag, kv_key(i), 1, 0, &get) != MOON_OK;
     }
     CU_ASSERT_EQUAL(bad, 0);
-    moon_kv_shard_stats(shard, &before);
-    moon_fault_fail_after(1);
-    CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(64), 4096, 1, 0, &put),
-                    MOON_ERR_NO_MEMORY);
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(0), 1, 0, &get), MOON_ERR_NO_MEMORY);
-    moon_fault_reset();
-    moon_kv_shard_stats(shard, &after);
-    CU_ASSERT_EQUAL(after.used_slots, before.used_slots);
-    CU_ASSERT_EQUAL(after.n_leases, before.n_leases);
-    CU_ASSERT_EQUAL(after.n_gets, before.n_gets);
-    CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(64)), MOON_KV_STATE_ABSENT);
-    CU_ASSERT_EQUAL(moon_kv_shard_check(shard), MOON_OK);
-    CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(64), 4096, 1, 0, &put), MOON_OK);
-    CU_ASSERT_EQUAL(put.offset, 64 * 4096);
-    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(0), 1, 0, &get), MOON_OK);
-    CU_ASSERT_EQUAL(moon_kv_shard_check(shard), MOON_OK);
-    moon_kv_shard_destroy(shard);
+    return shard;
+}
+
+/* A table that cannot grow: MOON_ERR_NO_MEMORY, the shard unchanged; the
+ * same call then succeeds. The k-th allocation of the reserve fails, for
+ * each k until it makes fewer: the entries, then the index (the gets grew
+ * the slot stack already: they keep a slot's room for a promote). */
+static void test_virtual_shard_growth_failure_changes_nothing(void)
+{
+    unsigned n_failed = 0;
+
+    for (uint64_t k = 1; k <= 8; k++) {
+        moon_kv_shard_t      *shard = shard_at_first_size();
+        moon_kv_shard_stats_t before, after;
+        moon_kv_put_t         put;
+        moon_kv_get_t         get;
+        moon_status_t         status, get_status = MOON_ERR_NO_MEMORY;
+
+        moon_kv_shard_stats(shard, &before);
+        moon_fault_fail_after(k);
+        status = moon_kv_shard_reserve(shard, &kv_tag, kv_key(64), 4096, 1, 0, &put);
+        if (k == 1) { /* the lease table too */
+            get_status = moon_kv_shard_get(shard, &kv_tag, kv_key(0), 1, 0, &get);
+        }
+        moon_fault_reset();
+        if (status == MOON_OK) { /* past the allocations the call makes */
+            moon_kv_shard_destroy(shard);
+            break;
+        }
+        n_failed++;
+        CU_ASSERT_EQUAL(status, MOON_ERR_NO_MEMORY);
+        CU_ASSERT_EQUAL(get_status, MOON_ERR_NO_MEMORY);
+        moon_kv_shard_stats(shard, &after);
+        CU_ASSERT_EQUAL(after.used_slots, before.used_slots);
+        CU_ASSERT_EQUAL(after.n_leases, before.n_leases);
+        CU_ASSERT_EQUAL(after.n_gets, before.n_gets);
+        CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(64)), MOON_KV_STATE_ABSENT);
+        CU_ASSERT_EQUAL(moon_kv_shard_check(shard), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_shard_reserve(shard, &kv_tag, kv_key(64), 4096, 1, 0, &put),
+                        MOON_OK);
+        CU_ASSERT_EQUAL(put.offset, 64 * 4096);
+        CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &kv_tag, kv_key(0), 1, 0, &get), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_shard_check(shard), MOON_OK);
+        moon_kv_shard_destroy(shard);
+    }
+    CU_ASSERT_EQUAL(n_failed, 2);
 }
 
 MOON_TEST_MAIN("kv_shard_virtual", NULL, NULL, test_virtual_shard_answers_like_a_real_one,
