@@ -413,6 +413,13 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     if (!budget_allows(self, d, need)) {
         return MOON_ERR_NO_RESOURCE;
     }
+    /* a virtual cache's metadata grows on use: reserve it for the budget
+     * now, so the "budgeted at admission" calls below cannot fail */
+    if (moon_kv_cache_reserve_meta(
+            d->pool.kv, d->committed + need + (d->cache ? moon_block_cache_idle(d->cache) : 0)) !=
+        MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
     for (uint32_t i = 0; i < d->a.max_seqs && r == NULL; i++) {
         r = d->reqs[i].state == DREQ_FREE ? &d->reqs[i] : NULL;
     }

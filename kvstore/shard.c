@@ -248,7 +248,8 @@ static uint32_t index_lookup(const moon_kv_shard_t *shard, moon_kv_key_t key)
 
 static void index_insert(moon_kv_shard_t *shard, uint32_t e)
 {
-    /* max_entries fit the fixed index, and the key was checked absent */
+    /* room was made (a real shard: max_entries fit its index; a virtual one:
+     * grow_entries reserved it), and the key was checked absent */
     MOON_CHECK(moon_htab_insert(shard->index, &shard->entries[e].key, &e, NULL) == MOON_OK);
 }
 
@@ -537,6 +538,9 @@ static moon_status_t promote(moon_kv_shard_t *shard, uint32_t e)
     uint32_t      slot;
     moon_status_t status;
 
+    if (grow_slots(shard) != MOON_OK) { /* every caller (get, pin) takes a slot here */
+        return MOON_ERR_NO_MEMORY;
+    }
     entry_unlink(shard, e); /* out of the SSD LRU: making room must not drop it */
     slot = slot_take_evicting(shard);
     if (slot == NIL) {
@@ -1001,8 +1005,8 @@ moon_status_t moon_kv_shard_get(moon_kv_shard_t *shard, const moon_kv_tag_t *tag
     if (leases_free(shard) == 0) {
         return MOON_ERR_NO_RESOURCE;
     }
-    if (grow_leases(shard) != MOON_OK || grow_slots(shard) != MOON_OK) {
-        return MOON_ERR_NO_MEMORY; /* a spilled block's promote takes a slot */
+    if (grow_leases(shard) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
     }
     if (ent->state == ST_SPILLED) {
         status = promote(shard, e);

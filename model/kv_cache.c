@@ -25,6 +25,11 @@ static moon_status_t ensure_cap(moon_kv_cache_t *kv, uint32_t n)
     return moon_grow_tables(tables, kv->writer != NULL ? 3 : 2, n, kv->cfg.n_blocks, &kv->cap);
 }
 
+moon_status_t moon_kv_cache_reserve_meta(moon_kv_cache_t *kv, uint32_t n)
+{
+    return kv != NULL ? ensure_cap(kv, MOON_MIN(n, kv->cfg.n_blocks)) : MOON_ERR_INVALID_PARAM;
+}
+
 /* Room for n more fresh blocks than the free stack holds (n <= n_free). */
 static moon_status_t ensure_fresh(moon_kv_cache_t *kv, uint32_t n)
 {

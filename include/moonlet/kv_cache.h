@@ -42,8 +42,14 @@ MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void
  * are first used (memory follows use, not n_blocks), so alloc, reserve and
  * fork may also return MOON_ERR_NO_MEMORY (nothing changed); the blocks
  * handed out are the same as a real cache's. */
-MOON_API moon_status_t           moon_kv_cache_create_virtual(const moon_kv_config_t *cfg,
-                                                              moon_kv_cache_t       **kv_p);
+MOON_API moon_status_t moon_kv_cache_create_virtual(const moon_kv_config_t *cfg,
+                                                    moon_kv_cache_t       **kv_p);
+/* Room in the per-block metadata for n blocks in use at once (clamped to
+ * n_blocks; a real cache has it all from create): freed blocks are reused
+ * before fresh ones, so afterwards alloc, reserve and fork cannot fail for
+ * memory while at most n blocks are in use. MOON_ERR_NO_MEMORY: nothing
+ * changed. */
+MOON_API moon_status_t           moon_kv_cache_reserve_meta(moon_kv_cache_t *kv, uint32_t n);
 MOON_API size_t                  moon_kv_config_pool_bytes(const moon_kv_config_t *cfg);
 MOON_API void                    moon_kv_cache_destroy(moon_kv_cache_t *kv); /* NULL: no-op */
 MOON_API const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv);

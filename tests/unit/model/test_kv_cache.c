@@ -413,8 +413,44 @@ static void test_virtual_growth_failure_changes_nothing(void)
     moon_kv_cache_destroy(kv);
 }
 
+/* Metadata reserved for n blocks in use: up to n blocks in use (freed ones
+ * reused) allocate nothing more, so they cannot fail for memory; a failed
+ * reserve changes nothing. */
+static void test_virtual_reserve_meta_makes_alloc_infallible(void)
+{
+    moon_kv_config_t cfg = virt_config(1000);
+    moon_kv_cache_t *kv  = NULL;
+    uint32_t         b[200];
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_virtual(&cfg, &kv), MOON_OK);
+    moon_fault_fail_after(1);
+    CU_ASSERT_EQUAL(moon_kv_cache_reserve_meta(kv, 200), MOON_ERR_NO_MEMORY);
+    moon_fault_reset();
+    CU_ASSERT_EQUAL(moon_kv_n_free_blocks(kv), 1000);
+    CU_ASSERT_EQUAL(moon_kv_cache_reserve_meta(kv, 200), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_cache_reserve_meta(kv, 5000), MOON_OK); /* clamped to 1000 */
+    moon_kv_cache_destroy(kv);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_virtual(&cfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_cache_reserve_meta(kv, 200), MOON_OK);
+    moon_fault_fail_after(1); /* any allocation from here fails */
+    for (uint32_t round = 0; round < 3; round++) {
+        for (uint32_t i = 0; i < 200; i++) {
+            CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b[i]), MOON_OK);
+        }
+        for (uint32_t i = 0; i < 200; i++) {
+            moon_kv_block_unref(kv, b[i]);
+        }
+    }
+    for (uint32_t i = 0; i < 200; i++) {
+        CU_ASSERT_EQUAL(moon_kv_block_alloc(kv, &b[i]), MOON_OK);
+    }
+    moon_fault_reset();
+    moon_kv_cache_destroy(kv);
+}
+
 MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
                test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
                test_engine_rejects_and_rolls_back, test_virtual_hands_out_what_real_does,
                test_virtual_huge_pool_costs_what_it_uses,
-               test_virtual_growth_failure_changes_nothing)
+               test_virtual_growth_failure_changes_nothing,
+               test_virtual_reserve_meta_makes_alloc_infallible)
