@@ -644,8 +644,10 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
                                                    c->a.block_tokens * 4;
     c->n_inst      = c->a.n_prefill + c->a.n_decode;
     c->a.shards    = NULL;
-    memcpy(c->shards, ((const moon_conductor_args_t *)args)->shards,
-           c->a.n_shards * sizeof(moon_addr_t));
+    if (c->a.n_shards > 0) { /* a colocated cluster may have none (and shards NULL) */
+        memcpy(c->shards, ((const moon_conductor_args_t *)args)->shards,
+               c->a.n_shards * sizeof(moon_addr_t));
+    }
     moon_sched_config_default(&sc);
     sc.seed         = c->a.seed;
     sc.early_reject = c->a.ttft_slo_s > 0.0 || c->a.tbt_slo_s > 0.0;
