@@ -169,7 +169,7 @@ static void test_virtual_shard_full_is_no_resource(void)
 {
     moon_kv_shard_config_t cfg   = shard_config(200, 4096, 1);
     moon_kv_shard_t       *shard = NULL;
-    moon_kv_put_t          put, first;
+    moon_kv_put_t          put, first = {0};
     unsigned               bad = 0;
 
     cfg.high_watermark = 1.0;
