@@ -12,27 +12,20 @@
  * arrive in send order (each pair's order holds); messages of different
  * senders are held in a heap by (arrival, send number), so equal arrivals
  * go in send order and the run stays deterministic. */
+#include "deadline_heap.h"
 #include "runtime_internal.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
-typedef struct {
-    uint64_t        at_ns;
-    uint64_t        order; /* send number: ties go in send order */
-    moon_msg_hdr_t *msg;
-} sim_held_t;
-
 struct moon_sim {
-    moon_runtime_t *rt;
-    moon_actor_t  **ready;
-    uint32_t        n_ready, cap_ready;
-    sim_held_t     *held; /* min-heap of messages in flight between nodes */
-    size_t          n_held, cap_held;
-    uint64_t        n_sent_remote;
-    uint64_t        now_ns;
-    uint64_t        rng;
-    int             oom; /* a schedule could not grow the ready set */
+    moon_runtime_t      *rt;
+    moon_actor_t       **ready;
+    uint32_t             n_ready, cap_ready;
+    moon_deadline_heap_t held; /* messages in flight between nodes, by arrival */
+    uint64_t             now_ns;
+    uint64_t             rng;
+    int                  oom; /* a schedule could not grow the ready set */
 };
 
 static uint64_t sim_rand(moon_sim_t *sim)
@@ -60,65 +53,6 @@ static void sim_schedule(moon_runtime_t *rt, moon_actor_t *a)
     sim->ready[sim->n_ready++] = a;
 }
 
-static int held_before(const sim_held_t *x, const sim_held_t *y)
-{
-    return x->at_ns < y->at_ns || (x->at_ns == y->at_ns && x->order < y->order);
-}
-
-static void held_swap(sim_held_t *h, size_t i, size_t j)
-{
-    sim_held_t t = h[i];
-
-    h[i] = h[j];
-    h[j] = t;
-}
-
-static void held_pop(moon_sim_t *sim)
-{
-    sim_held_t *h = sim->held;
-    size_t      i = 0;
-
-    h[0] = h[--sim->n_held];
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < sim->n_held && held_before(&h[l], &h[m])) {
-            m = l;
-        }
-        if (r < sim->n_held && held_before(&h[r], &h[m])) {
-            m = r;
-        }
-        if (m == i) {
-            return;
-        }
-        held_swap(h, i, m);
-        i = m;
-    }
-}
-
-/* Holds msg for delivery delay_ns of virtual time from now. */
-static moon_status_t sim_defer(moon_sim_t *sim, moon_msg_hdr_t *msg, uint64_t delay_ns)
-{
-    size_t i;
-
-    if (sim->n_held == sim->cap_held) {
-        size_t      cap  = sim->cap_held ? sim->cap_held * 2 : 256;
-        sim_held_t *held = moon_realloc(sim->held, cap * sizeof(*held));
-
-        if (held == NULL) {
-            return MOON_ERR_NO_MEMORY; /* the sender keeps the message */
-        }
-        sim->held     = held;
-        sim->cap_held = cap;
-    }
-    i            = sim->n_held++;
-    sim->held[i] = (sim_held_t){sim->now_ns + delay_ns, sim->n_sent_remote++, msg};
-    while (i > 0 && held_before(&sim->held[i], &sim->held[(i - 1) / 2])) {
-        held_swap(sim->held, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-    return MOON_OK;
-}
-
 moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_msg_hdr_t *msg)
 {
     const moon_runtime_config_t *cfg   = &sim->rt->cfg;
@@ -130,7 +64,8 @@ moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_m
     if (cfg->sim_bytes_per_s > 0.0) {
         left += (uint64_t)((double)bytes * 1e9 / cfg->sim_bytes_per_s + 0.5);
     }
-    status = sim_defer(sim, msg, left + cfg->sim_latency_ns - sim->now_ns);
+    /* the sender keeps the message on failure */
+    status = moon_deadline_push(&sim->held, left + cfg->sim_latency_ns, (uintptr_t)msg);
     if (status == MOON_OK) {
         sender->sim_lane_free_ns = left; /* only a message that went holds the lane */
     }
@@ -141,18 +76,19 @@ moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_m
  * that ended meanwhile is dropped, as the network would); the next arrival. */
 static uint64_t sim_deliver_due(moon_sim_t *sim)
 {
-    while (sim->n_held > 0 && sim->held[0].at_ns <= sim->now_ns) {
-        moon_msg_hdr_t *msg = sim->held[0].msg;
+    while (moon_deadline_top(&sim->held) != NULL &&
+           moon_deadline_top(&sim->held)->deadline_ns <= sim->now_ns) {
+        moon_msg_hdr_t *msg = (moon_msg_hdr_t *)(uintptr_t)moon_deadline_pop(&sim->held).payload;
         moon_actor_t   *a   = moon_rt_lookup(sim->rt, moon_env_msg_dst(msg));
 
-        held_pop(sim);
         if (a == NULL) {
             moon_msg_release(msg);
         } else if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
             sim_schedule(sim->rt, a);
         }
     }
-    return sim->n_held > 0 ? sim->held[0].at_ns : UINT64_MAX;
+    return moon_deadline_top(&sim->held) != NULL ? moon_deadline_top(&sim->held)->deadline_ns
+                                                 : UINT64_MAX;
 }
 
 static uint64_t sim_now(const moon_runtime_t *rt)
@@ -187,10 +123,10 @@ moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p)
 void moon_sim_destroy(moon_sim_t *sim)
 {
     if (sim != NULL) {
-        for (size_t i = 0; i < sim->n_held; i++) {
-            moon_msg_release(sim->held[i].msg);
+        for (size_t i = 0; i < sim->held.n; i++) {
+            moon_msg_release((moon_msg_hdr_t *)(uintptr_t)sim->held.items[i].payload);
         }
-        moon_free(sim->held);
+        moon_deadline_heap_fini(&sim->held);
         moon_free(sim->ready);
         moon_free(sim);
     }

@@ -4,6 +4,7 @@
  * deadline; the deterministic executor calls moon_timers_fire_due itself with
  * virtual time. A fired timer becomes a TIMER message; moon_timers_accept
  * drops, at dispatch, those canceled after they were sent. */
+#include "deadline_heap.h"
 #include "runtime_internal.h"
 
 #include "moonlet/alloc.h"
@@ -21,82 +22,22 @@ typedef struct {
     uint32_t    gen, state;
 } timer_entry_t;
 
-typedef struct {
-    uint64_t deadline, order; /* order: insertion count, breaks ties deterministically */
-    uint32_t index, gen;
-} heap_item_t;
-
 struct moon_timers {
-    moon_runtime_t *rt;
-    pthread_mutex_t lock;
-    pthread_cond_t  cond;
-    timer_entry_t  *entries;
-    uint32_t        n_entries, cap_entries;
-    uint32_t       *free_idx;
-    uint32_t        n_free;
-    heap_item_t    *heap;
-    uint32_t        n_heap, cap_heap;
-    uint64_t        order;
-    pthread_t       thread;
-    int             thread_running, stop;
+    moon_runtime_t      *rt;
+    pthread_mutex_t      lock;
+    pthread_cond_t       cond;
+    timer_entry_t       *entries;
+    uint32_t             n_entries, cap_entries;
+    uint32_t            *free_idx;
+    uint32_t             n_free;
+    moon_deadline_heap_t heap; /* payload: timer_id(index, gen) */
+    pthread_t            thread;
+    int                  thread_running, stop;
 };
 
 static uint64_t timer_id(uint32_t index, uint32_t gen)
 {
     return ((uint64_t)index << 32) | gen;
-}
-
-static int heap_less(const heap_item_t *a, const heap_item_t *b)
-{
-    return a->deadline < b->deadline || (a->deadline == b->deadline && a->order < b->order);
-}
-
-static int heap_push(moon_timers_t *t, heap_item_t item)
-{
-    uint32_t i;
-
-    if (t->n_heap == t->cap_heap) {
-        uint32_t     cap  = t->cap_heap ? t->cap_heap * 2 : 64;
-        heap_item_t *heap = moon_realloc(t->heap, cap * sizeof(*heap));
-        if (heap == NULL) {
-            return -1;
-        }
-        t->heap     = heap;
-        t->cap_heap = cap;
-    }
-    i = t->n_heap++;
-    while (i > 0 && heap_less(&item, &t->heap[(i - 1) / 2])) {
-        t->heap[i] = t->heap[(i - 1) / 2];
-        i          = (i - 1) / 2;
-    }
-    t->heap[i] = item;
-    return 0;
-}
-
-static heap_item_t heap_pop(moon_timers_t *t)
-{
-    heap_item_t top  = t->heap[0];
-    heap_item_t last = t->heap[--t->n_heap];
-    uint32_t    i    = 0;
-
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= t->n_heap) {
-            break;
-        }
-        if (c + 1 < t->n_heap && heap_less(&t->heap[c + 1], &t->heap[c])) {
-            c++;
-        }
-        if (!heap_less(&t->heap[c], &last)) {
-            break;
-        }
-        t->heap[i] = t->heap[c];
-        i          = c;
-    }
-    if (t->n_heap > 0) {
-        t->heap[i] = last;
-    }
-    return top;
 }
 
 moon_status_t moon_timers_create(moon_runtime_t *rt, moon_timers_t **t_p)
@@ -127,7 +68,7 @@ void moon_timers_destroy(moon_timers_t *t)
     pthread_cond_destroy(&t->cond);
     moon_free(t->entries);
     moon_free(t->free_idx);
-    moon_free(t->heap);
+    moon_deadline_heap_fini(&t->heap);
     moon_free(t);
 }
 
@@ -184,12 +125,12 @@ moon_status_t moon_timer_start(moon_actor_t *self, uint64_t delay_ns, uint64_t p
     e->period_ns = period_ns;
     e->deadline  = rt->exec->now(rt) + delay_ns;
     e->state     = T_ARMED;
-    if (heap_push(t, (heap_item_t){e->deadline, t->order++, index, e->gen}) != 0) {
+    if (moon_deadline_push(&t->heap, e->deadline, timer_id(index, e->gen)) != MOON_OK) {
         entry_free(t, index);
         pthread_mutex_unlock(&t->lock);
         return MOON_ERR_NO_MEMORY;
     }
-    earliest = t->heap[0].index == index;
+    earliest = moon_deadline_top(&t->heap)->payload == timer_id(index, e->gen);
     *timer_p = timer_id(index, e->gen);
     pthread_mutex_unlock(&t->lock);
     if (earliest) {
@@ -249,40 +190,38 @@ uint64_t moon_timers_fire_due(moon_timers_t *t, uint64_t now)
     uint64_t        next;
 
     pthread_mutex_lock(&t->lock);
-    while (t->n_heap > 0 && t->heap[0].deadline <= now) {
-        heap_item_t       item = heap_pop(t);
-        timer_entry_t    *e    = &t->entries[item.index];
+    while (moon_deadline_top(&t->heap) != NULL && moon_deadline_top(&t->heap)->deadline_ns <= now) {
+        uint64_t          id    = moon_deadline_pop(&t->heap).payload;
+        uint32_t          index = (uint32_t)(id >> 32), gen = (uint32_t)id;
+        timer_entry_t    *e = &t->entries[index];
         moon_sys_timer_t *m;
 
-        if (e->gen != item.gen || e->state != T_ARMED) {
+        if (e->gen != gen || e->state != T_ARMED) {
             continue; /* canceled */
         }
         m = moon_msg_new(MOON_MSG_SYS_TIMER, 0);
         if (m == NULL) {
             MOON_ERROR("timer of %llx: no memory, retrying in 1 ms", (unsigned long long)e->owner);
-            item.deadline = now + 1000000;
-            item.order    = t->order++;
-            (void)heap_push(t, item); /* cannot fail: we just popped */
+            (void)moon_deadline_push(&t->heap, now + 1000000, id); /* cannot fail: just popped */
             break;
         }
-        m->timer     = timer_id(item.index, item.gen);
+        m->timer     = id;
         m->cookie    = e->cookie;
         m->hdr.flags = MOON_MSG_F_SYSTEM;
         if (moon_runtime_send(rt, e->owner, &m->hdr) != MOON_OK) {
             moon_msg_release(&m->hdr);
-            entry_free(t, item.index); /* owner is gone */
+            entry_free(t, index); /* owner is gone */
             continue;
         }
         if (e->period_ns > 0) {
-            e->deadline   = MOON_MAX(e->deadline + e->period_ns, now);
-            item.deadline = e->deadline;
-            item.order    = t->order++;
-            (void)heap_push(t, item);
+            e->deadline = MOON_MAX(e->deadline + e->period_ns, now);
+            (void)moon_deadline_push(&t->heap, e->deadline, id);
         } else {
             e->state = T_FIRED;
         }
     }
-    next = t->n_heap > 0 ? t->heap[0].deadline : UINT64_MAX;
+    next =
+        moon_deadline_top(&t->heap) != NULL ? moon_deadline_top(&t->heap)->deadline_ns : UINT64_MAX;
     pthread_mutex_unlock(&t->lock);
     return next;
 }
@@ -304,7 +243,8 @@ static void *timer_thread(void *arg)
         if (t->stop) {
             break;
         }
-        if (t->n_heap > 0 && t->heap[0].deadline < next) {
+        if (moon_deadline_top(&t->heap) != NULL &&
+            moon_deadline_top(&t->heap)->deadline_ns < next) {
             continue; /* armed while we were firing */
         }
         if (next == UINT64_MAX) {
