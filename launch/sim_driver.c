@@ -150,7 +150,7 @@ static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
     moon_sim_records_place(d->a.recs, id, x->prefill, x->decode, ev.n_cached);
     if (ev.finish != MOON_FINISH_REJECTED) {
         moon_sim_records_prefill_start(d->a.recs, id, x->arrival_ns + ev.queue_ns);
-        moon_sim_records_service(d->a.recs, id, ev.prefill_ns, ev.ttft_ns);
+        moon_sim_records_service(d->a.recs, id, ev.ttft_ns);
     }
     if (ev.finish == MOON_FINISH_ERROR) {
         MOON_WARN("replay driver: request %u failed: %s", id, ev.message ? ev.message : "");

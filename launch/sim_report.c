@@ -72,15 +72,13 @@ moon_status_t moon_sim_records_place(moon_sim_records_t *r, uint32_t id, int32_t
     return MOON_OK;
 }
 
-moon_status_t moon_sim_records_service(moon_sim_records_t *r, uint32_t id, uint64_t engine_ns,
-                                       uint64_t decode_ttft_ns)
+moon_status_t moon_sim_records_service(moon_sim_records_t *r, uint32_t id, uint64_t decode_ttft_ns)
 {
     moon_sim_record_t *x = open_rec(r, id);
 
     if (x == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    x->engine_ns      = engine_ns;
     x->decode_ttft_ns = decode_ttft_ns;
     return MOON_OK;
 }

@@ -46,10 +46,10 @@ typedef struct {
     uint64_t              finish_ns;         /* 0: not finished */
     uint64_t              tbt_ns;            /* set when it finishes (mean rounded to the ns) */
     moon_sim_req_status_t status;
-    /* the instances' own account, from DONE (not in the CSV): the prefill
-     * engine's time, and arrival at the conductor to the decode taking the
-     * first token (0: none; the in-service calibration reads this one) */
-    uint64_t engine_ns, decode_ttft_ns;
+    /* the instances' own account, from DONE (not in the CSV; the in-service
+     * calibration reads it): arrival at the conductor to the decode taking
+     * the first token (0: none) */
+    uint64_t decode_ttft_ns;
     /* private: the request's token times while it streams */
     uint64_t  last_token_ns;
     uint64_t *gaps_ns;
@@ -80,9 +80,8 @@ moon_status_t moon_sim_records_arrive(moon_sim_records_t *r, uint32_t id, uint64
 moon_status_t moon_sim_records_place(moon_sim_records_t *r, uint32_t id, int32_t prefill,
                                      int32_t decode, uint32_t prefix_hit_tokens);
 moon_status_t moon_sim_records_prefill_start(moon_sim_records_t *r, uint32_t id, uint64_t t_ns);
-/* The instances' account of the request (DONE's prefill_ns and ttft_ns). */
-moon_status_t moon_sim_records_service(moon_sim_records_t *r, uint32_t id, uint64_t engine_ns,
-                                       uint64_t decode_ttft_ns);
+/* The instances' account of the request (DONE's ttft_ns). */
+moon_status_t moon_sim_records_service(moon_sim_records_t *r, uint32_t id, uint64_t decode_ttft_ns);
 /* One streamed token at t_ns (MOON_ERR_NO_MEMORY: no room for its gap). */
 moon_status_t moon_sim_records_token(moon_sim_records_t *r, uint32_t id, uint64_t t_ns);
 /* The end: status OK, REJECTED or ERROR; computes TBT and frees the gaps. */
