@@ -11,18 +11,13 @@ static int before(const moon_deadline_item_t *a, const moon_deadline_item_t *b)
 
 moon_status_t moon_deadline_push(moon_deadline_heap_t *h, uint64_t deadline_ns, uint64_t payload)
 {
-    moon_deadline_item_t item = {deadline_ns, h->pushes, payload};
-    size_t               i;
+    const moon_grow_table_t table[] = {MOON_GROW_TABLE(h->items)};
+    moon_deadline_item_t    item    = {deadline_ns, h->pushes, payload};
+    uint32_t                i;
 
-    if (h->n == h->cap) {
-        size_t                cap   = h->cap ? h->cap * 2 : 64;
-        moon_deadline_item_t *items = moon_realloc(h->items, cap * sizeof(*items));
-
-        if (items == NULL) {
-            return MOON_ERR_NO_MEMORY;
-        }
-        h->items = items;
-        h->cap   = cap;
+    if (h->n == UINT32_MAX ||
+        moon_grow_tables(table, 1, (size_t)h->n + 1, UINT32_MAX, &h->cap) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
     }
     h->pushes++;
     i = h->n++;
@@ -38,10 +33,10 @@ moon_deadline_item_t moon_deadline_pop(moon_deadline_heap_t *h)
 {
     moon_deadline_item_t top  = h->items[0];
     moon_deadline_item_t last = h->items[--h->n];
-    size_t               i    = 0;
+    uint32_t             i    = 0;
 
     for (;;) {
-        size_t c = 2 * i + 1;
+        uint32_t c = 2 * i + 1;
         if (c >= h->n) {
             break;
         }

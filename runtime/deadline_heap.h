@@ -8,7 +8,6 @@
 
 #include "moonlet/status.h"
 
-#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -19,7 +18,7 @@ typedef struct {
 
 typedef struct {
     moon_deadline_item_t *items;
-    size_t                n, cap;
+    uint32_t              n, cap;
     uint64_t              pushes;
 } moon_deadline_heap_t;
 

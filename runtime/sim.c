@@ -123,7 +123,7 @@ moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p)
 void moon_sim_destroy(moon_sim_t *sim)
 {
     if (sim != NULL) {
-        for (size_t i = 0; i < sim->held.n; i++) {
+        for (uint32_t i = 0; i < sim->held.n; i++) {
             moon_msg_release((moon_msg_hdr_t *)(uintptr_t)sim->held.items[i].payload);
         }
         moon_deadline_heap_fini(&sim->held);
