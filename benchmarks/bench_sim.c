@@ -1,5 +1,5 @@
 /* benchmarks/bench_sim.c - simulator speed: one replay of a trace on a
- * simulated cluster (launch/sim_run.h), wall time, simulated requests per
+ * simulated cluster (launch/sim/sim_run.h), wall time, simulated requests per
  * wall second and peak memory, against issue #16's targets (the synthetic
  * trace on 16 nodes in < 10 s; 12,000 requests over an hour on 128 nodes in
  * < 60 s, on one core). One configuration per process (peak RSS is the

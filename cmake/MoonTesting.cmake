@@ -6,6 +6,35 @@ set(MOON_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 set(MOON_TEST_TIMEOUT 300 CACHE STRING "default CTest timeout, seconds")
 
+# moon_test_labels(OUT): the labels a test gets from its folder under tests/:
+# its kind (unit, mpi, e2e, fuzz, soak) and its component, e.g. tests/unit/gateway
+# -> "unit;gateway", tests/e2e/serve -> "e2e;serve", tests/mpi/kvstore ->
+# "mpi;kvstore". Every test helper below adds them to the labels it is given.
+function(moon_test_labels out)
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR}/tests ${CMAKE_CURRENT_SOURCE_DIR})
+  string(REPLACE "/" ";" parts "${rel}")
+  list(LENGTH parts n)
+  set(labels)
+  if(n GREATER 0)
+    list(GET parts 0 kind)
+    list(APPEND labels ${kind})
+  endif()
+  if(n GREATER 1)
+    list(GET parts 1 component)
+    list(APPEND labels ${component})
+  endif()
+  set(${out} ${labels} PARENT_SCOPE)
+endfunction()
+
+# moon_label_test(NAME [labels...]): a test added with add_test() gets its
+# folder's labels and these.
+function(moon_label_test name)
+  moon_test_labels(labels)
+  list(APPEND labels ${ARGN})
+  list(REMOVE_DUPLICATES labels)
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}")
+endfunction()
+
 # moon_add_test(NAME SOURCES... LIBS libs... LABELS labels... [TIMEOUT s])
 # One CUnit executable per file, run directly.
 function(moon_add_test name)
@@ -16,7 +45,10 @@ function(moon_add_test name)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT ${MOON_TEST_TIMEOUT})
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  moon_test_labels(labels)
+  list(APPEND labels ${T_LABELS})
+  list(REMOVE_DUPLICATES labels)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}")
 endfunction()
 
 # moon_add_mpi_test(NAME NP n SOURCES... LIBS... LABELS... [ARGS...] [ENV...])
@@ -34,6 +66,9 @@ function(moon_add_mpi_test name)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT ${MOON_TEST_TIMEOUT})
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "mpi;${T_LABELS}"
+  moon_test_labels(labels)
+  list(APPEND labels mpi ${T_LABELS}) # mpi: it runs under mpirun, wherever it lives
+  list(REMOVE_DUPLICATES labels)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}"
     ENVIRONMENT "${MOON_MPI_TEST_ENV};${T_ENV}")
 endfunction()

@@ -88,7 +88,7 @@ test)
         echo "=== sanitizer pass: $pass ($dir)"
         cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$opt" >/dev/null
         cmake --build "$dir" -j "$JOBS"
-        labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model|serve|gateway" || echo "stress|tsan")
+        labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model|serve|gateway|replay" || echo "stress|tsan")
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" -L "$labels" -LE "nosan|no$pass")
     done
     # CUDA pass: the CUDA build must compile, and its binaries start and skip

@@ -7,6 +7,13 @@
 #include "kv_internal.h"
 #include "moonlet/model.h"
 
+/* Sanity limits on a model's shape, shared by the loader and the writers: a
+ * file past them is corrupt rather than big. */
+#define MOON_MODEL_MAX_DIM (1u << 16)
+#define MOON_MODEL_MAX_LAYERS 1024u
+#define MOON_MODEL_MAX_VOCAB (1u << 22)
+#define MOON_MODEL_MAX_CTX (1u << 20)
+
 typedef struct {
     const float  *attn_norm; /* (dim) */
     const float  *ffn_norm;  /* (dim) */

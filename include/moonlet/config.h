@@ -37,7 +37,7 @@
  *   moon_config_destroy(cfg);   // after the last use of string fields from argv
  *
  * (A `moonlet` subcommand does all of this, --log-level included, with one
- * call: moon_cli_parse() in launch/cli.h.)
+ * call: moon_cli_parse() in launch/cli/cli.h.)
  *
  * Precedence: flag > caller > environment > default. A caller's explicit
  * setting is a field whose value differs from the row's default when the

@@ -1,5 +1,5 @@
 /* model/cpu/cpu_internal.h - what the files of the fast CPU backend share
- * (moon_backend_cpu_ops, model/forward_cpu.c): the backend state, the
+ * (moon_backend_cpu_ops, model/cpu/forward_cpu.c): the backend state, the
  * parallel step, block sizes and the kernels. Layout (ggml-cpu's):
  *   forward_cpu.c        the forward pass and the backend ops (create, prefill, decode)
  *   cpu/parallel.c       the steps split across the thread pool (ith/nth), split decode

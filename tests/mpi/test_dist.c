@@ -607,7 +607,7 @@ static void test_bad_input_is_counted_and_dropped(void)
     }
     MPI_Bcast(&stale, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (g_rank == 1) {
-        /* frame layout (runtime/dist.c): u16 magic 0x4d44, u8 kind, u8 pad,
+        /* frame layout (runtime/dist/dist.c): u16 magic 0x4d44, u8 kind, u8 pad,
          * u32 src_rank, u32 credits, u32 n_records; records: u64 to, u32 len,
          * then len bytes of msgpack, or (len's top bit set) a u32 layout and
          * a message image. */

@@ -12,10 +12,13 @@ set -u
 cd "${1:?usage: check_layering.sh SRC_DIR}"
 bad=0
 
-# exports FOLDER: the headers FOLDER/CMakeLists.txt exports, one a line.
+# exports FOLDER: the headers the CMakeLists.txt of FOLDER and of its
+# subfolders export, one a line (base/gpu is a layer of its own).
 exports() {
-    [ -f "$1/CMakeLists.txt" ] || return 0
-    tr '\n' ' ' <"$1/CMakeLists.txt" | grep -oE 'moon_export_headers\([^)]*\)' |
+    local depth=()
+    [ "$1" = base ] && depth=(-maxdepth 1)
+    [ -d "$1" ] || return 0
+    find "$1" "${depth[@]}" -name CMakeLists.txt -exec cat {} + | tr '\n' ' ' | grep -oE 'moon_export_headers\([^)]*\)' |
         sed -E 's/moon_export_headers\(//; s/\)//' | awk '{for (i = 2; i <= NF; i++) print $i}'
 }
 

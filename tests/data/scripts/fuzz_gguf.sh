@@ -11,7 +11,7 @@ out=${FUZZ_OUT:-/tmp/moon_fuzz_gguf}
 mkdir -p "$out/new"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -Iinclude -Imodel \
-    tests/unit/model/fuzz_gguf.c model/gguf.c model/quant.c model/fp16.c model/tokenizer.c \
+    tests/unit/model/fuzz_gguf.c model/gguf/gguf.c model/gguf/quant.c model/gguf/fp16.c model/tokenizer.c \
     model/model.c model/kv_cache.c base/status.c base/log.c base/alloc.c base/vec.c \
     -lm -lpthread -o "$out/fuzz_gguf"
 "$out/fuzz_gguf" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \

@@ -1,10 +1,10 @@
 /* tests/unit/launch/test_bench_sse.c - SSE framing of OpenAI streams (split
  * anywhere, CRLF/CR/LF, comments, multi-line data, [DONE]), decoding of
  * completions and chat chunks, and the request bodies `moonlet bench` sends. */
-#include "bench_openai.h"
-#include "bench_opts.h"
-#include "bench_sse.h"
-#include "bench_workload.h"
+#include "loadgen_openai.h"
+#include "loadgen_opts.h"
+#include "loadgen_sse.h"
+#include "loadgen_workload.h"
 
 #include "moonlet/alloc.h"
 
@@ -65,14 +65,14 @@ static void check_events(const got_t *g)
 
 static void test_whole_stream_in_one_read(void)
 {
-    moon_bench_sse_t sse;
-    got_t            g = {0};
+    moon_loadgen_sse_t sse;
+    got_t              g = {0};
 
-    moon_bench_sse_init(&sse, 0, collect, &g);
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, stream, strlen(stream)), MOON_OK);
-    CU_ASSERT_EQUAL(moon_bench_sse_finish(&sse), MOON_OK);
+    moon_loadgen_sse_init(&sse, 0, collect, &g);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, stream, strlen(stream)), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_finish(&sse), MOON_OK);
     check_events(&g);
-    moon_bench_sse_fini(&sse);
+    moon_loadgen_sse_fini(&sse);
 }
 
 static void test_split_reads_anywhere(void)
@@ -82,111 +82,111 @@ static void test_split_reads_anywhere(void)
 
     /* byte by byte, then every split into two, then random splits */
     for (size_t step = 1; step <= 2; step++) {
-        moon_bench_sse_t sse;
-        got_t            g = {0};
-        moon_bench_sse_init(&sse, 0, collect, &g);
+        moon_loadgen_sse_t sse;
+        got_t              g = {0};
+        moon_loadgen_sse_init(&sse, 0, collect, &g);
         for (size_t i = 0; i < len; i += step) {
             size_t n = i + step <= len ? step : len - i;
-            CU_ASSERT_EQUAL_FATAL(moon_bench_sse_feed(&sse, stream + i, n), MOON_OK);
+            CU_ASSERT_EQUAL_FATAL(moon_loadgen_sse_feed(&sse, stream + i, n), MOON_OK);
         }
-        CU_ASSERT_EQUAL(moon_bench_sse_finish(&sse), MOON_OK);
+        CU_ASSERT_EQUAL(moon_loadgen_sse_finish(&sse), MOON_OK);
         check_events(&g);
-        moon_bench_sse_fini(&sse);
+        moon_loadgen_sse_fini(&sse);
     }
     for (size_t cut = 0; cut <= len; cut++) {
-        moon_bench_sse_t sse;
-        got_t            g = {0};
-        moon_bench_sse_init(&sse, 0, collect, &g);
-        CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, stream, cut), MOON_OK);
-        CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, stream + cut, len - cut), MOON_OK);
+        moon_loadgen_sse_t sse;
+        got_t              g = {0};
+        moon_loadgen_sse_init(&sse, 0, collect, &g);
+        CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, stream, cut), MOON_OK);
+        CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, stream + cut, len - cut), MOON_OK);
         check_events(&g);
-        moon_bench_sse_fini(&sse);
+        moon_loadgen_sse_fini(&sse);
     }
     for (int round = 0; round < 200; round++) {
-        moon_bench_sse_t sse;
-        got_t            g = {0};
-        moon_bench_sse_init(&sse, 0, collect, &g);
+        moon_loadgen_sse_t sse;
+        got_t              g = {0};
+        moon_loadgen_sse_init(&sse, 0, collect, &g);
         for (size_t i = 0; i < len;) {
             size_t n = 1 + moon_test_rand(&seed) % 13;
             n        = n < len - i ? n : len - i;
-            CU_ASSERT_EQUAL_FATAL(moon_bench_sse_feed(&sse, stream + i, n), MOON_OK);
+            CU_ASSERT_EQUAL_FATAL(moon_loadgen_sse_feed(&sse, stream + i, n), MOON_OK);
             i += n;
         }
         check_events(&g);
-        moon_bench_sse_fini(&sse);
+        moon_loadgen_sse_fini(&sse);
     }
 }
 
 static void test_finish_flushes_an_unterminated_event(void)
 {
-    moon_bench_sse_t sse;
-    got_t            g = {0};
+    moon_loadgen_sse_t sse;
+    got_t              g = {0};
 
-    moon_bench_sse_init(&sse, 0, collect, &g);
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, "data: a\n\ndata: [DONE]", 21), MOON_OK);
+    moon_loadgen_sse_init(&sse, 0, collect, &g);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, "data: a\n\ndata: [DONE]", 21), MOON_OK);
     CU_ASSERT_EQUAL(g.n, 1);
-    CU_ASSERT_EQUAL(moon_bench_sse_finish(&sse), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_finish(&sse), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(g.n, 2);
     CU_ASSERT_STRING_EQUAL(g.events[1], "[DONE]");
     /* blank lines without data dispatch nothing */
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, "\n\n\r\n: x\n\n", 9), MOON_OK);
-    CU_ASSERT_EQUAL(moon_bench_sse_finish(&sse), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, "\n\n\r\n: x\n\n", 9), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_finish(&sse), MOON_OK);
     CU_ASSERT_EQUAL(g.n, 2);
-    moon_bench_sse_fini(&sse);
+    moon_loadgen_sse_fini(&sse);
 }
 
 static void test_oversized_event_and_stop(void)
 {
-    moon_bench_sse_t sse;
-    got_t            g = {0};
-    char             big[300];
+    moon_loadgen_sse_t sse;
+    got_t              g = {0};
+    char               big[300];
 
     memset(big, 'x', sizeof(big));
-    moon_bench_sse_init(&sse, 100, collect, &g);
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, "data: ", 6), MOON_OK);
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, big, sizeof(big)), MOON_ERR_INVALID_PARAM);
-    moon_bench_sse_fini(&sse);
+    moon_loadgen_sse_init(&sse, 100, collect, &g);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, "data: ", 6), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, big, sizeof(big)), MOON_ERR_INVALID_PARAM);
+    moon_loadgen_sse_fini(&sse);
     g.stop_at = 1;
-    moon_bench_sse_init(&sse, 0, collect, &g);
-    CU_ASSERT_EQUAL(moon_bench_sse_feed(&sse, stream, strlen(stream)), MOON_ERR_CANCELED);
+    moon_loadgen_sse_init(&sse, 0, collect, &g);
+    CU_ASSERT_EQUAL(moon_loadgen_sse_feed(&sse, stream, strlen(stream)), MOON_ERR_CANCELED);
     CU_ASSERT_EQUAL(g.n, 1);
-    moon_bench_sse_fini(&sse);
+    moon_loadgen_sse_fini(&sse);
 }
 
 static void test_completion_and_chat_chunks(void)
 {
-    moon_bench_chunk_t c;
-    const char        *chat = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
-                              "\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}";
-    const char *role_only   = "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}";
+    moon_loadgen_chunk_t c;
+    const char          *chat = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+                                "\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}";
+    const char *role_only     = "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}";
     const char *err =
         "{\"error\":{\"message\":\"prompt too long\",\"type\":\"invalid_request_error\"}}";
 
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(expected[0], strlen(expected[0]), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(expected[0], strlen(expected[0]), &c), MOON_OK);
     CU_ASSERT_TRUE(c.has_text);
     CU_ASSERT_EQUAL(c.text_len, 4);
     CU_ASSERT_FALSE(c.has_usage);
     CU_ASSERT_STRING_EQUAL(c.finish_reason, "");
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(expected[2], strlen(expected[2]), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(expected[2], strlen(expected[2]), &c), MOON_OK);
     CU_ASSERT_FALSE(c.has_text); /* empty text is no token */
     CU_ASSERT_STRING_EQUAL(c.finish_reason, "length");
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(expected[3], strlen(expected[3]), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(expected[3], strlen(expected[3]), &c), MOON_OK);
     CU_ASSERT_TRUE(c.has_usage);
     CU_ASSERT_EQUAL(c.prompt_tokens, 5);
     CU_ASSERT_EQUAL(c.completion_tokens, 2);
     CU_ASSERT_EQUAL(c.cached_tokens, 4);
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk("[DONE]", 6, &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk("[DONE]", 6, &c), MOON_OK);
     CU_ASSERT_TRUE(c.done);
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(chat, strlen(chat), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(chat, strlen(chat), &c), MOON_OK);
     CU_ASSERT_TRUE(c.has_text);
     CU_ASSERT_EQUAL(c.text_len, 2);
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(role_only, strlen(role_only), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(role_only, strlen(role_only), &c), MOON_OK);
     CU_ASSERT_FALSE(c.has_text);
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk(err, strlen(err), &c), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk(err, strlen(err), &c), MOON_OK);
     CU_ASSERT_TRUE(c.has_error);
     CU_ASSERT_STRING_EQUAL(c.error, "prompt too long");
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk("{oops", 5, &c), MOON_ERR_CORRUPT);
-    CU_ASSERT_EQUAL(moon_bench_openai_chunk("42", 2, &c), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk("{oops", 5, &c), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_chunk("42", 2, &c), MOON_ERR_CORRUPT);
 }
 
 static void test_error_bodies_and_model_lists(void)
@@ -197,35 +197,36 @@ static void test_error_bodies_and_model_lists(void)
 
     const char *eb = "{\"error\":{\"message\":\"bad key\"}}";
 
-    moon_bench_openai_error_text(eb, strlen(eb), text, sizeof(text));
+    moon_loadgen_openai_error_text(eb, strlen(eb), text, sizeof(text));
     CU_ASSERT_STRING_EQUAL(text, "bad key");
-    moon_bench_openai_error_text("Not Found\n", 10, text, sizeof(text));
+    moon_loadgen_openai_error_text("Not Found\n", 10, text, sizeof(text));
     CU_ASSERT_STRING_EQUAL(text, "Not Found ");
-    CU_ASSERT_EQUAL(moon_bench_openai_first_model(list, strlen(list), &model), MOON_OK);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_first_model(list, strlen(list), &model), MOON_OK);
     CU_ASSERT_STRING_EQUAL(model, "stories260K");
     moon_free(model);
-    CU_ASSERT_EQUAL(moon_bench_openai_first_model("{\"data\":[]}", 11, &model), MOON_ERR_NOT_FOUND);
-    CU_ASSERT_EQUAL(moon_bench_openai_first_model("<html>", 6, &model), MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_first_model("{\"data\":[]}", 11, &model),
+                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_EQUAL(moon_loadgen_openai_first_model("<html>", 6, &model), MOON_ERR_NOT_FOUND);
 }
 
 static cJSON *body_of(const char *endpoint, const char *workload)
 {
     char *argv[] = {"bench",     (char *)workload, (char *)endpoint,   "--num-prompts=8",
                     "--turns=2", "--prefix-len=4", "--question-len=2", "--output-len=3"};
-    moon_bench_opts_t      o;
-    moon_bench_workload_t *wl   = NULL;
-    char                  *body = NULL;
-    char                   err[128];
-    cJSON                 *json;
+    moon_loadgen_opts_t      o;
+    moon_loadgen_workload_t *wl   = NULL;
+    char                    *body = NULL;
+    char                     err[128];
+    cJSON                   *json;
 
-    CU_ASSERT_EQUAL_FATAL(moon_bench_opts_parse(8, argv, &o, err, sizeof(err)), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_bench_workload_create(&o, &wl), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_loadgen_opts_parse(8, argv, &o, err, sizeof(err)), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_loadgen_workload_create(&o, &wl), MOON_OK);
     /* the last request: a second turn */
-    CU_ASSERT_EQUAL_FATAL(moon_bench_openai_body(&o, "m", wl, &wl->reqs[7], &body), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_loadgen_openai_body(&o, "m", wl, &wl->reqs[7], &body), MOON_OK);
     json = cJSON_Parse(body);
     CU_ASSERT_PTR_NOT_NULL_FATAL(json);
     moon_free(body);
-    moon_bench_workload_destroy(wl);
+    moon_loadgen_workload_destroy(wl);
     return json;
 }
 

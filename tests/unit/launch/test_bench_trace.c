@@ -2,9 +2,9 @@
  * requests (over the shared trace reader): equal hash ids give equal token
  * blocks, --block-scale and --max-context arithmetic, timestamps and
  * --time-scale, bad files. */
-#include "bench_opts.h"
-#include "bench_trace.h"
-#include "bench_workload.h"
+#include "loadgen_opts.h"
+#include "loadgen_trace.h"
+#include "loadgen_workload.h"
 
 #include "moonlet/alloc.h"
 
@@ -22,7 +22,7 @@ static void write_trace(const char *text)
     int   fd;
     FILE *f;
 
-    snprintf(path, sizeof(path), "/tmp/moon_bench_trace_XXXXXX");
+    snprintf(path, sizeof(path), "/tmp/moon_loadgen_trace_XXXXXX");
     fd = mkstemp(path);
     CU_ASSERT_FATAL(fd >= 0);
     f = fdopen(fd, "w");
@@ -31,29 +31,29 @@ static void write_trace(const char *text)
     fclose(f);
 }
 
-static moon_bench_opts_t opts_of(const char *a, const char *b)
+static moon_loadgen_opts_t opts_of(const char *a, const char *b)
 {
-    char             *argv[6] = {"bench", "trace", path};
-    int               argc    = 3;
-    moon_bench_opts_t o;
-    char              err[200];
+    char               *argv[6] = {"bench", "trace", path};
+    int                 argc    = 3;
+    moon_loadgen_opts_t o;
+    char                err[200];
 
     if (a)
         argv[argc++] = (char *)a;
     if (b)
         argv[argc++] = (char *)b;
-    if (moon_bench_opts_parse(argc, argv, &o, err, sizeof(err)) != MOON_OK) {
+    if (moon_loadgen_opts_parse(argc, argv, &o, err, sizeof(err)) != MOON_OK) {
         fprintf(stderr, "options: %s\n", err);
         CU_FAIL_FATAL("options did not parse");
     }
     return o;
 }
 
-static moon_status_t load(const char *a, const char *b, moon_bench_workload_t **wl_p)
+static moon_status_t load(const char *a, const char *b, moon_loadgen_workload_t **wl_p)
 {
-    moon_bench_opts_t o = opts_of(a, b);
+    moon_loadgen_opts_t o = opts_of(a, b);
 
-    return moon_bench_workload_create(&o, wl_p);
+    return moon_loadgen_workload_create(&o, wl_p);
 }
 
 static const char three[] =
@@ -66,17 +66,17 @@ static const char three[] =
 
 static void test_scale_arithmetic(void)
 {
-    CU_ASSERT_EQUAL(moon_bench_trace_scale(1500, 16), 47); /* ceil(1500 * 16 / 512) */
-    CU_ASSERT_EQUAL(moon_bench_trace_scale(1536, 16), 48);
-    CU_ASSERT_EQUAL(moon_bench_trace_scale(1, 16), 1);
-    CU_ASSERT_EQUAL(moon_bench_trace_scale(0, 16), 1);
-    CU_ASSERT_EQUAL(moon_bench_trace_scale(40160, 512), 40160);
+    CU_ASSERT_EQUAL(moon_loadgen_trace_scale(1500, 16), 47); /* ceil(1500 * 16 / 512) */
+    CU_ASSERT_EQUAL(moon_loadgen_trace_scale(1536, 16), 48);
+    CU_ASSERT_EQUAL(moon_loadgen_trace_scale(1, 16), 1);
+    CU_ASSERT_EQUAL(moon_loadgen_trace_scale(0, 16), 1);
+    CU_ASSERT_EQUAL(moon_loadgen_trace_scale(40160, 512), 40160);
 }
 
 static void test_equal_hash_ids_give_equal_blocks(void)
 {
-    moon_bench_workload_t *wl = NULL;
-    const uint32_t        *a, *b;
+    moon_loadgen_workload_t *wl = NULL;
+    const uint32_t          *a, *b;
 
     write_trace(three);
     CU_ASSERT_EQUAL_FATAL(load("--block-scale=16", NULL, &wl), MOON_OK);
@@ -105,12 +105,12 @@ static void test_equal_hash_ids_give_equal_blocks(void)
     CU_ASSERT_DOUBLE_EQUAL(wl->reqs[0].arrival_s, 0.0, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(wl->reqs[1].arrival_s, 0.5, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(wl->reqs[2].arrival_s, 1.5, 1e-12);
-    moon_bench_workload_destroy(wl);
+    moon_loadgen_workload_destroy(wl);
 }
 
 static void test_time_scale_and_max_context(void)
 {
-    moon_bench_workload_t *wl = NULL;
+    moon_loadgen_workload_t *wl = NULL;
 
     write_trace(three);
     CU_ASSERT_EQUAL_FATAL(load("--time-scale=0.5", "--max-context=512", &wl), MOON_OK);
@@ -121,17 +121,17 @@ static void test_time_scale_and_max_context(void)
     CU_ASSERT_EQUAL(wl->reqs[0].n_ids, 448);
     CU_ASSERT_EQUAL(wl->reqs[1].max_tokens, 511);
     CU_ASSERT_EQUAL(wl->reqs[1].n_ids, 1);
-    moon_bench_workload_destroy(wl);
+    moon_loadgen_workload_destroy(wl);
     wl = NULL;
     CU_ASSERT_EQUAL_FATAL(load("--num-prompts=2", NULL, &wl), MOON_OK);
     unlink(path);
     CU_ASSERT_EQUAL(wl->n_reqs, 2);
-    moon_bench_workload_destroy(wl);
+    moon_loadgen_workload_destroy(wl);
 }
 
 static void test_same_seed_same_trace_prompts(void)
 {
-    moon_bench_workload_t *a = NULL, *b = NULL, *c = NULL;
+    moon_loadgen_workload_t *a = NULL, *b = NULL, *c = NULL;
 
     write_trace(three);
     CU_ASSERT_EQUAL_FATAL(load("--block-scale=16", NULL, &a), MOON_OK);
@@ -140,9 +140,9 @@ static void test_same_seed_same_trace_prompts(void)
     unlink(path);
     CU_ASSERT_EQUAL(memcmp(a->reqs[0].ids, b->reqs[0].ids, 47 * 4), 0);
     CU_ASSERT_NOT_EQUAL(memcmp(a->reqs[0].ids, c->reqs[0].ids, 47 * 4), 0);
-    moon_bench_workload_destroy(a);
-    moon_bench_workload_destroy(b);
-    moon_bench_workload_destroy(c);
+    moon_loadgen_workload_destroy(a);
+    moon_loadgen_workload_destroy(b);
+    moon_loadgen_workload_destroy(c);
 }
 
 static void test_bad_traces_are_errors(void)
@@ -160,7 +160,7 @@ static void test_bad_traces_are_errors(void)
         "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n"
         "{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [2]}\n",
     };
-    moon_bench_workload_t *wl = NULL;
+    moon_loadgen_workload_t *wl = NULL;
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         write_trace(bad[i]);
@@ -177,20 +177,20 @@ static void test_bad_traces_are_errors(void)
 
 static void test_out_of_memory_leaves_nothing(void)
 {
-    moon_bench_opts_t o;
+    moon_loadgen_opts_t o;
 
     write_trace(three);
     o = opts_of("--block-scale=16", NULL);
     for (uint64_t n = 1;; n++) {
-        moon_bench_workload_t *wl = NULL;
-        moon_status_t          status;
+        moon_loadgen_workload_t *wl = NULL;
+        moon_status_t            status;
 
         moon_fault_fail_after(n);
-        status = moon_bench_workload_create(&o, &wl);
+        status = moon_loadgen_workload_create(&o, &wl);
         moon_fault_reset();
         if (status == MOON_OK) {
             CU_ASSERT(n > 3);
-            moon_bench_workload_destroy(wl);
+            moon_loadgen_workload_destroy(wl);
             break;
         }
         CU_ASSERT_EQUAL_FATAL(status, MOON_ERR_NO_MEMORY);

@@ -1,5 +1,5 @@
 /* tests/unit/runtime/test_msg.c - message schema, spans, references, the
- * msgpack codec and message images (runtime/msg_internal.h): round trips of
+ * msgpack codec and message images (runtime/msg/msg_internal.h): round trips of
  * every type, and bad bytes of every kind. */
 #include "moonlet/moonlet.h"
 

@@ -1,0 +1,590 @@
+/* actors/gateway/gateway.c - the gateway actor (see gateway.h): owns the HTTP server,
+ * the bridge and the model facts; turns TOKEN and DONE into metrics and hands
+ * them to their connections. */
+#include "gateway.h"
+
+#include "gw_bridge.h"
+#include "gw_http.h"
+#include "gw_template.h"
+#include "store_msgs.h"
+#include "moonlet/alloc.h"
+#include "moonlet/gguf.h"
+#include "moonlet/log.h"
+#include "moonlet/model.h"
+#include "moonlet/tokenizer.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define GW_MAX_SHARDS 64u
+
+typedef struct {
+    moon_addr_t           conductor;
+    moon_dist_t          *dist;
+    moon_gateway_config_t cfg;
+    char                 *host, *api_key, *model_name, *fingerprint, *wait_roles;
+    moon_tokenizer_t     *tok;
+    moon_gw_template_t    tpl;
+    uint32_t              n_ctx;
+    moon_gw_metrics_t    *metrics;
+    int                   own_metrics;
+    moon_gw_bridge_t     *bridge;
+    moon_gw_http_t       *http;
+    uint64_t              stats_timer;
+    uint64_t              stats_sent, stats_seen; /* STATS asked, answered */
+    /* store shards ("store/<i>", found by name) and their last STATS */
+    moon_addr_t              shards[GW_MAX_SHARDS];
+    uint32_t                 n_shards;
+    moon_store_stats_reply_t shard_stats[GW_MAX_SHARDS];
+} gw_state_t;
+
+#define CFG(_f) MOON_CONFIG_AT(moon_gateway_config_t, _f)
+static const moon_config_field_t gateway_fields[] = {
+    {"host", MOON_CONFIG_STRING, CFG(host), .dflt = "127.0.0.1",
+     .doc = "address the http server binds (ipv4, ipv6 or a name)"},
+    {"port", MOON_CONFIG_U32, CFG(port), .dflt = "8000", .max = 65535,
+     .doc = "http port (0: any free port)"},
+    {"model-name", MOON_CONFIG_STRING, CFG(model_name), .dflt = NULL,
+     .doc = "model id served and listed by /v1/models (default: the model file's stem)"},
+    {"api-key", MOON_CONFIG_STRING, CFG(api_key), .dflt = NULL,
+     .doc = "if set, /v1/ routes need the header 'authorization: bearer key'"},
+    {"body-limit", MOON_CONFIG_SIZE, CFG(body_limit_bytes), .dflt = "4m", .min = 1,
+     .doc = "largest request body (bigger: 413)"},
+    {"idle-timeout", MOON_CONFIG_U32, CFG(idle_timeout_s), .dflt = "30",
+     .doc = "seconds a silent connection stays open (half-sent requests; 0: forever)"},
+    {"request-timeout", MOON_CONFIG_U32, CFG(request_timeout_s), .dflt = "60",
+     .doc = "seconds a request body may take to arrive (0: forever)"},
+    {"http-threads", MOON_CONFIG_U32, CFG(http_threads), .dflt = "2", .min = 1, .max = 256,
+     .doc = "http server threads"},
+    {"max-connections", MOON_CONFIG_U32, CFG(max_connections), .dflt = "1024", .min = 1,
+     .doc = "open http connections at most"},
+    {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1, .max = 1u << 23,
+     .doc = "requests on their way to the gateway actor at once (more: 503)"},
+    {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,
+     .doc = "milliseconds between the gateway's polls of the conductor's counters"},
+    MOON_CONFIG_END,
+};
+#undef CFG
+
+const moon_config_table_t moon_gateway_config_table = {"gateway", "openai http gateway",
+                                                       "MOON_GATEWAY_", gateway_fields};
+
+moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg)
+{
+    moon_status_t status = moon_config_defaults(&moon_gateway_config_table, cfg);
+
+    return status != MOON_OK ? status : moon_config_load_env(&moon_gateway_config_table, cfg);
+}
+
+/* "examples/models/stories260K.gguf" -> "stories260K" */
+static char *stem_of(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    const char *dot;
+    size_t      n;
+    char       *s;
+
+    base = base != NULL ? base + 1 : path;
+    dot  = strrchr(base, '.');
+    n    = dot != NULL && dot != base ? (size_t)(dot - base) : strlen(base);
+    s    = moon_malloc(n + 1);
+    if (s != NULL) {
+        memcpy(s, base, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+typedef struct {
+    const moon_gguf_t *gguf;
+    uint64_t           n_vocab;
+} special_arg_t;
+
+/* A token id by its text, from the file's vocabulary. */
+static int32_t find_special(void *arg, const char *text)
+{
+    special_arg_t *a = arg;
+    size_t         n = strlen(text);
+
+    for (uint64_t i = 0; i < a->n_vocab; i++) {
+        const char *s   = NULL;
+        uint64_t    len = 0;
+
+        if (moon_gguf_get_arr_str(a->gguf, "tokenizer.ggml.tokens", i, &s, &len) == MOON_OK &&
+            len == n && memcmp(s, text, n) == 0) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+static moon_status_t load_model(gw_state_t *st, const char *path)
+{
+    moon_gguf_t        *gguf = NULL;
+    moon_model_config_t mc;
+    moon_status_t       status;
+    const char         *jinja = NULL;
+    uint64_t            len   = 0;
+    special_arg_t       sa;
+
+    status = moon_gguf_open(path, &gguf);
+    if (status != MOON_OK) {
+        MOON_ERROR("gateway: cannot open model %s: %s", path, moon_status_str(status));
+        return status;
+    }
+    status = moon_tokenizer_create(gguf, &st->tok);
+    if (status != MOON_OK) {
+        MOON_ERROR("gateway: model %s has no usable tokenizer: %s", path, moon_status_str(status));
+        goto out;
+    }
+    if (moon_model_config_from_gguf(gguf, &mc) == MOON_OK) {
+        st->n_ctx = mc.seq_len;
+    }
+    if (moon_gguf_get_str(gguf, "tokenizer.chat_template", &jinja, &len) != MOON_OK) {
+        jinja = NULL;
+        len   = 0;
+    }
+    sa.gguf    = gguf;
+    sa.n_vocab = moon_tokenizer_n_vocab(st->tok);
+    moon_gw_template_init(&st->tpl, jinja, (size_t)len, moon_tokenizer_bos(st->tok),
+                          moon_tokenizer_eos(st->tok), jinja != NULL ? find_special : NULL, &sa);
+    if (!st->tpl.recognised) {
+        MOON_WARN("gateway: the model's chat template is none of chatml, llama2, zephyr: chat "
+                  "prompts use the plain template");
+    }
+out:
+    moon_gguf_close(gguf);
+    return status;
+}
+
+/* Frees what init made (the HTTP server stopped, or never started). */
+static void free_state(gw_state_t *st)
+{
+    moon_gw_bridge_destroy(st->bridge);
+    if (st->own_metrics) {
+        moon_gw_metrics_destroy(st->metrics);
+    }
+    moon_tokenizer_destroy(st->tok);
+    moon_free(st->host);
+    moon_free(st->api_key);
+    moon_free(st->wait_roles);
+    moon_free(st->model_name);
+    moon_free(st->fingerprint);
+}
+
+static moon_status_t gw_init(moon_actor_t *self, const void *arg)
+{
+    const moon_gateway_args_t *args = arg;
+    gw_state_t                *st   = moon_actor_state(self);
+    moon_runtime_t            *rt   = moon_actor_runtime(self);
+    moon_gw_http_args_t        ha;
+    moon_status_t              status = MOON_ERR_NO_MEMORY;
+    char                       labels[160];
+    uint32_t                   h = 2166136261u;
+
+    if (args == NULL || args->conductor == MOON_ADDR_NONE || args->config.host == NULL ||
+        args->config.port > 65535 || args->config.body_limit_bytes == 0 ||
+        args->config.stats_interval_ms == 0) {
+        MOON_ERROR("gateway: needs a conductor address, a host, a port, a body limit and a "
+                   "stats interval");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    st->conductor  = args->conductor;
+    st->dist       = args->dist;
+    st->cfg        = args->config;
+    st->host       = moon_strdup(args->config.host);
+    st->api_key    = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
+    st->wait_roles = args->wait_roles != NULL ? moon_strdup(args->wait_roles) : NULL;
+    if (st->host == NULL || (args->wait_roles != NULL && st->wait_roles == NULL) ||
+        (args->config.api_key != NULL && st->api_key == NULL)) {
+        goto err;
+    }
+    st->cfg.host    = st->host;
+    st->cfg.api_key = st->api_key;
+    if (args->model_path != NULL) {
+        status = load_model(st, args->model_path);
+        if (status != MOON_OK) {
+            goto err;
+        }
+    } else {
+        moon_gw_template_init(&st->tpl, NULL, 0, -1, -1, NULL, NULL);
+    }
+    status         = MOON_ERR_NO_MEMORY;
+    st->model_name = args->config.model_name != NULL ? moon_strdup(args->config.model_name)
+                     : args->model_path != NULL      ? stem_of(args->model_path)
+                                                     : moon_strdup("moonlet");
+    if (st->model_name == NULL) {
+        goto err;
+    }
+    for (const char *c = st->model_name; *c; c++) {
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    }
+    if (args->fingerprint != NULL) {
+        st->fingerprint = moon_strdup(args->fingerprint);
+    } else {
+        char fp[16];
+        snprintf(fp, sizeof(fp), "fp_%08x", h);
+        st->fingerprint = moon_strdup(fp);
+    }
+    if (st->fingerprint == NULL) {
+        goto err;
+    }
+    st->metrics = args->metrics;
+    if (st->metrics == NULL) {
+        snprintf(labels, sizeof(labels), "model_name=\"%.128s\"", st->model_name);
+        status = moon_gw_metrics_create(labels, &st->metrics);
+        if (status != MOON_OK) {
+            goto err;
+        }
+        st->own_metrics = 1;
+    }
+    status = moon_gw_metrics_declare_serving(st->metrics);
+    if (status != MOON_OK) {
+        goto err;
+    }
+    status = moon_store_msgs_register();
+    if (status != MOON_OK) {
+        goto err;
+    }
+    status = moon_gw_bridge_create(rt, moon_actor_addr(self), st->conductor, st->cfg.max_inflight,
+                                   &st->bridge);
+    if (status != MOON_OK) {
+        goto err;
+    }
+    memset(&ha, 0, sizeof(ha));
+    ha.cfg              = st->cfg;
+    ha.rt               = rt;
+    ha.bridge           = st->bridge;
+    ha.metrics          = st->metrics;
+    ha.model.model_name = st->model_name;
+    ha.model.tpl        = &st->tpl;
+    ha.model.tok        = st->tok;
+    ha.model.n_ctx      = st->n_ctx;
+    ha.model.n_vocab    = st->tok != NULL ? moon_tokenizer_n_vocab(st->tok) : 0;
+    ha.fingerprint      = st->fingerprint;
+    status              = moon_gw_http_start(&ha, &st->http);
+    if (status != MOON_OK) {
+        goto err;
+    }
+    if (st->wait_roles != NULL && st->wait_roles[0] == '\0') {
+        moon_gw_http_set_ready(st->http, NULL);
+    }
+    status = moon_monitor(self, st->conductor, 0);
+    if (status != MOON_OK) {
+        MOON_WARN("gateway: cannot monitor the conductor: %s", moon_status_str(status));
+    }
+    status = moon_timer_start(self, 0, (uint64_t)st->cfg.stats_interval_ms * 1000000ull, 0,
+                              &st->stats_timer);
+    if (status != MOON_OK) {
+        moon_gw_http_stop(st->http);
+        goto err;
+    }
+    if (args->port_p != NULL) {
+        *args->port_p = moon_gw_http_port(st->http);
+    }
+    MOON_INFO("gateway: listening on http://%s:%u (model %s, context %u, chat template %s)",
+              st->host, moon_gw_http_port(st->http), st->model_name, st->n_ctx,
+              moon_gw_template_name(st->tpl.kind));
+    return MOON_OK;
+
+err:
+    free_state(st);
+    return status;
+}
+
+static void gw_fini(moon_actor_t *self)
+{
+    gw_state_t     *st  = moon_actor_state(self);
+    struct timespec nap = {0, 10 * 1000 * 1000};
+
+    moon_gw_http_quiesce(st->http);
+    moon_gw_bridge_cancel_all(st->bridge, self);
+    /* No connection may stay parked when the server stops: end every request
+     * and let the connections finish (bounded: 5 s). */
+    for (int i = 0; i < 500; i++) {
+        moon_gw_bridge_abort(st->bridge, MOON_ERR_CANCELED, "the gateway is stopping");
+        if (moon_gw_http_n_busy(st->http) == 0) {
+            break;
+        }
+        nanosleep(&nap, NULL);
+    }
+    moon_gw_http_stop(st->http);
+    free_state(st);
+}
+
+static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t *st = moon_actor_state(self);
+
+    (void)msg;
+    moon_gw_bridge_drain(st->bridge, self);
+    return MOON_OK;
+}
+
+static double secs(uint64_t ns)
+{
+    return (double)ns * 1e-9;
+}
+
+/* The live request a TOKEN or DONE names, NULL (logged) if unknown. */
+static moon_gw_req_t *event_req(moon_actor_t *self, gw_state_t *st, uint64_t request_id,
+                                const char *what)
+{
+    moon_gw_req_t *req = moon_gw_bridge_find(st->bridge, self, request_id);
+
+    if (req == NULL) {
+        MOON_DEBUG_LOG("gateway: %s of unknown request %llu dropped", what,
+                       (unsigned long long)request_id);
+    }
+    return req;
+}
+
+/* TTFT and end-to-end latency are observed by the HTTP side, when the
+ * client's bytes leave (what the client measures); the actor keeps the
+ * token times for ITL and TPOT. */
+static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t               *st  = moon_actor_state(self);
+    const moon_serve_token_t *tok = (const moon_serve_token_t *)msg;
+    moon_gw_req_t            *req = event_req(self, st, tok->request_id, "token");
+    moon_gw_req_times_t      *t;
+    uint64_t                  now = moon_now(moon_actor_runtime(self));
+
+    if (req == NULL) {
+        return MOON_OK;
+    }
+    t = moon_gw_req_times_mut(req);
+    if (t->first_token_ns == 0) {
+        t->first_token_ns = now;
+    } else {
+        moon_gw_metrics_observe(st->metrics, MOON_GW_M_ITL, NULL, secs(now - t->last_token_ns));
+    }
+    t->last_token_ns = now;
+    t->n_tokens++;
+    moon_gw_bridge_deliver(st->bridge, req, msg);
+    return MOON_OK;
+}
+
+static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                *st  = moon_actor_state(self);
+    const moon_serve_done_t   *d   = (const moon_serve_done_t *)msg;
+    moon_gw_req_t             *req = event_req(self, st, d->request_id, "done");
+    moon_gw_metrics_t         *m   = st->metrics;
+    const moon_gw_req_times_t *t;
+    char                       labels[48];
+
+    if (req == NULL) {
+        return MOON_OK;
+    }
+    t = moon_gw_req_times_mut(req);
+    snprintf(labels, sizeof(labels), "finished_reason=\"%s\"", moon_finish_str(d->finish));
+    moon_gw_metrics_add(m, MOON_GW_M_SUCCESS, labels, 1);
+    if (d->finish == MOON_FINISH_REJECTED) {
+        moon_gw_metrics_add(m, MOON_GW_M_REJECTED, NULL, 1);
+    }
+    if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
+        moon_gw_metrics_observe(m, MOON_GW_M_QUEUE, NULL, secs(d->queue_ns));
+        moon_gw_metrics_observe(m, MOON_GW_M_PREFILL, NULL, secs(d->prefill_ns));
+        moon_gw_metrics_observe(m, MOON_GW_M_TRANSFER, NULL, secs(d->transfer_ns));
+        moon_gw_metrics_observe(m, MOON_GW_M_PROMPT_LEN, NULL, d->n_prompt);
+        moon_gw_metrics_observe(m, MOON_GW_M_GEN_LEN, NULL, d->n_completion);
+        if (t->n_tokens > 1) {
+            moon_gw_metrics_observe(m, MOON_GW_M_TPOT, NULL,
+                                    secs(t->last_token_ns - t->first_token_ns) /
+                                        (double)(t->n_tokens - 1));
+        }
+    }
+    moon_gw_metrics_add(m, MOON_GW_M_PROMPT_TOKENS, NULL, d->n_prompt);
+    moon_gw_metrics_add(m, MOON_GW_M_GEN_TOKENS, NULL, d->n_completion);
+    moon_gw_metrics_add(m, MOON_GW_M_CACHE_QUERIES, NULL, d->n_prompt);
+    moon_gw_metrics_add(m, MOON_GW_M_CACHE_HITS, NULL, d->n_cached);
+    moon_gw_bridge_deliver(st->bridge, req, msg);
+    return MOON_OK;
+}
+
+static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t            *st   = moon_actor_state(self);
+    const moon_sys_down_t *down = (const moon_sys_down_t *)msg;
+    uint32_t               n;
+
+    if (down->actor != st->conductor) {
+        return MOON_OK;
+    }
+    moon_gw_http_set_down(st->http, 1);
+    moon_gw_bridge_drain(st->bridge, self); /* those on the ring fail too */
+    n = moon_gw_bridge_fail_all(st->bridge, MOON_ERR_PEER_LOST, "the conductor is gone");
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"prefill\"", 0);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"decode\"", 0);
+    if (down->reason == MOON_OK && n == 0) {
+        MOON_INFO("gateway: the conductor stopped: new requests get 503");
+    } else {
+        MOON_ERROR("gateway: the conductor ended (%s): %u requests failed, new ones get 503",
+                   moon_status_str(down->reason), n);
+    }
+    return MOON_OK;
+}
+
+/* Finds shards registered since the last tick and asks each for its STATS. */
+static void poll_store(moon_actor_t *self, gw_state_t *st)
+{
+    moon_runtime_t *rt = moon_actor_runtime(self);
+    char            name[32];
+
+    while (st->n_shards < GW_MAX_SHARDS) {
+        snprintf(name, sizeof(name), "store/%u", st->n_shards);
+        moon_addr_t *a = &st->shards[st->n_shards];
+
+        if ((st->dist != NULL ? moon_dist_whereis(st->dist, name, 0, a)
+                              : moon_whereis(rt, name, a)) != MOON_OK) {
+            break;
+        }
+        st->n_shards++;
+    }
+    for (uint32_t i = 0; i < st->n_shards; i++) {
+        moon_store_stats_t *q = moon_msg_new(MOON_MSG_STORE_STATS, 0);
+
+        if (q != NULL) {
+            q->req = i;
+            moon_tell(self, st->shards[i], &q->hdr);
+        }
+    }
+}
+
+/* The stats timer: ask the conductor (one question at a time) and the shards. */
+static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t             *st = moon_actor_state(self);
+    moon_serve_stats_req_t *q;
+
+    (void)msg;
+    poll_store(self, st);
+    if (st->stats_sent != st->stats_seen && st->stats_sent - st->stats_seen < 20) {
+        return MOON_OK; /* the last one is unanswered: the conductor is busy */
+    }
+    q = moon_msg_new(MOON_MSG_SERVE_STATS, 0);
+    if (q == NULL) {
+        return MOON_OK;
+    }
+    q->req = ++st->stats_sent;
+    moon_tell(self, st->conductor, &q->hdr);
+    return MOON_OK;
+}
+
+static void set_pool_gauges(gw_state_t *st, const moon_serve_stats_reply_t *r)
+{
+    const uint32_t *used  = MOON_SPAN_PTR(r, r->blocks_used);
+    const uint32_t *total = MOON_SPAN_PTR(r, r->blocks_total);
+    double          u[2] = {0, 0}, t[2] = {0, 0};
+
+    for (uint32_t i = 0; i < r->blocks_used.n && i < r->blocks_total.n; i++) {
+        u[i >= r->n_prefill] += used[i];
+        t[i >= r->n_prefill] += total[i];
+    }
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_USED, "tier=\"prefill_pool\"", u[0]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_USED, "tier=\"decode_pool\"", u[1]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_TOTAL, "tier=\"prefill_pool\"", t[0]);
+    moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_KV_TOTAL, "tier=\"decode_pool\"", t[1]);
+}
+
+/* Why the cluster cannot serve yet (static text), NULL when it can. Roles
+ * named in wait_roles need an instance up ("colocated" instances count as
+ * decode ones); without wait_roles: a decode instance, and a prefill one
+ * when the deployment has prefill instances. */
+static const char *why_not_ready(const gw_state_t *st, const moon_serve_stats_reply_t *r)
+{
+    const char *w = st->wait_roles;
+
+    if (w == NULL) {
+        if (r->n_prefill > 0 && r->n_prefill_up == 0) {
+            return "no prefill instance is up";
+        }
+        return r->n_decode_up == 0 ? "no decode instance is up" : NULL;
+    }
+    while (*w) {
+        size_t n = strcspn(w, ",");
+        if (n == 7 && strncmp(w, "prefill", 7) == 0 && r->n_prefill_up == 0) {
+            return "no prefill instance is up";
+        }
+        if (((n == 6 && strncmp(w, "decode", 6) == 0) ||
+             (n == 9 && strncmp(w, "colocated", 9) == 0)) &&
+            r->n_decode_up == 0) {
+            return "no decode instance is up";
+        }
+        w += n + (w[n] == ',');
+    }
+    return NULL;
+}
+
+static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                     *st = moon_actor_state(self);
+    const moon_serve_stats_reply_t *r  = (const moon_serve_stats_reply_t *)msg;
+    moon_gw_metrics_t              *m  = st->metrics;
+
+    if (r->req > st->stats_seen) {
+        st->stats_seen = r->req;
+    }
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"prefill\"", r->n_prefill_up);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"decode\"", r->n_decode_up);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_RUNNING, NULL, (double)r->running);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_WAITING, NULL, (double)r->waiting);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_IN_FLIGHT, NULL, r->in_flight);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_HITS, NULL, (double)r->store_hit_tokens);
+    set_pool_gauges(st, r);
+    if (st->wait_roles == NULL || st->wait_roles[0] != '\0') {
+        moon_gw_http_set_ready(st->http, why_not_ready(st, r));
+    }
+    return MOON_OK;
+}
+
+/* A shard's counters: the store tier's gauges and counters are the sums. */
+static moon_status_t gw_on_store_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                     *st = moon_actor_state(self);
+    const moon_store_stats_reply_t *r  = (const moon_store_stats_reply_t *)msg;
+    moon_gw_metrics_t              *m  = st->metrics;
+    double used = 0, total = 0, puts = 0, gets = 0, misses = 0, evicted = 0, up = 0;
+
+    if (r->req >= st->n_shards || msg->src != st->shards[r->req]) {
+        return MOON_OK;
+    }
+    st->shard_stats[r->req] = *r;
+    for (uint32_t i = 0; i < st->n_shards; i++) {
+        const moon_store_stats_reply_t *s = &st->shard_stats[i];
+        used += s->used_slots;
+        total += s->n_slots;
+        puts += (double)s->n_puts;
+        gets += (double)s->n_gets;
+        misses += (double)s->n_get_misses;
+        evicted += (double)s->n_evicted;
+        up += s->n_slots > 0; /* has answered */
+    }
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"store\"", up);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_USED, "tier=\"store_dram\"", used);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_TOTAL, "tier=\"store_dram\"", total);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"put\"", puts);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"get\"", gets);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_OPS, "op=\"get_miss\"", misses);
+    moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_EVICT, NULL, evicted);
+    return MOON_OK;
+}
+
+const moon_actor_ops_t moon_gateway_ops = {
+    .name        = "gateway",
+    .state_bytes = sizeof(gw_state_t),
+    .init        = gw_init,
+    .fini        = gw_fini,
+    .on_msg =
+        {
+            [MOON_MSG_GW_WAKE]           = gw_on_wake,
+            [MOON_MSG_SERVE_TOKEN]       = gw_on_token,
+            [MOON_MSG_SERVE_DONE]        = gw_on_done,
+            [MOON_MSG_SYS_DOWN]          = gw_on_down,
+            [MOON_MSG_SYS_TIMER]         = gw_on_timer,
+            [MOON_MSG_SERVE_STATS_REPLY] = gw_on_stats,
+            [MOON_MSG_STORE_STATS_REPLY] = gw_on_store_stats,
+        },
+};

@@ -1,0 +1,85 @@
+/* actors/gateway/gateway.h - the OpenAI-compatible HTTP gateway, an actor on rank 0.
+ *
+ * Spawn it with moon_gateway_ops and a moon_gateway_args_t: its init opens the
+ * model file (tokenizer, context length, chat template), starts the HTTP
+ * server (libmicrohttpd, its own threads) and fails the spawn if the port
+ * cannot be bound. Routes: POST /v1/completions, POST /v1/chat/completions
+ * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics.
+ *
+ * Each request goes to the conductor as a SUBMIT with reply_to = the gateway;
+ * TOKEN and DONE come back to the gateway, which streams them to the client
+ * (gw_bridge.h). A client that disconnects cancels its request. The gateway
+ * monitors the conductor: when it goes, requests in flight fail (503) and
+ * every new one gets 503.
+ *
+ * Every stats_interval_ms the gateway asks the conductor for its STATS and
+ * sets the gauges of instances up per role and the readiness (/health 200
+ * and requests served once the roles of wait_roles have one), requests running
+ * and waiting, and KV blocks used per pool. Gauges it cannot see (store
+ * DRAM and SSD tiers) take moon_gw_metrics_set_gauge on a registry passed in
+ * args.metrics. */
+#ifndef MOON_ACTORS_GATEWAY_H
+#define MOON_ACTORS_GATEWAY_H
+
+#include "gw_metrics.h"
+#include "moonlet/actor.h"
+#include "moonlet/config.h"
+#include "moonlet/dist.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The gateway's options: one row each in moon_gateway_config_table
+ * (flags --host ..., variables MOON_GATEWAY_HOST ...). Strings are borrowed. */
+typedef struct {
+    const char *host;           /* --host 127.0.0.1: bind address (IPv4, IPv6 or a name) */
+    uint32_t    port;           /* --port 8000; 0: any free port (see port_p) */
+    const char *model_name;     /* --model-name: the id /v1/models lists and requests
+                                   must name; NULL: the model file's stem */
+    const char *api_key;        /* --api-key: /v1/... need "Authorization: Bearer KEY";
+                                   NULL: no auth */
+    uint64_t body_limit_bytes;  /* --body-limit 4m: larger bodies get 413 */
+    uint32_t idle_timeout_s;    /* --idle-timeout 30: a silent connection (a half-sent
+                                   request, an idle keep-alive) is closed; 0: never */
+    uint32_t request_timeout_s; /* --request-timeout 60: a body still arriving after
+                                   this is dropped; 0: never */
+    uint32_t http_threads;      /* --http-threads 2: libmicrohttpd's thread pool */
+    uint32_t max_connections;   /* --max-connections 1024 */
+    uint32_t max_inflight;      /* --max-inflight 4096: requests on their way to the
+                                   gateway actor at once (more: 503) */
+    uint32_t stats_interval_ms; /* --stats-interval 500: how often the gateway asks the
+                                   conductor for its counters (gauges, readiness) */
+} moon_gateway_config_t;
+
+MOON_API extern const moon_config_table_t moon_gateway_config_table;
+
+/* The table's defaults, then MOON_GATEWAY_* variables for fields still at
+ * their default. MOON_ERR_INVALID_PARAM: a malformed variable (logged). */
+MOON_API moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg);
+
+typedef struct {
+    moon_addr_t conductor;   /* where SUBMIT, CANCEL and STATS go */
+    const char *model_path;  /* GGUF read at init: tokenizer (prompt lengths; prompts are
+                                tokenized here), llama.context_length, tokenizer.chat_template;
+                                NULL: prompts go to the cluster as text, nothing checked */
+    const char *fingerprint; /* system_fingerprint (model id + weight version); NULL:
+                                "fp_" + a hash of the model name */
+    moon_gateway_config_t config;
+    moon_dist_t          *dist; /* optional: names ("store/<i>") resolve through it
+                                   (borrowed; outlives the gateway); NULL: local names */
+    moon_gw_metrics_t *metrics; /* optional borrowed registry (to feed gauges the
+                                   gateway cannot see: store tiers); NULL: its own */
+    const char *wait_roles;     /* comma-separated roles ("prefill", "decode",
+                                   "colocated") that need an instance up (from the
+                                   conductor's STATS) before /health says 200 and
+                                   requests are served; NULL: a decode instance, and a
+                                   prefill one if the deployment has any; "": at once */
+    uint16_t *port_p;           /* optional: the bound port, written by init */
+} moon_gateway_args_t;
+
+/* Spawn with args (borrowed for the call: strings are copied). init errors:
+ * MOON_ERR_INVALID_PARAM (bad config), MOON_ERR_IO (port in use, bad host),
+ * MOON_ERR_NOT_FOUND/CORRUPT (model file), MOON_ERR_NO_MEMORY. */
+MOON_API extern const moon_actor_ops_t moon_gateway_ops;
+
+#endif /* MOON_ACTORS_GATEWAY_H */

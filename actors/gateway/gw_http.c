@@ -1,0 +1,848 @@
+/* actors/gateway/gw_http.c - HTTP server and per-connection state machine (see
+ * gw_http.h). */
+#include "gw_http.h"
+
+#include "gw_buf.h"
+#include "gw_errors.h"
+#include "gw_format.h"
+#include "gw_hangup.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+
+#include <microhttpd.h>
+
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define SSE_BLOCK_BYTES (16u << 10)
+
+typedef enum {
+    ROUTE_NONE,
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_MODELS,
+    ROUTE_MODEL,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+} route_t;
+
+typedef enum {
+    PH_BODY,   /* receiving the body */
+    PH_WAIT,   /* submitted: waiting for the first event (or, not streaming, for DONE) */
+    PH_STREAM, /* the SSE response is queued */
+    PH_ANSWERED,
+} phase_t;
+
+struct moon_gw_http {
+    moon_gw_http_args_t a;
+    struct MHD_Daemon  *daemon;
+    moon_gw_hangup_t   *hangup; /* clients that leave while parked */
+    uint16_t            port;
+    uint64_t            nonce; /* makes response ids unique across restarts */
+    int64_t             created;
+    atomic_int          down;
+    atomic_int          closing;
+    const char *_Atomic not_ready; /* why not (static text); NULL: ready */
+    atomic_uint         n_busy;
+};
+
+typedef struct {
+    moon_gw_http_t        *http;
+    struct MHD_Connection *mc;
+    route_t                route;
+    phase_t                phase;
+    uint64_t               t_start_ns;
+    moon_gw_buf_t          body;
+    int                    too_large, timed_out;
+    moon_gw_request_t      req;
+    moon_gw_req_t         *breq;
+    char                   id[64];
+    moon_gw_resp_meta_t    meta;
+    const moon_msg_hdr_t  *first; /* the first event, kept for the stream */
+    moon_gw_buf_t          acc;   /* non-stream: the text so far */
+    char                  *out;   /* stream: bytes to send */
+    size_t                 n_out, off_out;
+    int                    role_sent;
+    int                    finished;     /* stream: [DONE] formatted */
+    int                    got_done;     /* DONE read: nothing to cancel */
+    int                    ttft_seen;    /* the first text is out (TTFT observed) */
+    uint64_t               last_text_ns; /* stream: when text last went out */
+    int                    watched;      /* hangup_slot is ours */
+    uint32_t               hangup_slot;
+    atomic_int             gone; /* the client hung up (the watcher saw it) */
+} conn_t;
+
+/* ---- responses --------------------------------------------------------------- */
+
+static void count_response(moon_gw_http_t *h, unsigned code)
+{
+    char labels[32];
+
+    snprintf(labels, sizeof(labels), "code=\"%u\"", code);
+    moon_gw_metrics_add(h->a.metrics, MOON_GW_M_HTTP, labels, 1);
+}
+
+/* Queues text (taken: moon_free'd by libmicrohttpd through the callback). */
+static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char *text, size_t len,
+                               const moon_gw_error_t *err)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result      ret;
+
+    if (text == NULL) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
+        code                    = 500;
+        resp =
+            MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    } else {
+        resp = MHD_create_response_from_buffer_with_free_callback(len, text, moon_free);
+    }
+    if (resp == NULL) {
+        moon_free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (err != NULL && err->retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", err->retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (code == 405) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT ? "POST"
+                                                                                        : "GET");
+    }
+    ret = MHD_queue_response(c->mc, code, resp);
+    MHD_destroy_response(resp);
+    count_response(c->http, code);
+    c->phase = PH_ANSWERED;
+    return ret;
+}
+
+static enum MHD_Result respond_json(conn_t *c, unsigned code, char *json, size_t len)
+{
+    return respond(c, code, "application/json", json, len, NULL);
+}
+
+static enum MHD_Result respond_error(conn_t *c, const moon_gw_error_t *err)
+{
+    char *json = moon_gw_error_json(err);
+
+    MOON_DEBUG_LOG("gateway: %d %s", err->http, err->message);
+    return respond(c, (unsigned)err->http, "application/json", json,
+                   json != NULL ? strlen(json) : 0, err);
+}
+
+static enum MHD_Result fail(conn_t *c, int http, const char *code, const char *fmt, const char *s)
+{
+    moon_gw_error_t err;
+
+    moon_gw_error_set(&err, http, code, NULL, fmt, s);
+    return respond_error(c, &err);
+}
+
+/* ---- readiness ------------------------------------------------------------------ */
+
+/* 1 when the cluster can serve; else err says why. */
+static int ready(moon_gw_http_t *h, moon_gw_error_t *err)
+{
+    const char *why = atomic_load(&h->not_ready);
+
+    if (atomic_load(&h->closing)) {
+        moon_gw_error_set(err, 503, NULL, NULL, "the server is shutting down");
+        return 0;
+    }
+    if (atomic_load(&h->down)) {
+        moon_gw_error_set(err, 503, NULL, NULL, "the conductor is not reachable");
+        return 0;
+    }
+    if (why != NULL) {
+        moon_gw_error_set(err, 503, NULL, NULL, "not ready: %s", why);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- routes ------------------------------------------------------------------------- */
+
+static route_t route_of(const char *url)
+{
+    if (strcmp(url, "/v1/completions") == 0) {
+        return ROUTE_COMPLETIONS;
+    }
+    if (strcmp(url, "/v1/chat/completions") == 0) {
+        return ROUTE_CHAT;
+    }
+    if (strcmp(url, "/v1/models") == 0) {
+        return ROUTE_MODELS;
+    }
+    if (strncmp(url, "/v1/models/", 11) == 0) {
+        return ROUTE_MODEL;
+    }
+    if (strcmp(url, "/health") == 0) {
+        return ROUTE_HEALTH;
+    }
+    if (strcmp(url, "/metrics") == 0) {
+        return ROUTE_METRICS;
+    }
+    return ROUTE_NONE;
+}
+
+static int authorised(moon_gw_http_t *h, struct MHD_Connection *mc)
+{
+    const char *key = h->a.cfg.api_key;
+    const char *got;
+    size_t      n;
+    unsigned    diff = 0;
+
+    if (key == NULL || key[0] == '\0') {
+        return 1;
+    }
+    got = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (got == NULL || strncmp(got, "Bearer ", 7) != 0) {
+        return 0;
+    }
+    got += 7;
+    n = strlen(key);
+    if (strlen(got) != n) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        diff |= (unsigned)(got[i] ^ key[i]); /* the same time whatever matches */
+    }
+    return diff == 0;
+}
+
+static enum MHD_Result serve_get(conn_t *c, const char *url)
+{
+    moon_gw_http_t *h = c->http;
+    moon_gw_error_t err;
+    char           *text;
+    size_t          len = 0;
+
+    switch (c->route) {
+    case ROUTE_HEALTH:
+        if (!ready(h, &err)) {
+            return respond_error(c, &err);
+        }
+        text = moon_malloc(1);
+        if (text != NULL) {
+            text[0] = '\0';
+        }
+        return respond(c, 200, "application/json", text, 0, NULL);
+    case ROUTE_METRICS:
+        if (moon_gw_metrics_render(h->a.metrics, &text, &len) != MOON_OK) {
+            text = NULL;
+        }
+        return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
+    case ROUTE_MODELS:
+        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx, 1, &len);
+        return respond_json(c, 200, text, len);
+    default: /* ROUTE_MODEL */
+        if (strcmp(url + 11, h->a.model.model_name) != 0) {
+            moon_gw_error_set(&err, 404, "model_not_found", "model",
+                              "The model `%s` does not exist.", url + 11);
+            return respond_error(c, &err);
+        }
+        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx, 0, &len);
+        return respond_json(c, 200, text, len);
+    }
+}
+
+/* ---- the connection's wake-ups (called under the request's wake lock) -------- */
+
+static void conn_park(void *arg)
+{
+    MHD_suspend_connection(((conn_t *)arg)->mc);
+}
+
+static void conn_wake(void *arg)
+{
+    MHD_resume_connection(((conn_t *)arg)->mc);
+}
+
+/* The watcher's hook (its thread): the client left; the resumed connection
+ * sees gone and closes, which cancels the request. */
+static void conn_hangup(void *arg)
+{
+    conn_t *c = arg;
+
+    atomic_store(&c->gone, 1);
+    moon_gw_req_poke(c->breq);
+}
+
+/* Watches the submitted request's socket: a client that leaves while its
+ * connection is parked is noticed at once (libmicrohttpd polls no suspended
+ * socket). */
+static void watch_hangup(conn_t *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    c->watched = ci != NULL && moon_gw_hangup_watch(c->http->hangup, ci->connect_fd, conn_hangup, c,
+                                                    &c->hangup_slot) == MOON_OK;
+    if (!c->watched) {
+        MOON_WARN("gateway: request %llu is not watched: a client that leaves is noticed at "
+                  "its next event",
+                  (unsigned long long)moon_gw_req_id(c->breq));
+    }
+}
+
+/* ---- events ------------------------------------------------------------------------ */
+
+static void usage_of(const conn_t *c, const moon_serve_done_t *d, moon_gw_usage_t *u)
+{
+    *u = (moon_gw_usage_t){
+        .prompt_tokens     = d->n_prompt,
+        .completion_tokens = d->n_completion,
+        .cached_tokens     = d->n_cached,
+        .details           = c->req.details,
+        .prefill_instance  = d->prefill_instance,
+        .decode_instance   = d->decode_instance,
+        .queue_s           = (double)d->queue_ns * 1e-9,
+        .prefill_s         = (double)d->prefill_ns * 1e-9,
+        .transfer_s        = (double)d->transfer_ns * 1e-9,
+        .ttft_s            = (double)d->ttft_ns * 1e-9,
+    };
+}
+
+static const char *str_of(const moon_msg_hdr_t *msg, moon_span_t span)
+{
+    return span.n > 0 ? (const char *)MOON_SPAN_PTR(msg, span) : "";
+}
+
+/* A DONE that is not an answer: its error (1), or 0. */
+static int done_error(const moon_serve_done_t *d, moon_gw_error_t *err)
+{
+    if (d->finish == MOON_FINISH_CANCELLED) {
+        moon_gw_error_set(err, 503, NULL, NULL, "the request was cancelled by the server");
+        return 1;
+    }
+    return moon_gw_error_from_done(d->finish, d->status, str_of(&d->hdr, d->message), err);
+}
+
+/* ---- latencies, as the client sees them ---------------------------------------- */
+/* From the request's first byte to when its bytes leave this thread for the
+ * socket, with the definitions of `vllm bench serve` and `moonlet bench`
+ * (so each interval lies inside the one the client measures, less only the
+ * loopback): TTFT at the first text, the end-to-end latency at the last
+ * text of an answer that finished (stop or length; a whole answer: when it
+ * goes). The actor's clock marks would leave out the hop to this thread,
+ * which on a busy machine is most of the difference. */
+static double since_start_s(const conn_t *c, uint64_t now_ns)
+{
+    return (double)(now_ns - c->t_start_ns) * 1e-9;
+}
+
+/* Text goes out now. */
+static void observe_text(conn_t *c)
+{
+    c->last_text_ns = moon_now(c->http->a.rt);
+    if (!c->ttft_seen) {
+        c->ttft_seen = 1;
+        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
+                                since_start_s(c, c->last_text_ns));
+    }
+}
+
+static void observe_end(conn_t *c, const moon_serve_done_t *d)
+{
+    uint64_t end = c->last_text_ns != 0 ? c->last_text_ns : moon_now(c->http->a.rt);
+
+    if (d->finish == MOON_FINISH_STOP || d->finish == MOON_FINISH_LENGTH) {
+        moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_E2E, NULL, since_start_s(c, end));
+    }
+}
+
+/* Appends a chunk (taken) to the stream's pending bytes. */
+static void out_append(moon_gw_buf_t *b, char *chunk, size_t len)
+{
+    if (chunk == NULL) {
+        b->failed = 1;
+        return;
+    }
+    moon_gw_buf_append(b, chunk, len);
+    moon_free(chunk);
+}
+
+/* Formats one event of the stream into c->out. */
+static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
+{
+    moon_gw_buf_t b;
+    size_t        len = 0;
+    char         *chunk;
+
+    moon_gw_buf_init(&b);
+    if (c->meta.chat && !c->role_sent) {
+        chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
+        out_append(&b, chunk, len);
+        c->role_sent = 1;
+    }
+    if (msg->type == MOON_MSG_SERVE_TOKEN) {
+        const moon_serve_token_t *t    = (const moon_serve_token_t *)msg;
+        const char               *text = str_of(msg, t->text);
+
+        if (text[0] != '\0') {
+            chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
+            out_append(&b, chunk, len);
+            observe_text(c);
+        }
+    } else {
+        const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
+        const char              *text = str_of(msg, d->text);
+        moon_gw_error_t          err;
+        moon_gw_usage_t          u;
+
+        c->got_done = 1;
+        c->finished = 1;
+        if (done_error(d, &err)) {
+            chunk = moon_gw_format_error_event(&err, &len);
+            out_append(&b, chunk, len);
+        } else {
+            if (text[0] != '\0') {
+                observe_text(c);
+            }
+            observe_end(c, d);
+            if (c->meta.chat && text[0] != '\0') {
+                chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
+                out_append(&b, chunk, len);
+                text = NULL;
+            }
+            chunk = moon_gw_format_chunk(&c->meta, 0, c->meta.chat ? NULL : text,
+                                         moon_finish_str(d->finish), &len);
+            out_append(&b, chunk, len);
+            if (c->meta.include_usage) {
+                usage_of(c, d, &u);
+                chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
+                out_append(&b, chunk, len);
+            }
+        }
+        moon_gw_buf_puts(&b, MOON_GW_SSE_DONE);
+    }
+    moon_free(c->out);
+    c->out     = NULL;
+    c->n_out   = 0;
+    c->off_out = 0;
+    if (b.len > 0 && moon_gw_buf_take(&b, &c->out, &c->n_out) != MOON_OK) {
+        MOON_ERROR("gateway: out of memory formatting a stream chunk");
+        c->finished = 1;
+    }
+    moon_gw_buf_fini(&b);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    conn_t *c = cls;
+
+    (void)pos;
+    for (;;) {
+        const moon_msg_hdr_t *msg;
+
+        if (c->off_out < c->n_out) {
+            size_t n = MOON_MIN(max, c->n_out - c->off_out);
+            memcpy(buf, c->out + c->off_out, n);
+            c->off_out += n;
+            return (ssize_t)n;
+        }
+        if (c->finished) {
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (atomic_load(&c->gone)) {
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* closes: cancels */
+        }
+        msg      = c->first;
+        c->first = NULL;
+        if (msg == NULL) {
+            msg = moon_gw_req_next(c->breq);
+        }
+        if (msg == NULL) {
+            if (moon_gw_req_park(c->breq)) {
+                return 0; /* suspended: resumed by the next event */
+            }
+            continue;
+        }
+        stream_event(c, msg);
+        moon_msg_release(msg);
+    }
+}
+
+static enum MHD_Result start_stream(conn_t *c)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result      ret;
+
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, stream_reader, c,
+                                             NULL);
+    if (resp == NULL) {
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ret = MHD_queue_response(c->mc, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    count_response(c->http, 200);
+    c->phase = PH_STREAM;
+    return ret;
+}
+
+/* Resumed (or right after submit): reads what has come. */
+static enum MHD_Result on_events(conn_t *c)
+{
+    for (;;) {
+        const moon_msg_hdr_t    *msg;
+        const moon_serve_done_t *d;
+        moon_gw_error_t          err;
+        moon_gw_usage_t          u;
+        char                    *text;
+        size_t                   len = 0;
+
+        if (atomic_load(&c->gone)) {
+            return MHD_NO; /* closes the connection: on_completed cancels */
+        }
+        msg = moon_gw_req_next(c->breq);
+        if (msg == NULL) {
+            if (moon_gw_req_park(c->breq)) {
+                return MHD_YES;
+            }
+            continue;
+        }
+        if (msg->type == MOON_MSG_SERVE_TOKEN) {
+            if (c->req.stream) {
+                c->first = msg;
+                return start_stream(c);
+            }
+            moon_gw_buf_puts(&c->acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
+            moon_msg_release(msg);
+            continue;
+        }
+        d           = (const moon_serve_done_t *)msg;
+        c->got_done = 1;
+        if (done_error(d, &err)) {
+            moon_msg_release(msg);
+            return respond_error(c, &err);
+        }
+        if (c->req.stream) {
+            c->first = msg;
+            return start_stream(c);
+        }
+        moon_gw_buf_puts(&c->acc, str_of(msg, d->text));
+        /* a whole answer: its first token's time is the actor's */
+        if (moon_gw_req_times(c->breq)->first_token_ns != 0) {
+            c->ttft_seen = 1;
+            moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
+                                    since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
+        }
+        observe_end(c, d);
+        usage_of(c, d, &u);
+        text = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
+                                       moon_finish_str(d->finish), &u, &len);
+        moon_msg_release(msg);
+        return respond_json(c, 200, text, len);
+    }
+}
+
+/* The body is in: parse, prepare, submit. */
+static enum MHD_Result on_body(conn_t *c)
+{
+    moon_gw_http_t *h = c->http;
+    moon_gw_error_t err;
+    moon_gw_conn_t  conn;
+    moon_status_t   status;
+
+    if (c->too_large) {
+        moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
+                          h->a.cfg.body_limit_bytes);
+        return respond_error(c, &err);
+    }
+    if (!ready(h, &err)) {
+        return respond_error(c, &err);
+    }
+    status = moon_gw_openai_parse(c->body.data != NULL ? c->body.data : "", c->body.len,
+                                  c->route == ROUTE_CHAT, &c->req, &err);
+    if (status == MOON_OK) {
+        status = moon_gw_openai_prepare(&c->req, &h->a.model,
+                                        h->nonce ^ (c->t_start_ns * 0x9e3779b97f4a7c15ull), &err);
+    }
+    if (status == MOON_ERR_INVALID_PARAM) {
+        return respond_error(c, &err);
+    }
+    if (status != MOON_OK) {
+        return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
+    }
+    conn.park = conn_park;
+    conn.wake = conn_wake;
+    conn.arg  = c;
+    /* a whole answer wakes its connection once, at DONE (the watcher notices a
+     * client that leaves before) */
+    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
+    conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
+    status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
+    if (status == MOON_ERR_NO_RESOURCE) {
+        return fail(c, 503, NULL, "%s", "too many requests in flight, retry later");
+    }
+    if (status == MOON_ERR_INVALID_PARAM) {
+        return fail(c, 400, NULL, "%s", "the request's parameters were refused");
+    }
+    if (status != MOON_OK) {
+        return fail(c, 500, NULL, "the request could not be submitted: %s",
+                    moon_status_str(status));
+    }
+    atomic_fetch_add(&h->n_busy, 1);
+    watch_hangup(c);
+    snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", c->req.chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)(h->nonce & 0xffffffffull),
+             (unsigned long long)moon_gw_req_id(c->breq));
+    c->meta.id            = c->id;
+    c->meta.model         = h->a.model.model_name;
+    c->meta.fingerprint   = h->a.fingerprint;
+    c->meta.created       = (int64_t)time(NULL);
+    c->meta.chat          = c->req.chat;
+    c->meta.include_usage = c->req.include_usage;
+    c->phase              = PH_WAIT;
+    return on_events(c);
+}
+
+/* The first call for a request: route, method, key, declared length. */
+static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
+{
+    moon_gw_http_t *h    = c->http;
+    int             post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    int get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    const char     *cl;
+    moon_gw_error_t err;
+
+    c->route = route_of(url);
+    if (c->route == ROUTE_NONE) {
+        return fail(c, 404, NULL, "no route %s", url);
+    }
+    if ((c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT) ? !post : !get) {
+        return fail(c, 405, NULL, "method %s is not allowed here", method);
+    }
+    if (strncmp(url, "/v1/", 4) == 0 && !authorised(h, c->mc)) {
+        moon_gw_error_set(&err, 401, NULL, NULL, "%s",
+                          "Incorrect API key provided (send it as 'Authorization: Bearer KEY').");
+        return respond_error(c, &err);
+    }
+    if (get) {
+        return serve_get(c, url);
+    }
+    cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL && strtoull(cl, NULL, 10) > h->a.cfg.body_limit_bytes) {
+        moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
+                          h->a.cfg.body_limit_bytes);
+        return respond_error(c, &err);
+    }
+    c->phase = PH_BODY;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    moon_gw_http_t *h = cls;
+    conn_t         *c = *con_cls;
+
+    (void)version;
+    if (c == NULL) {
+        c = moon_calloc(1, sizeof(*c));
+        if (c == NULL) {
+            return MHD_NO;
+        }
+        c->http       = h;
+        c->mc         = mc;
+        c->t_start_ns = moon_now(h->a.rt);
+        moon_gw_buf_init(&c->body);
+        moon_gw_buf_init(&c->acc);
+        moon_gw_buf_puts(&c->acc, "");
+        atomic_init(&c->gone, 0);
+        *con_cls = c;
+        return on_start(c, url, method);
+    }
+    switch (c->phase) {
+    case PH_BODY:
+        if (*upload_data_size > 0) {
+            uint64_t limit_ns = (uint64_t)h->a.cfg.request_timeout_s * 1000000000ull;
+            if (limit_ns > 0 && moon_now(h->a.rt) - c->t_start_ns > limit_ns) {
+                MOON_WARN("gateway: a request body took over %u s: connection dropped",
+                          h->a.cfg.request_timeout_s);
+                return MHD_NO;
+            }
+            if (c->body.len + *upload_data_size > h->a.cfg.body_limit_bytes) {
+                c->too_large = 1;
+            } else {
+                moon_gw_buf_append(&c->body, upload_data, *upload_data_size);
+            }
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        if (c->body.failed) {
+            return fail(c, 500, NULL, "%s", "out of memory reading the body");
+        }
+        return on_body(c);
+    case PH_WAIT:
+        return on_events(c);
+    default:
+        /* A call after the response is queued (it should not come): nothing to do. */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    moon_gw_http_t *h = cls;
+    conn_t         *c = *con_cls;
+
+    (void)mc;
+    if (c == NULL) {
+        return;
+    }
+    if (c->watched) {
+        moon_gw_hangup_unwatch(h->hangup, c->hangup_slot);
+    }
+    if (c->breq != NULL) {
+        if (!c->got_done) {
+            MOON_DEBUG_LOG("gateway: client of request %llu left (%d): cancelling",
+                           (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
+        }
+        moon_gw_req_close(c->breq, !c->got_done);
+        atomic_fetch_sub(&h->n_busy, 1);
+    }
+    moon_msg_release(c->first);
+    moon_gw_request_fini(&c->req);
+    moon_gw_buf_fini(&c->body);
+    moon_gw_buf_fini(&c->acc);
+    moon_free(c->out);
+    moon_free(c);
+    *con_cls = NULL;
+    /* libmicrohttpd's threads end without telling us: give the messages this
+     * thread cached back to the shared pool now (else they leak at its exit). */
+    moon_msg_cache_flush();
+}
+
+/* libmicrohttpd's messages are mostly about clients (one that hung up
+ * mid-stream, a malformed request): debug level, so a busy server does not
+ * flood the log; a bind failure is reported by moon_gw_http_start. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[256];
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    MOON_DEBUG_LOG("gateway: http: %s", line);
+}
+
+/* ---- start / stop --------------------------------------------------------------------- */
+
+moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t **http_p)
+{
+    moon_gw_http_t             *h;
+    struct addrinfo             hints = {0};
+    struct addrinfo            *ai    = NULL;
+    char                        port[8];
+    unsigned                    flags;
+    int                         ret;
+    const union MHD_DaemonInfo *info;
+
+    if (args->cfg.host == NULL || args->cfg.body_limit_bytes == 0 || args->bridge == NULL ||
+        args->metrics == NULL || args->model.model_name == NULL) {
+        MOON_ERROR("gateway: bad http configuration");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(port, sizeof(port), "%u", args->cfg.port);
+    ret = getaddrinfo(args->cfg.host, port, &hints, &ai);
+    if (ret != 0 || ai == NULL) {
+        MOON_ERROR("gateway: cannot resolve host %s: %s", args->cfg.host, gai_strerror(ret));
+        return MOON_ERR_INVALID_PARAM;
+    }
+    h = moon_calloc(1, sizeof(*h));
+    if (h == NULL) {
+        freeaddrinfo(ai);
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (moon_gw_hangup_create(MOON_MAX(args->cfg.max_connections, 1u), &h->hangup) != MOON_OK) {
+        freeaddrinfo(ai);
+        moon_free(h);
+        return MOON_ERR_IO;
+    }
+    h->a       = *args;
+    h->created = (int64_t)time(NULL);
+    h->nonce   = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ moon_now(args->rt);
+    atomic_init(&h->down, 0);
+    atomic_init(&h->closing, 0);
+    atomic_init(&h->not_ready, "waiting for the conductor's first report");
+    atomic_init(&h->n_busy, 0);
+    flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) {
+        flags |= MHD_USE_IPv6;
+    }
+    h->daemon = MHD_start_daemon(
+        flags, (uint16_t)args->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)args->cfg.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)args->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)MOON_MAX(args->cfg.http_threads, 1u),
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (h->daemon == NULL) {
+        MOON_ERROR("gateway: cannot listen on %s:%u (in use, or not an address of this host)",
+                   args->cfg.host, args->cfg.port);
+        moon_gw_hangup_destroy(h->hangup);
+        moon_free(h);
+        return MOON_ERR_IO;
+    }
+    info    = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info != NULL ? info->port : args->cfg.port;
+    *http_p = h;
+    return MOON_OK;
+}
+
+uint16_t moon_gw_http_port(const moon_gw_http_t *h)
+{
+    return h->port;
+}
+
+void moon_gw_http_set_down(moon_gw_http_t *h, int down)
+{
+    atomic_store(&h->down, down);
+}
+
+void moon_gw_http_set_ready(moon_gw_http_t *h, const char *why_not)
+{
+    atomic_store(&h->not_ready, why_not);
+}
+
+void moon_gw_http_quiesce(moon_gw_http_t *h)
+{
+    atomic_store(&h->closing, 1);
+}
+
+uint32_t moon_gw_http_n_busy(const moon_gw_http_t *h)
+{
+    return atomic_load(&((moon_gw_http_t *)h)->n_busy);
+}
+
+void moon_gw_http_stop(moon_gw_http_t *h)
+{
+    if (h == NULL) {
+        return;
+    }
+    MHD_stop_daemon(h->daemon);
+    moon_gw_hangup_destroy(h->hangup); /* after the daemon: no unwatch can come */
+    moon_free(h);
+}

@@ -1,0 +1,54 @@
+/* actors/gateway/gw_http.h - the gateway's HTTP server (libmicrohttpd, an internal
+ * polling thread or a pool of them): routes, API key, body limit and
+ * timeouts, OpenAI parsing, and the per-connection state machine that
+ * submits through the bridge, parks (suspends) the connection and writes the
+ * answer or the SSE stream as events are resumed into it.
+ *
+ *   read body -> parse/prepare (400/404) -> submit -> park
+ *   first event: TOKEN (or a normal DONE) -> 200 (JSON at DONE, or SSE as they come);
+ *                DONE rejected/error -> 429/400/503/500 with the error object
+ * A connection closed before its DONE was read cancels its request; one
+ * whose client hangs up while it is parked (queued, or between tokens) is
+ * resumed at once by the hang-up watcher (gw_hangup.h) and closes.
+ * TTFT and end-to-end latency go to the metrics from here, when the text
+ * leaves for the socket (the client's definitions).
+ * Threading: the server's own threads and the watcher's; the actor only
+ * wakes connections through the bridge. */
+#ifndef MOON_ACTORS_GW_HTTP_H
+#define MOON_ACTORS_GW_HTTP_H
+
+#include "gateway.h"
+#include "gw_bridge.h"
+#include "gw_metrics.h"
+#include "gw_openai.h"
+
+typedef struct moon_gw_http moon_gw_http_t;
+
+typedef struct {
+    moon_gateway_config_t cfg; /* strings borrowed for the server's life */
+    moon_runtime_t       *rt;  /* clock */
+    moon_gw_bridge_t     *bridge;
+    moon_gw_metrics_t    *metrics;
+    moon_gw_model_info_t  model;       /* borrowed for the server's life */
+    const char           *fingerprint; /* borrowed */
+} moon_gw_http_args_t;
+
+/* Binds and starts serving. MOON_ERR_IO: cannot bind host:port;
+ * MOON_ERR_INVALID_PARAM: bad host; MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t **http_p);
+uint16_t      moon_gw_http_port(const moon_gw_http_t *http);
+/* Readiness: why_not (static text, e.g. "no decode instance is up") makes
+ * /health and generation routes answer 503 saying so; NULL: ready. A new
+ * server is not ready ("waiting for the conductor's first report"). Any thread. */
+void moon_gw_http_set_ready(moon_gw_http_t *http, const char *why_not);
+/* The conductor is gone (1) or back (0): generation routes answer 503. Any thread. */
+void moon_gw_http_set_down(moon_gw_http_t *http, int down);
+/* From now on new requests get 503 (stopping). Any thread. */
+void moon_gw_http_quiesce(moon_gw_http_t *http);
+/* Requests submitted whose connection has not finished yet. */
+uint32_t moon_gw_http_n_busy(const moon_gw_http_t *http);
+/* Stops the server (no parked connection may be left: abort the bridge and
+ * wait for n_busy 0 first) and frees. NULL: no-op. */
+void moon_gw_http_stop(moon_gw_http_t *http);
+
+#endif /* MOON_ACTORS_GW_HTTP_H */

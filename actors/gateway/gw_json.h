@@ -1,0 +1,32 @@
+/* actors/gateway/gw_json.h - cJSON glue for the gateway: compact printing into
+ * moon_malloc'd memory (so every text the gateway builds is freed with
+ * moon_free) and typed reads of request fields that tell wrong types apart
+ * from absent ones. Pure functions, any thread. */
+#ifndef MOON_ACTORS_GW_JSON_H
+#define MOON_ACTORS_GW_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include <stddef.h>
+
+/* Compact JSON of item, NUL-terminated, moon_malloc'd; NULL when out of memory.
+ * len_p (optional) gets its length. */
+char *moon_gw_json_print(const cJSON *item, size_t *len_p);
+/* The same between before and after ("data: " and "\n\n": an SSE event). */
+char *moon_gw_json_print_wrapped(const cJSON *item, const char *before, const char *after,
+                                 size_t *len_p);
+/* before + text[0..len) + after, NUL-terminated, moon_malloc'd; NULL when out
+ * of memory. len_p (optional) gets its length. */
+char *moon_gw_json_wrap(const char *before, const char *text, size_t len, const char *after,
+                        size_t *len_p);
+
+/* Field lookups on an object (case-sensitive). Return 0 when the field is
+ * absent or JSON null, 1 when present with the right type (value written),
+ * -1 when present with another type. Integers must be whole numbers within
+ * [lo, hi]; -1 also when out of range. */
+int moon_gw_json_bool(const cJSON *obj, const char *name, int *v_p);
+int moon_gw_json_int(const cJSON *obj, const char *name, double lo, double hi, long long *v_p);
+int moon_gw_json_num(const cJSON *obj, const char *name, double *v_p);
+int moon_gw_json_str(const cJSON *obj, const char *name, const char **v_p);
+
+#endif /* MOON_ACTORS_GW_JSON_H */

@@ -1,0 +1,543 @@
+/* actors/gateway/gw_openai.c - OpenAI request parsing and preparation (see gw_openai.h). */
+#include "gw_openai.h"
+
+#include "gw_buf.h"
+#include "gw_json.h"
+#include "moonlet/alloc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define BAD(_param, ...)                                                                           \
+    do {                                                                                           \
+        moon_gw_error_set(err, 400, NULL, _param, __VA_ARGS__);                                    \
+        return MOON_ERR_INVALID_PARAM;                                                             \
+    } while (0)
+
+#define INT_MAX_F 2147483647.0
+
+/* Token ids of a JSON array of integers (NULL *ids_p for an empty one). */
+static moon_status_t parse_ids(const cJSON *arr, const char *param, int32_t **ids_p, uint32_t *n_p,
+                               moon_gw_error_t *err)
+{
+    int      n   = cJSON_GetArraySize(arr);
+    int32_t *ids = moon_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    int      i   = 0;
+    cJSON   *e;
+
+    if (ids == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    cJSON_ArrayForEach(e, arr)
+    {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT_MAX_F ||
+            e->valuedouble != (double)(int32_t)e->valuedouble) {
+            moon_free(ids);
+            BAD(param, "'%s' must be a list of token ids (non-negative integers)", param);
+        }
+        ids[i++] = (int32_t)e->valuedouble;
+    }
+    *ids_p = ids;
+    *n_p   = (uint32_t)n;
+    return MOON_OK;
+}
+
+static int all_numbers(const cJSON *arr)
+{
+    const cJSON *e;
+
+    cJSON_ArrayForEach(e, arr)
+    {
+        if (!cJSON_IsNumber(e)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static moon_status_t parse_prompt(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+
+    if (p == NULL || cJSON_IsNull(p)) {
+        BAD("prompt", "'prompt' is a required property");
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !all_numbers(p)) {
+        if (cJSON_GetArraySize(p) > 1) {
+            BAD("prompt", "one prompt per request is supported (a list of %d was given)",
+                cJSON_GetArraySize(p));
+        }
+        p = cJSON_GetArrayItem(p, 0);
+    }
+    if (cJSON_IsString(p)) {
+        req->prompt = moon_strdup(p->valuestring);
+        return req->prompt != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+    }
+    if (cJSON_IsArray(p)) {
+        if (cJSON_GetArraySize(p) == 0) {
+            BAD("prompt", "'prompt' must not be empty");
+        }
+        return parse_ids(p, "prompt", &req->tokens, &req->n_tokens, err);
+    }
+    BAD("prompt", "'prompt' must be a string, a list of token ids, or a list of one of those");
+}
+
+static int known_role(const char *role)
+{
+    static const char *roles[] = {"system", "developer", "user", "assistant"};
+
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(roles); i++) {
+        if (strcmp(role, roles[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A message's content: a string, null (an assistant turn without text), or a
+ * list of {"type": "text", "text": ...} parts, joined. */
+static moon_status_t parse_content(const cJSON *c, uint32_t i, char **text_p, moon_gw_error_t *err)
+{
+    moon_gw_buf_t b;
+    const cJSON  *part;
+    char          param[48];
+
+    snprintf(param, sizeof(param), "messages[%u].content", i);
+    if (c == NULL || cJSON_IsNull(c)) {
+        *text_p = moon_strdup("");
+        return *text_p != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+    }
+    if (cJSON_IsString(c)) {
+        *text_p = moon_strdup(c->valuestring);
+        return *text_p != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+    }
+    if (!cJSON_IsArray(c)) {
+        BAD(param, "'%s' must be a string or a list of text parts", param);
+    }
+    moon_gw_buf_init(&b);
+    moon_gw_buf_puts(&b, "");
+    cJSON_ArrayForEach(part, c)
+    {
+        const char *type = NULL;
+        const char *text = NULL;
+
+        if (!cJSON_IsObject(part) || moon_gw_json_str(part, "type", &type) != 1 ||
+            strcmp(type, "text") != 0 || moon_gw_json_str(part, "text", &text) != 1) {
+            moon_gw_buf_fini(&b);
+            BAD(param, "'%s': only parts of type 'text' with a string 'text' are supported", param);
+        }
+        moon_gw_buf_puts(&b, text);
+    }
+    return moon_gw_buf_take(&b, text_p, NULL);
+}
+
+static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    const cJSON  *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON  *m;
+    moon_status_t status;
+    int           n;
+
+    if (msgs == NULL || cJSON_IsNull(msgs)) {
+        BAD("messages", "'messages' is a required property");
+    }
+    if (!cJSON_IsArray(msgs)) {
+        BAD("messages", "'messages' must be a list of messages");
+    }
+    n = cJSON_GetArraySize(msgs);
+    if (n == 0) {
+        BAD("messages", "'messages' must not be empty");
+    }
+    req->msgs = moon_calloc((size_t)n, sizeof(*req->msgs));
+    if (req->msgs == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    cJSON_ArrayForEach(m, msgs)
+    {
+        uint32_t    i    = req->n_msgs;
+        const char *role = NULL;
+        char        param[48];
+        char       *content = NULL;
+
+        snprintf(param, sizeof(param), "messages[%u].role", i);
+        if (!cJSON_IsObject(m)) {
+            snprintf(param, sizeof(param), "messages[%u]", i);
+            BAD(param, "'%s' must be an object with a role and a content", param);
+        }
+        if (moon_gw_json_str(m, "role", &role) != 1) {
+            BAD(param, "'%s' is required and must be a string", param);
+        }
+        if (!known_role(role)) {
+            BAD(param, "'%s' must be one of system, developer, user, assistant (got '%s')", param,
+                role);
+        }
+        status = parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, &content, err);
+        if (status != MOON_OK) {
+            return status;
+        }
+        req->msgs[i].content = content;
+        req->msgs[i].role    = moon_strdup(role);
+        req->n_msgs++;
+        if (req->msgs[i].role == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+    }
+    return MOON_OK;
+}
+
+static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    const cJSON *e;
+
+    if (s == NULL || cJSON_IsNull(s)) {
+        return MOON_OK;
+    }
+    if (cJSON_IsString(s)) {
+        if (s->valuestring[0] != '\0') {
+            req->stop[req->n_stop] = moon_strdup(s->valuestring);
+            if (req->stop[req->n_stop++] == NULL) {
+                return MOON_ERR_NO_MEMORY;
+            }
+        }
+        return MOON_OK;
+    }
+    if (!cJSON_IsArray(s)) {
+        BAD("stop", "'stop' must be a string or a list of strings");
+    }
+    if (cJSON_GetArraySize(s) > (int)MOON_GW_MAX_STOP) {
+        BAD("stop", "'stop' has at most %u strings", MOON_GW_MAX_STOP);
+    }
+    cJSON_ArrayForEach(e, s)
+    {
+        if (!cJSON_IsString(e)) {
+            BAD("stop", "'stop' must be a string or a list of strings");
+        }
+        if (e->valuestring[0] == '\0') {
+            continue;
+        }
+        req->stop[req->n_stop] = moon_strdup(e->valuestring);
+        if (req->stop[req->n_stop++] == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+    }
+    return MOON_OK;
+}
+
+/* Values other servers accept but this one does not implement. */
+static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_error_t *err)
+{
+    long long    n = 1;
+    int          b = 0;
+    const cJSON *f;
+
+    switch (moon_gw_json_int(root, "n", 1, 128, &n)) {
+    case -1:
+        BAD("n", "'n' must be a positive integer");
+    case 1:
+        if (n != 1) {
+            BAD("n", "only n = 1 is supported (got %lld)", n);
+        }
+        break;
+    }
+    if (moon_gw_json_int(root, "best_of", 1, 128, &n) != 0 && n != 1) {
+        BAD("best_of", "only best_of = 1 is supported");
+    }
+    if (moon_gw_json_bool(root, "echo", &b) != 0 && b) {
+        BAD("echo", "'echo' is not supported");
+    }
+    f = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (f != NULL && !cJSON_IsNull(f) && !cJSON_IsFalse(f) &&
+        !(cJSON_IsNumber(f) && f->valuedouble == 0 && !chat)) {
+        BAD("logprobs", "'logprobs' is not supported");
+    }
+    f = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (f != NULL && !cJSON_IsNull(f)) {
+        BAD("suffix", "'suffix' is not supported");
+    }
+    return MOON_OK;
+}
+
+static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    moon_serve_params_t *p = &req->params;
+    long long            v = 0;
+    double               d = 0;
+    int                  b = 0;
+    const cJSON         *opts;
+    const cJSON         *ids;
+
+    switch (moon_gw_json_int(root, "max_completion_tokens", 1, INT_MAX_F, &v)) {
+    case -1:
+        BAD("max_completion_tokens", "'max_completion_tokens' must be an integer >= 1");
+    case 1:
+        p->max_tokens       = (uint32_t)v;
+        req->has_max_tokens = 1;
+        break;
+    }
+    switch (moon_gw_json_int(root, "max_tokens", 1, INT_MAX_F, &v)) {
+    case -1:
+        BAD("max_tokens", "'max_tokens' must be an integer >= 1");
+    case 1:
+        p->max_tokens       = (uint32_t)v;
+        req->has_max_tokens = 1;
+        break;
+    }
+    p->temperature = 1.0f;
+    switch (moon_gw_json_num(root, "temperature", &d)) {
+    case -1:
+        BAD("temperature", "'temperature' must be a number");
+    case 1:
+        if (d < 0 || d > 2) {
+            BAD("temperature", "'temperature' must be between 0 and 2 (got %g)", d);
+        }
+        p->temperature = (float)d;
+        break;
+    }
+    p->top_p = 1.0f;
+    switch (moon_gw_json_num(root, "top_p", &d)) {
+    case -1:
+        BAD("top_p", "'top_p' must be a number");
+    case 1:
+        if (!(d > 0 && d <= 1)) {
+            BAD("top_p", "'top_p' must be in (0, 1] (got %g)", d);
+        }
+        p->top_p = (float)d;
+        break;
+    }
+    switch (moon_gw_json_int(root, "top_k", -1, INT_MAX_F, &v)) {
+    case -1:
+        BAD("top_k", "'top_k' must be an integer >= -1 (-1 or 0: off)");
+    case 1:
+        p->top_k = v > 0 ? (uint32_t)v : 0;
+        break;
+    }
+    switch (moon_gw_json_int(root, "seed", -9.0e18, 9.0e18, &v)) {
+    case -1:
+        BAD("seed", "'seed' must be an integer (|seed| <= 9e18)");
+    case 1:
+        p->seed       = (uint64_t)v;
+        req->has_seed = 1;
+        break;
+    }
+    if (moon_gw_json_bool(root, "stream", &req->stream) < 0) {
+        BAD("stream", "'stream' must be a boolean");
+    }
+    opts = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (opts != NULL && !cJSON_IsNull(opts)) {
+        if (!cJSON_IsObject(opts) || moon_gw_json_bool(opts, "include_usage", &b) < 0) {
+            BAD("stream_options", "'stream_options' must be an object with a boolean "
+                                  "'include_usage'");
+        }
+        req->include_usage = b;
+    }
+    if (moon_gw_json_bool(root, "moonlet_details", &req->details) < 0) {
+        BAD("moonlet_details", "'moonlet_details' must be a boolean");
+    }
+    if (moon_gw_json_bool(root, "ignore_eos", &b) < 0) {
+        BAD("ignore_eos", "'ignore_eos' must be a boolean");
+    }
+    if (b) {
+        p->flags |= MOON_SERVE_F_IGNORE_EOS;
+    }
+    ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");
+    if (ids != NULL && !cJSON_IsNull(ids)) {
+        if (!cJSON_IsArray(ids)) {
+            BAD("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+        }
+        return parse_ids(ids, "stop_token_ids", &req->stop_ids, &req->n_stop_ids, err);
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
+                                   moon_gw_error_t *err)
+{
+    cJSON        *root;
+    const char   *model = NULL;
+    moon_status_t status;
+
+    memset(req, 0, sizeof(*req));
+    req->chat = chat;
+    root      = cJSON_ParseWithLength(body, len);
+    if (root == NULL) {
+        moon_gw_error_set(err, 400, NULL, NULL, "the body is not valid JSON");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (!cJSON_IsObject(root)) {
+        moon_gw_error_set(err, 400, NULL, NULL, "the body must be a JSON object");
+        status = MOON_ERR_INVALID_PARAM;
+        goto out;
+    }
+    switch (moon_gw_json_str(root, "model", &model)) {
+    case -1:
+        moon_gw_error_set(err, 400, NULL, "model", "'model' must be a string");
+        status = MOON_ERR_INVALID_PARAM;
+        goto out;
+    case 1:
+        req->model = moon_strdup(model);
+        if (req->model == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            goto out;
+        }
+        break;
+    }
+    status = refuse_unsupported(root, chat, err);
+    if (status == MOON_OK) {
+        status = chat ? parse_messages(root, req, err) : parse_prompt(root, req, err);
+    }
+    if (status == MOON_OK) {
+        status = parse_sampling(root, req, err);
+    }
+    if (status == MOON_OK) {
+        status = parse_stop(root, req, err);
+    }
+out:
+    cJSON_Delete(root);
+    return status;
+}
+
+static moon_status_t tokenize_prompt(moon_gw_request_t *req, const moon_gw_model_info_t *info)
+{
+    moon_gw_prompt_t prompt;
+    moon_status_t    status;
+    size_t           len;
+    size_t           n = 0;
+
+    if (req->chat) {
+        status = moon_gw_template_render(info->tpl, req->msgs, req->n_msgs, &prompt);
+        if (status != MOON_OK) {
+            return status;
+        }
+        if (info->tok != NULL) {
+            status = moon_gw_prompt_tokenize(&prompt, info->tok, &req->tokens, &req->n_tokens);
+        } else {
+            status = moon_gw_prompt_text(&prompt, info->tpl, &req->prompt);
+        }
+        moon_gw_prompt_fini(&prompt);
+        return status;
+    }
+    if (req->prompt == NULL || info->tok == NULL) {
+        return MOON_OK;
+    }
+    len         = strlen(req->prompt);
+    req->tokens = moon_malloc((len + 2) * sizeof(int32_t));
+    if (req->tokens == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    status = moon_tokenizer_encode(info->tok, req->prompt, len, true, req->tokens, len + 2, &n);
+    req->n_tokens = (uint32_t)n;
+    return status;
+}
+
+moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model_info_t *info,
+                                     uint64_t seed_salt, moon_gw_error_t *err)
+{
+    moon_serve_params_t *p = &req->params;
+    moon_status_t        status;
+
+    if (req->model != NULL && info->model_name != NULL && strcmp(req->model, info->model_name)) {
+        moon_gw_error_set(err, 404, "model_not_found", "model", "The model `%s` does not exist.",
+                          req->model);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* A text so long that even the vocabulary's longest pieces would not fit
+     * it in the context is refused before tokenizing it (merging is not
+     * linear in the text's length). */
+    if (info->n_ctx > 0 && info->tok != NULL) {
+        size_t bytes = req->prompt != NULL ? strlen(req->prompt) : 0;
+        size_t most  = (size_t)info->n_ctx * (moon_tokenizer_max_piece(info->tok) + 1);
+
+        for (uint32_t i = 0; i < req->n_msgs; i++) {
+            bytes += strlen(req->msgs[i].content);
+        }
+        if (bytes > most) {
+            moon_gw_error_set(err, 400, "context_length_exceeded",
+                              req->chat ? "messages" : "prompt",
+                              "This model's maximum context length is %u tokens. However, your "
+                              "prompt of %zu bytes is longer than that.",
+                              info->n_ctx, bytes);
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    status = tokenize_prompt(req, info);
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (req->tokens == NULL && req->prompt == NULL) {
+        BAD("prompt", "the prompt is empty");
+    }
+    if (req->tokens != NULL && req->n_tokens == 0) {
+        BAD(req->chat ? "messages" : "prompt", "the prompt is empty");
+    }
+    for (uint32_t i = 0; i < req->n_tokens && info->n_vocab > 0 && req->prompt == NULL; i++) {
+        if ((uint32_t)req->tokens[i] >= info->n_vocab) {
+            BAD("prompt", "token id %d is out of the vocabulary (%u tokens)", req->tokens[i],
+                info->n_vocab);
+        }
+    }
+    for (uint32_t i = 0; i < req->n_stop_ids && info->n_vocab > 0; i++) {
+        if ((uint32_t)req->stop_ids[i] >= info->n_vocab) {
+            BAD("stop_token_ids", "token id %d is out of the vocabulary (%u tokens)",
+                req->stop_ids[i], info->n_vocab);
+        }
+    }
+    if (info->n_ctx > 0 && req->tokens != NULL) {
+        if (req->n_tokens >= info->n_ctx) {
+            moon_gw_error_set(err, 400, "context_length_exceeded",
+                              req->chat ? "messages" : "prompt",
+                              "This model's maximum context length is %u tokens. However, your "
+                              "prompt has %u tokens.",
+                              info->n_ctx, req->n_tokens);
+            return MOON_ERR_INVALID_PARAM;
+        }
+        if (req->has_max_tokens && req->n_tokens + (uint64_t)p->max_tokens > info->n_ctx) {
+            moon_gw_error_set(err, 400, "context_length_exceeded", "max_tokens",
+                              "This model's maximum context length is %u tokens. However, you "
+                              "requested %llu tokens (%u in the prompt, %u for the completion).",
+                              info->n_ctx, (unsigned long long)req->n_tokens + p->max_tokens,
+                              req->n_tokens, p->max_tokens);
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    if (!req->has_max_tokens) {
+        p->max_tokens = req->chat ? UINT32_MAX : 16;
+        if (info->n_ctx > 0 && req->tokens != NULL) {
+            p->max_tokens = MOON_MIN(p->max_tokens, info->n_ctx - req->n_tokens);
+        } else if (req->chat) {
+            p->max_tokens = info->n_ctx > 0 ? info->n_ctx : 256;
+        }
+    }
+    if (!req->has_seed && p->temperature > 0) {
+        p->seed = seed_salt;
+    }
+    p->prompt     = req->tokens != NULL ? NULL : req->prompt;
+    p->tokens     = req->tokens;
+    p->n_tokens   = req->tokens != NULL ? req->n_tokens : 0;
+    p->stop_ids   = req->stop_ids;
+    p->n_stop_ids = req->n_stop_ids;
+    p->stop       = (const char *const *)req->stop;
+    p->n_stop     = req->n_stop;
+    /* Ids made here carry their BOS; a text prompt gets it from the cluster. */
+    if (p->prompt != NULL) {
+        p->flags |= MOON_SERVE_F_ADD_BOS;
+    }
+    return MOON_OK;
+}
+
+void moon_gw_request_fini(moon_gw_request_t *req)
+{
+    moon_free(req->model);
+    moon_free(req->prompt);
+    moon_free(req->tokens);
+    for (uint32_t i = 0; i < req->n_msgs; i++) {
+        moon_free((char *)req->msgs[i].role);
+        moon_free((char *)req->msgs[i].content);
+    }
+    moon_free(req->msgs);
+    for (uint32_t i = 0; i < req->n_stop; i++) {
+        moon_free(req->stop[i]);
+    }
+    moon_free(req->stop_ids);
+    memset(req, 0, sizeof(*req));
+}

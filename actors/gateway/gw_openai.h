@@ -1,0 +1,69 @@
+/* actors/gateway/gw_openai.h - OpenAI request bodies to serving parameters:
+ * POST /v1/completions and /v1/chat/completions parsed (cJSON), checked
+ * field by field (wrong types, missing fields and unsupported values are 400s
+ * naming the field), then prepared against the model: chat messages rendered
+ * with its template, text tokenized (BOS first, as `moonlet generate` does),
+ * the prompt's length checked against the context.
+ *
+ * Fields read: model, prompt (string, token ids, or a one-element list of
+ * either) or messages (role + content string or text parts), max_tokens /
+ * max_completion_tokens, temperature (default 1, as OpenAI), top_p, top_k,
+ * seed, stop (string or list of up to 16), n (1 only), stream,
+ * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
+ * moonlet_details (placement and server times in the usage: gw_format.h).
+ * logprobs, echo, best_of > 1 and suffix are refused (400); other fields are
+ * ignored. max_tokens defaults to 16 for completions and to the rest of the
+ * context for chat. Pure functions: any thread. */
+#ifndef MOON_ACTORS_GW_OPENAI_H
+#define MOON_ACTORS_GW_OPENAI_H
+
+#include "gw_errors.h"
+#include "gw_template.h"
+#include "serve_client.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOON_GW_MAX_STOP 16u
+
+typedef struct {
+    int                 chat; /* 1: /v1/chat/completions */
+    int                 stream;
+    int                 include_usage;  /* stream_options.include_usage */
+    int                 details;        /* "moonlet_details": placement and server times in usage */
+    int                 has_max_tokens; /* given by the client */
+    int                 has_seed;
+    char               *model;  /* NULL: not given */
+    char               *prompt; /* completions text; NULL with token ids */
+    int32_t            *tokens; /* the prompt's ids: given, or set by prepare */
+    uint32_t            n_tokens;
+    moon_gw_chat_msg_t *msgs; /* chat: n_msgs turns (strings owned) */
+    uint32_t            n_msgs;
+    char               *stop[MOON_GW_MAX_STOP];
+    uint32_t            n_stop;
+    int32_t            *stop_ids;
+    uint32_t            n_stop_ids;
+    moon_serve_params_t params; /* after prepare: points into this struct */
+} moon_gw_request_t;
+
+/* What prepare checks against. Borrowed. */
+typedef struct {
+    const char               *model_name; /* the one id /v1/models lists */
+    const moon_gw_template_t *tpl;
+    const moon_tokenizer_t   *tok;     /* NULL: text prompts go to the cluster as text */
+    uint32_t                  n_ctx;   /* context length; 0: unknown (not checked) */
+    uint32_t                  n_vocab; /* 0: ids not checked */
+} moon_gw_model_info_t;
+
+/* Parses len bytes of body into req (caller's memory; fini it whatever the
+ * result). MOON_ERR_INVALID_PARAM with err filled (400), MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
+                                   moon_gw_error_t *err);
+/* Checks the model (404 model_not_found), renders and tokenizes the prompt,
+ * checks it against the context (400 context_length_exceeded) and fills
+ * req->params. seed_salt seeds sampled requests that gave no seed. */
+moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model_info_t *info,
+                                     uint64_t seed_salt, moon_gw_error_t *err);
+void          moon_gw_request_fini(moon_gw_request_t *req);
+
+#endif /* MOON_ACTORS_GW_OPENAI_H */

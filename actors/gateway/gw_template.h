@@ -1,0 +1,83 @@
+/* actors/gateway/gw_template.h - chat messages to a prompt, by the model's chat
+ * template. A Jinja engine is out of scope: the GGUF `tokenizer.chat_template`
+ * is recognised by its markers as one of the common families and rendered by
+ * hand; anything else (or no template) gets the plain template.
+ *
+ *   family   recognised by          rendering (BOS first when the vocabulary has one)
+ *   chatml   "<|im_start|>"         <|im_start|>{role}\n{content}<|im_end|>\n ...
+ *                                   <|im_start|>assistant\n
+ *   llama2   "[INST]"               BOS [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]
+ *                                   {assistant} EOS BOS [INST] {user} [/INST]
+ *                                   (contents stripped, system folded into the next user
+ *                                   turn, as Meta's reference does)
+ *   zephyr   "<|user|>"/"<|assistant|>"  <|{role}|>\n{content}EOS\n ... <|assistant|>\n
+ *   plain    anything else          {system}\n\n  User: {user}\n  Assistant: {assistant}\n
+ *                                   ... Assistant:
+ * BOS and EOS are the tokenizer's control tokens (never their text), ChatML's
+ * markers the vocabulary's own tokens when it has them. Roles: system and
+ * developer (a system turn), user, assistant. A template is immutable after
+ * init: any thread may render with it. */
+#ifndef MOON_ACTORS_GW_TEMPLATE_H
+#define MOON_ACTORS_GW_TEMPLATE_H
+
+#include "moonlet/status.h"
+#include "moonlet/tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    MOON_GW_TPL_PLAIN  = 0,
+    MOON_GW_TPL_CHATML = 1,
+    MOON_GW_TPL_LLAMA2 = 2,
+    MOON_GW_TPL_ZEPHYR = 3,
+} moon_gw_tpl_kind_t;
+
+typedef struct {
+    moon_gw_tpl_kind_t kind;
+    int                recognised; /* 0: a template was given but none of the families matched */
+    int32_t            bos, eos;   /* -1: none */
+    int32_t            im_start, im_end; /* ChatML markers' ids; -1: rendered as text */
+} moon_gw_template_t;
+
+/* Id of a special token by its text, -1 if the vocabulary has none. */
+typedef int32_t (*moon_gw_special_fn)(void *arg, const char *text);
+
+/* Picks the family of jinja (len bytes; NULL: none given). special (optional)
+ * finds ChatML's marker ids. */
+void        moon_gw_template_init(moon_gw_template_t *t, const char *jinja, size_t len, int32_t bos,
+                                  int32_t eos, moon_gw_special_fn special, void *arg);
+const char *moon_gw_template_name(moon_gw_tpl_kind_t kind); /* "plain", "chatml", ... */
+
+typedef struct {
+    const char *role;    /* "system", "developer", "user", "assistant" */
+    const char *content; /* UTF-8 */
+} moon_gw_chat_msg_t;
+
+/* A rendered prompt: text parts and special token ids in order. */
+typedef struct {
+    int32_t special; /* -1: a text part */
+    char   *text;    /* text part, moon_malloc'd */
+} moon_gw_part_t;
+
+typedef struct {
+    moon_gw_part_t *parts;
+    uint32_t        n, cap;
+} moon_gw_prompt_t;
+
+/* Renders msgs[0..n) (roles checked by the caller; others count as user)
+ * into out (caller's, zeroed or after fini). MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_template_render(const moon_gw_template_t *t, const moon_gw_chat_msg_t *msgs,
+                                      uint32_t n, moon_gw_prompt_t *out);
+void          moon_gw_prompt_fini(moon_gw_prompt_t *p);
+
+/* The prompt as one string, specials spelled "<s>", "</s>", "<|im_start|>",
+ * "<|im_end|>" (tests; servers without a tokenizer). *text_p moon_malloc'd. */
+moon_status_t moon_gw_prompt_text(const moon_gw_prompt_t *p, const moon_gw_template_t *t,
+                                  char **text_p);
+/* Token ids of the prompt: each text part encoded on its own (no BOS added),
+ * specials as they are. *ids_p moon_malloc'd. MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_prompt_tokenize(const moon_gw_prompt_t *p, const moon_tokenizer_t *tok,
+                                      int32_t **ids_p, uint32_t *n_p);
+
+#endif /* MOON_ACTORS_GW_TEMPLATE_H */

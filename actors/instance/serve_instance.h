@@ -1,0 +1,101 @@
+/* actors/instance/serve_instance.h - what prefill and decode instances share: their
+ * spawn arguments, the engine they create, and their reports to the
+ * conductor (HELLO with the fitted cost model at start, LOAD after changes
+ * and periodically). */
+#ifndef MOON_ACTORS_SERVE_INSTANCE_H
+#define MOON_ACTORS_SERVE_INSTANCE_H
+
+#include "moonlet/actor.h"
+#include "moonlet/dist.h"
+#include "moonlet/kv_key.h"
+#include "moonlet/model.h"
+#include "serve_msgs.h"
+
+#define MOON_SERVE_ROLE_PREFILL 0u
+#define MOON_SERVE_ROLE_DECODE 1u
+#define MOON_SERVE_ROLE_COLOCATED 2u
+
+/* KV moves a simulation times (virtual time): the store's blocks fetched
+ * into a prefill instance, a decode instance pulling blocks from a prefill. */
+#define MOON_SERVE_XFER_FETCH 0u /* src: the store; dst: the prefill instance */
+#define MOON_SERVE_XFER_PULL 1u  /* src: the prefill instance; dst: the decode instance */
+/* Returns the move's duration from now_ns (booking it on the modeled
+ * network). Called from the instance's turns. */
+typedef uint64_t (*moon_serve_xfer_fn)(void *arg, uint64_t now_ns, uint32_t kind, uint32_t src,
+                                       uint32_t dst, uint32_t n_blocks);
+/* Timer cookies with this bit set end a modeled KV move. */
+#define MOON_SERVE_XFER_TIMER_TAG (1ull << 62)
+
+typedef struct {
+    const moon_model_t  *model;    /* borrowed: outlives the actor */
+    moon_engine_config_t engine;   /* backend, threads, max batch / chunk */
+    uint32_t             role;     /* MOON_SERVE_ROLE_* */
+    uint32_t             instance; /* index among the instances of its role */
+    uint32_t             block_tokens;
+    uint32_t             n_blocks; /* KV pool */
+    uint32_t             max_seqs;
+    uint32_t             prefill_chunk; /* tokens per prefill call */
+    moon_dist_t         *dist;          /* borrowed; NULL: one process */
+    moon_addr_t          conductor;
+    const moon_addr_t   *shards; /* store shards (copied); n_shards 0: no store */
+    uint32_t             n_shards;
+    uint32_t             n_replicas;
+    moon_kv_tag_t        tag;            /* store keys' tag: model id, weight version */
+    int                  threaded;       /* 1: engine thread; 0: inline (deterministic executor) */
+    uint64_t             load_period_ns; /* periodic LOAD (0: 50 ms) */
+    moon_serve_xfer_fn   xfer_ns;        /* simulation only: KV moves take this long (NULL: as
+                                            long as they take) */
+    void *xfer_arg;
+    int   virtual_kv; /* simulation (dist NULL, COST): KV of sizes and keys, no bytes
+                         (kv_pool.h); the store's shards virtual too */
+    double request_s; /* simulation only, prefill role: the modeled time a request costs
+                         its instance outside the engine calls (a real one spends it:
+                         0), charged with the request's first chunk */
+} moon_serve_instance_args_t;
+
+/* The tag of a deployment's store keys: model id = XXH3 of the model file's
+ * bytes mixed with the block size and KV dtype (fp32), weight version 0 (the
+ * weight-sync step bumps it). MOON_ERR_IO / NOT_FOUND reading path. */
+MOON_API moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens,
+                                            moon_kv_tag_t *tag_p);
+
+/* Times the engine (moon_serve_calibrate) and sends HELLO with the fit to
+ * the conductor: prefill instances fit prefill, decode instances decode. */
+MOON_API moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                                        moon_engine_t *engine, moon_kv_cache_t *kv);
+
+/* The last steps of an instance's init, shared by both roles: its engine
+ * runner (thread bound to the instance's first core when pinned), the
+ * periodic LOAD timer, the engine's calibration and HELLO. On error what
+ * was made here is set in *runner_p for the caller's fini to free. */
+typedef struct moon_engine_runner moon_engine_runner_t;
+MOON_API moon_status_t            moon_serve_instance_start(moon_actor_t                     *self,
+                                                            const moon_serve_instance_args_t *a,
+                                                            moon_engine_t *engine, moon_kv_cache_t *kv,
+                                                            moon_engine_runner_t **runner_p,
+                                                            uint64_t              *timer_p);
+
+/* Sends LOAD to the conductor (fire and forget). */
+MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                                     uint32_t queued_tokens, uint32_t queued_reqs, uint32_t running,
+                                     uint32_t free_blocks, const uint64_t counters[3]);
+
+/* Packs stop ids and strings of a request (as sent in SUBMIT) into a message
+ * of the sampling family: copies fields max_tokens .. stop_strs from src to dst
+ * (both MOON_SERVE_SAMPLING_FIELDS structs at offsets given). */
+#define MOON_SERVE_COPY_SAMPLING(_dst, _src)                                                       \
+    do {                                                                                           \
+        (_dst)->max_tokens  = (_src)->max_tokens;                                                  \
+        (_dst)->temperature = (_src)->temperature;                                                 \
+        (_dst)->top_p       = (_src)->top_p;                                                       \
+        (_dst)->top_k       = (_src)->top_k;                                                       \
+        (_dst)->seed        = (_src)->seed;                                                        \
+        (_dst)->flags       = (_src)->flags;                                                       \
+    } while (0)
+
+/* Copies a span of src into the same-kind span of dst (room reserved by the
+ * caller). MOON_ERR_NO_RESOURCE: no room. */
+MOON_API moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *src,
+                                            moon_span_t sspan, uint32_t elem_bytes, int is_str);
+
+#endif /* MOON_ACTORS_SERVE_INSTANCE_H */

@@ -1,0 +1,459 @@
+/* actors/proto/serve_client.c - the client API: SUBMIT/CANCEL builders for actors,
+ * and for plain threads a small client actor whose events go to a callback or
+ * to a queue under a mutex (the reader blocks on it with a timeout). */
+#include "serve_client.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "moonlet/runtime.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+void moon_serve_params_default(moon_serve_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->max_tokens = 16;
+    p->top_p      = 1.0f;
+    p->flags      = MOON_SERVE_F_ADD_BOS;
+}
+
+moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
+                                      const moon_serve_params_t *p, moon_serve_submit_t **msg_p)
+{
+    size_t               plen = p->prompt ? strlen(p->prompt) : 0, slen = 0;
+    moon_serve_submit_t *m;
+    char                *stops;
+
+    if (p == NULL || (p->prompt == NULL && p->n_tokens == 0) ||
+        (p->n_tokens > 0 && p->tokens == NULL) || (p->n_stop_ids > 0 && p->stop_ids == NULL) ||
+        (p->n_stop > 0 && p->stop == NULL) || plen > MOON_MSG_MAX_BYTES / 2 ||
+        p->n_tokens > MOON_MSG_MAX_BYTES / 8) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < p->n_stop; i++) {
+        if (p->stop[i] == NULL || p->stop[i][0] == '\0') {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        slen += strlen(p->stop[i]) + 1;
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_SUBMIT,
+                     plen + 1 + (size_t)p->n_tokens * 4 + (size_t)p->n_stop_ids * 4 + slen + 32);
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    m->reply_to    = reply_to;
+    m->request_id  = request_id;
+    m->slo_class   = p->slo_class;
+    m->max_tokens  = p->max_tokens;
+    m->temperature = p->temperature;
+    m->top_p       = p->top_p;
+    m->top_k       = p->top_k;
+    m->seed        = p->seed;
+    m->flags       = p->flags;
+    moon_msg_set_str(m, &m->prompt, p->n_tokens > 0 ? "" : p->prompt);
+    if (p->n_tokens > 0) {
+        memcpy(moon_msg_span_alloc(m, &m->tokens, p->n_tokens, 4, 0), p->tokens,
+               (size_t)p->n_tokens * 4);
+    }
+    if (p->n_stop_ids > 0) {
+        memcpy(moon_msg_span_alloc(m, &m->stop_ids, p->n_stop_ids, 4, 0), p->stop_ids,
+               (size_t)p->n_stop_ids * 4);
+    }
+    if (slen > 0) {
+        stops = moon_msg_span_alloc(m, &m->stop_strs, (uint32_t)slen, 1, 0);
+        for (uint32_t i = 0; i < p->n_stop; i++) {
+            size_t n = strlen(p->stop[i]) + 1;
+            memcpy(stops, p->stop[i], n);
+            stops += n;
+        }
+    }
+    *msg_p = m;
+    return MOON_OK;
+}
+
+moon_status_t moon_serve_submit(moon_actor_t *self, moon_addr_t conductor, uint64_t request_id,
+                                const moon_serve_params_t *params)
+{
+    moon_serve_submit_t *m;
+    moon_status_t status = moon_serve_submit_build(moon_actor_addr(self), request_id, params, &m);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = moon_send(self, conductor, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+    return status;
+}
+
+static moon_serve_cancel_t *cancel_build(moon_addr_t reply_to, uint64_t request_id)
+{
+    moon_serve_cancel_t *m = moon_msg_new(MOON_MSG_SERVE_CANCEL, 0);
+
+    if (m != NULL) {
+        m->reply_to   = reply_to;
+        m->request_id = request_id;
+    }
+    return m;
+}
+
+moon_status_t moon_serve_cancel(moon_actor_t *self, moon_addr_t conductor, uint64_t request_id)
+{
+    moon_serve_cancel_t *m = cancel_build(moon_actor_addr(self), request_id);
+
+    return m != NULL ? moon_tell(self, conductor, &m->hdr) : MOON_ERR_NO_MEMORY;
+}
+
+moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t *ev)
+{
+    memset(ev, 0, sizeof(*ev));
+    if (msg->type == MOON_MSG_SERVE_TOKEN) {
+        const moon_serve_token_t *t = (const void *)msg;
+        ev->kind                    = MOON_SERVE_EV_TOKEN;
+        ev->request_id              = t->request_id;
+        ev->index                   = t->index;
+        ev->token                   = (int32_t)t->token;
+        ev->text                    = t->text.n ? MOON_SPAN_PTR(t, t->text) : "";
+        return MOON_OK;
+    }
+    if (msg->type == MOON_MSG_SERVE_DONE) {
+        const moon_serve_done_t *d = (const void *)msg;
+        ev->kind                   = MOON_SERVE_EV_DONE;
+        ev->request_id             = d->request_id;
+        ev->finish                 = d->finish;
+        ev->status                 = d->status;
+        ev->n_prompt               = d->n_prompt;
+        ev->n_completion           = d->n_completion;
+        ev->n_cached               = d->n_cached;
+        ev->queue_ns               = d->queue_ns;
+        ev->prefill_ns             = d->prefill_ns;
+        ev->transfer_ns            = d->transfer_ns;
+        ev->ttft_ns                = d->ttft_ns;
+        ev->text                   = d->text.n ? MOON_SPAN_PTR(d, d->text) : "";
+        ev->message                = d->message.n ? MOON_SPAN_PTR(d, d->message) : "";
+        return MOON_OK;
+    }
+    return MOON_ERR_INVALID_PARAM;
+}
+
+void moon_serve_stats_of(const moon_serve_stats_reply_t *m, moon_serve_stats_t *s)
+{
+    const uint64_t *fin   = MOON_SPAN_PTR(m, m->finished);
+    const uint32_t *used  = MOON_SPAN_PTR(m, m->blocks_used);
+    const uint32_t *total = MOON_SPAN_PTR(m, m->blocks_total);
+    uint32_t        split = m->n_prefill;
+
+    memset(s, 0, sizeof(*s));
+    s->n_submitted = m->n_submitted;
+    s->n_placed    = m->n_placed;
+    s->n_rejected  = m->n_rejected;
+    s->n_errors    = m->n_errors;
+    s->in_flight   = m->in_flight;
+    for (uint32_t i = 0; i < MOON_MIN(m->finished.n, 5u); i++) {
+        s->n_finished[i] = fin[i];
+    }
+    s->n_prefill_up     = m->n_prefill_up;
+    s->n_decode_up      = m->n_decode_up;
+    s->running          = m->running;
+    s->waiting          = m->waiting;
+    s->store_hit_tokens = m->store_hit_tokens;
+    s->computed_tokens  = m->computed_tokens;
+    for (uint32_t i = 0; i < m->blocks_used.n && i < m->blocks_total.n; i++) {
+        if (i < split) {
+            s->blocks_used_prefill += used[i];
+            s->blocks_total_prefill += total[i];
+        } else {
+            s->blocks_used_decode += used[i];
+            s->blocks_total_decode += total[i];
+        }
+    }
+}
+
+/* ---- the thread client ------------------------------------------------------ */
+
+typedef struct qnode {
+    struct qnode   *next;
+    moon_msg_hdr_t *msg;
+} qnode_t;
+
+struct moon_serve_client {
+    moon_runtime_t            *rt;
+    moon_serve_client_config_t cfg;
+    moon_addr_t                addr;
+    _Atomic uint64_t           next_id;
+    pthread_mutex_t            lock;
+    pthread_cond_t             cond;
+    qnode_t                   *head, *tail; /* under lock */
+    moon_serve_stats_t         stats;       /* under lock */
+    uint64_t                   stats_seq;   /* replies received (under lock) */
+};
+
+typedef struct {
+    moon_serve_client_t *c;
+} client_actor_t;
+
+static moon_status_t client_init(moon_actor_t *self, const void *args)
+{
+    ((client_actor_t *)moon_actor_state(self))->c = (moon_serve_client_t *)args;
+    return MOON_OK;
+}
+
+static moon_status_t client_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    moon_serve_client_t *c = ((client_actor_t *)moon_actor_state(self))->c;
+    qnode_t             *q;
+
+    if (c->cfg.on_event != NULL) {
+        moon_serve_event_t ev;
+        moon_serve_event_of(msg, &ev);
+        c->cfg.on_event(c->cfg.arg, &ev);
+        return MOON_OK;
+    }
+    q = moon_malloc(sizeof(*q));
+    if (q == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    moon_msg_retain(msg);
+    q->msg  = (moon_msg_hdr_t *)msg;
+    q->next = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->tail != NULL) {
+        c->tail->next = q;
+    } else {
+        c->head = q;
+    }
+    c->tail = q;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return MOON_OK;
+}
+
+/* From the client's own thread (src NONE): ask the conductor; its reply
+ * comes back here (src the conductor). */
+static moon_status_t client_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    moon_serve_client_t *c = ((client_actor_t *)moon_actor_state(self))->c;
+
+    if (msg->type == MOON_MSG_SERVE_STATS) {
+        moon_serve_stats_req_t *q = moon_msg_new(MOON_MSG_SERVE_STATS, 0);
+        if (q != NULL) {
+            q->req = ((const moon_serve_stats_req_t *)msg)->req;
+            moon_tell(self, c->cfg.conductor, &q->hdr);
+        }
+        return MOON_OK;
+    }
+    pthread_mutex_lock(&c->lock);
+    moon_serve_stats_of((const void *)msg, &c->stats);
+    c->stats_seq++;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return MOON_OK;
+}
+
+static const moon_actor_ops_t client_ops = {
+    .name        = "serve_client",
+    .state_bytes = sizeof(client_actor_t),
+    .init        = client_init,
+    .on_msg      = {[MOON_MSG_SERVE_TOKEN]       = client_on_event,
+                    [MOON_MSG_SERVE_DONE]        = client_on_event,
+                    [MOON_MSG_SERVE_STATS]       = client_on_stats,
+                    [MOON_MSG_SERVE_STATS_REPLY] = client_on_stats},
+};
+
+moon_status_t moon_serve_client_create(moon_runtime_t *rt, const moon_serve_client_config_t *cfg,
+                                       moon_serve_client_t **client_p)
+{
+    moon_serve_client_t *c;
+    moon_spawn_opts_t    opts = {.flags = MOON_SPAWN_CONTROL};
+    moon_status_t        status;
+
+    if (rt == NULL || cfg == NULL || cfg->conductor == MOON_ADDR_NONE || client_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = moon_serve_msgs_register();
+    if (status != MOON_OK) {
+        return status;
+    }
+    c = moon_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    c->rt  = rt;
+    c->cfg = *cfg;
+    atomic_init(&c->next_id, 1);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    status = moon_spawn(rt, &client_ops, c, &opts, &c->addr);
+    if (status != MOON_OK) {
+        pthread_cond_destroy(&c->cond);
+        pthread_mutex_destroy(&c->lock);
+        moon_free(c);
+        return status;
+    }
+    *client_p = c;
+    return MOON_OK;
+}
+
+void moon_serve_client_destroy(moon_serve_client_t *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    moon_stop(c->rt, c->addr, MOON_OK);
+    /* the actor may still run a turn: wait for it to be gone before freeing
+     * what its handlers use */
+    for (int i = 0; i < 2000; i++) {
+        moon_actor_stats_t st;
+        if (moon_actor_stats(c->rt, c->addr, &st) == MOON_ERR_NO_ACTOR) {
+            break;
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    while (c->head != NULL) {
+        qnode_t *q = c->head;
+        c->head    = q->next;
+        moon_msg_release(q->msg);
+        moon_free(q);
+    }
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+    moon_free(c);
+}
+
+moon_status_t moon_serve_client_submit(moon_serve_client_t *c, const moon_serve_params_t *params,
+                                       uint64_t *request_id_p)
+{
+    uint64_t             id = atomic_fetch_add(&c->next_id, 1);
+    moon_serve_submit_t *m;
+    moon_status_t        status = moon_serve_submit_build(c->addr, id, params, &m);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = moon_runtime_send(c->rt, c->cfg.conductor, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+        return status;
+    }
+    if (request_id_p != NULL) {
+        *request_id_p = id;
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_serve_client_cancel(moon_serve_client_t *c, uint64_t request_id)
+{
+    moon_serve_cancel_t *m = cancel_build(c->addr, request_id);
+    moon_status_t        status;
+
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    status = moon_runtime_send(c->rt, c->cfg.conductor, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+    return status;
+}
+
+static struct timespec deadline_after(uint64_t timeout_ns)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    timeout_ns += (uint64_t)ts.tv_nsec;
+    ts.tv_sec += (time_t)(timeout_ns / 1000000000ull);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000ull);
+    return ts;
+}
+
+moon_status_t moon_serve_client_next(moon_serve_client_t *c, uint64_t timeout_ns,
+                                     moon_serve_event_t *ev)
+{
+    struct timespec ts = deadline_after(timeout_ns);
+    qnode_t        *q;
+    int             ret = 0;
+
+    pthread_mutex_lock(&c->lock);
+    while (c->head == NULL && ret != ETIMEDOUT) {
+        ret = pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+    }
+    q = c->head;
+    if (q != NULL) {
+        c->head = q->next;
+        if (c->head == NULL) {
+            c->tail = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (q == NULL) {
+        return MOON_ERR_TIMED_OUT;
+    }
+    moon_serve_event_of(q->msg, ev);
+    ev->msg_ = q->msg;
+    moon_free(q);
+    return MOON_OK;
+}
+
+void moon_serve_event_fini(moon_serve_event_t *ev)
+{
+    if (ev != NULL) {
+        moon_msg_release(ev->msg_);
+        ev->msg_ = NULL;
+    }
+}
+
+moon_status_t moon_serve_client_stats(moon_serve_client_t *c, uint64_t timeout_ns,
+                                      moon_serve_stats_t *stats_p)
+{
+    struct timespec         ts = deadline_after(timeout_ns);
+    moon_serve_stats_req_t *q  = moon_msg_new(MOON_MSG_SERVE_STATS, 0);
+    uint64_t                seq;
+    int                     ret = 0;
+
+    if (q == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    pthread_mutex_lock(&c->lock);
+    seq = c->stats_seq;
+    pthread_mutex_unlock(&c->lock);
+    if (moon_runtime_send(c->rt, c->addr, &q->hdr) != MOON_OK) {
+        moon_msg_release(&q->hdr);
+        return MOON_ERR_NO_ACTOR;
+    }
+    pthread_mutex_lock(&c->lock);
+    while (c->stats_seq == seq && ret != ETIMEDOUT) {
+        ret = pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+    }
+    if (c->stats_seq != seq) {
+        *stats_p = c->stats;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ret == ETIMEDOUT && c->stats_seq == seq ? MOON_ERR_TIMED_OUT : MOON_OK;
+}
+
+moon_status_t moon_serve_client_wait_ready(moon_serve_client_t *c, uint32_t n_prefill,
+                                           uint32_t n_decode, uint64_t timeout_ns)
+{
+    struct timespec t0, t;
+    uint64_t        waited = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (waited < timeout_ns) {
+        moon_serve_stats_t s;
+        if (moon_serve_client_stats(c, timeout_ns - waited, &s) == MOON_OK &&
+            s.n_prefill_up >= n_prefill && s.n_decode_up >= n_decode) {
+            return MOON_OK;
+        }
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        waited = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
+                 (uint64_t)t0.tv_nsec;
+    }
+    return MOON_ERR_TIMED_OUT;
+}

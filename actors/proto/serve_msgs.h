@@ -1,0 +1,206 @@
+/* actors/proto/serve_msgs.h - the serving protocol (ids 64..111 of the component
+ * range): what clients send the conductor, what the conductor, prefill and
+ * decode instances say to each other, and what comes back to the client.
+ *
+ * One request, disaggregated:
+ *   client --SUBMIT--> conductor (validate, tokenize, keys, policy: p, d | reject)
+ *   conductor --PREFILL--> p   (tokens, sampling, the chosen d, what to fetch)
+ *   p: fetch cached prefix blocks from the store into its pool, compute the
+ *      rest in chunks, put new full blocks to the store;
+ *   p --KV_READY--> d after each chunk (pool block ids now valid; d pulls them
+ *      with a one-sided get straight from p's pool while p computes on);
+ *   p --KV_READY(final: first token, partial block)--> d
+ *   d --KV_DONE--> p (p frees the sequence), d admits the sequence into its
+ *      batch, streams TOKEN... then DONE to the client (reply_to), and
+ *   d --RELEASED--> conductor (the request's entry and load accounting end).
+ * p keeps the prompt's full blocks in its own prefix cache (LRU over its
+ * pool) and tells the conductor what enters and leaves it (CACHE_EVENTS).
+ * Colocated: the conductor sends PREFILL with decode == the instance itself,
+ * which then keeps the sequence in its own pool (no KV_READY).
+ *
+ * A request is named by (reply_to, request_id): request_id is the client's and
+ * must be unique among its requests in flight. CANCEL may come at any point;
+ * the request ends with DONE finish CANCELLED and its KV freed everywhere.
+ * Every instance reports LOAD to the conductor (periodically and after each
+ * admission or release). Bulk KV never travels in these messages. */
+#ifndef MOON_ACTORS_SERVE_MSGS_H
+#define MOON_ACTORS_SERVE_MSGS_H
+
+#include "moonlet/msg.h"
+
+/* DONE's finish reasons. */
+typedef enum {
+    MOON_FINISH_STOP      = 0, /* EOS, a stop id or a stop string */
+    MOON_FINISH_LENGTH    = 1, /* max_tokens or the context's end */
+    MOON_FINISH_CANCELLED = 2, /* CANCEL from the client */
+    MOON_FINISH_REJECTED  = 3, /* early rejection: an SLO cannot be met (HTTP 429) */
+    MOON_FINISH_ERROR     = 4, /* bad request or a failure: status and message say which */
+} moon_finish_t;
+/* "stop", "length", "cancelled", "rejected", "error"; "?" for others. */
+MOON_API const char *moon_finish_str(uint32_t finish);
+
+/* SUBMIT flags */
+#define MOON_SERVE_F_ADD_BOS 0x1u    /* text prompt: prepend BOS (as moonlet generate does) */
+#define MOON_SERVE_F_IGNORE_EOS 0x2u /* keep generating past EOS (benchmarks) */
+
+/* Sampling and stopping, shared by SUBMIT, PREFILL and KV_READY. stop_strs is
+ * a bytes span of NUL-terminated strings one after the other. */
+#define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
+    F(T, u32, max_tokens)                                                                          \
+    F(T, f32, temperature)                                                                         \
+    F(T, f32, top_p)                                                                               \
+    F(T, u32, top_k) F(T, u64, seed) F(T, u32, flags) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
+/* What names a request everywhere. */
+#define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
+
+/* client -> conductor. prompt (text) is used when tokens is empty. */
+#define MOON_SERVE_SUBMIT_FIELDS(F, T)                                                             \
+    MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
+    F(T, u32, slo_class) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, str, prompt) F(T, u32s, tokens)
+/* client -> conductor, conductor -> instances. */
+#define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
+/* decode (or conductor, prefill on failure) -> client: one per token. text is
+ * the token's printable piece: stop strings never appear in it (text that
+ * could start one is held back until it cannot). */
+#define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
+    F(T, u64, request_id) F(T, u32, index) F(T, u32, token) F(T, str, text)
+/* -> client: the end. text: held-back text released at the end (never a stop
+ * string). prefill_instance / decode_instance: the instances (indices within
+ * their role, as in LOAD) that served it, -1 when it was never placed. Times
+ * are the server's, in ns: queue = arrival to prefill start, prefill =
+ * compute, transfer = KV handover, ttft = arrival to first token. */
+#define MOON_SERVE_DONE_FIELDS(F, T)                                                               \
+    F(T, u64, request_id)                                                                          \
+    F(T, u32, finish)                                                                              \
+    F(T, i32, status)                                                                              \
+    F(T, u32, n_prompt)                                                                            \
+    F(T, u32, n_completion)                                                                        \
+    F(T, u32, n_cached)                                                                            \
+    F(T, i32, prefill_instance)                                                                    \
+    F(T, i32, decode_instance) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)    \
+        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
+
+/* conductor -> prefill (or a colocated instance). The policy's plan, from
+ * the conductor's prefix indexes: n_local leading blocks of the prompt are in
+ * the instance's own prefix cache, the next n_fetch it reads from the store.
+ * The instance reuses what its cache really holds and fetches the rest of
+ * the plan's prefix (blocks [held, n_local + n_fetch)); a block gone
+ * meanwhile is computed. n_fetch MOON_SERVE_FETCH_ASK: ask the store how many
+ * it holds. keys: 2 u64 per full block of the prompt. */
+#define MOON_SERVE_FETCH_ASK UINT32_MAX
+#define MOON_SERVE_PREFILL_FIELDS(F, T)                                                            \
+    MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
+    F(T, addr, decode)                                                                             \
+    F(T, u32, slo_class)                                                                           \
+    F(T, u32, n_local)                                                                             \
+    F(T, u32, n_fetch)                                                                             \
+    F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
+/* prefill -> decode: status != 0 (final): the request ended at the prefill
+ * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
+ * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
+ * desc) hold prompt tokens [first_block * block_tokens, ...). final: the prompt is done; then
+ * n_tokens = prompt length, token = the first sampled token, and the sampling fields and tokens are
+ * set (the decode instance's sequence state). desc: the prefill pool's region descriptor (empty in
+ * one process: base then holds the pool's address). */
+#define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
+    MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
+    F(T, addr, prefill)                                                                            \
+    F(T, u32, prefill_instance)                                                                    \
+    F(T, i32, status)                                                                              \
+    F(T, u32, first_block)                                                                         \
+    F(T, u32, final)                                                                               \
+    F(T, u32, n_tokens)                                                                            \
+    F(T, u32, token)                                                                               \
+    F(T, u32, n_cached)                                                                            \
+    F(T, u64, arrival_ns)                                                                          \
+    F(T, u64, queue_ns)                                                                            \
+    F(T, u64, prefill_ns)                                                                          \
+    F(T, u64, base)                                                                                \
+    MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
+    F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message)
+/* decode -> prefill: the request's blocks were pulled (or the request ended):
+ * the prefill instance may free its sequence. status != 0: the decode gave up. */
+#define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
+/* instance -> conductor: the request left the instance for good. */
+#define MOON_SERVE_RELEASED_FIELDS(F, T)                                                           \
+    MOON_SERVE_REQ_FIELDS(F, T) F(T, u32, finish) F(T, u32, n_completion)
+/* instance -> conductor: load report. role: 0 prefill, 1 decode, 2 colocated.
+ * queued_tokens: prompt tokens waiting or computing; running: sequences in
+ * the batch; free_blocks / total_blocks: the KV pool. */
+#define MOON_SERVE_LOAD_FIELDS(F, T)                                                               \
+    F(T, u32, instance)                                                                            \
+    F(T, u32, role)                                                                                \
+    F(T, u32, queued_tokens)                                                                       \
+    F(T, u32, queued_reqs)                                                                         \
+    F(T, u32, running)                                                                             \
+    F(T, u32, free_blocks)                                                                         \
+    F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens)            \
+        F(T, u64, n_computed_tokens)
+/* instance -> conductor at start: who it is, and what the engine costs
+ * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
+ * decode step_s(b, ctx) = d0 + d1 b + d2 ctx (ctx: tokens in the batch). */
+#define MOON_SERVE_HELLO_FIELDS(F, T)                                                              \
+    F(T, u32, instance)                                                                            \
+    F(T, u32, role)                                                                                \
+    F(T, u32, total_blocks)                                                                        \
+    F(T, u32, max_batch)                                                                           \
+    F(T, f64, a0) F(T, f64, a1) F(T, f64, a2) F(T, f64, d0) F(T, f64, d1) F(T, f64, d2)
+/* prefill -> conductor: its own prefix cache changed, as the store shards'
+ * EVENTS say it (same fields and event layout, MOON_STORE_EVENT_U64S u64 per
+ * event: kind STORED or EVICTED, key lo, key hi, model id, weight version):
+ * snapshot 0: live events numbered from seq; 1: the first part of a snapshot
+ * of the whole cache (the conductor forgets what it knew of it), 2: a later
+ * part. The first one after HELLO is a snapshot. */
+#define MOON_SERVE_CACHE_EVENTS_FIELDS(F, T)                                                       \
+    F(T, u32, instance) F(T, u64, seq) F(T, u32, snapshot) F(T, u64s, ev)
+/* conductor -> prefill: a gap in its events (a lost message): send a snapshot. */
+#define MOON_SERVE_CACHE_SYNC_FIELDS(F, T) F(T, u32, instance)
+/* engine thread -> its instance: a forward pass finished (job echoes the
+ * instance's id for it). */
+#define MOON_SERVE_ENGINE_DONE_FIELDS(F, T) F(T, u64, job) F(T, i32, status) F(T, f64, duration_s)
+
+/* anyone -> conductor: counters and the instances' last reports. */
+#define MOON_SERVE_STATS_FIELDS(F, T) F(T, u64, req)
+/* finished: requests released per finish reason (moon_finish_t order);
+ * blocks: per instance (prefill ones, then decode ones) used and total. */
+#define MOON_SERVE_STATS_REPLY_FIELDS(F, T)                                                        \
+    F(T, u64, req)                                                                                 \
+    F(T, u64, n_submitted)                                                                         \
+    F(T, u64, n_placed)                                                                            \
+    F(T, u64, n_rejected)                                                                          \
+    F(T, u64, n_errors)                                                                            \
+    F(T, u32, in_flight)                                                                           \
+    F(T, u32, n_prefill)                                                                           \
+    F(T, u32, n_prefill_up)                                                                        \
+    F(T, u32, n_decode_up)                                                                         \
+    F(T, u64, running)                                                                             \
+    F(T, u64, waiting)                                                                             \
+    F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished)                    \
+        F(T, u32s, blocks_used) F(T, u32s, blocks_total)
+
+#define MOON_SERVE_MSGS(X)                                                                         \
+    X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
+    X(MOON_MSG_SERVE_CANCEL, moon_serve_cancel_t, MOON_SERVE_CANCEL_FIELDS)                        \
+    X(MOON_MSG_SERVE_TOKEN, moon_serve_token_t, MOON_SERVE_TOKEN_FIELDS)                           \
+    X(MOON_MSG_SERVE_DONE, moon_serve_done_t, MOON_SERVE_DONE_FIELDS)                              \
+    X(MOON_MSG_SERVE_PREFILL, moon_serve_prefill_t, MOON_SERVE_PREFILL_FIELDS)                     \
+    X(MOON_MSG_SERVE_KV_READY, moon_serve_kv_ready_t, MOON_SERVE_KV_READY_FIELDS)                  \
+    X(MOON_MSG_SERVE_KV_DONE, moon_serve_kv_done_t, MOON_SERVE_KV_DONE_FIELDS)                     \
+    X(MOON_MSG_SERVE_RELEASED, moon_serve_released_t, MOON_SERVE_RELEASED_FIELDS)                  \
+    X(MOON_MSG_SERVE_LOAD, moon_serve_load_t, MOON_SERVE_LOAD_FIELDS)                              \
+    X(MOON_MSG_SERVE_HELLO, moon_serve_hello_t, MOON_SERVE_HELLO_FIELDS)                           \
+    X(MOON_MSG_SERVE_ENGINE_DONE, moon_serve_engine_done_t, MOON_SERVE_ENGINE_DONE_FIELDS)         \
+    X(MOON_MSG_SERVE_STATS, moon_serve_stats_req_t, MOON_SERVE_STATS_FIELDS)                       \
+    X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)         \
+    X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
+    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)
+
+MOON_MSG_DECLARE(MOON_SERVE_MSGS, 64, MOON_MSG_SERVE_END)
+_Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");
+
+MOON_API extern const moon_msg_desc_t moon_serve_msg_descs[];
+
+/* Registers the serving messages (idempotent; every rank, before any traffic). */
+MOON_API moon_status_t moon_serve_msgs_register(void);
+
+#endif /* MOON_ACTORS_SERVE_MSGS_H */

@@ -1,0 +1,1064 @@
+/* actors/serve/decode.c - the decode instance: receives sequences from prefill
+ * instances (KV_READY), pulls their KV blocks straight from the prefill's pool
+ * into its own while the prefill still computes, admits each sequence into
+ * its continuous batch once its KV has arrived, steps the whole batch on its
+ * engine thread, samples per request, streams every token to the client and
+ * stops on EOS, stop ids, stop strings, max tokens or the context's end.
+ *
+ * Colocated (role MOON_SERVE_ROLE_COLOCATED, the vLLM-like baseline): the
+ * instance also takes PREFILL itself, reuses the prompt's leading blocks from
+ * its own prefix cache (block_cache.h), computes the rest in chunks that
+ * alternate with the batch's decode steps on the same engine, and then runs
+ * the sequence in its batch; no store, no transfer. Like a prefill
+ * instance, it tells the conductor its cache's content as CACHE_EVENTS
+ * (cache_events.h), so placement can send a prompt where its prefix is.
+ *
+ * Admission is budgeted: a request is taken only when the blocks it can ever
+ * need (prompt + max_tokens) fit beside those of the requests already taken,
+ * so a running sequence never finds the pool full; the others wait, in order. */
+#include "decode.h"
+
+#include "block_cache.h"
+#include "cache_events.h"
+#include "engine_runner.h"
+#include "kv_pool.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "serve_instance.h"
+#include "serve_text.h"
+
+#include <string.h>
+
+enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING, DREQ_PREFILLING };
+enum { JOB_STEP = 0, JOB_CHUNK = 1 };
+
+#define DEC_CANCEL_RING 64u
+#define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
+
+typedef struct {
+    uint32_t        state;
+    moon_addr_t     reply_to, prefill;
+    uint64_t        request_id;
+    uint32_t        seq;
+    uint32_t        n_prompt, n_full, max_tokens, n_gen, flags;
+    int32_t         last_token;
+    uint32_t       *local;   /* (n_full) local block of each full prompt block */
+    uint8_t        *arrived; /* (n_full + 1) the last entry: the partial block */
+    uint32_t        n_issued, n_arrived, n_appended;
+    uint32_t        budget;
+    int             final, partial_issued, in_step, cancelled, finished, kv_done_sent;
+    moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
+    const uint32_t *stop_ids;
+    uint32_t        n_stop_ids;
+    uint32_t        n_done; /* colocated: prompt tokens in the KV */
+    moon_sampler_t  smp;
+    moon_serve_text_t text;
+    int               text_ready;
+    uint32_t          n_cached;
+    int32_t           prefill_instance; /* who computed the prompt (DONE tells the client) */
+    uint64_t          arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
+} dreq_t;
+
+typedef struct {
+    moon_serve_instance_args_t a;
+    moon_addr_t                shards_copy[1]; /* decode uses no store */
+    moon_engine_t             *engine;
+    moon_engine_runner_t      *runner;
+    moon_kv_pool_t             pool;
+    const moon_tokenizer_t    *tok;
+    uint32_t                   vocab, seq_len;
+    dreq_t                    *reqs;      /* (max_seqs) */
+    uint32_t                   committed; /* blocks promised to taken requests */
+    /* KV_READY messages of requests not yet taken, in arrival order */
+    moon_msg_hdr_t **waiting;
+    uint32_t         n_waiting;
+    int              admitting; /* try_admit_waiting runs (a cancel taken on admission
+                                   finishes, and finishing admits: not again inside) */
+    /* the step in flight */
+    uint32_t           *b_slot, *b_seq;
+    int32_t            *b_tok;
+    float              *b_logits; /* (max_batch, vocab) */
+    uint32_t            b_n;
+    uint32_t            job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
+    dreq_t             *chunk_req; /* colocated: the request of the chunk in flight */
+    uint32_t            chunk_n;
+    float              *c_logits; /* (vocab) the chunk's last logits */
+    int                 last_was_chunk;
+    moon_block_cache_t *cache;  /* colocated: the instance's own prefix cache */
+    moon_cache_events_t events; /* colocated: its changes, told to the conductor */
+    uint64_t            timer;
+    uint64_t            n_cache_hit_tokens, n_computed_tokens;
+    /* cancels that came before their request */
+    struct {
+        moon_addr_t reply_to;
+        uint64_t    request_id;
+    } cancels[DEC_CANCEL_RING];
+    uint32_t n_cancels;
+    uint64_t n_tokens_out;
+} decode_t;
+
+static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
+{
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        if (d->reqs[i].state != DREQ_FREE && d->reqs[i].reply_to == reply_to &&
+            d->reqs[i].request_id == id) {
+            return &d->reqs[i];
+        }
+    }
+    return NULL;
+}
+
+static int take_cancel(decode_t *d, moon_addr_t reply_to, uint64_t id)
+{
+    for (uint32_t i = 0; i < MOON_MIN(d->n_cancels, DEC_CANCEL_RING); i++) {
+        if (d->cancels[i].reply_to == reply_to && d->cancels[i].request_id == id) {
+            d->cancels[i].reply_to = MOON_ADDR_NONE;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint32_t blocks_for(const decode_t *d, uint64_t n_tokens)
+{
+    uint64_t n = MOON_MIN(n_tokens, (uint64_t)d->seq_len);
+    return (uint32_t)((n + d->a.block_tokens - 1) / d->a.block_tokens);
+}
+
+static void report_load(moon_actor_t *self, decode_t *d)
+{
+    uint32_t running = 0, queued = d->n_waiting, queued_tokens = 0;
+    uint64_t counters[3] = {d->n_cache_hit_tokens, 0, d->n_computed_tokens};
+
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        running += d->reqs[i].state == DREQ_RUNNING;
+        if (d->reqs[i].state == DREQ_PREFILLING) {
+            queued++;
+            queued_tokens += d->reqs[i].n_prompt - d->reqs[i].n_done;
+        }
+    }
+    /* the cache's blocks are free for the conductor: they go when room is needed */
+    moon_serve_report_load(self, &d->a, queued_tokens, queued, running,
+                           moon_kv_n_free_blocks(d->pool.kv) +
+                               (d->cache ? moon_block_cache_idle(d->cache) : 0),
+                           counters);
+}
+
+static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finish,
+                      moon_status_t status, const char *text, const char *why)
+{
+    size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
+    moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
+
+    if (m == NULL) {
+        MOON_ERROR("decode: no memory for DONE of request %llu", (unsigned long long)r->request_id);
+        return;
+    }
+    m->request_id       = r->request_id;
+    m->finish           = finish;
+    m->status           = status;
+    m->n_prompt         = r->n_prompt;
+    m->n_completion     = r->n_gen;
+    m->n_cached         = r->n_cached;
+    m->prefill_instance = r->prefill_instance;
+    m->decode_instance  = (int32_t)d->a.instance;
+    m->queue_ns         = r->queue_ns;
+    m->prefill_ns       = r->prefill_ns;
+    m->transfer_ns      = r->transfer_ns;
+    m->ttft_ns          = r->ttft_ns;
+    moon_msg_set_str(m, &m->text, text ? text : "");
+    moon_msg_set_str(m, &m->message, why ? why : "");
+    moon_tell(self, r->reply_to, &m->hdr);
+}
+
+static void send_kv_done(moon_actor_t *self, dreq_t *r, moon_status_t status)
+{
+    moon_serve_kv_done_t *m;
+
+    if (r->kv_done_sent || r->prefill == MOON_ADDR_NONE) {
+        return;
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_KV_DONE, 0);
+    if (m == NULL) {
+        return; /* the prefill frees the sequence when it learns the request ended */
+    }
+    r->kv_done_sent = 1;
+    m->reply_to     = r->reply_to;
+    m->request_id   = r->request_id;
+    m->status       = status;
+    moon_tell(self, r->prefill, &m->hdr);
+}
+
+static void try_admit_waiting(moon_actor_t *self, decode_t *d);
+static void maybe_step(moon_actor_t *self, decode_t *d);
+
+/* Frees what r holds, once no pull writes into its blocks any more. */
+static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
+{
+    moon_kv_cache_t *kv = d->pool.kv;
+
+    if (r->n_arrived < r->n_issued || r->in_step) {
+        return; /* comes back here when the last one lands */
+    }
+    send_kv_done(self, r, MOON_OK);
+    for (uint32_t i = r->n_appended; i < r->n_full; i++) {
+        if (r->local[i] != MOON_KV_NO_BLOCK) {
+            moon_kv_block_unref(kv, r->local[i]);
+        }
+    }
+    moon_kv_seq_destroy(kv, r->seq);
+    if (r->text_ready) {
+        moon_serve_text_fini(&r->text);
+    }
+    moon_sampler_fini(&r->smp);
+    moon_msg_release(r->final_msg);
+    moon_free(r->local);
+    moon_free(r->arrived);
+    d->committed -= r->budget;
+    memset(r, 0, sizeof(*r));
+    try_admit_waiting(self, d);
+    report_load(self, d);
+}
+
+static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moon_status_t status,
+                   const char *message)
+{
+    const char            *tail = "";
+    size_t                 n    = 0;
+    moon_serve_released_t *rel;
+
+    if (r->finished) {
+        return;
+    }
+    r->finished = 1;
+    if (why != MOON_FINISH_STOP && r->text_ready) {
+        moon_serve_text_flush(&r->text, &tail, &n);
+    }
+    if (status != MOON_OK) {
+        MOON_WARN("decode %u: request %llu ends: %s (%s)", d->a.instance,
+                  (unsigned long long)r->request_id, message ? message : "",
+                  moon_status_str(status));
+    }
+    send_done(self, d, r, why, status, tail, message);
+    rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
+    if (rel != NULL) {
+        rel->reply_to     = r->reply_to;
+        rel->request_id   = r->request_id;
+        rel->finish       = why;
+        rel->n_completion = r->n_gen;
+        moon_tell(self, d->a.conductor, &rel->hdr);
+    }
+    release_req(self, d, r);
+}
+
+static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
+{
+    if (!(r->flags & MOON_SERVE_F_IGNORE_EOS) &&
+        (tok == moon_tokenizer_eos(t) || tok == moon_tokenizer_bos(t))) {
+        return 1; /* BOS ends a sample too, as in `moonlet generate` (llama2.c) */
+    }
+    for (uint32_t i = 0; i < r->n_stop_ids; i++) {
+        if ((uint32_t)tok == r->stop_ids[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A sampled token: streamed (unless it stops), then the request goes on or ends. */
+static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
+{
+    const char         *text = "";
+    size_t              n    = 0;
+    int                 hit;
+    moon_serve_token_t *m;
+
+    if (is_stop_id(r, tok, d->tok)) {
+        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
+        return;
+    }
+    hit = moon_serve_text_push(&r->text, tok, &text, &n);
+    m   = moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1);
+    if (m == NULL) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    m->request_id = r->request_id;
+    m->index      = r->n_gen++;
+    m->token      = (uint32_t)tok;
+    moon_msg_set_str(m, &m->text, text);
+    moon_tell(self, r->reply_to, &m->hdr);
+    d->n_tokens_out++;
+    r->last_token = tok;
+    if (hit) {
+        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
+    } else if (r->n_gen >= r->max_tokens || r->n_prompt + r->n_gen >= d->seq_len) {
+        /* the next token would sit at position n_prompt + n_gen: past the context */
+        finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
+    }
+}
+
+/* Appends the full blocks that arrived in order; runs the request when all
+ * of its KV is in. */
+static void progress_pull(moon_actor_t *self, decode_t *d, dreq_t *r)
+{
+    moon_kv_cache_t *kv = d->pool.kv;
+    uint32_t         rem;
+
+    while (r->n_appended < r->n_full && r->arrived[r->n_appended]) {
+        MOON_CHECK(moon_kv_seq_append_block(kv, r->seq, r->local[r->n_appended]) == MOON_OK);
+        moon_kv_block_unref(kv, r->local[r->n_appended]); /* the sequence holds it now */
+        r->local[r->n_appended++] = MOON_KV_NO_BLOCK;
+    }
+    if (!r->final || r->n_appended < r->n_full) {
+        return;
+    }
+    rem = r->n_prompt - r->n_full * d->a.block_tokens;
+    if (rem > 0 && !r->arrived[r->n_full]) {
+        return;
+    }
+    if (rem > 0 && moon_kv_seq_len(kv, r->seq) < r->n_prompt) {
+        moon_kv_seq_advance(kv, r->seq, rem);
+    }
+    send_kv_done(self, r, MOON_OK);
+    r->transfer_ns = moon_now(moon_actor_runtime(self)) - r->xfer_start_ns;
+    if (!r->finished) {
+        r->state = DREQ_RUNNING;
+        maybe_step(self, d);
+        report_load(self, d);
+    }
+}
+
+/* Simulation: the modeled time n blocks from m's prefill take to arrive,
+ * booked as one move (0 for real moves). */
+static uint64_t pull_delay(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
+                           uint32_t n)
+{
+    if (d->a.xfer_ns == NULL || n == 0) {
+        return 0;
+    }
+    return d->a.xfer_ns(d->a.xfer_arg, moon_now(moon_actor_runtime(self)), MOON_SERVE_XFER_PULL,
+                        m->prefill_instance, d->a.instance, n);
+}
+
+static moon_status_t start_pull(moon_actor_t *self, decode_t *d, dreq_t *r,
+                                const moon_serve_kv_ready_t *m, uint32_t i, uint32_t local,
+                                uint32_t remote, uint64_t delay)
+{
+    moon_status_t status =
+        moon_kv_pool_pull(&d->pool, self, local, MOON_SPAN_PTR(m, m->desc), m->desc.n, m->base,
+                          remote, DEC_COOKIE(r - d->reqs, i), delay);
+    if (status == MOON_OK) {
+        r->n_issued++;
+    }
+    return status;
+}
+
+/* Takes the blocks of one KV_READY of a taken request. */
+static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
+                                 const moon_serve_kv_ready_t *m)
+{
+    const uint32_t  *blocks = MOON_SPAN_PTR(m, m->blocks);
+    moon_kv_cache_t *kv     = d->pool.kv;
+    moon_status_t    status;
+    uint32_t         n_full = 0;
+    uint64_t         delay;
+
+    for (uint32_t j = 0; j < m->blocks.n; j++) {
+        n_full += m->first_block + j < r->n_full;
+    }
+    delay = pull_delay(self, d, m, n_full); /* the message's full blocks move together */
+    for (uint32_t j = 0; j < m->blocks.n; j++) {
+        uint32_t i = m->first_block + j;
+        if (i < r->n_full) {
+            if (r->local[i] != MOON_KV_NO_BLOCK || r->arrived[i]) {
+                continue; /* sent twice */
+            }
+            /* budgeted at admission: cannot fail */
+            MOON_CHECK(moon_kv_block_alloc(kv, &r->local[i]) == MOON_OK);
+            status = start_pull(self, d, r, m, i, r->local[i], blocks[j], delay);
+        } else if (i == r->n_full && m->final) {
+            continue; /* the partial block: pull_partial, once the full ones are in */
+        } else {
+            status = MOON_ERR_INVALID_PARAM;
+        }
+        if (status != MOON_OK) {
+            return status;
+        }
+    }
+    return MOON_OK;
+}
+
+/* Room for a request that may need `need` blocks, beside what the taken
+ * ones may still need: blocks only the prefix cache holds count as room once
+ * given back (least recently used first). */
+static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need)
+{
+    uint32_t idle = d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
+
+    while (d->committed + need + idle > d->a.n_blocks && idle > 0) {
+        moon_block_cache_make_room(d->cache, moon_kv_n_free_blocks(d->pool.kv) + 1);
+        idle = moon_block_cache_idle(d->cache);
+    }
+    moon_cache_events_flush(&d->events, self); /* the evictions, if any */
+    return d->committed + need + idle <= d->a.n_blocks;
+}
+
+static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
+                              dreq_t **r_p)
+{
+    uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens);
+    dreq_t  *r    = NULL;
+
+    if (!budget_allows(self, d, need)) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    /* a virtual cache's metadata grows on use: reserve it for the budget
+     * now, so the "budgeted at admission" calls below cannot fail */
+    if (moon_kv_cache_reserve_meta(
+            d->pool.kv, d->committed + need + (d->cache ? moon_block_cache_idle(d->cache) : 0)) !=
+        MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < d->a.max_seqs && r == NULL; i++) {
+        r = d->reqs[i].state == DREQ_FREE ? &d->reqs[i] : NULL;
+    }
+    if (r == NULL) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    memset(r, 0, sizeof(*r));
+    if (moon_kv_seq_create(d->pool.kv, &r->seq) != MOON_OK) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    r->n_prompt = m->n_tokens;
+    r->n_full   = m->n_tokens / d->a.block_tokens;
+    r->local    = moon_malloc((r->n_full + 1) * sizeof(*r->local));
+    r->arrived  = moon_calloc(r->n_full + 1, 1);
+    if (r->local == NULL || r->arrived == NULL) {
+        moon_kv_seq_destroy(d->pool.kv, r->seq);
+        moon_free(r->local);
+        moon_free(r->arrived);
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i <= r->n_full; i++) {
+        r->local[i] = MOON_KV_NO_BLOCK;
+    }
+    r->state            = DREQ_PULLING;
+    r->reply_to         = m->reply_to;
+    r->request_id       = m->request_id;
+    r->prefill          = m->prefill;
+    r->prefill_instance = (int32_t)m->prefill_instance;
+    r->max_tokens       = m->max_tokens;
+    r->flags            = m->flags;
+    r->budget           = need;
+    r->xfer_start_ns    = moon_now(moon_actor_runtime(self));
+    d->committed += need;
+    *r_p = r;
+    return MOON_OK;
+}
+
+static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, float top_p,
+                                    uint32_t top_k, uint64_t seed, int32_t prev, const char *stops,
+                                    uint32_t stops_len)
+{
+    moon_status_t status =
+        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
+
+    if (status == MOON_OK) {
+        status        = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
+        r->text_ready = status == MOON_OK;
+    }
+    return status;
+}
+
+/* The final KV_READY: sampling state, first token (streamed now: TTFT). */
+static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_serve_kv_ready_t *m)
+{
+    const uint32_t *toks = MOON_SPAN_PTR(m, m->tokens);
+    moon_status_t   status;
+    uint32_t        rem = r->n_prompt - r->n_full * d->a.block_tokens;
+
+    moon_msg_retain(&m->hdr);
+    r->final_msg  = (moon_msg_hdr_t *)&m->hdr;
+    r->final      = 1;
+    r->n_cached   = m->n_cached;
+    r->arrival_ns = m->arrival_ns;
+    r->queue_ns   = m->queue_ns;
+    r->prefill_ns = m->prefill_ns;
+    r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
+    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids = m->stop_ids.n;
+    status =
+        setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
+                       m->tokens.n ? (int32_t)toks[m->tokens.n - 1] : moon_tokenizer_bos(d->tok),
+                       MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
+        return;
+    }
+    (void)rem;
+    emit(self, d, r, (int32_t)m->token);
+}
+
+/* The partial last block is pulled into the sequence's own last block, which
+ * exists once the full blocks are appended and its room is reserved. */
+static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
+{
+    const moon_serve_kv_ready_t *f = (const void *)r->final_msg;
+    const uint32_t              *blocks;
+    uint32_t                     rem = r->n_prompt - r->n_full * d->a.block_tokens, j;
+
+    if (r->state == DREQ_PREFILLING) {
+        return; /* colocated: its KV is computed here */
+    }
+    moon_status_t status;
+
+    if (rem == 0 || r->partial_issued == 1 || r->n_appended < r->n_full || f == NULL) {
+        return;
+    }
+    blocks = MOON_SPAN_PTR(f, f->blocks);
+    j      = r->n_full - f->first_block; /* the partial is the final message's last entry */
+    if (f->blocks.n == 0 || j != f->blocks.n - 1) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM, "decode: bad handover");
+        return;
+    }
+    r->partial_issued = 1;
+    status            = moon_kv_seq_reserve(d->pool.kv, r->seq, rem);
+    if (status == MOON_OK) {
+        uint32_t local = moon_kv_seq_block(d->pool.kv, r->seq, r->n_full);
+        status = start_pull(self, d, r, f, r->n_full, local, blocks[j], pull_delay(self, d, f, 1));
+    }
+    if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: pulling the last block failed");
+    }
+}
+
+static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
+                              const moon_serve_kv_ready_t *m)
+{
+    moon_status_t status;
+
+    if (m->status != MOON_OK) {
+        if (m->status == MOON_ERR_CANCELED) {
+            finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+        } else {
+            finish(self, d, r, MOON_FINISH_ERROR, m->status, MOON_SPAN_PTR(m, m->message));
+        }
+        return;
+    }
+    status = take_blocks(self, d, r, m);
+    if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: bad handover");
+        return;
+    }
+    if (m->final) {
+        take_final(self, d, r, m);
+        if (!r->finished) {
+            pull_partial(self, d, r);
+            progress_pull(self, d, r);
+        }
+    }
+}
+
+/* Takes a KV_READY: for a request already taken, or a new one if the budget
+ * allows; otherwise it waits. Returns 0 when it had to wait. */
+static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m)
+{
+    dreq_t       *r = find_req(d, m->reply_to, m->request_id);
+    moon_status_t status;
+
+    if (r != NULL) {
+        on_kv_ready_taken(self, d, r, m);
+        return 1;
+    }
+    if (m->n_tokens == 0 || m->n_tokens >= d->seq_len || m->max_tokens == 0) {
+        MOON_WARN("decode %u: handover of request %llu with %u tokens refused", d->a.instance,
+                  (unsigned long long)m->request_id, m->n_tokens);
+        return 1;
+    }
+    status = open_req(self, d, m, &r);
+    if (status == MOON_ERR_NO_RESOURCE) {
+        return 0;
+    }
+    if (status != MOON_OK) {
+        return 1; /* out of memory: logged by the allocator; the conductor times it out */
+    }
+    if (take_cancel(d, m->reply_to, m->request_id)) {
+        r->cancelled = 1;
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+        return 1;
+    }
+    on_kv_ready_taken(self, d, r, m);
+    return 1;
+}
+
+/* Colocated: a PREFILL for this instance itself. Returns 0 when it waits. */
+static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_prefill_t *m)
+{
+    moon_serve_kv_ready_t shape = {.reply_to   = m->reply_to,
+                                   .request_id = m->request_id,
+                                   .n_tokens   = m->tokens.n,
+                                   .max_tokens = m->max_tokens};
+    const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
+    dreq_t               *r;
+    moon_status_t         status;
+    uint32_t              hits;
+
+    if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
+        MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
+                  (unsigned long long)m->request_id, m->tokens.n);
+        return 1;
+    }
+    status = open_req(self, d, &shape, &r);
+    if (status == MOON_ERR_NO_RESOURCE) {
+        return 0;
+    }
+    if (status != MOON_OK) {
+        return 1;
+    }
+    moon_msg_retain(&m->hdr);
+    r->final_msg        = (moon_msg_hdr_t *)&m->hdr;
+    r->final            = 1;
+    r->prefill          = MOON_ADDR_NONE;
+    r->prefill_instance = (int32_t)d->a.instance; /* colocated: it prefills too */
+    r->state            = DREQ_PREFILLING;
+    r->arrival_ns       = m->arrival_ns;
+    r->stop_ids         = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids       = m->stop_ids.n;
+    /* the prompt's last token is always computed: its logits give the first token */
+    hits          = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
+                                          MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
+                                          r->seq);
+    r->n_done     = hits * d->a.block_tokens;
+    r->n_cached   = r->n_done;
+    r->n_appended = r->n_full; /* nothing to pull */
+    d->n_cache_hit_tokens += r->n_done;
+    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
+                            (int32_t)tok[m->tokens.n - 1], MOON_SPAN_PTR(m, m->stop_strs),
+                            m->stop_strs.n);
+    if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, "bad sampling parameters");
+    } else if (take_cancel(d, m->reply_to, m->request_id)) {
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else {
+        maybe_step(self, d);
+    }
+    report_load(self, d);
+    return 1;
+}
+
+static int handle_incoming(moon_actor_t *self, decode_t *d, const moon_msg_hdr_t *msg)
+{
+    return msg->type == MOON_MSG_SERVE_PREFILL
+               ? handle_prefill(self, d, (const moon_serve_prefill_t *)msg)
+               : handle_kv_ready(self, d, (const moon_serve_kv_ready_t *)msg);
+}
+
+/* KV_READY from a prefill instance, or (colocated) PREFILL from the
+ * conductor: both begin with the request's name. */
+static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t                    *d = moon_actor_state(self);
+    const moon_serve_kv_ready_t *m = (const void *)msg;
+
+    if (msg->type == MOON_MSG_SERVE_PREFILL && d->cache == NULL) {
+        MOON_WARN("decode %u: a prefill request for a decode-only instance dropped", d->a.instance);
+        return MOON_OK;
+    }
+    /* first come, first served: a new request that would fit does not pass
+     * the ones already waiting for room (a long one would starve behind a
+     * stream of short ones); the head always fits an empty pool at last, as
+     * init asks for one full context */
+    int queued = d->n_waiting > 0 && find_req(d, m->reply_to, m->request_id) == NULL;
+    if (queued || !handle_incoming(self, d, msg)) {
+        moon_msg_hdr_t **w = moon_realloc(d->waiting, (d->n_waiting + 1) * sizeof(*w));
+        if (w == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        moon_msg_retain(msg);
+        d->waiting                 = w;
+        d->waiting[d->n_waiting++] = (moon_msg_hdr_t *)msg;
+    }
+    return MOON_OK;
+}
+
+static void try_admit_waiting(moon_actor_t *self, decode_t *d)
+{
+    uint32_t i = 0;
+
+    if (d->admitting) {
+        return; /* the outer loop goes on admitting */
+    }
+    d->admitting = 1;
+    /* In order: a request's later messages stay behind its first. */
+    while (i < d->n_waiting) {
+        if (!handle_incoming(self, d, d->waiting[i])) {
+            break;
+        }
+        moon_msg_release(d->waiting[i]);
+        memmove(&d->waiting[i], &d->waiting[i + 1], (d->n_waiting - i - 1) * sizeof(*d->waiting));
+        d->n_waiting--;
+    }
+    d->admitting = 0;
+}
+
+static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t status);
+
+static moon_status_t decode_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    const moon_dist_bulk_done_t *m = (const void *)msg;
+
+    block_arrived(self, moon_actor_state(self), m->cookie, m->status);
+    return MOON_OK;
+}
+
+/* A pulled block landed (status MOON_OK) or its transfer failed. */
+static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t st)
+{
+    uint32_t slot = (uint32_t)(cookie >> 32), i = (uint32_t)cookie;
+    dreq_t  *r;
+
+    if (slot >= d->a.max_seqs || d->reqs[slot].state == DREQ_FREE) {
+        return;
+    }
+    r = &d->reqs[slot];
+    r->n_arrived++;
+    if (i <= r->n_full) {
+        r->arrived[i] = st == MOON_OK;
+    }
+    if (r->finished) {
+        release_req(self, d, r); /* the last pull in flight of an ended request */
+        return;
+    }
+    if (st != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, st, "decode: KV transfer failed");
+        return;
+    }
+    progress_pull(self, d, r);
+    if (!r->finished) {
+        pull_partial(self, d, r);
+    }
+}
+
+/* ---- the batch ------------------------------------------------------------ */
+
+static moon_status_t step_job(void *arg, double *duration_s_p)
+{
+    decode_t *d = arg;
+    return moon_engine_decode(d->engine, d->pool.kv, d->b_seq, d->b_tok, d->b_n, d->b_logits,
+                              duration_s_p);
+}
+
+static moon_status_t chunk_job(void *arg, double *duration_s_p)
+{
+    decode_t                   *d   = arg;
+    dreq_t                     *r   = d->chunk_req;
+    const moon_serve_prefill_t *m   = (const void *)r->final_msg;
+    const int32_t              *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
+
+    return moon_engine_prefill(d->engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
+                               duration_s_p);
+}
+
+/* Colocated: the oldest request still prefilling. */
+static dreq_t *next_prefill(decode_t *d)
+{
+    dreq_t *best = NULL;
+
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        dreq_t *r = &d->reqs[i];
+        if (r->state == DREQ_PREFILLING && !r->finished &&
+            (best == NULL || r->arrival_ns < best->arrival_ns)) {
+            best = r;
+        }
+    }
+    return best;
+}
+
+static void start_chunk(moon_actor_t *self, decode_t *d, dreq_t *r)
+{
+    uint32_t n = MOON_MIN(d->a.prefill_chunk, r->n_prompt - r->n_done);
+
+    if (r->n_done == r->n_cached && r->prefill_ns == 0) {
+        r->queue_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
+    }
+    /* budgeted at admission: the blocks are there */
+    MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, n) == MOON_OK);
+    r->in_step        = 1;
+    d->chunk_req      = r;
+    d->chunk_n        = n;
+    d->job_kind       = JOB_CHUNK;
+    d->last_was_chunk = 1;
+    MOON_CHECK(moon_engine_runner_submit(d->runner, self, chunk_job, d, 0) == MOON_OK);
+}
+
+/* The next forward pass: a decode step of the whole batch, or (colocated) a
+ * prefill chunk, taking turns while both have work. */
+static void maybe_step(moon_actor_t *self, decode_t *d)
+{
+    moon_status_t status;
+    dreq_t       *pre;
+
+    if (moon_engine_runner_busy(d->runner)) {
+        return;
+    }
+    pre    = d->cache != NULL ? next_prefill(d) : NULL;
+    d->b_n = 0;
+    if (pre != NULL && d->last_was_chunk == 0) {
+        start_chunk(self, d, pre);
+        return;
+    }
+    for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
+        dreq_t *r = &d->reqs[i];
+        if (r->state != DREQ_RUNNING || r->finished) {
+            continue;
+        }
+        /* budgeted at admission: the room for one more token is there */
+        MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, 1) == MOON_OK);
+        r->in_step        = 1;
+        d->b_slot[d->b_n] = i;
+        d->b_seq[d->b_n]  = r->seq;
+        d->b_tok[d->b_n]  = r->last_token;
+        d->b_n++;
+    }
+    if (d->b_n == 0) {
+        if (pre != NULL) {
+            start_chunk(self, d, pre);
+        }
+        return;
+    }
+    d->job_kind       = JOB_STEP;
+    d->last_was_chunk = 0;
+    status            = moon_engine_runner_submit(d->runner, self, step_job, d, 0);
+    MOON_CHECK(status == MOON_OK);
+}
+
+/* Colocated: a prefill chunk ended. */
+/* A forward pass with r in it ended: r ends now if it finished or was
+ * cancelled meanwhile, or if the pass failed (1); else it goes on (0). */
+static int after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_t status,
+                      const char *what)
+{
+    r->in_step = 0;
+    if (r->finished) {
+        release_req(self, d, r);
+    } else if (r->cancelled) {
+        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else if (status != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status, what);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, double dur)
+{
+    dreq_t                     *r      = d->chunk_req;
+    const moon_serve_prefill_t *m      = (const void *)r->final_msg;
+    const moon_kv_key_t        *keys   = MOON_SPAN_PTR(m, m->keys);
+    uint32_t                    n_keys = m->keys.n / 2;
+
+    d->chunk_req = NULL;
+    if (!after_pass(self, d, r, status, "prefill failed")) {
+        r->n_done += d->chunk_n;
+        r->prefill_ns += (uint64_t)(dur * 1e9);
+        d->n_computed_tokens += d->chunk_n;
+        if (r->n_done == r->n_prompt) {
+            for (uint32_t i = 0; i < MOON_MIN(n_keys, r->n_prompt / d->a.block_tokens); i++) {
+                moon_block_cache_put(d->cache, keys[i], moon_kv_seq_block(d->pool.kv, r->seq, i));
+            }
+            moon_cache_events_flush(&d->events, self);
+            r->state   = DREQ_RUNNING;
+            r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
+            emit(self, d, r, moon_sampler_sample(&r->smp, d->c_logits));
+        }
+    }
+    maybe_step(self, d);
+    report_load(self, d);
+}
+
+static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
+{
+    for (uint32_t b = 0; b < d->b_n; b++) {
+        dreq_t *r = &d->reqs[d->b_slot[b]];
+        if (!after_pass(self, d, r, status, "decode step failed")) {
+            emit(self, d, r, moon_sampler_sample(&r->smp, d->b_logits + (size_t)b * d->vocab));
+        }
+    }
+    d->b_n = 0;
+    maybe_step(self, d);
+}
+
+static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t     *d = moon_actor_state(self);
+    uint64_t      job;
+    moon_status_t status;
+    double        dur;
+
+    uint64_t cookie;
+
+    if (moon_kv_pool_timer(msg, &cookie)) {
+        block_arrived(self, d, cookie, MOON_OK); /* a modeled pull ended (simulation) */
+    } else if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
+        if (d->job_kind == JOB_CHUNK) {
+            on_chunk_done(self, d, status, dur);
+        } else {
+            on_step_done(self, d, status);
+        }
+    } else {
+        report_load(self, d);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t                  *d = moon_actor_state(self);
+    const moon_serve_cancel_t *m = (const void *)msg;
+    dreq_t                    *r = find_req(d, m->reply_to, m->request_id);
+
+    if (r != NULL) {
+        r->cancelled = 1;
+        if (!r->in_step) {
+            finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+        }
+        return MOON_OK;
+    }
+    /* not here yet (it may be queued behind the budget, or still at the
+     * prefill): remember it for when it comes */
+    d->cancels[d->n_cancels % DEC_CANCEL_RING].reply_to   = m->reply_to;
+    d->cancels[d->n_cancels % DEC_CANCEL_RING].request_id = m->request_id;
+    d->n_cancels++;
+    return MOON_OK;
+}
+
+/* Colocated: the conductor lost some of our cache events: it gets the whole cache. */
+static moon_status_t decode_on_cache_sync(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t *d = moon_actor_state(self);
+
+    if (d->cache != NULL && msg->src == d->a.conductor) {
+        moon_cache_events_snapshot(&d->events, self, d->cache);
+    }
+    return MOON_OK;
+}
+
+/* ---- life ------------------------------------------------------------------ */
+
+static void decode_fini(moon_actor_t *self);
+
+static moon_status_t decode_init(moon_actor_t *self, const void *args)
+{
+    decode_t                  *d = moon_actor_state(self);
+    const moon_model_config_t *mc;
+    moon_kv_config_t           kcfg;
+    moon_status_t              status;
+    uint32_t                   mb;
+
+    d->a          = *(const moon_serve_instance_args_t *)args;
+    d->a.shards   = NULL;
+    d->a.n_shards = 0;
+    mc            = moon_model_config(d->a.model);
+    d->tok        = moon_model_tokenizer(d->a.model);
+    d->vocab      = mc->vocab_size;
+    d->seq_len    = mc->seq_len;
+    if (d->tok == NULL || d->a.block_tokens == 0 || d->a.max_seqs == 0 ||
+        d->a.n_blocks < blocks_for(d, d->seq_len)) {
+        MOON_ERROR("decode: a tokenizer, a block size and a pool of at least one full context "
+                   "(%u blocks) are needed",
+                   d->a.block_tokens ? blocks_for(d, d->seq_len) : 0);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    mb                    = d->a.engine.max_batch ? d->a.engine.max_batch : 64;
+    d->a.engine.max_batch = mb;
+    kcfg   = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
+    status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
+    if (status == MOON_OK) {
+        status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv);
+    }
+    d->reqs     = moon_calloc(d->a.max_seqs, sizeof(*d->reqs));
+    d->b_slot   = moon_calloc(mb, sizeof(*d->b_slot));
+    d->b_seq    = moon_calloc(mb, sizeof(*d->b_seq));
+    d->b_tok    = moon_calloc(mb, sizeof(*d->b_tok));
+    d->b_logits = moon_calloc((size_t)mb * d->vocab, sizeof(float));
+    if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
+        if (d->a.prefill_chunk == 0) {
+            d->a.prefill_chunk = 128;
+        }
+        d->c_logits = moon_calloc(d->vocab, sizeof(float));
+        status      = d->c_logits ? moon_block_cache_create(d->pool.kv, d->a.n_blocks, &d->cache)
+                                  : MOON_ERR_NO_MEMORY;
+        if (status == MOON_OK) {
+            moon_cache_events_init(&d->events, d->cache, d->a.instance, &d->a.tag, d->a.conductor);
+        }
+    }
+    if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits)) {
+        status = MOON_ERR_NO_MEMORY;
+    }
+    if (status == MOON_OK) {
+        status =
+            moon_serve_instance_start(self, &d->a, d->engine, d->pool.kv, &d->runner, &d->timer);
+    }
+    if (status != MOON_OK) {
+        MOON_ERROR("decode %u: setup failed: %s", d->a.instance, moon_status_str(status));
+        decode_fini(self); /* the runtime does not call fini after a failed init */
+        return status;
+    }
+    if (d->cache != NULL) {
+        moon_cache_events_snapshot(&d->events, self, d->cache); /* after HELLO: empty */
+    }
+    report_load(self, d);
+    return MOON_OK;
+}
+
+static void decode_fini(moon_actor_t *self)
+{
+    decode_t *d = moon_actor_state(self);
+
+    moon_engine_runner_destroy(d->runner); /* first: no step touches the pool after this */
+    for (uint32_t i = 0; d->reqs != NULL && i < d->a.max_seqs; i++) {
+        dreq_t *r = &d->reqs[i];
+        if (r->state != DREQ_FREE) {
+            if (r->text_ready) {
+                moon_serve_text_fini(&r->text);
+            }
+            moon_sampler_fini(&r->smp);
+            moon_msg_release(r->final_msg);
+            moon_free(r->local);
+            moon_free(r->arrived);
+        }
+    }
+    for (uint32_t i = 0; i < d->n_waiting; i++) {
+        moon_msg_release(d->waiting[i]);
+    }
+    moon_free(d->waiting);
+    moon_block_cache_destroy(d->cache); /* its references, before the pool goes */
+    moon_cache_events_fini(&d->events);
+    moon_kv_pool_close(&d->pool);
+    moon_engine_destroy(d->engine);
+    moon_free(d->c_logits);
+    moon_free(d->reqs);
+    moon_free(d->b_slot);
+    moon_free(d->b_seq);
+    moon_free(d->b_tok);
+    moon_free(d->b_logits);
+}
+
+const moon_actor_ops_t moon_decode_ops = {
+    .name        = "decode",
+    .state_bytes = sizeof(decode_t),
+    .init        = decode_init,
+    .fini        = decode_fini,
+    .on_msg =
+        {
+            [MOON_MSG_SERVE_KV_READY]    = decode_on_kv_ready,
+            [MOON_MSG_SERVE_PREFILL]     = decode_on_kv_ready,
+            [MOON_MSG_SERVE_CANCEL]      = decode_on_cancel,
+            [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
+            [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
+            [MOON_MSG_SYS_TIMER]         = decode_on_timer,
+            [MOON_MSG_SERVE_CACHE_SYNC]  = decode_on_cache_sync,
+        },
+};

@@ -1,0 +1,394 @@
+/* launch/cli/cmd_model.c - model subcommands of `moonlet`: convert, gen-model,
+ * generate. Single-threaded front ends over moon_model; their options are
+ * configuration tables (flags only), generate's plus the engine's tuning. */
+#include "cli.h"
+#include "commands.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+#include "moonlet/model.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- convert ---------------------------------------------------------------- */
+typedef struct {
+    const char *checkpoint, *tokenizer, *out, *name, *license;
+} convert_opts_t;
+
+#define CONVERT_AT(_f) MOON_CONFIG_AT(convert_opts_t, _f)
+static const moon_config_field_t convert_fields[] = {
+    {"checkpoint", MOON_CONFIG_STRING, CONVERT_AT(checkpoint), .dflt = NULL,
+     .doc = "llama2.c checkpoint (legacy format), required"},
+    {"tokenizer", MOON_CONFIG_STRING, CONVERT_AT(tokenizer), .dflt = NULL,
+     .doc = "llama2.c tokenizer.bin, required"},
+    {"out", MOON_CONFIG_STRING, CONVERT_AT(out), .dflt = NULL,
+     .doc = "GGUF file to write, required"},
+    {"name", MOON_CONFIG_STRING, CONVERT_AT(name), .dflt = NULL, .doc = "general.name"},
+    {"license", MOON_CONFIG_STRING, CONVERT_AT(license), .dflt = NULL, .doc = "general.license"},
+    MOON_CONFIG_END,
+};
+static const moon_config_table_t convert_table = {"convert", "moonlet convert", NULL,
+                                                  convert_fields};
+
+int moon_cmd_convert(int argc, char **argv)
+{
+    convert_opts_t         o;
+    const moon_cli_table_t tables[] = {{&convert_table, &o}};
+    moon_config_t         *cfg      = NULL;
+    moon_status_t          status;
+    int                    rc;
+
+    rc = moon_cli_parse("convert",
+                        "usage: moonlet convert --checkpoint MODEL.bin --tokenizer TOK.bin "
+                        "--out MODEL.gguf [--name NAME] [--license LICENSE]\n"
+                        "  converts a llama2.c checkpoint (legacy format) into GGUF v3 (F32)\n",
+                        tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.checkpoint == NULL || o.tokenizer == NULL || o.out == NULL) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("convert", "--checkpoint, --tokenizer and --out are required");
+    }
+    status = moon_model_convert_llama2c(o.checkpoint, o.tokenizer, o.out, o.name, o.license);
+    moon_config_destroy(cfg);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet convert: %s\n", moon_status_str(status));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- gen-model -------------------------------------------------------------- */
+typedef struct {
+    const char *out;
+    uint32_t    dim, hidden, layers, heads, kv_heads, vocab, seq_len;
+    int         type;
+    uint64_t    seed;
+} gen_model_opts_t;
+
+static const char *const      type_choices[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL};
+static const moon_ggml_type_t type_values[]  = {MOON_GGML_F32, MOON_GGML_F16, MOON_GGML_BF16,
+                                                MOON_GGML_Q8_0, MOON_GGML_Q4_0};
+
+#define GEN_AT(_f) MOON_CONFIG_AT(gen_model_opts_t, _f)
+static const moon_config_field_t gen_model_fields[] = {
+    {"out", MOON_CONFIG_STRING, GEN_AT(out), .dflt = NULL, .doc = "GGUF file to write, required"},
+    {"dim", MOON_CONFIG_U32, GEN_AT(dim), .dflt = "768", .doc = "model width", .min = 1,
+     .max = 1u << 16},
+    {"hidden", MOON_CONFIG_U32, GEN_AT(hidden), .dflt = "2048", .doc = "feed-forward width",
+     .min = 1, .max = 1u << 18},
+    {"layers", MOON_CONFIG_U32, GEN_AT(layers), .dflt = "12", .doc = "transformer layers", .min = 1,
+     .max = 1024},
+    {"heads", MOON_CONFIG_U32, GEN_AT(heads), .dflt = "12", .doc = "attention heads", .min = 1,
+     .max = 1024},
+    {"kv-heads", MOON_CONFIG_U32, GEN_AT(kv_heads), .dflt = "0",
+     .doc = "key/value heads (0: as many as --heads)", .max = 1024},
+    {"vocab", MOON_CONFIG_U32, GEN_AT(vocab), .dflt = "32000", .doc = "vocabulary size", .min = 1,
+     .max = 1u << 22},
+    {"seq-len", MOON_CONFIG_U32, GEN_AT(seq_len), .dflt = "1024", .doc = "context length", .min = 1,
+     .max = 1u << 22},
+    {"type", MOON_CONFIG_ENUM, GEN_AT(type), .dflt = "f32", .doc = "weight type",
+     .choices = type_choices},
+    {"seed", MOON_CONFIG_U64, GEN_AT(seed), .dflt = "1", .doc = "weights' random seed"},
+    MOON_CONFIG_END,
+};
+static const moon_config_table_t gen_model_table = {"gen-model", "moonlet gen-model", NULL,
+                                                    gen_model_fields};
+
+int moon_cmd_gen_model(int argc, char **argv)
+{
+    gen_model_opts_t       o;
+    const moon_cli_table_t tables[] = {{&gen_model_table, &o}};
+    moon_config_t         *cfg      = NULL;
+    moon_model_config_t    c        = {0};
+    moon_status_t          status;
+    int                    rc;
+
+    rc = moon_cli_parse("gen-model",
+                        "usage: moonlet gen-model --out M.gguf [options]\n"
+                        "  writes a random-weight Llama of any shape as GGUF\n",
+                        tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.out == NULL) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("gen-model", "--out is required");
+    }
+    c.dim        = o.dim;
+    c.hidden_dim = o.hidden;
+    c.n_layers   = o.layers;
+    c.n_heads    = o.heads;
+    c.n_kv_heads = o.kv_heads != 0 ? o.kv_heads : o.heads;
+    c.vocab_size = o.vocab;
+    c.seq_len    = o.seq_len;
+    c.norm_eps   = 1e-5f;
+    c.rope_theta = 10000.0f;
+    status       = moon_model_write_random(&c, type_values[o.type], o.seed, o.out);
+    moon_config_destroy(cfg);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet gen-model: %s\n", moon_status_str(status));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- generate --------------------------------------------------------------- */
+typedef struct {
+    const char *model, *prompt, *prompt_file;
+    uint32_t    max_tokens, top_k, threads;
+    double      temperature, top_p;
+    uint64_t    seed;
+    int         backend; /* index in backend_choices */
+} generate_opts_t;
+
+static const char *const         backend_choices[] = {"ref", "cpu", "cuda", NULL};
+static const moon_backend_kind_t backend_values[]  = {MOON_BACKEND_REF, MOON_BACKEND_CPU,
+                                                      MOON_BACKEND_CUDA};
+
+#define GENERATE_AT(_f) MOON_CONFIG_AT(generate_opts_t, _f)
+static const moon_config_field_t generate_fields[] = {
+    {"model", MOON_CONFIG_STRING, GENERATE_AT(model), .dflt = NULL,
+     .doc = "GGUF model file, required"},
+    {"prompt", MOON_CONFIG_STRING, GENERATE_AT(prompt), .dflt = "",
+     .doc = "prompt text (-: read it from stdin)"},
+    {"prompt-file", MOON_CONFIG_STRING, GENERATE_AT(prompt_file), .dflt = NULL,
+     .doc = "read the prompt from this file"},
+    {"max-tokens", MOON_CONFIG_U32, GENERATE_AT(max_tokens), .dflt = "64",
+     .doc = "new tokens to generate at most", .max = 1u << 20},
+    {"temperature", MOON_CONFIG_DOUBLE, GENERATE_AT(temperature), .dflt = "0",
+     .doc = "sampling temperature (0: greedy)", .dmax = 100},
+    {"top-p", MOON_CONFIG_DOUBLE, GENERATE_AT(top_p), .dflt = "1",
+     .doc = "nucleus sampling mass, above 0 (1: off)", .dmax = 1},
+    {"top-k", MOON_CONFIG_U32, GENERATE_AT(top_k), .dflt = "0",
+     .doc = "sample among the k likeliest (0: off)"},
+    {"seed", MOON_CONFIG_U64, GENERATE_AT(seed), .dflt = "1", .doc = "sampling seed"},
+    {"backend", MOON_CONFIG_ENUM, GENERATE_AT(backend), .dflt = "cpu",
+     .doc     = "engine backend (cuda falls back to cpu where there is no gpu)",
+     .choices = backend_choices},
+    {"threads", MOON_CONFIG_U32, GENERATE_AT(threads), .dflt = "0",
+     .doc = "cpu threads (0: every online core)", .max = 1024},
+    MOON_CONFIG_END,
+};
+static const moon_config_table_t generate_table = {"generate", "moonlet generate", NULL,
+                                                   generate_fields};
+
+typedef enum { STOP_MAX_TOKENS, STOP_EOS, STOP_CONTEXT } stop_reason_t;
+static const char *const stop_names[] = {"max-tokens", "end of text",
+                                         "context full (the model's seq_len)"};
+
+/* What one generation holds; gen_fini frees it all. */
+typedef struct {
+    moon_model_t              *model;
+    moon_engine_t             *eng;
+    moon_kv_cache_t           *kv;
+    const moon_tokenizer_t    *tok;
+    const moon_model_config_t *c;
+    moon_sampler_t             smp;
+    uint32_t                   seq;
+    int32_t                   *ids;
+    float                     *logits;
+    char                      *out;
+    size_t                     n_ids;
+} gen_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void gen_fini(gen_t *g)
+{
+    moon_free(g->ids);
+    moon_free(g->logits);
+    moon_free(g->out);
+    moon_sampler_fini(&g->smp);
+    moon_kv_cache_destroy(g->kv);
+    moon_engine_destroy(g->eng);
+    moon_model_destroy(g->model);
+}
+
+/* Loads the model, creates the engine, KV cache, sampler and buffers, and
+ * tokenizes prompt. Returns 0, or the exit status (the error printed). */
+static int gen_setup(gen_t *g, const generate_opts_t *o, const moon_engine_tuning_t *tuning,
+                     const char *prompt)
+{
+    moon_engine_config_t ecfg = {0};
+    moon_kv_config_t     kcfg;
+    moon_status_t        status;
+    size_t               len = strlen(prompt);
+
+    status = moon_model_load(o->model, &g->model);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet generate: load %s: %s\n", o->model, moon_status_str(status));
+        return 1;
+    }
+    g->c   = moon_model_config(g->model);
+    g->tok = moon_model_tokenizer(g->model);
+    if (g->tok == NULL) {
+        fprintf(stderr, "moonlet generate: %s has no tokenizer\n", o->model);
+        return 1;
+    }
+    ecfg.kind      = backend_values[o->backend];
+    ecfg.n_threads = o->threads;
+    ecfg.max_batch = 1;
+    ecfg.max_chunk = 128;
+    ecfg.tuning    = tuning;
+    status         = moon_engine_create(g->model, &ecfg, &g->eng);
+    if (status == MOON_ERR_UNSUPPORTED && ecfg.kind == MOON_BACKEND_CUDA) {
+        /* a build without CUDA, or no usable GPU here: the CPU path */
+        fprintf(stderr, "moonlet generate: no CUDA backend here (no GPU, or a build without "
+                        "MOON_WITH_CUDA): running on the CPU\n");
+        ecfg.kind = MOON_BACKEND_CPU;
+        status    = moon_engine_create(g->model, &ecfg, &g->eng);
+    }
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet generate: engine (--backend %s, --threads %u): %s\n",
+                backend_choices[o->backend], o->threads, moon_status_str(status));
+        return 1;
+    }
+    kcfg   = moon_model_kv_config(g->c, 16, (g->c->seq_len + 15) / 16, 1);
+    status = moon_kv_cache_create(&kcfg, &g->kv);
+    if (status == MOON_OK) {
+        status = moon_kv_seq_create(g->kv, &g->seq);
+    }
+    if (status == MOON_OK) {
+        status = moon_sampler_init(&g->smp, g->c->vocab_size, (float)o->temperature,
+                                   (float)o->top_p, o->top_k, o->seed);
+    }
+    g->ids    = moon_malloc((len + 2) * sizeof(*g->ids));
+    g->logits = moon_malloc(g->c->vocab_size * sizeof(float));
+    g->out    = moon_malloc(MOON_TOK_STREAM_OUT_MAX(g->tok));
+    if (status == MOON_OK && (g->ids == NULL || g->logits == NULL || g->out == NULL)) {
+        status = MOON_ERR_NO_MEMORY;
+    }
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet generate: setup: %s\n", moon_status_str(status));
+        return 1;
+    }
+    status = moon_tokenizer_encode(g->tok, prompt, len, true, g->ids, len + 2, &g->n_ids);
+    if (status != MOON_OK || g->n_ids >= g->c->seq_len) {
+        fprintf(stderr, "moonlet generate: the prompt (%zu tokens) does not fit the context (%u)\n",
+                g->n_ids, g->c->seq_len);
+        return 1;
+    }
+    return 0;
+}
+
+/* Prefills the prompt, then samples and decodes up to max_new tokens, the
+ * text on stdout; the stop reason and the rates on stderr. */
+static int gen_run(gen_t *g, uint32_t max_new)
+{
+    moon_tok_stream_t st;
+    size_t            out_len, out_max = MOON_TOK_STREAM_OUT_MAX(g->tok);
+    stop_reason_t     stop  = STOP_MAX_TOKENS;
+    uint32_t          n_new = 0;
+    double            t0    = now_s(), t1;
+    moon_status_t     status;
+
+    for (size_t i = 0; i < g->n_ids; i += 128) {
+        uint32_t n = (uint32_t)MOON_MIN(g->n_ids - i, 128);
+        status     = moon_engine_prefill(g->eng, g->kv, g->seq, g->ids + i, n, g->logits, NULL);
+        if (status != MOON_OK) {
+            fprintf(stderr, "moonlet generate: prefill: %s\n", moon_status_str(status));
+            return 1;
+        }
+    }
+    t1 = now_s();
+    moon_tok_stream_init(&st, g->tok, g->ids[g->n_ids - 1]);
+    while (n_new < max_new) {
+        int32_t next = moon_sampler_sample(&g->smp, g->logits);
+        if (next == moon_tokenizer_eos(g->tok) || next == moon_tokenizer_bos(g->tok)) {
+            stop = STOP_EOS;
+            break;
+        }
+        if (moon_tok_stream_push(&st, next, g->out, out_max, &out_len) == MOON_OK) {
+            fwrite(g->out, 1, out_len, stdout); /* ids past the vocabulary print nothing */
+        }
+        fflush(stdout);
+        n_new++;
+        if (n_new == max_new) {
+            break;
+        }
+        if (moon_kv_seq_len(g->kv, g->seq) >= g->c->seq_len) {
+            stop = STOP_CONTEXT;
+            break;
+        }
+        status = moon_engine_decode(g->eng, g->kv, &g->seq, &next, 1, g->logits, NULL);
+        if (status != MOON_OK) {
+            fprintf(stderr, "\nmoonlet generate: decode: %s\n", moon_status_str(status));
+            return 1;
+        }
+    }
+    moon_tok_stream_flush(&st, g->out, out_max, &out_len);
+    fwrite(g->out, 1, out_len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    {
+        double t2 = now_s();
+        fprintf(stderr, "moonlet generate: stop: %s after %u new tokens\n", stop_names[stop],
+                n_new);
+        fprintf(stderr,
+                "moonlet generate: prompt %zu tokens in %.3f s, %u new tokens in %.3f s "
+                "(%.1f tokens/s)\n",
+                g->n_ids, t1 - t0, n_new, t2 - t1, t2 > t1 ? n_new / (t2 - t1) : 0.0);
+    }
+    return 0;
+}
+
+int moon_cmd_generate(int argc, char **argv)
+{
+    generate_opts_t        o;
+    moon_engine_tuning_t   tuning;
+    const moon_cli_table_t tables[] = {{&generate_table, &o}, {&moon_engine_tuning_table, &tuning}};
+    moon_config_t         *cfg      = NULL;
+    gen_t                  g;
+    char                  *text = NULL;
+    const char            *prompt;
+    int                    rc;
+
+    rc = moon_cli_parse("generate",
+                        "usage: moonlet generate --model M.gguf [--prompt TEXT | --prompt - | "
+                        "--prompt-file FILE] [options]\n"
+                        "  generates a continuation of the prompt: the text on stdout, the stop "
+                        "reason and the rates on stderr\n",
+                        tables, MOON_ARRAY_SIZE(tables), 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.model == NULL) {
+        rc = moon_cli_usage_error("generate", "--model is required");
+    } else if (o.prompt_file != NULL && o.prompt[0] != '\0') {
+        rc = moon_cli_usage_error("generate", "--prompt and --prompt-file exclude each other");
+    } else if (!(o.top_p > 0)) {
+        rc = moon_cli_usage_error("generate", "--top-p: '%g' is not in (0, 1]", o.top_p);
+    }
+    if (rc >= 0) {
+        moon_config_destroy(cfg);
+        return rc;
+    }
+    prompt = o.prompt;
+    if (o.prompt_file != NULL || strcmp(o.prompt, "-") == 0) {
+        if (moon_cli_read_text("generate", o.prompt_file != NULL ? o.prompt_file : "-", &text) !=
+            MOON_OK) {
+            moon_config_destroy(cfg);
+            return 1;
+        }
+        prompt = text;
+    }
+    memset(&g, 0, sizeof(g));
+    rc = gen_setup(&g, &o, &tuning, prompt);
+    if (rc == 0) {
+        rc = gen_run(&g, o.max_tokens);
+    }
+    gen_fini(&g);
+    moon_free(text);
+    moon_config_destroy(cfg);
+    return rc;
+}

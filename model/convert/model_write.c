@@ -1,0 +1,537 @@
+/* model/convert/model_write.c - writing Llama models as GGUF: the random
+ * model writer (gen-model) and the llama2.c converter. Load-time only; the
+ * loader is model/model.c. */
+#include "moonlet/model.h"
+
+#include "model_internal.h"
+#include "moonlet/alloc.h"
+#include "moonlet/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- writing models -------------------------------------------------------- */
+
+/* Llama hyper-parameter and tokenizer keys shared by gen-model and convert. */
+static moon_status_t write_llama_keys(moon_gguf_writer_t *w, const moon_model_config_t *c,
+                                      const char *name, const char *license, uint32_t file_type)
+{
+    moon_status_t status = MOON_OK;
+
+#define PUT(_call)                                                                                 \
+    do {                                                                                           \
+        if (status == MOON_OK) {                                                                   \
+            status = (_call);                                                                      \
+        }                                                                                          \
+    } while (0)
+    PUT(moon_gguf_writer_kv_str(w, "general.architecture", "llama"));
+    PUT(moon_gguf_writer_kv_str(w, "general.name", name ? name : "moonlet-random"));
+    if (license != NULL) {
+        PUT(moon_gguf_writer_kv_str(w, "general.license", license));
+    }
+    PUT(moon_gguf_writer_kv_u32(w, "general.file_type", file_type));
+    PUT(moon_gguf_writer_kv_u32(w, "general.alignment", MOON_GGUF_DEFAULT_ALIGNMENT));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.vocab_size", c->vocab_size));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.context_length", c->seq_len));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.embedding_length", c->dim));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.block_count", c->n_layers));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.feed_forward_length", c->hidden_dim));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.rope.dimension_count", c->dim / c->n_heads));
+    PUT(moon_gguf_writer_kv_f32(w, "llama.rope.freq_base", c->rope_theta));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.attention.head_count", c->n_heads));
+    PUT(moon_gguf_writer_kv_u32(w, "llama.attention.head_count_kv", c->n_kv_heads));
+    PUT(moon_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps));
+#undef PUT
+    return status;
+}
+
+static moon_status_t write_tokenizer_keys(moon_gguf_writer_t *w, char **tokens, const float *scores,
+                                          const int32_t *types, uint32_t n)
+{
+    moon_status_t status = moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
+
+    if (status == MOON_OK) {
+        status =
+            moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", MOON_GGUF_FLOAT32, scores, n);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", MOON_GGUF_INT32, types, n);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false);
+    }
+    return status;
+}
+
+/* Tensor i of the canonical llama order: name, GGUF dims, element count. */
+typedef struct {
+    char     name[64];
+    uint32_t n_dims;
+    uint64_t ne[2];
+    int      is_norm;
+} tensor_desc_t;
+
+static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, tensor_desc_t *d)
+{
+    uint32_t kv_dim = c->n_kv_heads * (c->dim / c->n_heads);
+    uint32_t n      = 0;
+
+#define ADD(_nd, _ne0, _ne1, _norm, ...)                                                           \
+    do {                                                                                           \
+        snprintf(d[n].name, sizeof(d[n].name), __VA_ARGS__);                                       \
+        d[n].n_dims  = (_nd);                                                                      \
+        d[n].ne[0]   = (_ne0);                                                                     \
+        d[n].ne[1]   = (_ne1);                                                                     \
+        d[n].is_norm = (_norm);                                                                    \
+        n++;                                                                                       \
+    } while (0)
+    ADD(2, c->dim, c->vocab_size, 0, "token_embd.weight");
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        ADD(1, c->dim, 1, 1, "blk.%u.attn_norm.weight", l);
+        ADD(2, c->dim, c->dim, 0, "blk.%u.attn_q.weight", l);
+        ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_k.weight", l);
+        ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_v.weight", l);
+        ADD(2, c->dim, c->dim, 0, "blk.%u.attn_output.weight", l);
+        ADD(1, c->dim, 1, 1, "blk.%u.ffn_norm.weight", l);
+        ADD(2, c->dim, c->hidden_dim, 0, "blk.%u.ffn_gate.weight", l);
+        ADD(2, c->hidden_dim, c->dim, 0, "blk.%u.ffn_down.weight", l);
+        ADD(2, c->dim, c->hidden_dim, 0, "blk.%u.ffn_up.weight", l);
+    }
+    ADD(1, c->dim, 1, 1, "output_norm.weight");
+    if (with_output) {
+        ADD(2, c->dim, c->vocab_size, 0, "output.weight");
+    }
+#undef ADD
+    return n;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((double)(rng_next(s) >> 11) * (1.0 / 4503599627370496.0) - 1.0);
+}
+
+static void free_strs(char **strs, uint32_t n)
+{
+    for (uint32_t i = 0; strs != NULL && i < n; i++) {
+        moon_free(strs[i]);
+    }
+    moon_free(strs);
+}
+
+/* Byte-level vocabulary: <unk>, <s>, </s>, 256 byte tokens, then pieces. */
+static moon_status_t make_vocab(uint32_t n, char ***tokens_p, float **scores_p, int32_t **types_p)
+{
+    char   **tokens = moon_calloc(n, sizeof(*tokens));
+    float   *scores = moon_calloc(n, sizeof(*scores));
+    int32_t *types  = moon_calloc(n, sizeof(*types));
+
+    if (tokens == NULL || scores == NULL || types == NULL) {
+        goto err;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        char buf[32];
+        if (i == 0) {
+            snprintf(buf, sizeof(buf), "<unk>");
+            types[i] = 2;
+        } else if (i <= 2) {
+            snprintf(buf, sizeof(buf), i == 1 ? "<s>" : "</s>");
+            types[i] = 3;
+        } else if (i < 259) {
+            snprintf(buf, sizeof(buf), "<0x%02X>", i - 3);
+            types[i] = 6;
+        } else if (i == 259) {
+            snprintf(buf, sizeof(buf), "\xe2\x96\x81"); /* the word-start piece alone */
+            types[i] = 1;
+        } else if (i < 286) {
+            snprintf(buf, sizeof(buf), "%c", (char)('a' + (i - 260)));
+            types[i]  = 1;
+            scores[i] = -(float)(i - 259);
+        } else {
+            /* distinct pieces: U+2581 then the index in base 26 */
+            uint32_t v = i - 286, k = 3;
+            memcpy(buf, "\xe2\x96\x81", 3);
+            do {
+                buf[k++] = (char)('a' + v % 26);
+                v /= 26;
+            } while (v != 0);
+            buf[k]    = '\0';
+            types[i]  = 1;
+            scores[i] = -(float)(i - 259);
+        }
+        tokens[i] = moon_strdup(buf);
+        if (tokens[i] == NULL) {
+            goto err;
+        }
+    }
+    *tokens_p = tokens;
+    *scores_p = scores;
+    *types_p  = types;
+    return MOON_OK;
+err:
+    free_strs(tokens, n);
+    moon_free(scores);
+    moon_free(types);
+    return MOON_ERR_NO_MEMORY;
+}
+
+moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_type_t type,
+                                      uint64_t seed, const char *path)
+{
+    moon_gguf_writer_t *w      = NULL;
+    tensor_desc_t      *desc   = NULL;
+    void              **bufs   = NULL;
+    char              **tokens = NULL;
+    float              *scores = NULL, *tmp = NULL;
+    int32_t            *types = NULL;
+    uint32_t            n_t   = 0;
+    uint64_t            rng   = seed;
+    moon_status_t       status;
+
+    if (c == NULL || path == NULL || c->dim == 0 || c->n_heads == 0 || c->dim % c->n_heads != 0 ||
+        c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 ||
+        c->n_layers == 0 || c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
+        moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 || c->dim % moon_ggml_block_size(type) != 0 ||
+        c->hidden_dim % moon_ggml_block_size(type) != 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    desc = moon_calloc(9 * (size_t)c->n_layers + 4, sizeof(*desc));
+    if (desc == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    n_t    = llama_tensors(c, 0, desc);
+    bufs   = moon_calloc(n_t, sizeof(*bufs));
+    status = moon_gguf_writer_create(&w);
+    if (bufs == NULL || status != MOON_OK) {
+        status = MOON_ERR_NO_MEMORY;
+        goto out;
+    }
+    status = write_llama_keys(w, c, "moonlet-random", "MIT", type == MOON_GGML_F32 ? 0 : 1);
+    if (status == MOON_OK && c->vocab_size >= 259) {
+        status = make_vocab(c->vocab_size, &tokens, &scores, &types);
+        if (status == MOON_OK) {
+            status = write_tokenizer_keys(w, tokens, scores, types, c->vocab_size);
+        }
+    }
+    for (uint32_t i = 0; status == MOON_OK && i < n_t; i++) {
+        uint64_t         n     = desc[i].ne[0] * desc[i].ne[1];
+        moon_ggml_type_t ttype = desc[i].is_norm ? MOON_GGML_F32 : type;
+        float            scale = desc[i].is_norm ? 0.1f : 1.0f / sqrtf((float)desc[i].ne[0]);
+        if (i == 0) {
+            scale = 1.0f; /* embeddings: unit scale so activations are not tiny */
+        }
+        tmp     = moon_malloc(n * sizeof(float));
+        bufs[i] = moon_malloc(moon_ggml_type_bytes(ttype, n));
+        if (tmp == NULL || bufs[i] == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            break;
+        }
+        for (uint64_t j = 0; j < n; j++) {
+            tmp[j] = (desc[i].is_norm ? 1.0f : 0.0f) + scale * rng_uniform(&rng);
+        }
+        moon_ggml_quantize(ttype, tmp, bufs[i], n);
+        moon_free(tmp);
+        tmp = NULL;
+        status =
+            moon_gguf_writer_tensor(w, desc[i].name, ttype, desc[i].n_dims, desc[i].ne, bufs[i]);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_write(w, path);
+    }
+out:
+    moon_free(tmp);
+    for (uint32_t i = 0; bufs != NULL && i < n_t; i++) {
+        moon_free(bufs[i]);
+    }
+    moon_free(bufs);
+    moon_free(desc);
+    free_strs(tokens, c->vocab_size);
+    moon_free(scores);
+    moon_free(types);
+    moon_gguf_writer_destroy(w);
+    return status;
+}
+
+/* ---- llama2.c converter ------------------------------------------------------ */
+
+static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p)
+{
+    /* O_NONBLOCK: a FIFO must not block in open(); only regular files */
+    int         fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE       *f;
+    long        len;
+    uint8_t    *data;
+
+    if (fd < 0) {
+        MOON_ERROR("convert: open %s: %s", path, strerror(errno));
+        return errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (f = fdopen(fd, "rb")) == NULL) {
+        MOON_ERROR("convert: %s is not a regular file", path);
+        close(fd);
+        return MOON_ERR_IO;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return MOON_ERR_IO;
+    }
+    data = moon_malloc((size_t)len + 1);
+    if (data == NULL) {
+        fclose(f);
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (fread(data, 1, (size_t)len, f) != (size_t)len) {
+        MOON_ERROR("convert: read %s failed", path);
+        moon_free(data);
+        fclose(f);
+        return MOON_ERR_IO;
+    }
+    fclose(f);
+    *data_p = data;
+    *len_p  = (size_t)len;
+    return MOON_OK;
+}
+
+/* tokenizer.bin -> GGUF vocabulary (spaces back to U+2581, BOS/EOS renamed). */
+static moon_status_t parse_llama2c_tokenizer(const uint8_t *d, size_t len, uint32_t n,
+                                             char ***tokens_p, float **scores_p, int32_t **types_p)
+{
+    char   **tokens = moon_calloc(n, sizeof(*tokens));
+    float   *scores = moon_calloc(n, sizeof(*scores));
+    int32_t *types  = moon_calloc(n, sizeof(*types));
+    size_t   o      = 4; /* max_token_length */
+
+    if (tokens == NULL || scores == NULL || types == NULL) {
+        goto nomem;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t  tl;
+        char    *s;
+        size_t   k = 0;
+        unsigned bv;
+        if (len < o + 8) {
+            goto corrupt;
+        }
+        memcpy(&scores[i], d + o, 4);
+        memcpy(&tl, d + o + 4, 4);
+        o += 8;
+        if (tl < 0 || (size_t)tl > len - o) {
+            goto corrupt;
+        }
+        s = moon_malloc((size_t)tl * 3 + 8);
+        if (s == NULL) {
+            goto nomem;
+        }
+        for (int32_t j = 0; j < tl; j++) {
+            if (d[o + j] == ' ') {
+                memcpy(s + k, "\xe2\x96\x81", 3);
+                k += 3;
+            } else {
+                s[k++] = (char)d[o + j];
+            }
+        }
+        s[k]     = '\0';
+        types[i] = 1;
+        if (i == 0) {
+            types[i] = 2;
+        } else if (i == 1 || i == 2) {
+            snprintf(s, 8, i == 1 ? "<s>" : "</s>");
+            types[i] = 3;
+        } else if (k == 6 && sscanf(s, "<0x%2X>", &bv) == 1 && s[5] == '>') {
+            types[i] = 6;
+        }
+        tokens[i] = s;
+        o += (size_t)tl;
+    }
+    *tokens_p = tokens;
+    *scores_p = scores;
+    *types_p  = types;
+    return MOON_OK;
+corrupt:
+    MOON_ERROR("convert: tokenizer file truncated or malformed");
+    free_strs(tokens, n);
+    moon_free(scores);
+    moon_free(types);
+    return MOON_ERR_CORRUPT;
+nomem:
+    free_strs(tokens, n);
+    moon_free(scores);
+    moon_free(types);
+    return MOON_ERR_NO_MEMORY;
+}
+
+moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_path,
+                                         const char *out_path, const char *name,
+                                         const char *license)
+{
+    uint8_t            *ck = NULL, *tk = NULL;
+    size_t              ck_len = 0, tk_len = 0, need, off;
+    int32_t             h[7];
+    moon_model_config_t c = {0};
+    int                 shared;
+    moon_gguf_writer_t *w      = NULL;
+    char              **tokens = NULL;
+    float              *scores = NULL;
+    int32_t            *types  = NULL;
+    tensor_desc_t      *desc   = NULL;
+    uint32_t            n_t, kv_dim, hd;
+    const float        *p;
+    moon_status_t       status;
+
+    if (ckpt_path == NULL || tok_path == NULL || out_path == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = read_file(ckpt_path, &ck, &ck_len);
+    if (status == MOON_OK) {
+        status = read_file(tok_path, &tk, &tk_len);
+    }
+    if (status != MOON_OK) {
+        goto out;
+    }
+    status = MOON_ERR_CORRUPT;
+    if (ck_len < sizeof(h)) {
+        MOON_ERROR("convert: %s too short for a llama2.c header", ckpt_path);
+        goto out;
+    }
+    memcpy(h, ck, sizeof(h));
+    shared = h[5] > 0;
+    if (h[0] <= 0 || h[1] <= 0 || h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] == 0 || h[6] <= 0 ||
+        h[0] % h[3] != 0 || h[3] % h[4] != 0 || h[0] > (int32_t)MOON_MODEL_MAX_DIM ||
+        h[2] > (int32_t)MOON_MODEL_MAX_LAYERS || h[6] > (int32_t)MOON_MODEL_MAX_CTX ||
+        h[1] > 4 * (int32_t)MOON_MODEL_MAX_DIM ||
+        (h[5] < 0 ? -h[5] : h[5]) > (int32_t)MOON_MODEL_MAX_VOCAB) {
+        MOON_ERROR("convert: implausible llama2.c header");
+        goto out;
+    }
+    c.dim        = (uint32_t)h[0];
+    c.hidden_dim = (uint32_t)h[1];
+    c.n_layers   = (uint32_t)h[2];
+    c.n_heads    = (uint32_t)h[3];
+    c.n_kv_heads = (uint32_t)h[4];
+    c.vocab_size = (uint32_t)(h[5] < 0 ? -h[5] : h[5]);
+    c.seq_len    = (uint32_t)h[6];
+    c.norm_eps   = 1e-5f;
+    c.rope_theta = 10000.0f;
+    hd           = c.dim / c.n_heads;
+    kv_dim       = c.n_kv_heads * hd;
+    /* floats in the file, in llama2.c order */
+    need = (size_t)c.vocab_size * c.dim +
+           (size_t)c.n_layers * (2 * c.dim + 2 * (size_t)c.dim * c.dim +
+                                 2 * (size_t)kv_dim * c.dim + 3 * (size_t)c.hidden_dim * c.dim) +
+           c.dim + (size_t)c.seq_len * hd + (shared ? 0 : (size_t)c.vocab_size * c.dim);
+    if ((ck_len - sizeof(h)) / 4 < need) {
+        MOON_ERROR("convert: %s truncated (%zu bytes, want %zu)", ckpt_path, ck_len,
+                   sizeof(h) + need * 4);
+        goto out;
+    }
+    if (tk_len < 4) {
+        MOON_ERROR("convert: %s too short", tok_path);
+        goto out;
+    }
+    status = parse_llama2c_tokenizer(tk, tk_len, c.vocab_size, &tokens, &scores, &types);
+    if (status != MOON_OK) {
+        goto out;
+    }
+    desc = moon_calloc(9 * (size_t)c.n_layers + 4, sizeof(*desc));
+    if (desc == NULL || moon_gguf_writer_create(&w) != MOON_OK) {
+        status = MOON_ERR_NO_MEMORY;
+        goto out;
+    }
+    n_t    = llama_tensors(&c, !shared, desc);
+    status = write_llama_keys(w, &c, name, license, 0);
+    if (status == MOON_OK) {
+        status = write_tokenizer_keys(w, tokens, scores, types, c.vocab_size);
+    }
+    /* llama2.c groups each weight kind across layers: find each tensor's start */
+    {
+        const float *base = (const float *)(ck + sizeof(h));
+        size_t       L = c.n_layers, D = c.dim, KV = kv_dim, H = c.hidden_dim;
+        size_t       o_emb = 0;
+        size_t       o_att = o_emb + (size_t)c.vocab_size * D;
+        size_t       o_wq  = o_att + L * D;
+        size_t       o_wk  = o_wq + L * D * D;
+        size_t       o_wv  = o_wk + L * KV * D;
+        size_t       o_wo  = o_wv + L * KV * D;
+        size_t       o_ffn = o_wo + L * D * D;
+        size_t       o_w1  = o_ffn + L * D;
+        size_t       o_w2  = o_w1 + L * H * D;
+        size_t       o_w3  = o_w2 + L * D * H;
+        size_t       o_fin = o_w3 + L * H * D;
+        size_t       o_cls = o_fin + D + (size_t)c.seq_len * hd;
+        for (uint32_t i = 0; status == MOON_OK && i < n_t; i++) {
+            const char *nm = desc[i].name;
+            uint32_t    l  = 0;
+            const char *kind;
+            if (strcmp(nm, "token_embd.weight") == 0) {
+                off = o_emb;
+            } else if (strcmp(nm, "output_norm.weight") == 0) {
+                off = o_fin;
+            } else if (strcmp(nm, "output.weight") == 0) {
+                off = o_cls;
+            } else {
+                sscanf(nm, "blk.%u.", &l);
+                kind = strchr(nm + 4, '.') + 1;
+#define K(_s, _o, _per)                                                                            \
+    if (strncmp(kind, _s ".", strlen(_s) + 1) == 0) {                                              \
+        off = (_o) + (size_t)l * (_per);                                                           \
+    } else
+                K("attn_norm", o_att, D)
+                K("attn_q", o_wq, D * D)
+                K("attn_k", o_wk, KV * D)
+                K("attn_v", o_wv, KV * D)
+                K("attn_output", o_wo, D * D)
+                K("ffn_norm", o_ffn, D)
+                K("ffn_gate", o_w1, H * D)
+                K("ffn_down", o_w2, D * H)
+                K("ffn_up", o_w3, H * D)
+                {
+                    off = 0;
+                    MOON_CHECK(!"unknown tensor");
+                }
+#undef K
+            }
+            p      = base + off;
+            status = moon_gguf_writer_tensor(w, nm, MOON_GGML_F32, desc[i].n_dims, desc[i].ne, p);
+        }
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_write(w, out_path);
+    }
+out:
+    moon_gguf_writer_destroy(w);
+    free_strs(tokens, c.vocab_size);
+    moon_free(scores);
+    moon_free(types);
+    moon_free(desc);
+    moon_free(ck);
+    moon_free(tk);
+    return status;
+}
