@@ -24,7 +24,7 @@
     X(EX_MSG_GET, ex_get_t, EX_EMPTY_FIELDS)                                                       \
     X(EX_MSG_VALUE, ex_value_t, EX_VALUE_FIELDS)                                                   \
     X(EX_MSG_CRASH, ex_crash_t, EX_EMPTY_FIELDS)
-MOON_MSG_DECLARE(EX_MSGS, MOON_MSG_USER_BASE, EX_MSG_END)
+MOON_MSG_DECLARE_IN(EX_MSGS, USER, EX_MSG_END)
 MOON_MSG_DEFINE(EX_MSGS, ex_msg_descs)
 
 /* 2. The ponger: answers every PING with a PONG to its sender. No state. */

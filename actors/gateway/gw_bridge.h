@@ -27,7 +27,7 @@
  * items". Registered by moon_gw_bridge_create. */
 #define MOON_GW_WAKE_FIELDS(F, T) F(T, u64, n)
 #define MOON_GW_MSGS(X) X(MOON_MSG_GW_WAKE, moon_gw_wake_t, MOON_GW_WAKE_FIELDS)
-MOON_MSG_DECLARE(MOON_GW_MSGS, 120, MOON_MSG_GW_END)
+MOON_MSG_DECLARE_IN(MOON_GW_MSGS, GATEWAY, MOON_MSG_GW_END)
 
 typedef struct moon_gw_bridge moon_gw_bridge_t;
 typedef struct moon_gw_req    moon_gw_req_t;

@@ -195,7 +195,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
     X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)
 
-MOON_MSG_DECLARE(MOON_SERVE_MSGS, 64, MOON_MSG_SERVE_END)
+MOON_MSG_DECLARE_IN(MOON_SERVE_MSGS, SERVE, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");
 
 MOON_API extern const moon_msg_desc_t moon_serve_msg_descs[];

@@ -110,7 +110,7 @@
     X(MOON_MSG_STORE_STATS, moon_store_stats_t, MOON_STORE_STATS_FIELDS)                           \
     X(MOON_MSG_STORE_STATS_REPLY, moon_store_stats_reply_t, MOON_STORE_STATS_REPLY_FIELDS)
 
-MOON_MSG_DECLARE(MOON_STORE_MSGS, 32, MOON_MSG_STORE_END)
+MOON_MSG_DECLARE_IN(MOON_STORE_MSGS, STORE, MOON_MSG_STORE_END)
 _Static_assert(MOON_MSG_STORE_END <= 64, "store ids are 32..63");
 
 MOON_API extern const moon_msg_desc_t moon_store_msg_descs[];

@@ -216,7 +216,7 @@ MOON_API moon_status_t moon_dist_send_raw(moon_dist_t *d, uint32_t r, const void
     X(MOON_MSG_DIST_NAME_REPLY, moon_dist_name_reply_t, MOON_DIST_NAME_REPLY_FIELDS)               \
     X(MOON_MSG_DIST_NAME_OP, moon_dist_name_op_t, MOON_DIST_NAME_OP_FIELDS)
 
-MOON_MSG_DECLARE(MOON_DIST_MSGS, 112, MOON_MSG_DIST_END)
+MOON_MSG_DECLARE_IN(MOON_DIST_MSGS, DIST, MOON_MSG_DIST_END)
 _Static_assert(MOON_MSG_DIST_END <= 120, "dist ids are 112..119");
 
 MOON_API extern const moon_msg_desc_t moon_dist_msg_descs[];

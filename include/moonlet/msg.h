@@ -26,9 +26,34 @@ MOON_EXTERN_C_BEGIN
 typedef uint64_t moon_addr_t;
 #define MOON_ADDR_NONE ((moon_addr_t)0)
 
-/* Message ids: 0..15 runtime, 16..127 Moonlet components, 128..255 user programs. */
+/* The message-id map of the whole tree: one range [BASE, BASE + SIZE) per
+ * owner, in id order. A component declares its list with
+ * MOON_MSG_DECLARE_IN(LIST, RANGE, END), which fails to compile when the list
+ * outgrows its range; the asserts below keep the ranges apart. Registering an
+ * id twice still fails at run time (moon_msg_register: MOON_ERR_EXISTS). */
 #define MOON_MSG_MAX_TYPES 256
-#define MOON_MSG_USER_BASE 128
+#define MOON_MSG_RANGES(R)                                                                         \
+    R(RUNTIME, 0, 16)  /* runtime system messages (sys_msgs.h) */                                  \
+    R(WEIGHTS, 16, 16) /* weight-sync broadcaster */                                               \
+    R(STORE, 32, 32)   /* KV store protocol (actors/store) */                                      \
+    R(SERVE, 64, 48)   /* serving protocol (actors/proto) */                                       \
+    R(DIST, 112, 8)    /* distributed runtime (dist.h) */                                          \
+    R(GATEWAY, 120, 8) /* HTTP gateway bridge (actors/gateway) */                                  \
+    R(USER, 128, 64)   /* user programs and examples */                                            \
+    R(PLUGIN, 192, 64) /* plugins loaded into a cluster */
+#define MOON_MSG_RANGE_ENUM_(_name, _base, _size)                                                  \
+    MOON_MSG_RANGE_##_name##_BASE = (_base), MOON_MSG_RANGE_##_name##_END = (_base) + (_size),
+enum { MOON_MSG_RANGES(MOON_MSG_RANGE_ENUM_) };
+MOON_STATIC_ASSERT(MOON_MSG_RANGE_RUNTIME_END <= MOON_MSG_RANGE_WEIGHTS_BASE &&
+                       MOON_MSG_RANGE_WEIGHTS_END <= MOON_MSG_RANGE_STORE_BASE &&
+                       MOON_MSG_RANGE_STORE_END <= MOON_MSG_RANGE_SERVE_BASE &&
+                       MOON_MSG_RANGE_SERVE_END <= MOON_MSG_RANGE_DIST_BASE &&
+                       MOON_MSG_RANGE_DIST_END <= MOON_MSG_RANGE_GATEWAY_BASE &&
+                       MOON_MSG_RANGE_GATEWAY_END <= MOON_MSG_RANGE_USER_BASE &&
+                       MOON_MSG_RANGE_USER_END <= MOON_MSG_RANGE_PLUGIN_BASE &&
+                       MOON_MSG_RANGE_PLUGIN_END <= MOON_MSG_MAX_TYPES,
+                   "message-id ranges overlap or pass MOON_MSG_MAX_TYPES");
+#define MOON_MSG_USER_BASE MOON_MSG_RANGE_USER_BASE
 /* Largest message (struct + spans) the codec accepts from the wire. */
 #define MOON_MSG_MAX_BYTES (16u << 20)
 
@@ -111,6 +136,12 @@ typedef struct {
     enum { _END##_FIRST_ = (_BASE)-1, _LIST(MOON_MSG_ID_) _END };                                  \
     MOON_STATIC_ASSERT((_END) <= MOON_MSG_MAX_TYPES, "message ids out of range");                  \
     _LIST(MOON_MSG_STRUCT_)
+/* The same in RANGE of the id map (RUNTIME, STORE, ...): ids from its base, and
+ * a compile error when the list passes its end. */
+#define MOON_MSG_DECLARE_IN(_LIST, _RANGE, _ENDID)                                                 \
+    MOON_MSG_DECLARE(_LIST, MOON_MSG_RANGE_##_RANGE##_BASE, _ENDID)                                \
+    MOON_STATIC_ASSERT((int)(_ENDID) <= (int)MOON_MSG_RANGE_##_RANGE##_END,                        \
+                       "message list outgrew its range of the id map (moonlet/msg.h)");
 
 #define MOON_MSG_FIELD_ENTRY_(_T, _kind, _name)                                                    \
     {#_name, MOON_FIELD_##_kind, (uint32_t)offsetof(_T, _name)},

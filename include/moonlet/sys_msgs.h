@@ -28,7 +28,7 @@ MOON_EXTERN_C_BEGIN
     X(MOON_MSG_SYS_ERROR, moon_sys_error_t, MOON_SYS_ERROR_FIELDS)                                 \
     X(MOON_MSG_SYS_PEER_DOWN, moon_sys_peer_down_t, MOON_SYS_PEER_DOWN_FIELDS)
 
-MOON_MSG_DECLARE(MOON_SYS_MSGS, 0, MOON_MSG_SYS_END)
+MOON_MSG_DECLARE_IN(MOON_SYS_MSGS, RUNTIME, MOON_MSG_SYS_END)
 MOON_STATIC_ASSERT(MOON_MSG_SYS_END <= 16, "runtime ids are 0..15");
 
 MOON_API extern const moon_msg_desc_t moon_sys_msg_descs[];

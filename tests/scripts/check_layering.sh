@@ -13,13 +13,20 @@ cd "${1:?usage: check_layering.sh SRC_DIR}"
 bad=0
 
 # exports FOLDER: the headers the CMakeLists.txt of FOLDER and of its
-# subfolders export, one a line (base/gpu is a layer of its own).
+# subfolders export, one a line (base/gpu is a layer of its own). Read once
+# per folder, up front in this shell (callers run in subshells): process
+# starts are slow on a loaded machine.
+declare -A exported
+for folder in base base/gpu runtime model kvstore scheduler actors launch; do
+    depth=()
+    [ "$folder" = base ] && depth=(-maxdepth 1)
+    [ -d "$folder" ] || continue
+    exported[$folder]=$(find "$folder" "${depth[@]}" -name CMakeLists.txt -exec cat {} + |
+        tr '\n' ' ' | grep -oE 'moon_export_headers\([^)]*\)' |
+        sed -E 's/moon_export_headers\(//; s/\)//' | awk '{for (i = 2; i <= NF; i++) print $i}')
+done
 exports() {
-    local depth=()
-    [ "$1" = base ] && depth=(-maxdepth 1)
-    [ -d "$1" ] || return 0
-    find "$1" "${depth[@]}" -name CMakeLists.txt -exec cat {} + | tr '\n' ' ' | grep -oE 'moon_export_headers\([^)]*\)' |
-        sed -E 's/moon_export_headers\(//; s/\)//' | awk '{for (i = 2; i <= NF; i++) print $i}'
+    [ -z "${exported[$1]:-}" ] || printf '%s\n' "${exported[$1]}"
 }
 
 # check FOLDER "ALLOWED FOLDERS" NET [grep options]: FOLDER's includes of
