@@ -34,6 +34,17 @@ typedef struct {
      * bytes / rate after the send. */
     uint64_t sim_latency_ns;
     double   sim_bytes_per_s;
+    /* deterministic: fault injection on the simulated network (NULL: none).
+     * Called for every message from an actor on node `from` to one on node
+     * `to` before it is held, in the executor's deterministic order. Returns
+     * 1 to lose it (as a broken connection would), 0 to deliver it with the
+     * sender's lane busy until now + *hold_ns (0 on entry: it and the
+     * sender's later messages leave no earlier, as from a slow or paused
+     * sender) and arriving no earlier than *not_before_ns (0 on entry: a
+     * paused receiver). Both keep each pair's messages in order. */
+    int (*sim_fault)(void *arg, uint32_t from, uint32_t to, uint64_t now_ns, uint64_t *hold_ns,
+                     uint64_t *not_before_ns);
+    void *sim_fault_arg;
 } moon_runtime_config_t;
 
 MOON_API void moon_runtime_config_default(moon_runtime_config_t *cfg);

@@ -118,7 +118,8 @@ static void print_line(const char *label, const moon_sim_summary_t *s)
 
 /* One policy: simulate into recs (initialised here). */
 static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
-                   const moon_profile_t *profile, const char *policy, moon_sim_records_t *recs)
+                   const moon_profile_t *profile, const char *policy, moon_sim_records_t *recs,
+                   const moon_sim_faults_spec_t *faults, moon_sim_faults_report_t *faults_report)
 {
     moon_progress_t       bar;
     moon_sim_run_config_t cfg = {
@@ -140,6 +141,8 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
         .workers       = o->workers,
         .threads       = o->threads,
         .backend       = o->backend,
+        .faults        = faults,
+        .faults_report = faults_report,
     };
     moon_status_t status;
 
@@ -160,17 +163,22 @@ static int run_one(const moon_replay_opts_t *o, const moon_trace_t *trace,
 
 static int replay(const moon_replay_opts_t *o)
 {
-    moon_trace_opts_t   topts = {.max_reqs = o->max_requests};
-    moon_trace_t       *trace = NULL;
-    moon_profile_t      profile;
-    const char         *names[MOON_REPLAY_MAX_COMPARE];
-    char                buf[1024];
-    moon_sim_records_t  recs[MOON_REPLAY_MAX_COMPARE];
-    moon_sim_plot_run_t runs[MOON_REPLAY_MAX_COMPARE];
-    moon_sim_summary_t  s;
-    int                 n = 1, done = 0, rc = 1;
+    moon_trace_opts_t        topts = {.max_reqs = o->max_requests};
+    moon_trace_t            *trace = NULL;
+    moon_profile_t           profile;
+    const char              *names[MOON_REPLAY_MAX_COMPARE];
+    char                     buf[1024];
+    moon_sim_records_t       recs[MOON_REPLAY_MAX_COMPARE];
+    moon_sim_plot_run_t      runs[MOON_REPLAY_MAX_COMPARE];
+    moon_sim_summary_t       s;
+    moon_sim_faults_spec_t   faults;
+    moon_sim_faults_report_t freport;
+    int                      n = 1, done = 0, rc = 1;
 
     names[0] = o->policy ? o->policy : MOON_SCHED_POLICY_DEFAULT;
+    if (o->faults != NULL && moon_sim_faults_parse(o->faults, &faults) != MOON_OK) {
+        return 2; /* the parser named the item */
+    }
     if (o->compare != NULL) {
         const char *all[MOON_REPLAY_MAX_COMPARE];
         uint32_t    n_all = 0;
@@ -211,7 +219,8 @@ static int replay(const moon_replay_opts_t *o)
     for (; done < n; done++) {
         char dir[1100];
 
-        if (run_one(o, trace, &profile, names[done], &recs[done]) != 0) {
+        if (run_one(o, trace, &profile, names[done], &recs[done], o->faults ? &faults : NULL,
+                    &freport) != 0) {
             goto out;
         }
         snprintf(dir, sizeof(dir), "%s/%s", o->out, names[done]);
@@ -223,10 +232,20 @@ static int replay(const moon_replay_opts_t *o)
         }
         print_line(names[done], &s);
         runs[done] = (moon_sim_plot_run_t){names[done], &recs[done]};
+        if (o->faults != NULL) {
+            printf("%-20s faults ", names[done]);
+            moon_sim_faults_report_print(&freport, stdout);
+            printf("\n");
+            if (!freport.holds) {
+                fprintf(stderr, "moonlet replay: seed %llu broke an invariant (see faults)\n",
+                        (unsigned long long)o->seed);
+                rc = 3;
+            }
+        }
     }
     /* plots are a bonus: a missing gnuplot is a warning, not a failure */
     (void)moon_sim_plot(o->out, runs, (uint32_t)n, o->ttft_slo_s, o->tbt_slo_s, NULL);
-    rc = 0;
+    rc = rc == 3 ? 3 : 0;
 out:
     for (int i = 0; i < done; i++) {
         moon_sim_records_fini(&recs[i]);

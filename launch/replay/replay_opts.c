@@ -64,6 +64,9 @@ static const moon_config_field_t replay_fields[] = {
      .dflt = MOON_XSTR(MOON_SCHED_SHED_SHARE_DEFAULT), .doc = MOON_SCHED_SHED_SHARE_DOC,
      .dmin = 1e-3, .dmax = 1},
     {"seed", MOON_CONFIG_U64, RO(seed), .dflt = "1", .doc = "seed of the executor and policies"},
+    {"faults", MOON_CONFIG_STRING, RO(faults),
+     .doc = "--sim: seeded chaos, e.g. kill=decode:0@1.5,pause=prefill:1@2+3,drop=0.001,"
+            "random=3 (launch/sim/sim_faults.h)"},
     {"out", MOON_CONFIG_STRING, RO(out), .doc = "output folder: requests.csv, summary.json, plots"},
     {"profile", MOON_CONFIG_STRING, RO(profile), .dflt = MOON_PROFILE_DEFAULT,
      .doc = "hardware/model profile: a name in launch/sim/profiles or a file"},
@@ -159,6 +162,11 @@ int moon_replay_opts_finish(moon_replay_opts_t *opts, char *err, size_t err_len)
     }
     if (opts->policy != NULL && opts->compare != NULL) {
         return fail(err, err_len, "--policy and --compare exclude each other");
+    }
+    if (opts->faults != NULL && (!opts->sim || opts->colocated)) {
+        return fail(err, err_len,
+                    "--faults injects into the simulated disaggregated cluster: it needs --sim "
+                    "and no --colocated");
     }
     return 0;
 }

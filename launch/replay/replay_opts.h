@@ -28,6 +28,9 @@
  *   --time-scale X        arrival = timestamp * X (default 1; 0.5 = twice
  *                         the rate)
  *   --seed N              seed of the executor and the policies (default 1)
+ *   --faults SPEC         --sim: seeded chaos (kills, pauses, lost and late
+ *                         messages) and the invariants checked after the run
+ *                         (launch/sim/sim_faults.h); exit 3 when one breaks
  *   --out DIR             output folder (created; required to run)
  *   --profile NAME|PATH   hardware/model profile (default llama3-70b-8xa800)
  *   --block-tokens N      KV block size of the deployment (default 512)
@@ -55,6 +58,7 @@ typedef struct {
     const char *out;     /* borrowed */
     const char *profile; /* borrowed or a default string */
     const char *policy;  /* borrowed, NULL: the scheduler's default */
+    const char *faults;  /* borrowed, NULL: no chaos (--sim only) */
     const char *compare; /* borrowed LIST as given, NULL: no comparison */
     int         sim, real, colocated, list_policies, help;
     const char *url;              /* over HTTP: the server (borrowed or the default) */

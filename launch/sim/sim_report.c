@@ -12,7 +12,8 @@
 
 moon_status_t moon_sim_records_init(moon_sim_records_t *r, uint32_t n)
 {
-    r->n    = n;
+    r->n           = n;
+    r->n_after_end = 0;
     r->recs = moon_calloc(n ? n : 1, sizeof(*r->recs));
     if (r->recs == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -39,7 +40,11 @@ void moon_sim_records_fini(moon_sim_records_t *r)
 
 static moon_sim_record_t *open_rec(moon_sim_records_t *r, uint32_t id)
 {
-    if (id >= r->n || r->recs[id].status != MOON_SIM_REQ_PENDING) {
+    if (id >= r->n) {
+        return NULL;
+    }
+    if (r->recs[id].status != MOON_SIM_REQ_PENDING) {
+        r->n_after_end++; /* a duplicate DONE or a TOKEN past it: the fault checks count them */
         return NULL;
     }
     return &r->recs[id];

@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     moon_sim_record_t *recs; /* (n) indexed by request id = trace index */
     uint32_t           n;
+    uint32_t           n_after_end; /* events for a request that had already ended */
 } moon_sim_records_t;
 
 typedef struct {

@@ -31,6 +31,7 @@
 #include "serve_msgs.h"
 #include "replay_watch.h"
 #include "sim_driver.h"
+#include "sim_faults.h"
 #include "sim_net.h"
 #include "store_client.h"
 #include "store_shard.h"
@@ -63,6 +64,8 @@ typedef struct {
     moon_replay_watch_t watch; /* placements, read off the dispatched messages */
     moon_sim_net_t     *net;
     uint64_t            block_bytes; /* the modeled model's KV bytes per block */
+    moon_sim_faults_t  *faults;      /* NULL: no chaos */
+    uint32_t            shard_node[MOON_STORE_CLIENT_MAX_SHARDS];
 } sim_t;
 
 /* A KV move's modeled duration (moon_serve_xfer_fn), booked on the network. */
@@ -272,10 +275,48 @@ static moon_status_t spawn_cluster(sim_t *s, const moon_sim_run_config_t *cfg)
     return status;
 }
 
+/* Seeded chaos, planned over this cluster before the runtime exists (its
+ * network hook needs the plan; the actors' addresses are read when the
+ * faults fire, from the arrays spawn_cluster fills). */
+static moon_status_t plan_faults(sim_t *s, const moon_sim_run_config_t *cfg, uint64_t last_ns)
+{
+    moon_sim_faults_target_t t = {.inst       = s->inst,
+                                  .shards     = s->shards,
+                                  .n_prefill  = s->n_prefill,
+                                  .n_decode   = s->n_decode,
+                                  .n_shards   = s->n_store,
+                                  .shard_node = s->shard_node,
+                                  .start_ns   = SIM_START_NS,
+                                  .span_ns    = last_ns,
+                                  .seed       = cfg->seed};
+
+    for (uint32_t k = 0; k < s->n_store; k++) {
+        s->shard_node[k] = k; /* spawn_cluster: store shard k on node k */
+    }
+    return moon_sim_faults_create(cfg->faults, &t, &s->faults);
+}
+
+/* After the run: what the faults did and whether the invariants held. */
+static moon_status_t report_faults(sim_t *s, const moon_sim_run_config_t *cfg)
+{
+    uint32_t *asked = moon_malloc((cfg->trace->n_reqs + 1) * sizeof(uint32_t));
+
+    if (asked == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < cfg->trace->n_reqs; i++) {
+        asked[i] = cfg->trace->reqs[i].output_length;
+    }
+    moon_sim_faults_check(s->faults, s->recs, asked, cfg->faults_report);
+    moon_free(asked);
+    return MOON_OK;
+}
+
 static moon_status_t check(const moon_sim_run_config_t *cfg, const moon_sim_records_t *recs)
 {
     if (cfg == NULL || recs == NULL || cfg->trace == NULL || cfg->profile == NULL ||
         recs->n != cfg->trace->n_reqs || cfg->nodes_prefill == 0 || cfg->nodes_decode == 0 ||
+        (cfg->faults != NULL && (cfg->faults_report == NULL || cfg->colocated)) ||
         cfg->nodes_prefill > 64 || cfg->nodes_decode > 64 || cfg->block_tokens == 0 ||
         !(cfg->time_scale > 0.0) ||
         (cfg->colocated && cfg->nodes_prefill + cfg->nodes_decode > 64)) {
@@ -339,7 +380,14 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
         rc.sim_bytes_per_s = moon_profile_nic_bytes_per_s(cfg->profile);
         rc.trace           = moon_replay_watch_hook;
         rc.trace_arg       = &s.watch;
-        status             = moon_runtime_create(&rc, &s.rt);
+        if (cfg->faults != NULL) {
+            status           = plan_faults(&s, cfg, last);
+            rc.sim_fault     = moon_sim_faults_net;
+            rc.sim_fault_arg = s.faults;
+        }
+        if (status == MOON_OK) {
+            status = moon_runtime_create(&rc, &s.rt);
+        }
     }
     if (status == MOON_OK && !cfg->colocated) {
         moon_sim_net_config_t nc =
@@ -363,6 +411,11 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
                                           .start_ns       = SIM_START_NS};
         status = spawn(&s, &moon_sim_driver_ops, &da, 0, sim_front_node(&s), &driver);
     }
+    if (status == MOON_OK && s.faults != NULL) {
+        moon_addr_t injector;
+        status = spawn(&s, &moon_sim_faults_ops, &s.faults, MOON_SPAWN_CONTROL, sim_front_node(&s),
+                       &injector);
+    }
     if (status == MOON_OK) {
         uint32_t pending = 0;
 
@@ -374,7 +427,11 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
             MOON_WARN("replay: %u requests had not finished when the simulation stopped", pending);
         }
     }
+    if (status == MOON_OK && s.faults != NULL) {
+        status = report_faults(&s, cfg);
+    }
     moon_runtime_destroy(s.rt);
+    moon_sim_faults_destroy(s.faults);
     moon_sim_net_destroy(s.net);
     moon_model_destroy(s.model);
     moon_free(s.shards);

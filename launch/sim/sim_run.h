@@ -10,6 +10,7 @@
 
 #include "profile.h"
 #include "progress.h"
+#include "sim_faults.h"
 #include "sim_report.h"
 #include "trace.h"
 
@@ -25,6 +26,10 @@ typedef struct {
     double                shed_after, shed_share; /* moonlet's shedding by cost (0: defaults) */
     uint64_t              seed;
     moon_progress_t      *progress; /* may be NULL */
+    /* moon_replay_sim_run only: seeded chaos (NULL: none); the invariants'
+     * findings go to *faults_report (required with faults) */
+    const moon_sim_faults_spec_t *faults;
+    moon_sim_faults_report_t     *faults_report;
     /* moon_replay_real_run only */
     const char *model_path; /* the GGUF the instances serve */
     uint32_t    workers;    /* runtime worker threads (0: 1) */

@@ -53,19 +53,28 @@ static void sim_schedule(moon_runtime_t *rt, moon_actor_t *a)
     sim->ready[sim->n_ready++] = a;
 }
 
-moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_msg_hdr_t *msg)
+moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, uint32_t to_node,
+                                   moon_msg_hdr_t *msg)
 {
     const moon_runtime_config_t *cfg   = &sim->rt->cfg;
     uint64_t                     bytes = moon_msg_env(msg)->tail_used; /* header and spans */
-    uint64_t                     start = MOON_MAX(sim->now_ns, sender->sim_lane_free_ns);
-    uint64_t                     left  = start;
+    uint64_t                     hold = 0, not_before = 0, left;
     moon_status_t                status;
 
+    if (cfg->sim_fault != NULL && cfg->sim_fault(cfg->sim_fault_arg, sender->sim_node, to_node,
+                                                 sim->now_ns, &hold, &not_before)) {
+        moon_msg_release(msg); /* lost on the way: the send itself succeeded */
+        return MOON_OK;
+    }
+    /* a held lane is busy until now + hold: the sender's later messages wait too */
+    left = MOON_MAX(MOON_MAX(sim->now_ns, sender->sim_lane_free_ns), sim->now_ns + hold);
     if (cfg->sim_bytes_per_s > 0.0) {
         left += (uint64_t)((double)bytes * 1e9 / cfg->sim_bytes_per_s + 0.5);
     }
     /* the sender keeps the message on failure */
-    status = moon_deadline_push(&sim->held, left + cfg->sim_latency_ns, (uintptr_t)msg);
+    status =
+        moon_deadline_push(&sim->held, MOON_MAX(left + cfg->sim_latency_ns, not_before),
+                           (uintptr_t)msg); /* a floor keeps a pair's order (equal: push order) */
     if (status == MOON_OK) {
         sender->sim_lane_free_ns = left; /* only a message that went holds the lane */
     }

@@ -151,7 +151,8 @@ extern const moon_exec_ops_t moon_sim_exec_ops;
 /* Holds msg (its env's dst set) from sender to another node for its modeled trip: queued on the
  * sender's lane behind its earlier messages, bytes / sim_bytes_per_s on it,
  * then sim_latency_ns (moon_runtime_config_t). */
-moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, moon_msg_hdr_t *msg);
+moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, uint32_t to_node,
+                                   moon_msg_hdr_t *msg);
 
 /* timer.c: a deadline heap; threaded mode runs it on its own thread,
  * deterministic mode polls it from the executor loop. */
