@@ -9,7 +9,8 @@ PKGS=(cmake make gcc pkg-config
       libmsgpack-dev libck-dev libcunit1-dev libnuma-dev
       libxxhash-dev libcjson-dev libmicrohttpd-dev libopenblas-dev
       libcurl4-openssl-dev gnuplot-nox curl
-      python3 python3-numpy clang-format)
+      python3 python3-numpy clang-format
+      clang libclang-rt-dev) # clang + libclang-rt-dev: libFuzzer (tests/fuzz/run.sh)
 # Anchors some benchmarks measure against in the same run.
 [ "${MOON_BENCH_DEPS:-0}" = 1 ] && PKGS+=(redis-server redis-tools)
 

@@ -14,7 +14,7 @@ moon_status_t moon_sim_records_init(moon_sim_records_t *r, uint32_t n)
 {
     r->n           = n;
     r->n_after_end = 0;
-    r->recs = moon_calloc(n ? n : 1, sizeof(*r->recs));
+    r->recs        = moon_calloc(n ? n : 1, sizeof(*r->recs));
     if (r->recs == NULL) {
         return MOON_ERR_NO_MEMORY;
     }

@@ -7,7 +7,6 @@
 #include "moonlet/log.h"
 #include "moonlet/model.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,36 +373,6 @@ static void test_fifo_refused_without_blocking(void)
     unlink(fifo);
 }
 
-/* Every file of the fuzzer's corpus (tests/data/gguf_corpus) opens cleanly. */
-static void test_fuzz_corpus(void)
-{
-    char           path[1024];
-    DIR           *dir = opendir(MOON_TEST_DATA_DIR "/gguf_corpus");
-    struct dirent *e;
-    int            n = 0;
-
-    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
-    moon_log_set_level(0);
-    while ((e = readdir(dir)) != NULL) {
-        size_t   len = 0;
-        uint8_t *d;
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        snprintf(path, sizeof(path), "%s/gguf_corpus/%s", MOON_TEST_DATA_DIR, e->d_name);
-        d = slurp(path, &len);
-        if (d != NULL) {
-            try_open(d, len);
-            free(d);
-            n++;
-        }
-    }
-    moon_log_set_level(MOON_LOG_WARN);
-    closedir(dir);
-    CU_ASSERT(n > 0);
-    printf("(%d corpus files) ", n);
-}
-
 static void test_alloc_failures_leak_nothing(void)
 {
     moon_gguf_t *g;
@@ -442,7 +411,7 @@ int main(void)
     snprintf(tmp_path, sizeof(tmp_path), "/tmp/moon_test_gguf_%d.gguf", (int)getpid());
     return MOON_TEST_RUN("gguf", NULL, NULL, test_roundtrip_every_type,
                          test_every_truncation_fails_cleanly, test_random_flips_and_bytes,
-                         test_hostile_counts, test_fuzz_corpus, test_small_alignment_refused,
+                         test_hostile_counts, test_small_alignment_refused,
                          test_misaligned_memory_refused, test_fifo_refused_without_blocking,
                          test_alloc_failures_leak_nothing, test_fp16_bf16_conversions);
 }
