@@ -44,7 +44,6 @@ static moon_sim_record_t *open_rec(moon_sim_records_t *r, uint32_t id)
         return NULL;
     }
     if (r->recs[id].status != MOON_SIM_REQ_PENDING) {
-        r->n_after_end++; /* a duplicate DONE or a TOKEN past it: the fault checks count them */
         return NULL;
     }
     return &r->recs[id];
@@ -99,11 +98,22 @@ moon_status_t moon_sim_records_prefill_start(moon_sim_records_t *r, uint32_t id,
     return MOON_OK;
 }
 
+/* A client-visible event (TOKEN, DONE) for a request that had ended: the
+ * fault checks count them (a duplicate DONE, a token past the end). */
+static void after_end(moon_sim_records_t *r, uint32_t id)
+{
+    if (id < r->n) {
+        r->n_after_end++;
+        MOON_WARN("replay: request %u got an event after its end", id);
+    }
+}
+
 moon_status_t moon_sim_records_token(moon_sim_records_t *r, uint32_t id, uint64_t t_ns)
 {
     moon_sim_record_t *x = open_rec(r, id);
 
     if (x == NULL) {
+        after_end(r, id);
         return MOON_ERR_INVALID_PARAM;
     }
     if (x->output_tokens > 0) {
@@ -153,6 +163,9 @@ moon_status_t moon_sim_records_finish(moon_sim_records_t *r, uint32_t id, uint64
 {
     moon_sim_record_t *x = open_rec(r, id);
 
+    if (x == NULL) {
+        after_end(r, id);
+    }
     if (x == NULL || status == MOON_SIM_REQ_PENDING || status > MOON_SIM_REQ_ERROR) {
         return MOON_ERR_INVALID_PARAM;
     }
