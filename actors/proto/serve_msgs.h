@@ -173,6 +173,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * resumable, RELEASED) unless all of its KV is in (then it goes on); a
  * prefill instance drops the request's sequence (nobody will pull it). */
 #define MOON_SERVE_LOST_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, lost)
+/* `moonlet serve`'s rank 0 -> every rank's control actor: the deployment
+ * stops (rank 0 drained its gateway, or gave up after drain_ms). */
+#define MOON_SERVE_STOP_FIELDS(F, T) F(T, u32, drain_ms)
 /* conductor -> prefill: a gap in its events (a lost message): send a snapshot. */
 #define MOON_SERVE_CACHE_SYNC_FIELDS(F, T) F(T, u32, instance)
 /* engine thread -> its instance: a forward pass finished (job echoes the
@@ -215,7 +218,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)         \
     X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
     X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)           \
-    X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)
+    X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)                              \
+    X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_SERVE_MSGS, SERVE, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");
