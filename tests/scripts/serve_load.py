@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""tests/scripts/serve_load.py URL N MAX_TOKENS OUT [--started FILE] [--timeout S]
+"""tests/scripts/serve_load.py URL N MAX_TOKENS OUT [--started FILE] [--timeout S] [--rounds R]
 
-N concurrent streamed greedy completions (prompt "<i>: Once upon a time",
+N concurrent clients, each sending R (default 1) streamed greedy completions
+one after the other (prompt "<i>: Once upon a time", i = client * R + round,
 ignore_eos, max_tokens MAX_TOKENS) against a moonlet gateway. Writes OUT, a
 JSON list with one entry per request: HTTP status, the streamed text, the
 finish reason, the error event's message (if any), whether [DONE] came, the
@@ -76,14 +77,17 @@ def main():
     url, n, max_tokens, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     started_file = None
     timeout = 120.0
+    rounds = 1
     args = sys.argv[5:]
     while args:
         if args[0] == "--started":
             started_file = args[1]
         elif args[0] == "--timeout":
             timeout = float(args[1])
+        elif args[0] == "--rounds":
+            rounds = int(args[1])
         args = args[2:]
-    res = [None] * n
+    res = [None] * (n * rounds)
     seen = set()
     lock = threading.Lock()
 
@@ -95,8 +99,11 @@ def main():
             if started_file and len(seen) == (n + 1) // 2:
                 open(started_file, "w").close()
 
-    ts = [threading.Thread(target=one, args=(url, i, max_tokens, timeout, res, started))
-          for i in range(n)]
+    def client(c):
+        for k in range(rounds):
+            one(url, c * rounds + k, max_tokens, timeout, res, started)
+
+    ts = [threading.Thread(target=client, args=(c,)) for c in range(n)]
     for t in ts:
         t.start()
     for t in ts:
