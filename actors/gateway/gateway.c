@@ -627,7 +627,7 @@ static size_t list_down(char *out, size_t cap, const uint32_t *up, uint32_t from
 static void set_health(gw_state_t *st, const moon_serve_stats_reply_t *r)
 {
     const uint32_t *up = MOON_SPAN_PTR(r, r->inst_up);
-    uint32_t        n  = r->inst_up.n, np = MOON_MIN(r->n_prefill, n), nd = 0, ns = 0, ns_down = 0;
+    uint32_t        n = r->inst_up.n, np = MOON_MIN(r->n_prefill, n), nd = 0, ns = 0, ns_down = 0;
     char            pd[200], dd[200], sd[200], body[1024];
     size_t          len = (size_t)snprintf(sd, sizeof(sd), "[");
 

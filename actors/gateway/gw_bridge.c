@@ -42,15 +42,15 @@ struct moon_gw_req {
     moon_gw_conn_t      conn;
     uint64_t            woken_ns; /* actor: when a TOKEN last woke the connection */
     atomic_int          done;     /* the actor delivered DONE */
-    moon_msg_hdr_t     *submit; /* retained: its SUBMIT, read again to resume it */
+    moon_msg_hdr_t     *submit;   /* retained: its SUBMIT, read again to resume it */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
     uint64_t            wire_id;     /* the id its messages carry now (a resumed request
                                         runs under a new one); the table's key */
-    uint32_t           *toks;        /* (cap_toks) token ids received, by TOKEN index */
-    uint32_t            n_toks, cap_toks;
-    uint32_t            n_resumes;
+    uint32_t *toks;                  /* (cap_toks) token ids received, by TOKEN index */
+    uint32_t  n_toks, cap_toks;
+    uint32_t  n_resumes;
 };
 
 struct moon_gw_bridge {
@@ -275,7 +275,7 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     req->conn             = *conn;
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
-    atomic_init(&req->refs, 2); /* the HTTP side and the actor */
+    atomic_init(&req->refs, 2);               /* the HTTP side and the actor */
     req->submit = moon_msg_dup(&submit->hdr); /* to resume it (NULL: it cannot be) */
     if (!push_item(b, req, ITEM_SUBMIT)) {
         moon_msg_release(&submit->hdr);
@@ -668,8 +668,8 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
         moon_msg_release(&m->hdr);
         return status;
     }
-    MOON_INFO("gateway: request %llu resumed as %llu after %u tokens",
-              (unsigned long long)req->id, (unsigned long long)m->request_id, req->n_toks);
+    MOON_INFO("gateway: request %llu resumed as %llu after %u tokens", (unsigned long long)req->id,
+              (unsigned long long)m->request_id, req->n_toks);
     table_remove(b, req);
     req->wire_id = m->request_id;
     req->n_resumes++;

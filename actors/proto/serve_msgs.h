@@ -77,8 +77,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 /* -> client: the end. DONE with finish ERROR and a status that
  * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
  * lost: nothing runs it any more, and the client may submit it again under a
- * new id with resume = the tokens it received (the gateway does). text: held-back text released at the end (never a stop
- * string). prefill_instance / decode_instance: the instances (indices within
+ * new id with resume = the tokens it received (the gateway does). text: held-back text released at
+ * the end (never a stop string). prefill_instance / decode_instance: the instances (indices within
  * their role, as in LOAD) that served it, -1 when it was never placed. Times
  * are the server's, in ns: queue = arrival to prefill start, prefill =
  * compute, transfer = KV handover, ttft = arrival to first token. */
@@ -90,8 +90,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_completion)                                                                        \
     F(T, u32, n_cached)                                                                            \
     F(T, i32, prefill_instance)                                                                    \
-    F(T, i32, decode_instance) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)    \
-        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
+    F(T, i32, decode_instance)                                                                     \
+    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
+        F(T, str, text) F(T, str, message)
 
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
@@ -149,8 +150,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, queued_reqs)                                                                         \
     F(T, u32, running)                                                                             \
     F(T, u32, free_blocks)                                                                         \
-    F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens)            \
-        F(T, u64, n_computed_tokens)
+    F(T, u32, total_blocks)                                                                        \
+    F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens) F(T, u64, n_computed_tokens)
 /* instance -> conductor at start: who it is, and what the engine costs
  * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
  * decode step_s(b, ctx) = d0 + d1 b + d2 ctx (ctx: tokens in the batch). */
@@ -199,8 +200,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_decode_up)                                                                         \
     F(T, u64, running)                                                                             \
     F(T, u64, waiting)                                                                             \
-    F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished)                    \
-        F(T, u32s, blocks_used) F(T, u32s, blocks_total) F(T, u32s, inst_up)
+    F(T, u64, store_hit_tokens)                                                                    \
+    F(T, u64, computed_tokens) F(T, u64s, finished) F(T, u32s, blocks_used)                        \
+        F(T, u32s, blocks_total) F(T, u32s, inst_up)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
@@ -217,7 +219,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_STATS, moon_serve_stats_req_t, MOON_SERVE_STATS_FIELDS)                       \
     X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)         \
     X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
-    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)           \
+    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)            \
     X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)                              \
     X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)
 

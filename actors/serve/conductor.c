@@ -132,7 +132,7 @@ static int32_t *prompt_tokens(conductor_t *c, const moon_serve_submit_t *m, uint
 
     if (m->tokens.n > 0) {
         const uint32_t *t = MOON_SPAN_PTR(m, m->tokens);
-        ids = moon_malloc(((size_t)m->tokens.n + m->resume.n) * sizeof(*ids));
+        ids               = moon_malloc(((size_t)m->tokens.n + m->resume.n) * sizeof(*ids));
         for (uint32_t i = 0; ids != NULL && i < m->tokens.n; i++) {
             if (t[i] >= c->vocab) {
                 *why = "a prompt token id is outside the vocabulary";

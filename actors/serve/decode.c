@@ -297,8 +297,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
     r->last_token = tok;
     if (hit) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
-    } else if (r->n_gen >= r->max_tokens ||
-               r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
+    } else if (r->n_gen >= r->max_tokens || r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
         /* the next token would sit at position n_prompt + n_gen: past the context */
         finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
     }
@@ -477,9 +476,9 @@ static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, f
     if (n_resumed >= n || n_resumed >= r->max_tokens) {
         return MOON_ERR_INVALID_PARAM;
     }
-    prev   = (int32_t)toks[n - n_resumed - 1];
-    status = moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k,
-                               seed);
+    prev = (int32_t)toks[n - n_resumed - 1];
+    status =
+        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
     if (status == MOON_OK) {
         status        = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
         r->text_ready = status == MOON_OK;

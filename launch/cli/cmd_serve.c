@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SERVE_STOP_GRACE_MS 5000u /* a rank's wait for rank 0's word beyond the drain */
 
@@ -284,11 +285,11 @@ int moon_cmd_serve(int argc, char **argv)
         if (gateway != MOON_ADDR_NONE) {
             fprintf(stderr, " on http://%s:%u/v1", gcfg.host, port);
         }
-        fprintf(stderr, "\n");
+        fprintf(stderr, "; rank 0 is pid %ld (SIGTERM drains and stops every rank)\n",
+                (long)getpid());
     }
-    for (uint64_t t0 = mono_ms();
-         !g_stop && !atomic_load(&g_stop_all) &&
-         (run.seconds == 0 || mono_ms() - t0 < run.seconds * 1000);) {
+    for (uint64_t t0 = mono_ms(); !g_stop && !atomic_load(&g_stop_all) &&
+                                  (run.seconds == 0 || mono_ms() - t0 < run.seconds * 1000);) {
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     if (moon_dist_rank(dist) == 0) {
