@@ -91,8 +91,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_cached)                                                                            \
     F(T, i32, prefill_instance)                                                                    \
     F(T, i32, decode_instance)                                                                     \
-    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
-        F(T, str, text) F(T, str, message)
+    F(T, u64, queue_ns)                                                                            \
+    F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text)                \
+        F(T, str, message)
 
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
@@ -175,8 +176,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * prefill instance drops the request's sequence (nobody will pull it). */
 #define MOON_SERVE_LOST_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, lost)
 /* `moonlet serve`'s rank 0 -> every rank's control actor: the deployment
- * stops (rank 0 drained its gateway, or gave up after drain_ms). */
-#define MOON_SERVE_STOP_FIELDS(F, T) F(T, u32, drain_ms)
+ * stops (rank 0 drained its gateway, or gave up after drain_ms); another
+ * rank -> rank 0's: that rank got a signal (the deployment drains and
+ * stops). rank: the sender's. */
+#define MOON_SERVE_STOP_FIELDS(F, T) F(T, u32, drain_ms) F(T, u32, rank)
 /* conductor -> prefill: a gap in its events (a lost message): send a snapshot. */
 #define MOON_SERVE_CACHE_SYNC_FIELDS(F, T) F(T, u32, instance)
 /* engine thread -> its instance: a forward pass finished (job echoes the
@@ -201,8 +204,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, running)                                                                             \
     F(T, u64, waiting)                                                                             \
     F(T, u64, store_hit_tokens)                                                                    \
-    F(T, u64, computed_tokens) F(T, u64s, finished) F(T, u32s, blocks_used)                        \
-        F(T, u32s, blocks_total) F(T, u32s, inst_up)
+    F(T, u64, computed_tokens)                                                                     \
+    F(T, u64s, finished) F(T, u32s, blocks_used) F(T, u32s, blocks_total) F(T, u32s, inst_up)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \

@@ -72,14 +72,36 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-/* The control actor: rank 0's STOP ends this rank's wait. */
+/* The control actor. On rank 0: another rank got a signal, which stops the
+ * deployment as one on rank 0 does. Elsewhere: rank 0's STOP ends the wait. */
 static moon_status_t ctl_on_stop(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    (void)self;
+    if (moon_addr_rank(moon_actor_addr(self)) == 0) {
+        MOON_WARN("serve: rank %u got a signal: the deployment drains and stops",
+                  ((const moon_serve_stop_t *)msg)->rank);
+        g_stop = 1;
+        return MOON_OK;
+    }
     MOON_INFO("serve: rank 0 says stop (drained or after %u ms)",
               ((const moon_serve_stop_t *)msg)->drain_ms);
     atomic_store(&g_stop_all, 1);
     return MOON_OK;
+}
+
+/* A rank other than 0 got a signal: asks rank 0 to drain and stop all. */
+static void ask_stop(moon_runtime_t *rt, moon_dist_t *dist)
+{
+    moon_addr_t        a;
+    moon_serve_stop_t *m;
+
+    if (moon_dist_whereis(dist, "serve/ctl/0", 100000000ull, &a) != MOON_OK ||
+        (m = moon_msg_new(MOON_MSG_SERVE_STOP, 0)) == NULL) {
+        return; /* rank 0 is gone or never had one: stop alone */
+    }
+    m->rank = moon_dist_rank(dist);
+    if (moon_runtime_send(rt, a, &m->hdr) != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
 }
 
 static const moon_actor_ops_t ctl_ops = {
@@ -113,6 +135,7 @@ static void stop_all(moon_runtime_t *rt, moon_dist_t *dist, uint32_t drain_ms)
             continue;
         }
         m->drain_ms = drain_ms;
+        m->rank     = 0;
         if (moon_runtime_send(rt, a, &m->hdr) != MOON_OK) {
             moon_msg_release(&m->hdr);
         }
@@ -297,6 +320,8 @@ int moon_cmd_serve(int argc, char **argv)
     } else if (!atomic_load(&g_stop_all)) {
         /* rank 0 drains the requests our instances serve: wait for its word */
         uint64_t t0 = mono_ms(), limit = (uint64_t)run.drain_seconds * 1000u + SERVE_STOP_GRACE_MS;
+
+        ask_stop(rt, dist);
         while (!atomic_load(&g_stop_all) && moon_dist_peer_alive(dist, 0) &&
                mono_ms() - t0 < limit) {
             nanosleep(&(struct timespec){0, 10000000}, NULL);

@@ -10,9 +10,10 @@
 #     with a reason; none is lost (no end and no error); the gauges of
 #     requests in flight and running return to 0; /health says which
 #     instance is down (200: its role has another); new requests are served.
-#   term-rank0 / term-mpirun: SIGTERM to rank 0 alone / to mpirun
-#     mid-stream: a new request gets 503, every request in flight finishes
-#     (drained), and every rank exits within the deadline.
+#   term-rank0 / term-decode / term-mpirun: SIGTERM to rank 0 alone, to a
+#     decode rank alone (rank 4) or to mpirun mid-stream: a new request gets
+#     503 (mpirun: once it signals the ranks), every request in flight
+#     finishes (drained), and every rank exits within the deadline.
 # Prints one line "fault-result: FAULT in_flight=N ok=.. failed=.. lost=..
 # wrong=.. recover_s=.." and passes when lost = wrong = 0 and the checks
 # hold. Run by CTest (label faults).
@@ -107,12 +108,13 @@ case $FAULT in
 kill-prefill) VICTIM=$(rank_pid 2); kill -KILL "$VICTIM" ;;
 kill-decode) VICTIM=$(rank_pid 4); kill -KILL "$VICTIM" ;;
 term-rank0) VICTIM=$(rank_pid 0); T0=$(date +%s.%N); kill -TERM "$VICTIM" ;;
+term-decode) VICTIM=$(rank_pid 4); T0=$(date +%s.%N); kill -TERM "$VICTIM" ;;
 term-mpirun) VICTIM=$MPI; T0=$(date +%s.%N); kill -TERM "$MPI" ;;
 *) fail "unknown fault $FAULT" ;;
 esac
 echo "fault $FAULT: signalled pid $VICTIM"
-if [ "$FAULT" = term-rank0 ]; then
-    sleep 0.3
+if [ "$FAULT" = term-rank0 ] || [ "$FAULT" = term-decode ]; then
+    sleep 0.5
     code=$(health | cut -d' ' -f1)
     [ "$code" = 503 ] || [ "$code" = 0 ] || fail "a new request while draining got $code, not 503"
 fi
