@@ -582,6 +582,32 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
 
 /* Takes a KV_READY: for a request already taken, or a new one if the budget
  * allows; otherwise it waits. Returns 0 when it had to wait. */
+/* A request that is not taken here ends: DONE error to its client, RELEASED
+ * to the conductor (its entry ends), KV_DONE to its prefill instance (if
+ * any: it frees the sequence), so nobody waits for it. */
+static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to, uint64_t id,
+                           moon_addr_t prefill, moon_status_t status, const char *why)
+{
+    moon_serve_released_t *rel;
+    dreq_t                 tmp;
+
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.reply_to         = reply_to;
+    tmp.request_id       = id;
+    tmp.prefill          = prefill;
+    tmp.prefill_instance = -1;
+    tmp.finished         = 1;
+    send_done(self, d, &tmp, MOON_FINISH_ERROR, status, "", why);
+    send_kv_done(self, &tmp, status);
+    rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
+    if (rel != NULL) {
+        rel->reply_to   = reply_to;
+        rel->request_id = id;
+        rel->finish     = MOON_FINISH_ERROR;
+        moon_tell(self, d->a.conductor, &rel->hdr);
+    }
+}
+
 static int prefill_lost(const decode_t *d, moon_addr_t prefill)
 {
     for (uint32_t i = 0; i < MOON_MIN(d->n_lost, DEC_LOST_RING); i++) {
@@ -608,14 +634,18 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
     if (m->n_tokens == 0 || m->n_tokens >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("decode %u: handover of request %llu with %u tokens refused", d->a.instance,
                   (unsigned long long)m->request_id, m->n_tokens);
+        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, MOON_ERR_INVALID_PARAM,
+                       "decode: handover refused (bad length)");
         return 1;
     }
     status = open_req(self, d, m, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
     }
-    if (status != MOON_OK) {
-        return 1; /* out of memory: logged by the allocator; the conductor times it out */
+    if (status != MOON_OK) { /* out of memory (logged by the allocator) */
+        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, status,
+                       "decode: out of memory taking the request");
+        return 1;
     }
     if (take_cancel(d, m->reply_to, m->request_id)) {
         r->cancelled = 1;
@@ -1003,22 +1033,7 @@ static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *ms
         }
     }
     /* not taken here: answer for it (nothing of it runs here) */
-    {
-        dreq_t tmp;
-        memset(&tmp, 0, sizeof(tmp));
-        tmp.reply_to         = m->reply_to;
-        tmp.request_id       = m->request_id;
-        tmp.prefill_instance = -1;
-        tmp.finished         = 1;
-        send_done(self, d, &tmp, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, "", why);
-        moon_serve_released_t *rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
-        if (rel != NULL) {
-            rel->reply_to   = m->reply_to;
-            rel->request_id = m->request_id;
-            rel->finish     = MOON_FINISH_ERROR;
-            moon_tell(self, d->a.conductor, &rel->hdr);
-        }
-    }
+    answer_untaken(self, d, m->reply_to, m->request_id, MOON_ADDR_NONE, MOON_ERR_PEER_LOST, why);
     report_load(self, d);
     return MOON_OK;
 }
