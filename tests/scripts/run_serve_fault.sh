@@ -25,13 +25,14 @@ MOONLET=$3
 MODEL=$4
 PY=${5:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-N=${N:-12}
 # kills: clients send one request after another (some land on the lost
 # instance before its loss is known); SIGTERM: one long stream each
 case $FAULT in
+kill-prefill) N=${N:-16} MAXTOK=${MAXTOK:-96} ROUNDS=${ROUNDS:-3} ;; # arrivals past the detection
 kill-*) MAXTOK=${MAXTOK:-64} ROUNDS=${ROUNDS:-3} ;;
 *) MAXTOK=${MAXTOK:-256} ROUNDS=${ROUNDS:-1} ;;
 esac
+N=${N:-12}
 DRAIN=10
 # Open MPI 4's mpirun on SIGTERM: SIGCONT to the ranks, this long, SIGTERM,
 # this long, SIGKILL; the ranks drain in the second window (README)
@@ -185,6 +186,8 @@ PYEOF
     echo "gauges: in_flight=$inflight running=$running"
     [ "${inflight%.*}" = 0 ] && [ "${running%.*}" = 0 ] || fail "gauges stuck"
     echo "$m" | grep -E '^moonlet:instances_alive|resumed'
+    echo "$m" | grep -q 'finished_reason="resumed"' ||
+        echo "note: no request was on the lost instance when its loss was known"
     ;;
 term-*)
     # every rank exits within the drain deadline (plus the stop's own time)
