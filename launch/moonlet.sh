@@ -26,16 +26,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $cmd in
 demo)
     # The main job: a local serving cluster under mpirun on the bundled
-    # stories260K (rank 0: gateway + conductor; ranks 1-3: store, prefill,
-    # decode), queried with curl and measured with moonlet bench.
+    # stories260K (rank 0: gateway + conductor; rank 1: store; ranks 2-3:
+    # prefill; ranks 4-5: decode; any of ranks 1-5 may die and it serves on),
+    # queried with curl and measured with moonlet bench.
     M=examples/models/stories260K/stories260K.gguf
     PORT=${PORT:-8000}
     URL=http://127.0.0.1:$PORT
     LOG=$(mktemp)
     export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo UCX_NET_DEVICES=lo
     export OMPI_MCA_rmaps_base_oversubscribe=1
-    echo "--- mpirun -np 4 moonlet serve --model $M --port $PORT  (log: $LOG)"
-    mpirun -np 4 "$BUILD_DIR/launch/moonlet" serve --model "$M" --port "$PORT" \
+    echo "--- mpirun -np 6 moonlet serve --model $M --prefill 2 --decode 2 --port $PORT  (log: $LOG)"
+    mpirun -np 6 --oversubscribe --mca orte_enable_recovery 1 --mca odls_base_sigkill_timeout 35 \
+        "$BUILD_DIR/launch/moonlet" serve --model "$M" --prefill 2 --decode 2 --port "$PORT" \
         </dev/null >"$LOG" 2>&1 &
     SERVER=$!
     trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
@@ -69,7 +71,10 @@ print()'
         --max-concurrency 4 --prefix-len 96 --output-len 24 --seed 1
     echo "--- /metrics: prefix cache"
     curl -s "$URL/metrics" | grep -E '^moonlet:prefix_cache_(queries|hits)_total'
-    kill -TERM $SERVER; wait $SERVER 2>/dev/null || true
+    # SIGTERM to rank 0 drains and stops every rank at once (mpirun's own
+    # SIGTERM waits odls_base_sigkill_timeout before it signals the ranks)
+    R0=$(sed -n 's/.*rank 0 is pid \([0-9]*\).*/\1/p' "$LOG" | head -1)
+    kill -TERM "${R0:-$SERVER}"; wait $SERVER 2>/dev/null || true
     trap - EXIT
     echo "--- the cluster stopped" ;;
 test)

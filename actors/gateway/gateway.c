@@ -33,11 +33,16 @@ typedef struct {
     moon_gw_http_t       *http;
     uint64_t              stats_timer;
     uint64_t              stats_sent, stats_seen; /* STATS asked, answered */
-    /* store shards ("store/<i>", found by name) and their last STATS */
+    /* store shards ("store/<i>", found by name and monitored) and their last STATS */
     moon_addr_t              shards[GW_MAX_SHARDS];
     uint32_t                 n_shards;
+    uint8_t                  shard_down[GW_MAX_SHARDS];
     moon_store_stats_reply_t shard_stats[GW_MAX_SHARDS];
+    int                      draining;
+    atomic_int              *drained_p;
 } gw_state_t;
+
+#define GW_SHARD_REF 1000u /* monitor refs of the shards: + shard index */
 
 #define CFG(_f) MOON_CONFIG_AT(moon_gateway_config_t, _f)
 static const moon_config_field_t gateway_fields[] = {
@@ -63,6 +68,12 @@ static const moon_config_field_t gateway_fields[] = {
      .doc = "requests on their way to the gateway actor at once (more: 503)"},
     {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,
      .doc = "milliseconds between the gateway's polls of the conductor's counters"},
+    {"request-deadline", MOON_CONFIG_U32, CFG(request_deadline_s), .dflt = "300",
+     .doc = "seconds a request may run from its arrival; then it ends with an error and is "
+            "cancelled (0: never)"},
+    {"resumes", MOON_CONFIG_U32, CFG(max_resumes), .dflt = "3", .max = 100,
+     .doc = "times a request whose instance was lost is submitted again with the tokens it "
+            "got, its stream going on (0: it fails)"},
     MOON_CONFIG_END,
 };
 #undef CFG
@@ -191,6 +202,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
         return MOON_ERR_INVALID_PARAM;
     }
     st->conductor  = args->conductor;
+    st->drained_p  = args->drained_p;
     st->dist       = args->dist;
     st->cfg        = args->config;
     st->host       = moon_strdup(args->config.host);
@@ -322,6 +334,47 @@ static moon_status_t gw_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg)
     return MOON_OK;
 }
 
+/* Draining and nothing in flight: tells the main thread. */
+static void check_drained(gw_state_t *st)
+{
+    if (st->draining && st->drained_p != NULL && moon_gw_bridge_n_live(st->bridge) == 0 &&
+        moon_gw_http_n_busy(st->http) == 0) {
+        /* release: pairs with the main thread's acquire load */
+        atomic_store_explicit(st->drained_p, 1, memory_order_release);
+    }
+}
+
+static moon_status_t gw_on_drain(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t *st = moon_actor_state(self);
+
+    (void)msg;
+    if (!st->draining) {
+        MOON_INFO("gateway: draining: new requests get 503, %u in flight run to their end",
+                  moon_gw_bridge_n_live(st->bridge));
+    }
+    st->draining = 1;
+    moon_gw_http_quiesce(st->http);
+    moon_gw_bridge_drain(st->bridge, self);
+    check_drained(st);
+    return MOON_OK;
+}
+
+moon_status_t moon_gateway_drain(moon_runtime_t *rt, moon_addr_t gateway)
+{
+    moon_gw_drain_t *m = moon_msg_new(MOON_MSG_GW_DRAIN, 0);
+    moon_status_t    status;
+
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    status = moon_runtime_send(rt, gateway, &m->hdr);
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+    return status;
+}
+
 static double secs(uint64_t ns)
 {
     return (double)ns * 1e-9;
@@ -351,7 +404,7 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_req_times_t      *t;
     uint64_t                  now = moon_now(moon_actor_runtime(self));
 
-    if (req == NULL) {
+    if (req == NULL || !moon_gw_bridge_note_token(req, tok->index, tok->token)) {
         return MOON_OK;
     }
     t = moon_gw_req_times_mut(req);
@@ -378,6 +431,11 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
     if (req == NULL) {
         return MOON_OK;
     }
+    if (MOON_SERVE_RESUMABLE(d->finish, d->status) &&
+        moon_gw_bridge_resume(st->bridge, self, req, st->cfg.max_resumes) == MOON_OK) {
+        moon_gw_metrics_add(m, MOON_GW_M_SUCCESS, "finished_reason=\"resumed\"", 1);
+        return MOON_OK; /* its stream goes on under the new id */
+    }
     t = moon_gw_req_times_mut(req);
     snprintf(labels, sizeof(labels), "finished_reason=\"%s\"", moon_finish_str(d->finish));
     moon_gw_metrics_add(m, MOON_GW_M_SUCCESS, labels, 1);
@@ -401,6 +459,7 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_metrics_add(m, MOON_GW_M_CACHE_QUERIES, NULL, d->n_prompt);
     moon_gw_metrics_add(m, MOON_GW_M_CACHE_HITS, NULL, d->n_cached);
     moon_gw_bridge_deliver(st->bridge, req, msg);
+    check_drained(st);
     return MOON_OK;
 }
 
@@ -410,6 +469,17 @@ static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
     const moon_sys_down_t *down = (const moon_sys_down_t *)msg;
     uint32_t               n;
 
+    if (down->ref >= GW_SHARD_REF && down->ref < GW_SHARD_REF + st->n_shards &&
+        st->shards[down->ref - GW_SHARD_REF] == down->actor) {
+        uint32_t i = (uint32_t)(down->ref - GW_SHARD_REF), up = 0;
+        MOON_WARN("gateway: store shard %u is down (%s)", i, moon_status_str(down->reason));
+        st->shard_down[i] = 1;
+        for (uint32_t k = 0; k < st->n_shards; k++) {
+            up += !st->shard_down[k] && st->shard_stats[k].n_slots > 0;
+        }
+        moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_ALIVE, "role=\"store\"", up);
+        return MOON_OK;
+    }
     if (down->actor != st->conductor) {
         return MOON_OK;
     }
@@ -441,10 +511,18 @@ static void poll_store(moon_actor_t *self, gw_state_t *st)
                               : moon_whereis(rt, name, a)) != MOON_OK) {
             break;
         }
+        if (moon_monitor(self, *a, GW_SHARD_REF + st->n_shards) != MOON_OK) {
+            st->shard_down[st->n_shards] = 1; /* gone already */
+        }
         st->n_shards++;
     }
     for (uint32_t i = 0; i < st->n_shards; i++) {
-        moon_store_stats_t *q = moon_msg_new(MOON_MSG_STORE_STATS, 0);
+        moon_store_stats_t *q;
+
+        if (st->shard_down[i]) {
+            continue;
+        }
+        q = moon_msg_new(MOON_MSG_STORE_STATS, 0);
 
         if (q != NULL) {
             q->req = i;
@@ -458,9 +536,17 @@ static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t             *st = moon_actor_state(self);
     moon_serve_stats_req_t *q;
+    uint32_t                n;
 
     (void)msg;
     poll_store(self, st);
+    n = moon_gw_bridge_expire(st->bridge, self, moon_now(moon_actor_runtime(self)),
+                              (uint64_t)st->cfg.request_deadline_s * 1000000000ull);
+    if (n > 0) {
+        MOON_WARN("gateway: %u requests ran past their deadline (%u s): ended and cancelled", n,
+                  st->cfg.request_deadline_s);
+    }
+    check_drained(st);
     if (st->stats_sent != st->stats_seen && st->stats_sent - st->stats_seen < 20) {
         return MOON_OK; /* the last one is unanswered: the conductor is busy */
     }
@@ -518,6 +604,54 @@ static const char *why_not_ready(const gw_state_t *st, const moon_serve_stats_re
     return NULL;
 }
 
+/* "[1,3]": the instances of [from, to) the conductor has not (or no more) up. */
+static size_t list_down(char *out, size_t cap, const uint32_t *up, uint32_t from, uint32_t to,
+                        uint32_t *n_down)
+{
+    size_t len = (size_t)snprintf(out, cap, "[");
+
+    *n_down = 0;
+    for (uint32_t i = from; i < to && len < cap; i++) {
+        if (!up[i]) {
+            len += (size_t)snprintf(out + len, cap - len, "%s%u", *n_down ? "," : "", i - from);
+            (*n_down)++;
+        }
+    }
+    if (len < cap) {
+        len += (size_t)snprintf(out + len, cap - len, "]");
+    }
+    return len;
+}
+
+/* /health's body: per role, instances up, of how many, and which are down. */
+static void set_health(gw_state_t *st, const moon_serve_stats_reply_t *r)
+{
+    const uint32_t *up = MOON_SPAN_PTR(r, r->inst_up);
+    uint32_t        n = r->inst_up.n, np = MOON_MIN(r->n_prefill, n), nd = 0, ns = 0, ns_down = 0;
+    char            pd[200], dd[200], sd[200], body[1024];
+    size_t          len = (size_t)snprintf(sd, sizeof(sd), "[");
+
+    list_down(pd, sizeof(pd), up, 0, np, &nd);
+    list_down(dd, sizeof(dd), up, np, n, &nd);
+    for (uint32_t i = 0; i < st->n_shards && len < sizeof(sd); i++) {
+        ns++;
+        if (st->shard_down[i]) {
+            len += (size_t)snprintf(sd + len, sizeof(sd) - len, "%s%u", ns_down ? "," : "", i);
+            ns_down++;
+        }
+    }
+    if (len < sizeof(sd)) {
+        snprintf(sd + len, sizeof(sd) - len, "]");
+    }
+    snprintf(body, sizeof(body),
+             "{\"status\":\"%s\",\"prefill\":{\"up\":%u,\"of\":%u,\"down\":%s},"
+             "\"decode\":{\"up\":%u,\"of\":%u,\"down\":%s},"
+             "\"store\":{\"up\":%u,\"of\":%u,\"down\":%s}}",
+             r->n_prefill_up == np && r->n_decode_up == n - np && ns_down == 0 ? "ok" : "degraded",
+             r->n_prefill_up, np, pd, r->n_decode_up, n - np, dd, ns - ns_down, ns, sd);
+    moon_gw_http_set_health(st->http, body);
+}
+
 static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t                     *st = moon_actor_state(self);
@@ -534,6 +668,7 @@ static moon_status_t gw_on_stats(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_metrics_set_gauge(m, MOON_GW_M_IN_FLIGHT, NULL, r->in_flight);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_STORE_HITS, NULL, (double)r->store_hit_tokens);
     set_pool_gauges(st, r);
+    set_health(st, r);
     if (st->wait_roles == NULL || st->wait_roles[0] != '\0') {
         moon_gw_http_set_ready(st->http, why_not_ready(st, r));
     }
@@ -560,7 +695,7 @@ static moon_status_t gw_on_store_stats(moon_actor_t *self, const moon_msg_hdr_t 
         gets += (double)s->n_gets;
         misses += (double)s->n_get_misses;
         evicted += (double)s->n_evicted;
-        up += s->n_slots > 0; /* has answered */
+        up += s->n_slots > 0 && !st->shard_down[i]; /* has answered, not lost since */
     }
     moon_gw_metrics_set_gauge(m, MOON_GW_M_ALIVE, "role=\"store\"", up);
     moon_gw_metrics_set_gauge(m, MOON_GW_M_KV_USED, "tier=\"store_dram\"", used);
@@ -580,6 +715,7 @@ const moon_actor_ops_t moon_gateway_ops = {
     .on_msg =
         {
             [MOON_MSG_GW_WAKE]           = gw_on_wake,
+            [MOON_MSG_GW_DRAIN]          = gw_on_drain,
             [MOON_MSG_SERVE_TOKEN]       = gw_on_token,
             [MOON_MSG_SERVE_DONE]        = gw_on_done,
             [MOON_MSG_SYS_DOWN]          = gw_on_down,

@@ -26,29 +26,36 @@
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* The gateway's options: one row each in moon_gateway_config_table
  * (flags --host ..., variables MOON_GATEWAY_HOST ...). Strings are borrowed. */
 typedef struct {
-    const char *host;           /* --host 127.0.0.1: bind address (IPv4, IPv6 or a name) */
-    uint32_t    port;           /* --port 8000; 0: any free port (see port_p) */
-    const char *model_name;     /* --model-name: the id /v1/models lists and requests
-                                   must name; NULL: the model file's stem */
-    const char *api_key;        /* --api-key: /v1/... need "Authorization: Bearer KEY";
-                                   NULL: no auth */
-    uint64_t body_limit_bytes;  /* --body-limit 4m: larger bodies get 413 */
-    uint32_t idle_timeout_s;    /* --idle-timeout 30: a silent connection (a half-sent
-                                   request, an idle keep-alive) is closed; 0: never */
-    uint32_t request_timeout_s; /* --request-timeout 60: a body still arriving after
-                                   this is dropped; 0: never */
-    uint32_t http_threads;      /* --http-threads 2: libmicrohttpd's thread pool */
-    uint32_t max_connections;   /* --max-connections 1024 */
-    uint32_t max_inflight;      /* --max-inflight 4096: requests on their way to the
-                                   gateway actor at once (more: 503) */
-    uint32_t stats_interval_ms; /* --stats-interval 500: how often the gateway asks the
-                                   conductor for its counters (gauges, readiness) */
+    const char *host;            /* --host 127.0.0.1: bind address (IPv4, IPv6 or a name) */
+    uint32_t    port;            /* --port 8000; 0: any free port (see port_p) */
+    const char *model_name;      /* --model-name: the id /v1/models lists and requests
+                                    must name; NULL: the model file's stem */
+    const char *api_key;         /* --api-key: /v1/... need "Authorization: Bearer KEY";
+                                    NULL: no auth */
+    uint64_t body_limit_bytes;   /* --body-limit 4m: larger bodies get 413 */
+    uint32_t idle_timeout_s;     /* --idle-timeout 30: a silent connection (a half-sent
+                                    request, an idle keep-alive) is closed; 0: never */
+    uint32_t request_timeout_s;  /* --request-timeout 60: a body still arriving after
+                                    this is dropped; 0: never */
+    uint32_t http_threads;       /* --http-threads 2: libmicrohttpd's thread pool */
+    uint32_t max_connections;    /* --max-connections 1024 */
+    uint32_t max_inflight;       /* --max-inflight 4096: requests on their way to the
+                                    gateway actor at once (more: 503) */
+    uint32_t stats_interval_ms;  /* --stats-interval 500: how often the gateway asks the
+                                    conductor for its counters (gauges, readiness) */
+    uint32_t request_deadline_s; /* --request-deadline 300: a request still running this
+                                    long after its arrival ends with an error and is
+                                    cancelled (its slot and gauges freed); 0: never */
+    uint32_t max_resumes;        /* --resumes 3: times a request whose instance was lost
+                                    is submitted again with the tokens it got (its
+                                    stream goes on); 0: it fails with the loss */
 } moon_gateway_config_t;
 
 MOON_API extern const moon_config_table_t moon_gateway_config_table;
@@ -74,8 +81,16 @@ typedef struct {
                                    conductor's STATS) before /health says 200 and
                                    requests are served; NULL: a decode instance, and a
                                    prefill one if the deployment has any; "": at once */
-    uint16_t *port_p;           /* optional: the bound port, written by init */
+    uint16_t   *port_p;         /* optional: the bound port, written by init */
+    atomic_int *drained_p;      /* optional: set to 1 (release) once a drain
+                                   (moon_gateway_drain) has no request left in flight;
+                                   must outlive the gateway */
 } moon_gateway_args_t;
+
+/* Starts draining the gateway at addr (from any thread): new requests get
+ * 503, those in flight run to their end; then *args.drained_p becomes 1.
+ * MOON_ERR_NO_MEMORY or the send's status. */
+MOON_API moon_status_t moon_gateway_drain(moon_runtime_t *rt, moon_addr_t gateway);
 
 /* Spawn with args (borrowed for the call: strings are copied). init errors:
  * MOON_ERR_INVALID_PARAM (bad config), MOON_ERR_IO (port in use, bad host),

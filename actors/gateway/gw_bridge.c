@@ -42,9 +42,15 @@ struct moon_gw_req {
     moon_gw_conn_t      conn;
     uint64_t            woken_ns; /* actor: when a TOKEN last woke the connection */
     atomic_int          done;     /* the actor delivered DONE */
+    moon_msg_hdr_t     *submit;   /* retained: its SUBMIT, read again to resume it */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
+    uint64_t            wire_id;     /* the id its messages carry now (a resumed request
+                                        runs under a new one); the table's key */
+    uint32_t *toks;                  /* (cap_toks) token ids received, by TOKEN index */
+    uint32_t  n_toks, cap_toks;
+    uint32_t  n_resumes;
 };
 
 struct moon_gw_bridge {
@@ -190,6 +196,8 @@ static void req_unref(moon_gw_req_t *req)
         moon_msg_release(msg);
     }
     ck_fifo_spsc_deinit(&req->fifo, &garbage);
+    moon_msg_release(req->submit);
+    moon_free(req->toks);
     while (garbage != NULL) {
         struct ck_fifo_spsc_entry *next = garbage->next;
         moon_free(garbage);
@@ -253,8 +261,9 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
         moon_free(req);
         return MOON_ERR_NO_MEMORY;
     }
-    req->id = atomic_fetch_add(&b->next_id, 1);
-    status  = moon_serve_submit_build(b->actor, req->id, params, &submit);
+    req->id      = atomic_fetch_add(&b->next_id, 1);
+    req->wire_id = req->id;
+    status       = moon_serve_submit_build(b->actor, req->id, params, &submit);
     if (status != MOON_OK) {
         moon_free(stub);
         moon_free(req);
@@ -266,7 +275,8 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     req->conn             = *conn;
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
-    atomic_init(&req->refs, 2); /* the HTTP side and the actor */
+    atomic_init(&req->refs, 2);               /* the HTTP side and the actor */
+    req->submit = moon_msg_dup(&submit->hdr); /* to resume it (NULL: it cannot be) */
     if (!push_item(b, req, ITEM_SUBMIT)) {
         moon_msg_release(&submit->hdr);
         atomic_store(&req->refs, 1);
@@ -372,8 +382,8 @@ static void table_put(moon_gw_bridge_t *b, moon_gw_req_t *req)
     ck_ht_entry_t e;
     ck_ht_hash_t  h;
 
-    ck_ht_hash_direct(&h, &b->table, (uintptr_t)req->id);
-    ck_ht_entry_set_direct(&e, h, (uintptr_t)req->id, (uintptr_t)req);
+    ck_ht_hash_direct(&h, &b->table, (uintptr_t)req->wire_id);
+    ck_ht_entry_set_direct(&e, h, (uintptr_t)req->wire_id, (uintptr_t)req);
     if (!ck_ht_put_spmc(&b->table, h, &e)) {
         MOON_ERROR("gateway: request table full or out of memory (request %llu)",
                    (unsigned long long)req->id);
@@ -392,8 +402,8 @@ static void table_remove(moon_gw_bridge_t *b, moon_gw_req_t *req)
     ck_ht_entry_t e;
     ck_ht_hash_t  h;
 
-    ck_ht_hash_direct(&h, &b->table, (uintptr_t)req->id);
-    ck_ht_entry_key_set_direct(&e, (uintptr_t)req->id);
+    ck_ht_hash_direct(&h, &b->table, (uintptr_t)req->wire_id);
+    ck_ht_entry_key_set_direct(&e, (uintptr_t)req->wire_id);
     ck_ht_remove_spmc(&b->table, h, &e);
     if (req->prev != NULL) {
         req->prev->next = req->next;
@@ -482,7 +492,7 @@ static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status, 
         req_unref(req);
         return;
     }
-    done->request_id       = req->id;
+    done->request_id       = req->wire_id;
     done->finish           = MOON_FINISH_ERROR;
     done->status           = status;
     done->prefill_instance = -1;
@@ -511,7 +521,7 @@ void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self)
             break;
         case ITEM_CANCEL: /* the request may have ended meanwhile */
             if (!atomic_load(&req->done)) {
-                status = moon_serve_cancel(self, b->conductor, req->id);
+                status = moon_serve_cancel(self, b->conductor, req->wire_id);
                 if (status != MOON_OK) {
                     MOON_WARN("gateway: cancel of request %llu not sent: %s",
                               (unsigned long long)req->id, moon_status_str(status));
@@ -562,8 +572,127 @@ void moon_gw_bridge_cancel_all(moon_gw_bridge_t *b, moon_actor_t *self)
 {
     moon_gw_bridge_drain(b, self);
     for (moon_gw_req_t *req = b->live; req != NULL; req = req->next) {
-        moon_serve_cancel(self, b->conductor, req->id);
+        moon_serve_cancel(self, b->conductor, req->wire_id);
     }
+}
+
+int moon_gw_bridge_note_token(moon_gw_req_t *req, uint32_t index, uint32_t token)
+{
+    if (index < req->n_toks) {
+        return 0; /* sent before a loss, and again by the resumed request */
+    }
+    if (req->n_toks == req->cap_toks) {
+        uint32_t  cap = req->cap_toks ? 2 * req->cap_toks : 16;
+        uint32_t *t   = moon_realloc(req->toks, (size_t)cap * sizeof(*t));
+        if (t == NULL) {
+            req->n_resumes = UINT32_MAX; /* cannot be resumed without its tokens */
+            return 1;
+        }
+        req->toks     = t;
+        req->cap_toks = cap;
+    }
+    req->toks[req->n_toks++] = token;
+    return 1;
+}
+
+/* Copies span sp of src (elements of elem bytes; text: a str span) into the
+ * same span of dst, whose tail has room. */
+static moon_status_t copy_span(void *dst, moon_span_t *dp, const void *src, moon_span_t sp,
+                               uint32_t elem, int text)
+{
+    void *out;
+
+    if (sp.n == 0) {
+        return text ? moon_msg_set_str(dst, dp, "") : MOON_OK;
+    }
+    out = moon_msg_span_alloc(dst, dp, sp.n, elem, text);
+    if (out == NULL) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    memcpy(out, MOON_SPAN_PTR(src, sp), (size_t)sp.n * elem);
+    return MOON_OK;
+}
+
+moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moon_gw_req_t *req,
+                                    uint32_t max_resumes)
+{
+    const moon_serve_submit_t *o = (const void *)req->submit;
+    moon_serve_submit_t       *m;
+    moon_status_t              status;
+    int                        closed;
+    uint32_t                  *t;
+
+    pthread_mutex_lock(&req->wake_mu);
+    closed = req->closed;
+    pthread_mutex_unlock(&req->wake_mu);
+    if (o == NULL || closed || req->n_resumes >= max_resumes) {
+        return MOON_ERR_INVALID_PARAM; /* its client left, or it was tried enough */
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_SUBMIT, o->prompt.n + 1 + (size_t)o->tokens.n * 4 +
+                                                (size_t)o->stop_ids.n * 4 + o->stop_strs.n +
+                                                (size_t)req->n_toks * 4 + 48);
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    m->reply_to    = o->reply_to;
+    m->request_id  = atomic_fetch_add(&b->next_id, 1);
+    m->slo_class   = o->slo_class;
+    m->max_tokens  = o->max_tokens;
+    m->temperature = o->temperature;
+    m->top_p       = o->top_p;
+    m->top_k       = o->top_k;
+    m->seed        = o->seed;
+    m->flags       = o->flags;
+    status         = copy_span(m, &m->prompt, o, o->prompt, 1, 1);
+    if (status == MOON_OK) {
+        status = copy_span(m, &m->tokens, o, o->tokens, 4, 0);
+    }
+    if (status == MOON_OK) {
+        status = copy_span(m, &m->stop_ids, o, o->stop_ids, 4, 0);
+    }
+    if (status == MOON_OK) {
+        status = copy_span(m, &m->stop_strs, o, o->stop_strs, 1, 0);
+    }
+    if (status == MOON_OK && req->n_toks > 0) {
+        t = moon_msg_span_alloc(m, &m->resume, req->n_toks, 4, 0);
+        if (t == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+        } else {
+            memcpy(t, req->toks, (size_t)req->n_toks * 4);
+        }
+    }
+    if (status == MOON_OK) {
+        status = moon_send(self, b->conductor, &m->hdr);
+    }
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+        return status;
+    }
+    MOON_INFO("gateway: request %llu resumed as %llu after %u tokens", (unsigned long long)req->id,
+              (unsigned long long)m->request_id, req->n_toks);
+    table_remove(b, req);
+    req->wire_id = m->request_id;
+    req->n_resumes++;
+    table_put(b, req);
+    return MOON_OK;
+}
+
+uint32_t moon_gw_bridge_expire(moon_gw_bridge_t *b, moon_actor_t *self, uint64_t now_ns,
+                               uint64_t deadline_ns)
+{
+    moon_gw_req_t *req = b->live, *next;
+    uint32_t       n   = 0;
+
+    for (; deadline_ns > 0 && req != NULL; req = next) {
+        next = req->next; /* fail() takes req off the list */
+        if (now_ns - req->times.arrival_ns < deadline_ns || now_ns < req->times.arrival_ns) {
+            continue;
+        }
+        moon_serve_cancel(self, b->conductor, req->wire_id);
+        fail(b, req, MOON_ERR_TIMED_OUT, "the request ran past its deadline (--request-deadline)");
+        n++;
+    }
+    return n;
 }
 
 uint32_t moon_gw_bridge_n_live(const moon_gw_bridge_t *b)

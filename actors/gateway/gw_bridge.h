@@ -26,7 +26,11 @@
 /* The gateway's own message (id 120, a free range): "the inbound ring has
  * items". Registered by moon_gw_bridge_create. */
 #define MOON_GW_WAKE_FIELDS(F, T) F(T, u64, n)
-#define MOON_GW_MSGS(X) X(MOON_MSG_GW_WAKE, moon_gw_wake_t, MOON_GW_WAKE_FIELDS)
+/* id 121: "stop admitting, tell when the last request ended" (gateway.h). */
+#define MOON_GW_DRAIN_FIELDS(F, T) F(T, u64, n)
+#define MOON_GW_MSGS(X)                                                                            \
+    X(MOON_MSG_GW_WAKE, moon_gw_wake_t, MOON_GW_WAKE_FIELDS)                                       \
+    X(MOON_MSG_GW_DRAIN, moon_gw_drain_t, MOON_GW_DRAIN_FIELDS)
 MOON_MSG_DECLARE_IN(MOON_GW_MSGS, GATEWAY, MOON_MSG_GW_END)
 
 typedef struct moon_gw_bridge moon_gw_bridge_t;
@@ -118,6 +122,23 @@ uint32_t moon_gw_bridge_fail_all(moon_gw_bridge_t *bridge, moon_status_t status,
 /* Sends CANCEL for every live request, those on the ring too (the gateway
  * stopping: their KV freed). */
 void moon_gw_bridge_cancel_all(moon_gw_bridge_t *bridge, moon_actor_t *self);
+/* A TOKEN of req (index, token id) arrived: returns 1 to deliver it, 0 to
+ * drop it (its index was delivered already: sent before an instance's loss
+ * and again by the resumed request). Keeps the ids for a resume. */
+int moon_gw_bridge_note_token(moon_gw_req_t *req, uint32_t index, uint32_t token);
+/* req's DONE said an instance serving it was lost (MOON_SERVE_RESUMABLE):
+ * submits it again under a new id with the tokens it received, so its
+ * stream goes on where it stopped. MOON_OK: resubmitted (do not deliver the
+ * DONE); MOON_ERR_INVALID_PARAM: its client left or it was resumed
+ * max_resumes times; MOON_ERR_NO_MEMORY or the send's status: deliver the
+ * DONE instead. */
+moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *bridge, moon_actor_t *self,
+                                    moon_gw_req_t *req, uint32_t max_resumes);
+/* Ends every live request that arrived deadline_ns or more before now_ns
+ * with a DONE error (MOON_ERR_TIMED_OUT) and cancels it in the cluster;
+ * returns how many. deadline_ns 0: none. */
+uint32_t moon_gw_bridge_expire(moon_gw_bridge_t *bridge, moon_actor_t *self, uint64_t now_ns,
+                               uint64_t deadline_ns);
 /* Requests in flight (submitted, not DONE) as the actor sees them. */
 uint32_t moon_gw_bridge_n_live(const moon_gw_bridge_t *bridge);
 

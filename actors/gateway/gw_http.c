@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,6 +52,8 @@ struct moon_gw_http {
     atomic_int          closing;
     const char *_Atomic not_ready; /* why not (static text); NULL: ready */
     atomic_uint         n_busy;
+    pthread_mutex_t     health_mu;
+    char                health[1024]; /* under health_mu: /health's body when ready */
 };
 
 typedef struct {
@@ -233,11 +236,14 @@ static enum MHD_Result serve_get(conn_t *c, const char *url)
         if (!ready(h, &err)) {
             return respond_error(c, &err);
         }
-        text = moon_malloc(1);
+        pthread_mutex_lock(&h->health_mu);
+        len  = strlen(h->health);
+        text = moon_malloc(len + 1);
         if (text != NULL) {
-            text[0] = '\0';
+            memcpy(text, h->health, len + 1);
         }
-        return respond(c, 200, "application/json", text, 0, NULL);
+        pthread_mutex_unlock(&h->health_mu);
+        return respond(c, 200, "application/json", text, len, NULL);
     case ROUTE_METRICS:
         if (moon_gw_metrics_render(h->a.metrics, &text, &len) != MOON_OK) {
             text = NULL;
@@ -786,6 +792,7 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
     atomic_init(&h->closing, 0);
     atomic_init(&h->not_ready, "waiting for the conductor's first report");
     atomic_init(&h->n_busy, 0);
+    pthread_mutex_init(&h->health_mu, NULL);
     flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) {
@@ -827,6 +834,13 @@ void moon_gw_http_set_ready(moon_gw_http_t *h, const char *why_not)
     atomic_store(&h->not_ready, why_not);
 }
 
+void moon_gw_http_set_health(moon_gw_http_t *h, const char *json)
+{
+    pthread_mutex_lock(&h->health_mu);
+    snprintf(h->health, sizeof(h->health), "%s", json != NULL ? json : "");
+    pthread_mutex_unlock(&h->health_mu);
+}
+
 void moon_gw_http_quiesce(moon_gw_http_t *h)
 {
     atomic_store(&h->closing, 1);
@@ -844,5 +858,6 @@ void moon_gw_http_stop(moon_gw_http_t *h)
     }
     MHD_stop_daemon(h->daemon);
     moon_gw_hangup_destroy(h->hangup); /* after the daemon: no unwatch can come */
+    pthread_mutex_destroy(&h->health_mu);
     moon_free(h);
 }

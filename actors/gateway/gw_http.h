@@ -43,6 +43,9 @@ uint16_t      moon_gw_http_port(const moon_gw_http_t *http);
 void moon_gw_http_set_ready(moon_gw_http_t *http, const char *why_not);
 /* The conductor is gone (1) or back (0): generation routes answer 503. Any thread. */
 void moon_gw_http_set_down(moon_gw_http_t *http, int down);
+/* /health's body while ready (a JSON object, copied, truncated at 1 KiB;
+ * NULL: empty). Any thread. */
+void moon_gw_http_set_health(moon_gw_http_t *http, const char *json);
 /* From now on new requests get 503 (stopping). Any thread. */
 void moon_gw_http_quiesce(moon_gw_http_t *http);
 /* Requests submitted whose connection has not finished yet. */

@@ -10,7 +10,11 @@
  *    actor in the runtime; submit/cancel are safe from any thread, and events
  *    come either to a callback (on a runtime worker: it must not block) or to
  *    a queue read with moon_serve_client_next() (blocking with a timeout).
- * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE. */
+ * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE.
+ * When an instance serving a request is lost, its DONE says so
+ * (MOON_SERVE_RESUMABLE: finish ERROR, MOON_ERR_PEER_LOST); this client
+ * passes it on (the gateway submits such a request again with its tokens so
+ * far, see SUBMIT's resume). */
 #ifndef MOON_ACTORS_SERVE_CLIENT_H
 #define MOON_ACTORS_SERVE_CLIENT_H
 

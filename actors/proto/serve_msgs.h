@@ -39,6 +39,11 @@ typedef enum {
 /* "stop", "length", "cancelled", "rejected", "error"; "?" for others. */
 MOON_API const char *moon_finish_str(uint32_t finish);
 
+/* 1 when a DONE of (finish, status) says an instance serving the request was
+ * lost and the request may be submitted again with resume (see SUBMIT). */
+#define MOON_SERVE_RESUMABLE(_finish, _status)                                                     \
+    ((_finish) == MOON_FINISH_ERROR && (_status) == MOON_ERR_PEER_LOST)
+
 /* SUBMIT flags */
 #define MOON_SERVE_F_ADD_BOS 0x1u    /* text prompt: prepend BOS (as moonlet generate does) */
 #define MOON_SERVE_F_IGNORE_EOS 0x2u /* keep generating past EOS (benchmarks) */
@@ -53,10 +58,15 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 
-/* client -> conductor. prompt (text) is used when tokens is empty. */
+/* client -> conductor. prompt (text) is used when tokens is empty. resume:
+ * a request resumed after the loss of an instance that served it (see
+ * MOON_SERVE_RESUMABLE): the tokens its client already received (their
+ * TOKEN indices 0..n-1), appended to the prompt; the stream goes on at
+ * index n, max_tokens still counts from the first one. */
 #define MOON_SERVE_SUBMIT_FIELDS(F, T)                                                             \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
-    F(T, u32, slo_class) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, str, prompt) F(T, u32s, tokens)
+    F(T, u32, slo_class)                                                                           \
+    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, str, prompt) F(T, u32s, tokens) F(T, u32s, resume)
 /* client -> conductor, conductor -> instances. */
 #define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
 /* decode (or conductor, prefill on failure) -> client: one per token. text is
@@ -64,8 +74,11 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * could start one is held back until it cannot). */
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
     F(T, u64, request_id) F(T, u32, index) F(T, u32, token) F(T, str, text)
-/* -> client: the end. text: held-back text released at the end (never a stop
- * string). prefill_instance / decode_instance: the instances (indices within
+/* -> client: the end. DONE with finish ERROR and a status that
+ * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
+ * lost: nothing runs it any more, and the client may submit it again under a
+ * new id with resume = the tokens it received (the gateway does). text: held-back text released at
+ * the end (never a stop string). prefill_instance / decode_instance: the instances (indices within
  * their role, as in LOAD) that served it, -1 when it was never placed. Times
  * are the server's, in ns: queue = arrival to prefill start, prefill =
  * compute, transfer = KV handover, ttft = arrival to first token. */
@@ -77,8 +90,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_completion)                                                                        \
     F(T, u32, n_cached)                                                                            \
     F(T, i32, prefill_instance)                                                                    \
-    F(T, i32, decode_instance) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)    \
-        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
+    F(T, i32, decode_instance)                                                                     \
+    F(T, u64, queue_ns)                                                                            \
+    F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text)                \
+        F(T, str, message)
 
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
@@ -94,7 +109,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, slo_class)                                                                           \
     F(T, u32, n_local)                                                                             \
     F(T, u32, n_fetch)                                                                             \
-    F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
+    F(T, u64, arrival_ns)                                                                          \
+    F(T, u32, n_resumed) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
 /* prefill -> decode: status != 0 (final): the request ended at the prefill
  * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
  * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
@@ -116,6 +132,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, base)                                                                                \
+    F(T, u32, n_resumed)                                                                           \
     MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
     F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
@@ -134,8 +151,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, queued_reqs)                                                                         \
     F(T, u32, running)                                                                             \
     F(T, u32, free_blocks)                                                                         \
-    F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens)            \
-        F(T, u64, n_computed_tokens)
+    F(T, u32, total_blocks)                                                                        \
+    F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens) F(T, u64, n_computed_tokens)
 /* instance -> conductor at start: who it is, and what the engine costs
  * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
  * decode step_s(b, ctx) = d0 + d1 b + d2 ctx (ctx: tokens in the batch). */
@@ -153,6 +170,16 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * part. The first one after HELLO is a snapshot. */
 #define MOON_SERVE_CACHE_EVENTS_FIELDS(F, T)                                                       \
     F(T, u32, instance) F(T, u64, seq) F(T, u32, snapshot) F(T, u64s, ev)
+/* conductor -> an instance of the request: the instance `lost` that served
+ * it with this one is gone. A decode instance ends the request (DONE
+ * resumable, RELEASED) unless all of its KV is in (then it goes on); a
+ * prefill instance drops the request's sequence (nobody will pull it). */
+#define MOON_SERVE_LOST_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, lost)
+/* `moonlet serve`'s rank 0 -> every rank's control actor: the deployment
+ * stops (rank 0 drained its gateway, or gave up after drain_ms); another
+ * rank -> rank 0's: that rank got a signal (the deployment drains and
+ * stops). rank: the sender's. */
+#define MOON_SERVE_STOP_FIELDS(F, T) F(T, u32, drain_ms) F(T, u32, rank)
 /* conductor -> prefill: a gap in its events (a lost message): send a snapshot. */
 #define MOON_SERVE_CACHE_SYNC_FIELDS(F, T) F(T, u32, instance)
 /* engine thread -> its instance: a forward pass finished (job echoes the
@@ -162,7 +189,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 /* anyone -> conductor: counters and the instances' last reports. */
 #define MOON_SERVE_STATS_FIELDS(F, T) F(T, u64, req)
 /* finished: requests released per finish reason (moon_finish_t order);
- * blocks: per instance (prefill ones, then decode ones) used and total. */
+ * blocks: per instance (prefill ones, then decode ones) used and total;
+ * inst_up: per instance (same order) 1 up, 0 not (yet) or no more. */
 #define MOON_SERVE_STATS_REPLY_FIELDS(F, T)                                                        \
     F(T, u64, req)                                                                                 \
     F(T, u64, n_submitted)                                                                         \
@@ -175,8 +203,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_decode_up)                                                                         \
     F(T, u64, running)                                                                             \
     F(T, u64, waiting)                                                                             \
-    F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished)                    \
-        F(T, u32s, blocks_used) F(T, u32s, blocks_total)
+    F(T, u64, store_hit_tokens)                                                                    \
+    F(T, u64, computed_tokens)                                                                     \
+    F(T, u64s, finished) F(T, u32s, blocks_used) F(T, u32s, blocks_total) F(T, u32s, inst_up)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
@@ -193,7 +222,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_STATS, moon_serve_stats_req_t, MOON_SERVE_STATS_FIELDS)                       \
     X(MOON_MSG_SERVE_STATS_REPLY, moon_serve_stats_reply_t, MOON_SERVE_STATS_REPLY_FIELDS)         \
     X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
-    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)
+    X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)            \
+    X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)                              \
+    X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_SERVE_MSGS, SERVE, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");

@@ -120,17 +120,19 @@ static creq_t *find_req(conductor_t *c, moon_addr_t reply_to, uint64_t id)
     return NULL;
 }
 
-/* The prompt's tokens: the client's, or the text tokenized. Returns a
- * malloc'd array or NULL with *why set. */
+/* The prompt's tokens: the client's, or the text tokenized, then the tokens
+ * of a resumed request (SUBMIT resume). Returns a malloc'd array or NULL with
+ * *why set. */
 static int32_t *prompt_tokens(conductor_t *c, const moon_serve_submit_t *m, uint32_t *n_p,
                               const char **why)
 {
-    int32_t *ids;
-    size_t   n = 0;
+    const uint32_t *res = MOON_SPAN_PTR(m, m->resume);
+    int32_t        *ids;
+    size_t          n = 0;
 
     if (m->tokens.n > 0) {
         const uint32_t *t = MOON_SPAN_PTR(m, m->tokens);
-        ids               = moon_malloc(m->tokens.n * sizeof(*ids));
+        ids               = moon_malloc(((size_t)m->tokens.n + m->resume.n) * sizeof(*ids));
         for (uint32_t i = 0; ids != NULL && i < m->tokens.n; i++) {
             if (t[i] >= c->vocab) {
                 *why = "a prompt token id is outside the vocabulary";
@@ -139,22 +141,31 @@ static int32_t *prompt_tokens(conductor_t *c, const moon_serve_submit_t *m, uint
             }
             ids[i] = (int32_t)t[i];
         }
-        *n_p = m->tokens.n;
+        n = m->tokens.n;
     } else {
         const char *text = MOON_SPAN_PTR(m, m->prompt);
         size_t      len  = m->prompt.n;
-        ids              = moon_malloc((len + 2) * sizeof(*ids));
+        ids              = moon_malloc((len + 2 + m->resume.n) * sizeof(*ids));
         if (ids != NULL && moon_tokenizer_encode(c->tok, text, len, m->flags & MOON_SERVE_F_ADD_BOS,
                                                  ids, len + 2, &n) != MOON_OK) {
             *why = "the prompt could not be tokenized";
             moon_free(ids);
             return NULL;
         }
-        *n_p = (uint32_t)n;
     }
     if (ids == NULL) {
         *why = "out of memory";
+        return NULL;
     }
+    for (uint32_t i = 0; i < m->resume.n; i++) {
+        if (res[i] >= c->vocab) {
+            *why = "a resumed token id is outside the vocabulary";
+            moon_free(ids);
+            return NULL;
+        }
+        ids[n++] = (int32_t)res[i];
+    }
+    *n_p = (uint32_t)n;
     return ids;
 }
 
@@ -162,9 +173,13 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
 {
     const uint32_t *stop = MOON_SPAN_PTR(m, m->stop_ids);
 
-    if (n == 0) {
+    if (n <= m->resume.n) {
         return "the prompt is empty";
     }
+    if (m->resume.n >= m->max_tokens) {
+        return "a resumed request must have tokens left to generate";
+    }
+    n -= m->resume.n; /* the prompt alone: max_tokens counts the resumed ones */
     if (n >= c->seq_len) {
         return "the prompt does not fit the model's context";
     }
@@ -206,6 +221,7 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     p->decode     = decode;
     p->slo_class  = m->slo_class;
     p->arrival_ns = now;
+    p->n_resumed  = m->resume.n;
     MOON_SERVE_COPY_SAMPLING(p, m);
     t    = moon_msg_span_alloc(p, &p->tokens, n, 4, 0);
     keys = n_keys ? moon_msg_span_alloc(p, &p->keys, 2 * n_keys, 8, 0) : NULL;
@@ -385,6 +401,17 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     return MOON_OK;
 }
 
+/* The request's entry and its load accounting end. */
+static void end_req(conductor_t *c, creq_t *r, uint32_t finish)
+{
+    moon_sched_view_release(&c->view, r->decode, r->tag);
+    r->used = 0;
+    c->n_reqs--;
+    if (finish < MOON_ARRAY_SIZE(c->stats.n_finished)) {
+        c->stats.n_finished[finish]++;
+    }
+}
+
 static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t                 *c = moon_actor_state(self);
@@ -392,12 +419,7 @@ static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hd
     creq_t                      *r = find_req(c, m->reply_to, m->request_id);
 
     if (r != NULL) {
-        moon_sched_view_release(&c->view, r->decode, r->tag);
-        r->used = 0;
-        c->n_reqs--;
-        if (m->finish < MOON_ARRAY_SIZE(c->stats.n_finished)) {
-            c->stats.n_finished[m->finish]++;
-        }
+        end_req(c, r, m->finish);
     }
     return MOON_OK;
 }
@@ -542,6 +564,28 @@ static moon_status_t conductor_on_store_reply(moon_actor_t *self, const moon_msg
     return MOON_OK;
 }
 
+/* Tells the instance at view index `to` (if alive) that `lost`, which
+ * served request r with it, is gone. */
+static void tell_lost(moon_actor_t *self, conductor_t *c, const creq_t *r, uint32_t to,
+                      moon_addr_t lost)
+{
+    moon_serve_lost_t *m;
+
+    if (to >= c->n_inst || !c->view.inst[to].alive) {
+        return; /* gone too: its own loss ends the request */
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_LOST, 0);
+    if (m == NULL) {
+        MOON_ERROR("conductor: out of memory telling an instance of request %llu's loss",
+                   (unsigned long long)r->request_id);
+        return; /* the gateway's request deadline ends it */
+    }
+    m->reply_to   = r->reply_to;
+    m->request_id = r->request_id;
+    m->lost       = lost;
+    moon_tell(self, c->inst[to].addr, &m->hdr);
+}
+
 static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t           *c = moon_actor_state(self);
@@ -556,28 +600,61 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
         return MOON_OK;
     }
     if (m->ref < c->n_inst && c->inst[m->ref].addr == m->actor) {
-        MOON_WARN("conductor: instance %u (role %u) is down: %s", c->inst[m->ref].last.instance,
-                  c->inst[m->ref].last.role, moon_status_str(m->reason));
-        c->view.inst[m->ref].alive = 0;
-        c->inst[m->ref].hello      = 0;
-        if (c->cached[m->ref] != NULL) {
-            moon_kv_index_drop_shard(c->cached[m->ref], 0); /* its cache went with it */
+        uint32_t i = (uint32_t)m->ref, n_ended = 0, n_told = 0;
+
+        c->view.inst[i].alive = 0;
+        c->inst[i].hello      = 0;
+        if (c->cached[i] != NULL) {
+            moon_kv_index_drop_shard(c->cached[i], 0); /* its cache went with it */
         }
+        /* No request that touched it may wait for it. A decode instance's
+         * requests end here (resumable: the gateway submits them again
+         * with the tokens it got); their prefill instance drops them. A
+         * prefill instance's requests are ended or kept by their decode
+         * instance, which alone knows whether all of their KV is in. */
+        for (uint32_t k = 0; k < c->a.max_requests; k++) {
+            creq_t *r = &c->reqs[k];
+
+            if (!r->used) {
+                continue;
+            }
+            if (r->decode == i) {
+                answer(self, r->reply_to, r->request_id, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST,
+                       r->n_tokens, "the decode instance serving the request was lost");
+                if (r->prefill != i) {
+                    tell_lost(self, c, r, r->prefill, m->actor);
+                }
+                end_req(c, r, MOON_FINISH_ERROR);
+                n_ended++;
+            } else if (r->prefill == i) {
+                tell_lost(self, c, r, r->decode, m->actor);
+                n_told++;
+            }
+        }
+        MOON_WARN("conductor: instance %u (role %u) is down (%s): %u requests ended, %u handed "
+                  "to their decode instance",
+                  c->inst[i].last.instance, c->inst[i].last.role, moon_status_str(m->reason),
+                  n_ended, n_told);
     }
     return MOON_OK;
 }
 
+/* Sums the reports of the instances up (a lost one's last report is stale:
+ * it runs nothing any more). */
 static void sum_instances(const cinst_t *t, uint32_t n, moon_serve_stats_reply_t *m, uint32_t *used,
-                          uint32_t *total, uint32_t *up)
+                          uint32_t *total, uint32_t *alive, uint32_t *up)
 {
     for (uint32_t i = 0; i < n; i++) {
-        used[i]  = t[i].last.total_blocks - t[i].last.free_blocks;
-        total[i] = t[i].last.total_blocks;
-        *up += t[i].hello;
-        m->running += t[i].last.running;
-        m->waiting += t[i].last.queued_reqs;
+        alive[i] = t[i].hello != 0;
+        used[i]  = alive[i] ? t[i].last.total_blocks - t[i].last.free_blocks : 0;
+        total[i] = alive[i] ? t[i].last.total_blocks : 0;
+        *up += alive[i];
         m->store_hit_tokens += t[i].last.n_store_hit_tokens;
         m->computed_tokens += t[i].last.n_computed_tokens;
+        if (alive[i]) {
+            m->running += t[i].last.running;
+            m->waiting += t[i].last.queued_reqs;
+        }
     }
 }
 
@@ -586,9 +663,9 @@ static moon_status_t conductor_on_stats(moon_actor_t *self, const moon_msg_hdr_t
     conductor_t              *c = moon_actor_state(self);
     uint32_t                  n = c->n_inst;
     moon_serve_stats_reply_t *m =
-        moon_msg_new(MOON_MSG_SERVE_STATS_REPLY, 8 * 8 + (size_t)n * 8 + 16);
+        moon_msg_new(MOON_MSG_SERVE_STATS_REPLY, 8 * 8 + (size_t)n * 12 + 24);
     uint64_t *fin;
-    uint32_t *used, *total;
+    uint32_t *used, *total, *alive;
 
     if (m == NULL) {
         return MOON_OK;
@@ -603,10 +680,15 @@ static moon_status_t conductor_on_stats(moon_actor_t *self, const moon_msg_hdr_t
     fin            = moon_msg_span_alloc(m, &m->finished, 5, 8, 0);
     used           = moon_msg_span_alloc(m, &m->blocks_used, n, 4, 0);
     total          = moon_msg_span_alloc(m, &m->blocks_total, n, 4, 0);
+    alive          = moon_msg_span_alloc(m, &m->inst_up, n, 4, 0);
+    if (fin == NULL || used == NULL || total == NULL || alive == NULL) {
+        moon_msg_release(&m->hdr);
+        return MOON_OK;
+    }
     memcpy(fin, c->stats.n_finished, sizeof(c->stats.n_finished));
-    sum_instances(c->inst, c->a.n_prefill, m, used, total, &m->n_prefill_up);
+    sum_instances(c->inst, c->a.n_prefill, m, used, total, alive, &m->n_prefill_up);
     sum_instances(c->inst + c->a.n_prefill, c->a.n_decode, m, used + c->a.n_prefill,
-                  total + c->a.n_prefill, &m->n_decode_up);
+                  total + c->a.n_prefill, alive + c->a.n_prefill, &m->n_decode_up);
     moon_tell(self, msg->src, &m->hdr);
     return MOON_OK;
 }

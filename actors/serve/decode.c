@@ -33,6 +33,7 @@ enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING, DREQ_PREFILLING };
 enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 
 #define DEC_CANCEL_RING 64u
+#define DEC_LOST_RING 16u
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
 
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     uint64_t        request_id;
     uint32_t        seq;
     uint32_t        n_prompt, n_full, max_tokens, n_gen, flags;
+    uint32_t        n_resumed; /* the prompt's last ones: tokens streamed before a loss */
     int32_t         last_token;
     uint32_t       *local;   /* (n_full) local block of each full prompt block */
     uint8_t        *arrived; /* (n_full + 1) the last entry: the partial block */
@@ -94,7 +96,10 @@ typedef struct {
         uint64_t    request_id;
     } cancels[DEC_CANCEL_RING];
     uint32_t n_cancels;
-    uint64_t n_tokens_out;
+    /* prefill instances the conductor said are lost: their late KV_READYs are dropped */
+    moon_addr_t lost[DEC_LOST_RING];
+    uint32_t    n_lost;
+    uint64_t    n_tokens_out;
 } decode_t;
 
 static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
@@ -157,7 +162,7 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
     m->request_id       = r->request_id;
     m->finish           = finish;
     m->status           = status;
-    m->n_prompt         = r->n_prompt;
+    m->n_prompt         = r->n_prompt - r->n_resumed;
     m->n_completion     = r->n_gen;
     m->n_cached         = r->n_cached;
     m->prefill_instance = r->prefill_instance;
@@ -292,7 +297,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
     r->last_token = tok;
     if (hit) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
-    } else if (r->n_gen >= r->max_tokens || r->n_prompt + r->n_gen >= d->seq_len) {
+    } else if (r->n_gen >= r->max_tokens || r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
         /* the next token would sit at position n_prompt + n_gen: past the context */
         finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
     }
@@ -457,17 +462,34 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     return MOON_OK;
 }
 
+/* Sampling and text state. toks (n): the prompt, whose last n_resumed
+ * tokens were streamed before (a resumed request): they go through the text
+ * state unsent, so its held-back text and stop-string matching continue
+ * where the lost instance was, and the next token gets index n_resumed. */
 static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, float top_p,
-                                    uint32_t top_k, uint64_t seed, int32_t prev, const char *stops,
-                                    uint32_t stops_len)
+                                    uint32_t top_k, uint64_t seed, const uint32_t *toks, uint32_t n,
+                                    uint32_t n_resumed, const char *stops, uint32_t stops_len)
 {
-    moon_status_t status =
-        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
+    int32_t       prev;
+    moon_status_t status;
 
+    if (n_resumed >= n || n_resumed >= r->max_tokens) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    prev = (int32_t)toks[n - n_resumed - 1];
+    status =
+        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
     if (status == MOON_OK) {
         status        = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
         r->text_ready = status == MOON_OK;
     }
+    for (uint32_t i = n - n_resumed; status == MOON_OK && i < n; i++) {
+        const char *unsent;
+        size_t      len;
+        moon_serve_text_push(&r->text, (int32_t)toks[i], &unsent, &len);
+    }
+    r->n_resumed = n_resumed;
+    r->n_gen     = n_resumed;
     return status;
 }
 
@@ -488,10 +510,8 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
-    status =
-        setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
-                       m->tokens.n ? (int32_t)toks[m->tokens.n - 1] : moon_tokenizer_bos(d->tok),
-                       MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed, toks, m->tokens.n,
+                            m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
         return;
@@ -562,11 +582,51 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
 
 /* Takes a KV_READY: for a request already taken, or a new one if the budget
  * allows; otherwise it waits. Returns 0 when it had to wait. */
+/* A request that is not taken here ends: DONE error to its client, RELEASED
+ * to the conductor (its entry ends), KV_DONE to its prefill instance (if
+ * any: it frees the sequence), so nobody waits for it. */
+static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to, uint64_t id,
+                           moon_addr_t prefill, moon_status_t status, const char *why)
+{
+    moon_serve_released_t *rel;
+    dreq_t                 tmp;
+
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.reply_to         = reply_to;
+    tmp.request_id       = id;
+    tmp.prefill          = prefill;
+    tmp.prefill_instance = -1;
+    tmp.finished         = 1;
+    send_done(self, d, &tmp, MOON_FINISH_ERROR, status, "", why);
+    send_kv_done(self, &tmp, status);
+    rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
+    if (rel != NULL) {
+        rel->reply_to   = reply_to;
+        rel->request_id = id;
+        rel->finish     = MOON_FINISH_ERROR;
+        moon_tell(self, d->a.conductor, &rel->hdr);
+    }
+}
+
+static int prefill_lost(const decode_t *d, moon_addr_t prefill)
+{
+    for (uint32_t i = 0; i < MOON_MIN(d->n_lost, DEC_LOST_RING); i++) {
+        if (d->lost[i] == prefill) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m)
 {
-    dreq_t       *r = find_req(d, m->reply_to, m->request_id);
+    dreq_t       *r;
     moon_status_t status;
 
+    if (prefill_lost(d, m->prefill)) {
+        return 1; /* sent before its loss: the conductor's LOST ended the request here */
+    }
+    r = find_req(d, m->reply_to, m->request_id);
     if (r != NULL) {
         on_kv_ready_taken(self, d, r, m);
         return 1;
@@ -574,14 +634,18 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
     if (m->n_tokens == 0 || m->n_tokens >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("decode %u: handover of request %llu with %u tokens refused", d->a.instance,
                   (unsigned long long)m->request_id, m->n_tokens);
+        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, MOON_ERR_INVALID_PARAM,
+                       "decode: handover refused (bad length)");
         return 1;
     }
     status = open_req(self, d, m, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
     }
-    if (status != MOON_OK) {
-        return 1; /* out of memory: logged by the allocator; the conductor times it out */
+    if (status != MOON_OK) { /* out of memory (logged by the allocator) */
+        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, status,
+                       "decode: out of memory taking the request");
+        return 1;
     }
     if (take_cancel(d, m->reply_to, m->request_id)) {
         r->cancelled = 1;
@@ -633,9 +697,8 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
     d->n_cache_hit_tokens += r->n_done;
-    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed,
-                            (int32_t)tok[m->tokens.n - 1], MOON_SPAN_PTR(m, m->stop_strs),
-                            m->stop_strs.n);
+    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed, tok, m->tokens.n,
+                            m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "bad sampling parameters");
     } else if (take_cancel(d, m->reply_to, m->request_id)) {
@@ -934,6 +997,47 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     return MOON_OK;
 }
 
+/* The request's prefill instance is lost. All of its KV in: it goes on.
+ * Otherwise (its KV still arriving, waiting for room, or not here yet) it
+ * ends with a resumable DONE and RELEASED, and later KV_READYs of that
+ * prefill are dropped. */
+static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t                *d = moon_actor_state(self);
+    const moon_serve_lost_t *m = (const void *)msg;
+    dreq_t                  *r;
+    static const char        why[] = "the prefill instance serving the request was lost";
+
+    if (msg->src != d->a.conductor) {
+        return MOON_OK;
+    }
+    if (!prefill_lost(d, m->lost)) {
+        d->lost[d->n_lost++ % DEC_LOST_RING] = m->lost;
+    }
+    r = find_req(d, m->reply_to, m->request_id);
+    if (r != NULL) {
+        if (r->state == DREQ_PULLING && r->prefill == m->lost) {
+            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, why);
+        }
+        return MOON_OK;
+    }
+    for (uint32_t i = 0; i < d->n_waiting;) {
+        const moon_serve_kv_ready_t *w = (const void *)d->waiting[i];
+        if (w->reply_to == m->reply_to && w->request_id == m->request_id) {
+            moon_msg_release(d->waiting[i]);
+            memmove(&d->waiting[i], &d->waiting[i + 1],
+                    (d->n_waiting - i - 1) * sizeof(*d->waiting));
+            d->n_waiting--;
+        } else {
+            i++;
+        }
+    }
+    /* not taken here: answer for it (nothing of it runs here) */
+    answer_untaken(self, d, m->reply_to, m->request_id, MOON_ADDR_NONE, MOON_ERR_PEER_LOST, why);
+    report_load(self, d);
+    return MOON_OK;
+}
+
 /* Colocated: the conductor lost some of our cache events: it gets the whole cache. */
 static moon_status_t decode_on_cache_sync(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
@@ -1056,6 +1160,7 @@ const moon_actor_ops_t moon_decode_ops = {
             [MOON_MSG_SERVE_KV_READY]    = decode_on_kv_ready,
             [MOON_MSG_SERVE_PREFILL]     = decode_on_kv_ready,
             [MOON_MSG_SERVE_CANCEL]      = decode_on_cancel,
+            [MOON_MSG_SERVE_LOST]        = decode_on_lost,
             [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
             [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
             [MOON_MSG_SYS_TIMER]         = decode_on_timer,

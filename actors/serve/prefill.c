@@ -44,6 +44,7 @@ typedef struct {
     uint32_t                   *got; /* (n_full) blocks fetched from the store, by block index */
     uint8_t                    *got_ok;
     int                         kv_done, cancelled, handed;
+    int                         decode_lost; /* its decode instance is gone: tell it nothing */
     uint64_t                    start_ns, compute_ns;
     uint32_t                    chunk_n;       /* tokens of the chunk in flight */
     int                         overhead_done; /* request_s charged (with its first chunk) */
@@ -207,6 +208,7 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     m->arrival_ns       = q->arrival_ns;
     m->queue_ns         = r->start_ns - q->arrival_ns;
     m->prefill_ns       = r->compute_ns;
+    m->n_resumed        = q->n_resumed;
     MOON_SERVE_COPY_SAMPLING(m, q);
     m->seed = rng;
     if (n > 0) {
@@ -245,7 +247,8 @@ static void abort_req(moon_actor_t *self, prefill_t *p, preq_t *r, moon_status_t
         MOON_WARN("prefill %u: request %llu: %s (%s)", p->a.instance,
                   (unsigned long long)r->msg->request_id, why, moon_status_str(status));
     }
-    if (!r->handed && send_ready(self, p, r, 0, 0, 1, status, 0, 0, why) != MOON_OK) {
+    if (!r->handed && !r->decode_lost &&
+        send_ready(self, p, r, 0, 0, 1, status, 0, 0, why) != MOON_OK) {
         MOON_ERROR("prefill %u: could not tell decode of request %llu's end", p->a.instance,
                    (unsigned long long)r->msg->request_id);
     }
@@ -612,15 +615,9 @@ static preq_t *find_req(prefill_t *p, moon_addr_t reply_to, uint64_t id)
     return NULL;
 }
 
-static moon_status_t prefill_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *msg)
+/* Ends r at once if it waits in a queue, else at its fetch's or chunk's end. */
+static void cancel_req(moon_actor_t *self, prefill_t *p, preq_t *r)
 {
-    prefill_t                 *p = moon_actor_state(self);
-    const moon_serve_cancel_t *m = (const void *)msg;
-    preq_t                    *r = find_req(p, m->reply_to, m->request_id);
-
-    if (r == NULL || r->handed) {
-        return MOON_OK; /* done here already: the decode has it */
-    }
     if (r->state == PREQ_QUEUED) {
         for (uint32_t c = 0; c < PRE_N_CLASSES; c++) {
             for (uint32_t i = 0; i < p->n_queued[c]; i++) {
@@ -633,9 +630,42 @@ static moon_status_t prefill_on_cancel(moon_actor_t *self, const moon_msg_hdr_t 
             }
         }
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
-        return MOON_OK;
+        return;
     }
     r->cancelled = 1; /* ends at the next chunk's or fetch's end */
+}
+
+static moon_status_t prefill_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    prefill_t                 *p = moon_actor_state(self);
+    const moon_serve_cancel_t *m = (const void *)msg;
+    preq_t                    *r = find_req(p, m->reply_to, m->request_id);
+
+    if (r == NULL || r->handed) {
+        return MOON_OK; /* done here already: the decode has it */
+    }
+    cancel_req(self, p, r);
+    return MOON_OK;
+}
+
+/* The request's decode instance is gone (the conductor answered its client):
+ * nobody pulls its blocks any more, and nothing is told to the decode. */
+static moon_status_t prefill_on_lost(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    prefill_t               *p = moon_actor_state(self);
+    const moon_serve_lost_t *m = (const void *)msg;
+    preq_t                  *r = find_req(p, m->reply_to, m->request_id);
+
+    if (r == NULL || msg->src != p->a.conductor || r->msg->decode != m->lost) {
+        return MOON_OK;
+    }
+    r->decode_lost = 1;
+    if (r->handed) {
+        r->kv_done = 1;
+        free_req(self, p, r);
+    } else {
+        cancel_req(self, p, r);
+    }
     return MOON_OK;
 }
 
@@ -806,6 +836,7 @@ const moon_actor_ops_t moon_prefill_ops = {
             [MOON_MSG_SERVE_ENGINE_DONE] = prefill_on_other,
             [MOON_MSG_SERVE_PREFILL]     = prefill_on_prefill,
             [MOON_MSG_SERVE_CANCEL]      = prefill_on_cancel,
+            [MOON_MSG_SERVE_LOST]        = prefill_on_lost,
             [MOON_MSG_SERVE_KV_DONE]     = prefill_on_kv_done,
             [MOON_MSG_SERVE_CACHE_SYNC]  = prefill_on_cache_sync,
         },

@@ -3,7 +3,15 @@
  * the whole cluster in one process) until SIGINT or SIGTERM, or for
  * --seconds. Rank 0 also runs the OpenAI-compatible gateway (--host,
  * --port); programs reach the conductor through the client API too (an
- * mpirun MPMD job's client ranks, see examples/serve_driver.c). */
+ * mpirun MPMD job's client ranks, see examples/serve_driver.c).
+ *
+ * Stopping: a signal (or --seconds) on rank 0 drains its gateway (new
+ * requests get 503, those in flight finish, at most --drain-seconds), then
+ * rank 0 tells every rank's control actor ("serve/ctl/<rank>") to stop. A
+ * signal on another rank (mpirun forwards SIGTERM to all) waits for that
+ * word, at most --drain-seconds plus a grace, so its instances finish the
+ * requests rank 0 drains. No wait without a deadline: the closing barrier is
+ * only taken with every rank alive and client ranks to wait for. */
 #include "cli.h"
 #include "commands.h"
 #include "profile.h"
@@ -17,14 +25,19 @@
 #include "serve_instance.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
+
+#define SERVE_STOP_GRACE_MS 5000u /* a rank's wait for rank 0's word beyond the drain */
 
 typedef struct {
     uint32_t    workers;
     uint64_t    seconds;
     int         gateway;
     const char *profile;
+    uint32_t    drain_seconds;
 } serve_run_t;
 
 #define SR(_f) MOON_CONFIG_AT(serve_run_t, _f)
@@ -39,6 +52,10 @@ static const moon_config_field_t run_fields[] = {
      "--backend cost: the hardware/model profile it models (a name in launch/sim/profiles or a "
      "file)",
      0, 0, 0, 0, NULL},
+    {"drain-seconds", MOON_CONFIG_U32, SR(drain_seconds), "30",
+     "on sigterm/sigint: seconds rank 0 lets requests in flight finish (new ones get 503) "
+     "before every rank stops",
+     0, 86400, 0, 0, NULL},
     MOON_CONFIG_END,
 };
 #undef SR
@@ -46,11 +63,116 @@ static const moon_config_table_t run_table = {"run", "the serving process", "MOO
                                               run_fields};
 
 static volatile sig_atomic_t g_stop;
+static atomic_int            g_stop_all; /* rank 0's STOP arrived */
+static atomic_int            g_drained;  /* the gateway drained (gateway.h drained_p) */
 
 static void on_signal(int sig)
 {
     (void)sig;
     g_stop = 1;
+}
+
+/* The control actor. On rank 0: another rank got a signal, which stops the
+ * deployment as one on rank 0 does. Elsewhere: rank 0's STOP ends the wait. */
+static moon_status_t ctl_on_stop(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    if (moon_addr_rank(moon_actor_addr(self)) == 0) {
+        MOON_WARN("serve: rank %u got a signal: the deployment drains and stops",
+                  ((const moon_serve_stop_t *)msg)->rank);
+        g_stop = 1;
+        return MOON_OK;
+    }
+    MOON_INFO("serve: rank 0 says stop (drained or after %u ms)",
+              ((const moon_serve_stop_t *)msg)->drain_ms);
+    atomic_store(&g_stop_all, 1);
+    return MOON_OK;
+}
+
+/* A rank other than 0 got a signal: asks rank 0 to drain and stop all. */
+static void ask_stop(moon_runtime_t *rt, moon_dist_t *dist)
+{
+    moon_addr_t        a;
+    moon_serve_stop_t *m;
+
+    if (moon_dist_whereis(dist, "serve/ctl/0", 100000000ull, &a) != MOON_OK ||
+        (m = moon_msg_new(MOON_MSG_SERVE_STOP, 0)) == NULL) {
+        return; /* rank 0 is gone or never had one: stop alone */
+    }
+    m->rank = moon_dist_rank(dist);
+    if (moon_runtime_send(rt, a, &m->hdr) != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+}
+
+static const moon_actor_ops_t ctl_ops = {
+    .name   = "serve_ctl",
+    .on_msg = {[MOON_MSG_SERVE_STOP] = ctl_on_stop},
+};
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Rank 0: tells every other live rank's control actor to stop. */
+static void stop_all(moon_runtime_t *rt, moon_dist_t *dist, uint32_t drain_ms)
+{
+    for (uint32_t r = 1; r < moon_dist_size(dist); r++) {
+        char               name[32];
+        moon_addr_t        a;
+        moon_serve_stop_t *m;
+
+        snprintf(name, sizeof(name), "serve/ctl/%u", r);
+        if (!moon_dist_peer_alive(dist, r) ||
+            moon_dist_whereis(dist, name, 100000000ull, &a) != MOON_OK) {
+            continue; /* lost, or a client rank (it stops on its own) */
+        }
+        m = moon_msg_new(MOON_MSG_SERVE_STOP, 0);
+        if (m == NULL) {
+            continue;
+        }
+        m->drain_ms = drain_ms;
+        m->rank     = 0;
+        if (moon_runtime_send(rt, a, &m->hdr) != MOON_OK) {
+            moon_msg_release(&m->hdr);
+        }
+    }
+}
+
+/* Rank 0 on a signal: drain the gateway (at most drain_s), then stop all. */
+static void drain_and_stop(moon_runtime_t *rt, moon_dist_t *dist, moon_addr_t gateway,
+                           uint32_t drain_s)
+{
+    uint64_t t0 = mono_ms(), waited = 0;
+
+    if (gateway != MOON_ADDR_NONE && moon_gateway_drain(rt, gateway) == MOON_OK) {
+        fprintf(stderr, "moonlet serve: draining (at most %u s): new requests get 503\n", drain_s);
+        /* acquire: pairs with the gateway's release store in check_drained() */
+        while (!atomic_load_explicit(&g_drained, memory_order_acquire) &&
+               (waited = mono_ms() - t0) < (uint64_t)drain_s * 1000u) {
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+        }
+        fprintf(stderr, "moonlet serve: %s after %.1f s; stopping every rank\n",
+                atomic_load(&g_drained) ? "drained" : "drain deadline reached",
+                (double)(mono_ms() - t0) / 1000.0);
+    }
+    if (moon_dist_size(dist) > 1) {
+        stop_all(rt, dist, (uint32_t)waited);
+    }
+}
+
+/* 1 when every rank is alive. */
+static int all_alive(moon_dist_t *dist)
+{
+    for (uint32_t r = 0; r < moon_dist_size(dist); r++) {
+        if (r != moon_dist_rank(dist) && !moon_dist_peer_alive(dist, r)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* The gateway on rank 0, its fingerprint the deployment's model id and
@@ -70,6 +192,7 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
         .dist       = moon_dist_size(dist) > 1 ? dist : NULL,
         .wait_roles = scfg->colocated ? "colocated" : NULL,
         .port_p     = port_p,
+        .drained_p  = &g_drained,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
@@ -92,6 +215,7 @@ int moon_cmd_serve(int argc, char **argv)
                                        {&moon_gateway_config_table, &gcfg},
                                        {&moon_dist_config_table, &dcfg}};
     moon_addr_t            gateway  = MOON_ADDR_NONE;
+    moon_addr_t            ctl      = MOON_ADDR_NONE;
     uint16_t               port     = 0;
     moon_config_t         *cfg      = NULL;
     moon_dist_t           *dist     = NULL;
@@ -167,24 +291,55 @@ int moon_cmd_serve(int argc, char **argv)
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    if (moon_dist_size(dist) > 1) {
+        char              name[32];
+        moon_spawn_opts_t copts = {.flags = MOON_SPAWN_CONTROL};
+
+        snprintf(name, sizeof(name), "serve/ctl/%u", moon_dist_rank(dist));
+        if (moon_spawn(rt, &ctl_ops, NULL, &copts, &ctl) != MOON_OK ||
+            moon_dist_register(dist, name, ctl) != MOON_OK) {
+            MOON_WARN("serve: no control actor on rank %u: it stops on its own signal only",
+                      moon_dist_rank(dist));
+        }
+    }
     if (moon_dist_rank(dist) == 0) {
         fprintf(stderr, "moonlet serve: %u prefill, %u decode, %u store on %u rank(s); serving",
                 scfg.n_prefill, scfg.n_decode, scfg.n_store, moon_dist_size(dist));
         if (gateway != MOON_ADDR_NONE) {
             fprintf(stderr, " on http://%s:%u/v1", gcfg.host, port);
         }
-        fprintf(stderr, "\n");
+        fprintf(stderr, "; rank 0 is pid %ld (SIGTERM drains and stops every rank)\n",
+                (long)getpid());
     }
-    for (uint64_t ms = 0; !g_stop && (run.seconds == 0 || ms < run.seconds * 1000); ms += 10) {
+    for (uint64_t t0 = mono_ms(); !g_stop && !atomic_load(&g_stop_all) &&
+                                  (run.seconds == 0 || mono_ms() - t0 < run.seconds * 1000);) {
         nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    if (moon_dist_rank(dist) == 0) {
+        drain_and_stop(rt, dist, gateway, run.drain_seconds);
+    } else if (!atomic_load(&g_stop_all)) {
+        /* rank 0 drains the requests our instances serve: wait for its word */
+        uint64_t t0 = mono_ms(), limit = (uint64_t)run.drain_seconds * 1000u + SERVE_STOP_GRACE_MS;
+
+        ask_stop(rt, dist);
+        while (!atomic_load(&g_stop_all) && moon_dist_peer_alive(dist, 0) &&
+               mono_ms() - t0 < limit) {
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+        }
     }
     rc = 0;
 out:
     if (gateway != MOON_ADDR_NONE) {
         moon_stop(rt, gateway, MOON_OK); /* no new request while the cluster stops */
     }
-    if (dist != NULL && rt != NULL && moon_dist_size(dist) > 1) {
-        moon_dist_barrier(dist); /* every rank is done (clients first) */
+    /* every rank is done (client ranks first): only with client ranks to
+     * wait for and every rank alive (MPI_Barrier has no deadline) */
+    if (dist != NULL && rt != NULL && moon_dist_size(dist) > 1 && scfg.client_ranks > 0 &&
+        all_alive(dist)) {
+        moon_dist_barrier(dist);
+    }
+    if (ctl != MOON_ADDR_NONE) {
+        moon_stop(rt, ctl, MOON_OK);
     }
     moon_serve_cluster_stop(cluster);
     if (rt != NULL) {
