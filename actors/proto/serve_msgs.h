@@ -77,9 +77,12 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_completion)                                                                        \
     F(T, u32, n_cached)                                                                            \
     F(T, i32, prefill_instance)                                                                    \
-    F(T, i32, decode_instance) F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns)    \
-        F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)
+    F(T, i32, decode_instance)                                                                     \
+    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
+        F(T, str, text) F(T, str, message) F(T, u64, weight_version)
 
+/* weight_version (PREFILL, KV_READY, DONE): the weights the request runs on
+ * from its first step to its last, stamped by the conductor (weights_msgs.h). */
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
  * the instance's own prefix cache, the next n_fetch it reads from the store.
@@ -94,7 +97,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, slo_class)                                                                           \
     F(T, u32, n_local)                                                                             \
     F(T, u32, n_fetch)                                                                             \
-    F(T, u64, arrival_ns) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
+    F(T, u64, arrival_ns)                                                                          \
+    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys) F(T, u64, weight_version)
 /* prefill -> decode: status != 0 (final): the request ended at the prefill
  * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
  * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
@@ -117,7 +121,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, base)                                                                                \
     MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
-    F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message)
+    F(T, u32s, blocks)                                                                             \
+    F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message) F(T, u64, weight_version)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
@@ -134,8 +139,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, queued_reqs)                                                                         \
     F(T, u32, running)                                                                             \
     F(T, u32, free_blocks)                                                                         \
-    F(T, u32, total_blocks) F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens)            \
-        F(T, u64, n_computed_tokens)
+    F(T, u32, total_blocks)                                                                        \
+    F(T, u64, n_cache_hit_tokens) F(T, u64, n_store_hit_tokens) F(T, u64, n_computed_tokens)
 /* instance -> conductor at start: who it is, and what the engine costs
  * (fitted at start-up by timing it): prefill_s(n) = a0 + a1 n + a2 n^2,
  * decode step_s(b, ctx) = d0 + d1 b + d2 ctx (ctx: tokens in the batch). */
@@ -175,8 +180,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_decode_up)                                                                         \
     F(T, u64, running)                                                                             \
     F(T, u64, waiting)                                                                             \
-    F(T, u64, store_hit_tokens) F(T, u64, computed_tokens) F(T, u64s, finished)                    \
-        F(T, u32s, blocks_used) F(T, u32s, blocks_total)
+    F(T, u64, store_hit_tokens)                                                                    \
+    F(T, u64, computed_tokens) F(T, u64s, finished) F(T, u32s, blocks_used)                        \
+        F(T, u32s, blocks_total)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \
