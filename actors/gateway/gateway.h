@@ -4,7 +4,8 @@
  * model file (tokenizer, context length, chat template), starts the HTTP
  * server (libmicrohttpd, its own threads) and fails the spawn if the port
  * cannot be bound. Routes: POST /v1/completions, POST /v1/chat/completions
- * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics.
+ * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics, and
+ * with an admin key GET and POST /v1/admin/weights (gw_admin.h).
  *
  * Each request goes to the conductor as a SUBMIT with reply_to = the gateway;
  * TOKEN and DONE come back to the gateway, which streams them to the client
@@ -25,6 +26,7 @@
 #include "moonlet/actor.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
+#include "weights_client.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +51,8 @@ typedef struct {
                                    gateway actor at once (more: 503) */
     uint32_t stats_interval_ms; /* --stats-interval 500: how often the gateway asks the
                                    conductor for its counters (gauges, readiness) */
+    const char *admin_key;      /* --admin-key: /v1/admin/weights needs "Authorization:
+                                   Bearer KEY"; NULL: the admin route is off */
 } moon_gateway_config_t;
 
 MOON_API extern const moon_config_table_t moon_gateway_config_table;
@@ -62,8 +66,9 @@ typedef struct {
     const char *model_path;  /* GGUF read at init: tokenizer (prompt lengths; prompts are
                                 tokenized here), llama.context_length, tokenizer.chat_template;
                                 NULL: prompts go to the cluster as text, nothing checked */
-    const char *fingerprint; /* system_fingerprint (model id + weight version); NULL:
-                                "fp_" + a hash of the model name */
+    const char *fingerprint; /* system_fingerprint's stem (the model id; each answer's
+                                is it + "_v" + its weight version); NULL: "fp_" + a
+                                hash of the model name */
     moon_gateway_config_t config;
     moon_dist_t          *dist; /* optional: names ("store/<i>") resolve through it
                                    (borrowed; outlives the gateway); NULL: local names */
@@ -75,6 +80,9 @@ typedef struct {
                                    requests are served; NULL: a decode instance, and a
                                    prefill one if the deployment has any; "": at once */
     uint16_t *port_p;           /* optional: the bound port, written by init */
+
+    moon_weights_client_t *weights; /* weight pushes of the admin route (borrowed; outlives
+                                       the gateway); NULL: the admin route is off */
 } moon_gateway_args_t;
 
 /* Spawn with args (borrowed for the call: strings are copied). init errors:

@@ -63,7 +63,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * the token's printable piece: stop strings never appear in it (text that
  * could start one is held back until it cannot). */
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
-    F(T, u64, request_id) F(T, u32, index) F(T, u32, token) F(T, str, text)
+    F(T, u64, request_id)                                                                          \
+    F(T, u32, index) F(T, u32, token) F(T, str, text) F(T, u64, weight_version)
 /* -> client: the end. text: held-back text released at the end (never a stop
  * string). prefill_instance / decode_instance: the instances (indices within
  * their role, as in LOAD) that served it, -1 when it was never placed. Times
@@ -78,10 +79,11 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_cached)                                                                            \
     F(T, i32, prefill_instance)                                                                    \
     F(T, i32, decode_instance)                                                                     \
-    F(T, u64, queue_ns) F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns)            \
-        F(T, str, text) F(T, str, message) F(T, u64, weight_version)
+    F(T, u64, queue_ns)                                                                            \
+    F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text)                \
+        F(T, str, message) F(T, u64, weight_version)
 
-/* weight_version (PREFILL, KV_READY, DONE): the weights the request runs on
+/* weight_version (PREFILL, KV_READY, TOKEN, DONE): the weights the request runs on
  * from its first step to its last, stamped by the conductor (weights_msgs.h). */
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
@@ -181,8 +183,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, running)                                                                             \
     F(T, u64, waiting)                                                                             \
     F(T, u64, store_hit_tokens)                                                                    \
-    F(T, u64, computed_tokens) F(T, u64s, finished) F(T, u32s, blocks_used)                        \
-        F(T, u32s, blocks_total)
+    F(T, u64, computed_tokens) F(T, u64s, finished) F(T, u32s, blocks_used) F(T, u32s, blocks_total)
 
 #define MOON_SERVE_MSGS(X)                                                                         \
     X(MOON_MSG_SERVE_SUBMIT, moon_serve_submit_t, MOON_SERVE_SUBMIT_FIELDS)                        \

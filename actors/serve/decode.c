@@ -298,6 +298,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
     m->index      = r->n_gen++;
     m->token      = (uint32_t)tok;
     moon_msg_set_str(m, &m->text, text);
+    m->weight_version = r->version;
     moon_tell(self, r->reply_to, &m->hdr);
     d->n_tokens_out++;
     r->last_token = tok;

@@ -55,11 +55,10 @@ static void on_signal(int sig)
 
 /* The gateway on rank 0, its fingerprint the deployment's model id and
  * weight version. */
-static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
-                                   const moon_serve_cluster_t  *cluster,
-                                   const moon_serve_config_t   *scfg,
-                                   const moon_gateway_config_t *gcfg, moon_addr_t *gateway_p,
-                                   uint16_t *port_p)
+static moon_status_t
+start_gateway(moon_runtime_t *rt, moon_dist_t *dist, const moon_serve_cluster_t *cluster,
+              const moon_serve_config_t *scfg, const moon_gateway_config_t *gcfg,
+              moon_weights_client_t *weights, moon_addr_t *gateway_p, uint16_t *port_p)
 {
     moon_kv_tag_t       tag;
     char                fp[64];
@@ -70,12 +69,13 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
         .dist       = moon_dist_size(dist) > 1 ? dist : NULL,
         .wait_roles = scfg->colocated ? "colocated" : NULL,
         .port_p     = port_p,
+        .weights    = weights,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
     if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
-        snprintf(fp, sizeof(fp), "fp_%016llx_v%llu", (unsigned long long)tag.model_id,
-                 (unsigned long long)tag.weight_version);
+        /* the gateway appends each answer's weight version: "_v<version>" */
+        snprintf(fp, sizeof(fp), "fp_%016llx", (unsigned long long)tag.model_id);
         ga.fingerprint = fp;
     }
     return moon_spawn(rt, &moon_gateway_ops, &ga, &opts, gateway_p);
@@ -100,6 +100,8 @@ int moon_cmd_serve(int argc, char **argv)
     moon_runtime_config_t  rcfg;
     moon_status_t          up = MOON_OK; /* the gateway's start, agreed by every rank */
     int                    rc = 1;
+
+    moon_weights_client_t *weights = NULL; /* the admin route's pushes */
 
     moon_serve_config_default(&scfg);
     if (moon_gateway_config_default(&gcfg) != MOON_OK) {
@@ -149,8 +151,16 @@ int moon_cmd_serve(int argc, char **argv)
         fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
         goto out;
     }
-    if (moon_dist_rank(dist) == 0 && run.gateway) {
-        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, &gateway, &port);
+    if (moon_dist_rank(dist) == 0 && run.gateway && gcfg.admin_key != NULL) {
+        if (moon_serve_cluster_weights(cluster) == MOON_ADDR_NONE) {
+            MOON_WARN("serve: --admin-key given but weight pushes need a cluster under mpirun: "
+                      "the admin route is off");
+        } else {
+            up = moon_weights_client_create(rt, moon_serve_cluster_weights(cluster), &weights);
+        }
+    }
+    if (moon_dist_rank(dist) == 0 && run.gateway && up == MOON_OK) {
+        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, &gateway, &port);
         if (up != MOON_OK) {
             fprintf(stderr,
                     "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
@@ -187,6 +197,7 @@ out:
         moon_dist_barrier(dist); /* every rank is done (clients first) */
     }
     moon_serve_cluster_stop(cluster);
+    moon_weights_client_destroy(weights); /* after the gateway that used it */
     if (rt != NULL) {
         moon_runtime_shutdown(rt, 0);
         moon_runtime_wait(rt);

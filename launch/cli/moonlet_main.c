@@ -16,6 +16,8 @@ static const moon_cmd_t commands[] = {
     {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
     {"calibrate", moon_cmd_calibrate, "time the engine and write a profile fitted to this machine"},
 #ifdef MOON_WITH_BENCH
+    {"push-weights", moon_cmd_push_weights,
+     "push new weights into a running cluster through its gateway (admin route)"},
     {"bench", moon_cmd_bench, "benchmark an OpenAI-compatible server (as vllm bench serve)"},
 #endif
 };
