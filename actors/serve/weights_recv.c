@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define RECV_WINDOW 4u
+#define RECV_WINDOW 16u
 
 typedef struct {
     moon_weights_recv_args_t a;
@@ -39,7 +39,8 @@ typedef struct {
     int                 planned, failed, staged;
     moon_model_t       *staged_model;
     uint64_t            got_bytes, copied_bytes;
-    uint64_t            committed_push; /* the last push installed */
+    uint64_t            committed_push;            /* the last push installed */
+    uint64_t            offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
 } recv_t;
 
 enum { CH_LOCAL = 0, CH_TRAVEL, CH_READY, CH_GETTING, CH_HAVE };
@@ -116,12 +117,19 @@ static void finish_staging(moon_actor_t *self, recv_t *r)
         return;
     }
     r->staged = 1;
+    MOON_INFO("weights %s/%u: version %llu staged: plan after %.3f s, chunks after %.3f s, "
+              "checked after %.3f s (%llu bytes got, %llu copied)",
+              r->a.role ? "decode" : "prefill", r->a.index, (unsigned long long)r->version,
+              (double)(r->plan_ns - r->offer_ns) * 1e-9, (double)(r->got_ns - r->offer_ns) * 1e-9,
+              (double)(moon_now(moon_actor_runtime(self)) - r->offer_ns) * 1e-9,
+              (unsigned long long)r->got_bytes, (unsigned long long)r->copied_bytes);
     send_staged(self, r, MOON_OK, "");
 }
 
 static void maybe_done(moon_actor_t *self, recv_t *r)
 {
     if (r->planned && !r->failed && !r->staged && r->n_got == r->n_travel && r->in_flight == 0) {
+        r->got_ns = moon_now(moon_actor_runtime(self));
         finish_staging(self, r);
     }
 }
@@ -171,6 +179,7 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
         why    = "malformed offer";
     } else {
         end_push(r);
+        r->offer_ns    = moon_now(moon_actor_runtime(self));
         r->push        = m->push;
         r->version     = m->version;
         r->from        = msg->src;
@@ -279,6 +288,7 @@ static moon_status_t recv_on_plan(moon_actor_t *self, const moon_msg_hdr_t *msg)
         r->copied_bytes += len;
     }
     r->planned = 1;
+    r->plan_ns = moon_now(moon_actor_runtime(self));
     pump(self, r);
     maybe_done(self, r);
     return MOON_OK;
