@@ -20,15 +20,35 @@ void moon_weights_set_init(moon_weights_set_t *set, moon_dist_t *dist,
     set->n_held            = engine != NULL;
 }
 
-static void drop(moon_weights_set_t *set, uint32_t i)
+/* A region no model uses any more goes back to the receiver when self can
+ * send it (NULL: at fini), else is freed. */
+static void give_back(moon_weights_set_t *set, moon_actor_t *self, moon_dist_region_t *region,
+                      moon_addr_t to)
+{
+    moon_weights_retire_t *m = NULL;
+
+    if (region != NULL && self != NULL && to != MOON_ADDR_NONE) {
+        m = moon_msg_new(MOON_MSG_WEIGHTS_RETIRE, 0);
+    }
+    if (m != NULL) {
+        m->region = (uint64_t)(uintptr_t)region;
+        if (moon_send(self, to, &m->hdr) != MOON_OK) {
+            moon_msg_release(&m->hdr);
+            m = NULL;
+        }
+    }
+    if (region != NULL && m == NULL) {
+        moon_dist_region_deregister(set->dist, region);
+    }
+}
+
+static void drop(moon_weights_set_t *set, moon_actor_t *self, uint32_t i)
 {
     moon_weights_held_t *h = &set->held[i];
 
     moon_engine_destroy(h->engine);
     moon_model_destroy(h->model);
-    if (h->region != NULL) {
-        moon_dist_region_deregister(set->dist, h->region);
-    }
+    give_back(set, self, h->region, h->recycle_to);
     memmove(&set->held[i], &set->held[i + 1], (set->n_held - i - 1) * sizeof(*h));
     set->n_held--;
     memset(&set->held[set->n_held], 0, sizeof(*h));
@@ -37,7 +57,7 @@ static void drop(moon_weights_set_t *set, uint32_t i)
 void moon_weights_set_fini(moon_weights_set_t *set)
 {
     while (set->n_held > 0) {
-        drop(set, set->n_held - 1);
+        drop(set, NULL, set->n_held - 1);
     }
 }
 
@@ -61,12 +81,12 @@ uint64_t moon_weights_set_latest(const moon_weights_set_t *set)
     return v;
 }
 
-static void retire(moon_weights_set_t *set, uint64_t version)
+static void retire(moon_weights_set_t *set, moon_actor_t *self, uint64_t version)
 {
     for (uint32_t i = 0; i < set->n_held; i++) {
         if (set->held[i].version == version && set->n_held > 1) {
             MOON_INFO("weights: version %llu retired", (unsigned long long)version);
-            drop(set, i);
+            drop(set, self, i);
             return;
         }
     }
@@ -109,11 +129,10 @@ static void install(moon_weights_set_t *set, moon_actor_t *self, const moon_weig
         MOON_ERROR("weights: install of version %llu failed: %s (%s)",
                    (unsigned long long)m->version, why, moon_status_str(status));
         moon_model_destroy(model);
-        if (region != NULL) {
-            moon_dist_region_deregister(set->dist, region);
-        }
+        give_back(set, self, region, m->recycle_to);
     } else {
-        set->held[set->n_held++] = (moon_weights_held_t){m->version, engine, model, region};
+        set->held[set->n_held++] =
+            (moon_weights_held_t){m->version, engine, model, region, m->recycle_to};
     }
     answer_installed(self, m->ack_to, m->version, status, why);
 }
@@ -132,18 +151,19 @@ int moon_weights_set_handle(moon_weights_set_t *set, moon_actor_t *self,
             set->retire_pending = m->version;
             set->has_pending    = 1;
         } else {
-            retire(set, m->version);
+            retire(set, self, m->version);
         }
         return 1;
     }
     return 0;
 }
 
-void moon_weights_set_poll(moon_weights_set_t *set, const moon_engine_runner_t *runner)
+void moon_weights_set_poll(moon_weights_set_t *set, moon_actor_t *self,
+                           const moon_engine_runner_t *runner)
 {
     if (set->has_pending && (runner == NULL || !moon_engine_runner_busy(runner))) {
         set->has_pending = 0;
-        retire(set, set->retire_pending);
+        retire(set, self, set->retire_pending);
     }
 }
 

@@ -19,9 +19,10 @@
 
 typedef struct {
     uint64_t            version;
-    moon_engine_t      *engine; /* owned */
-    moon_model_t       *model;  /* owned; NULL: the deployment's (the cluster's) */
-    moon_dist_region_t *region; /* owned: the memory model points into; may be NULL */
+    moon_engine_t      *engine;     /* owned */
+    moon_model_t       *model;      /* owned; NULL: the deployment's (the cluster's) */
+    moon_dist_region_t *region;     /* owned: the memory model points into; may be NULL */
+    moon_addr_t         recycle_to; /* gets region back when the version retires */
 } moon_weights_held_t;
 
 typedef struct {
@@ -51,8 +52,10 @@ MOON_API uint64_t moon_weights_set_latest(const moon_weights_set_t *set);
  * of them. */
 MOON_API int moon_weights_set_handle(moon_weights_set_t *set, moon_actor_t *self,
                                      const moon_engine_runner_t *runner, const moon_msg_hdr_t *msg);
-/* Call when the engine went idle: a RETIRE that waited is done now. */
-MOON_API void moon_weights_set_poll(moon_weights_set_t *set, const moon_engine_runner_t *runner);
+/* Call when the engine went idle: a RETIRE that waited is done now (self:
+ * the instance, which hands the retired region back to its receiver). */
+MOON_API void moon_weights_set_poll(moon_weights_set_t *set, moon_actor_t *self,
+                                    const moon_engine_runner_t *runner);
 
 typedef struct {
     uint64_t serving;  /* version new requests are stamped with */

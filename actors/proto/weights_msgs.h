@@ -83,15 +83,18 @@
 /* receiver -> its instance (same rank): the staged weights, handed over
  * (model: moon_model_t *, region: moon_dist_region_t *, now the instance's). */
 #define MOON_WEIGHTS_INSTALL_FIELDS(F, T)                                                          \
-    F(T, u64, version) F(T, u64, model) F(T, u64, region) F(T, addr, ack_to)
+    F(T, u64, version) F(T, u64, model) F(T, u64, region) F(T, addr, ack_to) F(T, addr, recycle_to)
 /* instance -> broadcaster. */
 #define MOON_WEIGHTS_INSTALLED_FIELDS(F, T) F(T, u64, version) F(T, i32, status) F(T, str, message)
 /* broadcaster -> conductor: stamp new requests with version. */
 #define MOON_WEIGHTS_FLIP_FIELDS(F, T) F(T, u64, version)
 /* conductor -> broadcaster. */
 #define MOON_WEIGHTS_FLIPPED_FIELDS(F, T) F(T, u64, version) F(T, u64, old_version)
-/* conductor (or broadcaster, rolling back) -> instance: free version. */
-#define MOON_WEIGHTS_RETIRE_FIELDS(F, T) F(T, u64, version)
+/* conductor (or a receiver, rolling back) -> instance: free version
+ * (region 0). instance -> its receiver (same rank): version was freed, and
+ * region (moon_dist_region_t *) goes back to stage the next push in (its
+ * pages are faulted in, the next ranks have it mapped already). */
+#define MOON_WEIGHTS_RETIRE_FIELDS(F, T) F(T, u64, version) F(T, u64, region)
 
 #define MOON_WEIGHTS_MSGS(X)                                                                       \
     X(MOON_MSG_WEIGHTS_PUSH, moon_weights_push_t, MOON_WEIGHTS_PUSH_FIELDS)                        \

@@ -948,7 +948,7 @@ static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *m
     if (moon_kv_pool_timer(msg, &cookie)) {
         block_arrived(self, d, cookie, MOON_OK); /* a modeled pull ended (simulation) */
     } else if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
-        moon_weights_set_poll(&d->weights, d->runner);
+        moon_weights_set_poll(&d->weights, self, d->runner);
         if (d->job_kind == JOB_CHUNK) {
             on_chunk_done(self, d, status, dur);
         } else {

@@ -700,7 +700,7 @@ static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *
         return MOON_OK;
     }
     if (moon_engine_runner_done(p->runner, msg, &job, &status, &dur)) {
-        moon_weights_set_poll(&p->weights, p->runner);
+        moon_weights_set_poll(&p->weights, self, p->runner);
         if (job < p->a.max_seqs && p->reqs[job].state == PREQ_COMPUTING) {
             on_chunk_done(self, p, &p->reqs[job], status, dur);
         }

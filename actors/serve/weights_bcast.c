@@ -49,7 +49,8 @@ typedef struct {
     uint64_t            client_req;
     uint32_t            flags;
     void               *src;
-    moon_dist_region_t *src_reg;
+    moon_dist_region_t *src_reg; /* kept from push to push while checkpoints fit */
+    uint64_t            src_cap;
     uint64_t            total;
     uint32_t            n_chunks, n_travel;
     uint64_t           *hashes;
@@ -97,9 +98,6 @@ static void reply(moon_actor_t *self, bcast_t *b, moon_status_t status, const ch
 
 static void end_push(moon_actor_t *self, bcast_t *b)
 {
-    if (b->src_reg != NULL) {
-        moon_dist_region_deregister(b->a.dist, b->src_reg);
-    }
     if (b->timer != 0) {
         moon_timer_cancel(self, b->timer);
     }
@@ -115,8 +113,6 @@ static void end_push(moon_actor_t *self, bcast_t *b)
     moon_free(b->travel);
     b->hashes     = NULL;
     b->travel     = NULL;
-    b->src        = NULL;
-    b->src_reg    = NULL;
     b->timer      = 0;
     b->phase      = PH_IDLE;
     b->client     = MOON_ADDR_NONE;
@@ -162,7 +158,15 @@ static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t
         return fd < 0 && errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;
     }
     b->total = (uint64_t)st.st_size;
-    status   = moon_dist_region_alloc(b->a.dist, b->total, &b->src, &b->src_reg);
+    status   = MOON_OK;
+    if (b->src_reg == NULL || b->src_cap < b->total) {
+        /* a larger one; the pages of a kept one are in already */
+        moon_dist_region_deregister(b->a.dist, b->src_reg);
+        b->src_reg = NULL;
+        b->src_cap = 0;
+        status     = moon_dist_region_alloc(b->a.dist, b->total, &b->src, &b->src_reg);
+        b->src_cap = status == MOON_OK ? b->total : 0;
+    }
     if (status != MOON_OK) {
         close(fd);
         snprintf(why, why_len, "no memory for the %llu-byte checkpoint",

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define RECV_WINDOW 16u
+#define RECV_HANDED 4u /* regions handed to the instance, remembered for their return */
 
 typedef struct {
     moon_weights_recv_args_t a;
@@ -39,8 +40,19 @@ typedef struct {
     int                 planned, failed, staged;
     moon_model_t       *staged_model;
     uint64_t            got_bytes, copied_bytes;
-    uint64_t            committed_push;            /* the last push installed */
-    uint64_t            offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
+    uint64_t            committed_push; /* the last push installed */
+    /* a region to stage the next push in (a failed push's, or a retired
+     * version's handed back): its pages are in, the next ranks map it */
+    moon_dist_region_t *spare_reg;
+    void               *spare;
+    uint64_t            spare_len;
+    struct {
+        moon_dist_region_t *reg;
+        void               *base;
+        uint64_t            len;
+    } handed[RECV_HANDED];
+    uint64_t stage_len;                 /* bytes of the staging region (>= total) */
+    uint64_t offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
 } recv_t;
 
 enum { CH_LOCAL = 0, CH_TRAVEL, CH_READY, CH_GETTING, CH_HAVE };
@@ -51,12 +63,28 @@ static uint64_t chunk_len(const recv_t *r, uint32_t k)
     return MOON_MIN(r->chunk_bytes, r->total - off);
 }
 
-/* Frees the push's staging (and the staged model, unless handed over). */
+/* Keeps reg as the spare (the larger of it and the one kept). */
+static void keep_spare(recv_t *r, moon_dist_region_t *reg, void *base, uint64_t len)
+{
+    if (r->spare_reg != NULL && r->spare_len >= len) {
+        moon_dist_region_deregister(r->a.dist, reg);
+        return;
+    }
+    if (r->spare_reg != NULL) {
+        moon_dist_region_deregister(r->a.dist, r->spare_reg);
+    }
+    r->spare_reg = reg;
+    r->spare     = base;
+    r->spare_len = len;
+}
+
+/* Ends the push: the staged model freed (unless handed over), its staging
+ * region kept as the spare. */
 static void end_push(recv_t *r)
 {
     moon_model_destroy(r->staged_model);
     if (r->stage_reg != NULL) {
-        moon_dist_region_deregister(r->a.dist, r->stage_reg);
+        keep_spare(r, r->stage_reg, r->stage, r->stage_len);
     }
     moon_free(r->hashes);
     moon_free(r->state);
@@ -193,7 +221,15 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
             status = MOON_ERR_NO_MEMORY;
         } else {
             memcpy(r->hashes, h, (size_t)r->n_chunks * 8);
-            status = moon_dist_region_alloc(r->a.dist, r->total, &r->stage, &r->stage_reg);
+            if (r->spare_reg != NULL && r->spare_len >= r->total) {
+                r->stage_reg = r->spare_reg;
+                r->stage     = r->spare;
+                r->stage_len = r->spare_len;
+                r->spare_reg = NULL;
+            } else {
+                status = moon_dist_region_alloc(r->a.dist, r->total, &r->stage, &r->stage_reg);
+                r->stage_len = r->total;
+            }
         }
         if (status != MOON_OK) {
             why = "the staging copy does not fit in memory";
@@ -381,16 +417,26 @@ static moon_status_t recv_on_commit(moon_actor_t *self, const moon_msg_hdr_t *ms
         fail(self, r, MOON_ERR_NO_MEMORY, "no memory");
         return MOON_OK;
     }
-    q->version = r->version;
-    q->model   = (uint64_t)(uintptr_t)r->staged_model;
-    q->region  = (uint64_t)(uintptr_t)r->stage_reg;
-    q->ack_to  = r->from;
+    q->version    = r->version;
+    q->model      = (uint64_t)(uintptr_t)r->staged_model;
+    q->region     = (uint64_t)(uintptr_t)r->stage_reg;
+    q->ack_to     = r->from;
+    q->recycle_to = moon_actor_addr(self);
     if (moon_send(self, r->a.instance, &q->hdr) != MOON_OK) {
         moon_msg_release(&q->hdr);
         fail(self, r, MOON_ERR_NO_ACTOR, "the instance is gone");
         return MOON_OK;
     }
-    /* the instance owns them now (it frees them on a failed install too) */
+    /* the instance owns them now (it frees them on a failed install too, and
+     * hands the region back when the version retires) */
+    for (uint32_t i = 0; i < RECV_HANDED; i++) {
+        if (r->handed[i].reg == NULL) {
+            r->handed[i].reg  = r->stage_reg;
+            r->handed[i].base = r->stage;
+            r->handed[i].len  = r->stage_len;
+            break;
+        }
+    }
     r->prev_model     = r->cur_model;
     r->prev_version   = r->cur_version;
     r->cur_model      = r->staged_model;
@@ -402,13 +448,28 @@ static moon_status_t recv_on_commit(moon_actor_t *self, const moon_msg_hdr_t *ms
     return MOON_OK;
 }
 
-/* The conductor retired a version: the one before the current is gone. */
-static moon_status_t recv_on_retire(moon_actor_t *self, const moon_msg_hdr_t *msg)
+/* The instance retired a version: its region comes back for the next push. */
+static moon_status_t recv_on_recycle(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    recv_t *r = moon_actor_state(self);
+    recv_t                      *r = moon_actor_state(self);
+    const moon_weights_retire_t *m = (const void *)msg;
 
-    (void)msg;
-    r->prev_model = NULL;
+    if (m->region == 0) {
+        return MOON_OK;
+    }
+    if (moon_addr_rank(msg->src) != moon_addr_rank(moon_actor_addr(self))) {
+        MOON_ERROR("weights: a region handed back from another rank ignored");
+        return MOON_OK;
+    }
+    for (uint32_t i = 0; i < RECV_HANDED; i++) {
+        if (r->handed[i].reg != NULL && (uint64_t)(uintptr_t)r->handed[i].reg == m->region) {
+            keep_spare(r, r->handed[i].reg, r->handed[i].base, r->handed[i].len);
+            r->handed[i].reg = NULL;
+            return MOON_OK;
+        }
+    }
+    /* not one of ours (its table was full): free it all the same */
+    moon_dist_region_deregister(r->a.dist, (moon_dist_region_t *)(uintptr_t)m->region);
     return MOON_OK;
 }
 
@@ -434,7 +495,12 @@ static moon_status_t recv_init(moon_actor_t *self, const void *args)
 
 static void recv_fini(moon_actor_t *self)
 {
-    end_push(moon_actor_state(self));
+    recv_t *r = moon_actor_state(self);
+
+    end_push(r);
+    if (r->spare_reg != NULL) {
+        moon_dist_region_deregister(r->a.dist, r->spare_reg);
+    }
 }
 
 const moon_actor_ops_t moon_weights_recv_ops = {
@@ -448,7 +514,7 @@ const moon_actor_ops_t moon_weights_recv_ops = {
             [MOON_MSG_WEIGHTS_PLAN]   = recv_on_plan,
             [MOON_MSG_WEIGHTS_CHUNK]  = recv_on_chunk,
             [MOON_MSG_WEIGHTS_COMMIT] = recv_on_commit,
-            [MOON_MSG_WEIGHTS_RETIRE] = recv_on_retire,
+            [MOON_MSG_WEIGHTS_RETIRE] = recv_on_recycle,
             [MOON_MSG_DIST_BULK_DONE] = recv_on_bulk_done,
         },
 };
