@@ -210,19 +210,18 @@ static moon_status_t bind_weights(moon_model_t *m)
     return MOON_OK;
 }
 
-moon_status_t moon_model_load(const char *path, moon_model_t **model_p)
+/* Binds a model over an open reader (owned by the model from here on). */
+static moon_status_t load_from(const char *path, const void *data, size_t bytes,
+                               moon_model_t **model_p)
 {
     moon_model_t *m;
     moon_status_t status;
 
-    if (path == NULL || model_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
     m = moon_calloc(1, sizeof(*m));
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    status = moon_gguf_open(path, &m->gguf);
+    status = path ? moon_gguf_open(path, &m->gguf) : moon_gguf_open_memory(data, bytes, &m->gguf);
     if (status != MOON_OK) {
         goto err;
     }
@@ -252,6 +251,72 @@ moon_status_t moon_model_load(const char *path, moon_model_t **model_p)
 err:
     moon_model_destroy(m);
     return status;
+}
+
+moon_status_t moon_model_load(const char *path, moon_model_t **model_p)
+{
+    if (path == NULL || model_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return load_from(path, NULL, 0, model_p);
+}
+
+moon_status_t moon_model_load_memory(const void *data, size_t bytes, moon_model_t **model_p)
+{
+    if (data == NULL || bytes == 0 || model_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return load_from(NULL, data, bytes, model_p);
+}
+
+void moon_model_image(const moon_model_t *m, const void **data_p, size_t *bytes_p)
+{
+    moon_gguf_image(m->gguf, data_p, bytes_p);
+}
+
+static int same_config(const moon_model_config_t *a, const moon_model_config_t *b)
+{
+    return a->dim == b->dim && a->hidden_dim == b->hidden_dim && a->n_layers == b->n_layers &&
+           a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads &&
+           a->head_dim == b->head_dim && a->vocab_size == b->vocab_size &&
+           a->seq_len == b->seq_len && a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta;
+}
+
+moon_status_t moon_model_check_compatible(const moon_model_t *cur, const moon_model_t *next,
+                                          char *why, size_t why_len)
+{
+    uint64_t n = moon_gguf_n_tensors(cur->gguf);
+    char     key[128];
+
+    if (!same_config(&cur->cfg, &next->cfg) || moon_gguf_n_tensors(next->gguf) != n) {
+        snprintf(why, why_len,
+                 "another architecture: dim %u layers %u heads %u/%u ff %u vocab %u ctx %u, "
+                 "serving dim %u layers %u heads %u/%u ff %u vocab %u ctx %u",
+                 next->cfg.dim, next->cfg.n_layers, next->cfg.n_heads, next->cfg.n_kv_heads,
+                 next->cfg.hidden_dim, next->cfg.vocab_size, next->cfg.seq_len, cur->cfg.dim,
+                 cur->cfg.n_layers, cur->cfg.n_heads, cur->cfg.n_kv_heads, cur->cfg.hidden_dim,
+                 cur->cfg.vocab_size, cur->cfg.seq_len);
+        MOON_ERROR("model: %s", why);
+        return MOON_ERR_UNSUPPORTED;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const moon_gguf_tensor_t *a = moon_gguf_tensor(cur->gguf, i);
+        const moon_gguf_tensor_t *b = moon_gguf_find_tensor(next->gguf, a->name);
+        if (b == NULL || b->type != a->type || b->n_dims != a->n_dims ||
+            memcmp(b->ne, a->ne, sizeof(a->ne)) != 0) {
+            snprintf(why, why_len, "another architecture: tensor %s %s", a->name,
+                     b == NULL ? "is missing" : "has another type or shape");
+            MOON_ERROR("model: %s", why);
+            return MOON_ERR_UNSUPPORTED;
+        }
+    }
+    if (!moon_gguf_keys_equal(cur->gguf, next->gguf, "tokenizer.", key, sizeof(key))) {
+        snprintf(why, why_len, "the tokenizer changed (key %s): a push must keep the tokenizer",
+                 key);
+        MOON_ERROR("model: %s", why);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return MOON_OK;
 }
 
 void moon_model_destroy(moon_model_t *m)

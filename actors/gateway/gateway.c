@@ -3,6 +3,8 @@
  * them to their connections. */
 #include "gateway.h"
 
+#include "gw_admin.h"
+
 #include "gw_bridge.h"
 #include "gw_http.h"
 #include "gw_template.h"
@@ -40,6 +42,8 @@ typedef struct {
     moon_store_stats_reply_t shard_stats[GW_MAX_SHARDS];
     int                      draining;
     atomic_int              *drained_p;
+    char                    *admin_key;
+    moon_gw_admin_t         *admin; /* NULL: no admin route */
 } gw_state_t;
 
 #define GW_SHARD_REF 1000u /* monitor refs of the shards: + shard index */
@@ -74,6 +78,9 @@ static const moon_config_field_t gateway_fields[] = {
     {"resumes", MOON_CONFIG_U32, CFG(max_resumes), .dflt = "3", .max = 100,
      .doc = "times a request whose instance was lost is submitted again with the tokens it "
             "got, its stream going on (0: it fails)"},
+    {"admin-key", MOON_CONFIG_STRING, CFG(admin_key), .dflt = NULL,
+     .doc = "if set, /v1/admin/weights (weight pushes) is on and needs 'authorization: bearer "
+            "key'"},
     MOON_CONFIG_END,
 };
 #undef CFG
@@ -182,6 +189,8 @@ static void free_state(gw_state_t *st)
     moon_free(st->wait_roles);
     moon_free(st->model_name);
     moon_free(st->fingerprint);
+    moon_gw_admin_destroy(st->admin);
+    moon_free(st->admin_key);
 }
 
 static moon_status_t gw_init(moon_actor_t *self, const void *arg)
@@ -275,7 +284,18 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     ha.model.n_ctx      = st->n_ctx;
     ha.model.n_vocab    = st->tok != NULL ? moon_tokenizer_n_vocab(st->tok) : 0;
     ha.fingerprint      = st->fingerprint;
-    status              = moon_gw_http_start(&ha, &st->http);
+    if (args->config.admin_key != NULL && args->config.admin_key[0] != '\0' &&
+        args->weights != NULL) {
+        st->admin_key = moon_strdup(args->config.admin_key);
+        status        = st->admin_key != NULL
+                            ? moon_gw_admin_create(st->admin_key, args->weights, &st->admin)
+                            : MOON_ERR_NO_MEMORY;
+        if (status != MOON_OK) {
+            goto err;
+        }
+        ha.admin = st->admin;
+    }
+    status = moon_gw_http_start(&ha, &st->http);
     if (status != MOON_OK) {
         goto err;
     }
@@ -321,6 +341,8 @@ static void gw_fini(moon_actor_t *self)
         }
         nanosleep(&nap, NULL);
     }
+    moon_gw_admin_destroy(st->admin); /* a push's connection answered before the server goes */
+    st->admin = NULL;
     moon_gw_http_stop(st->http);
     free_state(st);
 }

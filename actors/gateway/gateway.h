@@ -4,7 +4,8 @@
  * model file (tokenizer, context length, chat template), starts the HTTP
  * server (libmicrohttpd, its own threads) and fails the spawn if the port
  * cannot be bound. Routes: POST /v1/completions, POST /v1/chat/completions
- * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics.
+ * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics, and
+ * with an admin key GET and POST /v1/admin/weights (gw_admin.h).
  *
  * Each request goes to the conductor as a SUBMIT with reply_to = the gateway;
  * TOKEN and DONE come back to the gateway, which streams them to the client
@@ -25,6 +26,7 @@
 #include "moonlet/actor.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
+#include "weights_client.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -56,6 +58,8 @@ typedef struct {
     uint32_t max_resumes;        /* --resumes 3: times a request whose instance was lost
                                     is submitted again with the tokens it got (its
                                     stream goes on); 0: it fails with the loss */
+    const char *admin_key;       /* --admin-key: /v1/admin/weights needs "Authorization:
+                                    Bearer KEY"; NULL: the admin route is off */
 } moon_gateway_config_t;
 
 MOON_API extern const moon_config_table_t moon_gateway_config_table;
@@ -69,22 +73,25 @@ typedef struct {
     const char *model_path;  /* GGUF read at init: tokenizer (prompt lengths; prompts are
                                 tokenized here), llama.context_length, tokenizer.chat_template;
                                 NULL: prompts go to the cluster as text, nothing checked */
-    const char *fingerprint; /* system_fingerprint (model id + weight version); NULL:
-                                "fp_" + a hash of the model name */
+    const char *fingerprint; /* system_fingerprint's stem (the model id; each answer's
+                                is it + "_v" + its weight version); NULL: "fp_" + a
+                                hash of the model name */
     moon_gateway_config_t config;
-    moon_dist_t          *dist; /* optional: names ("store/<i>") resolve through it
-                                   (borrowed; outlives the gateway); NULL: local names */
-    moon_gw_metrics_t *metrics; /* optional borrowed registry (to feed gauges the
-                                   gateway cannot see: store tiers); NULL: its own */
-    const char *wait_roles;     /* comma-separated roles ("prefill", "decode",
-                                   "colocated") that need an instance up (from the
-                                   conductor's STATS) before /health says 200 and
-                                   requests are served; NULL: a decode instance, and a
-                                   prefill one if the deployment has any; "": at once */
-    uint16_t   *port_p;         /* optional: the bound port, written by init */
-    atomic_int *drained_p;      /* optional: set to 1 (release) once a drain
-                                   (moon_gateway_drain) has no request left in flight;
-                                   must outlive the gateway */
+    moon_dist_t          *dist;     /* optional: names ("store/<i>") resolve through it
+                                       (borrowed; outlives the gateway); NULL: local names */
+    moon_gw_metrics_t *metrics;     /* optional borrowed registry (to feed gauges the
+                                       gateway cannot see: store tiers); NULL: its own */
+    const char *wait_roles;         /* comma-separated roles ("prefill", "decode",
+                                       "colocated") that need an instance up (from the
+                                       conductor's STATS) before /health says 200 and
+                                       requests are served; NULL: a decode instance, and a
+                                       prefill one if the deployment has any; "": at once */
+    uint16_t   *port_p;             /* optional: the bound port, written by init */
+    atomic_int *drained_p;          /* optional: set to 1 (release) once a drain
+                                       (moon_gateway_drain) has no request left in flight;
+                                       must outlive the gateway */
+    moon_weights_client_t *weights; /* weight pushes of the admin route (borrowed; outlives
+                                       the gateway); NULL: the admin route is off */
 } moon_gateway_args_t;
 
 /* Starts draining the gateway at addr (from any thread): new requests get

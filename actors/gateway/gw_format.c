@@ -48,6 +48,10 @@ static void add_usage(cJSON *o, const moon_gw_usage_t *u)
     if (details != NULL) {
         cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens);
     }
+    details = cJSON_AddObjectToObject(usage, "moonlet");
+    if (details != NULL) {
+        cJSON_AddNumberToObject(details, "weight_version", (double)u->weight_version);
+    }
     details = u->details ? cJSON_AddObjectToObject(usage, "moonlet_details") : NULL;
     if (details != NULL) {
         cJSON_AddNumberToObject(details, "prefill_instance", u->prefill_instance);

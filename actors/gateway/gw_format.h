@@ -8,7 +8,9 @@
  *               "message":{"role":"assistant","content":..},"logprobs":null,
  *               "finish_reason":R}],"usage":{...}}
  *  usage:      {"prompt_tokens":P,"completion_tokens":C,"total_tokens":P+C,
- *               "prompt_tokens_details":{"cached_tokens":K}}, and when the request
+ *               "prompt_tokens_details":{"cached_tokens":K},"moonlet":{"weight_version":V}}
+ *               (the weights that generated every token; system_fingerprint ends
+ *               in "_v" V too), and when the request
  *               asked for "moonlet_details": true (an extension, like vLLM's
  *               ignore_eos) also "moonlet_details":{"prefill_instance":I,
  *               "decode_instance":J,"queue_s":Q,"prefill_s":S,"transfer_s":X,
@@ -47,6 +49,7 @@ typedef struct {
     int      details;       /* add "moonlet_details" (the fields below) */
     int32_t  prefill_instance, decode_instance; /* -1: not placed */
     double   queue_s, prefill_s, transfer_s, ttft_s;
+    uint64_t weight_version; /* "moonlet":{"weight_version":V}, always */
 } moon_gw_usage_t;
 
 /* The whole (non-streamed) answer. finish: "stop", "length"... */

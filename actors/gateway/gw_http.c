@@ -32,6 +32,7 @@ typedef enum {
     ROUTE_MODEL,
     ROUTE_HEALTH,
     ROUTE_METRICS,
+    ROUTE_ADMIN, /* /v1/admin/weights (gw_admin.h) */
 } route_t;
 
 typedef enum {
@@ -39,6 +40,7 @@ typedef enum {
     PH_WAIT,   /* submitted: waiting for the first event (or, not streaming, for DONE) */
     PH_STREAM, /* the SSE response is queued */
     PH_ANSWERED,
+    PH_ADMIN, /* a weight push runs: suspended until its thread resumes it */
 } phase_t;
 
 struct moon_gw_http {
@@ -80,6 +82,9 @@ typedef struct {
     int                    watched;      /* hangup_slot is ours */
     uint32_t               hangup_slot;
     atomic_int             gone; /* the client hung up (the watcher saw it) */
+
+    char fp[96]; /* system_fingerprint: the gateway's and the answer's weight version */
+    moon_gw_admin_job_t *job; /* PH_ADMIN: the push */
 } conn_t;
 
 /* ---- responses --------------------------------------------------------------- */
@@ -196,7 +201,79 @@ static route_t route_of(const char *url)
     if (strcmp(url, "/metrics") == 0) {
         return ROUTE_METRICS;
     }
+    if (strcmp(url, MOON_GW_ADMIN_PATH) == 0) {
+        return ROUTE_ADMIN;
+    }
     return ROUTE_NONE;
+}
+
+/* ---- the admin route: its own key, a push on a thread (gw_admin.h) --------------- */
+
+static void admin_wake(void *arg)
+{
+    MHD_resume_connection(((conn_t *)arg)->mc);
+}
+
+static enum MHD_Result admin_start(conn_t *c, int get, int post)
+{
+    moon_gw_admin_t *admin = c->http->a.admin;
+    moon_gw_error_t  err;
+    char            *json;
+    size_t           len = 0;
+    int              http;
+
+    if (admin == NULL) {
+        return fail(c, 404, NULL, "%s", "the admin routes are off (start with --admin-key)");
+    }
+    if (!get && !post) {
+        return fail(c, 405, NULL, "%s", "GET or POST");
+    }
+    if (!moon_gw_admin_authorised(
+            admin,
+            MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
+        moon_gw_error_set(&err, 401, NULL, NULL, "%s",
+                          "Incorrect admin key (send it as 'Authorization: Bearer KEY').");
+        return respond_error(c, &err);
+    }
+    if (post) {
+        c->phase = PH_BODY;
+        return MHD_YES;
+    }
+    json = moon_gw_admin_get(admin, &http, &len);
+    return respond_json(c, (unsigned)http, json, len);
+}
+
+static enum MHD_Result admin_body(conn_t *c)
+{
+    moon_gw_error_t err;
+
+    if (c->too_large) {
+        return fail(c, 413, NULL, "%s", "the body is larger than the limit");
+    }
+    /* suspended first: the push thread's wake-up cannot come before it */
+    MHD_suspend_connection(c->mc);
+    c->phase = PH_ADMIN;
+    c->job   = moon_gw_admin_post(c->http->a.admin, c->body.data ? c->body.data : "", c->body.len,
+                                  admin_wake, c, &err);
+    if (c->job == NULL) {
+        MHD_resume_connection(c->mc);
+        return respond_error(c, &err);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result admin_answer(conn_t *c)
+{
+    char  *json;
+    size_t len = 0;
+    int    http;
+
+    if (c->job == NULL || !moon_gw_admin_job_ready(c->job)) {
+        return MHD_YES;
+    }
+    json   = moon_gw_admin_job_take(c->job, &http, &len);
+    c->job = NULL;
+    return respond_json(c, (unsigned)http, json, len);
 }
 
 static int authorised(moon_gw_http_t *h, struct MHD_Connection *mc)
@@ -318,6 +395,19 @@ static void usage_of(const conn_t *c, const moon_serve_done_t *d, moon_gw_usage_
         .transfer_s        = (double)d->transfer_ns * 1e-9,
         .ttft_s            = (double)d->ttft_ns * 1e-9,
     };
+    u->weight_version = d->weight_version;
+}
+
+/* The weights that generate the answer (every event of it names the same
+ * version): its fingerprint is the gateway's and that version. */
+static void stamp_version(conn_t *c, const moon_msg_hdr_t *msg)
+{
+    uint64_t v = msg->type == MOON_MSG_SERVE_TOKEN
+                     ? ((const moon_serve_token_t *)msg)->weight_version
+                     : ((const moon_serve_done_t *)msg)->weight_version;
+
+    snprintf(c->fp, sizeof(c->fp), "%s_v%llu", c->http->a.fingerprint, (unsigned long long)v);
+    c->meta.fingerprint = c->fp;
 }
 
 static const char *str_of(const moon_msg_hdr_t *msg, moon_span_t span)
@@ -520,6 +610,7 @@ static enum MHD_Result on_events(conn_t *c)
             }
             continue;
         }
+        stamp_version(c, msg);
         if (msg->type == MOON_MSG_SERVE_TOKEN) {
             if (c->req.stream) {
                 c->first = msg;
@@ -629,6 +720,9 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
     if (c->route == ROUTE_NONE) {
         return fail(c, 404, NULL, "no route %s", url);
     }
+    if (c->route == ROUTE_ADMIN) {
+        return admin_start(c, get, post);
+    }
     if ((c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT) ? !post : !get) {
         return fail(c, 405, NULL, "method %s is not allowed here", method);
     }
@@ -693,9 +787,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (c->body.failed) {
             return fail(c, 500, NULL, "%s", "out of memory reading the body");
         }
-        return on_body(c);
+        return c->route == ROUTE_ADMIN ? admin_body(c) : on_body(c);
     case PH_WAIT:
         return on_events(c);
+    case PH_ADMIN:
+        return admin_answer(c);
     default:
         /* A call after the response is queued (it should not come): nothing to do. */
         *upload_data_size = 0;
@@ -723,6 +819,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         }
         moon_gw_req_close(c->breq, !c->got_done);
         atomic_fetch_sub(&h->n_busy, 1);
+    }
+    if (c->job != NULL) {
+        int    http;
+        size_t len;
+        moon_free(moon_gw_admin_job_take(c->job, &http, &len));
     }
     moon_msg_release(c->first);
     moon_gw_request_fini(&c->req);

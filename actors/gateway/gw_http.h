@@ -18,6 +18,7 @@
 #define MOON_ACTORS_GW_HTTP_H
 
 #include "gateway.h"
+#include "gw_admin.h"
 #include "gw_bridge.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
@@ -31,6 +32,7 @@ typedef struct {
     moon_gw_metrics_t    *metrics;
     moon_gw_model_info_t  model;       /* borrowed for the server's life */
     const char           *fingerprint; /* borrowed */
+    moon_gw_admin_t      *admin;       /* /v1/admin/weights (borrowed); NULL: off (404) */
 } moon_gw_http_args_t;
 
 /* Binds and starts serving. MOON_ERR_IO: cannot bind host:port;

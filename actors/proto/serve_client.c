@@ -134,6 +134,7 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->prefill_ns             = d->prefill_ns;
         ev->transfer_ns            = d->transfer_ns;
         ev->ttft_ns                = d->ttft_ns;
+        ev->weight_version         = d->weight_version;
         ev->text                   = d->text.n ? MOON_SPAN_PTR(d, d->text) : "";
         ev->message                = d->message.n ? MOON_SPAN_PTR(d, d->message) : "";
         return MOON_OK;

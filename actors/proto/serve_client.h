@@ -59,7 +59,8 @@ typedef struct {
     moon_status_t status;
     uint32_t      n_prompt, n_completion, n_cached;
     uint64_t      queue_ns, prefill_ns, transfer_ns, ttft_ns;
-    const char   *message; /* DONE with an error: why */
+    const char   *message;        /* DONE with an error: why */
+    uint64_t      weight_version; /* DONE: the weights that generated every token */
     /* private: owned copy for moon_serve_client_next */
     moon_msg_hdr_t *msg_;
 } moon_serve_event_t;

@@ -73,7 +73,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * the token's printable piece: stop strings never appear in it (text that
  * could start one is held back until it cannot). */
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
-    F(T, u64, request_id) F(T, u32, index) F(T, u32, token) F(T, str, text)
+    F(T, u64, request_id)                                                                          \
+    F(T, u32, index) F(T, u32, token) F(T, str, text) F(T, u64, weight_version)
 /* -> client: the end. DONE with finish ERROR and a status that
  * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
  * lost: nothing runs it any more, and the client may submit it again under a
@@ -92,9 +93,12 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, i32, prefill_instance)                                                                    \
     F(T, i32, decode_instance)                                                                     \
     F(T, u64, queue_ns)                                                                            \
-    F(T, u64, prefill_ns) F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text)                \
-        F(T, str, message)
+    F(T, u64, prefill_ns)                                                                          \
+    F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)                   \
+        F(T, u64, weight_version)
 
+/* weight_version (PREFILL, KV_READY, TOKEN, DONE): the weights the request runs on
+ * from its first step to its last, stamped by the conductor (weights_msgs.h). */
 /* conductor -> prefill (or a colocated instance). The policy's plan, from
  * the conductor's prefix indexes: n_local leading blocks of the prompt are in
  * the instance's own prefix cache, the next n_fetch it reads from the store.
@@ -110,7 +114,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_local)                                                                             \
     F(T, u32, n_fetch)                                                                             \
     F(T, u64, arrival_ns)                                                                          \
-    F(T, u32, n_resumed) MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys)
+    F(T, u32, n_resumed)                                                                           \
+    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys) F(T, u64, weight_version)
 /* prefill -> decode: status != 0 (final): the request ended at the prefill
  * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
  * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
@@ -134,7 +139,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, base)                                                                                \
     F(T, u32, n_resumed)                                                                           \
     MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
-    F(T, u32s, blocks) F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message)
+    F(T, u32s, blocks)                                                                             \
+    F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message) F(T, u64, weight_version)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)

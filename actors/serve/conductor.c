@@ -19,6 +19,8 @@
 #include "moonlet/sched_policy.h"
 #include "serve_instance.h"
 #include "store_msgs.h"
+#include "weights_msgs.h"
+#include "weights_serving.h"
 
 #include <string.h>
 
@@ -38,6 +40,7 @@ typedef struct {
     uint32_t    prefill, decode; /* view indices */
     uint32_t    n_tokens;
     uint64_t    tag;
+    uint64_t    version; /* the weights it runs on */
 } creq_t;
 
 typedef struct {
@@ -59,6 +62,8 @@ typedef struct {
         uint64_t n_submitted, n_placed, n_rejected, n_errors, n_finished[5];
         uint64_t n_index_resyncs;
     } stats;
+
+    moon_weights_gate_t gate; /* the weight version new requests get */
 } conductor_t;
 
 static double now_s(moon_actor_t *self)
@@ -223,6 +228,8 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     p->arrival_ns = now;
     p->n_resumed  = m->resume.n;
     MOON_SERVE_COPY_SAMPLING(p, m);
+    p->weight_version = c->gate.serving;
+
     t    = moon_msg_span_alloc(p, &p->tokens, n, 4, 0);
     keys = n_keys ? moon_msg_span_alloc(p, &p->keys, 2 * n_keys, 8, 0) : NULL;
     if (t == NULL || (n_keys && keys == NULL) ||
@@ -369,10 +376,11 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         return MOON_OK;
     }
     moon_sched_view_commit(&c->view, &req, &d);
-    *r = (creq_t){1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode,
-                  n, req.tag};
+    *r = (creq_t){
+        1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode, n, req.tag, 0};
     c->n_reqs++;
     c->stats.n_placed++;
+    r->version = c->gate.serving;
     return MOON_OK;
 }
 
@@ -401,14 +409,31 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     return MOON_OK;
 }
 
-/* The request's entry and its load accounting end. */
-static void end_req(conductor_t *c, creq_t *r, uint32_t finish)
+/* Nothing runs on the old weights any more: every instance frees them. */
+static void retire_old(moon_actor_t *self, conductor_t *c)
+{
+    for (uint32_t i = 0; i < c->n_inst; i++) {
+        moon_weights_retire_t *q =
+            c->inst[i].hello ? moon_msg_new(MOON_MSG_WEIGHTS_RETIRE, 0) : NULL;
+        if (q != NULL) {
+            q->version = c->gate.old;
+            moon_tell(self, c->inst[i].addr, &q->hdr);
+        }
+    }
+}
+
+/* The request's entry, its load accounting and its hold on its weight
+ * version end (the last request on the old version retires it). */
+static void end_req(moon_actor_t *self, conductor_t *c, creq_t *r, uint32_t finish)
 {
     moon_sched_view_release(&c->view, r->decode, r->tag);
     r->used = 0;
     c->n_reqs--;
     if (finish < MOON_ARRAY_SIZE(c->stats.n_finished)) {
         c->stats.n_finished[finish]++;
+    }
+    if (moon_weights_gate_release(&c->gate, r->version)) {
+        retire_old(self, c);
     }
 }
 
@@ -419,7 +444,42 @@ static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hd
     creq_t                      *r = find_req(c, m->reply_to, m->request_id);
 
     if (r != NULL) {
-        end_req(c, r, m->finish);
+        end_req(self, c, r, m->finish);
+    }
+    return MOON_OK;
+}
+
+/* The broadcaster: every instance holds version now. New requests run on
+ * it (their keys salted with it, so no block of the old weights serves
+ * them); the ones in flight finish on theirs. */
+static moon_status_t conductor_on_flip(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t               *c = moon_actor_state(self);
+    const moon_weights_flip_t *m = (const void *)msg;
+    moon_weights_flipped_t    *q;
+    uint32_t                   n_old = 0;
+    uint64_t                   old   = c->gate.serving;
+
+    if (m->version <= c->gate.serving || c->gate.draining) {
+        MOON_WARN("conductor: flip to weight version %llu ignored (serving %llu%s)",
+                  (unsigned long long)m->version, (unsigned long long)c->gate.serving,
+                  c->gate.draining ? ", the previous one still drains" : "");
+        return MOON_OK;
+    }
+    for (uint32_t i = 0; i < c->a.max_requests; i++) {
+        n_old += c->reqs[i].used && c->reqs[i].version == old;
+    }
+    c->a.tag.weight_version = m->version;
+    MOON_INFO("conductor: new requests run on weight version %llu (%u still on %llu)",
+              (unsigned long long)m->version, n_old, (unsigned long long)old);
+    if (moon_weights_gate_flip(&c->gate, m->version, n_old)) {
+        retire_old(self, c);
+    }
+    q = moon_msg_new(MOON_MSG_WEIGHTS_FLIPPED, 0);
+    if (q != NULL) {
+        q->version     = m->version;
+        q->old_version = old;
+        moon_tell(self, msg->src, &q->hdr);
     }
     return MOON_OK;
 }
@@ -624,7 +684,7 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
                 if (r->prefill != i) {
                     tell_lost(self, c, r, r->prefill, m->actor);
                 }
-                end_req(c, r, MOON_FINISH_ERROR);
+                end_req(self, c, r, MOON_FINISH_ERROR);
                 n_ended++;
             } else if (r->prefill == i) {
                 tell_lost(self, c, r, r->decode, m->actor);
@@ -806,6 +866,7 @@ const moon_actor_ops_t moon_conductor_ops = {
             [MOON_MSG_SERVE_SUBMIT]       = conductor_on_submit,
             [MOON_MSG_SERVE_CANCEL]       = conductor_on_cancel,
             [MOON_MSG_SERVE_RELEASED]     = conductor_on_released,
+            [MOON_MSG_WEIGHTS_FLIP]       = conductor_on_flip,
             [MOON_MSG_SERVE_LOAD]         = conductor_on_load,
             [MOON_MSG_SERVE_HELLO]        = conductor_on_hello,
             [MOON_MSG_STORE_EVENTS]       = conductor_on_events,

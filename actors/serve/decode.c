@@ -26,6 +26,8 @@
 #include "moonlet/log.h"
 #include "serve_instance.h"
 #include "serve_text.h"
+#include "weights_msgs.h"
+#include "weights_serving.h"
 
 #include <string.h>
 
@@ -59,12 +61,14 @@ typedef struct {
     uint32_t          n_cached;
     int32_t           prefill_instance; /* who computed the prompt (DONE tells the client) */
     uint64_t          arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
+    uint64_t          version; /* its weights, from its first step to its last */
 } dreq_t;
 
 typedef struct {
     moon_serve_instance_args_t a;
     moon_addr_t                shards_copy[1]; /* decode uses no store */
-    moon_engine_t             *engine;
+    moon_engine_t             *engine;         /* version 0's, owned by weights */
+    moon_weights_set_t         weights;        /* the versions held (two while one drains) */
     moon_engine_runner_t      *runner;
     moon_kv_pool_t             pool;
     const moon_tokenizer_t    *tok;
@@ -100,6 +104,12 @@ typedef struct {
     moon_addr_t lost[DEC_LOST_RING];
     uint32_t    n_lost;
     uint64_t    n_tokens_out;
+
+    /* the step's groups, one per weight version: [b_end[g-1], b_end[g]) on b_engine[g] */
+    moon_engine_t *b_engine[MOON_WEIGHTS_MAX_HELD];
+    uint32_t       b_end[MOON_WEIGHTS_MAX_HELD];
+    uint32_t       b_groups;
+    moon_engine_t *chunk_engine; /* colocated: the chunk's version */
 } decode_t;
 
 static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
@@ -171,6 +181,7 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
     m->prefill_ns       = r->prefill_ns;
     m->transfer_ns      = r->transfer_ns;
     m->ttft_ns          = r->ttft_ns;
+    m->weight_version   = r->version;
     moon_msg_set_str(m, &m->text, text ? text : "");
     moon_msg_set_str(m, &m->message, why ? why : "");
     moon_tell(self, r->reply_to, &m->hdr);
@@ -292,6 +303,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
     m->index      = r->n_gen++;
     m->token      = (uint32_t)tok;
     moon_msg_set_str(m, &m->text, text);
+    m->weight_version = r->version;
     moon_tell(self, r->reply_to, &m->hdr);
     d->n_tokens_out++;
     r->last_token = tok;
@@ -456,6 +468,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     r->max_tokens       = m->max_tokens;
     r->flags            = m->flags;
     r->budget           = need;
+    r->version          = m->weight_version;
     r->xfer_start_ns    = moon_now(moon_actor_runtime(self));
     d->committed += need;
     *r_p = r;
@@ -647,6 +660,11 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
                        "decode: out of memory taking the request");
         return 1;
     }
+    if (moon_weights_set_engine(&d->weights, r->version) == NULL) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NOT_FOUND,
+               "the request's weight version is not held");
+        return 1;
+    }
     if (take_cancel(d, m->reply_to, m->request_id)) {
         r->cancelled = 1;
         finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
@@ -659,10 +677,11 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
 /* Colocated: a PREFILL for this instance itself. Returns 0 when it waits. */
 static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_prefill_t *m)
 {
-    moon_serve_kv_ready_t shape = {.reply_to   = m->reply_to,
-                                   .request_id = m->request_id,
-                                   .n_tokens   = m->tokens.n,
-                                   .max_tokens = m->max_tokens};
+    moon_serve_kv_ready_t shape = {.reply_to       = m->reply_to,
+                                   .request_id     = m->request_id,
+                                   .n_tokens       = m->tokens.n,
+                                   .max_tokens     = m->max_tokens,
+                                   .weight_version = m->weight_version};
     const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
     dreq_t               *r;
     moon_status_t         status;
@@ -805,11 +824,23 @@ static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon
 
 /* ---- the batch ------------------------------------------------------------ */
 
+/* One engine call per weight version in the batch (two while one drains). */
 static moon_status_t step_job(void *arg, double *duration_s_p)
 {
-    decode_t *d = arg;
-    return moon_engine_decode(d->engine, d->pool.kv, d->b_seq, d->b_tok, d->b_n, d->b_logits,
-                              duration_s_p);
+    decode_t     *d      = arg;
+    moon_status_t status = MOON_OK;
+    uint32_t      from   = 0;
+    double        total = 0.0, dur = 0.0;
+
+    for (uint32_t g = 0; g < d->b_groups && status == MOON_OK; g++) {
+        status =
+            moon_engine_decode(d->b_engine[g], d->pool.kv, d->b_seq + from, d->b_tok + from,
+                               d->b_end[g] - from, d->b_logits + (size_t)from * d->vocab, &dur);
+        total += dur;
+        from = d->b_end[g];
+    }
+    *duration_s_p = total;
+    return status;
 }
 
 static moon_status_t chunk_job(void *arg, double *duration_s_p)
@@ -819,7 +850,7 @@ static moon_status_t chunk_job(void *arg, double *duration_s_p)
     const moon_serve_prefill_t *m   = (const void *)r->final_msg;
     const int32_t              *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
 
-    return moon_engine_prefill(d->engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
+    return moon_engine_prefill(d->chunk_engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
                                duration_s_p);
 }
 
@@ -844,6 +875,12 @@ static void start_chunk(moon_actor_t *self, decode_t *d, dreq_t *r)
 
     if (r->n_done == r->n_cached && r->prefill_ns == 0) {
         r->queue_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
+    }
+    d->chunk_engine = moon_weights_set_engine(&d->weights, r->version);
+    if (d->chunk_engine == NULL) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NOT_FOUND,
+               "the request's weight version is not held");
+        return;
     }
     /* budgeted at admission: the blocks are there */
     MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, n) == MOON_OK);
@@ -871,18 +908,27 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
         start_chunk(self, d, pre);
         return;
     }
-    for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
-        dreq_t *r = &d->reqs[i];
-        if (r->state != DREQ_RUNNING || r->finished) {
-            continue;
+    d->b_groups = 0;
+    for (uint32_t h = 0; h < d->weights.n_held; h++) {
+        uint32_t start = d->b_n;
+        for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
+            dreq_t *r = &d->reqs[i];
+            if (r->state != DREQ_RUNNING || r->finished ||
+                r->version != d->weights.held[h].version) {
+                continue;
+            }
+            /* budgeted at admission: the room for one more token is there */
+            MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, 1) == MOON_OK);
+            r->in_step        = 1;
+            d->b_slot[d->b_n] = i;
+            d->b_seq[d->b_n]  = r->seq;
+            d->b_tok[d->b_n]  = r->last_token;
+            d->b_n++;
         }
-        /* budgeted at admission: the room for one more token is there */
-        MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, 1) == MOON_OK);
-        r->in_step        = 1;
-        d->b_slot[d->b_n] = i;
-        d->b_seq[d->b_n]  = r->seq;
-        d->b_tok[d->b_n]  = r->last_token;
-        d->b_n++;
+        if (d->b_n > start) {
+            d->b_engine[d->b_groups] = d->weights.held[h].engine;
+            d->b_end[d->b_groups++]  = d->b_n;
+        }
     }
     if (d->b_n == 0) {
         if (pre != NULL) {
@@ -965,6 +1011,7 @@ static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *m
     if (moon_kv_pool_timer(msg, &cookie)) {
         block_arrived(self, d, cookie, MOON_OK); /* a modeled pull ended (simulation) */
     } else if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
+        moon_weights_set_poll(&d->weights, self, d->runner);
         if (d->job_kind == JOB_CHUNK) {
             on_chunk_done(self, d, status, dur);
         } else {
@@ -1049,6 +1096,14 @@ static moon_status_t decode_on_cache_sync(moon_actor_t *self, const moon_msg_hdr
     return MOON_OK;
 }
 
+static moon_status_t decode_on_weights(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    decode_t *d = moon_actor_state(self);
+
+    moon_weights_set_handle(&d->weights, self, d->runner, msg);
+    return MOON_OK;
+}
+
 /* ---- life ------------------------------------------------------------------ */
 
 static void decode_fini(moon_actor_t *self);
@@ -1079,6 +1134,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->a.engine.max_batch = mb;
     kcfg   = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
     status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
+    moon_weights_set_init(&d->weights, d->a.dist, &d->a.engine, 0, d->engine);
     if (status == MOON_OK) {
         status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv);
     }
@@ -1141,7 +1197,7 @@ static void decode_fini(moon_actor_t *self)
     moon_block_cache_destroy(d->cache); /* its references, before the pool goes */
     moon_cache_events_fini(&d->events);
     moon_kv_pool_close(&d->pool);
-    moon_engine_destroy(d->engine);
+    moon_weights_set_fini(&d->weights);
     moon_free(d->c_logits);
     moon_free(d->reqs);
     moon_free(d->b_slot);
@@ -1165,5 +1221,7 @@ const moon_actor_ops_t moon_decode_ops = {
             [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
             [MOON_MSG_SYS_TIMER]         = decode_on_timer,
             [MOON_MSG_SERVE_CACHE_SYNC]  = decode_on_cache_sync,
+            [MOON_MSG_WEIGHTS_INSTALL]   = decode_on_weights,
+            [MOON_MSG_WEIGHTS_RETIRE]    = decode_on_weights,
         },
 };

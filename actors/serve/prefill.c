@@ -22,6 +22,8 @@
 #include "moonlet/log.h"
 #include "serve_instance.h"
 #include "store_client.h"
+#include "weights_msgs.h"
+#include "weights_serving.h"
 
 #include <math.h>
 #include <string.h>
@@ -54,7 +56,8 @@ typedef struct {
 typedef struct {
     moon_serve_instance_args_t a;
     moon_addr_t               *shards;
-    moon_engine_t             *engine;
+    moon_engine_t             *engine;  /* version 0's, owned by weights */
+    moon_weights_set_t         weights; /* the versions held (two while one drains) */
     moon_engine_runner_t      *runner;
     moon_kv_pool_t             pool;
     moon_store_client_t       *store;
@@ -68,6 +71,7 @@ typedef struct {
     int                        stalled; /* cur waits for pool blocks */
     float                     *logits;
     /* the chunk in flight */
+    moon_engine_t *job_engine; /* of the request's weight version */
     const int32_t *job_tokens;
     uint32_t       job_seq, job_n;
     double         job_extra_s; /* modeled time charged with the chunk (a.request_s) */
@@ -209,6 +213,7 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     m->queue_ns         = r->start_ns - q->arrival_ns;
     m->prefill_ns       = r->compute_ns;
     m->n_resumed        = q->n_resumed;
+    m->weight_version   = q->weight_version;
     MOON_SERVE_COPY_SAMPLING(m, q);
     m->seed = rng;
     if (n > 0) {
@@ -388,7 +393,7 @@ static void on_store_done(moon_actor_t *self, void *arg, const moon_store_done_t
 static moon_status_t chunk_job(void *arg, double *duration_s_p)
 {
     prefill_t    *p      = arg;
-    moon_status_t status = moon_engine_prefill(p->engine, p->pool.kv, p->job_seq, p->job_tokens,
+    moon_status_t status = moon_engine_prefill(p->job_engine, p->pool.kv, p->job_seq, p->job_tokens,
                                                p->job_n, p->logits, duration_s_p);
 
     if (status == MOON_OK) {
@@ -414,6 +419,11 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
 
     if (r->cancelled) {
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
+        return;
+    }
+    p->job_engine = moon_weights_set_engine(&p->weights, r->msg->weight_version);
+    if (p->job_engine == NULL) {
+        abort_req(self, p, r, MOON_ERR_NOT_FOUND, "the request's weight version is not held");
         return;
     }
     /* the reused and fetched prefix is final already: the decode pulls it
@@ -693,6 +703,14 @@ static moon_status_t prefill_on_cache_sync(moon_actor_t *self, const moon_msg_hd
     return MOON_OK;
 }
 
+static moon_status_t prefill_on_weights(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    prefill_t *p = moon_actor_state(self);
+
+    moon_weights_set_handle(&p->weights, self, p->runner, msg);
+    return MOON_OK;
+}
+
 static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     prefill_t    *p = moon_actor_state(self);
@@ -712,6 +730,7 @@ static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *
         return MOON_OK;
     }
     if (moon_engine_runner_done(p->runner, msg, &job, &status, &dur)) {
+        moon_weights_set_poll(&p->weights, self, p->runner);
         if (job < p->a.max_seqs && p->reqs[job].state == PREQ_COMPUTING) {
             on_chunk_done(self, p, &p->reqs[job], status, dur);
         }
@@ -752,6 +771,7 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     }
     kcfg   = moon_model_kv_config(mc, p->a.block_tokens, p->a.n_blocks, p->a.max_seqs);
     status = moon_engine_create(p->a.model, &p->a.engine, &p->engine);
+    moon_weights_set_init(&p->weights, p->a.dist, &p->a.engine, 0, p->engine);
     if (status == MOON_OK) {
         status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg, p->a.virtual_kv);
     }
@@ -819,7 +839,7 @@ static void prefill_fini(moon_actor_t *self)
     moon_block_cache_destroy(p->cache); /* its references, before the pool goes */
     moon_cache_events_fini(&p->events);
     moon_kv_pool_close(&p->pool);
-    moon_engine_destroy(p->engine);
+    moon_weights_set_fini(&p->weights);
     moon_free(p->reqs);
     moon_free(p->logits);
 }
@@ -839,5 +859,7 @@ const moon_actor_ops_t moon_prefill_ops = {
             [MOON_MSG_SERVE_LOST]        = prefill_on_lost,
             [MOON_MSG_SERVE_KV_DONE]     = prefill_on_kv_done,
             [MOON_MSG_SERVE_CACHE_SYNC]  = prefill_on_cache_sync,
+            [MOON_MSG_WEIGHTS_INSTALL]   = prefill_on_weights,
+            [MOON_MSG_WEIGHTS_RETIRE]    = prefill_on_weights,
         },
 };

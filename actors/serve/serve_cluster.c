@@ -12,6 +12,9 @@
 #include "prefill.h"
 #include "serve_instance.h"
 #include "store_shard.h"
+#include "weights_bcast.h"
+#include "weights_msgs.h"
+#include "weights_recv.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +29,7 @@ struct moon_serve_cluster {
     moon_model_t       *model;
     moon_kv_tag_t       tag;
     moon_addr_t         conductor;
+    moon_addr_t         weights; /* the broadcaster; NONE without dist */
     moon_addr_t        *shards;
     moon_addr_t         mine[CLUSTER_MAX_ACTORS]; /* spawned on this rank */
     uint32_t            next_core;                /* engine cores handed out on this rank */
@@ -88,6 +92,10 @@ static const moon_config_field_t serve_fields[] = {
      "kv transfer bandwidth the conductor predicts with, gbit/s", 0, 0, 1e-3, 1e6, NULL},
     {"seed", MOON_CONFIG_U64, SC(seed), "1", "seed of the random policy", 0, UINT64_MAX, 0, 0,
      NULL},
+    {"weights-chunk-mib", MOON_CONFIG_DOUBLE, SC(weights_chunk_mib), "4",
+     "a weight push travels in chunks of this many mib (each with its xxh3; a delta push sends "
+     "the chunks that changed)",
+     0, 0, 1.0 / 1024, 1024, NULL},
     {"client-ranks", MOON_CONFIG_U32, SC(client_ranks), "0",
      "ranks at the end left to client programs (no serving role)", 0, 1u << 20, 0, 0, NULL},
     MOON_CONFIG_END,
@@ -254,10 +262,26 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
         if (status == MOON_OK) {
             status = name_it(c, "conductor", c->conductor);
         }
+        if (status == MOON_OK && c->dist != NULL) {
+            moon_weights_bcast_args_t wa = {
+                .dist        = c->dist,
+                .conductor   = c->conductor,
+                .model       = c->model,
+                .n_receivers = cfg->n_prefill + cfg->n_decode,
+                .chunk_bytes = (uint64_t)(cfg->weights_chunk_mib * (1 << 20)),
+            };
+            status = spawn_mine(c, &moon_weights_bcast_ops, &wa, "weights", 0, &c->weights);
+            if (status == MOON_OK) {
+                status = name_it(c, "weights", c->weights);
+            }
+        }
     }
     status = agree(c, status, "the conductor");
     if (status == MOON_OK) {
         status = resolve(c, "conductor", &c->conductor);
+    }
+    if (status == MOON_OK && c->dist != NULL) {
+        status = resolve(c, "weights", &c->weights);
     }
     for (uint32_t role = MOON_SERVE_ROLE_PREFILL; role <= MOON_SERVE_ROLE_DECODE; role++) {
         uint32_t n = role == MOON_SERVE_ROLE_PREFILL ? cfg->n_prefill : cfg->n_decode;
@@ -298,9 +322,22 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                  * length on the runtime's clock (nothing to run on a thread) */
                 .threaded = cfg->backend != MOON_BACKEND_COST,
             };
-            status = spawn_mine(
-                c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
-                name, 0, NULL);
+            moon_addr_t inst = MOON_ADDR_NONE;
+            status           = spawn_mine(
+                          c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
+                          name, 0, &inst);
+            if (status == MOON_OK && c->dist != NULL) {
+                /* its end of weight pushes, stopped before it */
+                moon_weights_recv_args_t wr = {
+                    .dist     = c->dist,
+                    .bcast    = c->weights,
+                    .instance = inst,
+                    .role     = role,
+                    .index    = i,
+                    .model    = c->model,
+                };
+                status = spawn_mine(c, &moon_weights_recv_ops, &wr, "weights-recv", 0, NULL);
+            }
         }
     }
     return agree(c, status, "the instances");
@@ -325,6 +362,9 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         return MOON_ERR_INVALID_PARAM;
     }
     status = moon_serve_msgs_register();
+    if (status == MOON_OK) {
+        status = moon_weights_msgs_register();
+    }
     if (status == MOON_OK) {
         status = moon_msg_register(moon_dist_msg_descs); /* bulk completions in one process too */
     }
@@ -389,6 +429,11 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
 moon_addr_t moon_serve_cluster_conductor(const moon_serve_cluster_t *c)
 {
     return c->conductor;
+}
+
+moon_addr_t moon_serve_cluster_weights(const moon_serve_cluster_t *c)
+{
+    return c->weights;
 }
 
 const moon_model_t *moon_serve_cluster_model(const moon_serve_cluster_t *c)

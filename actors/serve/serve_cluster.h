@@ -37,6 +37,7 @@ typedef struct {
     double              shed_after, shed_share;
     double              kv_link_gbps; /* KV transfer bandwidth the predictions assume */
     uint64_t            seed;
+    double              weights_chunk_mib; /* weight pushes travel in chunks of this size */
 } moon_serve_config_t;
 
 /* The options of a serving deployment (`moonlet serve --help`): rows
@@ -56,6 +57,9 @@ typedef struct moon_serve_cluster moon_serve_cluster_t;
 MOON_API moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runtime_t *rt,
                                                 moon_dist_t *dist, moon_serve_cluster_t **c_p);
 MOON_API moon_addr_t   moon_serve_cluster_conductor(const moon_serve_cluster_t *c);
+/* The weight-sync broadcaster (weights_bcast.h); MOON_ADDR_NONE without a
+ * distributed runtime. */
+MOON_API moon_addr_t moon_serve_cluster_weights(const moon_serve_cluster_t *c);
 /* The loaded model (tokenizer, config). */
 MOON_API const moon_model_t *moon_serve_cluster_model(const moon_serve_cluster_t *c);
 /* Stops this rank's serving actors and frees (after the runtime stopped, or

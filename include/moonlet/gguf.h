@@ -69,6 +69,16 @@ MOON_API moon_status_t moon_gguf_open_memory(const void *data, size_t bytes, moo
 /* Unmaps and frees; NULL is a no-op. Every pointer obtained from it dies. */
 MOON_API void moon_gguf_close(moon_gguf_t *gguf);
 
+/* The bytes the reader reads (the mapping or the caller's memory), borrowed
+ * until moon_gguf_close. */
+MOON_API void moon_gguf_image(const moon_gguf_t *gguf, const void **data_p, size_t *bytes_p);
+
+/* 1 when a and b hold the same keys starting with prefix, each with the same
+ * type and value bytes (order aside); 0 otherwise, with the first key that
+ * differs copied into why (why_len bytes, may be 0). */
+MOON_API int moon_gguf_keys_equal(const moon_gguf_t *a, const moon_gguf_t *b, const char *prefix,
+                                  char *why, size_t why_len);
+
 MOON_API uint32_t moon_gguf_version(const moon_gguf_t *gguf);
 MOON_API uint32_t moon_gguf_alignment(const moon_gguf_t *gguf);
 MOON_API uint64_t moon_gguf_n_kv(const moon_gguf_t *gguf);

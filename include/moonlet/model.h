@@ -51,7 +51,22 @@ MOON_API moon_status_t moon_model_config_from_gguf(const moon_gguf_t   *gguf,
 /* Opens path (mmap) and binds every weight, checking names, types and shapes;
  * builds the tokenizer when the file has one. MOON_ERR_NOT_FOUND/IO/CORRUPT. */
 MOON_API moon_status_t moon_model_load(const char *path, moon_model_t **model_p);
+/* The same over a GGUF image in memory: data is BORROWED and must outlive
+ * the model (a weight push's staging copy, verified before). Same statuses. */
+MOON_API moon_status_t moon_model_load_memory(const void *data, size_t bytes,
+                                              moon_model_t **model_p);
 MOON_API void          moon_model_destroy(moon_model_t *model); /* NULL: no-op */
+/* The GGUF bytes the model's tensors point into (the file's mapping or the
+ * caller's memory), borrowed from the model. */
+MOON_API void moon_model_image(const moon_model_t *model, const void **data_p, size_t *bytes_p);
+/* Whether next may replace cur in a running deployment: the same
+ * hyper-parameters, the same tensor names, types and shapes, and the same
+ * tokenizer (every tokenizer.* key). MOON_OK; MOON_ERR_UNSUPPORTED (another
+ * architecture or shape) or MOON_ERR_INVALID_PARAM (another tokenizer), with
+ * the cause written to why (why_len bytes) and logged. */
+MOON_API moon_status_t moon_model_check_compatible(const moon_model_t *cur,
+                                                   const moon_model_t *next, char *why,
+                                                   size_t why_len);
 
 MOON_API const moon_model_config_t *moon_model_config(const moon_model_t *model);
 /* NULL when the file had no tokenizer. Owned by the model. */
@@ -72,6 +87,17 @@ MOON_API moon_kv_config_t moon_model_kv_config(const moon_model_config_t *cfg,
 MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
                                                moon_ggml_type_t type, uint64_t seed,
                                                const char *path);
+
+/* Writes a copy of the GGUF at src to dst where the F32 tensors whose name
+ * contains pattern ("" : all) are scaled element-wise by 1 + scale * u, u
+ * uniform in [-1, 1) (deterministic in seed). Everything else is the same
+ * bytes at the same offsets: a second model for weight-push tests whose
+ * unchanged tensors are bit-identical. *n_changed_p (may be NULL): tensors
+ * changed. MOON_ERR_NOT_FOUND: no F32 tensor matches; the reader's and
+ * writer's statuses (MOON_ERR_IO, MOON_ERR_CORRUPT). */
+MOON_API moon_status_t moon_model_write_perturbed(const char *src, const char *dst,
+                                                  const char *pattern, float scale, uint64_t seed,
+                                                  uint32_t *n_changed_p);
 
 /* Converts a llama2.c checkpoint (legacy v0 format) and tokenizer.bin into a
  * GGUF v3 file (F32), with name/license metadata (both may be NULL). */

@@ -136,6 +136,63 @@ int moon_cmd_gen_model(int argc, char **argv)
     return 0;
 }
 
+/* ---- perturb-model ---------------------------------------------------------- */
+typedef struct {
+    const char *model, *out, *tensors;
+    double      scale;
+    uint64_t    seed;
+} perturb_opts_t;
+
+#define PERTURB_AT(_f) MOON_CONFIG_AT(perturb_opts_t, _f)
+static const moon_config_field_t perturb_fields[] = {
+    {"model", MOON_CONFIG_STRING, PERTURB_AT(model), .dflt = NULL,
+     .doc = "GGUF model to copy, required"},
+    {"out", MOON_CONFIG_STRING, PERTURB_AT(out), .dflt = NULL,
+     .doc = "GGUF file to write, required"},
+    {"tensors", MOON_CONFIG_STRING, PERTURB_AT(tensors), .dflt = "blk.0.",
+     .doc = "change the f32 tensors whose name contains this (empty: all)"},
+    {"scale", MOON_CONFIG_DOUBLE, PERTURB_AT(scale), .dflt = "0.5",
+     .doc = "each element is scaled by 1 + scale * u, u uniform in [-1, 1)", .dmin = 0, .dmax = 10},
+    {"seed", MOON_CONFIG_U64, PERTURB_AT(seed), .dflt = "1", .doc = "seed of the noise", .min = 0,
+     .max = UINT64_MAX},
+    MOON_CONFIG_END,
+};
+static const moon_config_table_t perturb_table = {"perturb-model", "moonlet perturb-model", NULL,
+                                                  perturb_fields};
+
+int moon_cmd_perturb_model(int argc, char **argv)
+{
+    perturb_opts_t         o;
+    const moon_cli_table_t tables[] = {{&perturb_table, &o}};
+    moon_config_t         *cfg      = NULL;
+    uint32_t               n        = 0;
+    moon_status_t          status;
+    int                    rc;
+
+    rc = moon_cli_parse("perturb-model",
+                        "usage: moonlet perturb-model --model A.gguf --out B.gguf [--tensors "
+                        "PATTERN] [--scale S] [--seed N]\n"
+                        "  writes a copy of a model with some tensors changed (the rest "
+                        "bit-identical): a second version for weight pushes\n",
+                        tables, 1, 0, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (o.model == NULL || o.out == NULL) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("perturb-model", "--model and --out are required");
+    }
+    status = moon_model_write_perturbed(o.model, o.out, o.tensors ? o.tensors : "", (float)o.scale,
+                                        o.seed, &n);
+    moon_config_destroy(cfg);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet perturb-model: %s\n", moon_status_str(status));
+        return 1;
+    }
+    printf("%u tensors changed\n", n);
+    return 0;
+}
+
 /* ---- generate --------------------------------------------------------------- */
 typedef struct {
     const char *model, *prompt, *prompt_file;

@@ -177,11 +177,10 @@ static int all_alive(moon_dist_t *dist)
 
 /* The gateway on rank 0, its fingerprint the deployment's model id and
  * weight version. */
-static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
-                                   const moon_serve_cluster_t  *cluster,
-                                   const moon_serve_config_t   *scfg,
-                                   const moon_gateway_config_t *gcfg, moon_addr_t *gateway_p,
-                                   uint16_t *port_p)
+static moon_status_t
+start_gateway(moon_runtime_t *rt, moon_dist_t *dist, const moon_serve_cluster_t *cluster,
+              const moon_serve_config_t *scfg, const moon_gateway_config_t *gcfg,
+              moon_weights_client_t *weights, moon_addr_t *gateway_p, uint16_t *port_p)
 {
     moon_kv_tag_t       tag;
     char                fp[64];
@@ -193,12 +192,13 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
         .wait_roles = scfg->colocated ? "colocated" : NULL,
         .port_p     = port_p,
         .drained_p  = &g_drained,
+        .weights    = weights,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
     if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
-        snprintf(fp, sizeof(fp), "fp_%016llx_v%llu", (unsigned long long)tag.model_id,
-                 (unsigned long long)tag.weight_version);
+        /* the gateway appends each answer's weight version: "_v<version>" */
+        snprintf(fp, sizeof(fp), "fp_%016llx", (unsigned long long)tag.model_id);
         ga.fingerprint = fp;
     }
     return moon_spawn(rt, &moon_gateway_ops, &ga, &opts, gateway_p);
@@ -224,6 +224,8 @@ int moon_cmd_serve(int argc, char **argv)
     moon_runtime_config_t  rcfg;
     moon_status_t          up = MOON_OK; /* the gateway's start, agreed by every rank */
     int                    rc = 1;
+
+    moon_weights_client_t *weights = NULL; /* the admin route's pushes */
 
     moon_serve_config_default(&scfg);
     if (moon_gateway_config_default(&gcfg) != MOON_OK) {
@@ -273,8 +275,16 @@ int moon_cmd_serve(int argc, char **argv)
         fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
         goto out;
     }
-    if (moon_dist_rank(dist) == 0 && run.gateway) {
-        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, &gateway, &port);
+    if (moon_dist_rank(dist) == 0 && run.gateway && gcfg.admin_key != NULL) {
+        if (moon_serve_cluster_weights(cluster) == MOON_ADDR_NONE) {
+            MOON_WARN("serve: --admin-key given but weight pushes need a cluster under mpirun: "
+                      "the admin route is off");
+        } else {
+            up = moon_weights_client_create(rt, moon_serve_cluster_weights(cluster), &weights);
+        }
+    }
+    if (moon_dist_rank(dist) == 0 && run.gateway && up == MOON_OK) {
+        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, &gateway, &port);
         if (up != MOON_OK) {
             fprintf(stderr,
                     "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
@@ -342,6 +352,7 @@ out:
         moon_stop(rt, ctl, MOON_OK);
     }
     moon_serve_cluster_stop(cluster);
+    moon_weights_client_destroy(weights); /* after the gateway that used it */
     if (rt != NULL) {
         moon_runtime_shutdown(rt, 0);
         moon_runtime_wait(rt);

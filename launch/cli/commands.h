@@ -19,6 +19,7 @@ int moon_cmd_config(int argc, char **argv);
 /* model engine (launch/cli/cmd_model.c) */
 int moon_cmd_convert(int argc, char **argv);
 int moon_cmd_gen_model(int argc, char **argv);
+int moon_cmd_perturb_model(int argc, char **argv);
 int moon_cmd_generate(int argc, char **argv);
 
 /* serving (launch/cli/cmd_serve.c) */
@@ -29,5 +30,7 @@ int moon_cmd_replay(int argc, char **argv);
 int moon_cmd_calibrate(int argc, char **argv);
 /* serving benchmark client (launch/cli/cmd_bench.c; built with libcurl and cJSON) */
 int moon_cmd_bench(int argc, char **argv);
+/* weight pushes through a gateway's admin route (launch/cmd_push_weights.c; libcurl) */
+int moon_cmd_push_weights(int argc, char **argv);
 
 #endif /* MOON_LAUNCH_COMMANDS_H */

@@ -9,11 +9,15 @@ static const moon_cmd_t commands[] = {
     {"config", moon_cmd_config, "print every option of every library, its value and its source"},
     {"convert", moon_cmd_convert, "convert a llama2.c checkpoint + tokenizer into GGUF"},
     {"gen-model", moon_cmd_gen_model, "write a random-weight Llama of any shape as GGUF"},
+    {"perturb-model", moon_cmd_perturb_model,
+     "copy a GGUF model with some tensors changed (a second version for weight pushes)"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
     {"serve", moon_cmd_serve, "run a serving cluster (under mpirun: one role per rank)"},
     {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
     {"calibrate", moon_cmd_calibrate, "time the engine and write a profile fitted to this machine"},
 #ifdef MOON_WITH_BENCH
+    {"push-weights", moon_cmd_push_weights,
+     "push new weights into a running cluster through its gateway (admin route)"},
     {"bench", moon_cmd_bench, "benchmark an OpenAI-compatible server (as vllm bench serve)"},
 #endif
 };

@@ -281,6 +281,59 @@ out:
 
 /* ---- llama2.c converter ------------------------------------------------------ */
 
+static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p);
+
+moon_status_t moon_model_write_perturbed(const char *src, const char *dst, const char *pattern,
+                                         float scale, uint64_t seed, uint32_t *n_changed_p)
+{
+    uint8_t      *data      = NULL;
+    size_t        len       = 0;
+    moon_gguf_t  *g         = NULL;
+    uint32_t      n_changed = 0;
+    uint64_t      rng       = seed * 0x9e3779b97f4a7c15ull + 1;
+    moon_status_t status;
+    FILE         *f;
+
+    if (src == NULL || dst == NULL || pattern == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = read_file(src, &data, &len);
+    if (status == MOON_OK) {
+        status = moon_gguf_open_memory(data, len, &g);
+    }
+    for (uint64_t i = 0; status == MOON_OK && i < moon_gguf_n_tensors(g); i++) {
+        const moon_gguf_tensor_t *t = moon_gguf_tensor(g, i);
+        float                    *x = (float *)(data + ((const uint8_t *)t->data - data));
+        if (t->type != MOON_GGML_F32 || strstr(t->name, pattern) == NULL) {
+            continue;
+        }
+        for (uint64_t e = 0; e < t->n_elems; e++) {
+            float v;
+            memcpy(&v, &x[e], 4);
+            v *= 1.0f + scale * rng_uniform(&rng);
+            memcpy(&x[e], &v, 4);
+        }
+        n_changed++;
+    }
+    moon_gguf_close(g);
+    if (status == MOON_OK && n_changed == 0) {
+        MOON_ERROR("model: no f32 tensor of %s matches '%s'", src, pattern);
+        status = MOON_ERR_NOT_FOUND;
+    }
+    if (status == MOON_OK) {
+        f = fopen(dst, "wb");
+        if (f == NULL || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+            MOON_ERROR("model: writing %s failed: %s", dst, strerror(errno));
+            status = MOON_ERR_IO;
+        }
+    }
+    moon_free(data);
+    if (status == MOON_OK && n_changed_p != NULL) {
+        *n_changed_p = n_changed;
+    }
+    return status;
+}
+
 static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p)
 {
     /* O_NONBLOCK: a FIFO must not block in open(); only regular files */

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -450,6 +451,47 @@ int64_t moon_gguf_find_key(const moon_gguf_t *g, const char *key)
 const char *moon_gguf_key_name(const moon_gguf_t *g, uint64_t idx)
 {
     return idx < g->n_kv ? g->kvs[idx].key : NULL;
+}
+
+void moon_gguf_image(const moon_gguf_t *g, const void **data_p, size_t *bytes_p)
+{
+    *data_p  = g->base;
+    *bytes_p = g->size;
+}
+
+/* Keys of a with prefix that b lacks or holds with another value. */
+static const char *first_key_missing(const moon_gguf_t *a, const moon_gguf_t *b, const char *prefix)
+{
+    size_t plen = strlen(prefix);
+
+    for (uint64_t i = 0; i < a->n_kv; i++) {
+        const gguf_kv_t *x = &a->kvs[i];
+        int64_t          j;
+        if (strncmp(x->key, prefix, plen) != 0) {
+            continue;
+        }
+        j = moon_gguf_find_key(b, x->key);
+        if (j < 0 || b->kvs[j].type != x->type || b->kvs[j].elem_type != x->elem_type ||
+            b->kvs[j].n != x->n || b->kvs[j].val_bytes != x->val_bytes ||
+            memcmp(b->kvs[j].val, x->val, x->val_bytes) != 0) {
+            return x->key;
+        }
+    }
+    return NULL;
+}
+
+int moon_gguf_keys_equal(const moon_gguf_t *a, const moon_gguf_t *b, const char *prefix, char *why,
+                         size_t why_len)
+{
+    const char *k = first_key_missing(a, b, prefix);
+
+    if (k == NULL) {
+        k = first_key_missing(b, a, prefix);
+    }
+    if (k != NULL && why_len > 0) {
+        snprintf(why, why_len, "%s", k);
+    }
+    return k == NULL;
 }
 
 moon_gguf_type_t moon_gguf_key_type(const moon_gguf_t *g, uint64_t idx)

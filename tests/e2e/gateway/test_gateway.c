@@ -334,8 +334,10 @@ static char *check_stream(const char *body, int chat, int include_usage, const c
                 (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "prompt_tokens"));
             u.completion_tokens =
                 (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(us, "completion_tokens"));
-            u.cached_tokens = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(
-                cJSON_GetObjectItem(us, "prompt_tokens_details"), "cached_tokens"));
+            u.cached_tokens  = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItem(
+                 cJSON_GetObjectItem(us, "prompt_tokens_details"), "cached_tokens"));
+            u.weight_version = (uint64_t)cJSON_GetNumberValue(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(us, "moonlet"), "weight_version"));
             *n_completion_p = u.completion_tokens;
             want            = moon_gw_format_usage_chunk(&meta, &u, &len);
             saw_usage       = 1;

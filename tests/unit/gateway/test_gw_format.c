@@ -13,11 +13,11 @@ static const moon_gw_resp_meta_t cmpl = {
 static const moon_gw_resp_meta_t chat = {
     .id = "chatcmpl-7", .model = "m", .fingerprint = "fp_1", .created = 1700000000, .chat = 1};
 static const moon_gw_usage_t usage = {
-    .prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2};
+    .prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2, .weight_version = 4};
 
 #define USAGE                                                                                      \
     "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8,"                   \
-    "\"prompt_tokens_details\":{\"cached_tokens\":2}}"
+    "\"prompt_tokens_details\":{\"cached_tokens\":2},\"moonlet\":{\"weight_version\":4}}"
 #define CMPL_HEAD                                                                                  \
     "\"id\":\"cmpl-7\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"m\","     \
     "\"system_fingerprint\":\"fp_1\""
@@ -75,7 +75,8 @@ static void test_usage_details(void)
           "{" CMPL_HEAD ",\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,"
           "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,"
           "\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":2},"
-          "\"moonlet_details\":{\"prefill_instance\":1,\"decode_instance\":-1,\"queue_s\":0.25,"
+          "\"moonlet\":{\"weight_version\":4},\"moonlet_details\":{\"prefill_instance\":1,\"decode_"
+          "instance\":-1,\"queue_s\":0.25,"
           "\"prefill_s\":0.5,\"transfer_s\":0,\"ttft_s\":1}}}");
 }
 

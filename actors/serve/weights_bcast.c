@@ -1,0 +1,598 @@
+/* actors/weights_bcast.c - the weight-sync broadcaster (weights_bcast.h).
+ * A push goes through phases OFFER (receivers open staging copies and tell
+ * the hashes they hold), STREAM (the chunks no receiver holds travel down
+ * the chain, receiver 0 getting them from the broadcaster's region, each
+ * next one from its predecessor's as soon as that one holds it), INSTALL
+ * (every instance builds an engine for the new version beside the old one)
+ * and FLIP (the conductor stamps new requests with it). A failure or the
+ * deadline before FLIP aborts the push everywhere: nothing serves the new
+ * version until every instance holds it, so none is left half-switched. */
+#include "weights_bcast.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/kv_key.h"
+#include "moonlet/log.h"
+#include "moonlet/sys_msgs.h"
+#include "weights_msgs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BCAST_MAX_RECV 128u
+
+enum { PH_IDLE = 0, PH_OFFER, PH_STREAM, PH_INSTALL, PH_FLIP };
+
+typedef struct {
+    moon_addr_t addr;
+    uint32_t    role, index;
+    uint64_t    version;
+    int         answered, staged, installed;
+    uint64_t   *have; /* hashes it holds (HAVE) */
+    uint32_t    n_have;
+    void       *desc; /* its staging region */
+    uint32_t    desc_len;
+} brecv_t;
+
+typedef struct {
+    moon_weights_bcast_args_t a;
+    brecv_t                   recv[BCAST_MAX_RECV];
+    uint32_t                  n_recv;
+    uint64_t                  serving; /* version the conductor stamps */
+    /* the push under way */
+    uint32_t            phase;
+    uint64_t            push, version, next_push;
+    moon_addr_t         client;
+    uint64_t            client_req;
+    uint32_t            flags;
+    void               *src;
+    moon_dist_region_t *src_reg; /* kept from push to push while checkpoints fit */
+    uint64_t            src_cap;
+    uint64_t            total;
+    uint32_t            n_chunks, n_travel;
+    uint64_t           *hashes;
+    uint8_t            *travel;
+    uint32_t            n_answered, n_staged, n_installed;
+    uint64_t            start_ns, staged_ns, timer;
+    uint32_t            n_pushes, n_failed;
+    char                last_error[256];
+} bcast_t;
+
+static uint64_t chunk_len(const bcast_t *b, uint32_t k)
+{
+    uint64_t off = (uint64_t)k * b->a.chunk_bytes;
+    return MOON_MIN(b->a.chunk_bytes, b->total - off);
+}
+
+static void reply(moon_actor_t *self, bcast_t *b, moon_status_t status, const char *why)
+{
+    moon_weights_push_reply_t *m   = moon_msg_new(MOON_MSG_WEIGHTS_PUSH_REPLY, strlen(why) + 2);
+    uint64_t                   now = moon_now(moon_actor_runtime(self));
+
+    if (m == NULL || b->client == MOON_ADDR_NONE) {
+        moon_msg_release(m ? &m->hdr : NULL);
+        return;
+    }
+    m->req         = b->client_req;
+    m->status      = status;
+    m->version     = status == MOON_OK ? b->version : b->serving;
+    m->old_version = b->serving;
+    m->total_bytes = b->total;
+    m->n_chunks    = b->n_chunks;
+    m->n_moved     = b->n_travel;
+    for (uint32_t k = 0; b->travel != NULL && k < b->n_chunks; k++) {
+        if (b->travel[k]) {
+            m->moved_bytes += chunk_len(b, k);
+        }
+    }
+    m->skipped_bytes = b->total - m->moved_bytes;
+    m->n_instances   = b->n_recv;
+    m->stage_s       = b->staged_ns ? (double)(b->staged_ns - b->start_ns) * 1e-9 : 0.0;
+    m->switch_s      = b->staged_ns ? (double)(now - b->staged_ns) * 1e-9 : 0.0;
+    moon_msg_set_str(m, &m->message, why);
+    moon_tell(self, b->client, &m->hdr);
+}
+
+static void end_push(moon_actor_t *self, bcast_t *b)
+{
+    if (b->timer != 0) {
+        moon_timer_cancel(self, b->timer);
+    }
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        brecv_t *r = &b->recv[i];
+        moon_free(r->have);
+        moon_free(r->desc);
+        r->have     = NULL;
+        r->desc     = NULL;
+        r->answered = r->staged = r->installed = 0;
+    }
+    moon_free(b->hashes);
+    moon_free(b->travel);
+    b->hashes     = NULL;
+    b->travel     = NULL;
+    b->timer      = 0;
+    b->phase      = PH_IDLE;
+    b->client     = MOON_ADDR_NONE;
+    b->n_answered = b->n_staged = b->n_installed = 0;
+}
+
+/* Rolls the push back everywhere (the conductor never heard of it) and
+ * answers the client with the cause. */
+static void fail(moon_actor_t *self, bcast_t *b, moon_status_t status, const char *why)
+{
+    MOON_ERROR("weights: push of version %llu failed: %s (%s); version %llu keeps serving",
+               (unsigned long long)b->version, why, moon_status_str(status),
+               (unsigned long long)b->serving);
+    snprintf(b->last_error, sizeof(b->last_error), "%s", why);
+    b->n_failed++;
+    for (uint32_t i = 0; b->phase != PH_IDLE && i < b->n_recv; i++) {
+        moon_weights_commit_t *c = moon_msg_new(MOON_MSG_WEIGHTS_COMMIT, 0);
+        if (c != NULL) {
+            c->push   = b->push;
+            c->commit = 0;
+            moon_tell(self, b->recv[i].addr, &c->hdr);
+        }
+    }
+    reply(self, b, status, why);
+    end_push(self, b);
+}
+
+/* Reads the checkpoint once into a registered region and checks it
+ * against the deployment before anything moves. */
+static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t why_len)
+{
+    struct stat   st;
+    int           fd = open(path, O_RDONLY | O_CLOEXEC);
+    moon_status_t status;
+    moon_model_t *model = NULL;
+    size_t        done  = 0;
+
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        snprintf(why, why_len, "cannot read %s: %s", path, fd < 0 ? strerror(errno) : "not a file");
+        if (fd >= 0) {
+            close(fd);
+        }
+        return fd < 0 && errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;
+    }
+    b->total = (uint64_t)st.st_size;
+    status   = MOON_OK;
+    if (b->src_reg == NULL || b->src_cap < b->total) {
+        /* a larger one; the pages of a kept one are in already */
+        moon_dist_region_deregister(b->a.dist, b->src_reg);
+        b->src_reg = NULL;
+        b->src_cap = 0;
+        status     = moon_dist_region_alloc(b->a.dist, b->total, &b->src, &b->src_reg);
+        b->src_cap = status == MOON_OK ? b->total : 0;
+    }
+    if (status != MOON_OK) {
+        close(fd);
+        snprintf(why, why_len, "no memory for the %llu-byte checkpoint",
+                 (unsigned long long)b->total);
+        return status;
+    }
+    while (done < b->total) {
+        ssize_t n = read(fd, (char *)b->src + done, b->total - done);
+        if (n <= 0) {
+            close(fd);
+            snprintf(why, why_len, "reading %s failed", path);
+            return MOON_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    close(fd);
+    status = moon_model_load_memory(b->src, b->total, &model);
+    if (status != MOON_OK) {
+        snprintf(why, why_len, "%s is not a usable gguf model", path);
+        return status;
+    }
+    status = moon_model_check_compatible(b->a.model, model, why, why_len);
+    moon_model_destroy(model);
+    return status;
+}
+
+static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                   *b        = moon_actor_state(self);
+    const moon_weights_push_t *m        = (const void *)msg;
+    char                       why[256] = "";
+    moon_status_t              status;
+
+    if (b->phase != PH_IDLE) {
+        /* answered here: the push under way goes on untouched */
+        moon_weights_push_reply_t *r;
+        snprintf(why, sizeof(why), "a push of version %llu is already under way",
+                 (unsigned long long)b->version);
+        MOON_WARN("weights: push refused: %s", why);
+        r = moon_msg_new(MOON_MSG_WEIGHTS_PUSH_REPLY, strlen(why) + 2);
+        if (r != NULL) {
+            r->req     = m->req;
+            r->status  = MOON_ERR_NO_RESOURCE;
+            r->version = b->serving;
+            moon_msg_set_str(r, &r->message, why);
+            moon_tell(self, msg->src, &r->hdr);
+        }
+        return MOON_OK;
+    }
+    b->client     = msg->src;
+    b->client_req = m->req;
+    b->flags      = m->flags;
+    b->push       = ++b->next_push;
+    b->version    = m->version ? m->version : b->serving + 1;
+    b->start_ns   = moon_now(moon_actor_runtime(self));
+    b->staged_ns  = 0;
+    b->total      = 0;
+    b->n_chunks   = 0;
+    b->n_travel   = 0;
+    b->n_pushes++;
+    if (b->version <= b->serving) {
+        snprintf(why, sizeof(why), "version %llu is not above the serving version %llu",
+                 (unsigned long long)b->version, (unsigned long long)b->serving);
+        fail(self, b, MOON_ERR_INVALID_PARAM, why);
+        return MOON_OK;
+    }
+    if (b->n_recv < b->a.n_receivers) {
+        fail(self, b, MOON_ERR_NO_RESOURCE, "not every instance is up yet");
+        return MOON_OK;
+    }
+    status = load_source(b, MOON_SPAN_PTR(m, m->path), why, sizeof(why));
+    if (status != MOON_OK) {
+        fail(self, b, status, why);
+        return MOON_OK;
+    }
+    b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
+    b->hashes   = moon_malloc((size_t)b->n_chunks * 8);
+    b->travel   = moon_calloc(b->n_chunks, 1);
+    if (b->hashes == NULL || b->travel == NULL) {
+        fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+        return MOON_OK;
+    }
+    for (uint32_t k = 0; k < b->n_chunks; k++) {
+        b->hashes[k] =
+            moon_kv_checksum((char *)b->src + (uint64_t)k * b->a.chunk_bytes, chunk_len(b, k));
+    }
+    b->phase = PH_OFFER;
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        moon_weights_offer_t *o = moon_msg_new(MOON_MSG_WEIGHTS_OFFER, (size_t)b->n_chunks * 8 + 8);
+        if (o == NULL) {
+            fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+            return MOON_OK;
+        }
+        o->push        = b->push;
+        o->version     = b->version;
+        o->total_bytes = b->total;
+        o->chunk_bytes = b->a.chunk_bytes;
+        memcpy(moon_msg_span_alloc(o, &o->hashes, b->n_chunks, 8, 0), b->hashes,
+               (size_t)b->n_chunks * 8);
+        moon_tell(self, b->recv[i].addr, &o->hdr);
+    }
+    moon_timer_start(self, b->a.timeout_ns, 0, b->push, &b->timer);
+    MOON_INFO("weights: push of version %llu: %llu bytes in %u chunks to %u instances",
+              (unsigned long long)b->version, (unsigned long long)b->total, b->n_chunks, b->n_recv);
+    return MOON_OK;
+}
+
+static brecv_t *recv_of(bcast_t *b, moon_addr_t a)
+{
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        if (b->recv[i].addr == a) {
+            return &b->recv[i];
+        }
+    }
+    return NULL;
+}
+
+/* Every receiver answered: the chunks some receiver lacks travel. */
+static void start_stream(moon_actor_t *self, bcast_t *b)
+{
+    size_t   my_len = moon_dist_region_desc_bytes(b->src_reg);
+    uint32_t first  = UINT32_MAX;
+
+    for (uint32_t k = 0; k < b->n_chunks; k++) {
+        for (uint32_t i = 0; i < b->n_recv && !b->travel[k]; i++) {
+            const brecv_t *r = &b->recv[i];
+            b->travel[k] =
+                (b->flags & MOON_WEIGHTS_F_FULL) || k >= r->n_have || r->have[k] != b->hashes[k];
+        }
+        if (b->travel[k]) {
+            b->n_travel++;
+            first = MOON_MIN(first, k);
+        }
+    }
+    if ((b->flags & MOON_WEIGHTS_F_TEST_CORRUPT) && first != UINT32_MAX) {
+        /* the test hook: damage on the way, after the checksum was taken */
+        ((uint8_t *)b->src)[(uint64_t)first * b->a.chunk_bytes] ^= 0x5a;
+    }
+    b->phase = PH_STREAM;
+    /* the last receiver first: a plan is there before its first CHUNK */
+    for (uint32_t i = b->n_recv; i-- > 0;) {
+        const brecv_t       *r    = &b->recv[i];
+        size_t               slen = i == 0 ? my_len : b->recv[i - 1].desc_len;
+        moon_weights_plan_t *p =
+            moon_msg_new(MOON_MSG_WEIGHTS_PLAN, (size_t)b->n_travel * 4 + slen + 16);
+        uint32_t *t;
+        if (p == NULL) {
+            fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+            return;
+        }
+        p->push = b->push;
+        p->next = i + 1 < b->n_recv ? b->recv[i + 1].addr : MOON_ADDR_NONE;
+        t       = moon_msg_span_alloc(p, &p->travel, b->n_travel, 4, 0);
+        for (uint32_t k = 0, j = 0; k < b->n_chunks; k++) {
+            if (b->travel[k]) {
+                t[j++] = k;
+            }
+        }
+        if (i == 0) {
+            moon_dist_region_desc(b->src_reg, p, &p->src);
+        } else {
+            memcpy(moon_msg_span_alloc(p, &p->src, b->recv[i - 1].desc_len, 1, 0),
+                   b->recv[i - 1].desc, b->recv[i - 1].desc_len);
+        }
+        moon_tell(self, r->addr, &p->hdr);
+    }
+    for (uint32_t k = 0; k < b->n_chunks; k++) {
+        if (b->travel[k]) {
+            moon_weights_chunk_t *c = moon_msg_new(MOON_MSG_WEIGHTS_CHUNK, 0);
+            if (c == NULL) {
+                fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+                return;
+            }
+            c->push  = b->push;
+            c->chunk = k;
+            moon_tell(self, b->recv[0].addr, &c->hdr);
+        }
+    }
+}
+
+static moon_status_t bcast_on_have(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                   *b = moon_actor_state(self);
+    const moon_weights_have_t *m = (const void *)msg;
+    brecv_t                   *r = recv_of(b, msg->src);
+
+    if (b->phase != PH_OFFER || m->push != b->push || r == NULL || r->answered) {
+        return MOON_OK;
+    }
+    if (m->status != MOON_OK) {
+        char why[320];
+        snprintf(why, sizeof(why), "%s instance %u refused the offer: %s",
+                 r->role ? "decode" : "prefill", r->index,
+                 (const char *)MOON_SPAN_PTR(m, m->message));
+        fail(self, b, m->status, why);
+        return MOON_OK;
+    }
+    r->answered = 1;
+    r->version  = m->version;
+    r->n_have   = m->hashes.n;
+    r->have     = moon_malloc((size_t)m->hashes.n * 8 + 8);
+    r->desc     = moon_malloc(m->desc.n + 1);
+    if (r->have == NULL || r->desc == NULL) {
+        fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+        return MOON_OK;
+    }
+    memcpy(r->have, MOON_SPAN_PTR(m, m->hashes), (size_t)m->hashes.n * 8);
+    memcpy(r->desc, MOON_SPAN_PTR(m, m->desc), m->desc.n);
+    r->desc_len = m->desc.n;
+    if (++b->n_answered == b->n_recv) {
+        start_stream(self, b);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_staged(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                     *b = moon_actor_state(self);
+    const moon_weights_staged_t *m = (const void *)msg;
+    brecv_t                     *r = recv_of(b, msg->src);
+
+    if (b->phase != PH_STREAM || m->push != b->push || r == NULL || r->staged) {
+        return MOON_OK;
+    }
+    if (m->status != MOON_OK) {
+        char why[320];
+        snprintf(why, sizeof(why), "%s instance %u: %s", r->role ? "decode" : "prefill", r->index,
+                 (const char *)MOON_SPAN_PTR(m, m->message));
+        fail(self, b, m->status, why);
+        return MOON_OK;
+    }
+    r->staged = 1;
+    if (++b->n_staged < b->n_recv) {
+        return MOON_OK;
+    }
+    b->staged_ns = moon_now(moon_actor_runtime(self));
+    b->phase     = PH_INSTALL;
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        moon_weights_commit_t *c = moon_msg_new(MOON_MSG_WEIGHTS_COMMIT, 0);
+        if (c == NULL) {
+            fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+            return MOON_OK;
+        }
+        c->push   = b->push;
+        c->commit = 1;
+        moon_tell(self, b->recv[i].addr, &c->hdr);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_installed(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                        *b = moon_actor_state(self);
+    const moon_weights_installed_t *m = (const void *)msg;
+    moon_weights_flip_t            *f;
+
+    if (b->phase != PH_INSTALL || m->version != b->version) {
+        return MOON_OK;
+    }
+    if (m->status != MOON_OK) {
+        char why[320];
+        snprintf(why, sizeof(why), "an instance could not install it: %s",
+                 (const char *)MOON_SPAN_PTR(m, m->message));
+        fail(self, b, m->status, why);
+        return MOON_OK;
+    }
+    /* INSTALLED comes from the instance, not its receiver: count them */
+    if (++b->n_installed < b->n_recv) {
+        return MOON_OK;
+    }
+    f = moon_msg_new(MOON_MSG_WEIGHTS_FLIP, 0);
+    if (f == NULL) {
+        fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
+        return MOON_OK;
+    }
+    f->version = b->version;
+    b->phase   = PH_FLIP;
+    moon_tell(self, b->a.conductor, &f->hdr);
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_flipped(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                      *b = moon_actor_state(self);
+    const moon_weights_flipped_t *m = (const void *)msg;
+
+    if (b->phase != PH_FLIP || m->version != b->version) {
+        return MOON_OK;
+    }
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        b->recv[i].version = b->version;
+    }
+    MOON_INFO("weights: version %llu serves (was %llu): %u of %u chunks moved",
+              (unsigned long long)b->version, (unsigned long long)b->serving, b->n_travel,
+              b->n_chunks);
+    reply(self, b, MOON_OK, "");
+    b->serving = b->version;
+    end_push(self, b);
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_hello(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                    *b = moon_actor_state(self);
+    const moon_weights_hello_t *m = (const void *)msg;
+    uint32_t                    i = 0;
+
+    if (recv_of(b, msg->src) != NULL || b->n_recv == BCAST_MAX_RECV) {
+        return MOON_OK;
+    }
+    /* chain order: prefill instances, then decode ones, by index */
+    while (i < b->n_recv && (b->recv[i].role < m->role ||
+                             (b->recv[i].role == m->role && b->recv[i].index < m->instance))) {
+        i++;
+    }
+    memmove(&b->recv[i + 1], &b->recv[i], (b->n_recv - i) * sizeof(brecv_t));
+    memset(&b->recv[i], 0, sizeof(brecv_t));
+    b->recv[i].addr    = msg->src;
+    b->recv[i].role    = m->role;
+    b->recv[i].index   = m->instance;
+    b->recv[i].version = m->version;
+    b->n_recv++;
+    moon_monitor(self, msg->src, 0);
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_state(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                    *b = moon_actor_state(self);
+    const moon_weights_state_t *m = (const void *)msg;
+    moon_weights_state_reply_t *q = moon_msg_new(
+        MOON_MSG_WEIGHTS_STATE_REPLY, (size_t)b->n_recv * 24 + sizeof(b->last_error) + 16);
+    uint64_t *v;
+
+    if (q == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    q->req          = m->req;
+    q->version      = b->serving;
+    q->phase        = b->phase;
+    q->push_version = b->phase != PH_IDLE ? b->version : 0;
+    q->n_staged     = b->n_staged;
+    q->n_pushes     = b->n_pushes;
+    q->n_failed     = b->n_failed;
+    v               = moon_msg_span_alloc(q, &q->inst, b->n_recv * 3, 8, 0);
+    for (uint32_t i = 0; v != NULL && i < b->n_recv; i++) {
+        v[3 * i]     = b->recv[i].role;
+        v[3 * i + 1] = b->recv[i].index;
+        v[3 * i + 2] = b->recv[i].version;
+    }
+    moon_msg_set_str(q, &q->message, b->last_error);
+    moon_tell(self, msg->src, &q->hdr);
+    return MOON_OK;
+}
+
+static moon_status_t bcast_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                *b = moon_actor_state(self);
+    const moon_sys_timer_t *t = (const void *)msg;
+
+    if (b->phase != PH_IDLE && t->cookie == b->push) {
+        b->timer = 0;
+        fail(self, b, MOON_ERR_TIMED_OUT, "the push did not finish in time (a rank lost or stuck)");
+    }
+    return MOON_OK;
+}
+
+/* A receiver (or its rank) is gone: a push under way cannot finish. */
+static moon_status_t bcast_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t *b = moon_actor_state(self);
+
+    (void)msg;
+    if (b->phase != PH_IDLE && b->phase != PH_FLIP) {
+        fail(self, b, MOON_ERR_PEER_LOST, "an instance's rank was lost during the push");
+    }
+    return MOON_OK;
+}
+
+static moon_status_t bcast_init(moon_actor_t *self, const void *args)
+{
+    bcast_t *b = moon_actor_state(self);
+
+    b->a = *(const moon_weights_bcast_args_t *)args;
+    if (b->a.dist == NULL || b->a.model == NULL || b->a.n_receivers > BCAST_MAX_RECV) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (b->a.chunk_bytes == 0) {
+        b->a.chunk_bytes = 4u << 20;
+    }
+    if (b->a.timeout_ns == 0) {
+        b->a.timeout_ns = 120000000000ull;
+    }
+    return MOON_OK;
+}
+
+static void bcast_fini(moon_actor_t *self)
+{
+    bcast_t *b = moon_actor_state(self);
+
+    if (b->src_reg != NULL) {
+        moon_dist_region_deregister(b->a.dist, b->src_reg);
+    }
+    for (uint32_t i = 0; i < b->n_recv; i++) {
+        moon_free(b->recv[i].have);
+        moon_free(b->recv[i].desc);
+    }
+    moon_free(b->hashes);
+    moon_free(b->travel);
+}
+
+const moon_actor_ops_t moon_weights_bcast_ops = {
+    .name        = "weights",
+    .state_bytes = sizeof(bcast_t),
+    .init        = bcast_init,
+    .fini        = bcast_fini,
+    .on_msg =
+        {
+            [MOON_MSG_SYS_TIMER]         = bcast_on_timer,
+            [MOON_MSG_SYS_DOWN]          = bcast_on_down,
+            [MOON_MSG_WEIGHTS_PUSH]      = bcast_on_push,
+            [MOON_MSG_WEIGHTS_STATE]     = bcast_on_state,
+            [MOON_MSG_WEIGHTS_HELLO]     = bcast_on_hello,
+            [MOON_MSG_WEIGHTS_HAVE]      = bcast_on_have,
+            [MOON_MSG_WEIGHTS_STAGED]    = bcast_on_staged,
+            [MOON_MSG_WEIGHTS_INSTALLED] = bcast_on_installed,
+            [MOON_MSG_WEIGHTS_FLIPPED]   = bcast_on_flipped,
+        },
+};

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# benchmarks/suites/weights.sh - weight pushes (bench_weights.c): a full push
+# of a checkpoint of 64 MiB, 256 MiB and 1 GiB to 4 instance ranks (mpirun -np
+# 5) against MPI_Bcast of the same bytes to the same ranks, rounds
+# alternating. Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 (8 MiB, 2
+# rounds), WEIGHTS_MIB (comma list), WEIGHTS_ROUNDS, WEIGHTS_CHUNK_MIB.
+set -euo pipefail
+BENCH_BIN=${BENCH_BIN:-build/benchmarks}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 UCX_NET_DEVICES=lo
+if [ "${SMOKE:-0}" = 1 ]; then
+    mib=8; rounds=2
+else
+    mib=${WEIGHTS_MIB:-64,256,1024}; rounds=${WEIGHTS_ROUNDS:-5}
+fi
+for m in ${mib//,/ }; do
+    mpirun -np 5 "$BENCH_BIN/bench_weights" --mib="$m" --rounds="$rounds" \
+        --chunk_mib="${WEIGHTS_CHUNK_MIB:-4}" </dev/null
+done
