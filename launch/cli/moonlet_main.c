@@ -11,6 +11,9 @@ static const moon_cmd_t commands[] = {
     {"gen-model", moon_cmd_gen_model, "write a random-weight Llama of any shape as GGUF"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
     {"serve", moon_cmd_serve, "run a serving cluster (under mpirun: one role per rank)"},
+#ifdef MOON_WITH_BATCH
+    {"batch", moon_cmd_batch, "answer an openai batch file (jsonl) through a serving cluster"},
+#endif
     {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
     {"calibrate", moon_cmd_calibrate, "time the engine and write a profile fitted to this machine"},
 #ifdef MOON_WITH_BENCH
