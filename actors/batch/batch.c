@@ -32,10 +32,6 @@ static const moon_config_field_t batch_fields[] = {
      .doc = "the requests: openai batch jsonl (custom_id, method, url, body)"},
     {"output", MOON_CONFIG_STRING, CFG(output_path), .dflt = NULL,
      .doc = "the answers, openai batch output jsonl (appended to: a rerun resumes)"},
-    {"model-name", MOON_CONFIG_STRING, CFG(model_name), .dflt = NULL,
-     .doc = "model id the requests name (default: the model file's stem)"},
-    {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "64", .min = 1, .max = 1u << 16,
-     .doc = "requests in the cluster at once"},
     {"line-limit", MOON_CONFIG_SIZE, CFG(line_limit_bytes), .dflt = "4m", .min = 1,
      .doc = "longest input line (longer: an error line)"},
     {"slo-class", MOON_CONFIG_U32, CFG(slo_class), .dflt = "0", .max = 255,
@@ -57,6 +53,8 @@ moon_status_t moon_batch_config_default(moon_batch_config_t *cfg)
 {
     moon_status_t status = moon_config_defaults(&moon_batch_config_table, cfg);
 
+    cfg->model_name   = NULL;
+    cfg->max_inflight = 64;
     return status != MOON_OK ? status : moon_config_load_env(&moon_batch_config_table, cfg);
 }
 

@@ -57,11 +57,13 @@ typedef void (*moon_batch_progress_fn)(void *arg, const moon_batch_progress_t *p
 /* The engine's options: one row each in moon_batch_config_table (flags
  * --input ..., variables MOON_BATCH_INPUT ...). Strings are borrowed. */
 typedef struct {
-    const char *input_path;    /* --input: the requests (JSONL) */
-    const char *output_path;   /* --output: the answers (JSONL), appended to */
-    const char *model_name;    /* --model-name: the id requests must name (a body's
-                                  "model"); NULL: the model file's stem */
-    uint32_t max_inflight;     /* --max-inflight 64: requests in the cluster at once */
+    const char *input_path;  /* --input: the requests (JSONL) */
+    const char *output_path; /* --output: the answers (JSONL), appended to */
+    /* not in the table (the front end's options: `moonlet batch --model-name
+     * --max-inflight`; moon_batch_config_default sets max_inflight 64): */
+    const char *model_name;    /* the id requests must name (a body's "model");
+                                  NULL: the model file's stem */
+    uint32_t max_inflight;     /* requests in the cluster at once */
     uint64_t line_limit_bytes; /* --line-limit 4m: a longer line is an error line */
     uint32_t slo_class;        /* --slo-class 0: the class the requests run in */
     uint32_t fsync_ms;         /* --fsync-ms 1000: answers reach the disk at least this often */
@@ -75,7 +77,8 @@ typedef struct {
 MOON_API extern const moon_config_table_t moon_batch_config_table;
 
 /* The table's defaults, then MOON_BATCH_* variables for fields at their
- * default. MOON_ERR_INVALID_PARAM: a malformed variable (logged). */
+ * default; model_name NULL, max_inflight 64. MOON_ERR_INVALID_PARAM: a malformed variable (logged).
+ */
 MOON_API moon_status_t moon_batch_config_default(moon_batch_config_t *cfg);
 
 /* What a run needs besides its options (borrowed for the call). */

@@ -28,13 +28,19 @@
 #define DONE_NAME "batch/done" /* registered by rank 0 when the batch is over */
 
 typedef struct {
-    uint32_t workers;
-    uint32_t ready_timeout_s;
-    uint32_t progress_s;
+    const char *model_name;
+    uint32_t    max_inflight;
+    uint32_t    workers;
+    uint32_t    ready_timeout_s;
+    uint32_t    progress_s;
 } batch_run_t;
 
 #define BR(_f) MOON_CONFIG_AT(batch_run_t, _f)
 static const moon_config_field_t run_fields[] = {
+    {"model-name", MOON_CONFIG_STRING, BR(model_name), .dflt = NULL,
+     .doc = "model id the requests name, as the gateway's (default: the model file's stem)"},
+    {"max-inflight", MOON_CONFIG_U32, BR(max_inflight), .dflt = "64", .min = 1, .max = 1u << 16,
+     .doc = "requests in the cluster at once"},
     {"workers", MOON_CONFIG_U32, BR(workers), .dflt = "1", .min = 1, .max = 1024,
      .doc = "actor worker threads per rank"},
     {"ready-timeout", MOON_CONFIG_U32, BR(ready_timeout_s), .dflt = "600", .min = 1,
@@ -223,7 +229,9 @@ int moon_cmd_batch(int argc, char **argv)
     if (rc >= 0) {
         return rc;
     }
-    rc = 1;
+    rc                = 1;
+    bcfg.model_name   = run.model_name;
+    bcfg.max_inflight = run.max_inflight;
     if (scfg.model_path == NULL || bcfg.input_path == NULL || bcfg.output_path == NULL) {
         rc = moon_cli_usage_error("batch", "--model, --input and --output are required");
         goto out;
@@ -233,12 +241,12 @@ int moon_cmd_batch(int argc, char **argv)
                                            "use cpu or cuda");
         goto out;
     }
-    /* before the runtime's threads: they inherit the handlers */
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     if (moon_dist_init(&argc, &argv, &dcfg, &dist) != MOON_OK) {
         goto out;
     }
+    /* after MPI's init, which may install its own */
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     moon_runtime_config_default(&rcfg);
     rcfg.n_workers = run.workers;
     rcfg.rank      = moon_dist_rank(dist);
@@ -267,6 +275,11 @@ int moon_cmd_batch(int argc, char **argv)
     }
     rc = status == MOON_OK ? 0 : status == MOON_ERR_CANCELED ? 3 : 1;
 out:
+    /* stopping: a second SIGTERM (a job script passing on the one Slurm sent
+     * to every process) must not kill the teardown; MPI's finalize may put
+     * the default action back, so once more after it */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     moon_serve_cluster_stop(cluster);
     if (rt != NULL) {
         moon_runtime_shutdown(rt, 0);
@@ -275,6 +288,8 @@ out:
     moon_dist_stop(dist);
     moon_runtime_destroy(rt);
     moon_dist_finalize(dist);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     moon_config_destroy(cfg);
     return rc;
 }
