@@ -15,7 +15,8 @@
  * gateway's own code (gw_openai.h, gw_format.h, gw_answer.h), so it is the
  * gateway's answer to the same request byte for byte (the id and created
  * differ); a request the gateway would answer with an error gets that status
- * and error body. A line that is no request at all (not a JSON object, no
+ * and error body ("stream" is ignored: a batch answer is always whole). A
+ * line that is no request at all (not a JSON object, no
  * string custom_id, a custom_id seen on an earlier line, a method other than
  * POST, an unknown url, no body object, a line over line_limit_bytes) gets
  * "response":null and "error":{"code":..,"message":..} (custom_id null when
