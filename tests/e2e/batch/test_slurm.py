@@ -162,7 +162,10 @@ def test_serve_job():
         time.sleep(0.2)
     host_port = open(ep).read().strip()
     assert host_port.startswith("localhost:"), host_port
-    assert "endpoint " + host_port in log_of("serve.log")
+    t0 = time.time()
+    while "endpoint " + host_port not in log_of("serve.log"):
+        assert time.time() - t0 < 30, "no endpoint line in the log:\n" + log_of("serve.log")
+        time.sleep(0.2)
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
     out = subprocess.run(["curl", "-sf", "-H", "Content-Type: application/json", "-d", body,
                           "http://%s/v1/completions" % host_port], capture_output=True,
