@@ -13,6 +13,8 @@ PKGS=(cmake make gcc pkg-config
       clang libclang-rt-dev) # clang + libclang-rt-dev: libFuzzer (tests/fuzz/run.sh)
 # Anchors some benchmarks measure against in the same run.
 [ "${MOON_BENCH_DEPS:-0}" = 1 ] && PKGS+=(redis-server redis-tools)
+# A one-machine Slurm for the tests labelled slurm (tests/scripts/slurm_ci.sh).
+[ "${MOON_SLURM_DEPS:-0}" = 1 ] && PKGS+=(slurmctld slurmd)
 
 missing=()
 for p in "${PKGS[@]}"; do

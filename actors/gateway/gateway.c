@@ -7,6 +7,7 @@
 
 #include "gw_bridge.h"
 #include "gw_http.h"
+#include "gw_model.h"
 #include "gw_template.h"
 #include "store_msgs.h"
 #include "moonlet/alloc.h"
@@ -95,85 +96,10 @@ moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg)
     return status != MOON_OK ? status : moon_config_load_env(&moon_gateway_config_table, cfg);
 }
 
-/* "examples/models/stories260K.gguf" -> "stories260K" */
-static char *stem_of(const char *path)
-{
-    const char *base = strrchr(path, '/');
-    const char *dot;
-    size_t      n;
-    char       *s;
-
-    base = base != NULL ? base + 1 : path;
-    dot  = strrchr(base, '.');
-    n    = dot != NULL && dot != base ? (size_t)(dot - base) : strlen(base);
-    s    = moon_malloc(n + 1);
-    if (s != NULL) {
-        memcpy(s, base, n);
-        s[n] = '\0';
-    }
-    return s;
-}
-
-typedef struct {
-    const moon_gguf_t *gguf;
-    uint64_t           n_vocab;
-} special_arg_t;
-
-/* A token id by its text, from the file's vocabulary. */
-static int32_t find_special(void *arg, const char *text)
-{
-    special_arg_t *a = arg;
-    size_t         n = strlen(text);
-
-    for (uint64_t i = 0; i < a->n_vocab; i++) {
-        const char *s   = NULL;
-        uint64_t    len = 0;
-
-        if (moon_gguf_get_arr_str(a->gguf, "tokenizer.ggml.tokens", i, &s, &len) == MOON_OK &&
-            len == n && memcmp(s, text, n) == 0) {
-            return (int32_t)i;
-        }
-    }
-    return -1;
-}
-
+/* The model's tokenizer, context and chat template (gw_model.h). */
 static moon_status_t load_model(gw_state_t *st, const char *path)
 {
-    moon_gguf_t        *gguf = NULL;
-    moon_model_config_t mc;
-    moon_status_t       status;
-    const char         *jinja = NULL;
-    uint64_t            len   = 0;
-    special_arg_t       sa;
-
-    status = moon_gguf_open(path, &gguf);
-    if (status != MOON_OK) {
-        MOON_ERROR("gateway: cannot open model %s: %s", path, moon_status_str(status));
-        return status;
-    }
-    status = moon_tokenizer_create(gguf, &st->tok);
-    if (status != MOON_OK) {
-        MOON_ERROR("gateway: model %s has no usable tokenizer: %s", path, moon_status_str(status));
-        goto out;
-    }
-    if (moon_model_config_from_gguf(gguf, &mc) == MOON_OK) {
-        st->n_ctx = mc.seq_len;
-    }
-    if (moon_gguf_get_str(gguf, "tokenizer.chat_template", &jinja, &len) != MOON_OK) {
-        jinja = NULL;
-        len   = 0;
-    }
-    sa.gguf    = gguf;
-    sa.n_vocab = moon_tokenizer_n_vocab(st->tok);
-    moon_gw_template_init(&st->tpl, jinja, (size_t)len, moon_tokenizer_bos(st->tok),
-                          moon_tokenizer_eos(st->tok), jinja != NULL ? find_special : NULL, &sa);
-    if (!st->tpl.recognised) {
-        MOON_WARN("gateway: the model's chat template is none of chatml, llama2, zephyr: chat "
-                  "prompts use the plain template");
-    }
-out:
-    moon_gguf_close(gguf);
-    return status;
+    return moon_gw_model_load(path, &st->tok, &st->tpl, &st->n_ctx);
 }
 
 /* Frees what init made (the HTTP server stopped, or never started). */
@@ -233,7 +159,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     }
     status         = MOON_ERR_NO_MEMORY;
     st->model_name = args->config.model_name != NULL ? moon_strdup(args->config.model_name)
-                     : args->model_path != NULL      ? stem_of(args->model_path)
+                     : args->model_path != NULL      ? moon_gw_model_stem(args->model_path)
                                                      : moon_strdup("moonlet");
     if (st->model_name == NULL) {
         goto err;

@@ -2,6 +2,7 @@
  * gw_http.h). */
 #include "gw_http.h"
 
+#include "gw_answer.h"
 #include "gw_buf.h"
 #include "gw_errors.h"
 #include "gw_format.h"
@@ -383,19 +384,10 @@ static void watch_hangup(conn_t *c)
 
 static void usage_of(const conn_t *c, const moon_serve_done_t *d, moon_gw_usage_t *u)
 {
-    *u = (moon_gw_usage_t){
-        .prompt_tokens     = d->n_prompt,
-        .completion_tokens = d->n_completion,
-        .cached_tokens     = d->n_cached,
-        .details           = c->req.details,
-        .prefill_instance  = d->prefill_instance,
-        .decode_instance   = d->decode_instance,
-        .queue_s           = (double)d->queue_ns * 1e-9,
-        .prefill_s         = (double)d->prefill_ns * 1e-9,
-        .transfer_s        = (double)d->transfer_ns * 1e-9,
-        .ttft_s            = (double)d->ttft_ns * 1e-9,
-    };
-    u->weight_version = d->weight_version;
+    moon_serve_event_t ev;
+
+    moon_serve_event_of(&d->hdr, &ev);
+    moon_gw_usage_of_done(&ev, c->req.details, u);
 }
 
 /* The weights that generate the answer (every event of it names the same
@@ -418,11 +410,7 @@ static const char *str_of(const moon_msg_hdr_t *msg, moon_span_t span)
 /* A DONE that is not an answer: its error (1), or 0. */
 static int done_error(const moon_serve_done_t *d, moon_gw_error_t *err)
 {
-    if (d->finish == MOON_FINISH_CANCELLED) {
-        moon_gw_error_set(err, 503, NULL, NULL, "the request was cancelled by the server");
-        return 1;
-    }
-    return moon_gw_error_from_done(d->finish, d->status, str_of(&d->hdr, d->message), err);
+    return moon_gw_done_error(d->finish, d->status, str_of(&d->hdr, d->message), err);
 }
 
 /* ---- latencies, as the client sees them ---------------------------------------- */

@@ -130,6 +130,8 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->n_prompt               = d->n_prompt;
         ev->n_completion           = d->n_completion;
         ev->n_cached               = d->n_cached;
+        ev->prefill_instance       = d->prefill_instance;
+        ev->decode_instance        = d->decode_instance;
         ev->queue_ns               = d->queue_ns;
         ev->prefill_ns             = d->prefill_ns;
         ev->transfer_ns            = d->transfer_ns;

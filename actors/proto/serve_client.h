@@ -58,6 +58,7 @@ typedef struct {
     uint32_t      finish; /* moon_finish_t */
     moon_status_t status;
     uint32_t      n_prompt, n_completion, n_cached;
+    int32_t       prefill_instance, decode_instance; /* where it ran; -1: not placed */
     uint64_t      queue_ns, prefill_ns, transfer_ns, ttft_ns;
     const char   *message;        /* DONE with an error: why */
     uint64_t      weight_version; /* DONE: the weights that generated every token */

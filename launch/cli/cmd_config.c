@@ -8,6 +8,9 @@
 #include "moonlet/log.h"
 #include "moonlet/model.h"
 #include "gateway.h"
+#ifdef MOON_WITH_BATCH
+#include "batch.h"
+#endif
 #include "serve_cluster.h"
 
 #include <stdio.h>
@@ -30,7 +33,10 @@ int moon_cmd_config(int argc, char **argv)
     moon_engine_tuning_t  tuning;
     moon_serve_config_t   serve;
     moon_gateway_config_t gateway;
-    moon_log_config_t     log;
+#ifdef MOON_WITH_BATCH
+    moon_batch_config_t batch;
+#endif
+    moon_log_config_t log;
     /* config's own table, then every library's; moon_cli_parse adds the
      * log's itself (the last row here is for --markdown) */
     const moon_cli_table_t tables[] = {{&config_table, &o},
@@ -38,9 +44,12 @@ int moon_cmd_config(int argc, char **argv)
                                        {&moon_engine_tuning_table, &tuning},
                                        {&moon_serve_config_table, &serve},
                                        {&moon_gateway_config_table, &gateway},
+#ifdef MOON_WITH_BATCH
+                                       {&moon_batch_config_table, &batch},
+#endif
                                        {&moon_log_config_table, &log}};
-    moon_config_t         *cfg = NULL, *libs = NULL;
-    int                    rc;
+    moon_config_t *cfg = NULL, *libs = NULL;
+    int            rc;
 
     rc = moon_cli_parse("config",
                         "usage: moonlet config [--markdown] [--OPTION VALUE...]\n"

@@ -339,6 +339,11 @@ int moon_cmd_serve(int argc, char **argv)
     }
     rc = 0;
 out:
+    /* stopping: a second SIGTERM (a job script passing on the one Slurm sent
+     * to every process) must not kill the teardown; MPI's finalize may put
+     * the default action back, so once more after it */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     if (gateway != MOON_ADDR_NONE) {
         moon_stop(rt, gateway, MOON_OK); /* no new request while the cluster stops */
     }
@@ -360,6 +365,8 @@ out:
     moon_dist_stop(dist);
     moon_runtime_destroy(rt);
     moon_dist_finalize(dist);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     moon_config_destroy(cfg);
     return rc;
 }

@@ -24,6 +24,8 @@ int moon_cmd_generate(int argc, char **argv);
 
 /* serving (launch/cli/cmd_serve.c) */
 int moon_cmd_serve(int argc, char **argv);
+/* an OpenAI batch file through a cluster (launch/cli/cmd_batch.c) */
+int moon_cmd_batch(int argc, char **argv);
 /* trace replay (launch/cli/cmd_replay.c) */
 int moon_cmd_replay(int argc, char **argv);
 /* a profile fitted to this machine (launch/cli/cmd_calibrate.c) */

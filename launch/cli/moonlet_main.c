@@ -13,6 +13,9 @@ static const moon_cmd_t commands[] = {
      "copy a GGUF model with some tensors changed (a second version for weight pushes)"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},
     {"serve", moon_cmd_serve, "run a serving cluster (under mpirun: one role per rank)"},
+#ifdef MOON_WITH_BATCH
+    {"batch", moon_cmd_batch, "answer an openai batch file (jsonl) through a serving cluster"},
+#endif
     {"replay", moon_cmd_replay, "replay a Mooncake trace against a simulated cluster"},
     {"calibrate", moon_cmd_calibrate, "time the engine and write a profile fitted to this machine"},
 #ifdef MOON_WITH_BENCH

@@ -1,0 +1,93 @@
+/* actors/gateway/gw_model.c - the model facts of an OpenAI front end (see gw_model.h). */
+#include "gw_model.h"
+
+#include "moonlet/alloc.h"
+#include "moonlet/gguf.h"
+#include "moonlet/log.h"
+#include "moonlet/model.h"
+
+#include <string.h>
+
+char *moon_gw_model_stem(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    const char *dot;
+    size_t      n;
+    char       *s;
+
+    base = base != NULL ? base + 1 : path;
+    dot  = strrchr(base, '.');
+    n    = dot != NULL && dot != base ? (size_t)(dot - base) : strlen(base);
+    s    = moon_malloc(n + 1);
+    if (s != NULL) {
+        memcpy(s, base, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+typedef struct {
+    const moon_gguf_t *gguf;
+    uint64_t           n_vocab;
+} special_arg_t;
+
+/* A token id by its text, from the file's vocabulary. */
+static int32_t find_special(void *arg, const char *text)
+{
+    special_arg_t *a = arg;
+    size_t         n = strlen(text);
+
+    for (uint64_t i = 0; i < a->n_vocab; i++) {
+        const char *s   = NULL;
+        uint64_t    len = 0;
+
+        if (moon_gguf_get_arr_str(a->gguf, "tokenizer.ggml.tokens", i, &s, &len) == MOON_OK &&
+            len == n && memcmp(s, text, n) == 0) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
+                                 moon_gw_template_t *tpl, uint32_t *n_ctx_p)
+{
+    moon_gguf_t        *gguf = NULL;
+    moon_tokenizer_t   *tok  = NULL;
+    moon_model_config_t mc;
+    moon_status_t       status;
+    const char         *jinja = NULL;
+    uint64_t            len   = 0;
+    special_arg_t       sa;
+
+    status = moon_gguf_open(path, &gguf);
+    if (status != MOON_OK) {
+        MOON_ERROR("cannot open model %s: %s", path, moon_status_str(status));
+        return status;
+    }
+    status = moon_tokenizer_create(gguf, &tok);
+    if (status != MOON_OK) {
+        MOON_ERROR("model %s has no usable tokenizer: %s", path, moon_status_str(status));
+        goto out;
+    }
+    if (moon_model_config_from_gguf(gguf, &mc) == MOON_OK) {
+        *n_ctx_p = mc.seq_len;
+    }
+    if (moon_gguf_get_str(gguf, "tokenizer.chat_template", &jinja, &len) != MOON_OK) {
+        jinja = NULL;
+        len   = 0;
+    }
+    sa.gguf    = gguf;
+    sa.n_vocab = moon_tokenizer_n_vocab(tok);
+    moon_gw_template_init(tpl, jinja, (size_t)len, moon_tokenizer_bos(tok), moon_tokenizer_eos(tok),
+                          jinja != NULL ? find_special : NULL, &sa);
+    if (!tpl->recognised) {
+        MOON_WARN("the chat template of %s is none of chatml, llama2, zephyr: chat prompts use "
+                  "the plain template",
+                  path);
+    }
+    *tok_p = tok;
+out:
+    moon_gguf_close(gguf);
+    return status;
+}
