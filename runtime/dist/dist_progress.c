@@ -58,6 +58,7 @@ static void tick(moon_dist_t *d, uint64_t now)
             continue;
         }
         if (p->rx_frames != p->rx_seen) { /* heard from since the last tick */
+            dist_liveness_heard(d, r, now);
             p->rx_seen    = p->rx_frames;
             p->last_rx_ns = now;
         }
@@ -72,9 +73,7 @@ static void tick(moon_dist_t *d, uint64_t now)
             dist_send_small_frame(
                 d, r, atomic_load(&d->saying_goodbye) ? FRAME_GOODBYE : FRAME_HEARTBEAT);
         }
-        if (!p->goodbye && now - p->last_rx_ns > d->peer_timeout_ns) {
-            dist_peer_failed(d, r, MOON_ERR_PEER_LOST);
-        }
+        dist_liveness_check(d, r, now); /* suspicion; loss once confirmed */
     }
 }
 
