@@ -3,9 +3,9 @@
 # idle `mpirun -np NP moonlet serve` cluster (default 4 ranks), waits for
 # /health, lets it settle, then prints one line per rank with its CPU over
 # SECONDS (default 10) of idleness, read from /proc/PID/stat (utime+stime),
-# in % of one core, and a lone greedy /v1/completions latency (5 requests,
-# one at a time; run it beside `stress-ng --cpu 2` to see it under
-# contention). A measurement, not a test: it asserts nothing. Extra serve
+# in % of one core, and the latency of lone greedy /v1/completions (LONE_N,
+# default 5, one at a time 0.5 s apart: median, min, max; run it beside
+# `stress-ng --cpu 2` to see it under contention). A measurement, not a test: it asserts nothing. Extra serve
 # flags: MOON_SERVE_ARGS. Port: PORT (default 8093).
 set -u
 M=$1; MODEL=$2; NP=${3:-4}; SECS=${4:-10}
@@ -42,10 +42,15 @@ for p in $pids; do
     echo "idle cpu: pid $p ${pct}% of a core"
 done
 echo "idle cpu: total ${total}% of a core over ${SECS} s, $NP ranks"
-for i in 1 2 3 4 5; do
-    curl -s -o /dev/null -w "lone request $i: %{time_total} s\n" "$URL/v1/completions" \
+lat=$(mktemp)
+for i in $(seq "${LONE_N:-5}"); do
+    curl -s -m 60 -o /dev/null -w "%{time_total}\n" "$URL/v1/completions" \
         -H 'content-type: application/json' \
-        -d '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}'
+        -d '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}' >>"$lat"
     sleep 0.5
 done
+sort -g "$lat" | awk '{ v[NR] = $1 } END {
+    printf "lone request (16 tokens, one at a time, %d): median %.4f s, min %.4f s, max %.4f s\n",
+        NR, v[int((NR + 1) / 2)], v[1], v[NR] }'
+rm -f "$lat"
 grep -E "lost|stalled|suspected" "$LOG" | head -5
