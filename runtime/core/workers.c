@@ -25,7 +25,7 @@
 /* ... and at most this long: with the transport's passes and yields (a
  * shared core) 2000 rounds took milliseconds, after every timer and message,
  * and idle ranks burned a quarter of a core each (issue 27). */
-#define SPIN_MAX_NS (200 * 1000ull)
+#define SPIN_MAX_NS (100 * 1000ull)
 #define INJECT_EVERY 61 /* turns between forced looks at the inject queue */
 
 #if defined(__x86_64__) || defined(__i386__)

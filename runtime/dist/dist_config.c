@@ -32,7 +32,7 @@ static const moon_config_field_t dist_fields[] = {
     {"dist-trace", MOON_CONFIG_STRING, DIST_AT(trace_dir), .dflt = NULL,
      .doc = "directory for per-rank message traces (trace.<rank>.log)"},
     {"dist-spin", MOON_CONFIG_U32, DIST_AT(spin_passes), .dflt = "256",
-     .doc = "idle progress passes (yielding after the first few; 200 us at most) before sleeping",
+     .doc = "idle progress passes (yielding after the first few; 100 us at most) before sleeping",
      .min = 1, .max = 1u << 24},
     {"dist-images", MOON_CONFIG_BOOL, DIST_AT(images), .dflt = "1",
      .doc = "ranks of one host exchange message images (0: msgpack to every peer)"},

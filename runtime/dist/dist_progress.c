@@ -254,7 +254,7 @@ static void nap(moon_dist_t *d, struct pollfd *wake_pfd, int ms, uint32_t parks)
 /* Idle: spin at most this long (and dist-spin passes) before sleeping: long
  * enough for the answer to what just left, short enough that an idle rank on
  * a shared core costs nothing (each spin yields after the first passes). */
-#define SPIN_MAX_NS (200 * 1000ull)
+#define SPIN_MAX_NS (100 * 1000ull)
 /* Sleeping: the timeout doubles while nothing happens, from SLEEP_MIN_MS up
  * to SLEEP_MAX_MS with an engine event fd (senders wake us: local ones through
  * the wake fd, remote ones through the engine's events and the rings'
