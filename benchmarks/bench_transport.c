@@ -3,6 +3,9 @@
  * small messages, bulk get and put (4 MiB, 64 MiB), plus the MPI ping-pong
  * anchor measured in the same run. Rank 0 prints one JSON line per
  * configuration. The ucx_perftest anchors come from benchmarks/suites/transport.sh.
+ * Lone round trips (--idle_rts, one each --idle_gap_ms) measure the latency
+ * of a message that finds both ranks idle (their threads asleep), which is
+ * what an idle cluster's first request pays; median and max in us.
  * Args (or env): --tls=shm|tcp (label only: UCX_TLS selects), --rt_iters,
  * --mpi_iters (default rt_iters), --stream_msgs, --bulk_iters (0 skips a part:
  * the suite runs the round trips apart, alternating with their anchor). */
@@ -216,6 +219,13 @@ static void json_line(const char *bench, const char *impl, uint64_t size, const 
     fflush(stdout);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
 /* MPI ping-pong anchor, 64 B, on the main threads (same run, same machine). */
 static void mpi_pingpong(uint64_t iters)
 {
@@ -268,7 +278,7 @@ static void run_bulk(moon_addr_t driver, int put, size_t size, uint64_t iters, i
 int main(int argc, char **argv)
 {
     moon_runtime_config_t cfg;
-    uint64_t              rt_iters, mpi_iters, stream_n, bulk_iters;
+    uint64_t              rt_iters, mpi_iters, stream_n, bulk_iters, idle_rts, idle_gap;
     moon_addr_t           me = MOON_ADDR_NONE, peer = MOON_ADDR_NONE;
     const size_t          max_bulk = 64u << 20;
     char                 *region;
@@ -279,6 +289,8 @@ int main(int argc, char **argv)
     mpi_iters  = (uint64_t)moon_bench_arg_int(argc, argv, "mpi_iters", (int64_t)rt_iters);
     stream_n   = (uint64_t)moon_bench_arg_int(argc, argv, "stream_msgs", 1000000);
     bulk_iters = (uint64_t)moon_bench_arg_int(argc, argv, "bulk_iters", 20);
+    idle_rts   = (uint64_t)moon_bench_arg_int(argc, argv, "idle_rts", 0);
+    idle_gap   = (uint64_t)moon_bench_arg_int(argc, argv, "idle_gap_ms", 50);
     if (moon_dist_init(&argc, &argv, NULL, &g_dist) != MOON_OK || moon_dist_size(g_dist) != 2) {
         fprintf(stderr, "bench_transport: run under mpirun -np 2\n");
         return 1;
@@ -320,6 +332,34 @@ int main(int argc, char **argv)
         wait_done(&g_rt_done, "round trips");
         json_line("roundtrip", "moonlet", 64, "round_trips_per_s",
                   rt_iters / ((g_rt_t1 - g_rt_t0) * 1e-9), rt_iters);
+    }
+    moon_dist_barrier(g_dist);
+
+    /* lone round trips, each after idle_gap ms of nothing */
+    if (g_rank == 0 && idle_rts > 0) {
+        double *us = calloc(idle_rts, sizeof(*us));
+        for (uint64_t i = 0; us != NULL && i < idle_rts; i++) {
+            nanosleep(
+                &(struct timespec){(time_t)(idle_gap / 1000), (long)(idle_gap % 1000) * 1000000},
+                NULL);
+            moon_bench_done_reset(&g_rt_done);
+            g_rt_iters = 1;
+            g_rt_warm  = 0; /* the pong of ping 0 ends it; t0 is now */
+            g_rt_t0    = moon_bench_now_ns();
+            moon_runtime_send(g_rt, me, msg64(B_PING, 0));
+            wait_done(&g_rt_done, "lone round trips");
+            us[i] = (g_rt_t1 - g_rt_t0) / 1e3;
+        }
+        if (us != NULL) {
+            double max = 0;
+            for (uint64_t i = 0; i < idle_rts; i++) {
+                max = MOON_MAX(max, us[i]);
+            }
+            qsort(us, idle_rts, sizeof(*us), cmp_double);
+            json_line("roundtrip_idle", "moonlet", 64, "median_us", us[idle_rts / 2], idle_rts);
+            json_line("roundtrip_idle", "moonlet", 64, "max_us", max, idle_rts);
+        }
+        free(us);
     }
     moon_dist_barrier(g_dist);
 

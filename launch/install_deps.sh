@@ -10,7 +10,8 @@ PKGS=(cmake make gcc pkg-config
       libxxhash-dev libcjson-dev libmicrohttpd-dev libopenblas-dev
       libcurl4-openssl-dev gnuplot-nox curl
       python3 python3-numpy clang-format
-      clang libclang-rt-dev) # clang + libclang-rt-dev: libFuzzer (tests/fuzz/run.sh)
+      clang libclang-rt-dev # clang + libclang-rt-dev: libFuzzer (tests/fuzz/run.sh)
+      stress-ng) # CPU contention for the fault tests (tests/scripts/run_contended.sh)
 # Anchors some benchmarks measure against in the same run.
 [ "${MOON_BENCH_DEPS:-0}" = 1 ] && PKGS+=(redis-server redis-tools)
 # A one-machine Slurm for the tests labelled slurm (tests/scripts/slurm_ci.sh).

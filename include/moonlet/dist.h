@@ -38,7 +38,9 @@ typedef struct {
     int      transport;       /* moon_dist_transport_t (--transport auto|ucx|mpi) */
     uint32_t credits;         /* per-peer window, messages in flight (1024) */
     uint32_t batch_bytes;     /* small messages coalesced per frame (16 KiB) */
-    uint64_t peer_timeout_ms; /* silence that declares a rank lost (2000; 0: 2000) */
+    uint64_t peer_timeout_ms; /* silence that makes a rank suspected (2000; 0: 2000) */
+    uint64_t peer_dead_ms;    /* silence that declares a suspected rank lost when its death
+                                 is not seen (10000; 0: 10000): see moon_dist_peer_suspected */
     uint64_t slice_bytes;     /* bulk transfers move in slices of this size (0, the
                                  default: the transport's choice, 1 MiB over shared
                                  memory, 128 KiB over tcp) */
@@ -135,6 +137,14 @@ MOON_API moon_status_t moon_dist_whereis_async(moon_dist_t *d, const char *name,
 MOON_API moon_status_t moon_dist_watch_peers(moon_dist_t *d, moon_addr_t watcher);
 /* 1 while rank r is considered alive. */
 MOON_API int moon_dist_peer_alive(moon_dist_t *d, uint32_t r);
+/* 1 while rank r is alive but suspected: silent for more than peer_timeout_ms
+ * (paused, starved of CPU, or dying). Nothing of it is torn down: it is a
+ * member as before once heard from again. It is declared lost (PEER_DOWN)
+ * only on a confirmation: its process on this host is gone, the transport
+ * reports an error, or it stays silent past peer_dead_ms (and past four
+ * times the longest silence it came back from). Any thread; callers may
+ * avoid placing new work there. */
+MOON_API int moon_dist_peer_suspected(moon_dist_t *d, uint32_t r);
 
 /* ---- bulk lane ------------------------------------------------------------ */
 /* Registers [addr, addr + len) once (ucp_mem_map); addr stays the caller's and
@@ -195,6 +205,8 @@ typedef struct {
     uint64_t n_credit_stalls; /* times a peer's window was exhausted */
     uint64_t n_gate_mutes;    /* senders muted by a full window */
     uint64_t n_peers_lost;
+    uint64_t n_peers_suspected; /* times a rank became suspected */
+    uint64_t n_peers_back;      /* times a suspected rank was heard from again */
     uint64_t n_bulk_done, bulk_bytes;
     uint64_t n_peer_regions_forgotten; /* peers' regions dropped from our caches when
                                           their owners deregistered them */

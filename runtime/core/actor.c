@@ -154,7 +154,8 @@ static void check_pressure(moon_actor_t *sender, moon_actor_t *a)
         /* excess: our messages the receiver has not caught up with (at least). */
         sender->bp_excess = sender->bp_excess + 64 > done ? sender->bp_excess + 64 - done : 0;
         if (sender->bp_excess > bound) {
-            atomic_store_explicit(&a->overloaded, 1, memory_order_relaxed);
+            /* seq_cst: pairs with the receiver's last look (run_turn) */
+            atomic_store(&a->overloaded, 1);
         }
         sender->bp_sent = 0;
         sender->bp_seen = seen;
@@ -323,17 +324,26 @@ static void unmute_all(moon_actor_t *r)
     }
 }
 
-/* Parks s on r's muted list; 0 if r is no longer overloaded (run s again). */
+/* Parks s on r's muted list; 0 if r is no longer overloaded (run s again).
+ * A sender's estimate (check_pressure) may flag r overloaded after r's last
+ * look at its flag, when r has drained and gone idle: nothing would run r
+ * again to unmute s, so an idle r is not overloaded (the flag is cleared).
+ * r looks once more after it went idle (run_turn), so one of the two sees
+ * the other (seq_cst loads and stores on both sides). Dist gates never idle
+ * (their mailbox is not one). */
 static int try_mute(moon_actor_t *s, moon_actor_t *r)
 {
     int muted = 0;
 
     pthread_mutex_lock(&r->mute_lock);
-    if (atomic_load_explicit(&r->overloaded, memory_order_relaxed) &&
-        atomic_load_explicit(&r->alive, memory_order_relaxed)) {
-        s->mute_next  = r->muted_head;
-        r->muted_head = s;
-        muted         = 1;
+    if (atomic_load(&r->overloaded) && atomic_load_explicit(&r->alive, memory_order_relaxed)) {
+        if (moon_mailbox_idle(&r->mbox)) {
+            atomic_store_explicit(&r->overloaded, 0, memory_order_relaxed);
+        } else {
+            s->mute_next  = r->muted_head;
+            r->muted_head = s;
+            muted         = 1;
+        }
     }
     pthread_mutex_unlock(&r->mute_lock);
     if (muted) {
@@ -591,6 +601,14 @@ int moon_actor_run_turn(moon_actor_t *a, uint32_t budget)
         }
     }
     if (drained && moon_mailbox_mark_empty(&a->mbox)) {
+        /* Idle now: a sender that flagged us overloaded after update_pressure
+         * looked may have muted itself on us (see try_mute); unmute it, as
+         * no message may come to run us again. The slot's memory outlives
+         * the actor, and unmuting is safe from any thread. */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (MOON_UNLIKELY(atomic_load_explicit(&a->overloaded, memory_order_relaxed))) {
+            unmute_all(a);
+        }
         return 0;
     }
     return 1;

@@ -113,6 +113,13 @@ static inline int moon_mailbox_mark_empty(moon_mailbox_t *mb)
                                                    memory_order_acq_rel, memory_order_relaxed);
 }
 
+/* Any thread: 1 if the mailbox is empty and unscheduled (its actor idle).
+ * seq_cst: see try_mute in actor.c. */
+static inline int moon_mailbox_idle(moon_mailbox_t *mb)
+{
+    return (atomic_load(&mb->head) & MAILBOX_EMPTY_BIT) != 0;
+}
+
 /* Any thread: claims an empty-and-unscheduled mailbox as scheduled (as if a
  * push had found it empty), so nobody else schedules it. 0 if it is scheduled. */
 static inline int moon_mailbox_claim(moon_mailbox_t *mb)

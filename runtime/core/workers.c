@@ -21,8 +21,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define SPIN_ROUNDS 2000 /* idle polls before parking (~50-100 us) */
-#define INJECT_EVERY 61  /* turns between forced looks at the inject queue */
+#define SPIN_ROUNDS 2000 /* idle polls before parking (~50-100 us on a free core) */
+/* ... and at most this long: with the transport's passes and yields (a
+ * shared core) 2000 rounds took milliseconds, after every timer and message,
+ * and idle ranks burned a quarter of a core each (issue 27). */
+#define SPIN_MAX_NS (100 * 1000ull)
+#define INJECT_EVERY 61 /* turns between forced looks at the inject queue */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -221,6 +225,7 @@ static void *worker_main(void *arg)
     moon_sched_t *s     = w->s;
     uint32_t      batch = s->rt->cfg.batch;
     uint32_t      spins = 0, turns = 0;
+    uint64_t      spin_start = 0;
 
     tls_worker = w;
     pin(w);
@@ -248,7 +253,11 @@ static void *worker_main(void *arg)
                 spins = 0; /* the transport delivered or sent something */
                 continue;
             }
-            if (++spins < SPIN_ROUNDS) {
+            if (++spins == 1) {
+                spin_start = mono_now(s->rt);
+            }
+            if (spins < SPIN_ROUNDS &&
+                ((spins & 63) != 0 || mono_now(s->rt) - spin_start < SPIN_MAX_NS)) {
                 /* Without a spare core, let the progress and timer threads run.
                  * While a transport hook polls, the progress thread naps: the
                  * hook is the delay between polls, and a message that lands

@@ -113,6 +113,12 @@ int moon_dist_peer_alive(moon_dist_t *d, uint32_t r)
     return r == d->rank || d->peers == NULL || !atomic_load(&d->peers[r].down);
 }
 
+int moon_dist_peer_suspected(moon_dist_t *d, uint32_t r)
+{
+    return r < d->size && r != d->rank && d->peers != NULL && !atomic_load(&d->peers[r].down) &&
+           atomic_load(&d->peers[r].suspected);
+}
+
 void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *s)
 {
     s->n_sent                   = atomic_load(&d->st.sent);
@@ -125,6 +131,8 @@ void moon_dist_stats(moon_dist_t *d, moon_dist_stats_t *s)
     s->n_credit_stalls          = atomic_load(&d->st.credit_stalls);
     s->n_gate_mutes             = atomic_load(&d->st.gate_mutes);
     s->n_peers_lost             = atomic_load(&d->st.peers_lost);
+    s->n_peers_suspected        = atomic_load(&d->st.peers_suspected);
+    s->n_peers_back             = atomic_load(&d->st.peers_back);
     s->n_bulk_done              = atomic_load(&d->st.bulk_done);
     s->bulk_bytes               = atomic_load(&d->st.bulk_bytes);
     s->n_peer_regions_forgotten = atomic_load(&d->st.regions_forgotten);
@@ -188,6 +196,7 @@ moon_status_t moon_dist_init(int *argc, char ***argv, const moon_dist_config_t *
         d->cfg.slice_bytes = 4096;
     }
     d->peer_timeout_ns = (d->cfg.peer_timeout_ms != 0 ? d->cfg.peer_timeout_ms : 2000) * 1000000ull;
+    d->peer_dead_ns    = (d->cfg.peer_dead_ms != 0 ? d->cfg.peer_dead_ms : 10000) * 1000000ull;
     d->spin_passes     = d->cfg.spin_passes != 0 ? d->cfg.spin_passes : SPIN_PASSES;
     MPI_Initialized(&inited);
     if (inited || launched_by_mpi()) {
@@ -451,6 +460,7 @@ moon_status_t moon_dist_start(moon_dist_t *d, moon_runtime_t *rt)
         d->peers[r].images =
             d->cfg.images && d->procs != NULL && d->procs[r].host == d->procs[d->rank].host;
     }
+    dist_liveness_start(d);
     d->next_tick_ns = now + TICK_NS;
     if (pthread_create(&d->thread, NULL, dist_progress_main, d) != 0) {
         status = MOON_ERR_NO_RESOURCE;

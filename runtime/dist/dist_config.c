@@ -18,7 +18,13 @@ static const moon_config_field_t dist_fields[] = {
     {"dist-batch-bytes", MOON_CONFIG_U32, DIST_AT(batch_bytes), .dflt = "16384",
      .doc = "small messages coalesced per frame, bytes", .min = 1024, .max = 64u << 20},
     {"peer-timeout-ms", MOON_CONFIG_U64, DIST_AT(peer_timeout_ms), .dflt = "2000",
-     .doc = "silence after which a rank counts as lost", .min = 1, .max = 86400000},
+     .doc = "silence after which a rank is suspected (its process checked when on this host; "
+            "lost once it is gone)",
+     .min = 1, .max = 86400000},
+    {"peer-dead-ms", MOON_CONFIG_U64, DIST_AT(peer_dead_ms), .dflt = "10000",
+     .doc = "silence after which a suspected rank is lost though its death was not seen "
+            "(at least 2x peer-timeout-ms and 4x the longest silence it came back from)",
+     .min = 1, .max = 86400000},
     {"slice-bytes", MOON_CONFIG_SIZE, DIST_AT(slice_bytes), .dflt = "0",
      .doc = "bulk transfer slice (0: the transport's, 1m shared memory, 128k tcp; "
             "else at least 4k)",
@@ -26,8 +32,8 @@ static const moon_config_field_t dist_fields[] = {
     {"dist-trace", MOON_CONFIG_STRING, DIST_AT(trace_dir), .dflt = NULL,
      .doc = "directory for per-rank message traces (trace.<rank>.log)"},
     {"dist-spin", MOON_CONFIG_U32, DIST_AT(spin_passes), .dflt = "256",
-     .doc = "idle progress passes (yielding after the first few) before sleeping", .min = 1,
-     .max = 1u << 24},
+     .doc = "idle progress passes (yielding after the first few; 100 us at most) before sleeping",
+     .min = 1, .max = 1u << 24},
     {"dist-images", MOON_CONFIG_BOOL, DIST_AT(images), .dflt = "1",
      .doc = "ranks of one host exchange message images (0: msgpack to every peer)"},
     {"dist-direct", MOON_CONFIG_BOOL, DIST_AT(direct), .dflt = "1",

@@ -37,9 +37,16 @@ void dist_gate_close(moon_dist_t *d, dist_peer_t *p, const moon_msg_hdr_t *msg)
         atomic_load_explicit(&s->overloaded, memory_order_relaxed) || s->mute_on != NULL) {
         return;
     }
-    atomic_store_explicit(&p->gate->overloaded, 1, memory_order_relaxed);
+    /* seq_cst store, then the queue's length: the progress thread may have
+     * drained the queue (and found the gate open) since our push, and would
+     * then never reopen it: the sender would stay muted. It decrements
+     * `queued`, then reads the flag (drain_peer); one of us sees the other. */
+    atomic_store(&p->gate->overloaded, 1);
     s->mute_on = p->gate;
     atomic_fetch_add_explicit(&d->st.gate_mutes, 1, memory_order_relaxed);
+    if (atomic_load(&p->queued) <= d->cfg.credits / 2) {
+        dist_gate_open(p);
+    }
 }
 
 /* Reopens a gate: the senders muted on it run again (actor.c unmute_all). */

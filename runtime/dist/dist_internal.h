@@ -123,7 +123,8 @@ uint32_t moon_dist_rank_(const moon_dist_t *d);
  * and which ranks share a host. */
 typedef struct {
     int64_t  pid;
-    uint64_t host; /* hash of the host name */
+    uint64_t host;  /* hash of the host name */
+    uint64_t start; /* start time (clock ticks since boot; 0: unknown): pid reuse */
 } dist_proc_t;
 /* Every rank's, gathered at init; NULL without MPI. */
 const dist_proc_t *dist_procs(const moon_dist_t *d);

@@ -9,8 +9,10 @@
  * Threads: the records and watchers are under d->lock (senders add them on
  * any thread); dist_peer_failed and dist_fail_queue run under the progress
  * lock (the progress thread, an idle worker's pass, or a handler's direct
- * send whose frame the engine refused). Heartbeats and timeouts that detect a loss stay in the
- * progress thread's tick (dist.c), as they share its pass with credit returns. */
+ * send whose frame the engine refused). Heartbeats stay in the progress
+ * thread's tick (dist_progress.c), as they share its pass with credit
+ * returns; the failure detector that turns silence into suspicion and loss
+ * is dist_liveness.c. */
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
@@ -165,7 +167,7 @@ static uint64_t host_hash(void)
 void dist_procs_gather(moon_dist_t *d)
 {
     uint32_t    split = d->cfg.split_hosts;
-    dist_proc_t me    = {(int64_t)getpid(), host_hash()};
+    dist_proc_t me    = {(int64_t)getpid(), host_hash(), dist_proc_start_ticks(getpid())};
     int         ok, all = 0;
 
     if (!d->use_mpi) {
@@ -187,31 +189,6 @@ void dist_procs_gather(moon_dist_t *d)
     MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, d->procs, (int)sizeof(me), MPI_BYTE, d->comm);
 }
 
-/* 1 if rank r's process runs on this host and is alive (not a zombie). */
-static int peer_process_alive(const moon_dist_t *d, uint32_t r)
-{
-    char  path[64], state = 0;
-    FILE *f;
-
-    if (d->procs == NULL || d->procs[r].host != d->procs[d->rank].host) {
-        return 0;
-    }
-    snprintf(path, sizeof(path), "/proc/%lld/stat", (long long)d->procs[r].pid);
-    if ((f = fopen(path, "r")) == NULL) {
-        return 0;
-    }
-    /* "pid (comm) S ...": the state follows the last ')' */
-    {
-        char line[512];
-        if (fgets(line, sizeof(line), f) != NULL) {
-            const char *close = strrchr(line, ')');
-            state             = close != NULL && close[1] == ' ' ? close[2] : 0;
-        }
-    }
-    fclose(f);
-    return state != 0 && state != 'Z' && state != 'X';
-}
-
 void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
 {
     dist_peer_t   *p      = &d->peers[r];
@@ -229,15 +206,16 @@ void dist_peer_failed(moon_dist_t *d, uint32_t r, moon_status_t reason)
     }
     atomic_fetch_add(&d->st.peers_lost, 1);
     atomic_fetch_add(&d->any_down, 1);
+    atomic_store(&p->suspected, 0);
     MOON_WARN("rank %u lost: %s", r, moon_status_str(reason));
-    if (peer_process_alive(d, r)) {
-        /* A false loss: a process stalled past the timeout, or (frames
+    if (dist_proc_state(d, r, 1) == DIST_PROC_ALIVE) {
+        /* A rank silent past the dead deadline (dist_liveness.c), or (frames
          * through UCX's shared memory, MOON_SHM_RINGS=0) a rank killed
          * between taking a slot of this rank's receive FIFO, which every
          * sender of the host shares, and filling it. */
         MOON_ERROR("rank %u was declared lost but its process %lld on this host is alive: it "
-                   "went silent here (stalled, or this rank's UCX receive FIFO stuck by a rank "
-                   "killed mid-send)",
+                   "stayed silent here past the dead deadline (wedged, or this rank's UCX "
+                   "receive FIFO stuck by a rank killed mid-send)",
                    r, (long long)d->procs[r].pid);
     }
     d->eng->peer_lost(d, r);

@@ -181,6 +181,8 @@ static int drain_peer(moon_dist_t *d, uint32_t r)
         }
     }
     count_locked(&d->st.sent, n);
+    /* pairs with dist_gate_close: the decrements of `queued`, then the flag */
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&p->gate->overloaded, memory_order_relaxed) &&
         atomic_load_explicit(&p->queued, memory_order_relaxed) <= d->cfg.credits / 2) {
         dist_gate_open(p);

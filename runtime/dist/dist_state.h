@@ -35,6 +35,12 @@ typedef struct {
      * (no clock read per frame). Progress lock. */
     uint32_t rx_frames, tx_frames, rx_seen, tx_seen;
     uint64_t last_rx_ns, last_tx_ns; /* as of the last tick that saw frames */
+    /* The failure detector (dist_liveness.c), progress lock; `suspected` is
+     * read by any thread. */
+    _Atomic int suspected;    /* silent past peer_timeout, not (yet) lost */
+    int         proc_check;   /* its process runs on this host and can be checked */
+    uint64_t    max_gap_ns;   /* the longest silence it came back from */
+    uint64_t    next_proc_ns; /* the next look at its process */
 } dist_peer_t;
 
 struct moon_dist {
@@ -69,7 +75,8 @@ struct moon_dist {
     uint64_t          next_tick_ns, last_tick_ns;
     _Atomic uint64_t  hb_ns;           /* set by moon_dist_stop while progress runs */
     uint32_t          spin_passes;     /* idle passes before sleeping (cfg.spin_passes) */
-    uint64_t          peer_timeout_ns; /* cfg.peer_timeout_ms, in ns */
+    uint64_t          peer_timeout_ns; /* cfg.peer_timeout_ms, in ns: suspicion */
+    uint64_t          peer_dead_ns;    /* cfg.peer_dead_ms, in ns: loss without a death seen */
     _Atomic int       saying_goodbye;
 
     /* commands from other threads: bulk ops, raw frames */
@@ -101,7 +108,8 @@ struct moon_dist {
 
     struct {
         _Atomic uint64_t sent, received, frames_sent, frames_received, bad_frames, bad_msgs, stale,
-            credit_stalls, gate_mutes, peers_lost, bulk_done, bulk_bytes, regions_forgotten;
+            credit_stalls, gate_mutes, peers_lost, peers_suspected, peers_back, bulk_done,
+            bulk_bytes, regions_forgotten;
     } st;
 };
 
@@ -127,6 +135,29 @@ void dist_fail_queue(moon_dist_t *d, uint32_t r);
 
 /* Gathers every rank's process (pid, host) into d->procs; collective. */
 void dist_procs_gather(moon_dist_t *d);
+
+/* ---- dist_liveness.c: the failure detector ------------------------------------ */
+typedef enum {
+    DIST_PROC_UNKNOWN, /* not on this host, or its process cannot be looked at */
+    DIST_PROC_ALIVE,
+    DIST_PROC_GONE, /* exited, a zombie, or its pid now belongs to another process */
+} dist_proc_state_t;
+
+/* This process's start time (/proc/self/stat, clock ticks since boot), 0 if
+ * unknown: with the pid, it names the process even after the pid is reused. */
+uint64_t dist_proc_start_ticks(int64_t pid);
+/* Rank r's process as seen from here. full = 0: kill(pid, 0) only (a
+ * zombie still counts as alive); 1: also its /proc state and start time. */
+dist_proc_state_t dist_proc_state(const moon_dist_t *d, uint32_t r, int full);
+/* Which peers' processes can be checked from here; at start, before the
+ * progress thread. */
+void dist_liveness_start(moon_dist_t *d);
+/* Rank r was heard from at now (frames since the last tick): its silence
+ * ends (a suspected rank is a member again). Progress lock. */
+void dist_liveness_heard(moon_dist_t *d, uint32_t r, uint64_t now);
+/* Rank r's silence at now: suspicion, a look at its process, loss once
+ * confirmed (dist_peer_failed). Progress lock, from the tick. */
+void dist_liveness_check(moon_dist_t *d, uint32_t r, uint64_t now);
 
 /* Logs "dropped <what> from rank r: <status>" the first time *flag is set. */
 void dist_log_once(_Atomic int *flag, const char *what, uint32_t r, moon_status_t status);

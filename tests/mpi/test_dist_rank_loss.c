@@ -4,7 +4,8 @@
  * SIGKILLs itself while the others are reading that region. The survivors
  * check that
  *   - their actor monitoring the victim gets DOWN (reason peer lost) and a
- *     PEER_DOWN within the peer timeout (default 2 s) plus one second,
+ *     PEER_DOWN within the peer timeout (default 2 s) plus one second (its
+ *     process on this host is checked: about 0.1 s; figures printed),
  *   - the transfer in flight completes with an error,
  *   - sends to the lost rank fail at once with MOON_ERR_PEER_LOST,
  *   - the victim's names are gone from their registries, and names still

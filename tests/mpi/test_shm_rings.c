@@ -325,7 +325,7 @@ static void make_stale_segment(void)
 
 int main(int argc, char **argv)
 {
-    dist_proc_t me       = {(int64_t)getpid(), 42}; /* one host */
+    dist_proc_t me       = {(int64_t)getpid(), 42, 0}; /* one host */
     int         failures = 0, all = 0;
 
     MPI_Init(&argc, &argv);

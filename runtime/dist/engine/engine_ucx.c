@@ -66,8 +66,9 @@ static void drop_pending(moon_dist_t *d, ucx_peer_t *p);
 
 /* UCX 1.13's shared-memory transports have no peer failure handler, so an
  * endpoint asking for one cannot use them: peer error handling is requested
- * only when UCX_TLS rules shared memory out (e.g. tcp). Heartbeats detect a
- * lost rank in every case. */
+ * only when UCX_TLS rules shared memory out (e.g. tcp), or for ranks on
+ * other hosts (peer_elsewhere). The failure detector (dist_liveness.c)
+ * confirms a loss in every case. */
 static int tls_without_shm(void)
 {
     const char *tls = moon_config_foreign_env("UCX_TLS"); /* UCX's own variable */
@@ -205,6 +206,18 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
                      from_ucs(status) == MOON_ERR_IO ? MOON_ERR_PEER_LOST : from_ucs(status));
 }
 
+/* 1 if rank r runs on another host (not a pseudo host of MOON_SPLIT_HOSTS):
+ * no shared memory reaches it, so its endpoints can have UCX's peer error
+ * handling, which reports its death (a reset connection) at once instead
+ * of after the failure detector's dead deadline (dist_liveness.c). */
+static int peer_elsewhere(moon_dist_t *d, uint32_t r)
+{
+    const dist_proc_t *procs = dist_procs(d);
+
+    return procs != NULL && dist_config(d)->split_hosts <= 1 &&
+           procs[r].host != procs[moon_dist_rank_(d)].host;
+}
+
 /* Creates *ep_p to rank r on first use; NULL once the peer failed. */
 static MOON_NOINLINE ucp_ep_h ep_create(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h *ep_p)
 {
@@ -215,14 +228,21 @@ static MOON_NOINLINE ucp_ep_h ep_create(moon_dist_t *d, ucx_peer_t *p, ucp_ep_h 
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address    = (const ucp_address_t *)(u->addrs + u->addr_off[p->rank]);
     ep.err_mode   = UCP_ERR_HANDLING_MODE_NONE;
-    if (u->no_shm) {
+    p->err_peer   = u->no_shm || peer_elsewhere(d, p->rank);
+    if (p->err_peer) {
         ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
         ep.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
         ep.err_handler.cb  = ep_error_cb;
         ep.err_handler.arg = p;
     }
-    s           = ucp_ep_create(u->worker, &ep, ep_p);
-    p->err_peer = u->no_shm;
+    s = ucp_ep_create(u->worker, &ep, ep_p);
+    if (s != UCS_OK && p->err_peer && !u->no_shm) {
+        /* no transport to it handles peer failure: its silence will tell */
+        ep.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        p->err_peer = 0;
+        s           = ucp_ep_create(u->worker, &ep, ep_p);
+    }
     if (s != UCS_OK) {
         MOON_ERROR("ucp_ep_create to rank %u failed: %s", p->rank, ucs_status_string(s));
         *ep_p     = NULL;
