@@ -76,8 +76,9 @@ static const moon_config_field_t gateway_fields[] = {
      .max = 1u << 20, .doc = "open http connections at most"},
     {"max-connections-per-ip", MOON_CONFIG_U32, CFG(max_connections_per_ip), .dflt = "256",
      .doc = "open http connections from one client address at most (0: no limit)"},
-    {"max-requests", MOON_CONFIG_U32, CFG(max_requests), .dflt = "512", .min = 1,
-     .doc = "requests served at once; more are answered 429 with retry-after at once"},
+    {"max-requests", MOON_CONFIG_U32, CFG(max_requests), .dflt = "512",
+     .doc = "requests served at once; more are answered 429 with retry-after at once (0: no "
+            "limit)"},
     {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1, .max = 1u << 23,
      .doc = "requests on their way to the gateway actor at once (more: 429)"},
     {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,

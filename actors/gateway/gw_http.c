@@ -700,7 +700,7 @@ static int admit(conn_t *c, moon_gw_error_t *err)
     moon_gw_http_t *h = c->http;
     uint32_t        n = atomic_fetch_add(&h->n_busy, 1);
 
-    if (n >= h->a.cfg.max_requests) {
+    if (h->a.cfg.max_requests > 0 && n >= h->a.cfg.max_requests) {
         unadmit(h);
         MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests being served, the limit: 429",
                          h->a.cfg.max_requests);
