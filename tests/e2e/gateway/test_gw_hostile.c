@@ -33,7 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HOLD_TOKENS 99 /* max_tokens the fake conductor never answers */
+#define HOLD_TOKENS 99  /* max_tokens the fake conductor never answers */
+#define FLOOD_TOKENS 98 /* max_tokens answered with 16 MB of tokens */
 
 static moon_runtime_t *g_rt;
 static moon_addr_t     g_fake;
@@ -46,6 +47,21 @@ static moon_status_t fake_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
 
     if (s->max_tokens == HOLD_TOKENS) {
         return MOON_OK; /* held: its client leaves, or the gateway stops */
+    }
+    if (s->max_tokens == FLOOD_TOKENS) {
+        static char text[8192];
+
+        memset(text, 't', sizeof(text) - 1);
+        for (uint32_t i = 0; i < 2048; i++) {
+            moon_serve_token_t *t = moon_msg_new(MOON_MSG_SERVE_TOKEN, sizeof(text) + 8);
+            if (t == NULL) {
+                break;
+            }
+            t->request_id = s->request_id;
+            t->index      = i;
+            moon_msg_set_str(t, &t->text, text);
+            (void)moon_tell(self, s->reply_to, &t->hdr);
+        }
     }
     d = moon_msg_new(MOON_MSG_SERVE_DONE, 64);
     if (d == NULL) {
@@ -580,6 +596,50 @@ static void test_overload_429(void)
            (unsigned long long)(now_ms() - t0));
 }
 
+/* A client that stops reading its stream is cut after write_timeout_s of no
+ * progress (here 2 s; the idle timeout, 30 s, is not what ends it). */
+static void test_slow_reader(void)
+{
+    moon_gateway_config_t cfg = config();
+    char                  req[256];
+    unsigned              port;
+    moon_addr_t           gw;
+    uint64_t              t0;
+    reply_t               r;
+    int                   fd, rcvbuf = 16 << 10, n;
+
+    cfg.write_timeout_s = 2;
+    gw                  = spawn(&cfg, &port);
+    CU_ASSERT_FATAL(gw != MOON_ADDR_NONE);
+    n  = snprintf(req, sizeof(req),
+                  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 44\r\n\r\n"
+                   "{\"prompt\":\"x\",\"max_tokens\":%d,\"stream\":true}",
+                  FLOOD_TOKENS);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    {
+        struct sockaddr_in a = {0};
+        a.sin_family         = AF_INET;
+        a.sin_port           = htons((uint16_t)port);
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        CU_ASSERT_FATAL(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    }
+    CU_ASSERT_EQUAL(send_all(fd, req, (size_t)n), 0);
+    t0 = now_ms();
+    nap_ms(5000); /* not reading: the server's writes stall */
+    read_reply(fd, now_ms() + 20000, &r);
+    printf("\n  [figures] a client that stops reading: cut, %zu bytes had come, %llu ms\n", r.len,
+           (unsigned long long)(now_ms() - t0));
+    CU_ASSERT_EQUAL(r.code, 200);
+    CU_ASSERT_TRUE(r.closed);
+    CU_ASSERT_PTR_NULL(strstr(r.text, "data: [DONE]"));
+    CU_ASSERT_TRUE(r.len < (size_t)2048 * 8191);
+    reply_fini(&r);
+    close(fd);
+    moon_stop(g_rt, gw, MOON_OK);
+}
+
 /* ---- slow clients ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -783,7 +843,7 @@ int main(void)
     }
     rc = MOON_TEST_RUN("gw_hostile", NULL, NULL, test_framing, test_keep_alive_still_works,
                        test_json_bodies, test_caps, test_errors_are_utf8, test_overload_429,
-                       test_slowloris, test_slow_body, test_per_ip_limit);
+                       test_slow_reader, test_slowloris, test_slow_body, test_per_ip_limit);
     moon_runtime_shutdown(g_rt, 0);
     moon_runtime_wait(g_rt);
     moon_runtime_destroy(g_rt);
