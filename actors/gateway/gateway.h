@@ -58,7 +58,7 @@ typedef struct {
     uint32_t max_connections_per_ip; /* --max-connections-per-ip 256; 0: no limit */
     uint32_t max_requests;           /* --max-requests 512: requests served at once (read,
                                         submitted, not answered); more get 429 + Retry-After;
-                                  0: no limit */
+                                        0: no limit */
     uint32_t max_inflight;           /* --max-inflight 4096: requests on their way to the
                                         gateway actor at once (more: 429) */
     uint32_t stats_interval_ms;      /* --stats-interval 500: how often the gateway asks the
