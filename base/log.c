@@ -124,6 +124,24 @@ void moon_log_emit(int level, const char *file, int line, const char *fmt, ...)
     va_end(ap);
 }
 
+int moon_log_limit_pass(moon_log_limit_t *lim, uint64_t interval_ns, uint64_t *n_held_p)
+{
+    struct timespec ts;
+    uint64_t        now, next;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now  = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    next = __atomic_load_n(&lim->next_ns, __ATOMIC_RELAXED);
+    /* one winner per interval: the compare-exchange that moves next_ns on */
+    if (now < next || !__atomic_compare_exchange_n(&lim->next_ns, &next, now + interval_ns, 0,
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        __atomic_fetch_add(&lim->n_held, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    *n_held_p = __atomic_exchange_n(&lim->n_held, 0, __ATOMIC_RELAXED);
+    return 1;
+}
+
 void moon_panic(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

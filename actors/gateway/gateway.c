@@ -61,16 +61,26 @@ static const moon_config_field_t gateway_fields[] = {
      .doc = "if set, /v1/ routes need the header 'authorization: bearer key'"},
     {"body-limit", MOON_CONFIG_SIZE, CFG(body_limit_bytes), .dflt = "4m", .min = 1,
      .doc = "largest request body (bigger: 413)"},
+    {"header-timeout", MOON_CONFIG_U32, CFG(header_timeout_s), .dflt = "10",
+     .doc = "seconds for a request line and headers, from the connection or its previous "
+            "request (closes idle keep-alive connections too; 0: none)"},
+    {"body-timeout", MOON_CONFIG_U32, CFG(body_timeout_s), .dflt = "60",
+     .doc = "seconds a request body may take to arrive after its headers (0: none)"},
     {"idle-timeout", MOON_CONFIG_U32, CFG(idle_timeout_s), .dflt = "30",
-     .doc = "seconds a silent connection stays open (half-sent requests; 0: forever)"},
-    {"request-timeout", MOON_CONFIG_U32, CFG(request_timeout_s), .dflt = "60",
-     .doc = "seconds a request body may take to arrive (0: forever)"},
+     .doc = "seconds a silent connection stays open (read; 0: forever)"},
+    {"write-timeout", MOON_CONFIG_U32, CFG(write_timeout_s), .dflt = "30",
+     .doc = "seconds an answer may wait for a client that does not read (0: forever)"},
     {"http-threads", MOON_CONFIG_U32, CFG(http_threads), .dflt = "2", .min = 1, .max = 256,
      .doc = "http server threads"},
     {"max-connections", MOON_CONFIG_U32, CFG(max_connections), .dflt = "1024", .min = 1,
-     .doc = "open http connections at most"},
+     .max = 1u << 20, .doc = "open http connections at most"},
+    {"max-connections-per-ip", MOON_CONFIG_U32, CFG(max_connections_per_ip), .dflt = "256",
+     .doc = "open http connections from one client address at most (0: no limit)"},
+    {"max-requests", MOON_CONFIG_U32, CFG(max_requests), .dflt = "512",
+     .doc = "requests served at once; more are answered 429 with retry-after at once (0: no "
+            "limit)"},
     {"max-inflight", MOON_CONFIG_U32, CFG(max_inflight), .dflt = "4096", .min = 1, .max = 1u << 23,
-     .doc = "requests on their way to the gateway actor at once (more: 503)"},
+     .doc = "requests on their way to the gateway actor at once (more: 429)"},
     {"stats-interval", MOON_CONFIG_U32, CFG(stats_interval_ms), .dflt = "500", .min = 10,
      .doc = "milliseconds between the gateway's polls of the conductor's counters"},
     {"request-deadline", MOON_CONFIG_U32, CFG(request_deadline_s), .dflt = "300",
@@ -254,18 +264,25 @@ err:
 static void gw_fini(moon_actor_t *self)
 {
     gw_state_t     *st  = moon_actor_state(self);
-    struct timespec nap = {0, 10 * 1000 * 1000};
+    uint64_t        gen = 0;
+    uint64_t        deadline_ns;
+    struct timespec ts;
+    int             idle;
 
     moon_gw_http_quiesce(st->http);
     moon_gw_bridge_cancel_all(st->bridge, self);
     /* No connection may stay parked when the server stops: end every request
-     * and let the connections finish (bounded: 5 s). */
-    for (int i = 0; i < 500; i++) {
+     * and wait (on a condition, up to 5 s) for the connections to finish;
+     * one submitted while stopping wakes the wait and is ended too. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 5000000000ull;
+    do {
         moon_gw_bridge_abort(st->bridge, MOON_ERR_CANCELED, "the gateway is stopping");
-        if (moon_gw_http_n_busy(st->http) == 0) {
-            break;
-        }
-        nanosleep(&nap, NULL);
+        idle = moon_gw_http_wait_idle(st->http, deadline_ns, &gen);
+    } while (idle == 0);
+    if (idle < 0) {
+        MOON_WARN("gateway: %u request(s) still busy after 5 s: stopping the server anyway",
+                  moon_gw_http_n_busy(st->http));
     }
     moon_gw_admin_destroy(st->admin); /* a push's connection answered before the server goes */
     st->admin = NULL;

@@ -35,31 +35,42 @@
 /* The gateway's options: one row each in moon_gateway_config_table
  * (flags --host ..., variables MOON_GATEWAY_HOST ...). Strings are borrowed. */
 typedef struct {
-    const char *host;            /* --host 127.0.0.1: bind address (IPv4, IPv6 or a name) */
-    uint32_t    port;            /* --port 8000; 0: any free port (see port_p) */
-    const char *model_name;      /* --model-name: the id /v1/models lists and requests
-                                    must name; NULL: the model file's stem */
-    const char *api_key;         /* --api-key: /v1/... need "Authorization: Bearer KEY";
-                                    NULL: no auth */
-    uint64_t body_limit_bytes;   /* --body-limit 4m: larger bodies get 413 */
-    uint32_t idle_timeout_s;     /* --idle-timeout 30: a silent connection (a half-sent
-                                    request, an idle keep-alive) is closed; 0: never */
-    uint32_t request_timeout_s;  /* --request-timeout 60: a body still arriving after
-                                    this is dropped; 0: never */
-    uint32_t http_threads;       /* --http-threads 2: libmicrohttpd's thread pool */
-    uint32_t max_connections;    /* --max-connections 1024 */
-    uint32_t max_inflight;       /* --max-inflight 4096: requests on their way to the
-                                    gateway actor at once (more: 503) */
-    uint32_t stats_interval_ms;  /* --stats-interval 500: how often the gateway asks the
-                                    conductor for its counters (gauges, readiness) */
-    uint32_t request_deadline_s; /* --request-deadline 300: a request still running this
-                                    long after its arrival ends with an error and is
-                                    cancelled (its slot and gauges freed); 0: never */
-    uint32_t max_resumes;        /* --resumes 3: times a request whose instance was lost
-                                    is submitted again with the tokens it got (its
-                                    stream goes on); 0: it fails with the loss */
-    const char *admin_key;       /* --admin-key: /v1/admin/weights needs "Authorization:
-                                    Bearer KEY"; NULL: the admin route is off */
+    const char *host;          /* --host 127.0.0.1: bind address (IPv4, IPv6 or a name) */
+    uint32_t    port;          /* --port 8000; 0: any free port (see port_p) */
+    const char *model_name;    /* --model-name: the id /v1/models lists and requests
+                                  must name; NULL: the model file's stem */
+    const char *api_key;       /* --api-key: /v1/... need "Authorization: Bearer KEY";
+                                  NULL: no auth */
+    uint64_t body_limit_bytes; /* --body-limit 4m: larger bodies get 413 */
+    /* deadlines (0: none) */
+    uint32_t header_timeout_s;       /* --header-timeout 10: the request line and headers must
+                                        arrive within this of the connection opening or its
+                                        previous request ending (an idle keep-alive connection
+                                        is closed after it too) */
+    uint32_t body_timeout_s;         /* --body-timeout 60: the body must arrive within this of
+                                        the headers */
+    uint32_t idle_timeout_s;         /* --idle-timeout 30: read: a connection silent this long
+                                        (a half-sent request) is closed */
+    uint32_t write_timeout_s;        /* --write-timeout 30: an answer the client does not read
+                                        for this long is dropped */
+    uint32_t http_threads;           /* --http-threads 2: libmicrohttpd's thread pool */
+    uint32_t max_connections;        /* --max-connections 1024 */
+    uint32_t max_connections_per_ip; /* --max-connections-per-ip 256; 0: no limit */
+    uint32_t max_requests;           /* --max-requests 512: requests served at once (read,
+                                        submitted, not answered); more get 429 + Retry-After;
+                                        0: no limit */
+    uint32_t max_inflight;           /* --max-inflight 4096: requests on their way to the
+                                        gateway actor at once (more: 429) */
+    uint32_t stats_interval_ms;      /* --stats-interval 500: how often the gateway asks the
+                                        conductor for its counters (gauges, readiness) */
+    uint32_t request_deadline_s;     /* --request-deadline 300: a request still running this
+                                        long after its arrival ends with an error and is
+                                        cancelled (its slot and gauges freed); 0: never */
+    uint32_t max_resumes;            /* --resumes 3: times a request whose instance was lost
+                                        is submitted again with the tokens it got (its
+                                        stream goes on); 0: it fails with the loss */
+    const char *admin_key;           /* --admin-key: /v1/admin/weights needs "Authorization:
+                                        Bearer KEY"; NULL: the admin route is off */
 } moon_gateway_config_t;
 
 MOON_API extern const moon_config_table_t moon_gateway_config_table;

@@ -21,6 +21,7 @@ static const struct {
     {413, "invalid_request_error", "request_too_large"},
     {429, "rate_limit_error", "rate_limit_exceeded"},
     {500, "server_error", "internal_error"},
+    {501, "invalid_request_error", "not_implemented"},
     {503, "server_error", "service_unavailable"},
 };
 
@@ -28,6 +29,7 @@ void moon_gw_error_set(moon_gw_error_t *err, int http, const char *code, const c
                        const char *fmt, ...)
 {
     va_list ap;
+    char    text[sizeof(err->message)];
 
     memset(err, 0, sizeof(*err));
     err->http = http;
@@ -42,14 +44,17 @@ void moon_gw_error_set(moon_gw_error_t *err, int http, const char *code, const c
         err->code = code;
     }
     if (param != NULL) {
-        snprintf(err->param, sizeof(err->param), "%s", param);
+        moon_gw_utf8_copy(err->param, sizeof(err->param), param);
     }
     if (http == 429) {
         err->retry_after_s = 1;
     }
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    /* messages echo what the client sent (a url, a model name): errors are
+     * JSON, so always valid UTF-8 */
+    moon_gw_utf8_copy(err->message, sizeof(err->message), text);
 }
 
 char *moon_gw_error_json(const moon_gw_error_t *err)

@@ -3,15 +3,20 @@
  * with the HTTP status that goes with it.
  *
  *   status  type                    code (default)          when
- *   400     invalid_request_error   null                    bad JSON, wrong types, missing
- *                                                           fields, prompt over the context
+ *   400     invalid_request_error   null                    bad JSON (a key twice, data after
+ *                                                           the value, a NUL), wrong types,
+ *                                                           missing fields, a field over its
+ *                                                           cap, prompt over the context,
+ *                                                           ambiguous HTTP framing
  *   401     invalid_request_error   invalid_api_key         --api-key set, Bearer missing/wrong
  *   404     invalid_request_error   not_found               unknown route; model_not_found
  *   405     invalid_request_error   method_not_allowed      known route, other method
  *   408     invalid_request_error   request_timeout         body not received in time
  *   413     invalid_request_error   request_too_large       body over the limit
- *   429     rate_limit_error        rate_limit_exceeded     early rejection (Retry-After)
+ *   429     rate_limit_error        rate_limit_exceeded     early rejection, or the gateway at
+ *                                                           its max-requests (Retry-After)
  *   500     server_error            internal_error          a failure in the cluster
+ *   501     invalid_request_error   not_implemented         a Transfer-Encoding other than chunked
  *   503     server_error            service_unavailable     not ready, a role down, full
  * Plain data, no threads of its own. */
 #ifndef MOON_ACTORS_GW_ERRORS_H

@@ -6,6 +6,7 @@
 #include "gw_buf.h"
 #include "gw_errors.h"
 #include "gw_format.h"
+#include "gw_guard.h"
 #include "gw_hangup.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -19,11 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 
 #define SSE_BLOCK_BYTES (16u << 10)
+/* Bytes/s a body must average to keep its connection when the slots run out
+ * (4 MiB at this rate takes over an hour: no real upload is that slow). */
+#define MIN_BODY_RATE 1024u
 
 typedef enum {
     ROUTE_NONE,
@@ -48,15 +53,21 @@ struct moon_gw_http {
     moon_gw_http_args_t a;
     struct MHD_Daemon  *daemon;
     moon_gw_hangup_t   *hangup; /* clients that leave while parked */
+    moon_gw_guard_t    *guard;  /* header and body deadlines */
     uint16_t            port;
     uint64_t            nonce; /* makes response ids unique across restarts */
     int64_t             created;
     atomic_int          down;
     atomic_int          closing;
     const char *_Atomic not_ready; /* why not (static text); NULL: ready */
-    atomic_uint         n_busy;
+    atomic_uint         n_busy;    /* requests past the admission check, not finished */
     pthread_mutex_t     health_mu;
     char                health[1024]; /* under health_mu: /health's body when ready */
+    /* shutdown: moon_gw_http_wait_idle waits on idle_cv for n_busy 0 or a
+     * submit that came after quiesce (idle_gen) */
+    pthread_mutex_t idle_mu;
+    pthread_cond_t  idle_cv;
+    uint64_t        idle_gen;
 };
 
 typedef struct {
@@ -67,6 +78,8 @@ typedef struct {
     uint64_t               t_start_ns;
     moon_gw_buf_t          body;
     int                    too_large, timed_out;
+    int                    must_close; /* the answer closes the connection */
+    int                    admitted;   /* counted in n_busy */
     moon_gw_request_t      req;
     moon_gw_req_t         *breq;
     char                   id[64];
@@ -98,6 +111,28 @@ static void count_response(moon_gw_http_t *h, unsigned code)
     moon_gw_metrics_add(h->a.metrics, MOON_GW_M_HTTP, labels, 1);
 }
 
+/* The answer is queued: from now on a client that does not read is given
+ * write_timeout_s (libmicrohttpd's per-connection timeout) instead of the
+ * idle (read) timeout. */
+static void set_write_timeout(conn_t *c)
+{
+    const moon_gateway_config_t *cfg = &c->http->a.cfg;
+
+    if (cfg->write_timeout_s != cfg->idle_timeout_s) {
+        MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned int)cfg->write_timeout_s);
+    }
+}
+
+/* The connection's guard id (gw_guard.h), 0 if not guarded. */
+static uint32_t guard_id(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci != NULL ? (uint32_t)(uintptr_t)ci->socket_context : 0;
+}
+
 /* Queues text (taken: moon_free'd by libmicrohttpd through the callback). */
 static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char *text, size_t len,
                                const moon_gw_error_t *err)
@@ -124,6 +159,9 @@ static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char 
         snprintf(v, sizeof(v), "%u", err->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
+    if (c->must_close) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     if (code == 405) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
                                 c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT ? "POST"
@@ -132,6 +170,7 @@ static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char 
     ret = MHD_queue_response(c->mc, code, resp);
     MHD_destroy_response(resp);
     count_response(c->http, code);
+    set_write_timeout(c);
     c->phase = PH_ANSWERED;
     return ret;
 }
@@ -573,6 +612,7 @@ static enum MHD_Result start_stream(conn_t *c)
     ret = MHD_queue_response(c->mc, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     count_response(c->http, 200);
+    set_write_timeout(c);
     c->phase = PH_STREAM;
     return ret;
 }
@@ -634,6 +674,45 @@ static enum MHD_Result on_events(conn_t *c)
     }
 }
 
+/* Wakes moon_gw_http_wait_idle (shutdown): a request finished with none left,
+ * or one was submitted after quiesce. */
+static void idle_notify(moon_gw_http_t *h, int submitted)
+{
+    pthread_mutex_lock(&h->idle_mu);
+    h->idle_gen += (uint64_t)submitted;
+    pthread_cond_broadcast(&h->idle_cv);
+    pthread_mutex_unlock(&h->idle_mu);
+}
+
+static void unadmit(moon_gw_http_t *h)
+{
+    if (atomic_fetch_sub(&h->n_busy, 1) == 1 && atomic_load(&h->closing)) {
+        idle_notify(h, 0);
+    }
+}
+
+/* Admission: at most max_requests at once; past that a 429 with Retry-After
+ * right away (nothing queues without bound). Counted before the readiness
+ * check, so a shutdown (quiesce, then wait_idle) sees every request that may
+ * still be submitted. */
+static int admit(conn_t *c, moon_gw_error_t *err)
+{
+    moon_gw_http_t *h = c->http;
+    uint32_t        n = atomic_fetch_add(&h->n_busy, 1);
+
+    if (h->a.cfg.max_requests > 0 && n >= h->a.cfg.max_requests) {
+        unadmit(h);
+        MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests being served, the limit: 429",
+                         h->a.cfg.max_requests);
+        moon_gw_error_set(err, 429, NULL, NULL,
+                          "the server is serving its limit of %u requests at once; retry later",
+                          h->a.cfg.max_requests);
+        return 0;
+    }
+    c->admitted = 1;
+    return 1;
+}
+
 /* The body is in: parse, prepare, submit. */
 static enum MHD_Result on_body(conn_t *c)
 {
@@ -647,7 +726,7 @@ static enum MHD_Result on_body(conn_t *c)
                           h->a.cfg.body_limit_bytes);
         return respond_error(c, &err);
     }
-    if (!ready(h, &err)) {
+    if (!admit(c, &err) || !ready(h, &err)) {
         return respond_error(c, &err);
     }
     status = moon_gw_openai_parse(c->body.data != NULL ? c->body.data : "", c->body.len,
@@ -671,7 +750,9 @@ static enum MHD_Result on_body(conn_t *c)
     conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
     status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
     if (status == MOON_ERR_NO_RESOURCE) {
-        return fail(c, 503, NULL, "%s", "too many requests in flight, retry later");
+        MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
+                         h->a.cfg.max_inflight);
+        return fail(c, 429, NULL, "%s", "too many requests in flight, retry later");
     }
     if (status == MOON_ERR_INVALID_PARAM) {
         return fail(c, 400, NULL, "%s", "the request's parameters were refused");
@@ -680,7 +761,9 @@ static enum MHD_Result on_body(conn_t *c)
         return fail(c, 500, NULL, "the request could not be submitted: %s",
                     moon_status_str(status));
     }
-    atomic_fetch_add(&h->n_busy, 1);
+    if (atomic_load(&h->closing)) {
+        idle_notify(h, 1); /* submitted after quiesce: the shutdown aborts it */
+    }
     watch_hangup(c);
     snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", c->req.chat ? "chatcmpl" : "cmpl",
              (unsigned long long)(h->nonce & 0xffffffffull),
@@ -695,6 +778,61 @@ static enum MHD_Result on_body(conn_t *c)
     return on_events(c);
 }
 
+/* ---- framing ----------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned    n_cl, n_te;
+    const char *cl, *te;
+} framing_t;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    framing_t *f = cls;
+
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        f->n_cl++;
+        f->cl = value != NULL ? value : "";
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+        f->te = value != NULL ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Where a request's body ends must be beyond doubt (RFC 9112 6.3), or a
+ * proxy in front and this server could split the bytes into requests
+ * differently (request smuggling): Content-Length with Transfer-Encoding,
+ * two Content-Lengths, or one that is not a number are 400s, a
+ * Transfer-Encoding other than chunked a 501; each closes the connection
+ * (the rest of its bytes is never read as a request). 1: fine. */
+static int framing_ok(conn_t *c, framing_t *f, moon_gw_error_t *err)
+{
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, count_framing, f);
+    if (f->n_te > 0 && f->n_cl > 0) {
+        moon_gw_error_set(err, 400, NULL, NULL, "%s",
+                          "a request with both Content-Length and Transfer-Encoding is refused "
+                          "(ambiguous framing)");
+    } else if (f->n_te > 1 || (f->n_te == 1 && strcasecmp(f->te, "chunked") != 0)) {
+        moon_gw_error_set(err, 501, NULL, NULL,
+                          "Transfer-Encoding '%.64s' is not supported (only chunked, once)",
+                          f->n_te > 1 ? "(twice)" : f->te);
+    } else if (f->n_cl > 1) {
+        moon_gw_error_set(err, 400, NULL, NULL, "%s",
+                          "a request with more than one Content-Length is refused (ambiguous "
+                          "framing)");
+    } else if (f->n_cl == 1 && (f->cl[0] == '\0' || strspn(f->cl, "0123456789") != strlen(f->cl) ||
+                                strlen(f->cl) > 19)) {
+        moon_gw_error_set(err, 400, NULL, NULL, "%s", "Content-Length must be a decimal number");
+    } else {
+        return 1;
+    }
+    MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %d: %s", err->http, err->message);
+    c->must_close = 1;
+    return 0;
+}
+
 /* The first call for a request: route, method, key, declared length. */
 static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
 {
@@ -703,8 +841,14 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
     int get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
     const char     *cl;
     moon_gw_error_t err;
+    framing_t       f = {0};
 
-    c->route = route_of(url);
+    if (!framing_ok(c, &f, &err)) {
+        return respond_error(c, &err);
+    }
+    /* an answer before the body is read closes the connection */
+    c->must_close = f.n_te > 0 || (f.n_cl > 0 && strtoull(f.cl, NULL, 10) > 0);
+    c->route      = route_of(url);
     if (c->route == ROUTE_NONE) {
         return fail(c, 404, NULL, "no route %s", url);
     }
@@ -728,7 +872,8 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
                           h->a.cfg.body_limit_bytes);
         return respond_error(c, &err);
     }
-    c->phase = PH_BODY;
+    c->must_close = 0;
+    c->phase      = PH_BODY;
     return MHD_YES;
 }
 
@@ -738,6 +883,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 {
     moon_gw_http_t *h = cls;
     conn_t         *c = *con_cls;
+    enum MHD_Result ret;
 
     (void)version;
     if (c == NULL) {
@@ -753,17 +899,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         moon_gw_buf_puts(&c->acc, "");
         atomic_init(&c->gone, 0);
         *con_cls = c;
-        return on_start(c, url, method);
+        ret      = on_start(c, url, method);
+        moon_gw_guard_set(h->guard, guard_id(mc),
+                          c->phase == PH_BODY ? MOON_GW_GUARD_BODY : MOON_GW_GUARD_BUSY);
+        return ret;
     }
     switch (c->phase) {
     case PH_BODY:
         if (*upload_data_size > 0) {
-            uint64_t limit_ns = (uint64_t)h->a.cfg.request_timeout_s * 1000000000ull;
+            uint64_t limit_ns = (uint64_t)h->a.cfg.body_timeout_s * 1000000000ull;
             if (limit_ns > 0 && moon_now(h->a.rt) - c->t_start_ns > limit_ns) {
-                MOON_WARN("gateway: a request body took over %u s: connection dropped",
-                          h->a.cfg.request_timeout_s);
+                MOON_LOG_LIMITED(MOON_LOG_INFO,
+                                 "gateway: a request body took over %u s: connection dropped",
+                                 h->a.cfg.body_timeout_s);
                 return MHD_NO;
             }
+            moon_gw_guard_progress(h->guard, guard_id(mc), *upload_data_size);
             if (c->body.len + *upload_data_size > h->a.cfg.body_limit_bytes) {
                 c->too_large = 1;
             } else {
@@ -772,6 +923,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             *upload_data_size = 0;
             return MHD_YES;
         }
+        moon_gw_guard_set(h->guard, guard_id(mc), MOON_GW_GUARD_BUSY);
         if (c->body.failed) {
             return fail(c, 500, NULL, "%s", "out of memory reading the body");
         }
@@ -793,7 +945,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     moon_gw_http_t *h = cls;
     conn_t         *c = *con_cls;
 
-    (void)mc;
+    /* keep-alive: the next request's head has its deadline from now */
+    moon_gw_guard_set(h->guard, guard_id(mc), MOON_GW_GUARD_HEADERS);
     if (c == NULL) {
         return;
     }
@@ -806,7 +959,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                            (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
         }
         moon_gw_req_close(c->breq, !c->got_done);
-        atomic_fetch_sub(&h->n_busy, 1);
+    }
+    if (c->admitted) {
+        unadmit(h);
     }
     if (c->job != NULL) {
         int    http;
@@ -823,6 +978,25 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     /* libmicrohttpd's threads end without telling us: give the messages this
      * thread cached back to the shared pool now (else they leak at its exit). */
     moon_msg_cache_flush();
+}
+
+/* A connection opens (its head's deadline starts) or closes (before its
+ * socket does). */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    moon_gw_http_t *h = cls;
+
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        uint32_t id = ci != NULL ? moon_gw_guard_open(h->guard, ci->connect_fd) : 0;
+
+        *socket_context = (void *)(uintptr_t)id;
+    } else {
+        moon_gw_guard_close(h->guard, (uint32_t)(uintptr_t)*socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* libmicrohttpd's messages are mostly about clients (one that hung up
@@ -849,6 +1023,9 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
     unsigned                    flags;
     int                         ret;
     const union MHD_DaemonInfo *info;
+    moon_gw_guard_config_t      gcfg;
+    uint32_t                    cap = MOON_MAX(args->cfg.max_connections, 1u);
+    pthread_condattr_t          ca;
 
     if (args->cfg.host == NULL || args->cfg.body_limit_bytes == 0 || args->bridge == NULL ||
         args->metrics == NULL || args->model.model_name == NULL) {
@@ -869,11 +1046,36 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
         freeaddrinfo(ai);
         return MOON_ERR_NO_MEMORY;
     }
-    if (moon_gw_hangup_create(MOON_MAX(args->cfg.max_connections, 1u), &h->hangup) != MOON_OK) {
+    if (moon_gw_hangup_create(cap, &h->hangup) != MOON_OK) {
         freeaddrinfo(ai);
         moon_free(h);
         return MOON_ERR_IO;
     }
+    /* under pressure (7/8 of the slots taken) a connection still sending its
+     * head after a second (or its whole header timeout, if shorter), or a body
+     * slower than MIN_BODY_RATE, makes room */
+    gcfg = (moon_gw_guard_config_t){
+        .capacity      = cap,
+        .header_ns     = (uint64_t)args->cfg.header_timeout_s * 1000000000ull,
+        .body_ns       = (uint64_t)args->cfg.body_timeout_s * 1000000000ull,
+        .pressure      = cap - cap / 8,
+        .evict_age_ns  = 1000000000ull,
+        .min_body_rate = MIN_BODY_RATE,
+    };
+    if (gcfg.header_ns > 0) {
+        gcfg.evict_age_ns = MOON_MIN(gcfg.evict_age_ns, gcfg.header_ns);
+    }
+    if (moon_gw_guard_create(&gcfg, &h->guard) != MOON_OK) {
+        freeaddrinfo(ai);
+        moon_gw_hangup_destroy(h->hangup);
+        moon_free(h);
+        return MOON_ERR_IO;
+    }
+    pthread_mutex_init(&h->idle_mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
     h->a       = *args;
     h->created = (int64_t)time(NULL);
     h->nonce   = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ moon_now(args->rt);
@@ -891,14 +1093,18 @@ moon_status_t moon_gw_http_start(const moon_gw_http_args_t *args, moon_gw_http_t
         flags, (uint16_t)args->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
         on_mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned int)args->cfg.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)args->cfg.max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)MOON_MAX(args->cfg.http_threads, 1u),
-        MHD_OPTION_END);
+        (unsigned int)args->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)args->cfg.max_connections_per_ip, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned int)MOON_MAX(args->cfg.http_threads, 1u), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (h->daemon == NULL) {
         MOON_ERROR("gateway: cannot listen on %s:%u (in use, or not an address of this host)",
                    args->cfg.host, args->cfg.port);
+        moon_gw_guard_destroy(h->guard);
         moon_gw_hangup_destroy(h->hangup);
+        pthread_cond_destroy(&h->idle_cv);
+        pthread_mutex_destroy(&h->idle_mu);
         moon_free(h);
         return MOON_ERR_IO;
     }
@@ -940,6 +1146,37 @@ uint32_t moon_gw_http_n_busy(const moon_gw_http_t *h)
     return atomic_load(&((moon_gw_http_t *)h)->n_busy);
 }
 
+int moon_gw_http_wait_idle(moon_gw_http_t *h, uint64_t deadline_ns, uint64_t *gen_p)
+{
+    struct timespec ts  = {(time_t)(deadline_ns / 1000000000ull),
+                           (long)(deadline_ns % 1000000000ull)};
+    int             ret = 0;
+
+    pthread_mutex_lock(&h->idle_mu);
+    for (;;) {
+        if (atomic_load(&h->n_busy) == 0) {
+            ret = 1;
+            break;
+        }
+        if (h->idle_gen != *gen_p) {
+            *gen_p = h->idle_gen;
+            ret    = 0;
+            break;
+        }
+        if (pthread_cond_timedwait(&h->idle_cv, &h->idle_mu, &ts) != 0) {
+            ret = atomic_load(&h->n_busy) == 0 ? 1 : -1; /* ETIMEDOUT */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&h->idle_mu);
+    return ret;
+}
+
+void moon_gw_http_guard_stats(moon_gw_http_t *h, moon_gw_guard_stats_t *stats)
+{
+    moon_gw_guard_stats(h->guard, stats);
+}
+
 void moon_gw_http_stop(moon_gw_http_t *h)
 {
     if (h == NULL) {
@@ -948,5 +1185,8 @@ void moon_gw_http_stop(moon_gw_http_t *h)
     MHD_stop_daemon(h->daemon);
     moon_gw_hangup_destroy(h->hangup); /* after the daemon: no unwatch can come */
     pthread_mutex_destroy(&h->health_mu);
+    moon_gw_guard_destroy(h->guard);
+    pthread_cond_destroy(&h->idle_cv);
+    pthread_mutex_destroy(&h->idle_mu);
     moon_free(h);
 }

@@ -20,6 +20,7 @@
 #include "gateway.h"
 #include "gw_admin.h"
 #include "gw_bridge.h"
+#include "gw_guard.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
 
@@ -50,8 +51,16 @@ void moon_gw_http_set_down(moon_gw_http_t *http, int down);
 void moon_gw_http_set_health(moon_gw_http_t *http, const char *json);
 /* From now on new requests get 503 (stopping). Any thread. */
 void moon_gw_http_quiesce(moon_gw_http_t *http);
-/* Requests submitted whose connection has not finished yet. */
+/* Requests admitted (past the max_requests check) whose connection has not
+ * finished yet. */
 uint32_t moon_gw_http_n_busy(const moon_gw_http_t *http);
+/* After quiesce: waits until n_busy is 0 (returns 1), a request was
+ * submitted since *gen_p (0: *gen_p updated; end it, e.g. with
+ * moon_gw_bridge_abort, and call again), or deadline_ns (CLOCK_MONOTONIC)
+ * passed (-1). Blocks on a condition, no polling. Start with *gen_p 0. */
+int moon_gw_http_wait_idle(moon_gw_http_t *http, uint64_t deadline_ns, uint64_t *gen_p);
+/* The connection guard's counters (gw_guard.h). Any thread. */
+void moon_gw_http_guard_stats(moon_gw_http_t *http, moon_gw_guard_stats_t *stats);
 /* Stops the server (no parked connection may be left: abort the bridge and
  * wait for n_busy 0 first) and frees. NULL: no-op. */
 void moon_gw_http_stop(moon_gw_http_t *http);

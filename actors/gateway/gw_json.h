@@ -5,6 +5,8 @@
 #ifndef MOON_ACTORS_GW_JSON_H
 #define MOON_ACTORS_GW_JSON_H
 
+#include "moonlet/status.h"
+
 #include <cjson/cJSON.h>
 
 #include <stddef.h>
@@ -19,6 +21,23 @@ char *moon_gw_json_print_wrapped(const cJSON *item, const char *before, const ch
  * of memory. len_p (optional) gets its length. */
 char *moon_gw_json_wrap(const char *before, const char *text, size_t len, const char *after,
                         size_t *len_p);
+
+/* Parses a request body strictly: one JSON value and nothing after it but
+ * whitespace, no object with the same key twice (at any depth), no NUL or
+ * raw control character inside a string (cJSON's strings end at a NUL, so a
+ * "\u0000" would silently cut a prompt). *root_p: the value (cJSON_Delete
+ * it). MOON_ERR_INVALID_PARAM with why_p (static text) and param (the
+ * duplicated key, "" otherwise; at most param_cap bytes) when the body is
+ * refused; MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_json_parse_strict(const char *body, size_t len, cJSON **root_p,
+                                        const char **why_p, char *param, size_t param_cap);
+
+/* UTF-8: the length of the longest valid prefix of s[0..len). Overlong
+ * forms, surrogates and code points past U+10FFFF are invalid. */
+size_t moon_gw_utf8_valid_len(const char *s, size_t len);
+/* Copies the NUL-terminated src into dst (cap bytes, NUL-terminated) as valid
+ * UTF-8: each invalid byte becomes U+FFFD; truncated at a character boundary. */
+void moon_gw_utf8_copy(char *dst, size_t cap, const char *src);
 
 /* Field lookups on an object (case-sensitive). Return 0 when the field is
  * absent or JSON null, 1 when present with the right type (value written),

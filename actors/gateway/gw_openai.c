@@ -17,14 +17,18 @@
 #define INT_MAX_F 2147483647.0
 
 /* Token ids of a JSON array of integers (NULL *ids_p for an empty one). */
-static moon_status_t parse_ids(const cJSON *arr, const char *param, int32_t **ids_p, uint32_t *n_p,
-                               moon_gw_error_t *err)
+static moon_status_t parse_ids(const cJSON *arr, const char *param, uint32_t most, int32_t **ids_p,
+                               uint32_t *n_p, moon_gw_error_t *err)
 {
-    int      n   = cJSON_GetArraySize(arr);
-    int32_t *ids = moon_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    int      i   = 0;
+    int      n = cJSON_GetArraySize(arr);
+    int32_t *ids;
+    int      i = 0;
     cJSON   *e;
 
+    if ((uint32_t)n > most) {
+        BAD(param, "'%s' has %d token ids, more than the %u allowed", param, n, most);
+    }
+    ids = moon_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     if (ids == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -77,7 +81,7 @@ static moon_status_t parse_prompt(const cJSON *root, moon_gw_request_t *req, moo
         if (cJSON_GetArraySize(p) == 0) {
             BAD("prompt", "'prompt' must not be empty");
         }
-        return parse_ids(p, "prompt", &req->tokens, &req->n_tokens, err);
+        return parse_ids(p, "prompt", MOON_GW_MAX_PROMPT_TOKENS, &req->tokens, &req->n_tokens, err);
     }
     BAD("prompt", "'prompt' must be a string, a list of token ids, or a list of one of those");
 }
@@ -148,6 +152,10 @@ static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req, m
     if (n == 0) {
         BAD("messages", "'messages' must not be empty");
     }
+    if ((uint32_t)n > MOON_GW_MAX_MESSAGES) {
+        BAD("messages", "'messages' has %d turns, more than the %u allowed", n,
+            MOON_GW_MAX_MESSAGES);
+    }
     req->msgs = moon_calloc((size_t)n, sizeof(*req->msgs));
     if (req->msgs == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -185,22 +193,33 @@ static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req, m
     return MOON_OK;
 }
 
+/* One stop string (an empty one is dropped). */
+static moon_status_t add_stop(const char *text, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    size_t n = strlen(text);
+
+    if (n == 0) {
+        return MOON_OK;
+    }
+    if (n > MOON_GW_MAX_STOP_BYTES) {
+        BAD("stop", "a stop string has %zu bytes, more than the %u allowed", n,
+            MOON_GW_MAX_STOP_BYTES);
+    }
+    req->stop[req->n_stop] = moon_strdup(text);
+    return req->stop[req->n_stop++] != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+}
+
 static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
 {
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
-    const cJSON *e;
+    const cJSON  *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    const cJSON  *e;
+    moon_status_t status;
 
     if (s == NULL || cJSON_IsNull(s)) {
         return MOON_OK;
     }
     if (cJSON_IsString(s)) {
-        if (s->valuestring[0] != '\0') {
-            req->stop[req->n_stop] = moon_strdup(s->valuestring);
-            if (req->stop[req->n_stop++] == NULL) {
-                return MOON_ERR_NO_MEMORY;
-            }
-        }
-        return MOON_OK;
+        return add_stop(s->valuestring, req, err);
     }
     if (!cJSON_IsArray(s)) {
         BAD("stop", "'stop' must be a string or a list of strings");
@@ -213,12 +232,9 @@ static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_
         if (!cJSON_IsString(e)) {
             BAD("stop", "'stop' must be a string or a list of strings");
         }
-        if (e->valuestring[0] == '\0') {
-            continue;
-        }
-        req->stop[req->n_stop] = moon_strdup(e->valuestring);
-        if (req->stop[req->n_stop++] == NULL) {
-            return MOON_ERR_NO_MEMORY;
+        status = add_stop(e->valuestring, req, err);
+        if (status != MOON_OK) {
+            return status;
         }
     }
     return MOON_OK;
@@ -345,7 +361,8 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
         if (!cJSON_IsArray(ids)) {
             BAD("stop_token_ids", "'stop_token_ids' must be a list of token ids");
         }
-        return parse_ids(ids, "stop_token_ids", &req->stop_ids, &req->n_stop_ids, err);
+        return parse_ids(ids, "stop_token_ids", MOON_GW_MAX_STOP_IDS, &req->stop_ids,
+                         &req->n_stop_ids, err);
     }
     return MOON_OK;
 }
@@ -353,16 +370,22 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
 moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
                                    moon_gw_error_t *err)
 {
-    cJSON        *root;
+    cJSON        *root  = NULL;
     const char   *model = NULL;
+    const char   *why   = NULL;
+    char          twin[48];
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
     req->chat = chat;
-    root      = cJSON_ParseWithLength(body, len);
-    if (root == NULL) {
-        moon_gw_error_set(err, 400, NULL, NULL, "the body is not valid JSON");
+    status    = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
+    if (status == MOON_ERR_INVALID_PARAM) {
+        moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s%s%s%s", why,
+                          twin[0] != '\0' ? " ('" : "", twin, twin[0] != '\0' ? "')" : "");
         return MOON_ERR_INVALID_PARAM;
+    }
+    if (status != MOON_OK) {
+        return status;
     }
     if (!cJSON_IsObject(root)) {
         moon_gw_error_set(err, 400, NULL, NULL, "the body must be a JSON object");

@@ -8,7 +8,7 @@
  * Fields read: model, prompt (string, token ids, or a one-element list of
  * either) or messages (role + content string or text parts), max_tokens /
  * max_completion_tokens, temperature (default 1, as OpenAI), top_p, top_k,
- * seed, stop (string or list of up to 16), n (1 only), stream,
+ * seed, stop (string or list of up to 16, each at most 512 bytes), n (1 only), stream,
  * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
  * moonlet_details (placement and server times in the usage: gw_format.h).
  * logprobs, echo, best_of > 1 and suffix are refused (400); other fields are
@@ -24,7 +24,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOON_GW_MAX_STOP 16u
+/* Caps on what travels between ranks in every message of a request (the
+ * SUBMIT, and the placement and handover copies): more is a 400 naming the
+ * field. A prompt is capped by the model's context (or, context unknown, by
+ * MOON_GW_MAX_PROMPT_TOKENS ids). */
+#define MOON_GW_MAX_STOP 16u              /* stop strings */
+#define MOON_GW_MAX_STOP_BYTES 512u       /* bytes in one stop string */
+#define MOON_GW_MAX_STOP_IDS 256u         /* stop_token_ids */
+#define MOON_GW_MAX_MESSAGES 4096u        /* chat turns */
+#define MOON_GW_MAX_PROMPT_TOKENS 131072u /* token ids of a prompt, no context known */
 
 typedef struct {
     int                 chat; /* 1: /v1/chat/completions */
@@ -56,7 +64,10 @@ typedef struct {
 } moon_gw_model_info_t;
 
 /* Parses len bytes of body into req (caller's memory; fini it whatever the
- * result). MOON_ERR_INVALID_PARAM with err filled (400), MOON_ERR_NO_MEMORY. */
+ * result). The body must be one JSON object and nothing else: a key twice in
+ * an object, data after the value, a raw control character or a \u0000 in
+ * a string are 400s (gw_json.h). MOON_ERR_INVALID_PARAM with err filled
+ * (400), MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
                                    moon_gw_error_t *err);
 /* Checks the model (404 model_not_found), renders and tokenizes the prompt,

@@ -61,6 +61,30 @@ MOON_API void moon_log_set_sink(moon_log_sink_fn sink, void *arg);
 #define MOON_DEBUG_LOG(...) MOON_LOG(MOON_LOG_DEBUG, __VA_ARGS__)
 #define MOON_TRACE(...) MOON_LOG(MOON_LOG_TRACE, __VA_ARGS__)
 
+/* Rate-limited lines, for what a client or a peer can make happen at any rate
+ * (rejected requests, hostile connections): at most one line per call site
+ * and second; the next line that passes says how many were held back. */
+typedef struct {
+    uint64_t next_ns; /* private: when the next line may pass (CLOCK_MONOTONIC) */
+    uint64_t n_held;  /* private: lines held back since the last one */
+} moon_log_limit_t;
+/* 1: emit the line now, *n_held_p = lines held back since the last one that
+ * passed; 0: hold it back (counted). At most one caller per interval_ns gets
+ * 1. Any thread (atomics on lim). */
+MOON_API int moon_log_limit_pass(moon_log_limit_t *lim, uint64_t interval_ns, uint64_t *n_held_p);
+/* MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %s refused", why): the line, with
+ * " (N more held back)" appended, at most once a second. */
+#define MOON_LOG_LIMITED(_lvl, _fmt, ...)                                                          \
+    do {                                                                                           \
+        static moon_log_limit_t lim_;                                                              \
+        uint64_t                n_held_ = 0;                                                       \
+        if ((_lvl) <= MOON_LOG_MAX_LEVEL && (_lvl) <= moon_log_level &&                            \
+            moon_log_limit_pass(&lim_, 1000000000ull, &n_held_)) {                                 \
+            moon_log_emit((_lvl), __FILE__, __LINE__, _fmt " (%llu more held back)", __VA_ARGS__,  \
+                          (unsigned long long)n_held_);                                            \
+        }                                                                                          \
+    } while (0)
+
 MOON_NORETURN MOON_API void moon_panic(const char *file, int line, const char *fmt, ...)
     MOON_PRINTF(3, 4);
 

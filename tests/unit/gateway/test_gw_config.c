@@ -16,7 +16,7 @@ static void test_defaults(void)
     CU_ASSERT_PTR_NULL(c.api_key);
     CU_ASSERT_EQUAL(c.body_limit_bytes, 4u << 20);
     CU_ASSERT_EQUAL(c.idle_timeout_s, 30);
-    CU_ASSERT_EQUAL(c.request_timeout_s, 60);
+    CU_ASSERT_EQUAL(c.body_timeout_s, 60);
     CU_ASSERT_EQUAL(c.http_threads, 2);
     CU_ASSERT_EQUAL(c.stats_interval_ms, 500);
 }

@@ -1,6 +1,7 @@
 /* tests/unit/gateway/test_gw_openai.c - OpenAI request bodies: every field's
  * type and range errors, prompt forms, chat templates, tokenization against
  * the stories260K vocabulary and the context check. */
+#include "gw_json.h"
 #include "gw_openai.h"
 #include "gw_template.h"
 #include "moon_test.h"
@@ -288,6 +289,129 @@ static void test_template_tokens(void)
     moon_gw_prompt_fini(&p);
 }
 
+/* Parses len bytes (NULs allowed); returns the HTTP status, err filled. */
+static int parse_len(const char *body, size_t len, moon_gw_error_t *err)
+{
+    moon_gw_request_t req;
+    moon_status_t     status;
+
+    memset(err, 0, sizeof(*err));
+    status = moon_gw_openai_parse(body, len, 0, &req, err);
+    moon_gw_request_fini(&req);
+    return status == MOON_OK ? 200 : err->http;
+}
+
+/* One JSON object, nothing else: a key twice (at any depth, most parsers keep
+ * the last, cJSON the first), data after the value, a NUL (cJSON would cut
+ * the prompt there) or a raw control character in a string are 400s. */
+static void test_strict_json(void)
+{
+    static const char nul_raw[] = "{\"prompt\":\"abc\0def\"}";
+    moon_gw_error_t   err;
+    char              big[4096];
+    size_t            n = 0;
+
+    expect("{\"prompt\":\"a\",\"prompt\":\"b\"}", 0, 400, "prompt");
+    CU_ASSERT_EQUAL(parse_len("{\"prompt\":\"a\",\"prompt\":\"b\"}", 27, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "key twice"));
+    expect("{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true,\"include_usage\":"
+           "false}}",
+           0, 400, "include_usage");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"role\":\"system\"}]}", 1, 400,
+           "role");
+    /* more keys than the pairwise check takes: sorted */
+    n += (size_t)snprintf(big + n, sizeof(big) - n, "{\"prompt\":\"a\"");
+    for (int i = 0; i < 40; i++) {
+        n += (size_t)snprintf(big + n, sizeof(big) - n, ",\"k%d\":%d", i % 39, i);
+    }
+    snprintf(big + n, sizeof(big) - n, "}");
+    expect(big, 0, 400, "k0");
+    expect("{\"prompt\":\"a\",\"x\":{\"a\":1},\"y\":{\"a\":1}}", 0, 200, NULL);
+    /* trailing data */
+    expect("{\"prompt\":\"a\"} {\"prompt\":\"b\"}", 0, 400, NULL);
+    expect("{\"prompt\":\"a\"}x", 0, 400, NULL);
+    expect("{\"prompt\":\"a\"} \r\n\t", 0, 200, NULL);
+    CU_ASSERT_EQUAL(parse_len("{\"prompt\":\"a\"}\0x", 16, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "after its JSON value"));
+    /* NUL: escaped or raw */
+    expect("{\"prompt\":\"abc\\u0000def\"}", 0, 400, NULL);
+    CU_ASSERT_EQUAL(parse_len("{\"prompt\":\"abc\\u0000def\"}", 25, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "NUL"));
+    CU_ASSERT_EQUAL(parse_len(nul_raw, sizeof(nul_raw) - 1, &err), 400);
+    CU_ASSERT_EQUAL(parse_len("{\"prompt\":\"a\nb\"}", 16, &err), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "control character"));
+    /* an escaped backslash before u0000 is text, not a NUL */
+    expect("{\"prompt\":\"a\\\\u0000\"}", 0, 200, NULL);
+    expect("{\"prompt\":\"\\u0001 and \\n are fine\"}", 0, 200, NULL);
+}
+
+/* Every field that travels between ranks is capped, with a 400 naming it. */
+static void test_caps(void)
+{
+    char  *body = moon_malloc(64 << 10);
+    size_t n    = 0;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(body);
+    /* 17 stop strings */
+    expect("{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\","
+           "\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+           0, 400, "stop");
+    /* a stop string over 512 bytes, alone or in a list; 512 is fine */
+    for (int len = 512; len <= 513; len++) {
+        n = (size_t)snprintf(body, 64 << 10, "{\"prompt\":\"a\",\"stop\":%s\"",
+                             len == 512 ? "" : "[\"x\",");
+        memset(body + n, 's', (size_t)len);
+        n += (size_t)len;
+        snprintf(body + n, 64, "\"%s}", len == 512 ? "" : "]");
+        expect(body, 0, len == 512 ? 200 : 400, "stop");
+    }
+    /* stop_token_ids: 256 fine, 257 refused */
+    for (int k = 256; k <= 257; k++) {
+        n = (size_t)snprintf(body, 64 << 10, "{\"prompt\":\"a\",\"stop_token_ids\":[1");
+        for (int i = 1; i < k; i++) {
+            n += (size_t)snprintf(body + n, (64 << 10) - n, ",%d", i % 500);
+        }
+        snprintf(body + n, (64 << 10) - n, "]}");
+        expect(body, 0, k == 256 ? 200 : 400, "stop_token_ids");
+    }
+    /* a prompt of ids past the context */
+    n = (size_t)snprintf(body, 64 << 10, "{\"prompt\":[1");
+    for (int i = 1; i < 600; i++) {
+        n += (size_t)snprintf(body + n, (64 << 10) - n, ",5");
+    }
+    snprintf(body + n, (64 << 10) - n, "]}");
+    expect(body, 0, 400, "prompt");
+    moon_free(body);
+}
+
+static void test_error_utf8(void)
+{
+    moon_gw_error_t err;
+    char           *json;
+    char            out[8];
+
+    /* /v1/models/%ff: the url's byte is echoed */
+    moon_gw_error_set(&err, 404, "model_not_found",
+                      "mo\xff"
+                      "del",
+                      "The model `%s` does not exist.",
+                      "\xff\xc3(\xe2\x82\xac\xf0\x9f\x98\x80\xed\xa0\x80\xc0\xaf");
+    CU_ASSERT_STRING_EQUAL(err.message, "The model `\xef\xbf\xbd\xef\xbf\xbd(\xe2\x82\xac"
+                                        "\xf0\x9f\x98\x80\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                                        "\xef\xbf\xbd\xef\xbf\xbd` does not exist.");
+    CU_ASSERT_STRING_EQUAL(err.param, "mo\xef\xbf\xbd"
+                                      "del");
+    json = moon_gw_error_json(&err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(json);
+    CU_ASSERT_EQUAL(moon_gw_utf8_valid_len(json, strlen(json)), strlen(json));
+    moon_free(json);
+    /* truncation never splits a character */
+    moon_gw_utf8_copy(out, sizeof(out), "ab\xe2\x82\xac\xe2\x82\xac");
+    CU_ASSERT_STRING_EQUAL(out, "ab\xe2\x82\xac");
+    CU_ASSERT_EQUAL(moon_gw_utf8_valid_len("a\xf4\x90\x80\x80", 5), 1); /* past U+10FFFF */
+    CU_ASSERT_EQUAL(moon_gw_utf8_valid_len("\xe0\x80\xaf", 3), 0);      /* overlong */
+}
+
 static void test_allocation_failures(void)
 {
     static const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":"
@@ -324,7 +448,7 @@ int main(void)
                           NULL, NULL);
     rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
                        test_context_check, test_chat_errors, test_templates, test_template_tokens,
-                       test_allocation_failures);
+                       test_strict_json, test_caps, test_error_utf8, test_allocation_failures);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }
