@@ -4,8 +4,9 @@
  *
  * Two ways in:
  *  - From an actor: moon_serve_submit() sends SUBMIT with reply_to = self; the
- *    actor receives MOON_MSG_SERVE_TOKEN and MOON_MSG_SERVE_DONE and reads them
- *    with moon_serve_event_of(). moon_serve_cancel() cancels.
+ *    actor receives MOON_MSG_SERVE_TOKEN, MOON_MSG_SERVE_TOKENS (a decode
+ *    step's tokens for it: moon_serve_tokens_event) and MOON_MSG_SERVE_DONE
+ *    and reads them with moon_serve_event_of(). moon_serve_cancel() cancels.
  *  - From a plain thread: moon_serve_client_create() spawns a small client
  *    actor in the runtime; submit/cancel are safe from any thread, and events
  *    come either to a callback (on a runtime worker: it must not block) or to
@@ -76,6 +77,17 @@ MOON_API moon_status_t moon_serve_cancel(moon_actor_t *self, moon_addr_t conduct
 /* Reads a TOKEN or DONE message into ev (pointers into msg). MOON_ERR_INVALID_PARAM:
  * another type. */
 MOON_API moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t *ev);
+/* A TOKENS message (one decode step's tokens for one reply address): its
+ * number of entries, 0 when msg is not a well-formed TOKENS (logged). */
+MOON_API uint32_t moon_serve_tokens_count(const moon_msg_hdr_t *msg);
+/* Entry i (< moon_serve_tokens_count) of a TOKENS message as a token event,
+ * as moon_serve_event_of reads a TOKEN (text points into msg).
+ * MOON_ERR_INVALID_PARAM: i out of range or msg malformed. */
+MOON_API moon_status_t moon_serve_tokens_event(const moon_msg_hdr_t *msg, uint32_t i,
+                                               moon_serve_event_t *ev);
+/* Entry i as a new TOKEN message (the caller's; NULL without memory or for
+ * a bad i): for code that keeps messages (queues, the gateway's bridge). */
+MOON_API moon_serve_token_t *moon_serve_tokens_split(const moon_msg_hdr_t *msg, uint32_t i);
 /* Builds a SUBMIT message (for the gateway and the thread client). */
 MOON_API moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
                                                const moon_serve_params_t *params,
