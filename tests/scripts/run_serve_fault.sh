@@ -190,8 +190,10 @@ PYEOF
         echo "note: no request was on the lost instance when its loss was known"
     ;;
 term-*)
-    # every rank exits within the drain deadline (plus the stop's own time)
-    LIMIT=$((DRAIN + 10))
+    # every rank exits within the drain deadline (plus the stop's own time:
+    # STOP_SLACK, longer in sanitizer builds, where each rank's exit scans
+    # its heap for leaks and MPI's finalize runs instrumented)
+    LIMIT=$((DRAIN + ${STOP_SLACK:-10}))
     [ "$FAULT" = term-mpirun ] && LIMIT=$((2 * KILL_WAIT + 5))
     for _ in $(seq $((LIMIT * 10))); do kill -0 "$MPI" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$MPI" 2>/dev/null && fail "mpirun still runs $LIMIT s after the signal"
