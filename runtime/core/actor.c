@@ -192,9 +192,9 @@ static moon_status_t deliver(moon_runtime_t *rt, moon_actor_t *sender, moon_addr
         return MOON_ERR_INVALID_PARAM;
     }
     moon_msg_env(msg)->dst = to;
-    if (MOON_UNLIKELY(rt->sim != NULL) && sender != NULL && sender->sim_node != a->sim_node &&
+    if (MOON_UNLIKELY(rt->detexec != NULL) && sender != NULL && sender->sim_node != a->sim_node &&
         (rt->cfg.sim_latency_ns > 0 || rt->cfg.sim_bytes_per_s > 0.0)) {
-        return moon_sim_send_remote(rt->sim, sender, a->sim_node, msg); /* the network */
+        return moon_detexec_send_remote(rt->detexec, sender, a->sim_node, msg); /* the network */
     }
     if (moon_mailbox_push(&a->mbox, moon_msg_env(msg))) {
         rt->exec->schedule(rt, a);

@@ -18,7 +18,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
-struct moon_sim {
+struct moon_detexec {
     moon_runtime_t      *rt;
     moon_actor_t       **ready;
     uint32_t             n_ready, cap_ready;
@@ -28,7 +28,7 @@ struct moon_sim {
     int                  oom; /* a schedule could not grow the ready set */
 };
 
-static uint64_t sim_rand(moon_sim_t *sim)
+static uint64_t sim_rand(moon_detexec_t *sim)
 {
     uint64_t z = (sim->rng += 0x9e3779b97f4a7c15ull); /* splitmix64 */
 
@@ -39,7 +39,7 @@ static uint64_t sim_rand(moon_sim_t *sim)
 
 static void sim_schedule(moon_runtime_t *rt, moon_actor_t *a)
 {
-    moon_sim_t *sim = rt->sim;
+    moon_detexec_t *sim = rt->detexec;
 
     if (sim->n_ready == sim->cap_ready) {
         uint32_t       cap   = sim->cap_ready ? sim->cap_ready * 2 : 64;
@@ -53,8 +53,8 @@ static void sim_schedule(moon_runtime_t *rt, moon_actor_t *a)
     sim->ready[sim->n_ready++] = a;
 }
 
-moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, uint32_t to_node,
-                                   moon_msg_hdr_t *msg)
+moon_status_t moon_detexec_send_remote(moon_detexec_t *sim, moon_actor_t *sender, uint32_t to_node,
+                                       moon_msg_hdr_t *msg)
 {
     const moon_runtime_config_t *cfg   = &sim->rt->cfg;
     uint64_t                     bytes = moon_msg_env(msg)->tail_used; /* header and spans */
@@ -83,7 +83,7 @@ moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, uint32
 
 /* Hands the messages due by now to their mailboxes (a message to an actor
  * that ended meanwhile is dropped, as the network would); the next arrival. */
-static uint64_t sim_deliver_due(moon_sim_t *sim)
+static uint64_t sim_deliver_due(moon_detexec_t *sim)
 {
     while (moon_deadline_top(&sim->held) != NULL &&
            moon_deadline_top(&sim->held)->deadline_ns <= sim->now_ns) {
@@ -102,7 +102,7 @@ static uint64_t sim_deliver_due(moon_sim_t *sim)
 
 static uint64_t sim_now(const moon_runtime_t *rt)
 {
-    return rt->sim->now_ns;
+    return rt->detexec->now_ns;
 }
 
 static void sim_timers_changed(moon_runtime_t *rt)
@@ -110,15 +110,15 @@ static void sim_timers_changed(moon_runtime_t *rt)
     (void)rt; /* the loop looks at the heap after every turn */
 }
 
-const moon_exec_ops_t moon_sim_exec_ops = {
+const moon_exec_ops_t moon_detexec_exec_ops = {
     .schedule       = sim_schedule,
     .now            = sim_now,
     .timers_changed = sim_timers_changed,
 };
 
-moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p)
+moon_status_t moon_detexec_create(moon_runtime_t *rt, moon_detexec_t **sim_p)
 {
-    moon_sim_t *sim = moon_calloc(1, sizeof(*sim));
+    moon_detexec_t *sim = moon_calloc(1, sizeof(*sim));
 
     if (sim == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -129,7 +129,7 @@ moon_status_t moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p)
     return MOON_OK;
 }
 
-void moon_sim_destroy(moon_sim_t *sim)
+void moon_detexec_destroy(moon_detexec_t *sim)
 {
     if (sim != NULL) {
         for (uint32_t i = 0; i < sim->held.n; i++) {
@@ -141,7 +141,7 @@ void moon_sim_destroy(moon_sim_t *sim)
     }
 }
 
-uint64_t moon_sim_run(moon_sim_t *sim, uint64_t max_turns)
+uint64_t moon_detexec_run(moon_detexec_t *sim, uint64_t max_turns)
 {
     moon_runtime_t *rt    = sim->rt;
     uint64_t        turns = 0;

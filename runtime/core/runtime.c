@@ -61,11 +61,11 @@ moon_status_t moon_runtime_create(const moon_runtime_config_t *cfg, moon_runtime
         goto err_names;
     }
     if (cfg->deterministic) {
-        rt->exec = &moon_sim_exec_ops;
-        status   = moon_sim_create(rt, &rt->sim);
+        rt->exec = &moon_detexec_exec_ops;
+        status   = moon_detexec_create(rt, &rt->detexec);
     } else {
-        rt->exec = &moon_sched_exec_ops;
-        status   = moon_sched_create(rt, &rt->sched);
+        rt->exec = &moon_workers_exec_ops;
+        status   = moon_workers_create(rt, &rt->workers);
     }
     if (status != MOON_OK) {
         goto err_timers;
@@ -95,10 +95,10 @@ void moon_runtime_destroy(moon_runtime_t *rt)
         return;
     }
     moon_timers_stop_thread(rt->timers);
-    moon_sched_stop(rt->sched); /* joins workers; fini below may still schedule */
+    moon_workers_stop(rt->workers); /* joins workers; fini below may still schedule */
     moon_actors_destroy_all(rt);
-    moon_sched_destroy(rt->sched);
-    moon_sim_destroy(rt->sim);
+    moon_workers_destroy(rt->workers);
+    moon_detexec_destroy(rt->detexec);
     moon_timers_destroy(rt->timers);
     moon_names_destroy(rt->names);
     pthread_mutex_destroy(&rt->slot_lock);
@@ -131,12 +131,12 @@ moon_status_t moon_runtime_start(moon_runtime_t *rt)
 {
     moon_status_t status;
 
-    if (rt->sched == NULL) {
+    if (rt->workers == NULL) {
         return MOON_ERR_INVALID_PARAM; /* the deterministic executor runs in run/step */
     }
-    status = moon_sched_start(rt->sched);
+    status = moon_workers_start(rt->workers);
     if (status == MOON_OK && moon_timers_start_thread(rt->timers) != MOON_OK) {
-        moon_sched_stop(rt->sched);
+        moon_workers_stop(rt->workers);
         status = MOON_ERR_NO_RESOURCE;
     }
     return status;
@@ -155,16 +155,16 @@ int moon_runtime_wait(moon_runtime_t *rt)
     rt->shutdown_code = 0;
     pthread_mutex_unlock(&rt->done_lock);
     moon_timers_stop_thread(rt->timers);
-    moon_sched_stop(rt->sched);
+    moon_workers_stop(rt->workers);
     return code;
 }
 
 int moon_runtime_run(moon_runtime_t *rt)
 {
-    if (rt->sim != NULL) {
+    if (rt->detexec != NULL) {
         int code;
 
-        moon_sim_run(rt->sim, 0);
+        moon_detexec_run(rt->detexec, 0);
         code              = rt->shutdown_code;
         rt->shutdown_code = 0;
         atomic_store(&rt->shutdown_requested, 0);
@@ -178,7 +178,7 @@ int moon_runtime_run(moon_runtime_t *rt)
 
 uint64_t moon_runtime_step(moon_runtime_t *rt, uint64_t n)
 {
-    return rt->sim != NULL ? moon_sim_run(rt->sim, n) : 0;
+    return rt->detexec != NULL ? moon_detexec_run(rt->detexec, n) : 0;
 }
 
 uint64_t moon_now(const moon_runtime_t *rt)
@@ -192,5 +192,5 @@ void moon_runtime_stats(moon_runtime_t *rt, moon_runtime_stats_t *stats_p)
     stats_p->n_dead_letters = atomic_load(&rt->n_dead_letters);
     stats_p->n_dispatched   = moon_actors_processed(rt);
     stats_p->n_timers       = moon_timers_count(rt->timers);
-    stats_p->n_workers      = rt->sched != NULL ? moon_sched_n_workers(rt->sched) : 1;
+    stats_p->n_workers      = rt->workers != NULL ? moon_workers_n_workers(rt->workers) : 1;
 }

@@ -91,16 +91,16 @@ typedef struct {
     void (*timers_changed)(moon_runtime_t *rt);
 } moon_exec_ops_t;
 
-typedef struct moon_timers moon_timers_t;
-typedef struct moon_sched  moon_sched_t;
-typedef struct moon_sim    moon_sim_t;
-typedef struct moon_names  moon_names_t;
+typedef struct moon_timers  moon_timers_t;
+typedef struct moon_workers moon_workers_t;
+typedef struct moon_detexec moon_detexec_t;
+typedef struct moon_names   moon_names_t;
 
 struct moon_runtime {
     moon_runtime_config_t       cfg;
     const moon_exec_ops_t      *exec;
-    moon_sched_t               *sched; /* threaded executor, or NULL */
-    moon_sim_t                 *sim;   /* deterministic executor, or NULL */
+    moon_workers_t             *workers; /* threaded executor, or NULL */
+    moon_detexec_t             *detexec; /* deterministic executor, or NULL */
     moon_timers_t              *timers;
     moon_names_t               *names;
     const moon_transport_ops_t *transport; /* NULL: single rank */
@@ -136,23 +136,23 @@ void     moon_rt_note_maybe_done(moon_runtime_t *rt);
 uint64_t moon_actors_processed(moon_runtime_t *rt); /* sum over actors, racy */
 
 /* workers.c / det_exec.c */
-moon_status_t                moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p);
-moon_status_t                moon_sched_start(moon_sched_t *s);
-void                         moon_sched_stop(moon_sched_t *s);
-void                         moon_sched_destroy(moon_sched_t *s);
-uint32_t                     moon_sched_n_workers(const moon_sched_t *s);
-extern const moon_exec_ops_t moon_sched_exec_ops;
+moon_status_t                moon_workers_create(moon_runtime_t *rt, moon_workers_t **sched_p);
+moon_status_t                moon_workers_start(moon_workers_t *s);
+void                         moon_workers_stop(moon_workers_t *s);
+void                         moon_workers_destroy(moon_workers_t *s);
+uint32_t                     moon_workers_n_workers(const moon_workers_t *s);
+extern const moon_exec_ops_t moon_workers_exec_ops;
 
-moon_status_t                moon_sim_create(moon_runtime_t *rt, moon_sim_t **sim_p);
-void                         moon_sim_destroy(moon_sim_t *sim);
-uint64_t                     moon_sim_run(moon_sim_t *sim, uint64_t max_dispatches);
-extern const moon_exec_ops_t moon_sim_exec_ops;
+moon_status_t                moon_detexec_create(moon_runtime_t *rt, moon_detexec_t **sim_p);
+void                         moon_detexec_destroy(moon_detexec_t *sim);
+uint64_t                     moon_detexec_run(moon_detexec_t *sim, uint64_t max_dispatches);
+extern const moon_exec_ops_t moon_detexec_exec_ops;
 
 /* Holds msg (its env's dst set) from sender to another node for its modeled trip: queued on the
  * sender's lane behind its earlier messages, bytes / sim_bytes_per_s on it,
  * then sim_latency_ns (moon_runtime_config_t). */
-moon_status_t moon_sim_send_remote(moon_sim_t *sim, moon_actor_t *sender, uint32_t to_node,
-                                   moon_msg_hdr_t *msg);
+moon_status_t moon_detexec_send_remote(moon_detexec_t *sim, moon_actor_t *sender, uint32_t to_node,
+                                       moon_msg_hdr_t *msg);
 
 /* timer.c: a deadline heap; threaded mode runs it on its own thread,
  * deterministic mode polls it from the executor loop. */

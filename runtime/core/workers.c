@@ -35,14 +35,14 @@
 #endif
 
 typedef struct {
-    moon_runq_t   q; /* first: cache-line aligned */
-    moon_sched_t *s;
-    pthread_t     thread;
-    uint32_t      index;
-    uint64_t      rng;
+    moon_runq_t     q; /* first: cache-line aligned */
+    moon_workers_t *s;
+    pthread_t       thread;
+    uint32_t        index;
+    uint64_t        rng;
 } worker_t;
 
-struct moon_sched {
+struct moon_workers {
     moon_runtime_t  *rt;
     worker_t        *workers;
     uint32_t         n_workers;
@@ -66,14 +66,14 @@ struct moon_sched {
 
 static _Thread_local worker_t *tls_worker;
 
-static void wake_one(moon_sched_t *s)
+static void wake_one(moon_workers_t *s)
 {
     pthread_mutex_lock(&s->park_lock);
     pthread_cond_signal(&s->park_cond);
     pthread_mutex_unlock(&s->park_lock);
 }
 
-static void inject(moon_sched_t *s, moon_actor_t *a)
+static void inject(moon_workers_t *s, moon_actor_t *a)
 {
     pthread_mutex_lock(&s->inject_lock);
     a->next_sched = NULL;
@@ -92,7 +92,7 @@ static void inject(moon_sched_t *s, moon_actor_t *a)
     }
 }
 
-static moon_actor_t *inject_pop(moon_sched_t *s)
+static moon_actor_t *inject_pop(moon_workers_t *s)
 {
     moon_actor_t *a;
 
@@ -114,8 +114,8 @@ static moon_actor_t *inject_pop(moon_sched_t *s)
 
 static void sched_schedule(moon_runtime_t *rt, moon_actor_t *a)
 {
-    moon_sched_t *s = rt->sched;
-    worker_t     *w = tls_worker;
+    moon_workers_t *s = rt->workers;
+    worker_t       *w = tls_worker;
 
     if (w != NULL && w->s == s) {
         if (MOON_UNLIKELY(!moon_runq_push(&w->q, a))) {
@@ -143,7 +143,7 @@ static void sched_timers_changed(moon_runtime_t *rt)
     moon_timers_kick(rt->timers);
 }
 
-const moon_exec_ops_t moon_sched_exec_ops = {
+const moon_exec_ops_t moon_workers_exec_ops = {
     .schedule       = sched_schedule,
     .now            = mono_now,
     .timers_changed = sched_timers_changed,
@@ -151,8 +151,8 @@ const moon_exec_ops_t moon_sched_exec_ops = {
 
 static moon_actor_t *steal(worker_t *w)
 {
-    moon_sched_t *s = w->s;
-    uint32_t      start;
+    moon_workers_t *s = w->s;
+    uint32_t        start;
 
     if (s->n_workers < 2) {
         return NULL;
@@ -174,7 +174,7 @@ static moon_actor_t *steal(worker_t *w)
     return NULL;
 }
 
-static int any_work(moon_sched_t *s)
+static int any_work(moon_workers_t *s)
 {
     if (atomic_load(&s->n_inject) > 0) {
         return 1;
@@ -189,7 +189,7 @@ static int any_work(moon_sched_t *s)
 
 static void park(worker_t *w)
 {
-    moon_sched_t *s = w->s;
+    moon_workers_t *s = w->s;
 
     pthread_mutex_lock(&s->park_lock);
     atomic_fetch_add(&s->n_parked, 1); /* seq_cst: pairs with inject() */
@@ -202,9 +202,9 @@ static void park(worker_t *w)
 
 static void pin(worker_t *w)
 {
-    moon_sched_t *s = w->s;
-    int           n_cores;
-    hwloc_obj_t   core;
+    moon_workers_t *s = w->s;
+    int             n_cores;
+    hwloc_obj_t     core;
 
     if (!s->topo_loaded || !s->rt->cfg.pin_workers) {
         return;
@@ -221,11 +221,11 @@ static void pin(worker_t *w)
 
 static void *worker_main(void *arg)
 {
-    worker_t     *w     = arg;
-    moon_sched_t *s     = w->s;
-    uint32_t      batch = s->rt->cfg.batch;
-    uint32_t      spins = 0, turns = 0;
-    uint64_t      spin_start = 0;
+    worker_t       *w     = arg;
+    moon_workers_t *s     = w->s;
+    uint32_t        batch = s->rt->cfg.batch;
+    uint32_t        spins = 0, turns = 0;
+    uint64_t        spin_start = 0;
 
     tls_worker = w;
     pin(w);
@@ -296,7 +296,7 @@ static void *worker_main(void *arg)
  * one core). When workers take them all, the transport's progress thread and
  * the timer thread share a core with a worker, so idle workers must yield
  * rather than spin on it. */
-static uint32_t allowed_pus(moon_sched_t *s)
+static uint32_t allowed_pus(moon_workers_t *s)
 {
     hwloc_bitmap_t set;
     int            n = -1;
@@ -312,7 +312,7 @@ static uint32_t allowed_pus(moon_sched_t *s)
 }
 
 /* PUs of the whole host (1 if unknown). */
-static uint32_t host_pus(moon_sched_t *s)
+static uint32_t host_pus(moon_workers_t *s)
 {
     int n = s->topo_loaded ? hwloc_get_nbobjs_by_type(s->topo, HWLOC_OBJ_PU) : 1;
 
@@ -338,10 +338,10 @@ static uint32_t local_ranks(void)
     return 1;
 }
 
-moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
+moon_status_t moon_workers_create(moon_runtime_t *rt, moon_workers_t **sched_p)
 {
-    moon_sched_t *s = moon_calloc(1, sizeof(*s));
-    uint32_t      n = rt->cfg.n_workers, pus, sharing;
+    moon_workers_t *s = moon_calloc(1, sizeof(*s));
+    uint32_t        n = rt->cfg.n_workers, pus, sharing;
 
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -389,7 +389,7 @@ moon_status_t moon_sched_create(moon_runtime_t *rt, moon_sched_t **sched_p)
     return MOON_OK;
 }
 
-moon_status_t moon_sched_start(moon_sched_t *s)
+moon_status_t moon_workers_start(moon_workers_t *s)
 {
     if (s->started) {
         return MOON_OK;
@@ -412,7 +412,7 @@ moon_status_t moon_sched_start(moon_sched_t *s)
     return MOON_OK;
 }
 
-void moon_sched_stop(moon_sched_t *s)
+void moon_workers_stop(moon_workers_t *s)
 {
     if (s == NULL || !s->started) {
         return;
@@ -427,12 +427,12 @@ void moon_sched_stop(moon_sched_t *s)
     s->started = 0;
 }
 
-void moon_sched_destroy(moon_sched_t *s)
+void moon_workers_destroy(moon_workers_t *s)
 {
     if (s == NULL) {
         return;
     }
-    moon_sched_stop(s);
+    moon_workers_stop(s);
     pthread_mutex_destroy(&s->inject_lock);
     pthread_mutex_destroy(&s->park_lock);
     pthread_cond_destroy(&s->park_cond);
@@ -443,7 +443,7 @@ void moon_sched_destroy(moon_sched_t *s)
     moon_free(s);
 }
 
-uint32_t moon_sched_n_workers(const moon_sched_t *s)
+uint32_t moon_workers_n_workers(const moon_workers_t *s)
 {
     return s->n_workers;
 }
