@@ -38,12 +38,12 @@ static const moon_config_field_t push_fields[] = {
     {"state", MOON_CONFIG_BOOL, PW(state), .dflt = "0",
      .doc = "print each instance's version and the push under way, push nothing"},
     {"admin-key", MOON_CONFIG_STRING, PW(admin_key), .dflt = NULL,
-     .doc = "the gateway's --admin-key (default: MOON_ADMIN_KEY)"},
+     .doc = "the gateway's --admin-key (or MOON_PUSH_ADMIN_KEY)"},
     {"timeout", MOON_CONFIG_U32, PW(timeout_s), .dflt = "600", .min = 1,
      .doc = "seconds to wait for the answer"},
     MOON_CONFIG_END,
 };
-static const moon_config_table_t push_table = {"push-weights", "moonlet push-weights", NULL,
+static const moon_config_table_t push_table = {"push-weights", "moonlet push-weights", "MOON_PUSH_",
                                                push_fields};
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
@@ -76,16 +76,16 @@ int moon_cmd_push_weights(int argc, char **argv)
     if (rc >= 0) {
         return rc;
     }
-    key = o.admin_key != NULL ? o.admin_key : getenv("MOON_ADMIN_KEY");
+    key = o.admin_key;
     if (!o.state && o.model == NULL) {
         moon_config_destroy(cfg);
         return moon_cli_usage_error("push-weights", "--model is required (or --state)");
     }
     if (key == NULL || key[0] == '\0') {
         moon_config_destroy(cfg);
-        return moon_cli_usage_error("push-weights",
-                                    "--admin-key (or MOON_ADMIN_KEY) is required: the gateway's "
-                                    "--admin-key");
+        return moon_cli_usage_error(
+            "push-weights", "--admin-key (or MOON_PUSH_ADMIN_KEY) is required: the gateway's "
+                            "--admin-key");
     }
     if (moon_loadgen_http_url(o.url, "/v1/admin/weights", url, sizeof(url)) != MOON_OK) {
         moon_config_destroy(cfg);

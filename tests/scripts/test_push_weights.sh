@@ -60,7 +60,7 @@ echo "$B" | grep -q '"system_fingerprint":"fp_[0-9a-f]*_v1"' || fail "fingerprin
 echo "$B" | grep -q '"moonlet":{"weight_version":1}' || fail "usage after: $B"
 [ "${A#*\"text\":}" != "${B#*\"text\":}" ] || fail "the same text on both versions"
 
-MOON_ADMIN_KEY=sekret "$MOONLET" push-weights --url "$URL" --state > "$T/state.json" ||
+MOON_PUSH_ADMIN_KEY=sekret "$MOONLET" push-weights --url "$URL" --state > "$T/state.json" ||
     fail "state: $(cat "$T/state.json")"
 S=$(cat "$T/state.json")
 echo "$S" | grep -q '"version":1,"phase":"idle"' || fail "state: $S"
