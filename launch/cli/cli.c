@@ -5,6 +5,7 @@
 #include "moonlet/log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,18 @@ int moon_cli_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n(see moonlet %s --help)\n", cmd);
     return 2;
+}
+
+void moon_cli_on_stop_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* a read or write the signal interrupts goes on */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int moon_cli_parse(const char *cmd, const char *usage, const moon_cli_table_t *tables,

@@ -39,4 +39,11 @@ int moon_cli_usage_error(const char *cmd, const char *fmt, ...) MOON_PRINTF(2, 3
  * MOON_ERR_NO_MEMORY. */
 moon_status_t moon_cli_read_text(const char *cmd, const char *path, char **text_p);
 
+/* Installs handler for SIGINT and SIGTERM, kept for every later signal.
+ * signal() is not enough: under -std=c11 glibc gives it System V semantics
+ * (SA_RESETHAND), so a second SIGTERM (Slurm signals every process of a job,
+ * then its script passes the signal on) found the default action and killed
+ * a server midway through its drain with status 143. */
+void moon_cli_on_stop_signals(void (*handler)(int));
+
 #endif /* MOON_LAUNCH_CLI_H */

@@ -245,8 +245,7 @@ int moon_cmd_batch(int argc, char **argv)
         goto out;
     }
     /* after MPI's init, which may install its own */
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    moon_cli_on_stop_signals(on_signal);
     moon_runtime_config_default(&rcfg);
     rcfg.n_workers = run.workers;
     rcfg.rank      = moon_dist_rank(dist);

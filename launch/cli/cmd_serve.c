@@ -299,8 +299,7 @@ int moon_cmd_serve(int argc, char **argv)
     if (up != MOON_OK) {
         goto out;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    moon_cli_on_stop_signals(on_signal);
     if (moon_dist_size(dist) > 1) {
         char              name[32];
         moon_spawn_opts_t copts = {.flags = MOON_SPAWN_CONTROL};
