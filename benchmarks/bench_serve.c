@@ -12,7 +12,12 @@
  *                   threads (target >= 0.85);
  *   disagg_goodput  goodput (TTFT <= 2 s and TBT <= 3x the batch-1 step) of
  *                   1 prefill + 1 decode over that of 2 colocated instances,
- *                   same workload, same cores (target >= 1.2).
+ *                   same workload, same cores (target >= 1.2);
+ *   messages        actor messages (and bulk completions among them) of one
+ *                   cold request (--prompt tokens, --max-tokens out, 16-token
+ *                   blocks, --replicas store replicas) over the count the
+ *                   per-block protocol of e0d97dc took for the same request
+ *                   (a recorded anchor: a count, not a time; target <= 0.2).
  * The cluster runs in this process (one actor worker, one engine thread per
  * instance unless --threads); the driver is the client API's thread client,
  * which stamps each token's arrival on the runtime's thread. */
@@ -23,6 +28,7 @@
 #include "serve_client.h"
 #include "serve_cluster.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -77,6 +83,15 @@ static void on_event(void *arg, const moon_serve_event_t *ev)
     }
 }
 
+/* Messages dispatched, by type (the runtime's trace hook, on its worker). */
+static _Atomic uint64_t g_n_msgs[MOON_MSG_MAX_TYPES];
+
+static void count_msg(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
+{
+    (void)arg, (void)now_ns, (void)dst;
+    atomic_fetch_add_explicit(&g_n_msgs[msg->type % MOON_MSG_MAX_TYPES], 1, memory_order_relaxed);
+}
+
 typedef struct {
     moon_runtime_t       *rt;
     moon_serve_cluster_t *cluster;
@@ -92,6 +107,7 @@ static int cluster_up(cluster_t *c, const moon_serve_config_t *cfg)
 
     moon_runtime_config_default(&rcfg);
     rcfg.n_workers = 1;
+    rcfg.trace     = count_msg;
     if (moon_runtime_create(&rcfg, &c->rt) != MOON_OK || moon_runtime_start(c->rt) != MOON_OK ||
         moon_serve_cluster_start(cfg, c->rt, NULL, &c->cluster) != MOON_OK) {
         return -1;
@@ -515,6 +531,124 @@ static void bench_disagg(moon_serve_config_t *cfg, const char *path, const char 
     }
 }
 
+/* Recorded once on the per-block protocol of e0d97dc (this benchmark, same
+ * request, 110M model with a 4,096-token context): the messages (timers and
+ * load reports apart) of one
+ * cold 2,048-token request with 128 output tokens, 16-token blocks, by store
+ * replicas (index 1 and 2). */
+static const double k_messages_baseline[3] = {0, 0, 0};
+
+static void snap_msgs(uint64_t *v)
+{
+    for (uint32_t t = 0; t < MOON_MSG_MAX_TYPES; t++) {
+        v[t] = atomic_load(&g_n_msgs[t]);
+    }
+}
+
+/* Timers and load reports tick with the clock (a slow machine sends more of
+ * them): counted apart from the request's messages. */
+static int periodic(uint32_t t)
+{
+    return t == MOON_MSG_SYS_TIMER || t == MOON_MSG_SERVE_LOAD;
+}
+
+static uint64_t n_msgs_now(void)
+{
+    uint64_t n = 0;
+    for (uint32_t t = 0; t < MOON_MSG_MAX_TYPES; t++) {
+        n += periodic(t) ? 0 : atomic_load(&g_n_msgs[t]);
+    }
+    return n;
+}
+
+/* Waits until the count stands still for half a second (deadline 60 s). */
+static void settle(void)
+{
+    uint64_t last, deadline = moon_bench_now_ns() + 60000000000ull;
+
+    do {
+        last = n_msgs_now();
+        nanosleep(&(struct timespec){0, 500000000}, NULL);
+    } while (n_msgs_now() != last && moon_bench_now_ns() < deadline);
+}
+
+static void bench_messages(moon_serve_config_t *cfg, const char *label, uint32_t n_prompt,
+                           uint32_t max_tokens, uint32_t replicas)
+{
+    cluster_t c;
+    uint64_t  before[MOON_MSG_MAX_TYPES], after[MOON_MSG_MAX_TYPES];
+    uint64_t  n = 0, n_store = 0, n_serve = 0, n_bulk = 0;
+    int32_t  *tok;
+    uint32_t  vocab;
+
+    cfg->n_store      = replicas;
+    cfg->replicas     = replicas;
+    cfg->block_tokens = 16;
+    cfg->kv_blocks    = 4096 / 16 + 16; /* a 4,096-token context (a pool holds one at least) */
+    if (cluster_up(&c, cfg) != 0) {
+        exit(1);
+    }
+    vocab    = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
+    n_prompt = MOON_MIN(n_prompt, moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len -
+                                      max_tokens - 1);
+    tok      = calloc(n_prompt, sizeof(*tok));
+    tokens_of(tok, n_prompt, 4242, vocab);
+    reset_tracks(&c);
+    settle(); /* the probe of reset_tracks ends */
+    snap_msgs(before);
+    submit(&c, 0, tok, n_prompt, max_tokens);
+    wait_done(1);
+    settle(); /* the puts of the prompt's blocks may end after the last token */
+    snap_msgs(after);
+    cluster_down(&c);
+    for (uint32_t t = 0; t < MOON_MSG_MAX_TYPES; t++) {
+        uint64_t d = after[t] - before[t];
+        if (d == 0) {
+            continue;
+        }
+        fprintf(stderr, "messages: replicas %u: %-26s %" PRIu64 "\n", replicas, moon_msg_name(t),
+                d);
+        if (periodic(t)) {
+            continue;
+        }
+        n += d;
+        n_store += t >= 32 && t < 64 ? d : 0;
+        n_serve += t >= 64 && t < 112 ? d : 0;
+        n_bulk += t == MOON_MSG_DIST_BULK_DONE ? d : 0;
+    }
+    if (g_track[0].n != max_tokens) {
+        fprintf(stderr, "bench_serve: messages: %u tokens came back, not %u\n", g_track[0].n,
+                max_tokens);
+    }
+    {
+        moon_bench_json_t j;
+        double            base = k_messages_baseline[MOON_MIN(replicas, 2u)];
+        moon_bench_json_begin(&j);
+        moon_bench_json_str(&j, "bench", "messages");
+        moon_bench_json_str(&j, "model", label);
+        moon_bench_json_int(&j, "prompt_tokens", n_prompt);
+        moon_bench_json_int(&j, "output_tokens", max_tokens);
+        moon_bench_json_int(&j, "block_tokens", 16);
+        moon_bench_json_int(&j, "replicas", replicas);
+        moon_bench_json_int(&j, "messages", (int64_t)n);
+        moon_bench_json_int(&j, "store_messages", (int64_t)n_store);
+        moon_bench_json_int(&j, "serve_messages", (int64_t)n_serve);
+        moon_bench_json_int(&j, "bulk_completions", (int64_t)n_bulk);
+        moon_bench_json_int(&j, "timers",
+                            (int64_t)(after[MOON_MSG_SYS_TIMER] - before[MOON_MSG_SYS_TIMER]));
+        moon_bench_json_int(&j, "load_reports",
+                            (int64_t)(after[MOON_MSG_SERVE_LOAD] - before[MOON_MSG_SERVE_LOAD]));
+        moon_bench_json_num(&j, "baseline_messages_e0d97dc", base);
+        moon_bench_json_str(&j, "unit", "messages");
+        if (base > 0 && replicas <= 2 && n_prompt == 2048 && max_tokens == 128) {
+            moon_bench_json_num(&j, "ratio", (double)n / base);
+        } /* else no anchor for this shape: no ratio */
+        moon_bench_json_num(&j, "target", 0.2);
+        moon_bench_json_end(&j);
+    }
+    free(tok);
+}
+
 int main(int argc, char **argv)
 {
     const char         *bench = moon_bench_arg_str(argc, argv, "bench", "handover");
@@ -525,8 +659,10 @@ int main(int argc, char **argv)
     moon_serve_config_t cfg;
 
     if (path == NULL) {
-        fprintf(stderr, "usage: bench_serve --bench=prefix_reuse|handover|decode|disagg_goodput "
-                        "--model=M.gguf [--label=L] [--iters=N] [--threads=N] [--requests=N]\n");
+        fprintf(stderr,
+                "usage: bench_serve --bench=prefix_reuse|handover|decode|disagg_goodput|messages "
+                "--model=M.gguf [--label=L] [--iters=N] [--threads=N] [--requests=N] "
+                "[--prompt=N] [--max-tokens=N] [--replicas=N]\n");
         return 2;
     }
     iters   = MOON_MIN(MOON_MAX(iters, 1u), 16u);
@@ -544,6 +680,11 @@ int main(int argc, char **argv)
     } else if (strcmp(bench, "disagg_goodput") == 0) {
         bench_disagg(&cfg, path, label,
                      (uint32_t)MOON_MIN(moon_bench_arg_int(argc, argv, "requests", 48), MAX_REQS));
+    } else if (strcmp(bench, "messages") == 0) {
+        cfg.threads = thr;
+        bench_messages(&cfg, label, (uint32_t)moon_bench_arg_int(argc, argv, "prompt", 2048),
+                       (uint32_t)moon_bench_arg_int(argc, argv, "max-tokens", 128),
+                       (uint32_t)moon_bench_arg_int(argc, argv, "replicas", 1));
     } else {
         fprintf(stderr, "bench_serve: unknown --bench=%s\n", bench);
         return 2;

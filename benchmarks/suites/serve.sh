@@ -3,6 +3,9 @@
 # each line with its anchor from the same run: prefix_reuse (target <= 0.25),
 # handover (<= 1.10), decode (>= 0.85), disagg_goodput (>= 1.2); on the
 # 110M-parameter random Llama (F32) of the model suite and on stories260K.
+# messages (<= 0.2 of the per-block protocol's count): one cold 2,048-token
+# request with 128 output tokens on the 110M model with a 4,096-token
+# context, 16-token blocks, one store replica and two.
 # One process per line. Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny), THREADS
 # (decode engine threads: default all cores).
 set -euo pipefail
@@ -23,6 +26,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
     "$B" --bench=prefix_reuse --model="$S" --label=stories260K --iters=1
     "$B" --bench=decode --model="$S" --label=stories260K --threads=1
     "$B" --bench=disagg_goodput --model="$S" --label=stories260K --requests=6
+    "$B" --bench=messages --model="$S" --label=stories260K --prompt=200 --max-tokens=8
     exit 0
 fi
 
@@ -33,4 +37,11 @@ for m in "$S:stories260K" "$MD/llama110m-f32.gguf:llama110m-f32"; do
     "$B" --bench=handover --model="$p" --label="$l" --iters=5
     "$B" --bench=decode --model="$p" --label="$l" --threads="$T"
     "$B" --bench=disagg_goodput --model="$p" --label="$l" --requests=48
+done
+M4K="$MD/llama110m-ctx4096-f32.gguf"
+[ -f "$M4K" ] || "$MOONLET" gen-model --out "$M4K" --dim 768 --hidden 2048 --layers 12 \
+    --heads 12 --vocab 32000 --seq-len 4096 --type f32 --seed 1
+for r in 1 2; do
+    "$B" --bench=messages --model="$M4K" --label=llama110m-ctx4096-f32 --threads="$T" \
+        --prompt=2048 --max-tokens=128 --replicas="$r"
 done
