@@ -275,7 +275,12 @@ static void put_new_blocks(prefill_t *p, preq_t *r, uint32_t from, uint32_t to)
     const uint64_t *keys = MOON_SPAN_PTR(r->msg, r->msg->keys);
     size_t          bb   = moon_kv_block_bytes(p->pool.kv);
 
-    for (uint32_t i = MOON_MAX(from, r->n_fetched); p->store != NULL && i < to; i++) {
+    if (p->store == NULL) {
+        return;
+    }
+    /* one reserve (then one commit) per shard for the whole span */
+    moon_store_client_batch_begin(p->store);
+    for (uint32_t i = MOON_MAX(from, r->n_fetched); i < to; i++) {
         moon_kv_key_t key = {keys[2 * i], keys[2 * i + 1]};
         uint32_t      blk = moon_kv_seq_block(p->pool.kv, r->seq, i);
         if (i >= r->msg->keys.n / 2) {
@@ -286,6 +291,7 @@ static void put_new_blocks(prefill_t *p, preq_t *r, uint32_t from, uint32_t to)
             r->n_puts++;
         }
     }
+    moon_store_client_batch_end(p->store);
 }
 
 /* Appends the fetched blocks that landed (after the cached ones), in order
@@ -330,6 +336,8 @@ static void start_fetch(moon_actor_t *self, prefill_t *p, preq_t *r, uint32_t en
     if (end > r->n_local && moon_kv_n_free_blocks(p->pool.kv) < end - r->n_local) {
         make_room(self, p, end - r->n_local);
     }
+    /* one GETV per shard for the whole prefix */
+    moon_store_client_batch_begin(p->store);
     for (uint32_t i = r->n_local; i < end; i++) {
         moon_kv_key_t key = {keys[2 * i], keys[2 * i + 1]};
         if (moon_kv_block_alloc(p->pool.kv, &r->got[i]) != MOON_OK) {
@@ -345,6 +353,7 @@ static void start_fetch(moon_actor_t *self, prefill_t *p, preq_t *r, uint32_t en
         moon_kv_block_mark_written(p->pool.kv, r->got[i]);
         r->n_gets++;
     }
+    moon_store_client_batch_end(p->store);
     if (r->n_gets == 0) {
         fetch_finished(self, p, r);
     }

@@ -2,7 +2,14 @@
  * operation takes a slot of a fixed table; requests carry the slot, its
  * generation and the replica index in `req` (and in bulk cookies), so a reply
  * to an operation that already finished is recognised and undone (a late grant
- * is revoked or released) rather than misapplied. */
+ * is revoked or released) rather than misapplied.
+ *
+ * Batching (moon_store_client_batch_begin/_end, and every handle() call):
+ * the per-key requests (reserve, commit, get, release) queue instead of
+ * leaving, and at the outermost end each (shard, verb) group leaves as one
+ * vector message (a group of one as the singular message). The operations'
+ * state machines are the same either way; a vector answer is taken apart
+ * into its entries. */
 #include "store_client.h"
 
 #include "moonlet/alloc.h"
@@ -67,6 +74,18 @@ typedef struct {
     uint8_t  present[MOON_STORE_CLIENT_MAX_KEYS];
 } op_t;
 
+/* The per-key requests that batch. */
+typedef enum { V_NONE = 0, V_RESERVE, V_COMMIT, V_GET, V_RELEASE } verb_t;
+
+/* One queued request: reserve (key lo, hi, n_bytes), commit (token,
+ * n_bytes, checksum), get (key lo, hi), release (lease). */
+typedef struct {
+    uint8_t  verb; /* verb_t; V_NONE: taken */
+    uint8_t  shard;
+    uint64_t req;
+    uint64_t a, b, c;
+} vreq_t;
+
 struct moon_store_client {
     moon_actor_t        *self;
     uint32_t             instance; /* 12 bits, in every id */
@@ -85,6 +104,9 @@ struct moon_store_client {
     uint64_t             renew_ns; /* UINT64_MAX: never */
     uint64_t             timer;    /* the renewal timer, when has_timer */
     int                  has_timer;
+    /* requests queued while batch_depth > 0 (see the file comment) */
+    vreq_t  *vq, *vq_work; /* MOON_STORE_VEC_MAX each */
+    uint32_t n_vq, batch_depth;
 };
 
 static _Atomic uint32_t next_instance;
@@ -128,14 +150,199 @@ static moon_status_t send_to_shard(moon_store_client_t *c, uint32_t shard, void 
     return status;
 }
 
+/* The singular message of one request, sent now. MOON_ERR_NO_MEMORY, or
+ * the send's failure. */
+static moon_status_t send_one(moon_store_client_t *c, const vreq_t *e)
+{
+    switch (e->verb) {
+    case V_RESERVE: {
+        moon_store_put_reserve_t *m = moon_msg_new(MOON_MSG_STORE_PUT_RESERVE, 0);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->req            = e->req;
+        m->model_id       = c->tag.model_id;
+        m->weight_version = c->tag.weight_version;
+        m->key_lo         = e->a;
+        m->key_hi         = e->b;
+        m->n_bytes        = e->c;
+        return send_to_shard(c, e->shard, m);
+    }
+    case V_COMMIT: {
+        moon_store_put_commit_t *m = moon_msg_new(MOON_MSG_STORE_PUT_COMMIT, 0);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->req      = e->req;
+        m->token    = e->a;
+        m->n_bytes  = e->b;
+        m->checksum = e->c;
+        return send_to_shard(c, e->shard, m);
+    }
+    case V_GET: {
+        moon_store_get_t *m = moon_msg_new(MOON_MSG_STORE_GET, 0);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->req            = e->req;
+        m->model_id       = c->tag.model_id;
+        m->weight_version = c->tag.weight_version;
+        m->key_lo         = e->a;
+        m->key_hi         = e->b;
+        return send_to_shard(c, e->shard, m);
+    }
+    default: {
+        moon_store_release_t *m = moon_msg_new(MOON_MSG_STORE_RELEASE, 0);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->req   = e->req; /* 0: no reply */
+        m->lease = e->a;
+        return send_to_shard(c, e->shard, m);
+    }
+    }
+}
+
+/* One vector message of the n requests es[] (same verb, same shard). */
+static moon_status_t send_vec(moon_store_client_t *c, vreq_t *const *es, uint32_t n)
+{
+    uint32_t  verb = es[0]->verb, shard = es[0]->shard;
+    uint64_t *reqs, *x, *y, *z;
+    void     *msg;
+
+    switch (verb) {
+    case V_RESERVE: {
+        moon_store_put_reservev_t *m =
+            moon_msg_new(MOON_MSG_STORE_PUT_RESERVEV, (size_t)n * 32 + 32);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->model_id       = c->tag.model_id;
+        m->weight_version = c->tag.weight_version;
+        reqs              = moon_msg_span_alloc(m, &m->reqs, n, 8, 0);
+        x                 = moon_msg_span_alloc(m, &m->keys, 2 * n, 8, 0);
+        z                 = moon_msg_span_alloc(m, &m->n_bytes, n, 8, 0);
+        for (uint32_t i = 0; i < n; i++) {
+            reqs[i]      = es[i]->req;
+            x[2 * i]     = es[i]->a;
+            x[2 * i + 1] = es[i]->b;
+            z[i]         = es[i]->c;
+        }
+        msg = m;
+        break;
+    }
+    case V_COMMIT: {
+        moon_store_put_commitv_t *m = moon_msg_new(MOON_MSG_STORE_PUT_COMMITV, (size_t)n * 32 + 32);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        reqs = moon_msg_span_alloc(m, &m->reqs, n, 8, 0);
+        x    = moon_msg_span_alloc(m, &m->token, n, 8, 0);
+        y    = moon_msg_span_alloc(m, &m->n_bytes, n, 8, 0);
+        z    = moon_msg_span_alloc(m, &m->checksum, n, 8, 0);
+        for (uint32_t i = 0; i < n; i++) {
+            reqs[i] = es[i]->req;
+            x[i]    = es[i]->a;
+            y[i]    = es[i]->b;
+            z[i]    = es[i]->c;
+        }
+        msg = m;
+        break;
+    }
+    case V_GET: {
+        moon_store_getv_t *m = moon_msg_new(MOON_MSG_STORE_GETV, (size_t)n * 24 + 24);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        m->model_id       = c->tag.model_id;
+        m->weight_version = c->tag.weight_version;
+        reqs              = moon_msg_span_alloc(m, &m->reqs, n, 8, 0);
+        x                 = moon_msg_span_alloc(m, &m->keys, 2 * n, 8, 0);
+        for (uint32_t i = 0; i < n; i++) {
+            reqs[i]      = es[i]->req;
+            x[2 * i]     = es[i]->a;
+            x[2 * i + 1] = es[i]->b;
+        }
+        msg = m;
+        break;
+    }
+    default: {
+        moon_store_releasev_t *m = moon_msg_new(MOON_MSG_STORE_RELEASEV, (size_t)n * 16 + 16);
+        if (m == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        reqs = moon_msg_span_alloc(m, &m->reqs, n, 8, 0);
+        x    = moon_msg_span_alloc(m, &m->lease, n, 8, 0);
+        for (uint32_t i = 0; i < n; i++) {
+            reqs[i] = es[i]->req;
+            x[i]    = es[i]->a;
+        }
+        msg = m;
+        break;
+    }
+    }
+    return send_to_shard(c, shard, msg);
+}
+
+static void entry_failed(moon_store_client_t *c, const vreq_t *e, moon_status_t status);
+
+/* Sends (or queues, while batching) one request. A failure to send now is
+ * returned (nothing changed); a failure at the batch's end goes to
+ * entry_failed. */
+static moon_status_t req_send(moon_store_client_t *c, uint32_t verb, uint32_t shard, uint64_t req,
+                              uint64_t a, uint64_t b, uint64_t x)
+{
+    vreq_t e = {(uint8_t)verb, (uint8_t)shard, req, a, b, x};
+
+    if (c->batch_depth == 0 || c->n_vq == MOON_STORE_VEC_MAX) {
+        return send_one(c, &e);
+    }
+    c->vq[c->n_vq++] = e;
+    return MOON_OK;
+}
+
+/* Sends what is queued, one message per (shard, verb) group. Requests whose
+ * message could not leave fail (entry_failed: their operations move on, and
+ * may queue more, sent by the next round). */
+static void vq_flush(moon_store_client_t *c)
+{
+    vreq_t *group[MOON_STORE_VEC_MAX];
+
+    c->batch_depth++;
+    while (c->n_vq > 0) {
+        uint32_t n = c->n_vq;
+        vreq_t  *w = c->vq_work;
+
+        memcpy(w, c->vq, (size_t)n * sizeof(*w));
+        c->n_vq = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t      m = 0;
+            moon_status_t status;
+
+            if (w[i].verb == V_NONE) {
+                continue;
+            }
+            for (uint32_t j = i; j < n; j++) {
+                if (w[j].verb == w[i].verb && w[j].shard == w[i].shard) {
+                    group[m++] = &w[j];
+                }
+            }
+            status = m == 1 ? send_one(c, group[0]) : send_vec(c, group, m);
+            for (uint32_t k = 0; k < m; k++) {
+                vreq_t e       = *group[k];
+                group[k]->verb = V_NONE;
+                if (status != MOON_OK) {
+                    entry_failed(c, &e, status);
+                }
+            }
+        }
+    }
+    c->batch_depth--;
+}
+
 static void send_release(moon_store_client_t *c, uint32_t shard, uint64_t lease)
 {
-    moon_store_release_t *m = moon_msg_new(MOON_MSG_STORE_RELEASE, 0);
-
-    if (m != NULL) {
-        m->lease = lease; /* req 0: no reply */
-        (void)send_to_shard(c, shard, m);
-    }
+    (void)req_send(c, V_RELEASE, shard, 0, lease, 0, 0); /* req 0: no reply */
 }
 
 static void send_revoke(moon_store_client_t *c, uint32_t shard, uint64_t token)
@@ -254,27 +461,18 @@ static void xfer_begin(moon_store_client_t *c, op_t *op, uint32_t t)
 static moon_status_t get_try_next(moon_store_client_t *c, op_t *op, int from_call)
 {
     while (op->next < op->n_targets) {
-        uint32_t          t     = op->next++;
-        uint32_t          shard = op->targets[t];
-        moon_store_get_t *m;
+        uint32_t      t     = op->next++;
+        uint32_t      shard = op->targets[t];
+        moon_status_t status;
 
         if (!c->live[shard]) {
             MOON_DEBUG_LOG("store client: get skips dead shard %u", shard);
             op_note(op, MOON_ERR_PEER_LOST);
             continue;
         }
-        m = moon_msg_new(MOON_MSG_STORE_GET, 0);
-        if (m == NULL) {
-            op_note(op, MOON_ERR_NO_MEMORY);
-            continue;
-        }
-        m->req            = make_id(c, op, t);
-        m->model_id       = c->tag.model_id;
-        m->weight_version = c->tag.weight_version;
-        m->key_lo         = op->key.lo;
-        m->key_hi         = op->key.hi;
-        if (send_to_shard(c, shard, m) != MOON_OK) {
-            op_note(op, MOON_ERR_PEER_LOST);
+        status = req_send(c, V_GET, shard, make_id(c, op, t), op->key.lo, op->key.hi, 0);
+        if (status != MOON_OK) {
+            op_note(op, status == MOON_ERR_NO_MEMORY ? status : MOON_ERR_PEER_LOST);
             continue;
         }
         op->rstate[t] = R_WAIT;
@@ -311,8 +509,8 @@ static void get_end(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t 
  * (R_CHECK). */
 static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t status)
 {
-    uint32_t              shard = op->targets[t];
-    moon_store_release_t *m;
+    uint32_t      shard = op->targets[t];
+    moon_status_t sent;
 
     MOON_DEBUG_LOG("store client: get transfer from shard %u: %s", shard, moon_status_str(status));
     if (status == MOON_OK && c->verify_get && op->buf != NULL &&
@@ -325,14 +523,13 @@ static void get_done(moon_store_client_t *c, op_t *op, uint32_t t, moon_status_t
         get_end(c, op, t, status);
         return;
     }
-    if ((m = moon_msg_new(MOON_MSG_STORE_RELEASE, 0)) == NULL) {
+    sent = req_send(c, V_RELEASE, shard, make_id(c, op, t) | ID_CHECK, op->rid[t], 0, 0);
+    if (sent == MOON_ERR_NO_MEMORY) {
         send_release(c, shard, op->rid[t]); /* without its word: this replica failed */
         get_end(c, op, t, MOON_ERR_NO_MEMORY);
         return;
     }
-    m->req   = make_id(c, op, t) | ID_CHECK;
-    m->lease = op->rid[t];
-    if (send_to_shard(c, shard, m) != MOON_OK) {
+    if (sent != MOON_OK) {
         get_end(c, op, t, MOON_ERR_PEER_LOST);
         return;
     }
@@ -357,7 +554,18 @@ static op_t *grant_op(moon_store_client_t *c, uint64_t req, uint32_t op_kind, in
     return op;
 }
 
-static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g)
+/* One get grant (of a GET_GRANT or an entry of a GET_GRANTV): the fields of
+ * moon_store_get_grant_t; desc borrowed. */
+typedef struct {
+    uint64_t    req;
+    int32_t     status;
+    uint32_t    shard_id;
+    uint64_t    lease, offset, n_bytes, checksum, base, lease_timeout_ns;
+    const void *desc;
+    uint32_t    desc_len;
+} get_grant_t;
+
+static void on_get_grant(moon_store_client_t *c, const get_grant_t *g)
 {
     uint32_t t;
     op_t    *op =
@@ -392,7 +600,7 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
         return;
     }
     xfer_begin(c, op, t);
-    if (moon_dist_get(c->dist, op->buf, op->reg, MOON_SPAN_PTR(g, g->desc), g->desc.n, g->offset,
+    if (moon_dist_get(c->dist, op->buf, op->reg, g->desc, g->desc_len, g->offset,
                       (size_t)g->n_bytes, moon_actor_addr(c->self), make_id(c, op, t)) != MOON_OK) {
         get_done(c, op, t, MOON_ERR_PEER_LOST);
     }
@@ -401,25 +609,32 @@ static void on_get_grant(moon_store_client_t *c, const moon_store_get_grant_t *g
 /* ---- put: reserve -> transfer -> commit on every replica -------------------- */
 static void put_commit(moon_store_client_t *c, op_t *op, uint32_t t)
 {
-    moon_store_put_commit_t *m = moon_msg_new(MOON_MSG_STORE_PUT_COMMIT, 0);
+    moon_status_t sent =
+        req_send(c, V_COMMIT, op->targets[t], make_id(c, op, t), op->rid[t], op->len, op->checksum);
 
-    if (m == NULL) {
+    if (sent == MOON_ERR_NO_MEMORY) {
         send_revoke(c, op->targets[t], op->rid[t]);
         replica_end(c, op, t, MOON_ERR_NO_MEMORY);
         return;
     }
-    m->req      = make_id(c, op, t);
-    m->token    = op->rid[t];
-    m->n_bytes  = op->len;
-    m->checksum = op->checksum;
-    if (send_to_shard(c, op->targets[t], m) != MOON_OK) {
+    if (sent != MOON_OK) {
         replica_end(c, op, t, MOON_ERR_PEER_LOST);
         return;
     }
     op->rstate[t] = R_COMMIT;
 }
 
-static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g)
+/* One put grant (of a PUT_GRANT or an entry of a PUT_GRANTV); desc borrowed. */
+typedef struct {
+    uint64_t    req;
+    int32_t     status;
+    uint32_t    shard_id;
+    uint64_t    token, offset, base;
+    const void *desc;
+    uint32_t    desc_len;
+} put_grant_t;
+
+static void on_put_grant(moon_store_client_t *c, const put_grant_t *g)
 {
     uint32_t t;
     op_t    *op =
@@ -441,8 +656,8 @@ static void on_put_grant(moon_store_client_t *c, const moon_store_put_grant_t *g
         return;
     }
     xfer_begin(c, op, t);
-    if (moon_dist_put(c->dist, op->buf, op->reg, MOON_SPAN_PTR(g, g->desc), g->desc.n, g->offset,
-                      op->len, moon_actor_addr(c->self), make_id(c, op, t)) != MOON_OK) {
+    if (moon_dist_put(c->dist, op->buf, op->reg, g->desc, g->desc_len, g->offset, op->len,
+                      moon_actor_addr(c->self), make_id(c, op, t)) != MOON_OK) {
         send_revoke(c, op->targets[t], g->token);
         replica_end(c, op, t, MOON_ERR_PEER_LOST);
     }
@@ -507,43 +722,88 @@ static void renew_sweep(moon_store_client_t *c)
  * checked RELEASE (refused: the lease had expired, the bytes read may be
  * another block's). FIFO per pair: a renewal's reply comes before the
  * release's. */
-static void on_marked_reply(moon_store_client_t *c, const moon_store_reply_t *r)
+static void on_marked_reply(moon_store_client_t *c, uint64_t req, int32_t status)
 {
     uint32_t t;
-    op_t    *op = op_of_id(c, r->req & ~ID_MARKS, &t);
+    op_t    *op = op_of_id(c, req & ~ID_MARKS, &t);
 
     if (op == NULL) {
         return;
     }
-    if ((r->req & ID_RENEW) && op->rstate[t] == R_XFER && r->status != MOON_OK) {
+    if ((req & ID_RENEW) && op->rstate[t] == R_XFER && status != MOON_OK) {
         op->rlost[t] = 1;
-    } else if ((r->req & ID_CHECK) && op->rstate[t] == R_CHECK) {
-        if (r->status != MOON_OK) {
+    } else if ((req & ID_CHECK) && op->rstate[t] == R_CHECK) {
+        if (status != MOON_OK) {
             MOON_WARN("store client: shard %u let the lease of a get expire under its transfer",
                       op->targets[t]);
         }
-        get_end(c, op, t, r->status == MOON_OK ? MOON_OK : MOON_ERR_TIMED_OUT);
+        get_end(c, op, t, status == MOON_OK ? MOON_OK : MOON_ERR_TIMED_OUT);
     }
 }
 
 /* ---- generic replies: commit, remove, pin ------------------------------------ */
-static void on_reply(moon_store_client_t *c, const moon_store_reply_t *r)
+static void on_reply(moon_store_client_t *c, uint64_t req, int32_t status)
 {
     uint32_t t;
-    op_t    *op = op_of_id(c, r->req, &t);
+    op_t    *op;
 
+    if (req & ID_MARKS) {
+        on_marked_reply(c, req, status);
+        return;
+    }
+    op = op_of_id(c, req, &t);
     if (op == NULL || (op->rstate[t] != R_COMMIT && op->rstate[t] != R_WAIT)) {
         return;
     }
-    if (op->op == MOON_STORE_OP_PUT && r->status != MOON_OK) {
+    if (op->op == MOON_STORE_OP_PUT && status != MOON_OK) {
         send_revoke(c, op->targets[t], op->rid[t]); /* e.g. CORRUPT keeps the reservation */
-        if (r->status == MOON_ERR_NOT_FOUND && op->rstate[t] == R_COMMIT) {
+        if (status == MOON_ERR_NOT_FOUND && op->rstate[t] == R_COMMIT) {
             /* the shard no longer held the reservation: it expired */
             replica_end(c, op, t, MOON_ERR_TIMED_OUT);
             return;
         }
     }
-    replica_end(c, op, t, (moon_status_t)r->status);
+    replica_end(c, op, t, (moon_status_t)status);
+}
+
+/* A queued request whose message could not leave (vq_flush): its operation
+ * moves on as if the send had failed at once. */
+static void entry_failed(moon_store_client_t *c, const vreq_t *e, moon_status_t status)
+{
+    uint32_t t;
+    op_t    *op = op_of_id(c, e->req & ~ID_MARKS, &t);
+
+    status = status == MOON_ERR_NO_MEMORY ? status : MOON_ERR_PEER_LOST;
+    if (op == NULL || e->req == 0) {
+        return; /* a release that wanted no word */
+    }
+    switch (e->verb) {
+    case V_RESERVE:
+        if (op->rstate[t] == R_WAIT) {
+            replica_end(c, op, t, status);
+        }
+        break;
+    case V_COMMIT:
+        if (op->rstate[t] == R_COMMIT) {
+            if (status == MOON_ERR_NO_MEMORY) {
+                send_revoke(c, op->targets[t], op->rid[t]);
+            }
+            replica_end(c, op, t, status);
+        }
+        break;
+    case V_GET:
+        if (op->rstate[t] == R_WAIT) {
+            op->rstate[t] = R_FAILED;
+            op_note(op, status);
+            (void)get_try_next(c, op, 0);
+        }
+        break;
+    default:
+        if ((e->req & ID_CHECK) && op->rstate[t] == R_CHECK) {
+            get_end(c, op, t, status);
+        }
+        break;
+    }
 }
 
 static void on_query_reply(moon_store_client_t *c, const moon_store_query_reply_t *r)
@@ -633,7 +893,9 @@ moon_status_t moon_store_client_create(moon_actor_t *self, const moon_store_clie
     c->renew_ns      = cfg->renew_ns ? cfg->renew_ns : DEFAULT_RENEW_NS;
     c->ops           = moon_calloc(c->max_ops, sizeof(*c->ops));
     c->free_ops      = moon_calloc(c->max_ops, sizeof(*c->free_ops));
-    if (c->ops == NULL || c->free_ops == NULL) {
+    c->vq            = moon_calloc(MOON_STORE_VEC_MAX, sizeof(*c->vq));
+    c->vq_work       = moon_calloc(MOON_STORE_VEC_MAX, sizeof(*c->vq_work));
+    if (c->ops == NULL || c->free_ops == NULL || c->vq == NULL || c->vq_work == NULL) {
         status = MOON_ERR_NO_MEMORY;
         goto err_free;
     }
@@ -675,6 +937,8 @@ err_timer:
 err_placement:
     moon_kv_placement_destroy(c->placement);
 err_free:
+    moon_free(c->vq_work);
+    moon_free(c->vq);
     moon_free(c->free_ops);
     moon_free(c->ops);
     moon_free(c);
@@ -690,6 +954,8 @@ void moon_store_client_destroy(moon_store_client_t *client)
         (void)moon_timer_cancel(client->self, client->timer); /* NOT_FOUND once the actor ended */
     }
     moon_kv_placement_destroy(client->placement);
+    moon_free(client->vq_work);
+    moon_free(client->vq);
     moon_free(client->free_ops);
     moon_free(client->ops);
     moon_free(client);
@@ -743,21 +1009,17 @@ moon_status_t moon_store_client_put(moon_store_client_t *c, moon_kv_key_t key, c
     op->reg      = local_reg;
     op->checksum = c->skip_checksum || bytes == NULL ? 0 : moon_kv_checksum(bytes, n_bytes);
     for (uint32_t t = 0; t < n; t++) {
-        moon_store_put_reserve_t *m = moon_msg_new(MOON_MSG_STORE_PUT_RESERVE, 0);
+        moon_status_t sent =
+            req_send(c, V_RESERVE, ws[t], make_id(c, op, t), key.lo, key.hi, n_bytes);
 
         op->targets[op->n_targets++] = ws[t];
-        if (m == NULL) {
+        if (sent != MOON_OK) {
             op->rstate[t] = R_FAILED;
-            op_note(op, MOON_ERR_NO_MEMORY);
+            op_note(op, sent == MOON_ERR_NO_MEMORY ? sent : MOON_ERR_PEER_LOST);
             continue;
         }
-        m->req            = make_id(c, op, t);
-        m->model_id       = c->tag.model_id;
-        m->weight_version = c->tag.weight_version;
-        m->key_lo         = key.lo;
-        m->key_hi         = key.hi;
-        m->n_bytes        = n_bytes;
-        fan_out_send(c, op, t, ws[t], m);
+        op->rstate[t] = R_WAIT;
+        op->n_pending++;
     }
     return op_started(c, op);
 }
@@ -912,35 +1174,137 @@ moon_status_t moon_store_client_apply(moon_store_client_t *c, uint32_t aop, moon
     return op_started(c, op);
 }
 
-int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
+/* The entries of a vector answer, in order (spans checked against n). */
+static int on_put_grantv(moon_store_client_t *c, const moon_store_put_grantv_t *g)
+{
+    uint32_t        n    = g->reqs.n;
+    const uint64_t *reqs = MOON_SPAN_PTR(g, g->reqs), *tok = MOON_SPAN_PTR(g, g->token);
+    const uint64_t *off = MOON_SPAN_PTR(g, g->offset);
+    const uint32_t *st  = MOON_SPAN_PTR(g, g->status);
+
+    if (n == 0 || !is_client_id(c, reqs[0])) {
+        return 0;
+    }
+    if (g->status.n != n || g->token.n != n || g->offset.n != n) {
+        MOON_WARN("store client: malformed vector grant from shard %u dropped", g->shard_id);
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        put_grant_t e = {reqs[i],
+                         (int32_t)st[i],
+                         g->shard_id,
+                         tok[i],
+                         off[i],
+                         g->base,
+                         MOON_SPAN_PTR(g, g->desc),
+                         g->desc.n};
+        on_put_grant(c, &e);
+    }
+    return 1;
+}
+
+static int on_get_grantv(moon_store_client_t *c, const moon_store_get_grantv_t *g)
+{
+    uint32_t        n    = g->reqs.n;
+    const uint64_t *reqs = MOON_SPAN_PTR(g, g->reqs), *lease = MOON_SPAN_PTR(g, g->lease);
+    const uint64_t *off = MOON_SPAN_PTR(g, g->offset), *nb = MOON_SPAN_PTR(g, g->n_bytes);
+    const uint64_t *sum = MOON_SPAN_PTR(g, g->checksum);
+    const uint32_t *st  = MOON_SPAN_PTR(g, g->status);
+
+    if (n == 0 || !is_client_id(c, reqs[0])) {
+        return 0;
+    }
+    if (g->status.n != n || g->lease.n != n || g->offset.n != n || g->n_bytes.n != n ||
+        g->checksum.n != n) {
+        MOON_WARN("store client: malformed vector grant from shard %u dropped", g->shard_id);
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        get_grant_t e = {reqs[i],
+                         (int32_t)st[i],
+                         g->shard_id,
+                         lease[i],
+                         off[i],
+                         nb[i],
+                         sum[i],
+                         g->base,
+                         g->lease_timeout_ns,
+                         MOON_SPAN_PTR(g, g->desc),
+                         g->desc.n};
+        on_get_grant(c, &e);
+    }
+    return 1;
+}
+
+static int on_replyv(moon_store_client_t *c, const moon_store_replyv_t *r)
+{
+    uint32_t        n    = r->reqs.n;
+    const uint64_t *reqs = MOON_SPAN_PTR(r, r->reqs);
+    const uint32_t *st   = MOON_SPAN_PTR(r, r->status);
+
+    if (n == 0 || !is_client_id(c, reqs[0] & ~ID_MARKS)) {
+        return 0;
+    }
+    if (r->status.n != n) {
+        MOON_WARN("store client: malformed vector reply from shard %u dropped", r->shard_id);
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        on_reply(c, reqs[i], (int32_t)st[i]);
+    }
+    return 1;
+}
+
+static int handle_one(moon_store_client_t *c, const moon_msg_hdr_t *msg)
 {
     switch (msg->type) {
     case MOON_MSG_STORE_PUT_GRANT: {
         const moon_store_put_grant_t *g = (const moon_store_put_grant_t *)msg;
+        put_grant_t                   e = {g->req,
+                                           g->status,
+                                           g->shard_id,
+                                           g->token,
+                                           g->offset,
+                                           g->base,
+                                           MOON_SPAN_PTR(g, g->desc),
+                                           g->desc.n};
         if (!is_client_id(c, g->req)) {
             return 0;
         }
-        on_put_grant(c, g);
+        on_put_grant(c, &e);
         return 1;
     }
     case MOON_MSG_STORE_GET_GRANT: {
         const moon_store_get_grant_t *g = (const moon_store_get_grant_t *)msg;
+        get_grant_t                   e = {g->req,
+                                           g->status,
+                                           g->shard_id,
+                                           g->lease,
+                                           g->offset,
+                                           g->n_bytes,
+                                           g->checksum,
+                                           g->base,
+                                           g->lease_timeout_ns,
+                                           MOON_SPAN_PTR(g, g->desc),
+                                           g->desc.n};
         if (!is_client_id(c, g->req)) {
             return 0;
         }
-        on_get_grant(c, g);
+        on_get_grant(c, &e);
         return 1;
     }
+    case MOON_MSG_STORE_PUT_GRANTV:
+        return on_put_grantv(c, (const moon_store_put_grantv_t *)msg);
+    case MOON_MSG_STORE_GET_GRANTV:
+        return on_get_grantv(c, (const moon_store_get_grantv_t *)msg);
+    case MOON_MSG_STORE_REPLYV:
+        return on_replyv(c, (const moon_store_replyv_t *)msg);
     case MOON_MSG_STORE_REPLY: {
         const moon_store_reply_t *r = (const moon_store_reply_t *)msg;
         if (!is_client_id(c, r->req & ~ID_MARKS)) {
             return 0;
         }
-        if (r->req & ID_MARKS) {
-            on_marked_reply(c, r);
-        } else {
-            on_reply(c, r);
-        }
+        on_reply(c, r->req, r->status);
         return 1;
     }
     case MOON_MSG_SYS_TIMER:
@@ -974,6 +1338,28 @@ int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
     default:
         return 0;
     }
+}
+
+void moon_store_client_batch_begin(moon_store_client_t *c)
+{
+    c->batch_depth++;
+}
+
+void moon_store_client_batch_end(moon_store_client_t *c)
+{
+    if (c->batch_depth > 0 && --c->batch_depth == 0) {
+        vq_flush(c);
+    }
+}
+
+int moon_store_client_handle(moon_store_client_t *c, const moon_msg_hdr_t *msg)
+{
+    int mine;
+
+    moon_store_client_batch_begin(c);
+    mine = handle_one(c, msg);
+    moon_store_client_batch_end(c);
+    return mine;
 }
 
 uint32_t moon_store_client_expire(moon_store_client_t *c, uint64_t now_ns, uint64_t timeout_ns)

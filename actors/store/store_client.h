@@ -139,6 +139,17 @@ MOON_API moon_status_t moon_store_client_query(moon_store_client_t *client, uint
 MOON_API moon_status_t moon_store_client_apply(moon_store_client_t *client, uint32_t op,
                                                moon_kv_key_t key, uint64_t cookie);
 
+/* Batching: the puts and gets issued between begin and the matching end
+ * (nesting counts; every moon_store_client_handle call is one batch too, so
+ * what a reply sets off is batched) leave at the outermost end as one vector
+ * message per shard and verb (PUT_RESERVEV, PUT_COMMITV, GETV, RELEASEV;
+ * store_msgs.h) instead of one message per key and replica. Nothing else
+ * changes: each operation still ends with its own on_done. end may call
+ * on_done, for the operations whose messages could not be sent (a shard just
+ * lost): call it where the owner can take on_done. */
+MOON_API void moon_store_client_batch_begin(moon_store_client_t *client);
+MOON_API void moon_store_client_batch_end(moon_store_client_t *client);
+
 /* Feeds a message the owning actor received. Returns 1 when it was the
  * client's (a store reply, a DIST_BULK_DONE it started, a DOWN of one of its
  * shards): consumed, on_done possibly called; 0 otherwise (the actor's own). */
@@ -170,6 +181,8 @@ MOON_API uint32_t moon_store_client_n_live(const moon_store_client_t *client);
 #define MOON_STORE_CLIENT_ON_MSG(_fn)                                                              \
     [MOON_MSG_STORE_QUERY_REPLY] = (_fn), [MOON_MSG_STORE_PUT_GRANT] = (_fn),                      \
     [MOON_MSG_STORE_GET_GRANT] = (_fn), [MOON_MSG_STORE_REPLY] = (_fn),                            \
-    [MOON_MSG_DIST_BULK_DONE] = (_fn), [MOON_MSG_SYS_TIMER] = (_fn)
+    [MOON_MSG_DIST_BULK_DONE] = (_fn), [MOON_MSG_SYS_TIMER] = (_fn),                               \
+    [MOON_MSG_STORE_PUT_GRANTV] = (_fn), [MOON_MSG_STORE_GET_GRANTV] = (_fn),                      \
+    [MOON_MSG_STORE_REPLYV] = (_fn)
 
 #endif /* MOON_ACTORS_STORE_CLIENT_H */

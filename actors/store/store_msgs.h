@@ -14,6 +14,12 @@
  *         leases expire by time, lease_timeout_ns > 0, confirms the lease was
  *         still held, so the bytes read were still the block's)
  *   query: QUERY {op EXISTS|PREFIX, keys} -> QUERY_REPLY {present | n_hit}
+ *   vectors: PUT_RESERVEV, PUT_COMMITV, GETV and RELEASEV carry a span of the
+ *         singular request's fields, one entry per key (each with its own
+ *         `req`), and are answered by one PUT_GRANTV, REPLYV or GET_GRANTV
+ *         whose entries are in the request's order and mean what the
+ *         singular answer's would (one arena descriptor for all; a RELEASEV
+ *         is answered only when some req != 0, and then for those entries).
  *   REMOVE, PIN {unpin}, RENEW {reservation token | lease}, SUBSCRIBE, STATS.
  *   Shards publish EVENTS {stored / evicted / removed ...} to subscribers;
  *   a SUBSCRIBE is answered with a snapshot (EVENTS with snapshot != 0) of
@@ -63,7 +69,8 @@
     F(T, u64, req)                                                                                 \
     F(T, i32, status)                                                                              \
     F(T, u32, shard_id)                                                                            \
-    F(T, u64, lease) F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base)      \
+    F(T, u64, lease)                                                                               \
+    F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base)                       \
         F(T, u64, lease_timeout_ns) F(T, bytes, desc)
 #define MOON_STORE_RELEASE_FIELDS(F, T) F(T, u64, req) F(T, u64, lease)
 #define MOON_STORE_REMOVE_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T)
@@ -73,6 +80,32 @@
 /* Generic reply: op is the request's message id. */
 #define MOON_STORE_REPLY_FIELDS(F, T)                                                              \
     F(T, u64, req) F(T, i32, status) F(T, u32, shard_id) F(T, u32, op)
+/* Vectors (n entries; every span has n elements, keys 2n): see above. */
+#define MOON_STORE_PUT_RESERVEV_FIELDS(F, T)                                                       \
+    MOON_STORE_TAG_FIELDS(F, T) F(T, u64s, reqs) F(T, u64s, keys) F(T, u64s, n_bytes)
+#define MOON_STORE_PUT_GRANTV_FIELDS(F, T)                                                         \
+    F(T, u32, shard_id)                                                                            \
+    F(T, u64, base)                                                                                \
+    F(T, u64s, reqs)                                                                               \
+    F(T, u32s, status) F(T, u64s, token) F(T, u64s, offset) F(T, u64s, max_bytes)                  \
+        F(T, bytes, desc)
+#define MOON_STORE_PUT_COMMITV_FIELDS(F, T)                                                        \
+    F(T, u64s, reqs) F(T, u64s, token) F(T, u64s, n_bytes) F(T, u64s, checksum)
+#define MOON_STORE_GETV_FIELDS(F, T) MOON_STORE_TAG_FIELDS(F, T) F(T, u64s, reqs) F(T, u64s, keys)
+#define MOON_STORE_GET_GRANTV_FIELDS(F, T)                                                         \
+    F(T, u32, shard_id)                                                                            \
+    F(T, u64, base)                                                                                \
+    F(T, u64, lease_timeout_ns)                                                                    \
+    F(T, u64s, reqs)                                                                               \
+    F(T, u32s, status) F(T, u64s, lease) F(T, u64s, offset) F(T, u64s, n_bytes)                    \
+        F(T, u64s, checksum) F(T, bytes, desc)
+#define MOON_STORE_RELEASEV_FIELDS(F, T) F(T, u64s, reqs) F(T, u64s, lease)
+/* status: i32 values */
+#define MOON_STORE_REPLYV_FIELDS(F, T)                                                             \
+    F(T, u32, shard_id) F(T, u32, op) F(T, u64s, reqs) F(T, u32s, status)
+/* Most entries of one vector message. */
+#define MOON_STORE_VEC_MAX 1024u
+
 /* seq: live events (snapshot 0): the shard's number of the first event, so a
  * subscriber sees a lost message as a gap; snapshot 1 (the first part of a
  * subscription's snapshot: forget what was known of this shard) or 2 (its
@@ -85,11 +118,12 @@
     F(T, u64, req)                                                                                 \
     F(T, u32, shard_id)                                                                            \
     F(T, u32, n_slots)                                                                             \
-    F(T, u32, used_slots) F(T, u32, n_reserved) F(T, u32, n_committed) F(T, u32, n_pinned)         \
-        F(T, u32, n_leases) F(T, u32, n_subscribers) F(T, u64, n_puts) F(T, u64, n_gets)           \
-            F(T, u64, n_get_misses) F(T, u64, n_evicted) F(T, u64, n_expired_reservations)         \
-                F(T, u64, n_expired_leases) F(T, u64, n_dropped) F(T, u64, n_corrupt)              \
-                    F(T, u64, n_tag_mismatch) F(T, u64, n_renewals)
+    F(T, u32, used_slots)                                                                          \
+    F(T, u32, n_reserved) F(T, u32, n_committed) F(T, u32, n_pinned) F(T, u32, n_leases)           \
+        F(T, u32, n_subscribers) F(T, u64, n_puts) F(T, u64, n_gets) F(T, u64, n_get_misses)       \
+            F(T, u64, n_evicted) F(T, u64, n_expired_reservations) F(T, u64, n_expired_leases)     \
+                F(T, u64, n_dropped) F(T, u64, n_corrupt) F(T, u64, n_tag_mismatch)                \
+                    F(T, u64, n_renewals)
 
 #define MOON_STORE_MSGS(X)                                                                         \
     X(MOON_MSG_STORE_QUERY, moon_store_query_t, MOON_STORE_QUERY_FIELDS)                           \
@@ -108,7 +142,14 @@
     X(MOON_MSG_STORE_REPLY, moon_store_reply_t, MOON_STORE_REPLY_FIELDS)                           \
     X(MOON_MSG_STORE_EVENTS, moon_store_events_t, MOON_STORE_EVENTS_FIELDS)                        \
     X(MOON_MSG_STORE_STATS, moon_store_stats_t, MOON_STORE_STATS_FIELDS)                           \
-    X(MOON_MSG_STORE_STATS_REPLY, moon_store_stats_reply_t, MOON_STORE_STATS_REPLY_FIELDS)
+    X(MOON_MSG_STORE_STATS_REPLY, moon_store_stats_reply_t, MOON_STORE_STATS_REPLY_FIELDS)         \
+    X(MOON_MSG_STORE_PUT_RESERVEV, moon_store_put_reservev_t, MOON_STORE_PUT_RESERVEV_FIELDS)      \
+    X(MOON_MSG_STORE_PUT_GRANTV, moon_store_put_grantv_t, MOON_STORE_PUT_GRANTV_FIELDS)            \
+    X(MOON_MSG_STORE_PUT_COMMITV, moon_store_put_commitv_t, MOON_STORE_PUT_COMMITV_FIELDS)         \
+    X(MOON_MSG_STORE_GETV, moon_store_getv_t, MOON_STORE_GETV_FIELDS)                              \
+    X(MOON_MSG_STORE_GET_GRANTV, moon_store_get_grantv_t, MOON_STORE_GET_GRANTV_FIELDS)            \
+    X(MOON_MSG_STORE_RELEASEV, moon_store_releasev_t, MOON_STORE_RELEASEV_FIELDS)                  \
+    X(MOON_MSG_STORE_REPLYV, moon_store_replyv_t, MOON_STORE_REPLYV_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_STORE_MSGS, STORE, MOON_MSG_STORE_END)
 _Static_assert(MOON_MSG_STORE_END <= 64, "store ids are 32..63");

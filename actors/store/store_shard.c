@@ -368,6 +368,238 @@ static moon_status_t shard_on_release(moon_actor_t *self, const moon_msg_hdr_t *
     return q->req != 0 ? reply(self, msg, q->req, status) : MOON_OK;
 }
 
+/* ---- vectors: the singular handlers' work per entry, one answer ---------- */
+/* A vector request's n (every span n long, keys 2n), or 0 when malformed. */
+static uint32_t vec_n(const moon_span_t *reqs, const moon_span_t *const *more, uint32_t n_more,
+                      const moon_span_t *keys)
+{
+    uint32_t n = reqs->n;
+
+    if (n == 0 || n > MOON_STORE_VEC_MAX || (keys != NULL && keys->n != 2 * n)) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < n_more; i++) {
+        if (more[i]->n != n) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* A REPLYV to msg's sender of n entries (status per entry); reqs of 0 are
+ * left out. */
+static void replyv_send(moon_actor_t *self, shard_state_t *st, const moon_msg_hdr_t *msg,
+                        const uint64_t *reqs, const int32_t *status, uint32_t n)
+{
+    uint32_t             k = 0, m = 0;
+    moon_store_replyv_t *r;
+    uint64_t            *rr;
+    uint32_t            *rs;
+
+    for (uint32_t i = 0; i < n; i++) {
+        m += reqs[i] != 0;
+    }
+    if (m == 0) {
+        return;
+    }
+    if ((r = moon_msg_new(MOON_MSG_STORE_REPLYV, (size_t)m * 12 + 16)) == NULL) {
+        MOON_WARN("store shard %u: no memory for a vector reply", st->shard_id);
+        return;
+    }
+    r->shard_id = st->shard_id;
+    r->op       = msg->type;
+    rr          = moon_msg_span_alloc(r, &r->reqs, m, 8, 0);
+    rs          = moon_msg_span_alloc(r, &r->status, m, 4, 0);
+    for (uint32_t i = 0; i < n; i++) {
+        if (reqs[i] != 0) {
+            rr[k]   = reqs[i];
+            rs[k++] = (uint32_t)status[i];
+        }
+    }
+    (void)moon_tell(self, msg->src, &r->hdr);
+}
+
+/* Between a vector's entries: publishes the events queued so far once they
+ * near the per-call bound, so a long vector loses none. */
+static void vec_events(moon_actor_t *self, shard_state_t *st)
+{
+    if (st->n_events > 0 && st->n_events + 64 >= st->cap_events) {
+        publish_events(self, st);
+    }
+}
+
+/* A malformed vector request: logged, answered with nothing (its reqs are not
+ * to be trusted); the client's deadline ends what waited on it. */
+static moon_status_t vec_bad(shard_state_t *st, const moon_msg_hdr_t *msg)
+{
+    MOON_WARN("store shard %u: malformed %s from %llx dropped", st->shard_id,
+              moon_msg_name(msg->type), (unsigned long long)msg->src);
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_reservev(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                   *st      = moon_actor_state(self);
+    const moon_store_put_reservev_t *q       = (const moon_store_put_reservev_t *)msg;
+    const moon_span_t               *more[1] = {&q->n_bytes};
+    uint32_t                         n       = vec_n(&q->reqs, more, 1, &q->keys);
+    moon_kv_tag_t                    tag     = {q->model_id, q->weight_version};
+    const uint64_t          *reqs = MOON_SPAN_PTR(q, q->reqs), *keys = MOON_SPAN_PTR(q, q->keys);
+    const uint64_t          *nb = MOON_SPAN_PTR(q, q->n_bytes);
+    moon_store_put_grantv_t *g;
+    uint64_t                *gr, *tok, *off, *maxb;
+    uint32_t                *gs;
+    moon_status_t            status;
+
+    if (n == 0) {
+        return vec_bad(st, msg);
+    }
+    g = moon_msg_new(MOON_MSG_STORE_PUT_GRANTV, (size_t)n * 36 + desc_bytes(st) + 48);
+    if (g == NULL) {
+        MOON_WARN("store shard %u: no memory for a vector grant", st->shard_id);
+        return MOON_OK;
+    }
+    g->shard_id = st->shard_id;
+    gr          = moon_msg_span_alloc(g, &g->reqs, n, 8, 0);
+    gs          = moon_msg_span_alloc(g, &g->status, n, 4, 0);
+    tok         = moon_msg_span_alloc(g, &g->token, n, 8, 0);
+    off         = moon_msg_span_alloc(g, &g->offset, n, 8, 0);
+    maxb        = moon_msg_span_alloc(g, &g->max_bytes, n, 8, 0);
+    status      = clients_track(self, st, msg->src);
+    if (status == MOON_OK) {
+        status = fill_desc(st, g, &g->desc, &g->base);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        moon_kv_key_t key = {keys[2 * i], keys[2 * i + 1]};
+        moon_kv_put_t put = {0};
+        moon_status_t s   = status;
+
+        vec_events(self, st);
+        if (s == MOON_OK) {
+            s = nb[i] > SIZE_MAX ? MOON_ERR_INVALID_PARAM
+                                 : moon_kv_shard_reserve(st->kv, &tag, key, (size_t)nb[i],
+                                                         client_of(msg), now_of(self), &put);
+        }
+        gr[i]   = reqs[i];
+        gs[i]   = (uint32_t)s;
+        tok[i]  = s == MOON_OK ? put.token : 0;
+        off[i]  = put.offset;
+        maxb[i] = put.max_bytes;
+    }
+    publish_events(self, st);
+    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            if ((int32_t)gs[i] == MOON_OK) {
+                (void)moon_kv_shard_revoke(st->kv, tok[i]);
+            }
+        }
+        moon_msg_release(&g->hdr);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_commitv(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t                  *st      = moon_actor_state(self);
+    const moon_store_put_commitv_t *q       = (const moon_store_put_commitv_t *)msg;
+    const moon_span_t              *more[3] = {&q->token, &q->n_bytes, &q->checksum};
+    uint32_t                        n       = vec_n(&q->reqs, more, 3, NULL);
+    const uint64_t *reqs = MOON_SPAN_PTR(q, q->reqs), *tok = MOON_SPAN_PTR(q, q->token);
+    const uint64_t *nb = MOON_SPAN_PTR(q, q->n_bytes), *sum = MOON_SPAN_PTR(q, q->checksum);
+    int32_t         status[MOON_STORE_VEC_MAX];
+
+    if (n == 0) {
+        return vec_bad(st, msg);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        vec_events(self, st);
+        status[i] = nb[i] > SIZE_MAX ? MOON_ERR_INVALID_PARAM
+                                     : moon_kv_shard_commit(st->kv, tok[i], (size_t)nb[i], sum[i]);
+    }
+    publish_events(self, st);
+    replyv_send(self, st, msg, reqs, status, n);
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_getv(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t           *st   = moon_actor_state(self);
+    const moon_store_getv_t *q    = (const moon_store_getv_t *)msg;
+    uint32_t                 n    = vec_n(&q->reqs, NULL, 0, &q->keys);
+    moon_kv_tag_t            tag  = {q->model_id, q->weight_version};
+    const uint64_t          *reqs = MOON_SPAN_PTR(q, q->reqs), *keys = MOON_SPAN_PTR(q, q->keys);
+    moon_store_get_grantv_t *g;
+    uint64_t                *gr, *lease, *off, *nb, *sum;
+    uint32_t                *gs;
+    moon_status_t            status;
+
+    if (n == 0) {
+        return vec_bad(st, msg);
+    }
+    g = moon_msg_new(MOON_MSG_STORE_GET_GRANTV, (size_t)n * 44 + desc_bytes(st) + 56);
+    if (g == NULL) {
+        MOON_WARN("store shard %u: no memory for a vector grant", st->shard_id);
+        return MOON_OK;
+    }
+    g->shard_id         = st->shard_id;
+    g->lease_timeout_ns = st->lease_timeout_ns;
+    gr                  = moon_msg_span_alloc(g, &g->reqs, n, 8, 0);
+    gs                  = moon_msg_span_alloc(g, &g->status, n, 4, 0);
+    lease               = moon_msg_span_alloc(g, &g->lease, n, 8, 0);
+    off                 = moon_msg_span_alloc(g, &g->offset, n, 8, 0);
+    nb                  = moon_msg_span_alloc(g, &g->n_bytes, n, 8, 0);
+    sum                 = moon_msg_span_alloc(g, &g->checksum, n, 8, 0);
+    status              = clients_track(self, st, msg->src);
+    if (status == MOON_OK) {
+        status = fill_desc(st, g, &g->desc, &g->base);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        moon_kv_key_t key = {keys[2 * i], keys[2 * i + 1]};
+        moon_kv_get_t get = {0};
+        moon_status_t s   = status;
+
+        vec_events(self, st);
+        if (s == MOON_OK) {
+            s = moon_kv_shard_get(st->kv, &tag, key, client_of(msg), now_of(self), &get);
+        }
+        gr[i]    = reqs[i];
+        gs[i]    = (uint32_t)s;
+        lease[i] = s == MOON_OK ? get.lease : 0;
+        off[i]   = get.offset;
+        nb[i]    = get.n_bytes;
+        sum[i]   = get.checksum;
+    }
+    publish_events(self, st);
+    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            if ((int32_t)gs[i] == MOON_OK) {
+                (void)moon_kv_shard_release(st->kv, lease[i]);
+            }
+        }
+        moon_msg_release(&g->hdr);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t shard_on_releasev(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t               *st      = moon_actor_state(self);
+    const moon_store_releasev_t *q       = (const moon_store_releasev_t *)msg;
+    const moon_span_t           *more[1] = {&q->lease};
+    uint32_t                     n       = vec_n(&q->reqs, more, 1, NULL);
+    const uint64_t *reqs = MOON_SPAN_PTR(q, q->reqs), *lease = MOON_SPAN_PTR(q, q->lease);
+    int32_t         status[MOON_STORE_VEC_MAX];
+
+    if (n == 0) {
+        return vec_bad(st, msg);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        status[i] = moon_kv_shard_release(st->kv, lease[i]);
+    }
+    replyv_send(self, st, msg, reqs, status, n);
+    return MOON_OK;
+}
+
 static moon_status_t shard_on_remove(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     shard_state_t             *st  = moon_actor_state(self);
@@ -707,19 +939,23 @@ const moon_actor_ops_t moon_store_shard_ops = {
     .fini        = shard_fini,
     .on_msg =
         {
-            [MOON_MSG_STORE_QUERY]       = shard_on_query,
-            [MOON_MSG_STORE_PUT_RESERVE] = shard_on_reserve,
-            [MOON_MSG_STORE_PUT_COMMIT]  = shard_on_commit,
-            [MOON_MSG_STORE_PUT_REVOKE]  = shard_on_revoke,
-            [MOON_MSG_STORE_GET]         = shard_on_get,
-            [MOON_MSG_STORE_RELEASE]     = shard_on_release,
-            [MOON_MSG_STORE_REMOVE]      = shard_on_remove,
-            [MOON_MSG_STORE_PIN]         = shard_on_pin,
-            [MOON_MSG_STORE_RENEW]       = shard_on_renew,
-            [MOON_MSG_STORE_SUBSCRIBE]   = shard_on_subscribe,
-            [MOON_MSG_STORE_STATS]       = shard_on_stats,
-            [MOON_MSG_SYS_TIMER]         = shard_on_timer,
-            [MOON_MSG_SYS_DOWN]          = shard_on_down,
-            [MOON_MSG_SYS_PEER_DOWN]     = shard_on_peer_down,
+            [MOON_MSG_STORE_QUERY]        = shard_on_query,
+            [MOON_MSG_STORE_PUT_RESERVE]  = shard_on_reserve,
+            [MOON_MSG_STORE_PUT_COMMIT]   = shard_on_commit,
+            [MOON_MSG_STORE_PUT_REVOKE]   = shard_on_revoke,
+            [MOON_MSG_STORE_GET]          = shard_on_get,
+            [MOON_MSG_STORE_RELEASE]      = shard_on_release,
+            [MOON_MSG_STORE_REMOVE]       = shard_on_remove,
+            [MOON_MSG_STORE_PIN]          = shard_on_pin,
+            [MOON_MSG_STORE_RENEW]        = shard_on_renew,
+            [MOON_MSG_STORE_SUBSCRIBE]    = shard_on_subscribe,
+            [MOON_MSG_STORE_STATS]        = shard_on_stats,
+            [MOON_MSG_STORE_PUT_RESERVEV] = shard_on_reservev,
+            [MOON_MSG_STORE_PUT_COMMITV]  = shard_on_commitv,
+            [MOON_MSG_STORE_GETV]         = shard_on_getv,
+            [MOON_MSG_STORE_RELEASEV]     = shard_on_releasev,
+            [MOON_MSG_SYS_TIMER]          = shard_on_timer,
+            [MOON_MSG_SYS_DOWN]           = shard_on_down,
+            [MOON_MSG_SYS_PEER_DOWN]      = shard_on_peer_down,
         },
 };

@@ -23,6 +23,8 @@ enum {
     D_RAW_QUERY,   /* QUERY of aux (op) with len keys from buf to `to` */
     D_EXIT,        /* die (abnormal) */
     D_EXPIRE,      /* moon_store_client_expire(now, timeout aux); n_hit = how many ended */
+    D_PUTV,        /* aux puts in one batch: key (lo + i, hi), buf + i * len, slot + i */
+    D_GETV,        /* aux gets in one batch: key (lo + i, hi) into buf + i * len, slot + i */
 };
 
 #define D_CMD_FIELDS(F, T)                                                                         \
@@ -191,6 +193,22 @@ static moon_status_t d_on_cmd(moon_actor_t *self, const moon_msg_hdr_t *msg)
         d_res[c->slot % D_MAX_RES].n_hit =
             moon_store_client_expire(st->client, moon_now(moon_actor_runtime(self)), c->aux);
         break;
+    case D_PUTV:
+    case D_GETV:
+        moon_store_client_batch_begin(st->client);
+        for (uint64_t i = 0; i < c->aux; i++) {
+            moon_kv_key_t k = {c->key_lo + i, c->key_hi};
+            char         *b = (char *)(uintptr_t)c->buf + i * c->len;
+            moon_status_t one =
+                c->op == D_PUTV
+                    ? moon_store_client_put(st->client, k, b, c->len, NULL, c->slot + i)
+                    : moon_store_client_get(st->client, k, b, c->len, NULL, c->slot + i);
+            if (one != MOON_OK) {
+                d_finish(c->slot + i, one);
+            }
+        }
+        moon_store_client_batch_end(st->client);
+        return MOON_OK;
     case D_EXIT:
         d_finish(c->slot, MOON_OK);
         moon_actor_exit(self, MOON_ERR_IO);

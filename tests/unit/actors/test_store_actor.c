@@ -4,8 +4,9 @@
  * oversized blocks, a full store, same-key concurrent puts, wrong model or
  * weight version, a client dying mid-put and mid-get (reservation and lease
  * reclaimed), reservation timeout, a shard dying (reads from the surviving
- * replica), events, queries, pins. No bytes leave the process: grants carry
- * the arena address and the client copies. */
+ * replica), events, queries, pins, batches (vector messages: one per shard
+ * and verb). No bytes leave the process: grants carry the arena address and
+ * the client copies. */
 #include "moon_test.h"
 #include "store_driver.h"
 
@@ -19,9 +20,16 @@
 #define SLOT_BYTES 8192
 #define N_SLOTS 16
 
-static moon_runtime_t *rt;
-static moon_addr_t     shards[N_SHARDS];
-static moon_addr_t     drv;
+static moon_runtime_t  *rt;
+static _Atomic uint64_t n_type[MOON_MSG_MAX_TYPES]; /* messages dispatched, by type */
+
+static void count_type(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg, moon_addr_t dst)
+{
+    (void)arg, (void)now_ns, (void)dst;
+    atomic_fetch_add(&n_type[msg->type % MOON_MSG_MAX_TYPES], 1);
+}
+static moon_addr_t shards[N_SHARDS];
+static moon_addr_t drv;
 
 static void spawn_shards(uint32_t n_slots, uint64_t reserve_timeout_ns)
 {
@@ -59,6 +67,8 @@ static void setup(uint32_t n_slots, uint64_t reserve_timeout_ns)
     cfg.deterministic = 1;
     cfg.seed          = 7;
     cfg.max_actors    = 64;
+    cfg.trace         = count_type;
+    memset(n_type, 0, sizeof(n_type));
     CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_msg_register(d_msg_descs), MOON_OK);
     memset(d_res, 0, sizeof(d_res));
@@ -527,9 +537,82 @@ static void test_unanswered_requests_time_out(void)
     teardown();
 }
 
-MOON_TEST_MAIN("store_actor", NULL, NULL, test_unanswered_requests_time_out,
-               test_two_clients_in_one_actor, test_put_get_odd_sizes_two_replicas,
-               test_bad_input_unknown_oversized_small_buffer,
+/* A batch of puts and one of gets (R = 2 over 3 shards): every operation ends
+ * on its own as before, but each shard sees one vector per verb; a vector
+ * with mismatched spans is dropped and changes nothing. */
+static void test_batches_travel_as_vectors(void)
+{
+    enum { N = 12, LEN = 1000 };
+    static unsigned char src[N * LEN], dst[(N + 1) * LEN];
+    moon_kv_key_t        k0 = key_of(500);
+    d_cmd_t             *c;
+
+    setup(N_SLOTS * 2, 0);
+    for (uint32_t i = 0; i < N; i++) {
+        d_fill(src + (size_t)i * LEN, LEN, 40 + i);
+    }
+    c      = d_cmd(D_PUTV, 10, k0, src, LEN, N, 0);
+    c->aux = N;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_send(rt, drv, &c->hdr), MOON_OK);
+    for (int i = 0; i < 100000 && !atomic_load(&d_res[10 + N - 1].done); i++) {
+        moon_runtime_step(rt, 1);
+    }
+    settle();
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT(atomic_load(&d_res[10 + i].done));
+        CU_ASSERT_EQUAL(d_res[10 + i].status, MOON_OK);
+        CU_ASSERT_EQUAL(d_res[10 + i].n_replicas, 2);
+    }
+    CU_ASSERT_EQUAL(atomic_load(&n_type[MOON_MSG_STORE_PUT_RESERVE]), 0);
+    CU_ASSERT(atomic_load(&n_type[MOON_MSG_STORE_PUT_RESERVEV]) +
+                  atomic_load(&n_type[MOON_MSG_STORE_PUT_RESERVE]) <=
+              N_SHARDS);
+    CU_ASSERT(atomic_load(&n_type[MOON_MSG_STORE_PUT_COMMITV]) +
+                  atomic_load(&n_type[MOON_MSG_STORE_PUT_COMMIT]) <=
+              N_SHARDS);
+    CU_ASSERT_EQUAL(atomic_load(&n_type[MOON_MSG_STORE_PUT_GRANT]), 0);
+
+    /* the N keys and one never stored (NOT_FOUND), in one batch */
+    memset(dst, 0, sizeof(dst));
+    c      = d_cmd(D_GETV, 40, k0, dst, LEN, N + 1, 0);
+    c->aux = N + 1;
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_send(rt, drv, &c->hdr), MOON_OK);
+    for (int i = 0; i < 100000 && !atomic_load(&d_res[40 + N].done); i++) {
+        moon_runtime_step(rt, 1);
+    }
+    settle();
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT_EQUAL(d_res[40 + i].status, MOON_OK);
+        CU_ASSERT_EQUAL(d_res[40 + i].n_bytes, LEN);
+    }
+    CU_ASSERT_EQUAL(memcmp(src, dst, sizeof(src)), 0);
+    CU_ASSERT_EQUAL(d_res[40 + N].status, MOON_ERR_NOT_FOUND);
+    CU_ASSERT(atomic_load(&n_type[MOON_MSG_STORE_GETV]) +
+                  atomic_load(&n_type[MOON_MSG_STORE_GET]) <=
+              2 * N_SHARDS); /* the miss tries its second replica alone */
+    CU_ASSERT(atomic_load(&n_type[MOON_MSG_STORE_GETV]) >= 1);
+
+    /* malformed: 2 reqs, 1 key: dropped, nothing reserved */
+    {
+        moon_store_put_reservev_t *m = moon_msg_new(MOON_MSG_STORE_PUT_RESERVEV, 64);
+        uint64_t                  *r = moon_msg_span_alloc(m, &m->reqs, 2, 8, 0);
+        uint64_t                  *k = moon_msg_span_alloc(m, &m->keys, 2, 8, 0);
+        uint64_t                  *b = moon_msg_span_alloc(m, &m->n_bytes, 2, 8, 0);
+        r[0] = r[1] = 77;
+        k[0] = k[1] = 5;
+        b[0] = b[1] = 10;
+        CU_ASSERT_EQUAL(moon_runtime_send(rt, shards[0], &m->hdr), MOON_OK);
+        settle();
+    }
+    CU_ASSERT_EQUAL(atomic_load(&n_type[MOON_MSG_STORE_PUT_GRANTV]),
+                    atomic_load(&n_type[MOON_MSG_STORE_PUT_RESERVEV]) - 1);
+    check_no_leftovers();
+    teardown();
+}
+
+MOON_TEST_MAIN("store_actor", NULL, NULL, test_batches_travel_as_vectors,
+               test_unanswered_requests_time_out, test_two_clients_in_one_actor,
+               test_put_get_odd_sizes_two_replicas, test_bad_input_unknown_oversized_small_buffer,
                test_wrong_model_or_version_never_served, test_full_store_says_no_resource,
                test_same_key_concurrent_puts, test_client_dies_mid_put_and_mid_get,
                test_uncommitted_reservation_expires, test_lease_outlives_any_timeout,
