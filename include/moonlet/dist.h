@@ -195,6 +195,32 @@ MOON_API moon_status_t moon_dist_put(moon_dist_t *d, const void *local,
                                      size_t desc_len, uint64_t remote_off, size_t len,
                                      moon_addr_t reply_to, uint64_t cookie);
 
+/* One entry of a vectored transfer: len bytes at local and at remote_off of
+ * the remote region. */
+typedef struct {
+    void    *local;
+    uint64_t remote_off;
+    size_t   len;
+} moon_dist_iov_t;
+#define MOON_DIST_IOV_MAX 4096u /* most entries of one getv/putv */
+
+/* Vectored get/put: n entries (1..MOON_DIST_IOV_MAX; iov borrowed for the
+ * call) between local memory (inside local_reg when given) and ONE remote
+ * region (desc), moved like n moon_dist_get/_put calls (in flight together)
+ * but with ONE completion: reply_to gets a single DIST_BULK_DONE {cookie,
+ * status, bytes} once every entry has ended, status the first failure
+ * (MOON_ERR_PEER_LOST, MOON_ERR_IO), bytes the sum of the entries' when
+ * MOON_OK. Every local buffer stays in use until then, also when an entry
+ * failed early. MOON_ERR_INVALID_PARAM: an entry out of range or a bad
+ * descriptor (nothing moved, no completion); MOON_ERR_PEER_LOST: the rank
+ * is already lost; MOON_ERR_NO_MEMORY. Any thread. */
+MOON_API moon_status_t moon_dist_getv(moon_dist_t *d, const moon_dist_iov_t *iov, uint32_t n,
+                                      moon_dist_region_t *local_reg, const void *desc,
+                                      size_t desc_len, moon_addr_t reply_to, uint64_t cookie);
+MOON_API moon_status_t moon_dist_putv(moon_dist_t *d, const moon_dist_iov_t *iov, uint32_t n,
+                                      moon_dist_region_t *local_reg, const void *desc,
+                                      size_t desc_len, moon_addr_t reply_to, uint64_t cookie);
+
 /* ---- counters --------------------------------------------------------------- */
 typedef struct {
     uint64_t n_sent, n_received; /* remote messages */

@@ -5,7 +5,9 @@
  * dist_bulk_pump, issues a bounded number of slices per pass, so frames of
  * small messages go out between the slices of a large transfer, and sends
  * each completion as a DIST_BULK_DONE message. Bulk data never travels in
- * frames (STYLE section 6). */
+ * frames (STYLE section 6). A vectored transfer (getv/putv) is one op per
+ * entry sharing a bulk_group: the entries go out like single transfers, and
+ * the group sends the one completion when its last entry ends. */
 #include "dist_state.h"
 
 #include "moonlet/alloc.h"
@@ -266,6 +268,82 @@ static void send_bulk_done(moon_dist_t *d, moon_addr_t to, uint64_t cookie, moon
     }
 }
 
+/* The one completion of a vectored transfer: its entries' ops point here;
+ * touched by the progress thread only (finish_op). */
+typedef struct bulk_group {
+    uint32_t      n_left; /* entries not finished */
+    moon_status_t status; /* the first failure */
+    uint64_t      bytes;
+    moon_addr_t   reply_to;
+    uint64_t      cookie;
+} bulk_group_t;
+
+/* Checks a descriptor and one entry against it and local_reg; fills *h. */
+static moon_status_t bulk_check(moon_dist_t *d, const void *local, moon_dist_region_t *local_reg,
+                                const void *desc, size_t desc_len, uint64_t remote_off, size_t len,
+                                region_desc_t *h)
+{
+    if (d == NULL || d->rt == NULL || desc == NULL || desc_len < sizeof(*h) ||
+        (local == NULL && len > 0)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memcpy(h, desc, sizeof(*h));
+    if (h->magic != DESC_MAGIC || desc_len != sizeof(*h) + h->rkey_len || h->rank >= d->size ||
+        remote_off > h->len || len > h->len - remote_off) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (local_reg != NULL &&
+        ((const char *)local < (char *)local_reg->addr ||
+         (const char *)local + len > (char *)local_reg->addr + local_reg->len)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return MOON_OK;
+}
+
+/* Same process: a plain copy, counted like a transfer. */
+static void bulk_copy(moon_dist_t *d, int is_put, void *local, const region_desc_t *h,
+                      uint64_t remote_off, size_t len)
+{
+    char *remote = (char *)(uintptr_t)h->addr + remote_off;
+
+    if (len > 0) {
+        memmove(is_put ? remote : local, is_put ? (const char *)local : remote, len);
+    }
+    atomic_fetch_add(&d->st.bulk_done, 1);
+    atomic_fetch_add(&d->st.bulk_bytes, len);
+}
+
+/* A new op for one checked entry (not yet handed to the progress thread). */
+static bulk_op_t *bulk_op_new(moon_dist_t *d, int is_put, void *local,
+                              moon_dist_region_t *local_reg, const void *desc,
+                              const region_desc_t *h, uint64_t remote_off, size_t len,
+                              moon_addr_t reply_to, uint64_t cookie)
+{
+    bulk_op_t *op = moon_calloc(1, sizeof(*op) + h->rkey_len);
+
+    if (op == NULL) {
+        return NULL;
+    }
+    op->d           = d;
+    op->is_put      = is_put;
+    op->stream      = (h->flags & MOON_DIST_REGION_STREAM) != 0;
+    op->peer        = h->rank;
+    op->local       = local;
+    op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;
+    op->remote_addr = h->addr + remote_off;
+    op->region_id   = h->id;
+    op->region_addr = h->addr;
+    op->region_len  = h->len;
+    op->len         = len;
+    op->reply_to    = reply_to;
+    op->cookie      = cookie;
+    op->status      = MOON_OK;
+    op->rkey_len    = h->rkey_len;
+    op->rkey        = (char *)(op + 1);
+    memcpy(op->rkey, (const char *)desc + sizeof(*h), h->rkey_len);
+    return op;
+}
+
 static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
                                  moon_dist_region_t *local_reg, const void *desc, size_t desc_len,
                                  uint64_t remote_off, size_t len, moon_addr_t reply_to,
@@ -273,56 +351,115 @@ static moon_status_t bulk_submit(moon_dist_t *d, int is_put, void *local,
 {
     region_desc_t h;
     bulk_op_t    *op;
+    moon_status_t status = bulk_check(d, local, local_reg, desc, desc_len, remote_off, len, &h);
 
-    if (d == NULL || d->rt == NULL || desc == NULL || desc_len < sizeof(h) ||
-        (local == NULL && len > 0)) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    memcpy(&h, desc, sizeof(h));
-    if (h.magic != DESC_MAGIC || desc_len != sizeof(h) + h.rkey_len || h.rank >= d->size ||
-        remote_off > h.len || len > h.len - remote_off) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    if (local_reg != NULL && ((char *)local < (char *)local_reg->addr ||
-                              (char *)local + len > (char *)local_reg->addr + local_reg->len)) {
-        return MOON_ERR_INVALID_PARAM;
+    if (status != MOON_OK) {
+        return status;
     }
     if (h.rank == d->rank || len == 0) { /* same process: a plain copy */
-        char *remote = (char *)(uintptr_t)h.addr + remote_off;
-        if (len > 0) {
-            memmove(is_put ? remote : local, is_put ? (const char *)local : remote, len);
-        }
-        atomic_fetch_add(&d->st.bulk_done, 1);
-        atomic_fetch_add(&d->st.bulk_bytes, len);
+        bulk_copy(d, is_put, local, &h, remote_off, len);
         send_bulk_done(d, reply_to, cookie, MOON_OK, len);
         return MOON_OK;
     }
     if (atomic_load(&d->peers[h.rank].down)) {
         return MOON_ERR_PEER_LOST;
     }
-    op = moon_calloc(1, sizeof(*op) + h.rkey_len);
+    op = bulk_op_new(d, is_put, local, local_reg, desc, &h, remote_off, len, reply_to, cookie);
     if (op == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    op->d           = d;
-    op->is_put      = is_put;
-    op->stream      = (h.flags & MOON_DIST_REGION_STREAM) != 0;
-    op->peer        = h.rank;
-    op->local       = local;
-    op->local_memh  = local_reg != NULL ? local_reg->memh : NULL;
-    op->remote_addr = h.addr + remote_off;
-    op->region_id   = h.id;
-    op->region_addr = h.addr;
-    op->region_len  = h.len;
-    op->len         = len;
-    op->reply_to    = reply_to;
-    op->cookie      = cookie;
-    op->status      = MOON_OK;
-    op->rkey_len    = h.rkey_len;
-    op->rkey        = (char *)(op + 1);
-    memcpy(op->rkey, (const char *)desc + sizeof(h), h.rkey_len);
     cmd_push(d, op, NULL);
     return MOON_OK;
+}
+
+/* Hands a list of ops to the progress thread under one lock (their order kept). */
+static void cmd_push_list(moon_dist_t *d, bulk_op_t **ops, uint32_t n)
+{
+    pthread_mutex_lock(&d->cmd_lock);
+    for (uint32_t i = 0; i < n; i++) {
+        ops[i]->next = d->cmd_bulk;
+        d->cmd_bulk  = ops[i];
+    }
+    pthread_mutex_unlock(&d->cmd_lock);
+    atomic_store(&d->cmd_pending, 1);
+    dist_wake(d);
+}
+
+static moon_status_t bulk_submitv(moon_dist_t *d, int is_put, const moon_dist_iov_t *iov,
+                                  uint32_t n, moon_dist_region_t *local_reg, const void *desc,
+                                  size_t desc_len, moon_addr_t reply_to, uint64_t cookie)
+{
+    region_desc_t h = {0};
+    bulk_group_t *g;
+    bulk_op_t   **ops;
+    uint64_t      total = 0;
+    moon_status_t status;
+
+    if (iov == NULL || n == 0 || n > MOON_DIST_IOV_MAX) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        status = bulk_check(d, iov[i].local, local_reg, desc, desc_len, iov[i].remote_off,
+                            iov[i].len, &h);
+        if (status != MOON_OK) {
+            return status;
+        }
+        total += iov[i].len;
+    }
+    if (h.rank == d->rank) { /* same process: plain copies */
+        for (uint32_t i = 0; i < n; i++) {
+            bulk_copy(d, is_put, iov[i].local, &h, iov[i].remote_off, iov[i].len);
+        }
+        send_bulk_done(d, reply_to, cookie, MOON_OK, total);
+        return MOON_OK;
+    }
+    if (atomic_load(&d->peers[h.rank].down)) {
+        return MOON_ERR_PEER_LOST;
+    }
+    g   = moon_calloc(1, sizeof(*g));
+    ops = moon_calloc(n, sizeof(*ops));
+    if (g == NULL || ops == NULL) {
+        status = MOON_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    g->n_left   = n;
+    g->status   = MOON_OK;
+    g->reply_to = reply_to;
+    g->cookie   = cookie;
+    for (uint32_t i = 0; i < n; i++) {
+        ops[i] = bulk_op_new(d, is_put, iov[i].local, local_reg, desc, &h, iov[i].remote_off,
+                             iov[i].len, reply_to, cookie);
+        if (ops[i] == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            goto err_free;
+        }
+        ops[i]->group = g;
+    }
+    cmd_push_list(d, ops, n);
+    moon_free(ops);
+    return MOON_OK;
+
+err_free:
+    for (uint32_t i = 0; ops != NULL && i < n; i++) {
+        moon_free(ops[i]);
+    }
+    moon_free(ops);
+    moon_free(g);
+    return status;
+}
+
+moon_status_t moon_dist_getv(moon_dist_t *d, const moon_dist_iov_t *iov, uint32_t n,
+                             moon_dist_region_t *local_reg, const void *desc, size_t desc_len,
+                             moon_addr_t reply_to, uint64_t cookie)
+{
+    return bulk_submitv(d, 0, iov, n, local_reg, desc, desc_len, reply_to, cookie);
+}
+
+moon_status_t moon_dist_putv(moon_dist_t *d, const moon_dist_iov_t *iov, uint32_t n,
+                             moon_dist_region_t *local_reg, const void *desc, size_t desc_len,
+                             moon_addr_t reply_to, uint64_t cookie)
+{
+    return bulk_submitv(d, 1, iov, n, local_reg, desc, desc_len, reply_to, cookie);
 }
 
 moon_status_t moon_dist_get(moon_dist_t *d, void *local, moon_dist_region_t *local_reg,
@@ -342,12 +479,28 @@ moon_status_t moon_dist_put(moon_dist_t *d, const void *local, moon_dist_region_
 
 static void finish_op(moon_dist_t *d, bulk_op_t *op)
 {
+    bulk_group_t *g = op->group;
+
     op->finished = 1;
     if (op->status == MOON_OK) {
         atomic_fetch_add(&d->st.bulk_done, 1);
         atomic_fetch_add(&d->st.bulk_bytes, op->len);
     }
-    send_bulk_done(d, op->reply_to, op->cookie, op->status, op->status == MOON_OK ? op->len : 0);
+    if (g == NULL) {
+        send_bulk_done(d, op->reply_to, op->cookie, op->status,
+                       op->status == MOON_OK ? op->len : 0);
+        return;
+    }
+    /* a vectored transfer: one completion, when its last entry ends */
+    op->group = NULL;
+    if (op->status != MOON_OK && g->status == MOON_OK) {
+        g->status = op->status;
+    }
+    g->bytes += op->status == MOON_OK ? op->len : 0;
+    if (--g->n_left == 0) {
+        send_bulk_done(d, g->reply_to, g->cookie, g->status, g->status == MOON_OK ? g->bytes : 0);
+        moon_free(g);
+    }
 }
 
 /* The op fails, but its caller hears of it only once no slice is in flight

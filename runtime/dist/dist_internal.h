@@ -50,6 +50,8 @@ typedef struct bulk_op {
     uint64_t        eng_id;   /* engine: MPI tag space */
     uint32_t        rkey_len;
     char           *rkey; /* packed rkey copy, owned */
+    struct bulk_group
+        *group; /* getv/putv: the one completion of its entries (dist_bulk.c), or NULL */
 } bulk_op_t;
 
 typedef struct {
