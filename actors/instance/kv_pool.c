@@ -112,6 +112,57 @@ moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32
     return pull_done(self, cookie, bb, delay_ns);
 }
 
+moon_status_t moon_kv_pool_pullv(moon_kv_pool_t *pool, moon_actor_t *self, const uint32_t *blocks,
+                                 const uint32_t *remote_blocks, uint32_t n, const void *desc,
+                                 size_t desc_len, uint64_t base, uint64_t cookie, uint64_t delay_ns)
+{
+    size_t           bb = moon_kv_block_bytes(pool->kv);
+    moon_dist_iov_t *iov;
+    moon_status_t    status;
+
+    if (n == 0 || n > MOON_DIST_IOV_MAX || blocks == NULL || remote_blocks == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (moon_kv_block_data(pool->kv, blocks[0]) == NULL) {
+        if (desc_len > 0 || base != 0) {
+            return MOON_ERR_INVALID_PARAM; /* a virtual pool pulls from virtual ones only */
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            moon_kv_block_mark_written(pool->kv, blocks[k]);
+        }
+        return pull_done(self, cookie, bb * n, delay_ns);
+    }
+    if (desc_len > 0) {
+        if (pool->dist == NULL) {
+            return MOON_ERR_INVALID_PARAM;
+        }
+        if ((iov = moon_malloc((size_t)n * sizeof(*iov))) == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            iov[k] = (moon_dist_iov_t){moon_kv_block_data(pool->kv, blocks[k]),
+                                       (uint64_t)remote_blocks[k] * bb, bb};
+        }
+        status = moon_dist_getv(pool->dist, iov, n, pool->reg, desc, desc_len,
+                                moon_actor_addr(self), cookie);
+        moon_free(iov);
+        for (uint32_t k = 0; status == MOON_OK && k < n; k++) {
+            moon_kv_block_mark_written(pool->kv, blocks[k]);
+        }
+        return status;
+    }
+    if (base == 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* One process: the peer's pool is at base (see moon_kv_pool_pull). */
+    for (uint32_t k = 0; k < n; k++) {
+        moon_kv_block_mark_written(pool->kv, blocks[k]);
+        memcpy(moon_kv_block_data(pool->kv, blocks[k]),
+               (const char *)(uintptr_t)base + (uint64_t)remote_blocks[k] * bb, bb);
+    }
+    return pull_done(self, cookie, bb * n, delay_ns);
+}
+
 int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p)
 {
     uint64_t c;

@@ -43,6 +43,14 @@ MOON_API size_t moon_kv_pool_desc_bytes(const moon_kv_pool_t *pool);
 MOON_API moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32_t block,
                                          const void *desc, size_t desc_len, uint64_t base,
                                          uint32_t remote_block, uint64_t cookie, uint64_t delay_ns);
+/* The same for n blocks (1..MOON_DIST_IOV_MAX): remote_blocks[k] into
+ * blocks[k] (both borrowed for the call), moved together with ONE
+ * completion (one moon_dist_getv, or one DIST_BULK_DONE / timer in one
+ * process), bytes the sum. Statuses as for pull; nothing moves on an error. */
+MOON_API moon_status_t moon_kv_pool_pullv(moon_kv_pool_t *pool, moon_actor_t *self,
+                                          const uint32_t *blocks, const uint32_t *remote_blocks,
+                                          uint32_t n, const void *desc, size_t desc_len,
+                                          uint64_t base, uint64_t cookie, uint64_t delay_ns);
 #define MOON_KV_POOL_TIMER_TAG (1ull << 61)
 /* 1 when msg is the timer of a delayed pull: *cookie_p gets its cookie. */
 MOON_API int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p);

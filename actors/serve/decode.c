@@ -37,6 +37,12 @@ enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 #define DEC_CANCEL_RING 64u
 #define DEC_LOST_RING 16u
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
+/* A run of n blocks from _idx pulled with one completion (take_blocks). */
+#define DEC_RUN_FLAG (1u << 31)
+#define DEC_RUN_MAX_IDX 0xffffu
+#define DEC_RUN_MAX_N 0x7fffu
+#define DEC_COOKIE_RUN(_slot, _idx, _n)                                                            \
+    (((uint64_t)(_slot) << 32) | DEC_RUN_FLAG | ((uint32_t)(_n) << 16) | (uint32_t)(_idx))
 
 typedef struct {
     uint32_t        state;
@@ -371,14 +377,39 @@ static moon_status_t start_pull(moon_actor_t *self, decode_t *d, dreq_t *r,
     return status;
 }
 
-/* Takes the blocks of one KV_READY of a taken request. */
+/* Pulls blocks [i, i + n) of r (local[], remote[]) with one completion. */
+static moon_status_t start_pull_run(moon_actor_t *self, decode_t *d, dreq_t *r,
+                                    const moon_serve_kv_ready_t *m, uint32_t i,
+                                    const uint32_t *remote, uint32_t n, uint64_t delay)
+{
+    moon_status_t status;
+
+    if (n == 1 || i + n - 1 > DEC_RUN_MAX_IDX || n > DEC_RUN_MAX_N) {
+        for (uint32_t k = 0; k < n; k++) {
+            status = start_pull(self, d, r, m, i + k, r->local[i + k], remote[k], delay);
+            if (status != MOON_OK) {
+                return status;
+            }
+        }
+        return MOON_OK;
+    }
+    status = moon_kv_pool_pullv(&d->pool, self, &r->local[i], remote, n, MOON_SPAN_PTR(m, m->desc),
+                                m->desc.n, m->base, DEC_COOKIE_RUN(r - d->reqs, i, n), delay);
+    if (status == MOON_OK) {
+        r->n_issued += n;
+    }
+    return status;
+}
+
+/* Takes the blocks of one KV_READY of a taken request: each run of
+ * consecutive new full blocks moves as one pull with one completion. */
 static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
                                  const moon_serve_kv_ready_t *m)
 {
     const uint32_t  *blocks = MOON_SPAN_PTR(m, m->blocks);
     moon_kv_cache_t *kv     = d->pool.kv;
-    moon_status_t    status;
-    uint32_t         n_full = 0;
+    moon_status_t    status = MOON_OK;
+    uint32_t         n_full = 0, run_i = 0, run_j = 0, run_n = 0;
     uint64_t         delay;
 
     for (uint32_t j = 0; j < m->blocks.n; j++) {
@@ -389,11 +420,20 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
         uint32_t i = m->first_block + j;
         if (i < r->n_full) {
             if (r->local[i] != MOON_KV_NO_BLOCK || r->arrived[i]) {
-                continue; /* sent twice */
+                /* sent twice: ends the run */
+                status = run_n > 0
+                             ? start_pull_run(self, d, r, m, run_i, &blocks[run_j], run_n, delay)
+                             : MOON_OK;
+                run_n  = 0;
+            } else {
+                /* budgeted at admission: cannot fail */
+                MOON_CHECK(moon_kv_block_alloc(kv, &r->local[i]) == MOON_OK);
+                if (run_n == 0) {
+                    run_i = i;
+                    run_j = j;
+                }
+                run_n++;
             }
-            /* budgeted at admission: cannot fail */
-            MOON_CHECK(moon_kv_block_alloc(kv, &r->local[i]) == MOON_OK);
-            status = start_pull(self, d, r, m, i, r->local[i], blocks[j], delay);
         } else if (i == r->n_full && m->final) {
             continue; /* the partial block: pull_partial, once the full ones are in */
         } else {
@@ -403,7 +443,7 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
             return status;
         }
     }
-    return MOON_OK;
+    return run_n > 0 ? start_pull_run(self, d, r, m, run_i, &blocks[run_j], run_n, delay) : MOON_OK;
 }
 
 /* Room for a request that may need `need` blocks, beside what the taken
@@ -797,16 +837,20 @@ static moon_status_t decode_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_
 /* A pulled block landed (status MOON_OK) or its transfer failed. */
 static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t st)
 {
-    uint32_t slot = (uint32_t)(cookie >> 32), i = (uint32_t)cookie;
+    uint32_t slot = (uint32_t)(cookie >> 32), i = (uint32_t)cookie, n = 1;
     dreq_t  *r;
 
     if (slot >= d->a.max_seqs || d->reqs[slot].state == DREQ_FREE) {
         return;
     }
+    if (i & DEC_RUN_FLAG) { /* a run of blocks: one completion */
+        n = (i >> 16) & DEC_RUN_MAX_N;
+        i &= DEC_RUN_MAX_IDX;
+    }
     r = &d->reqs[slot];
-    r->n_arrived++;
-    if (i <= r->n_full) {
-        r->arrived[i] = st == MOON_OK;
+    r->n_arrived += n;
+    for (uint32_t k = 0; k < n && i + k <= r->n_full; k++) {
+        r->arrived[i + k] = st == MOON_OK;
     }
     if (r->finished) {
         release_req(self, d, r); /* the last pull in flight of an ended request */
