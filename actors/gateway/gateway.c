@@ -384,6 +384,23 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
     return MOON_OK;
 }
 
+/* A decode step's tokens for this gateway: each as its own TOKEN. */
+static moon_status_t gw_on_tokens(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    uint32_t n = moon_serve_tokens_count(msg);
+
+    for (uint32_t i = 0; i < n; i++) {
+        moon_serve_token_t *t = moon_serve_tokens_split(msg, i);
+        if (t == NULL) {
+            MOON_WARN("gateway: no memory for a token of a step's batch");
+            continue;
+        }
+        gw_on_token(self, &t->hdr);
+        moon_msg_release(&t->hdr);
+    }
+    return MOON_OK;
+}
+
 static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     gw_state_t                *st  = moon_actor_state(self);
@@ -682,6 +699,7 @@ const moon_actor_ops_t moon_gateway_ops = {
             [MOON_MSG_GW_WAKE]           = gw_on_wake,
             [MOON_MSG_GW_DRAIN]          = gw_on_drain,
             [MOON_MSG_SERVE_TOKEN]       = gw_on_token,
+            [MOON_MSG_SERVE_TOKENS]      = gw_on_tokens,
             [MOON_MSG_SERVE_DONE]        = gw_on_done,
             [MOON_MSG_SYS_DOWN]          = gw_on_down,
             [MOON_MSG_SYS_TIMER]         = gw_on_timer,

@@ -119,6 +119,7 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->index                   = t->index;
         ev->token                   = (int32_t)t->token;
         ev->text                    = t->text.n ? MOON_SPAN_PTR(t, t->text) : "";
+        ev->weight_version          = t->weight_version;
         return MOON_OK;
     }
     if (msg->type == MOON_MSG_SERVE_DONE) {
@@ -142,6 +143,74 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         return MOON_OK;
     }
     return MOON_ERR_INVALID_PARAM;
+}
+
+uint32_t moon_serve_tokens_count(const moon_msg_hdr_t *msg)
+{
+    const moon_serve_tokens_t *m = (const void *)msg;
+    const uint32_t            *end;
+    const char                *text;
+    uint32_t                   n, prev = 0;
+
+    if (msg->type != MOON_MSG_SERVE_TOKENS) {
+        return 0;
+    }
+    n = m->request_id.n;
+    if (m->index.n != n || m->token.n != n || m->text_end.n != n || m->weight_version.n != n) {
+        goto bad;
+    }
+    end  = MOON_SPAN_PTR(m, m->text_end);
+    text = MOON_SPAN_PTR(m, m->text);
+    for (uint32_t i = 0; i < n; i++) {
+        if (end[i] <= prev || end[i] > m->text.n || text[end[i] - 1] != '\0') {
+            goto bad;
+        }
+        prev = end[i];
+    }
+    return n;
+bad:
+    MOON_WARN("serve: malformed TOKENS from %llx dropped", (unsigned long long)msg->src);
+    return 0;
+}
+
+moon_status_t moon_serve_tokens_event(const moon_msg_hdr_t *msg, uint32_t i, moon_serve_event_t *ev)
+{
+    const moon_serve_tokens_t *m = (const void *)msg;
+    const uint32_t            *end;
+
+    memset(ev, 0, sizeof(*ev));
+    if (i >= moon_serve_tokens_count(msg)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    end                = MOON_SPAN_PTR(m, m->text_end);
+    ev->kind           = MOON_SERVE_EV_TOKEN;
+    ev->request_id     = ((const uint64_t *)MOON_SPAN_PTR(m, m->request_id))[i];
+    ev->index          = ((const uint32_t *)MOON_SPAN_PTR(m, m->index))[i];
+    ev->token          = (int32_t)((const uint32_t *)MOON_SPAN_PTR(m, m->token))[i];
+    ev->text           = (const char *)MOON_SPAN_PTR(m, m->text) + (i > 0 ? end[i - 1] : 0);
+    ev->weight_version = ((const uint64_t *)MOON_SPAN_PTR(m, m->weight_version))[i];
+    return MOON_OK;
+}
+
+moon_serve_token_t *moon_serve_tokens_split(const moon_msg_hdr_t *msg, uint32_t i)
+{
+    moon_serve_event_t  ev;
+    moon_serve_token_t *t;
+
+    if (moon_serve_tokens_event(msg, i, &ev) != MOON_OK) {
+        return NULL;
+    }
+    t = moon_msg_new(MOON_MSG_SERVE_TOKEN, strlen(ev.text) + 1);
+    if (t == NULL) {
+        return NULL;
+    }
+    t->hdr.src    = msg->src;
+    t->request_id = ev.request_id;
+    t->index      = ev.index;
+    t->token      = (uint32_t)ev.token;
+    moon_msg_set_str(t, &t->text, ev.text);
+    t->weight_version = ev.weight_version;
+    return t;
 }
 
 void moon_serve_stats_of(const moon_serve_stats_reply_t *m, moon_serve_stats_t *s)
@@ -211,6 +280,21 @@ static moon_status_t client_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
     moon_serve_client_t *c = ((client_actor_t *)moon_actor_state(self))->c;
     qnode_t             *q;
 
+    if (msg->type == MOON_MSG_SERVE_TOKENS) { /* one event (queued: one TOKEN) per entry */
+        uint32_t n = moon_serve_tokens_count(msg);
+        for (uint32_t i = 0; i < n; i++) {
+            moon_serve_event_t  ev;
+            moon_serve_token_t *t;
+            if (c->cfg.on_event != NULL) {
+                moon_serve_tokens_event(msg, i, &ev);
+                c->cfg.on_event(c->cfg.arg, &ev);
+            } else if ((t = moon_serve_tokens_split(msg, i)) != NULL) {
+                client_on_event(self, &t->hdr);
+                moon_msg_release(&t->hdr);
+            }
+        }
+        return MOON_OK;
+    }
     if (c->cfg.on_event != NULL) {
         moon_serve_event_t ev;
         moon_serve_event_of(msg, &ev);
@@ -263,6 +347,7 @@ static const moon_actor_ops_t client_ops = {
     .state_bytes = sizeof(client_actor_t),
     .init        = client_init,
     .on_msg      = {[MOON_MSG_SERVE_TOKEN]       = client_on_event,
+                    [MOON_MSG_SERVE_TOKENS]      = client_on_event,
                     [MOON_MSG_SERVE_DONE]        = client_on_event,
                     [MOON_MSG_SERVE_STATS]       = client_on_stats,
                     [MOON_MSG_SERVE_STATS_REPLY] = client_on_stats},

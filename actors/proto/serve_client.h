@@ -4,8 +4,9 @@
  *
  * Two ways in:
  *  - From an actor: moon_serve_submit() sends SUBMIT with reply_to = self; the
- *    actor receives MOON_MSG_SERVE_TOKEN and MOON_MSG_SERVE_DONE and reads them
- *    with moon_serve_event_of(). moon_serve_cancel() cancels.
+ *    actor receives MOON_MSG_SERVE_TOKEN, MOON_MSG_SERVE_TOKENS (a decode
+ *    step's tokens for it: moon_serve_tokens_event) and MOON_MSG_SERVE_DONE
+ *    and reads them with moon_serve_event_of(). moon_serve_cancel() cancels.
  *  - From a plain thread: moon_serve_client_create() spawns a small client
  *    actor in the runtime; submit/cancel are safe from any thread, and events
  *    come either to a callback (on a runtime worker: it must not block) or to
@@ -61,7 +62,7 @@ typedef struct {
     int32_t       prefill_instance, decode_instance; /* where it ran; -1: not placed */
     uint64_t      queue_ns, prefill_ns, transfer_ns, ttft_ns;
     const char   *message;        /* DONE with an error: why */
-    uint64_t      weight_version; /* DONE: the weights that generated every token */
+    uint64_t      weight_version; /* TOKEN: its weights; DONE: those of every token */
     /* private: owned copy for moon_serve_client_next */
     moon_msg_hdr_t *msg_;
 } moon_serve_event_t;
@@ -78,6 +79,17 @@ MOON_API moon_status_t moon_serve_cancel(moon_actor_t *self, moon_addr_t conduct
 /* Reads a TOKEN or DONE message into ev (pointers into msg). MOON_ERR_INVALID_PARAM:
  * another type. */
 MOON_API moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t *ev);
+/* A TOKENS message (one decode step's tokens for one reply address): its
+ * number of entries, 0 when msg is not a well-formed TOKENS (logged). */
+MOON_API uint32_t moon_serve_tokens_count(const moon_msg_hdr_t *msg);
+/* Entry i (< moon_serve_tokens_count) of a TOKENS message as a token event,
+ * as moon_serve_event_of reads a TOKEN (text points into msg).
+ * MOON_ERR_INVALID_PARAM: i out of range or msg malformed. */
+MOON_API moon_status_t moon_serve_tokens_event(const moon_msg_hdr_t *msg, uint32_t i,
+                                               moon_serve_event_t *ev);
+/* Entry i as a new TOKEN message (the caller's; NULL without memory or for
+ * a bad i): for code that keeps messages (queues, the gateway's bridge). */
+MOON_API moon_serve_token_t *moon_serve_tokens_split(const moon_msg_hdr_t *msg, uint32_t i);
 /* Builds a SUBMIT message (for the gateway and the thread client). */
 MOON_API moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
                                                const moon_serve_params_t *params,

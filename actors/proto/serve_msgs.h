@@ -75,6 +75,15 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
     F(T, u64, request_id)                                                                          \
     F(T, u32, index) F(T, u32, token) F(T, str, text) F(T, u64, weight_version)
+/* decode -> client: the tokens of one decode step bound for one reply
+ * address, n entries, each meaning what a TOKEN would: request_id, index,
+ * token and weight_version (n each); text holds the entries' texts one after
+ * another, each with its NUL, text_end[i] one past entry i's NUL. Read it
+ * with moon_serve_tokens_event (serve_client.h). */
+#define MOON_SERVE_TOKENS_FIELDS(F, T)                                                             \
+    F(T, u64s, request_id)                                                                         \
+    F(T, u32s, index)                                                                              \
+    F(T, u32s, token) F(T, u32s, text_end) F(T, bytes, text) F(T, u64s, weight_version)
 /* -> client: the end. DONE with finish ERROR and a status that
  * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
  * lost: nothing runs it any more, and the client may submit it again under a
@@ -94,8 +103,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, i32, decode_instance)                                                                     \
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
-    F(T, u64, transfer_ns) F(T, u64, ttft_ns) F(T, str, text) F(T, str, message)                   \
-        F(T, u64, weight_version)
+    F(T, u64, transfer_ns)                                                                         \
+    F(T, u64, ttft_ns) F(T, str, text) F(T, str, message) F(T, u64, weight_version)
 
 /* weight_version (PREFILL, KV_READY, TOKEN, DONE): the weights the request runs on
  * from its first step to its last, stamped by the conductor (weights_msgs.h). */
@@ -230,7 +239,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_CACHE_EVENTS, moon_serve_cache_events_t, MOON_SERVE_CACHE_EVENTS_FIELDS)      \
     X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)            \
     X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)                              \
-    X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)
+    X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)                              \
+    X(MOON_MSG_SERVE_TOKENS, moon_serve_tokens_t, MOON_SERVE_TOKENS_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_SERVE_MSGS, SERVE, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");

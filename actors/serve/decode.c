@@ -36,6 +36,7 @@ enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 
 #define DEC_CANCEL_RING 64u
 #define DEC_LOST_RING 16u
+#define DEC_TOK_TEXT_PER_SEQ 64u /* text room per batch entry of a step's token batch */
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
 /* A run of n blocks from _idx pulled with one completion (take_blocks). */
 #define DEC_RUN_FLAG (1u << 31)
@@ -116,6 +117,16 @@ typedef struct {
     uint32_t       b_end[MOON_WEIGHTS_MAX_HELD];
     uint32_t       b_groups;
     moon_engine_t *chunk_engine; /* colocated: the chunk's version */
+    /* a step's tokens, sent at its end as one TOKENS per reply address */
+    struct dec_tok {
+        moon_addr_t reply_to;
+        uint64_t    request_id;
+        uint32_t    index, token, text_end; /* text_end: one past its NUL in tok_text */
+        uint64_t    version;                /* the weights that computed it */
+    } * tok_pend;                           /* (max_batch) */
+    char    *tok_text;                      /* (max_batch * DEC_TOK_TEXT_PER_SEQ) */
+    uint32_t n_tok_pend, n_tok_text, cap_tok;
+    int      tok_batching; /* inside on_step_done: emit queues */
 } decode_t;
 
 static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
@@ -165,11 +176,16 @@ static void report_load(moon_actor_t *self, decode_t *d)
                            counters);
 }
 
+static void tokens_flush(moon_actor_t *self, decode_t *d);
+
 static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finish,
                       moon_status_t status, const char *text, const char *why)
 {
     size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
-    moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
+    moon_serve_done_t *m;
+
+    tokens_flush(self, d); /* the request's tokens before its end */
+    m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
 
     if (m == NULL) {
         MOON_ERROR("decode: no memory for DONE of request %llu", (unsigned long long)r->request_id);
@@ -287,30 +303,122 @@ static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
     return 0;
 }
 
+/* One TOKEN now. MOON_ERR_NO_MEMORY. */
+static moon_status_t send_token(moon_actor_t *self, moon_addr_t to, uint64_t request_id,
+                                uint32_t index, uint32_t tok, const char *text, size_t n,
+                                uint64_t version)
+{
+    moon_serve_token_t *m = moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1);
+
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    m->request_id = request_id;
+    m->index      = index;
+    m->token      = tok;
+    moon_msg_set_str(m, &m->text, text);
+    m->weight_version = version;
+    moon_tell(self, to, &m->hdr);
+    return MOON_OK;
+}
+
+/* Sends the queued tokens: one TOKENS per reply address (a lone token as
+ * TOKEN), in queue order per address. Called at a step's end and before any
+ * DONE leaves, so a request's tokens always precede its end. */
+static void tokens_flush(moon_actor_t *self, decode_t *d)
+{
+    uint32_t n = d->n_tok_pend;
+
+    d->n_tok_pend = 0;
+    d->n_tok_text = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct dec_tok      *o;
+        moon_addr_t          to = d->tok_pend[i].reply_to;
+        uint32_t             m = 0, bytes = 0, k = 0, *idx = NULL, *tokv = NULL, *endv = NULL;
+        uint64_t            *ids = NULL, *vers = NULL;
+        char                *text = NULL;
+        moon_serve_tokens_t *t;
+
+        if (to == MOON_ADDR_NONE) {
+            continue; /* sent with an earlier group */
+        }
+        for (uint32_t j = i; j < n; j++) {
+            o = &d->tok_pend[j];
+            if (o->reply_to == to) {
+                uint32_t start = j > 0 ? d->tok_pend[j - 1].text_end : 0;
+                m++;
+                bytes += o->text_end - start;
+            }
+        }
+        t = m > 1 ? moon_msg_new(MOON_MSG_SERVE_TOKENS, (size_t)m * 28 + bytes + 40) : NULL;
+        if (t != NULL) {
+            ids  = moon_msg_span_alloc(t, &t->request_id, m, 8, 0);
+            idx  = moon_msg_span_alloc(t, &t->index, m, 4, 0);
+            tokv = moon_msg_span_alloc(t, &t->token, m, 4, 0);
+            endv = moon_msg_span_alloc(t, &t->text_end, m, 4, 0);
+            text = moon_msg_span_alloc(t, &t->text, bytes, 1, 0);
+            vers = moon_msg_span_alloc(t, &t->weight_version, m, 8, 0);
+            if (ids == NULL || idx == NULL || tokv == NULL || endv == NULL || text == NULL ||
+                vers == NULL) {
+                moon_msg_release(&t->hdr);
+                t = NULL;
+            }
+            bytes = 0;
+        }
+        for (uint32_t j = i; j < n; j++) {
+            uint32_t start = j > 0 ? d->tok_pend[j - 1].text_end : 0;
+            o              = &d->tok_pend[j];
+            if (o->reply_to != to) {
+                continue;
+            }
+            o->reply_to = MOON_ADDR_NONE;
+            if (t == NULL) { /* a lone token (or no memory for the batch) */
+                (void)send_token(self, to, o->request_id, o->index, o->token, d->tok_text + start,
+                                 o->text_end - start - 1, o->version);
+                continue;
+            }
+            ids[k]  = o->request_id;
+            idx[k]  = o->index;
+            tokv[k] = o->token;
+            vers[k] = o->version;
+            memcpy(text + bytes, d->tok_text + start, o->text_end - start);
+            bytes += o->text_end - start;
+            endv[k++] = bytes;
+        }
+        if (t != NULL) {
+            moon_tell(self, to, &t->hdr);
+        }
+    }
+}
+
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
 static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
 {
-    const char         *text = "";
-    size_t              n    = 0;
-    int                 hit;
-    moon_serve_token_t *m;
+    const char *text = "";
+    size_t      n    = 0;
+    int         hit;
 
     if (is_stop_id(r, tok, d->tok)) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
         return;
     }
     hit = moon_serve_text_push(&r->text, tok, &text, &n);
-    m   = moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1);
-    if (m == NULL) {
+    if (d->tok_batching && (d->n_tok_pend == d->cap_tok ||
+                            d->n_tok_text + n + 1 > d->cap_tok * DEC_TOK_TEXT_PER_SEQ)) {
+        tokens_flush(self, d); /* full: what is queued leaves first, in order */
+    }
+    if (d->tok_batching && d->n_tok_text + n + 1 <= d->cap_tok * DEC_TOK_TEXT_PER_SEQ) {
+        struct dec_tok *e = &d->tok_pend[d->n_tok_pend++];
+        memcpy(d->tok_text + d->n_tok_text, text, n);
+        d->n_tok_text += (uint32_t)n;
+        d->tok_text[d->n_tok_text++] = '\0';
+        *e                           = (struct dec_tok){r->reply_to,   r->request_id, r->n_gen++,
+                                                        (uint32_t)tok, d->n_tok_text, r->version};
+    } else if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
+                          r->version) != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    m->request_id = r->request_id;
-    m->index      = r->n_gen++;
-    m->token      = (uint32_t)tok;
-    moon_msg_set_str(m, &m->text, text);
-    m->weight_version = r->version;
-    moon_tell(self, r->reply_to, &m->hdr);
     d->n_tokens_out++;
     r->last_token = tok;
     if (hit) {
@@ -1033,13 +1141,16 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
 
 static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
 {
+    d->tok_batching = 1; /* the step's tokens leave together, one message per reply address */
     for (uint32_t b = 0; b < d->b_n; b++) {
         dreq_t *r = &d->reqs[d->b_slot[b]];
         if (!after_pass(self, d, r, status, "decode step failed")) {
             emit(self, d, r, moon_sampler_sample(&r->smp, d->b_logits + (size_t)b * d->vocab));
         }
     }
-    d->b_n = 0;
+    tokens_flush(self, d);
+    d->tok_batching = 0;
+    d->b_n          = 0;
     maybe_step(self, d);
 }
 
@@ -1187,6 +1298,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->b_seq    = moon_calloc(mb, sizeof(*d->b_seq));
     d->b_tok    = moon_calloc(mb, sizeof(*d->b_tok));
     d->b_logits = moon_calloc((size_t)mb * d->vocab, sizeof(float));
+    d->cap_tok  = mb;
+    d->tok_pend = moon_calloc(mb, sizeof(*d->tok_pend));
+    d->tok_text = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
     if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
         if (d->a.prefill_chunk == 0) {
             d->a.prefill_chunk = 128;
@@ -1198,7 +1312,8 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
             moon_cache_events_init(&d->events, d->cache, d->a.instance, &d->a.tag, d->a.conductor);
         }
     }
-    if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits)) {
+    if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits ||
+                              !d->tok_pend || !d->tok_text)) {
         status = MOON_ERR_NO_MEMORY;
     }
     if (status == MOON_OK) {
@@ -1248,6 +1363,8 @@ static void decode_fini(moon_actor_t *self)
     moon_free(d->b_seq);
     moon_free(d->b_tok);
     moon_free(d->b_logits);
+    moon_free(d->tok_pend);
+    moon_free(d->tok_text);
 }
 
 const moon_actor_ops_t moon_decode_ops = {

@@ -136,6 +136,16 @@ static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
     moon_sim_record_t *x;
     uint32_t           id;
 
+    if (msg->type == MOON_MSG_SERVE_TOKENS) { /* a decode step's tokens */
+        uint32_t n = moon_serve_tokens_count(msg);
+        for (uint32_t i = 0; i < n; i++) {
+            if (moon_serve_tokens_event(msg, i, &ev) == MOON_OK &&
+                ev.request_id < d->a.trace->n_reqs) {
+                moon_sim_records_token(d->a.recs, (uint32_t)ev.request_id, now);
+            }
+        }
+        return MOON_OK;
+    }
     if (moon_serve_event_of(msg, &ev) != MOON_OK || ev.request_id >= d->a.trace->n_reqs) {
         MOON_ERROR("replay driver: an event for no request of the trace");
         return MOON_ERR_CORRUPT;
@@ -165,7 +175,8 @@ const moon_actor_ops_t moon_sim_driver_ops = {
     .state_bytes = sizeof(driver_t),
     .init        = driver_init,
     .fini        = driver_fini,
-    .on_msg      = {[MOON_MSG_SYS_TIMER]   = driver_on_timer,
-                    [MOON_MSG_SERVE_TOKEN] = driver_on_event,
-                    [MOON_MSG_SERVE_DONE]  = driver_on_event},
+    .on_msg      = {[MOON_MSG_SYS_TIMER]    = driver_on_timer,
+                    [MOON_MSG_SERVE_TOKEN]  = driver_on_event,
+                    [MOON_MSG_SERVE_TOKENS] = driver_on_event,
+                    [MOON_MSG_SERVE_DONE]   = driver_on_event},
 };
