@@ -14,6 +14,8 @@
 #include "conductor.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/hash.h"
+#include "moonlet/htab.h"
 #include "moonlet/log.h"
 #include "moonlet/kv_index.h"
 #include "moonlet/sched_policy.h"
@@ -57,6 +59,9 @@ typedef struct {
     moon_addr_t      shards[COND_MAX_INSTANCES];
     creq_t          *reqs; /* (max_requests) */
     uint32_t         n_reqs;
+    moon_htab_t     *req_index; /* (reply_to, request_id) -> slot of reqs: a req_key_t set */
+    uint32_t        *free_reqs; /* (max_requests) free slots of reqs, a stack */
+    uint32_t         n_free_reqs;
     uint64_t         next_tag;
     struct {
         uint64_t n_submitted, n_placed, n_rejected, n_errors, n_finished[5];
@@ -115,14 +120,30 @@ static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t
     answer(self, m->reply_to, m->request_id, MOON_FINISH_ERROR, status, 0, why);
 }
 
+/* The request table's index: a live request's key and its slot in reqs. */
+typedef struct {
+    moon_addr_t reply_to;
+    uint64_t    request_id;
+    uint32_t    slot;
+} req_key_t;
+
+static uint64_t req_hash(const void *key, void *arg)
+{
+    const req_key_t *k = key;
+
+    (void)arg;
+    return moon_hash_mix64(k->reply_to ^ moon_hash_mix64(k->request_id));
+}
+
+static const moon_htab_type_t req_index_type = {
+    .elem_bytes = sizeof(req_key_t), .key_bytes = 2 * sizeof(uint64_t), .hash = req_hash};
+
 static creq_t *find_req(conductor_t *c, moon_addr_t reply_to, uint64_t id)
 {
-    for (uint32_t i = 0; i < c->a.max_requests; i++) {
-        if (c->reqs[i].used && c->reqs[i].reply_to == reply_to && c->reqs[i].request_id == id) {
-            return &c->reqs[i];
-        }
-    }
-    return NULL;
+    req_key_t        k = {reply_to, id, 0};
+    const req_key_t *e = moon_htab_find(c->req_index, &k);
+
+    return e != NULL ? &c->reqs[e->slot] : NULL;
 }
 
 /* The prompt's tokens: the client's, or the text tokenized, then the tokens
@@ -206,8 +227,11 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
     return NULL;
 }
 
+/* The PREFILL of a placed request; bkeys: its n / block_tokens block keys
+ * (copied). */
 static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_submit_t *m,
-                                           const int32_t *ids, uint32_t n, moon_addr_t decode,
+                                           const int32_t *ids, uint32_t n,
+                                           const moon_kv_key_t *bkeys, moon_addr_t decode,
                                            uint64_t now)
 {
     uint32_t n_keys = n / c->a.block_tokens;
@@ -216,7 +240,6 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     moon_serve_prefill_t *p = moon_msg_new(MOON_MSG_SERVE_PREFILL, tail);
     uint32_t             *t;
     moon_kv_key_t        *keys;
-    size_t                got = 0;
 
     if (p == NULL) {
         return NULL;
@@ -240,7 +263,7 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     }
     memcpy(t, ids, (size_t)n * 4);
     if (n_keys) {
-        moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, keys, n_keys, &got);
+        memcpy(keys, bkeys, (size_t)n_keys * sizeof(*keys));
     }
     return p;
 }
@@ -256,21 +279,17 @@ static int index_synced(const conductor_t *c)
     return c->index != NULL;
 }
 
-/* Asks the policy: the prompt's full blocks, how many the store holds (the
- * index) and each caching instance's cache holds (local, n_inst entries: as
- * far as its events told; the instance checks), the SLOs. */
+/* Asks the policy: the prompt's full blocks (keys: all n / block_tokens of
+ * them, hashed once by the caller), how many the store holds (the index)
+ * and each caching instance's cache holds (local, n_inst entries: as far as
+ * its events told; the instance checks), the SLOs. */
 static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
-                           const int32_t *ids, uint32_t n, moon_sched_decision_t *d,
+                           const moon_kv_key_t *keys, uint32_t n, moon_sched_decision_t *d,
                            moon_sched_request_t *req, uint32_t *local)
 {
-    uint32_t      n_blocks = n / c->a.block_tokens, store = 0;
-    moon_kv_key_t keys[MOON_STORE_QUERY_MAX_KEYS / 16];
-    size_t        got = 0;
+    uint32_t n_blocks = n / c->a.block_tokens, store = 0;
+    size_t   got = n_blocks;
 
-    if (n_blocks > 0) {
-        uint32_t k = MOON_MIN(n_blocks, (uint32_t)MOON_ARRAY_SIZE(keys));
-        moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, keys, k, &got);
-    }
     if (c->index != NULL) {
         store = moon_kv_index_prefix(c->index, keys, (uint32_t)got);
     }
@@ -320,7 +339,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     moon_serve_prefill_t      *p;
     moon_sched_decision_t      d;
     moon_sched_request_t       req;
-    uint32_t                   local[2 * COND_MAX_INSTANCES];
+    moon_kv_key_t             *bkeys;
+    uint32_t                   local[2 * COND_MAX_INSTANCES], n_blocks;
     moon_status_t              status;
     uint64_t                   now = moon_now(moon_actor_runtime(self));
 
@@ -343,8 +363,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         moon_free(ids);
         return MOON_OK;
     }
-    for (uint32_t i = 0; i < c->a.max_requests && r == NULL; i++) {
-        r = c->reqs[i].used ? NULL : &c->reqs[i];
+    if (c->n_free_reqs > 0) {
+        r = &c->reqs[c->free_reqs[c->n_free_reqs - 1]];
     }
     if (r == NULL) {
         c->stats.n_rejected++;
@@ -353,17 +373,31 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         moon_free(ids);
         return MOON_OK;
     }
-    status = place(self, c, m, ids, n, &d, &req, local);
+    /* the prompt's block keys, hashed once: the placement and the PREFILL */
+    n_blocks = n / c->a.block_tokens;
+    bkeys    = n_blocks > 0 ? moon_malloc((size_t)n_blocks * sizeof(*bkeys)) : NULL;
+    if (n_blocks > 0) {
+        size_t got = 0;
+        if (bkeys == NULL) {
+            reject(self, c, m, MOON_ERR_NO_MEMORY, "no memory for the prompt's block keys");
+            moon_free(ids);
+            return MOON_OK;
+        }
+        moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, bkeys, n_blocks, &got);
+    }
+    status = place(self, c, m, bkeys, n, &d, &req, local);
     if (status != MOON_OK || d.rejected != MOON_SCHED_ADMIT) {
         const char *w = status != MOON_OK ? "no prefill or decode instance is up" : d.reason;
         c->stats.n_rejected++;
         MOON_INFO("conductor: request %llu rejected: %s", (unsigned long long)m->request_id, w);
         answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED,
                status != MOON_OK ? status : MOON_ERR_NO_RESOURCE, n, w);
+        moon_free(bkeys);
         moon_free(ids);
         return MOON_OK;
     }
-    p = build_prefill(c, m, ids, n, c->inst[d.decode].addr, now);
+    p = build_prefill(c, m, ids, n, bkeys, c->inst[d.decode].addr, now);
+    moon_free(bkeys);
     moon_free(ids);
     if (p != NULL) {
         /* the plan when the index knows the store; else the instance asks */
@@ -378,6 +412,12 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     moon_sched_view_commit(&c->view, &req, &d);
     *r = (creq_t){
         1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode, n, req.tag, 0};
+    {
+        req_key_t k = {m->reply_to, m->request_id, (uint32_t)(r - c->reqs)};
+        /* absent (checked above) in a table fixed at max_requests: cannot fail */
+        MOON_CHECK(moon_htab_insert(c->req_index, &k, &k, NULL) == MOON_OK);
+        c->n_free_reqs--;
+    }
     c->n_reqs++;
     c->stats.n_placed++;
     r->version = c->gate.serving;
@@ -426,8 +466,12 @@ static void retire_old(moon_actor_t *self, conductor_t *c)
  * version end (the last request on the old version retires it). */
 static void end_req(moon_actor_t *self, conductor_t *c, creq_t *r, uint32_t finish)
 {
+    req_key_t k = {r->reply_to, r->request_id, 0};
+
     moon_sched_view_release(&c->view, r->decode, r->tag);
-    r->used = 0;
+    MOON_CHECK(moon_htab_remove(c->req_index, &k) == MOON_OK);
+    c->free_reqs[c->n_free_reqs++] = (uint32_t)(r - c->reqs);
+    r->used                        = 0;
     c->n_reqs--;
     if (finish < MOON_ARRAY_SIZE(c->stats.n_finished)) {
         c->stats.n_finished[finish]++;
@@ -802,9 +846,18 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     if (c->a.shed_share != 0.0) {
         sc.shed_share = c->a.shed_share;
     }
-    c->reqs = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
-    c->inst = moon_calloc(c->n_inst, sizeof(*c->inst));
-    status  = c->reqs && c->inst ? moon_sched_view_init(&c->view, c->n_inst) : MOON_ERR_NO_MEMORY;
+    c->reqs      = moon_calloc(c->a.max_requests, sizeof(*c->reqs));
+    c->free_reqs = moon_calloc(c->a.max_requests, sizeof(*c->free_reqs));
+    c->inst      = moon_calloc(c->n_inst, sizeof(*c->inst));
+    status       = c->reqs && c->free_reqs && c->inst ? moon_sched_view_init(&c->view, c->n_inst)
+                                                      : MOON_ERR_NO_MEMORY;
+    if (status == MOON_OK) {
+        status = moon_htab_create(&req_index_type, NULL, c->a.max_requests, MOON_HTAB_FIXED,
+                                  &c->req_index);
+    }
+    for (uint32_t i = 0; status == MOON_OK && i < c->a.max_requests; i++) {
+        c->free_reqs[c->n_free_reqs++] = c->a.max_requests - 1 - i; /* slot 0 first */
+    }
     if (status == MOON_OK) {
         const char *policy = c->a.policy != NULL ? c->a.policy : MOON_SCHED_POLICY_DEFAULT;
 
@@ -848,12 +901,16 @@ static void conductor_fini(moon_actor_t *self)
     }
     moon_sched_policy_destroy(c->policy);
     moon_sched_view_fini(&c->view);
+    moon_htab_destroy(c->req_index);
+    moon_free(c->free_reqs);
     moon_free(c->reqs);
     moon_free(c->inst);
-    c->index  = NULL;
-    c->policy = NULL;
-    c->reqs   = NULL;
-    c->inst   = NULL;
+    c->req_index = NULL;
+    c->free_reqs = NULL;
+    c->index     = NULL;
+    c->policy    = NULL;
+    c->reqs      = NULL;
+    c->inst      = NULL;
 }
 
 const moon_actor_ops_t moon_conductor_ops = {
