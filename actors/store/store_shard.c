@@ -487,7 +487,8 @@ static moon_status_t shard_on_reservev(moon_actor_t *self, const moon_msg_hdr_t 
         maxb[i] = put.max_bytes;
     }
     publish_events(self, st);
-    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK) {
+    /* moon_send, not moon_tell: an undelivered grant is still ours to read */
+    if (moon_send(self, msg->src, &g->hdr) != MOON_OK) {
         for (uint32_t i = 0; i < n; i++) {
             if ((int32_t)gs[i] == MOON_OK) {
                 (void)moon_kv_shard_revoke(st->kv, tok[i]);
@@ -570,7 +571,8 @@ static moon_status_t shard_on_getv(moon_actor_t *self, const moon_msg_hdr_t *msg
         sum[i]   = get.checksum;
     }
     publish_events(self, st);
-    if (moon_tell(self, msg->src, &g->hdr) != MOON_OK) {
+    /* moon_send, not moon_tell: an undelivered grant is still ours to read */
+    if (moon_send(self, msg->src, &g->hdr) != MOON_OK) {
         for (uint32_t i = 0; i < n; i++) {
             if ((int32_t)gs[i] == MOON_OK) {
                 (void)moon_kv_shard_release(st->kv, lease[i]);
