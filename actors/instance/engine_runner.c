@@ -8,6 +8,7 @@
 #include "moonlet/cpu.h"
 #include "moonlet/log.h"
 #include "serve_msgs.h"
+#include "timer_kinds.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -149,8 +150,8 @@ moon_status_t moon_engine_runner_submit(moon_engine_runner_t *r, moon_actor_t *s
         r->job           = job;
         r->inline_status = fn(arg, &r->inline_duration_s);
         /* virtual time passes by the modeled duration before the completion */
-        return moon_timer_start(self, (uint64_t)(r->inline_duration_s * 1e9), 0,
-                                MOON_ENGINE_RUNNER_TIMER_TAG | job, &timer);
+        return moon_timer_start_kind(self, MOON_TIMER_KIND_ENGINE_RUNNER,
+                                     (uint64_t)(r->inline_duration_s * 1e9), 0, job, &timer);
     }
     pthread_mutex_lock(&r->lock);
     r->fn      = fn;
@@ -179,7 +180,7 @@ int moon_engine_runner_done(moon_engine_runner_t *r, const moon_msg_hdr_t *msg, 
         *status_p     = m->status;
         *duration_s_p = m->duration_s;
     } else if (msg->type == MOON_MSG_SYS_TIMER && !r->threaded &&
-               (((const moon_sys_timer_t *)msg)->cookie & MOON_ENGINE_RUNNER_TIMER_TAG)) {
+               ((const moon_sys_timer_t *)msg)->kind == MOON_TIMER_KIND_ENGINE_RUNNER) {
         *job_p        = r->job;
         *status_p     = r->inline_status;
         *duration_s_p = r->inline_duration_s;

@@ -22,9 +22,6 @@ typedef moon_status_t (*moon_engine_job_fn)(void *arg, double *duration_s_p);
 
 typedef struct moon_engine_runner moon_engine_runner_t;
 
-/* Timer cookies with this bit set belong to an inline runner. */
-#define MOON_ENGINE_RUNNER_TIMER_TAG (1ull << 63)
-
 /* Creates a runner for the actor owner of rt; threaded starts the thread,
  * bound to core when core >= 0. MOON_ERR_NO_MEMORY, MOON_ERR_IO (thread
  * creation failed). */

@@ -5,6 +5,7 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "timer_kinds.h"
 
 #include <string.h>
 
@@ -70,7 +71,7 @@ static moon_status_t pull_done(moon_actor_t *self, uint64_t cookie, size_t bytes
 
     if (delay_ns > 0) {
         uint64_t timer;
-        return moon_timer_start(self, delay_ns, 0, MOON_KV_POOL_TIMER_TAG | cookie, &timer);
+        return moon_timer_start_kind(self, MOON_TIMER_KIND_KV_POOL, delay_ns, 0, cookie, &timer);
     }
     if ((done = moon_msg_new(MOON_MSG_DIST_BULK_DONE, 0)) == NULL) {
         return MOON_ERR_NO_MEMORY;
@@ -165,15 +166,11 @@ moon_status_t moon_kv_pool_pullv(moon_kv_pool_t *pool, moon_actor_t *self, const
 
 int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p)
 {
-    uint64_t c;
+    const moon_sys_timer_t *t = (const void *)msg;
 
-    if (msg->type != MOON_MSG_SYS_TIMER) {
+    if (msg->type != MOON_MSG_SYS_TIMER || t->kind != MOON_TIMER_KIND_KV_POOL) {
         return 0;
     }
-    c = ((const moon_sys_timer_t *)msg)->cookie;
-    if ((c & MOON_KV_POOL_TIMER_TAG) == 0 || (c >> 63) != 0) {
-        return 0;
-    }
-    *cookie_p = c & ~MOON_KV_POOL_TIMER_TAG;
+    *cookie_p = t->cookie;
     return 1;
 }

@@ -38,8 +38,8 @@ MOON_API size_t moon_kv_pool_desc_bytes(const moon_kv_pool_t *pool);
  * from moon_kv_pool_describe; desc_len 0 = same process) into local block
  * block of this pool. MOON_OK: self gets DIST_BULK_DONE {cookie, status}
  * (in one process at once, or, with delay_ns > 0 (a simulation's modeled
- * move), a TIMER with cookie | MOON_KV_POOL_TIMER_TAG after delay_ns: see
- * moon_kv_pool_timer). MOON_ERR_INVALID_PARAM: bad descriptor. */
+ * move), a TIMER of kind MOON_TIMER_KIND_KV_POOL with cookie after
+ * delay_ns: see moon_kv_pool_timer). MOON_ERR_INVALID_PARAM: bad descriptor. */
 MOON_API moon_status_t moon_kv_pool_pull(moon_kv_pool_t *pool, moon_actor_t *self, uint32_t block,
                                          const void *desc, size_t desc_len, uint64_t base,
                                          uint32_t remote_block, uint64_t cookie, uint64_t delay_ns);
@@ -51,7 +51,6 @@ MOON_API moon_status_t moon_kv_pool_pullv(moon_kv_pool_t *pool, moon_actor_t *se
                                           const uint32_t *blocks, const uint32_t *remote_blocks,
                                           uint32_t n, const void *desc, size_t desc_len,
                                           uint64_t base, uint64_t cookie, uint64_t delay_ns);
-#define MOON_KV_POOL_TIMER_TAG (1ull << 61)
 /* 1 when msg is the timer of a delayed pull: *cookie_p gets its cookie. */
 MOON_API int moon_kv_pool_timer(const moon_msg_hdr_t *msg, uint64_t *cookie_p);
 

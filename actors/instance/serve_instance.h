@@ -23,8 +23,6 @@
  * network). Called from the instance's turns. */
 typedef uint64_t (*moon_serve_xfer_fn)(void *arg, uint64_t now_ns, uint32_t kind, uint32_t src,
                                        uint32_t dst, uint32_t n_blocks);
-/* Timer cookies with this bit set end a modeled KV move. */
-#define MOON_SERVE_XFER_TIMER_TAG (1ull << 62)
 
 typedef struct {
     const moon_model_t  *model;    /* borrowed: outlives the actor */

@@ -115,7 +115,9 @@ static void answer(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t fin
 static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
                    moon_status_t status, const char *why)
 {
-    MOON_INFO("conductor: request %llu refused: %s", (unsigned long long)m->request_id, why);
+    /* per request: under overload one line a second, not one a request */
+    MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu refused: %s",
+                     (unsigned long long)m->request_id, why);
     c->stats.n_errors++;
     answer(self, m->reply_to, m->request_id, MOON_FINISH_ERROR, status, 0, why);
 }
@@ -389,7 +391,8 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     if (status != MOON_OK || d.rejected != MOON_SCHED_ADMIT) {
         const char *w = status != MOON_OK ? "no prefill or decode instance is up" : d.reason;
         c->stats.n_rejected++;
-        MOON_INFO("conductor: request %llu rejected: %s", (unsigned long long)m->request_id, w);
+        MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu rejected: %s",
+                         (unsigned long long)m->request_id, w);
         answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED,
                status != MOON_OK ? status : MOON_ERR_NO_RESOURCE, n, w);
         moon_free(bkeys);

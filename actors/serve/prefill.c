@@ -24,6 +24,7 @@
 #include "store_client.h"
 #include "weights_msgs.h"
 #include "weights_serving.h"
+#include "timer_kinds.h"
 
 #include <math.h>
 #include <string.h>
@@ -319,8 +320,8 @@ static void fetch_finished(moon_actor_t *self, prefill_t *p, preq_t *r)
         uint64_t timer,
             delay = p->a.xfer_ns(p->a.xfer_arg, moon_now(moon_actor_runtime(self)),
                                  MOON_SERVE_XFER_FETCH, 0, p->a.instance, n - r->n_local);
-        if (delay > 0 && moon_timer_start(self, delay, 0, MOON_SERVE_XFER_TIMER_TAG | slot_of(p, r),
-                                          &timer) == MOON_OK) {
+        if (delay > 0 && moon_timer_start_kind(self, MOON_TIMER_KIND_SERVE_XFER, delay, 0,
+                                               slot_of(p, r), &timer) == MOON_OK) {
             return;
         }
     }
@@ -731,8 +732,8 @@ static moon_status_t prefill_on_other(moon_actor_t *self, const moon_msg_hdr_t *
         return MOON_OK;
     }
     if (msg->type == MOON_MSG_SYS_TIMER &&
-        (((const moon_sys_timer_t *)msg)->cookie >> 62) == 1) { /* a modeled fetch ended */
-        uint64_t slot = ((const moon_sys_timer_t *)msg)->cookie & ~MOON_SERVE_XFER_TIMER_TAG;
+        ((const moon_sys_timer_t *)msg)->kind == MOON_TIMER_KIND_SERVE_XFER) {
+        uint64_t slot = ((const moon_sys_timer_t *)msg)->cookie; /* a modeled fetch ended */
         if (slot < p->a.max_seqs && p->reqs[slot].state == PREQ_COMPUTING) {
             compute_next(self, p, &p->reqs[slot]);
         }

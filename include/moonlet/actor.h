@@ -89,9 +89,16 @@ MOON_API const char     *moon_actor_name(const moon_actor_t *self);
 MOON_API uint64_t moon_now(const moon_runtime_t *rt);
 
 /* Starts a timer: after delay_ns, and then every period_ns if non-zero, self
- * gets TIMER {timer, cookie}. *timer_p identifies it for cancel. */
+ * gets TIMER {timer, cookie, kind 0}. *timer_p identifies it for cancel. */
 MOON_API moon_status_t moon_timer_start(moon_actor_t *self, uint64_t delay_ns, uint64_t period_ns,
                                         uint64_t cookie, uint64_t *timer_p);
+/* The same with TIMER's kind set: the module that starts a timer inside
+ * another's actor (a KV pool, an engine runner) tells its own apart by kind,
+ * so the cookie stays whole. Kind 0 is the actor's own; the kinds of modules
+ * that share an actor are listed together where those modules live. */
+MOON_API moon_status_t moon_timer_start_kind(moon_actor_t *self, uint32_t kind, uint64_t delay_ns,
+                                             uint64_t period_ns, uint64_t cookie,
+                                             uint64_t *timer_p);
 /* Cancels: no TIMER of it is delivered after this returns. MOON_ERR_NOT_FOUND
  * if it already fired (one-shot), was canceled, or is not self's. */
 MOON_API moon_status_t moon_timer_cancel(moon_actor_t *self, uint64_t timer);

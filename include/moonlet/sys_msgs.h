@@ -14,7 +14,7 @@ MOON_EXTERN_C_BEGIN
 #define MOON_SYS_EXIT_FIELDS(F, T) F(T, addr, actor) F(T, i32, reason)
 #define MOON_SYS_MONITOR_FIELDS(F, T) F(T, u64, ref)
 #define MOON_SYS_LINK_FIELDS(F, T) F(T, u32, unlink)
-#define MOON_SYS_TIMER_FIELDS(F, T) F(T, u64, timer) F(T, u64, cookie)
+#define MOON_SYS_TIMER_FIELDS(F, T) F(T, u64, timer) F(T, u64, cookie) F(T, u32, kind)
 #define MOON_SYS_ERROR_FIELDS(F, T) F(T, u32, orig_type) F(T, i32, status) F(T, u64, orig_seq)
 #define MOON_SYS_PEER_DOWN_FIELDS(F, T) F(T, u32, rank) F(T, i32, reason)
 

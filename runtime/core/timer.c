@@ -19,6 +19,7 @@ enum { T_FREE, T_ARMED, T_FIRED };
 typedef struct {
     moon_addr_t owner;
     uint64_t    cookie, period_ns, deadline;
+    uint32_t    kind;
     uint32_t    gen, state;
 } timer_entry_t;
 
@@ -108,6 +109,12 @@ static int entry_alloc(moon_timers_t *t, uint32_t *index_p)
 moon_status_t moon_timer_start(moon_actor_t *self, uint64_t delay_ns, uint64_t period_ns,
                                uint64_t cookie, uint64_t *timer_p)
 {
+    return moon_timer_start_kind(self, 0, delay_ns, period_ns, cookie, timer_p);
+}
+
+moon_status_t moon_timer_start_kind(moon_actor_t *self, uint32_t kind, uint64_t delay_ns,
+                                    uint64_t period_ns, uint64_t cookie, uint64_t *timer_p)
+{
     moon_runtime_t *rt = moon_actor_runtime(self);
     moon_timers_t  *t  = rt->timers;
     timer_entry_t  *e;
@@ -122,6 +129,7 @@ moon_status_t moon_timer_start(moon_actor_t *self, uint64_t delay_ns, uint64_t p
     e            = &t->entries[index];
     e->owner     = moon_actor_addr(self);
     e->cookie    = cookie;
+    e->kind      = kind;
     e->period_ns = period_ns;
     e->deadline  = rt->exec->now(rt) + delay_ns;
     e->state     = T_ARMED;
@@ -207,6 +215,7 @@ uint64_t moon_timers_fire_due(moon_timers_t *t, uint64_t now)
         }
         m->timer     = id;
         m->cookie    = e->cookie;
+        m->kind      = e->kind;
         m->hdr.flags = MOON_MSG_F_SYSTEM;
         if (moon_runtime_send(rt, e->owner, &m->hdr) != MOON_OK) {
             moon_msg_release(&m->hdr);

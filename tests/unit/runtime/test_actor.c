@@ -403,7 +403,7 @@ static void test_supervisor_transient_child_stops_normally(void)
     moon_runtime_destroy(rt);
 }
 
-/* timer actor: starts a one-shot (cookie 1, 5 ms), a periodic (cookie 2,
+/* timer actor: starts a one-shot (cookie 1 of kind 7, 5 ms), a periodic (cookie 2,
  * every 10 ms) and a one-shot it cancels at once (cookie 3); at the 3rd
  * periodic tick it cancels the periodic; then a 1-hour timer (cookie 4). */
 typedef struct {
@@ -416,7 +416,7 @@ static moon_status_t timer_init(moon_actor_t *self, const void *args)
     uint64_t       id, doomed;
 
     (void)args;
-    CU_ASSERT_EQUAL(moon_timer_start(self, 5000000, 0, 1, &id), MOON_OK);
+    CU_ASSERT_EQUAL(moon_timer_start_kind(self, 7, 5000000, 0, 1, &id), MOON_OK);
     CU_ASSERT_EQUAL(moon_timer_start(self, 10000000, 10000000, 2, &st->periodic), MOON_OK);
     CU_ASSERT_EQUAL(moon_timer_start(self, 1000000, 0, 3, &doomed), MOON_OK);
     CU_ASSERT_EQUAL(moon_timer_cancel(self, doomed), MOON_OK);
@@ -430,6 +430,9 @@ static moon_status_t timer_on_tick(moon_actor_t *self, const moon_msg_hdr_t *msg
     uint64_t       id;
 
     rec_any(self, msg);
+    /* the kind it was started with; 0 from moon_timer_start */
+    CU_ASSERT_EQUAL(((const moon_sys_timer_t *)msg)->kind,
+                    ((const moon_sys_timer_t *)msg)->cookie == 1 ? 7u : 0u);
     if (((const moon_sys_timer_t *)msg)->cookie == 2 && ++st->ticks == 3) {
         CU_ASSERT_EQUAL(moon_timer_cancel(self, st->periodic), MOON_OK);
         CU_ASSERT_EQUAL(moon_timer_start(self, 3600ull * 1000000000ull, 0, 4, &id), MOON_OK);
