@@ -2,6 +2,7 @@
 #include "gw_openai.h"
 
 #include "gw_buf.h"
+#include "gw_fields.h"
 #include "gw_json.h"
 #include "moonlet/alloc.h"
 
@@ -267,10 +268,6 @@ static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_err
         !(cJSON_IsNumber(f) && f->valuedouble == 0 && !chat)) {
         BAD("logprobs", "'logprobs' is not supported");
     }
-    f = cJSON_GetObjectItemCaseSensitive(root, "suffix");
-    if (f != NULL && !cJSON_IsNull(f)) {
-        BAD("suffix", "'suffix' is not supported");
-    }
     return MOON_OK;
 }
 
@@ -390,6 +387,10 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     if (!cJSON_IsObject(root)) {
         moon_gw_error_set(err, 400, NULL, NULL, "the body must be a JSON object");
         status = MOON_ERR_INVALID_PARAM;
+        goto out;
+    }
+    status = moon_gw_fields_check(root, chat, err);
+    if (status != MOON_OK) {
         goto out;
     }
     switch (moon_gw_json_str(root, "model", &model)) {

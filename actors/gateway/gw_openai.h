@@ -11,8 +11,9 @@
  * seed, stop (string or list of up to 16, each at most 512 bytes), n (1 only), stream,
  * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
  * moonlet_details (placement and server times in the usage: gw_format.h).
- * logprobs, echo, best_of > 1 and suffix are refused (400); other fields are
- * ignored. max_tokens defaults to 16 for completions and to the rest of the
+ * logprobs, echo and best_of > 1 are refused (400); every key is first checked
+ * against the field table (gw_fields.h): unknown or unimplemented fields are
+ * 400s naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
  * context for chat. Pure functions: any thread. */
 #ifndef MOON_ACTORS_GW_OPENAI_H
 #define MOON_ACTORS_GW_OPENAI_H

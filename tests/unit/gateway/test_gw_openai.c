@@ -1,6 +1,8 @@
 /* tests/unit/gateway/test_gw_openai.c - OpenAI request bodies: every field's
  * type and range errors, prompt forms, chat templates, tokenization against
- * the stories260K vocabulary and the context check. */
+ * the stories260K vocabulary and the context check; the field table (no
+ * field silently ignored). */
+#include "gw_fields.h"
 #include "gw_json.h"
 #include "gw_openai.h"
 #include "gw_template.h"
@@ -326,7 +328,8 @@ static void test_strict_json(void)
     }
     snprintf(big + n, sizeof(big) - n, "}");
     expect(big, 0, 400, "k0");
-    expect("{\"prompt\":\"a\",\"x\":{\"a\":1},\"y\":{\"a\":1}}", 0, 200, NULL);
+    /* the same key in two objects is no duplicate (x is refused as unknown, not twice) */
+    expect("{\"prompt\":\"a\",\"x\":{\"a\":1},\"y\":{\"a\":1}}", 0, 400, "x");
     /* trailing data */
     expect("{\"prompt\":\"a\"} {\"prompt\":\"b\"}", 0, 400, NULL);
     expect("{\"prompt\":\"a\"}x", 0, 400, NULL);
@@ -433,6 +436,47 @@ static void test_allocation_failures(void)
     CU_PASS("no crash, no leak under ASan");
 }
 
+/* Every refused row is a 400 naming it on each of its routes (and accepted
+ * as null); a row of the other route only, or a key in no row, is a 400
+ * naming it. */
+static void test_field_table(void)
+{
+    uint32_t               n;
+    const moon_gw_field_t *rows = moon_gw_fields(&n);
+    char                   body[256];
+
+    CU_ASSERT_TRUE(n > 40);
+    for (uint32_t i = 0; i < n; i++) {
+        for (int chat = 0; chat < 2; chat++) {
+            const char *base  = chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]"
+                                     : "\"prompt\":\"Hi\"";
+            unsigned    route = chat ? MOON_GW_ROUTE_CHAT : MOON_GW_ROUTE_COMPLETIONS;
+
+            if (strcmp(rows[i].name, "prompt") == 0 || strcmp(rows[i].name, "messages") == 0) {
+                continue;
+            }
+            snprintf(body, sizeof(body), "{%s,\"%s\":{\"x\":1}}", base, rows[i].name);
+            if (!(rows[i].routes & route) || rows[i].how == MOON_GW_FIELD_REFUSED) {
+                expect(body, chat, 400, rows[i].name);
+            }
+            if (rows[i].how == MOON_GW_FIELD_REFUSED && (rows[i].routes & route)) {
+                snprintf(body, sizeof(body), "{%s,\"%s\":null}", base, rows[i].name);
+                expect(body, chat, 200, NULL);
+            }
+        }
+    }
+    expect("{\"prompt\":\"Hi\",\"frobnicate\":true}", 0, 400, "frobnicate");
+    expect("{\"prompt\":\"Hi\",\"messages\":[]}", 0, 400, "messages");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"prompt\":\"x\"}", 1, 400,
+           "prompt");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"guided_json\":{}}", 1, 400,
+           "guided_json");
+    expect("{\"prompt\":\"Hi\",\"grammar\":\"root ::= x\"}", 0, 400, "grammar");
+    expect("{\"prompt\":\"Hi\",\"user\":\"u1\"}", 0, 200, NULL);
+    CU_ASSERT_PTR_NOT_NULL(moon_gw_field_find("tools"));
+    CU_ASSERT_PTR_NULL(moon_gw_field_find("frobnicate"));
+}
+
 int main(void)
 {
     moon_gguf_t *gguf = NULL;
@@ -448,7 +492,8 @@ int main(void)
                           NULL, NULL);
     rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
                        test_context_check, test_chat_errors, test_templates, test_template_tokens,
-                       test_strict_json, test_caps, test_error_utf8, test_allocation_failures);
+                       test_strict_json, test_caps, test_error_utf8, test_allocation_failures,
+                       test_field_table);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }
