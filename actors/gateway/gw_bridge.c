@@ -630,20 +630,29 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
     }
     m = moon_msg_new(MOON_MSG_SERVE_SUBMIT, o->prompt.n + 1 + (size_t)o->tokens.n * 4 +
                                                 (size_t)o->stop_ids.n * 4 + o->stop_strs.n +
+                                                (size_t)o->logit_bias.n * 4 +
                                                 (size_t)req->n_toks * 4 + 48);
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->reply_to    = o->reply_to;
-    m->request_id  = atomic_fetch_add(&b->next_id, 1);
-    m->slo_class   = o->slo_class;
-    m->max_tokens  = o->max_tokens;
-    m->temperature = o->temperature;
-    m->top_p       = o->top_p;
-    m->top_k       = o->top_k;
-    m->seed        = o->seed;
-    m->flags       = o->flags;
-    status         = copy_span(m, &m->prompt, o, o->prompt, 1, 1);
+    m->reply_to           = o->reply_to;
+    m->request_id         = atomic_fetch_add(&b->next_id, 1);
+    m->slo_class          = o->slo_class;
+    m->max_tokens         = o->max_tokens;
+    m->temperature        = o->temperature;
+    m->top_p              = o->top_p;
+    m->top_k              = o->top_k;
+    m->seed               = o->seed;
+    m->flags              = o->flags;
+    m->presence_penalty   = o->presence_penalty;
+    m->frequency_penalty  = o->frequency_penalty;
+    m->repetition_penalty = o->repetition_penalty;
+    m->min_p              = o->min_p;
+    m->min_tokens         = o->min_tokens;
+    status                = copy_span(m, &m->prompt, o, o->prompt, 1, 1);
+    if (status == MOON_OK) {
+        status = copy_span(m, &m->logit_bias, o, o->logit_bias, 4, 0);
+    }
     if (status == MOON_OK) {
         status = copy_span(m, &m->tokens, o, o->tokens, 4, 0);
     }

@@ -7,6 +7,7 @@
 #include "moonlet/alloc.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define BAD(_param, ...)                                                                           \
@@ -271,6 +272,97 @@ static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_err
     return MOON_OK;
 }
 
+/* A number field in [lo, hi] (1: given, 0: absent or null). */
+static int num_in(const cJSON *root, const char *name, double lo, double hi, const char *range,
+                  float *v_p, moon_gw_error_t *err)
+{
+    double d = 0;
+
+    switch (moon_gw_json_num(root, name, &d)) {
+    case -1:
+        moon_gw_error_set(err, 400, NULL, name, "'%s' must be a number", name);
+        return -1;
+    case 1:
+        if (!(d >= lo && d <= hi)) {
+            moon_gw_error_set(err, 400, NULL, name, "'%s' must be %s (got %g)", name, range, d);
+            return -1;
+        }
+        *v_p = (float)d;
+        return 1;
+    }
+    return 0;
+}
+
+/* OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}. */
+static moon_status_t parse_logit_bias(const cJSON *root, moon_gw_request_t *req,
+                                      moon_gw_error_t *err)
+{
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    const cJSON *e;
+    int          n;
+
+    if (lb == NULL || cJSON_IsNull(lb)) {
+        return MOON_OK;
+    }
+    if (!cJSON_IsObject(lb)) {
+        BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    }
+    n = cJSON_GetArraySize(lb);
+    if ((uint32_t)n > MOON_GW_MAX_BIAS) {
+        BAD("logit_bias", "'logit_bias' has %d entries, more than the %u allowed", n,
+            MOON_GW_MAX_BIAS);
+    }
+    req->bias_ids = moon_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    req->bias     = moon_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (req->bias_ids == NULL || req->bias == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    cJSON_ArrayForEach(e, lb)
+    {
+        char         *end = NULL;
+        unsigned long id  = strtoul(e->string, &end, 10);
+
+        if (e->string[0] < '0' || e->string[0] > '9' || *end != '\0' || id > INT32_MAX) {
+            BAD("logit_bias", "'logit_bias' keys must be token ids (got '%.40s')", e->string);
+        }
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100)) {
+            BAD("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+        }
+        req->bias_ids[req->n_bias] = (int32_t)id;
+        req->bias[req->n_bias++]   = (float)e->valuedouble;
+    }
+    return MOON_OK;
+}
+
+/* Penalties, min_p, min_tokens, logit_bias, include_stop_str_in_output. */
+static moon_status_t parse_controls(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    moon_serve_params_t *p = &req->params;
+    long long            v = 0;
+    int                  b = 0;
+
+    if (num_in(root, "presence_penalty", -2, 2, "in [-2, 2]", &p->presence_penalty, err) < 0 ||
+        num_in(root, "frequency_penalty", -2, 2, "in [-2, 2]", &p->frequency_penalty, err) < 0 ||
+        num_in(root, "repetition_penalty", 1e-6, 1e6, "> 0", &p->repetition_penalty, err) < 0 ||
+        num_in(root, "min_p", 0, 1, "in [0, 1]", &p->min_p, err) < 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    switch (moon_gw_json_int(root, "min_tokens", 0, INT_MAX_F, &v)) {
+    case -1:
+        BAD("min_tokens", "'min_tokens' must be an integer >= 0");
+    case 1:
+        p->min_tokens = (uint32_t)v;
+        break;
+    }
+    if (moon_gw_json_bool(root, "include_stop_str_in_output", &b) < 0) {
+        BAD("include_stop_str_in_output", "'include_stop_str_in_output' must be a boolean");
+    }
+    if (b) {
+        p->flags |= MOON_SERVE_F_STOP_STR_OUT;
+    }
+    return parse_logit_bias(root, req, err);
+}
+
 static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
 {
     moon_serve_params_t *p = &req->params;
@@ -279,6 +371,7 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
     int                  b = 0;
     const cJSON         *opts;
     const cJSON         *ids;
+    moon_status_t        status;
 
     switch (moon_gw_json_int(root, "max_completion_tokens", 1, INT_MAX_F, &v)) {
     case -1:
@@ -352,6 +445,10 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
     }
     if (b) {
         p->flags |= MOON_SERVE_F_IGNORE_EOS;
+    }
+    status = parse_controls(root, req, err);
+    if (status != MOON_OK) {
+        return status;
     }
     ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");
     if (ids != NULL && !cJSON_IsNull(ids)) {
@@ -500,6 +597,16 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
                 info->n_vocab);
         }
     }
+    for (uint32_t i = 0; i < req->n_bias && info->n_vocab > 0; i++) {
+        if ((uint32_t)req->bias_ids[i] >= info->n_vocab) {
+            BAD("logit_bias", "token id %d is out of the vocabulary (%u tokens)", req->bias_ids[i],
+                info->n_vocab);
+        }
+    }
+    if (p->min_tokens > p->max_tokens && req->has_max_tokens) {
+        BAD("min_tokens", "'min_tokens' (%u) must not exceed max_tokens (%u)", p->min_tokens,
+            p->max_tokens);
+    }
     for (uint32_t i = 0; i < req->n_stop_ids && info->n_vocab > 0; i++) {
         if ((uint32_t)req->stop_ids[i] >= info->n_vocab) {
             BAD("stop_token_ids", "token id %d is out of the vocabulary (%u tokens)",
@@ -540,6 +647,9 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
     p->n_tokens   = req->tokens != NULL ? req->n_tokens : 0;
     p->stop_ids   = req->stop_ids;
     p->n_stop_ids = req->n_stop_ids;
+    p->bias_ids   = req->bias_ids;
+    p->bias       = req->bias;
+    p->n_bias     = req->n_bias;
     p->stop       = (const char *const *)req->stop;
     p->n_stop     = req->n_stop;
     /* Ids made here carry their BOS; a text prompt gets it from the cluster. */
@@ -563,5 +673,7 @@ void moon_gw_request_fini(moon_gw_request_t *req)
         moon_free(req->stop[i]);
     }
     moon_free(req->stop_ids);
+    moon_free(req->bias_ids);
+    moon_free(req->bias);
     memset(req, 0, sizeof(*req));
 }

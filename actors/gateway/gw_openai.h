@@ -34,6 +34,7 @@
 #define MOON_GW_MAX_STOP_IDS 256u         /* stop_token_ids */
 #define MOON_GW_MAX_MESSAGES 4096u        /* chat turns */
 #define MOON_GW_MAX_PROMPT_TOKENS 131072u /* token ids of a prompt, no context known */
+#define MOON_GW_MAX_BIAS 1024u            /* logit_bias entries */
 
 typedef struct {
     int                 chat; /* 1: /v1/chat/completions */
@@ -52,6 +53,9 @@ typedef struct {
     uint32_t            n_stop;
     int32_t            *stop_ids;
     uint32_t            n_stop_ids;
+    int32_t            *bias_ids; /* logit_bias: n_bias ids and their biases */
+    float              *bias;
+    uint32_t            n_bias;
     moon_serve_params_t params; /* after prepare: points into this struct */
 } moon_gw_request_t;
 

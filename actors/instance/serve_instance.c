@@ -1,7 +1,9 @@
 /* actors/instance/serve_instance.c - pieces prefill and decode instances share. */
 #include "serve_instance.h"
 
+#include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "moonlet/tokenizer.h"
 #include "engine_runner.h"
 #include "serve_calibrate.h"
 
@@ -57,6 +59,75 @@ void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t
     m->n_store_hit_tokens = counters[1];
     m->n_computed_tokens  = counters[2];
     moon_tell(self, a->conductor, &m->hdr);
+}
+
+moon_status_t moon_serve_sampler_open(moon_sampler_t *s, uint32_t vocab,
+                                      const moon_tokenizer_t *tok, const moon_serve_sampling_t *sp,
+                                      const uint32_t *toks, uint32_t n, uint32_t n_resumed)
+{
+    moon_sampler_ctl_t ctl = {0};
+    int32_t           *ban = NULL, *bias_ids = NULL;
+    float             *bias  = NULL;
+    uint32_t           n_ban = 0, n_gen = MOON_MIN(n_resumed, n);
+    moon_status_t      status;
+
+    status = moon_sampler_init(s, vocab, sp->temperature, sp->top_p > 0.0f ? sp->top_p : 1.0f,
+                               sp->top_k, sp->seed);
+    if (status != MOON_OK) {
+        return status;
+    }
+    ctl.presence_penalty   = sp->presence_penalty;
+    ctl.frequency_penalty  = sp->frequency_penalty;
+    ctl.repetition_penalty = sp->repetition_penalty;
+    ctl.min_p              = sp->min_p;
+    ctl.min_tokens         = sp->min_tokens;
+    if (sp->min_tokens > n_gen) {
+        ban = moon_malloc(((size_t)sp->n_stop_ids + 2) * sizeof(int32_t));
+        if (ban == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            goto out;
+        }
+        if (!(sp->flags & MOON_SERVE_F_IGNORE_EOS) && tok != NULL) {
+            int32_t special[2] = {moon_tokenizer_eos(tok), moon_tokenizer_bos(tok)};
+            for (int i = 0; i < 2; i++) {
+                if (special[i] >= 0 && (uint32_t)special[i] < vocab) {
+                    ban[n_ban++] = special[i];
+                }
+            }
+        }
+        for (uint32_t i = 0; i < sp->n_stop_ids; i++) {
+            ban[n_ban++] = (int32_t)sp->stop_ids[i];
+        }
+        ctl.ban_ids = ban;
+        ctl.n_ban   = n_ban;
+    }
+    if (sp->n_bias > 0) {
+        bias_ids = moon_malloc((size_t)sp->n_bias * sizeof(int32_t));
+        bias     = moon_malloc((size_t)sp->n_bias * sizeof(float));
+        if (bias_ids == NULL || bias == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            goto out;
+        }
+        for (uint32_t i = 0; i < sp->n_bias; i++) {
+            bias_ids[i] = (int32_t)sp->logit_bias[2 * i];
+            memcpy(&bias[i], &sp->logit_bias[2 * i + 1], 4);
+        }
+        ctl.bias_ids = bias_ids;
+        ctl.bias     = bias;
+        ctl.n_bias   = sp->n_bias;
+    }
+    status = moon_sampler_set_ctl(s, &ctl, (const int32_t *)toks, n - n_gen);
+    for (uint32_t i = n - n_gen; status == MOON_OK && i < n; i++) {
+        moon_sampler_accept(s, (int32_t)toks[i]);
+    }
+out:
+    moon_free(ban);
+    moon_free(bias_ids);
+    moon_free(bias);
+    if (status != MOON_OK) {
+        moon_sampler_fini(s);
+    }
+    return status;
 }
 
 moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *src,

@@ -79,17 +79,55 @@ MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instan
                                      uint32_t free_blocks, const uint64_t counters[3]);
 
 /* Packs stop ids and strings of a request (as sent in SUBMIT) into a message
- * of the sampling family: copies fields max_tokens .. stop_strs from src to dst
+ * of the sampling family: copies its scalar fields (max_tokens .. min_tokens) from src to dst
+ * (the spans logit_bias, stop_ids, stop_strs are copied with moon_serve_copy_span)
  * (both MOON_SERVE_SAMPLING_FIELDS structs at offsets given). */
 #define MOON_SERVE_COPY_SAMPLING(_dst, _src)                                                       \
     do {                                                                                           \
-        (_dst)->max_tokens  = (_src)->max_tokens;                                                  \
-        (_dst)->temperature = (_src)->temperature;                                                 \
-        (_dst)->top_p       = (_src)->top_p;                                                       \
-        (_dst)->top_k       = (_src)->top_k;                                                       \
-        (_dst)->seed        = (_src)->seed;                                                        \
-        (_dst)->flags       = (_src)->flags;                                                       \
+        (_dst)->max_tokens         = (_src)->max_tokens;                                           \
+        (_dst)->temperature        = (_src)->temperature;                                          \
+        (_dst)->top_p              = (_src)->top_p;                                                \
+        (_dst)->top_k              = (_src)->top_k;                                                \
+        (_dst)->seed               = (_src)->seed;                                                 \
+        (_dst)->flags              = (_src)->flags;                                                \
+        (_dst)->presence_penalty   = (_src)->presence_penalty;                                     \
+        (_dst)->frequency_penalty  = (_src)->frequency_penalty;                                    \
+        (_dst)->repetition_penalty = (_src)->repetition_penalty;                                   \
+        (_dst)->min_p              = (_src)->min_p;                                                \
+        (_dst)->min_tokens         = (_src)->min_tokens;                                           \
     } while (0)
+
+/* A request's sampling, from any message of the sampling family (borrowed
+ * views into it: MOON_SERVE_SAMPLING_OF). */
+typedef struct {
+    float           temperature, top_p;
+    uint32_t        top_k, flags;
+    uint64_t        seed;
+    float           presence_penalty, frequency_penalty, repetition_penalty, min_p;
+    uint32_t        min_tokens;
+    const uint32_t *logit_bias; /* (2 n_bias): id, float bits */
+    uint32_t        n_bias;
+    const uint32_t *stop_ids;
+    uint32_t        n_stop_ids;
+} moon_serve_sampling_t;
+
+#define MOON_SERVE_SAMPLING_OF(_m)                                                                 \
+    ((moon_serve_sampling_t){(_m)->temperature, (_m)->top_p, (_m)->top_k, (_m)->flags, (_m)->seed, \
+                             (_m)->presence_penalty, (_m)->frequency_penalty,                      \
+                             (_m)->repetition_penalty, (_m)->min_p, (_m)->min_tokens,              \
+                             MOON_SPAN_PTR(_m, (_m)->logit_bias), (_m)->logit_bias.n / 2,          \
+                             MOON_SPAN_PTR(_m, (_m)->stop_ids), (_m)->stop_ids.n})
+
+/* Initializes s (fini it on MOON_OK only) for a request: its sampling sp,
+ * tok's EOS and BOS (unless IGNORE_EOS) and its stop ids masked until
+ * min_tokens, toks (n, borrowed): the prompt, whose last n_resumed were
+ * generated before (they count for the penalties and min_tokens).
+ * MOON_ERR_INVALID_PARAM: a value out of range; MOON_ERR_NO_MEMORY. */
+MOON_API moon_status_t moon_serve_sampler_open(moon_sampler_t *s, uint32_t vocab,
+                                               const moon_tokenizer_t      *tok,
+                                               const moon_serve_sampling_t *sp,
+                                               const uint32_t *toks, uint32_t n,
+                                               uint32_t n_resumed);
 
 /* Copies a span of src into the same-kind span of dst (room reserved by the
  * caller). MOON_ERR_NO_RESOURCE: no room. */

@@ -35,8 +35,8 @@ void moon_serve_text_fini(moon_serve_text_t *t)
     t->piece = NULL;
 }
 
-/* Earliest end of a complete stop string in held: its start, or -1. */
-static long find_stop(const moon_serve_text_t *t)
+/* Earliest complete stop string in held: its start (*len_p: its length), or -1. */
+static long find_stop(const moon_serve_text_t *t, size_t *len_p)
 {
     long best = -1;
 
@@ -46,7 +46,8 @@ static long find_stop(const moon_serve_text_t *t)
         for (size_t at = 0; n > 0 && at + n <= t->n_held; at++) {
             if (memcmp(t->held + at, s, n) == 0) {
                 if (best < 0 || (long)at < best) {
-                    best = (long)at;
+                    best   = (long)at;
+                    *len_p = n;
                 }
                 break;
             }
@@ -88,7 +89,7 @@ static void release(moon_serve_text_t *t, size_t n, size_t drop, const char **ou
 
 int moon_serve_text_push(moon_serve_text_t *t, int32_t id, const char **out_p, size_t *len_p)
 {
-    size_t n = 0;
+    size_t n = 0, len = 0;
     long   at;
 
     /* held never exceeds max_stop after a release, and a push adds at most
@@ -96,9 +97,10 @@ int moon_serve_text_push(moon_serve_text_t *t, int32_t id, const char **out_p, s
     if (moon_tok_stream_push(&t->st, id, t->held + t->n_held, t->cap - t->n_held, &n) == MOON_OK) {
         t->n_held += n;
     }
-    at = find_stop(t);
+    at = find_stop(t, &len);
     if (at >= 0) {
-        release(t, (size_t)at, t->n_held - (size_t)at, out_p, len_p);
+        size_t end = (size_t)at + (t->keep_stop ? len : 0);
+        release(t, end, t->n_held - end, out_p, len_p);
         return 1;
     }
     release(t, t->n_held - partial_stop(t), 0, out_p, len_p);

@@ -15,7 +15,9 @@ typedef struct {
     size_t            max_stop; /* longest stop string */
     char             *held;     /* text not yet released */
     size_t            n_held, cap;
-    char             *piece; /* scratch: MOON_TOK_STREAM_OUT_MAX */
+    char             *piece;     /* scratch: MOON_TOK_STREAM_OUT_MAX */
+    int               keep_stop; /* 1: the stop string that ends the text is released with it
+                                    (vLLM's include_stop_str_in_output); set after init */
 } moon_serve_text_t;
 
 /* prev: the prompt's last token (for the leading-space rule). stops may be
@@ -25,8 +27,8 @@ MOON_API moon_status_t moon_serve_text_init(moon_serve_text_t *t, const moon_tok
 MOON_API void          moon_serve_text_fini(moon_serve_text_t *t);
 /* Feeds token id. *out_p / *len_p: the text released now (into t's memory,
  * NUL-terminated, valid until the next call). Returns 1 when a stop string
- * was completed: the released text ends just before it and nothing more
- * comes; 0 otherwise. */
+ * was completed: the released text ends just before it (keep_stop: with
+ * it) and nothing more comes; 0 otherwise. */
 MOON_API int moon_serve_text_push(moon_serve_text_t *t, int32_t id, const char **out_p,
                                   size_t *len_p);
 /* At the end (no stop string): releases what is held. */

@@ -30,7 +30,9 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
 
     if (p == NULL || (p->prompt == NULL && p->n_tokens == 0) ||
         (p->n_tokens > 0 && p->tokens == NULL) || (p->n_stop_ids > 0 && p->stop_ids == NULL) ||
-        (p->n_stop > 0 && p->stop == NULL) || plen > MOON_MSG_MAX_BYTES / 2 ||
+        (p->n_stop > 0 && p->stop == NULL) ||
+        (p->n_bias > 0 && (p->bias_ids == NULL || p->bias == NULL)) ||
+        p->n_bias > MOON_MSG_MAX_BYTES / 16 || plen > MOON_MSG_MAX_BYTES / 2 ||
         p->n_tokens > MOON_MSG_MAX_BYTES / 8) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -40,21 +42,34 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
         }
         slen += strlen(p->stop[i]) + 1;
     }
-    m = moon_msg_new(MOON_MSG_SERVE_SUBMIT,
-                     plen + 1 + (size_t)p->n_tokens * 4 + (size_t)p->n_stop_ids * 4 + slen + 32);
+    m = moon_msg_new(MOON_MSG_SERVE_SUBMIT, plen + 1 + (size_t)p->n_tokens * 4 +
+                                                (size_t)p->n_stop_ids * 4 + (size_t)p->n_bias * 8 +
+                                                slen + 40);
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    m->reply_to    = reply_to;
-    m->request_id  = request_id;
-    m->slo_class   = p->slo_class;
-    m->max_tokens  = p->max_tokens;
-    m->temperature = p->temperature;
-    m->top_p       = p->top_p;
-    m->top_k       = p->top_k;
-    m->seed        = p->seed;
-    m->flags       = p->flags;
+    m->reply_to           = reply_to;
+    m->request_id         = request_id;
+    m->slo_class          = p->slo_class;
+    m->max_tokens         = p->max_tokens;
+    m->temperature        = p->temperature;
+    m->top_p              = p->top_p;
+    m->top_k              = p->top_k;
+    m->seed               = p->seed;
+    m->flags              = p->flags;
+    m->presence_penalty   = p->presence_penalty;
+    m->frequency_penalty  = p->frequency_penalty;
+    m->repetition_penalty = p->repetition_penalty;
+    m->min_p              = p->min_p;
+    m->min_tokens         = p->min_tokens;
     moon_msg_set_str(m, &m->prompt, p->n_tokens > 0 ? "" : p->prompt);
+    if (p->n_bias > 0) {
+        uint32_t *b = moon_msg_span_alloc(m, &m->logit_bias, 2 * p->n_bias, 4, 0);
+        for (uint32_t i = 0; i < p->n_bias; i++) {
+            b[2 * i] = (uint32_t)p->bias_ids[i];
+            memcpy(&b[2 * i + 1], &p->bias[i], 4);
+        }
+    }
     if (p->n_tokens > 0) {
         memcpy(moon_msg_span_alloc(m, &m->tokens, p->n_tokens, 4, 0), p->tokens,
                (size_t)p->n_tokens * 4);

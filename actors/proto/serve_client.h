@@ -39,6 +39,12 @@ typedef struct {
     uint32_t           n_stop;
     uint32_t           slo_class; /* 0: default */
     uint32_t           flags;     /* MOON_SERVE_F_* (ADD_BOS for text like `moonlet generate`) */
+    /* logit controls (moon_sampler_ctl_t's meanings; zero: off) */
+    float          presence_penalty, frequency_penalty, repetition_penalty, min_p;
+    uint32_t       min_tokens;
+    const int32_t *bias_ids; /* (n_bias) with bias[i] */
+    const float   *bias;
+    uint32_t       n_bias;
 } moon_serve_params_t;
 
 /* Defaults: max_tokens 16, greedy, top_p 1, flags ADD_BOS. */

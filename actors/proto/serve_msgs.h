@@ -48,13 +48,25 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_F_ADD_BOS 0x1u    /* text prompt: prepend BOS (as moonlet generate does) */
 #define MOON_SERVE_F_IGNORE_EOS 0x2u /* keep generating past EOS (benchmarks) */
 
+#define MOON_SERVE_F_STOP_STR_OUT 0x4u /* a stop string that ends the text is kept in it */
+
 /* Sampling and stopping, shared by SUBMIT, PREFILL and KV_READY. stop_strs is
- * a bytes span of NUL-terminated strings one after the other. */
+ * a bytes span of NUL-terminated strings one after the other. The controls
+ * (moon_sampler_ctl_t; zero: off): presence, frequency and repetition
+ * penalties, min_p, min_tokens (EOS and stop ids masked until then), and
+ * logit_bias: pairs (token id, the bias's float bits). */
 #define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
     F(T, u32, max_tokens)                                                                          \
     F(T, f32, temperature)                                                                         \
     F(T, f32, top_p)                                                                               \
-    F(T, u32, top_k) F(T, u64, seed) F(T, u32, flags) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
+    F(T, u32, top_k)                                                                               \
+    F(T, u64, seed)                                                                                \
+    F(T, u32, flags)                                                                               \
+    F(T, f32, presence_penalty)                                                                    \
+    F(T, f32, frequency_penalty)                                                                   \
+    F(T, f32, repetition_penalty)                                                                  \
+    F(T, f32, min_p)                                                                               \
+    F(T, u32, min_tokens) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 

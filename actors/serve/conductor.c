@@ -24,6 +24,7 @@
 #include "weights_msgs.h"
 #include "weights_serving.h"
 
+#include <math.h>
 #include <string.h>
 
 #define COND_MAX_INSTANCES 64u
@@ -226,6 +227,23 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
             return "a stop token id is outside the vocabulary";
         }
     }
+    if (!(fabsf(m->presence_penalty) <= 2.0f) || !(fabsf(m->frequency_penalty) <= 2.0f) ||
+        !(m->repetition_penalty >= 0.0f && isfinite(m->repetition_penalty)) ||
+        !(m->min_p >= 0.0f && m->min_p <= 1.0f)) {
+        return "presence and frequency penalties must be in [-2, 2], repetition_penalty > 0 "
+               "and min_p in [0, 1]";
+    }
+    if (m->logit_bias.n % 2 != 0) {
+        return "logit_bias must hold (id, bias) pairs";
+    }
+    for (uint32_t i = 0; i < m->logit_bias.n; i += 2) {
+        const uint32_t *b = MOON_SPAN_PTR(m, m->logit_bias);
+        float           v;
+        memcpy(&v, &b[i + 1], 4);
+        if (b[i] >= c->vocab || !isfinite(v)) {
+            return "a logit_bias token id is outside the vocabulary (or its bias is not finite)";
+        }
+    }
     return NULL;
 }
 
@@ -237,8 +255,8 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
                                            uint64_t now)
 {
     uint32_t n_keys = n / c->a.block_tokens;
-    size_t   tail =
-        (size_t)n * 4 + (size_t)n_keys * 16 + (size_t)m->stop_ids.n * 4 + m->stop_strs.n + 64;
+    size_t tail = (size_t)n * 4 + (size_t)n_keys * 16 + (size_t)m->stop_ids.n * 4 + m->stop_strs.n +
+                  64 + (size_t)m->logit_bias.n * 4;
     moon_serve_prefill_t *p = moon_msg_new(MOON_MSG_SERVE_PREFILL, tail);
     uint32_t             *t;
     moon_kv_key_t        *keys;
@@ -259,6 +277,7 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     keys = n_keys ? moon_msg_span_alloc(p, &p->keys, 2 * n_keys, 8, 0) : NULL;
     if (t == NULL || (n_keys && keys == NULL) ||
         moon_serve_copy_span(p, &p->stop_ids, m, m->stop_ids, 4, 0) != MOON_OK ||
+        moon_serve_copy_span(p, &p->logit_bias, m, m->logit_bias, 4, 0) != MOON_OK ||
         moon_serve_copy_span(p, &p->stop_strs, m, m->stop_strs, 1, 0) != MOON_OK) {
         moon_msg_release(&p->hdr);
         return NULL;

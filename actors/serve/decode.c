@@ -421,6 +421,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
     }
     d->n_tokens_out++;
     r->last_token = tok;
+    moon_sampler_accept(&r->smp, tok);
     if (hit) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
     } else if (r->n_gen >= r->max_tokens || r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
@@ -627,9 +628,9 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
  * tokens were streamed before (a resumed request): they go through the text
  * state unsent, so its held-back text and stop-string matching continue
  * where the lost instance was, and the next token gets index n_resumed. */
-static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, float top_p,
-                                    uint32_t top_k, uint64_t seed, const uint32_t *toks, uint32_t n,
-                                    uint32_t n_resumed, const char *stops, uint32_t stops_len)
+static moon_status_t setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sampling_t *sp,
+                                    const uint32_t *toks, uint32_t n, uint32_t n_resumed,
+                                    const char *stops, uint32_t stops_len)
 {
     int32_t       prev;
     moon_status_t status;
@@ -637,12 +638,12 @@ static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, f
     if (n_resumed >= n || n_resumed >= r->max_tokens) {
         return MOON_ERR_INVALID_PARAM;
     }
-    prev = (int32_t)toks[n - n_resumed - 1];
-    status =
-        moon_sampler_init(&r->smp, d->vocab, temperature, top_p > 0.0f ? top_p : 1.0f, top_k, seed);
+    prev   = (int32_t)toks[n - n_resumed - 1];
+    status = moon_serve_sampler_open(&r->smp, d->vocab, d->tok, sp, toks, n, n_resumed);
     if (status == MOON_OK) {
-        status        = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
-        r->text_ready = status == MOON_OK;
+        status            = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
+        r->text_ready     = status == MOON_OK;
+        r->text.keep_stop = (sp->flags & MOON_SERVE_F_STOP_STR_OUT) != 0;
     }
     for (uint32_t i = n - n_resumed; status == MOON_OK && i < n; i++) {
         const char *unsent;
@@ -657,9 +658,10 @@ static moon_status_t setup_sampling(decode_t *d, dreq_t *r, float temperature, f
 /* The final KV_READY: sampling state, first token (streamed now: TTFT). */
 static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_serve_kv_ready_t *m)
 {
-    const uint32_t *toks = MOON_SPAN_PTR(m, m->tokens);
-    moon_status_t   status;
-    uint32_t        rem = r->n_prompt - r->n_full * d->a.block_tokens;
+    const uint32_t       *toks = MOON_SPAN_PTR(m, m->tokens);
+    moon_status_t         status;
+    uint32_t              rem = r->n_prompt - r->n_full * d->a.block_tokens;
+    moon_serve_sampling_t sp;
 
     moon_msg_retain(&m->hdr);
     r->final_msg  = (moon_msg_hdr_t *)&m->hdr;
@@ -671,8 +673,9 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
-    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed, toks, m->tokens.n,
-                            m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    sp            = MOON_SERVE_SAMPLING_OF(m);
+    status        = setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed,
+                                   MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
         return;
@@ -834,6 +837,7 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     dreq_t               *r;
     moon_status_t         status;
     uint32_t              hits;
+    moon_serve_sampling_t sp;
 
     if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
@@ -864,8 +868,9 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
     d->n_cache_hit_tokens += r->n_done;
-    status = setup_sampling(d, r, m->temperature, m->top_p, m->top_k, m->seed, tok, m->tokens.n,
-                            m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    sp     = MOON_SERVE_SAMPLING_OF(m);
+    status = setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
+                            MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
     if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, "bad sampling parameters");
     } else if (take_cancel(d, m->reply_to, m->request_id)) {

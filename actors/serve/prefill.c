@@ -194,7 +194,8 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     moon_status_t          st = MOON_OK;
 
     if (final) {
-        tail += (size_t)q->stop_ids.n * 4 + q->stop_strs.n + (size_t)q->tokens.n * 4;
+        tail += (size_t)q->stop_ids.n * 4 + q->stop_strs.n + (size_t)q->tokens.n * 4 +
+                (size_t)q->logit_bias.n * 4;
     }
     m = moon_msg_new(MOON_MSG_SERVE_KV_READY, tail);
     if (m == NULL) {
@@ -226,6 +227,9 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     }
     if (st == MOON_OK && final) {
         st = moon_serve_copy_span(m, &m->stop_ids, q, q->stop_ids, 4, 0);
+        if (st == MOON_OK) {
+            st = moon_serve_copy_span(m, &m->logit_bias, q, q->logit_bias, 4, 0);
+        }
         if (st == MOON_OK) {
             st = moon_serve_copy_span(m, &m->stop_strs, q, q->stop_strs, 1, 0);
         }
@@ -472,9 +476,10 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
 static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_status_t status,
                           double dur)
 {
-    uint32_t       full;
-    moon_sampler_t smp;
-    int32_t        tok;
+    uint32_t              full;
+    moon_sampler_t        smp;
+    moon_serve_sampling_t sp;
+    int32_t               tok;
 
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "prefill failed");
@@ -499,9 +504,10 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
-    status =
-        moon_sampler_init(&smp, p->vocab, r->msg->temperature,
-                          r->msg->top_p > 0.0f ? r->msg->top_p : 1.0f, r->msg->top_k, r->msg->seed);
+    sp     = MOON_SERVE_SAMPLING_OF(r->msg);
+    status = moon_serve_sampler_open(&smp, p->vocab, moon_model_tokenizer(p->a.model), &sp,
+                                     MOON_SPAN_PTR(r->msg, r->msg->tokens), r->msg->tokens.n,
+                                     r->msg->n_resumed);
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "bad sampling parameters");
         return;

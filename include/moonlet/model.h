@@ -272,12 +272,44 @@ typedef struct {
     uint32_t vocab_size;
     /* private: scratch of vocab_size (index, prob) pairs */
     void *scratch;
+    void *ctl; /* the controls' state (moon_sampler_set_ctl); NULL: none, the plain path */
 } moon_sampler_t;
+
+/* Per-request controls on the logits, as OpenAI and vLLM define them, in
+ * vLLM's order: repetition, frequency and presence penalties on the raw
+ * logits, then the logit bias, then min_tokens' mask; temperature, min_p,
+ * top-k and top-p come after, in moon_sampler_sample. Every default (all
+ * zero, repetition_penalty 0 or 1) is off. */
+typedef struct {
+    float presence_penalty;    /* [-2, 2]: minus this once per token generated before */
+    float frequency_penalty;   /* [-2, 2]: minus this per occurrence so far */
+    float repetition_penalty;  /* > 0: prompt or generated tokens' logits divided
+                                  (positive) or multiplied (negative) by it (CTRL) */
+    float          min_p;      /* [0, 1]: tokens below min_p * the top one's prob dropped */
+    uint32_t       min_tokens; /* ban_ids are masked until this many were accepted */
+    const int32_t *ban_ids;    /* (n_ban) EOS and stop ids; copied */
+    uint32_t       n_ban;
+    const int32_t *bias_ids; /* (n_bias) ids < vocab_size, with bias[i] added to each; copied */
+    const float   *bias;
+    uint32_t       n_bias;
+} moon_sampler_ctl_t;
 
 MOON_API moon_status_t moon_sampler_init(moon_sampler_t *s, uint32_t vocab_size, float temperature,
                                          float top_p, uint32_t top_k, uint64_t seed);
 MOON_API void          moon_sampler_fini(moon_sampler_t *s);
-/* Picks a token from logits (modified in place: scaled and soft-maxed). */
+/* Sets the controls (ctl borrowed for the call); prompt (n_prompt ids,
+ * borrowed) counts for the repetition penalty. All off: nothing is kept and
+ * sampling stays on its plain path. MOON_ERR_INVALID_PARAM (nothing
+ * changed): a value out of its range, an id out of the vocabulary;
+ * MOON_ERR_NO_MEMORY. Not on the hot path: allocates the state (a count per
+ * vocabulary entry when a penalty is on). */
+MOON_API moon_status_t moon_sampler_set_ctl(moon_sampler_t *s, const moon_sampler_ctl_t *ctl,
+                                            const int32_t *prompt, uint32_t n_prompt);
+/* A token generated (sampled or resumed): counts for the penalties and
+ * min_tokens. No-op without controls. */
+MOON_API void moon_sampler_accept(moon_sampler_t *s, int32_t token);
+/* Picks a token from logits (modified in place: controls applied, scaled and
+ * soft-maxed). Does not accept it (moon_sampler_accept). */
 MOON_API int32_t moon_sampler_sample(moon_sampler_t *s, float *logits);
 MOON_API int32_t moon_argmax(const float *x, uint32_t n);
 

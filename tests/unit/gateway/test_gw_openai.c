@@ -477,6 +477,47 @@ static void test_field_table(void)
     CU_ASSERT_PTR_NULL(moon_gw_field_find("frobnicate"));
 }
 
+/* Penalties, min_p, min_tokens, logit_bias, include_stop_str_in_output: read
+ * into the params, each range a 400 naming the field. */
+static void test_sampling_controls(void)
+{
+    moon_gw_request_t req;
+    moon_gw_error_t   err;
+
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":\"a\",\"max_tokens\":9,\"presence_penalty\":-2,"
+                              "\"frequency_penalty\":1.5,\"repetition_penalty\":1.2,\"min_p\":0.1,"
+                              "\"min_tokens\":4,\"logit_bias\":{\"7\":-100,\"11\":2.5},"
+                              "\"include_stop_str_in_output\":true}",
+                              0, &req, &err),
+                          200);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.presence_penalty, -2, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.frequency_penalty, 1.5, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.repetition_penalty, 1.2, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.min_p, 0.1, 1e-6);
+    CU_ASSERT_EQUAL(req.params.min_tokens, 4);
+    CU_ASSERT_EQUAL_FATAL(req.params.n_bias, 2);
+    CU_ASSERT_EQUAL(req.params.bias_ids[0], 7);
+    CU_ASSERT_DOUBLE_EQUAL(req.params.bias[0], -100, 1e-6);
+    CU_ASSERT_EQUAL(req.params.bias_ids[1], 11);
+    CU_ASSERT(req.params.flags & MOON_SERVE_F_STOP_STR_OUT);
+    moon_gw_request_fini(&req);
+    expect("{\"prompt\":\"a\",\"presence_penalty\":2.1}", 0, 400, "presence_penalty");
+    expect("{\"prompt\":\"a\",\"frequency_penalty\":\"x\"}", 0, 400, "frequency_penalty");
+    expect("{\"prompt\":\"a\",\"repetition_penalty\":0}", 0, 400, "repetition_penalty");
+    expect("{\"prompt\":\"a\",\"min_p\":1.01}", 0, 400, "min_p");
+    expect("{\"prompt\":\"a\",\"min_tokens\":-1}", 0, 400, "min_tokens");
+    expect("{\"prompt\":\"a\",\"max_tokens\":3,\"min_tokens\":4}", 0, 400, "min_tokens");
+    expect("{\"prompt\":\"a\",\"logit_bias\":{\"7\":101}}", 0, 400, "logit_bias");
+    expect("{\"prompt\":\"a\",\"logit_bias\":{\"x7\":1}}", 0, 400, "logit_bias");
+    expect("{\"prompt\":\"a\",\"logit_bias\":{\"512\":1}}", 0, 400, "logit_bias");
+    expect("{\"prompt\":\"a\",\"logit_bias\":[1]}", 0, 400, "logit_bias");
+    expect("{\"prompt\":\"a\",\"include_stop_str_in_output\":1}", 0, 400,
+           "include_stop_str_in_output");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"3\":1},"
+           "\"presence_penalty\":0.5}",
+           1, 200, NULL);
+}
+
 int main(void)
 {
     moon_gguf_t *gguf = NULL;
@@ -493,7 +534,7 @@ int main(void)
     rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
                        test_context_check, test_chat_errors, test_templates, test_template_tokens,
                        test_strict_json, test_caps, test_error_utf8, test_allocation_failures,
-                       test_field_table);
+                       test_field_table, test_sampling_controls);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }
