@@ -27,6 +27,7 @@ typedef struct {
     moon_dist_t          *dist;
     moon_gateway_config_t cfg;
     char                 *host, *api_key, *model_name, *fingerprint, *wait_roles;
+    char                 *allowed_origins;
     moon_tokenizer_t     *tok;
     moon_gw_template_t    tpl;
     uint32_t              n_ctx;
@@ -92,6 +93,9 @@ static const moon_config_field_t gateway_fields[] = {
     {"admin-key", MOON_CONFIG_STRING, CFG(admin_key), .dflt = NULL,
      .doc = "if set, /v1/admin/weights (weight pushes) is on and needs 'authorization: bearer "
             "key'"},
+    {"allowed-origins", MOON_CONFIG_STRING, CFG(allowed_origins), .dflt = NULL,
+     .doc = "browser origins allowed by cors (comma-separated, e.g. http://localhost:3000, or "
+            "*; default none): preflights answered, headers on every response"},
     MOON_CONFIG_END,
 };
 #undef CFG
@@ -122,6 +126,7 @@ static void free_state(gw_state_t *st)
     moon_tokenizer_destroy(st->tok);
     moon_free(st->host);
     moon_free(st->api_key);
+    moon_free(st->allowed_origins);
     moon_free(st->wait_roles);
     moon_free(st->model_name);
     moon_free(st->fingerprint);
@@ -153,12 +158,16 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     st->host       = moon_strdup(args->config.host);
     st->api_key    = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
     st->wait_roles = args->wait_roles != NULL ? moon_strdup(args->wait_roles) : NULL;
+    st->allowed_origins =
+        args->config.allowed_origins != NULL ? moon_strdup(args->config.allowed_origins) : NULL;
     if (st->host == NULL || (args->wait_roles != NULL && st->wait_roles == NULL) ||
-        (args->config.api_key != NULL && st->api_key == NULL)) {
+        (args->config.api_key != NULL && st->api_key == NULL) ||
+        (args->config.allowed_origins != NULL && st->allowed_origins == NULL)) {
         goto err;
     }
-    st->cfg.host    = st->host;
-    st->cfg.api_key = st->api_key;
+    st->cfg.host            = st->host;
+    st->cfg.api_key         = st->api_key;
+    st->cfg.allowed_origins = st->allowed_origins;
     if (args->model_path != NULL) {
         status = load_model(st, args->model_path);
         if (status != MOON_OK) {

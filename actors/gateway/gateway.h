@@ -71,6 +71,9 @@ typedef struct {
                                         stream goes on); 0: it fails with the loss */
     const char *admin_key;           /* --admin-key: /v1/admin/weights needs "Authorization:
                                         Bearer KEY"; NULL: the admin route is off */
+    const char *allowed_origins;     /* --allowed-origins: browser origins answered with CORS
+                                        headers (comma-separated exact origins, or "*");
+                                        NULL: none (gw_cors.h) */
 } moon_gateway_config_t;
 
 MOON_API extern const moon_config_table_t moon_gateway_config_table;

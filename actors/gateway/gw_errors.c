@@ -16,6 +16,7 @@ static const struct {
     {400, "invalid_request_error", NULL},
     {401, "invalid_request_error", "invalid_api_key"},
     {404, "invalid_request_error", "not_found"},
+    {403, "invalid_request_error", "forbidden"},
     {405, "invalid_request_error", "method_not_allowed"},
     {408, "invalid_request_error", "request_timeout"},
     {413, "invalid_request_error", "request_too_large"},

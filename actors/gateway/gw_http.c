@@ -4,10 +4,12 @@
 
 #include "gw_answer.h"
 #include "gw_buf.h"
+#include "gw_cors.h"
 #include "gw_errors.h"
 #include "gw_format.h"
 #include "gw_guard.h"
 #include "gw_hangup.h"
+#include "gw_tokenize.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
@@ -39,7 +41,15 @@ typedef enum {
     ROUTE_HEALTH,
     ROUTE_METRICS,
     ROUTE_ADMIN, /* /v1/admin/weights (gw_admin.h) */
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+    ROUTE_VERSION,
 } route_t;
+
+/* Routes answered to a POST (the others to GET and HEAD). */
+#define ROUTE_IS_POST(_r)                                                                          \
+    ((_r) == ROUTE_COMPLETIONS || (_r) == ROUTE_CHAT || (_r) == ROUTE_TOKENIZE ||                  \
+     (_r) == ROUTE_DETOKENIZE)
 
 typedef enum {
     PH_BODY,   /* receiving the body */
@@ -133,6 +143,18 @@ static uint32_t guard_id(struct MHD_Connection *mc)
     return ci != NULL ? (uint32_t)(uintptr_t)ci->socket_context : 0;
 }
 
+/* CORS: an allowed Origin gets its answer's headers (every response). */
+static void add_cors(conn_t *c, struct MHD_Response *resp)
+{
+    const char *origin = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Origin");
+
+    if (moon_gw_cors_allowed(c->http->a.cfg.allowed_origins, origin)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Retry-After");
+    }
+}
+
 /* Queues text (taken: moon_free'd by libmicrohttpd through the callback). */
 static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char *text, size_t len,
                                const moon_gw_error_t *err)
@@ -164,8 +186,16 @@ static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char 
     }
     if (code == 405) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                                c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT ? "POST"
-                                                                                        : "GET");
+                                ROUTE_IS_POST(c->route) ? "POST" : "GET");
+    }
+    add_cors(c, resp);
+    if (code == 204) { /* the preflight's answer (only an allowed origin gets one) */
+        const char *hdrs =
+            MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                hdrs != NULL ? hdrs : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     ret = MHD_queue_response(c->mc, code, resp);
     MHD_destroy_response(resp);
@@ -237,6 +267,15 @@ static route_t route_of(const char *url)
     }
     if (strcmp(url, "/health") == 0) {
         return ROUTE_HEALTH;
+    }
+    if (strcmp(url, "/tokenize") == 0) {
+        return ROUTE_TOKENIZE;
+    }
+    if (strcmp(url, "/detokenize") == 0) {
+        return ROUTE_DETOKENIZE;
+    }
+    if (strcmp(url, "/version") == 0) {
+        return ROUTE_VERSION;
     }
     if (strcmp(url, "/metrics") == 0) {
         return ROUTE_METRICS;
@@ -366,6 +405,9 @@ static enum MHD_Result serve_get(conn_t *c, const char *url)
             text = NULL;
         }
         return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
+    case ROUTE_VERSION:
+        text = moon_gw_version_json(MOON_VERSION, &len);
+        return respond_json(c, 200, text, len);
     case ROUTE_MODELS:
         text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx, 1, &len);
         return respond_json(c, 200, text, len);
@@ -609,6 +651,7 @@ static enum MHD_Result start_stream(conn_t *c)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(c, resp);
     ret = MHD_queue_response(c->mc, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     count_response(c->http, 200);
@@ -725,6 +768,18 @@ static enum MHD_Result on_body(conn_t *c)
         moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
                           h->a.cfg.body_limit_bytes);
         return respond_error(c, &err);
+    }
+    if (c->route == ROUTE_TOKENIZE || c->route == ROUTE_DETOKENIZE) {
+        char  *json = NULL;
+        size_t len  = 0;
+
+        status =
+            moon_gw_tokenize_answer(c->body.data != NULL ? c->body.data : "", c->body.len,
+                                    c->route == ROUTE_DETOKENIZE, &h->a.model, &json, &len, &err);
+        if (status == MOON_ERR_INVALID_PARAM) {
+            return respond_error(c, &err);
+        }
+        return respond_json(c, 200, status == MOON_OK ? json : NULL, len);
     }
     if (!admit(c, &err) || !ready(h, &err)) {
         return respond_error(c, &err);
@@ -852,13 +907,28 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
     if (c->route == ROUTE_NONE) {
         return fail(c, 404, NULL, "no route %s", url);
     }
+    if (strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0) {
+        /* a CORS preflight: carries no credentials; only an allowed origin is answered */
+        const char *origin = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Origin");
+        if (!moon_gw_cors_allowed(h->a.cfg.allowed_origins, origin)) {
+            MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: preflight from origin '%s' refused",
+                             origin != NULL ? origin : "");
+            moon_gw_error_set(&err, 403, NULL, NULL,
+                              "origin '%.200s' is not allowed (see --allowed-origins)",
+                              origin != NULL ? origin : "");
+            return respond_error(c, &err);
+        }
+        return respond(c, 204, "text/plain", moon_strdup(""), 0, NULL);
+    }
     if (c->route == ROUTE_ADMIN) {
         return admin_start(c, get, post);
     }
-    if ((c->route == ROUTE_COMPLETIONS || c->route == ROUTE_CHAT) ? !post : !get) {
+    if (ROUTE_IS_POST(c->route) ? !post : !get) {
         return fail(c, 405, NULL, "method %s is not allowed here", method);
     }
-    if (strncmp(url, "/v1/", 4) == 0 && !authorised(h, c->mc)) {
+    if ((strncmp(url, "/v1/", 4) == 0 || c->route == ROUTE_TOKENIZE ||
+         c->route == ROUTE_DETOKENIZE) &&
+        !authorised(h, c->mc)) {
         moon_gw_error_set(&err, 401, NULL, NULL, "%s",
                           "Incorrect API key provided (send it as 'Authorization: Bearer KEY').");
         return respond_error(c, &err);

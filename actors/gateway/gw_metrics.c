@@ -122,7 +122,11 @@ moon_status_t moon_gw_metrics_declare(moon_gw_metrics_t *m, const char *name,
     moon_status_t status = MOON_OK;
     family_t     *f;
 
+    size_t len = name != NULL ? strlen(name) : 0;
+
+    /* Prometheus' naming rule (promtool): only counters end in _total */
     if (!valid_name(name) || kind < MOON_GW_COUNTER || kind > MOON_GW_HISTOGRAM ||
+        (kind != MOON_GW_COUNTER && len >= 6 && strcmp(name + len - 6, "_total") == 0) ||
         (kind == MOON_GW_HISTOGRAM) != (n_bounds > 0) || (n_bounds > 0 && bounds == NULL)) {
         MOON_ERROR("metrics: bad declaration of %s", name != NULL ? name : "(null)");
         return MOON_ERR_INVALID_PARAM;

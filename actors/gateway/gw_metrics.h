@@ -53,7 +53,7 @@ typedef enum {
  * store_ssd", role="prefill|decode|colocated|store", op="put|get|get_miss";
  * the store counters are absolute totals (set, not added). */
 #define MOON_GW_M_KV_USED "moonlet:kv_blocks_used"
-#define MOON_GW_M_KV_TOTAL "moonlet:kv_blocks_total"
+#define MOON_GW_M_KV_TOTAL "moonlet:kv_blocks_capacity" /* a gauge: no _total suffix */
 #define MOON_GW_M_ALIVE "moonlet:instances_alive"
 #define MOON_GW_M_STORE_OPS "moonlet:store_operations_total"
 #define MOON_GW_M_STORE_EVICT "moonlet:store_evictions_total"

@@ -206,7 +206,7 @@ static void test_routes(void)
     for (int i = 0; i < 200; i++) {
         int zero;
         gw_curl(&r, g_port, "/metrics", NULL);
-        zero = strstr(r.body, "moonlet:kv_blocks_total{model_name=\"stories260K\","
+        zero = strstr(r.body, "moonlet:kv_blocks_capacity{model_name=\"stories260K\","
                               "tier=\"store_dram\"} 0\n") != NULL;
         gw_http_fini(&r);
         if (!zero) {
@@ -215,7 +215,7 @@ static void test_routes(void)
         nap_ms(50);
     }
     gw_curl(&r, g_port, "/metrics", NULL);
-    CU_ASSERT_PTR_NULL(strstr(r.body, "moonlet:kv_blocks_total{model_name=\"stories260K\","
+    CU_ASSERT_PTR_NULL(strstr(r.body, "moonlet:kv_blocks_capacity{model_name=\"stories260K\","
                                       "tier=\"store_dram\"} 0\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "moonlet:store_operations_total{model_name="
                                           "\"stories260K\",op=\"put\"}"));

@@ -71,8 +71,12 @@ static void test_bad_use(void)
     CU_ASSERT_EQUAL_FATAL(moon_gw_metrics_create("", &m), MOON_OK);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "c_total", MOON_GW_COUNTER, "C.", NULL, 0), MOON_OK);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "c_total", MOON_GW_COUNTER, "C.", NULL, 0), MOON_OK);
-    CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "c_total", MOON_GW_GAUGE, "C.", NULL, 0),
+    CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "g", MOON_GW_GAUGE, "G.", NULL, 0), MOON_OK);
+    CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "g", MOON_GW_COUNTER, "G.", NULL, 0),
                     MOON_ERR_EXISTS);
+    /* promtool's rule: a gauge (or histogram) named like a counter is refused */
+    CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "blocks_total", MOON_GW_GAUGE, "B.", NULL, 0),
+                    MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "9bad", MOON_GW_GAUGE, "x", NULL, 0),
                     MOON_ERR_INVALID_PARAM);
     CU_ASSERT_EQUAL(moon_gw_metrics_declare(m, "h", MOON_GW_HISTOGRAM, "x", bad, 2),

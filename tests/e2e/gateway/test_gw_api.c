@@ -1,0 +1,468 @@
+/* tests/e2e/gateway/test_gw_api.c - the OpenAI surface beyond plain
+ * generation, end to end on an in-process cluster (stories260K) with curl:
+ * every field the server does not implement is a 400 naming it; penalties,
+ * logit_bias, min_tokens and include_stop_str_in_output take effect;
+ * /tokenize, /detokenize and /version; CORS preflights allowed and denied
+ * (with --api-key still enforced); /metrics through promtool (skipped
+ * without it); the official `openai` npm client (skipped without npm). */
+#include "gateway.h"
+#include "gw_curl.h"
+#include "gw_fields.h"
+#include "moon_test.h"
+#include "moonlet/runtime.h"
+#include "serve_client.h"
+#include "serve_cluster.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#ifndef MOON_TEST_MODEL
+#error "MOON_TEST_MODEL must name stories260K.gguf"
+#endif
+#ifndef MOON_TEST_NPM_SCRIPT
+#error "MOON_TEST_NPM_SCRIPT must name openai_fields.mjs"
+#endif
+
+#define WAIT_NS 60000000000ull
+#define ORIGIN_OK "http://ok.example"
+
+static moon_runtime_t       *g_rt;
+static moon_serve_cluster_t *g_cluster;
+static moon_serve_client_t  *g_client;
+static unsigned              g_port, g_port_key;
+
+static void nap_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static int wait_health(unsigned port)
+{
+    for (int i = 0; i < 600; i++) {
+        gw_http_t r;
+        int       code = gw_curl(&r, port, "/health", NULL);
+
+        gw_http_fini(&r);
+        if (code == 200) {
+            return 1;
+        }
+        nap_ms(100);
+    }
+    return 0;
+}
+
+static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, unsigned *port_p)
+{
+    moon_gateway_args_t args;
+    uint16_t            port = 0;
+    moon_addr_t         addr;
+    moon_status_t       status;
+
+    memset(&args, 0, sizeof(args));
+    moon_gateway_config_default(&args.config);
+    args.config.port              = 0;
+    args.config.api_key           = key;
+    args.config.allowed_origins   = ORIGIN_OK ", http://two.example";
+    args.config.stats_interval_ms = 50;
+    args.conductor                = conductor;
+    args.model_path               = MOON_TEST_MODEL;
+    args.port_p                   = &port;
+    status                        = moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr);
+    *port_p                       = port;
+    return status;
+}
+
+/* POSTs json to path; returns the parsed answer (NULL if not JSON), code in *code_p. */
+static cJSON *post(unsigned port, const char *path, const char *json, int *code_p)
+{
+    gw_http_t r;
+    cJSON    *j;
+
+    *code_p = gw_post(&r, port, path, json, NULL);
+    j       = cJSON_ParseWithLength(r.body, r.len);
+    if (j == NULL) {
+        fprintf(stderr, "not JSON from %s: %s\n", path, r.body);
+    }
+    gw_http_fini(&r);
+    return j;
+}
+
+/* The text of a completion's first choice (malloc'd; NULL on error). */
+static char *complete(const char *json, char *finish, size_t finish_cap, int *n_tokens)
+{
+    int    code;
+    cJSON *j = post(g_port, "/v1/completions", json, &code);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    char  *text;
+
+    if (code != 200 || c == NULL) {
+        char *s = j != NULL ? cJSON_PrintUnformatted(j) : NULL;
+        fprintf(stderr, "completion %s: %d %s\n", json, code, s != NULL ? s : "");
+        free(s);
+        cJSON_Delete(j);
+        return NULL;
+    }
+    text = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")));
+    if (finish != NULL) {
+        snprintf(finish, finish_cap, "%s",
+                 cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason")));
+    }
+    if (n_tokens != NULL) {
+        *n_tokens = (int)cJSON_GetNumberValue(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens"));
+    }
+    cJSON_Delete(j);
+    return text;
+}
+
+/* The greedy first token after "Once upon a time", read from the cluster's
+ * own events (text does not round-trip to ids: SentencePiece's leading
+ * space). -1 on error. */
+static int greedy_first_id(void)
+{
+    static const int32_t prompt[] = {1, 403, 407, 261, 378}; /* BOS "Once upon a time" */
+    moon_serve_params_t  p;
+    moon_serve_event_t   ev;
+    uint64_t             id;
+    int                  tok = -1;
+
+    moon_serve_params_default(&p);
+    p.tokens     = prompt;
+    p.n_tokens   = 5;
+    p.max_tokens = 1;
+    p.flags      = 0;
+    if (moon_serve_client_submit(g_client, &p, &id) != MOON_OK) {
+        return -1;
+    }
+    while (moon_serve_client_next(g_client, WAIT_NS, &ev) == MOON_OK) {
+        int done = ev.kind == MOON_SERVE_EV_DONE;
+        if (ev.kind == MOON_SERVE_EV_TOKEN) {
+            tok = ev.token;
+        }
+        moon_serve_event_fini(&ev);
+        if (done) {
+            break;
+        }
+    }
+    return tok;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_unsupported_fields_are_400s(void)
+{
+    uint32_t               n;
+    const moon_gw_field_t *rows    = moon_gw_fields(&n);
+    int                    refused = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        for (int chat = 0; chat < 2; chat++) {
+            unsigned route = chat ? MOON_GW_ROUTE_CHAT : MOON_GW_ROUTE_COMPLETIONS;
+            char     body[256];
+            int      code;
+            cJSON   *j, *e;
+
+            if (rows[i].how != MOON_GW_FIELD_REFUSED || !(rows[i].routes & route)) {
+                continue;
+            }
+            snprintf(body, sizeof(body), "{%s,\"max_tokens\":2,\"%s\":{\"a\":1}}",
+                     chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]"
+                          : "\"prompt\":\"Hi\"",
+                     rows[i].name);
+            j = post(g_port, chat ? "/v1/chat/completions" : "/v1/completions", body, &code);
+            e = cJSON_GetObjectItem(j, "error");
+            CU_ASSERT_EQUAL(code, 400);
+            CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(e, "param")),
+                                   rows[i].name);
+            CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")),
+                                   "invalid_request_error");
+            cJSON_Delete(j);
+            refused++;
+        }
+    }
+    CU_ASSERT(refused > 40);
+    {
+        int    code;
+        cJSON *j = post(g_port, "/v1/completions", "{\"prompt\":\"Hi\",\"frobnicate\":1}", &code);
+        CU_ASSERT_EQUAL(code, 400);
+        CU_ASSERT_STRING_EQUAL(
+            cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param")),
+            "frobnicate");
+        cJSON_Delete(j);
+    }
+}
+
+#define GREEDY "\"prompt\":\"Once upon a time\",\"temperature\":0"
+
+static void test_logit_bias(void)
+{
+    char  body[256], finish[16];
+    char *plain = complete("{" GREEDY ",\"max_tokens\":8}", NULL, 0, NULL);
+    char *banned, *forced, *want;
+    int   id, n = 0, code;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+    id = greedy_first_id();
+    CU_ASSERT_FATAL(id >= 0);
+    /* -100 on the greedy token: another first token */
+    snprintf(body, sizeof(body), "{" GREEDY ",\"max_tokens\":8,\"logit_bias\":{\"%d\":-100}}", id);
+    banned = complete(body, NULL, 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(banned);
+    CU_ASSERT_STRING_NOT_EQUAL(banned, plain);
+    /* +100 forces a token at every step */
+    forced = complete("{" GREEDY ",\"max_tokens\":4,\"logit_bias\":{\"300\":100}}", finish,
+                      sizeof(finish), &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(forced);
+    CU_ASSERT_EQUAL(n, 4);
+    {
+        cJSON *j = post(g_port, "/detokenize", "{\"tokens\":[300,300,300,300]}", &code);
+        want     = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt")));
+        cJSON_Delete(j);
+    }
+    CU_ASSERT_STRING_EQUAL(forced, want);
+    free(want);
+    free(plain);
+    free(banned);
+    free(forced);
+}
+
+static void test_penalties_and_min_tokens(void)
+{
+    char  body[256], finish[16];
+    char *plain = complete("{" GREEDY ",\"max_tokens\":60}", NULL, 0, NULL);
+    char *pen   = complete("{" GREEDY ",\"max_tokens\":60,\"presence_penalty\":2,"
+                             "\"frequency_penalty\":2}",
+                           NULL, 0, NULL);
+    char *rep =
+        complete("{" GREEDY ",\"max_tokens\":60,\"repetition_penalty\":1.8}", NULL, 0, NULL);
+    char *t;
+    int   id, n = -1;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pen);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+    CU_ASSERT_STRING_NOT_EQUAL(pen, plain);
+    CU_ASSERT_STRING_NOT_EQUAL(rep, plain);
+    /* the greedy first token as a stop id ends at once; min_tokens masks it */
+    id = greedy_first_id();
+    CU_ASSERT_FATAL(id >= 0);
+    snprintf(body, sizeof(body), "{" GREEDY ",\"max_tokens\":8,\"stop_token_ids\":[%d]}", id);
+    t = complete(body, finish, sizeof(finish), &n);
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_STRING_EQUAL(finish, "stop");
+    free(t);
+    snprintf(body, sizeof(body),
+             "{" GREEDY ",\"max_tokens\":8,\"stop_token_ids\":[%d],\"min_tokens\":5}", id);
+    t = complete(body, finish, sizeof(finish), &n);
+    CU_ASSERT(n >= 5);
+    free(t);
+    free(plain);
+    free(pen);
+    free(rep);
+}
+
+static void test_include_stop_str(void)
+{
+    char  *cut  = complete("{" GREEDY ",\"max_tokens\":30,\"stop\":[\"Lily\"]}", NULL, 0, NULL);
+    char  *kept = complete("{" GREEDY ",\"max_tokens\":30,\"stop\":[\"Lily\"],"
+                            "\"include_stop_str_in_output\":true}",
+                           NULL, 0, NULL);
+    size_t n;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cut);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kept);
+    CU_ASSERT_PTR_NULL(strstr(cut, "Lily"));
+    n = strlen(kept);
+    CU_ASSERT(n > 4 && strcmp(kept + n - 4, "Lily") == 0);
+    CU_ASSERT(strncmp(kept, cut, strlen(cut)) == 0);
+    free(cut);
+    free(kept);
+}
+
+static void test_tokenize_routes(void)
+{
+    int       code;
+    cJSON    *j;
+    gw_http_t r;
+
+    j = post(g_port, "/tokenize", "{\"prompt\":\"Once upon a time\"}", &code);
+    CU_ASSERT_EQUAL(code, 200);
+    CU_ASSERT_EQUAL((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "count")), 5);
+    CU_ASSERT_EQUAL((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "max_model_len")), 512);
+    CU_ASSERT_EQUAL(
+        (int)cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokens"), 0)),
+        1); /* BOS */
+    cJSON_Delete(j);
+    j = post(g_port, "/detokenize", "{\"tokens\":[1,403,407,261,378]}", &code);
+    CU_ASSERT_EQUAL(code, 200);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt")),
+                           "Once upon a time");
+    cJSON_Delete(j);
+    j = post(g_port, "/tokenize",
+             "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+             &code);
+    CU_ASSERT_EQUAL(code, 200);
+    CU_ASSERT(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "count")) > 1);
+    cJSON_Delete(j);
+    j = post(g_port, "/detokenize", "{\"tokens\":[99999]}", &code);
+    CU_ASSERT_EQUAL(code, 400);
+    cJSON_Delete(j);
+    j = post(g_port, "/tokenize", "{\"prompt\":\"x\",\"bogus\":1}", &code);
+    CU_ASSERT_EQUAL(code, 400);
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param")),
+        "bogus");
+    cJSON_Delete(j);
+    j = post(g_port, "/tokenize", "{\"prompt\":\"x\",\"model\":\"llama\"}", &code);
+    CU_ASSERT_EQUAL(code, 404);
+    cJSON_Delete(j);
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port, "/version", NULL), 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"version\":\""));
+    gw_http_fini(&r);
+    /* the key guards the tokenizer routes too */
+    CU_ASSERT_EQUAL(gw_post(&r, g_port_key, "/tokenize", "{\"prompt\":\"x\"}", NULL), 401);
+    gw_http_fini(&r);
+    CU_ASSERT_EQUAL(gw_post(&r, g_port_key, "/tokenize", "{\"prompt\":\"x\"}",
+                            "-H 'Authorization: Bearer sekret'"),
+                    200);
+    gw_http_fini(&r);
+}
+
+static void test_cors(void)
+{
+    gw_http_t r;
+    /* allowed: 204, the origin echoed, methods and the asked headers */
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port_key, "/v1/chat/completions",
+                            "-X OPTIONS -H 'Origin: " ORIGIN_OK "' "
+                            "-H 'Access-Control-Request-Method: POST' "
+                            "-H 'Access-Control-Request-Headers: authorization, content-type'"),
+                    204);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Origin: " ORIGIN_OK));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, OPTIONS"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(r.headers, "Access-Control-Allow-Headers: authorization, content-type"));
+    gw_http_fini(&r);
+    /* denied: no CORS header, so the browser refuses */
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port_key, "/v1/chat/completions",
+                            "-X OPTIONS -H 'Origin: http://evil.example' "
+                            "-H 'Access-Control-Request-Method: POST'"),
+                    403);
+    CU_ASSERT_PTR_NULL(strstr(r.headers, "Access-Control-Allow-Origin"));
+    gw_http_fini(&r);
+    /* the real request: headers on the answer; the key still needed */
+    CU_ASSERT_EQUAL(gw_post(&r, g_port_key, "/v1/completions",
+                            "{\"prompt\":\"Hi\",\"max_tokens\":2}",
+                            "-H 'Origin: http://two.example'"),
+                    401);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Origin: http://two.example"));
+    gw_http_fini(&r);
+    CU_ASSERT_EQUAL(gw_post(&r, g_port_key, "/v1/completions",
+                            "{\"prompt\":\"Hi\",\"max_tokens\":2}",
+                            "-H 'Origin: " ORIGIN_OK "' -H 'Authorization: Bearer sekret'"),
+                    200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Origin: " ORIGIN_OK));
+    gw_http_fini(&r);
+    /* streamed answers carry them too */
+    CU_ASSERT_EQUAL(gw_post(&r, g_port, "/v1/completions",
+                            "{\"prompt\":\"Hi\",\"max_tokens\":2,\"stream\":true}",
+                            "-H 'Origin: " ORIGIN_OK "'"),
+                    200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Origin: " ORIGIN_OK));
+    gw_http_fini(&r);
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port, "/health", "-H 'Origin: http://evil.example'"), 200);
+    CU_ASSERT_PTR_NULL(strstr(r.headers, "Access-Control-Allow-Origin"));
+    gw_http_fini(&r);
+}
+
+/* promtool check metrics passes but for the colon prefix (vLLM's too). */
+static void test_promtool(void)
+{
+    gw_http_t r;
+    char      cmd[1024];
+    int       ret;
+
+    if (system("command -v promtool >/dev/null 2>&1") != 0) {
+        moon_test_skip("promtool is not installed (Debian's prometheus package): metrics naming "
+                       "not linted");
+        return;
+    }
+    CU_ASSERT_EQUAL_FATAL(gw_curl(&r, g_port, "/metrics", NULL), 200);
+    gw_tmp_file("metrics.txt", r.body, r.len);
+    gw_http_fini(&r);
+    snprintf(cmd, sizeof(cmd),
+             "promtool check metrics < '%s/metrics.txt' 2>&1 | grep -v 'metric names should not "
+             "contain' | grep -v '^$' > '%s/promtool.txt'; test ! -s '%s/promtool.txt' || "
+             "{ cat '%s/promtool.txt'; exit 1; }",
+             gw_tmp_dir(), gw_tmp_dir(), gw_tmp_dir(), gw_tmp_dir());
+    ret = system(cmd);
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+}
+
+static void test_openai_npm(void)
+{
+    char cmd[2048];
+    int  ret;
+
+    snprintf(cmd, sizeof(cmd),
+             "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
+             "d='%s/npm'; mkdir -p \"$d\"; cd \"$d\" && "
+             "( [ -d node_modules/openai ] || timeout 120 npm install --silent --no-audit "
+             "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
+             "cp '%s' fields.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node fields.mjs",
+             gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
+    ret = system(cmd);
+    if (WEXITSTATUS(ret) == 77) {
+        moon_test_skip(
+            "npm or the npm registry is unreachable: the openai client test did not run");
+        return;
+    }
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+}
+
+int main(void)
+{
+    moon_runtime_config_t      rcfg;
+    moon_serve_config_t        scfg;
+    moon_addr_t                conductor;
+    moon_serve_client_config_t ccfg = {0};
+    int                        rc   = 1;
+
+    moon_runtime_config_default(&rcfg);
+    rcfg.n_workers = 2;
+    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK || moon_runtime_start(g_rt) != MOON_OK) {
+        return 1;
+    }
+    moon_serve_config_default(&scfg);
+    scfg.model_path     = MOON_TEST_MODEL;
+    scfg.store_dram_mib = 16;
+    if (moon_serve_cluster_start(&scfg, g_rt, NULL, &g_cluster) != MOON_OK) {
+        fprintf(stderr, "test_gw_api: the cluster did not start\n");
+        return 1;
+    }
+    gw_tmp_name("gw_api");
+    conductor      = moon_serve_cluster_conductor(g_cluster);
+    ccfg.conductor = conductor;
+    if (moon_serve_client_create(g_rt, &ccfg, &g_client) != MOON_OK ||
+        moon_serve_client_wait_ready(g_client, 1, 1, WAIT_NS) != MOON_OK ||
+        spawn_gateway(conductor, NULL, &g_port) != MOON_OK ||
+        spawn_gateway(conductor, "sekret", &g_port_key) != MOON_OK || !wait_health(g_port) ||
+        !wait_health(g_port_key)) {
+        fprintf(stderr, "test_gw_api: a gateway did not start\n");
+    } else {
+        rc = MOON_TEST_RUN("gw_api", NULL, NULL, test_unsupported_fields_are_400s, test_logit_bias,
+                           test_penalties_and_min_tokens, test_include_stop_str,
+                           test_tokenize_routes, test_cors, test_promtool, test_openai_npm);
+    }
+    moon_serve_client_destroy(g_client);
+    moon_serve_cluster_stop(g_cluster);
+    moon_runtime_shutdown(g_rt, 0);
+    moon_runtime_wait(g_rt);
+    moon_runtime_destroy(g_rt);
+    return rc;
+}
