@@ -37,8 +37,9 @@
 static moon_serve_client_t *g_client;
 static unsigned             g_port;
 static int                  g_max_tokens;
-static const char          *g_prompt = "Once upon a time, there was a little girl";
-static char g_body[512], g_body_stream[512]; /* the request, not streamed / streamed */
+static int g_variant; /* api requests: 0 plain, 1 with sampling controls, 2 with logprobs 5 */
+static const char *g_prompt = "Once upon a time, there was a little girl";
+static char        g_body[512], g_body_stream[512]; /* the request, not streamed / streamed */
 
 /* ---- HTTP (libcurl) ---------------------------------------------------------------- */
 typedef struct {
@@ -96,6 +97,19 @@ static void api_params(moon_serve_params_t *p)
     p->prompt     = g_prompt;
     p->max_tokens = (uint32_t)g_max_tokens;
     p->flags |= MOON_SERVE_F_IGNORE_EOS;
+    if (g_variant == 1) {
+        static const int32_t ids[]  = {300, 301};
+        static const float   bias[] = {-5.0f, 2.0f};
+        p->presence_penalty         = 0.5f;
+        p->frequency_penalty        = 0.5f;
+        p->repetition_penalty       = 1.2f;
+        p->min_p                    = 0.05f;
+        p->bias_ids                 = ids;
+        p->bias                     = bias;
+        p->n_bias                   = 2;
+    } else if (g_variant == 2) {
+        p->logprobs = 6;
+    }
 }
 
 /* Time to the first token of one request, ns (0 on failure). */
@@ -220,6 +234,43 @@ static double cpu_s(void)
     getrusage(RUSAGE_SELF, &u);
     return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
            ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) * 1e-6;
+}
+
+/* Decode tokens/s of requests of a variant against plain ones (the anchor),
+ * alternating in rounds: one line each, ratio = the median round's. */
+static void variant_line(const char *name, int variant, int n, int depth, int rounds)
+{
+    double           *ratio = calloc((size_t)rounds, sizeof(double));
+    double            v = 0, a = 0;
+    moon_bench_json_t j;
+
+    for (int r = 0; r < rounds; r++) {
+        double x, y;
+        g_variant = 0;
+        x         = api_throughput(n, depth) * g_max_tokens;
+        g_variant = variant;
+        y         = api_throughput(n, depth) * g_max_tokens;
+        g_variant = 0;
+        a += x / rounds;
+        v += y / rounds;
+        ratio[r] = x > 0 ? y / x : 0;
+    }
+    qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", "gateway_sampling");
+    moon_bench_json_str(&j, "model", "stories260K");
+    moon_bench_json_str(&j, "variant", name);
+    moon_bench_json_int(&j, "max_tokens", g_max_tokens);
+    moon_bench_json_int(&j, "n", n);
+    moon_bench_json_int(&j, "depth", depth);
+    moon_bench_json_str(&j, "metric", "decode_tokens_per_s");
+    moon_bench_json_num(&j, "value", v);
+    moon_bench_json_num(&j, "anchor_plain_requests", a);
+    moon_bench_json_num(&j, "ratio", ratio[rounds / 2]);
+    moon_bench_json_num(&j, "ratio_min", ratio[0]);
+    moon_bench_json_num(&j, "ratio_max", ratio[rounds - 1]);
+    moon_bench_json_end(&j);
+    free(ratio);
 }
 
 static void line(const char *bench, const char *metric, double v, double anchor, double ratio,
@@ -352,6 +403,9 @@ int main(int argc, char **argv)
              a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
     }
     free(ratios);
+    /* per-request sampling controls and logprobs inside the batched step */
+    variant_line("penalties_bias_min_p", 1, n, depth, rounds);
+    variant_line("logprobs_5", 2, n, depth, rounds);
     curl_easy_cleanup(easy);
     free(h_ttft);
     free(a_ttft);

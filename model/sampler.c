@@ -38,6 +38,38 @@ int32_t moon_argmax(const float *x, uint32_t n)
     return (int32_t)best;
 }
 
+void moon_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, float *lp_p,
+                   int32_t *top_ids, float *top_lps)
+{
+    float  max = logits[moon_argmax(logits, n)];
+    double sum = 0.0;
+    float  lse;
+
+    for (uint32_t i = 0; i < n; i++) {
+        sum += exp((double)(logits[i] - max));
+    }
+    lse   = max + (float)log(sum);
+    *lp_p = token >= 0 && (uint32_t)token < n ? logits[token] - lse : -INFINITY;
+    k     = k < n ? k : n;
+    /* insertion into a sorted top-k: k <= 20 */
+    for (uint32_t j = 0; j < k; j++) {
+        top_ids[j] = -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = k;
+        while (j > 0 && (top_ids[j - 1] < 0 || logits[i] > logits[top_ids[j - 1]])) {
+            j--;
+        }
+        if (j < k) {
+            memmove(&top_ids[j + 1], &top_ids[j], (k - j - 1) * sizeof(int32_t));
+            top_ids[j] = (int32_t)i;
+        }
+    }
+    for (uint32_t j = 0; j < k; j++) {
+        top_lps[j] = logits[top_ids[j]] - lse;
+    }
+}
+
 moon_status_t moon_sampler_init(moon_sampler_t *s, uint32_t vocab_size, float temperature,
                                 float top_p, uint32_t top_k, uint64_t seed)
 {

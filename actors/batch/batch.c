@@ -491,6 +491,11 @@ static moon_status_t submit(batch_t *b, uint64_t line, const char *custom_id, in
     }
     status = moon_gw_openai_parse(text, len, chat, &req, &err);
     moon_free(text);
+    if (status == MOON_OK && req.params.logprobs > 0) {
+        /* answered by the HTTP gateway only: refused here rather than dropped */
+        moon_gw_error_set(&err, 400, NULL, "logprobs", "'logprobs' is not supported in batches");
+        status = MOON_ERR_INVALID_PARAM;
+    }
     if (status == MOON_OK) {
         status =
             moon_gw_openai_prepare(&req, &b->info, b->nonce ^ (line * 0x9e3779b97f4a7c15ull), &err);

@@ -649,6 +649,7 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
     m->repetition_penalty = o->repetition_penalty;
     m->min_p              = o->min_p;
     m->min_tokens         = o->min_tokens;
+    m->logprobs           = o->logprobs;
     status                = copy_span(m, &m->prompt, o, o->prompt, 1, 1);
     if (status == MOON_OK) {
         status = copy_span(m, &m->logit_bias, o, o->logit_bias, 4, 0);

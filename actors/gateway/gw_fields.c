@@ -32,7 +32,7 @@ static const moon_gw_field_t fields[] = {
     {"best_of", C, READ, NULL},
     {"echo", C, READ, NULL},
     {"logprobs", B, READ, NULL},
-    {"top_logprobs", H, NO, "logprobs"},
+    {"top_logprobs", H, READ, NULL},
     {"suffix", C, NO, "insertion (suffix)"},
     {"presence_penalty", B, READ, NULL},
     {"frequency_penalty", B, READ, NULL},

@@ -113,7 +113,11 @@ char *moon_gw_format_response(const moon_gw_resp_meta_t *m, const char *text, co
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (m->logprobs != NULL) {
+        cJSON_AddRawToObject(c, "logprobs", m->logprobs);
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
     add_str_or_null(c, "finish_reason", finish);
     add_usage(o, u);
     return finish_text(o, 0, len_p);
@@ -139,7 +143,11 @@ char *moon_gw_format_chunk(const moon_gw_resp_meta_t *m, int role, const char *t
     } else {
         cJSON_AddStringToObject(c, "text", text != NULL ? text : "");
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (m->logprobs != NULL) {
+        cJSON_AddRawToObject(c, "logprobs", m->logprobs);
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
     add_str_or_null(c, "finish_reason", finish);
     if (m->include_usage) {
         cJSON_AddNullToObject(o, "usage");

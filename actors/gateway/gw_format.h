@@ -40,6 +40,8 @@ typedef struct {
     int64_t     created;       /* Unix seconds */
     int         chat;          /* chat completion objects */
     int         include_usage; /* streams: "usage":null in every chunk, usage chunk at the end */
+    const char *logprobs;      /* the next response's or chunk's "logprobs" value, JSON text
+                                  (gw_logprobs.h; borrowed, set per call); NULL: null */
 } moon_gw_resp_meta_t;
 
 typedef struct {

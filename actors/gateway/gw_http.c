@@ -9,6 +9,7 @@
 #include "gw_format.h"
 #include "gw_guard.h"
 #include "gw_hangup.h"
+#include "gw_logprobs.h"
 #include "gw_tokenize.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -96,6 +97,7 @@ typedef struct {
     moon_gw_resp_meta_t    meta;
     const moon_msg_hdr_t  *first; /* the first event, kept for the stream */
     moon_gw_buf_t          acc;   /* non-stream: the text so far */
+    moon_gw_logprobs_t     lp;    /* logprobs asked: gathered since the last chunk */
     char                  *out;   /* stream: bytes to send */
     size_t                 n_out, off_out;
     int                    role_sent;
@@ -538,6 +540,31 @@ static void out_append(moon_gw_buf_t *b, char *chunk, size_t len)
     moon_free(chunk);
 }
 
+/* A TOKEN's logprobs into c->lp (when the request asked for them). */
+static void lp_add(conn_t *c, const moon_msg_hdr_t *msg)
+{
+    const moon_serve_token_t *t = (const moon_serve_token_t *)msg;
+
+    if (c->req.params.logprobs > 0 && msg->type == MOON_MSG_SERVE_TOKEN &&
+        moon_gw_logprobs_add(&c->lp, (int32_t)t->token, t->logprob, MOON_SPAN_PTR(t, t->top),
+                             t->top.n / 2) != MOON_OK) {
+        MOON_ERROR("gateway: out of memory gathering logprobs");
+    }
+}
+
+/* A chunk carrying the logprobs gathered since the last one. */
+static char *chunk_lp(conn_t *c, const char *text, const char *finish, size_t *len_p)
+{
+    char *lpj = moon_gw_logprobs_take(&c->lp);
+    char *chunk;
+
+    c->meta.logprobs = lpj;
+    chunk            = moon_gw_format_chunk(&c->meta, 0, text, finish, len_p);
+    c->meta.logprobs = NULL;
+    moon_free(lpj);
+    return chunk;
+}
+
 /* Formats one event of the stream into c->out. */
 static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
 {
@@ -555,8 +582,9 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
         const moon_serve_token_t *t    = (const moon_serve_token_t *)msg;
         const char               *text = str_of(msg, t->text);
 
+        lp_add(c, msg);
         if (text[0] != '\0') {
-            chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
+            chunk = chunk_lp(c, text, NULL, &len);
             out_append(&b, chunk, len);
             observe_text(c);
         }
@@ -577,12 +605,11 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
             }
             observe_end(c, d);
             if (c->meta.chat && text[0] != '\0') {
-                chunk = moon_gw_format_chunk(&c->meta, 0, text, NULL, &len);
+                chunk = chunk_lp(c, text, NULL, &len);
                 out_append(&b, chunk, len);
                 text = NULL;
             }
-            chunk = moon_gw_format_chunk(&c->meta, 0, c->meta.chat ? NULL : text,
-                                         moon_finish_str(d->finish), &len);
+            chunk = chunk_lp(c, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
             out_append(&b, chunk, len);
             if (c->meta.include_usage) {
                 usage_of(c, d, &u);
@@ -688,6 +715,7 @@ static enum MHD_Result on_events(conn_t *c)
                 return start_stream(c);
             }
             moon_gw_buf_puts(&c->acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
+            lp_add(c, msg);
             moon_msg_release(msg);
             continue;
         }
@@ -710,8 +738,11 @@ static enum MHD_Result on_events(conn_t *c)
         }
         observe_end(c, d);
         usage_of(c, d, &u);
-        text = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
-                                       moon_finish_str(d->finish), &u, &len);
+        c->meta.logprobs = moon_gw_logprobs_take(&c->lp);
+        text             = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
+                                                   moon_finish_str(d->finish), &u, &len);
+        moon_free((char *)c->meta.logprobs);
+        c->meta.logprobs = NULL;
         moon_msg_release(msg);
         return respond_json(c, 200, text, len);
     }
@@ -830,6 +861,8 @@ static enum MHD_Result on_body(conn_t *c)
     c->meta.chat          = c->req.chat;
     c->meta.include_usage = c->req.include_usage;
     c->phase              = PH_WAIT;
+    moon_gw_logprobs_init(&c->lp, c->req.chat, h->a.model.tok,
+                          c->req.n_tokens > 0 ? c->req.tokens[c->req.n_tokens - 1] : -1);
     return on_events(c);
 }
 
@@ -1040,6 +1073,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     moon_msg_release(c->first);
     moon_gw_request_fini(&c->req);
+    moon_gw_logprobs_fini(&c->lp);
     moon_gw_buf_fini(&c->body);
     moon_gw_buf_fini(&c->acc);
     moon_free(c->out);

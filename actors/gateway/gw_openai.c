@@ -5,6 +5,7 @@
 #include "gw_fields.h"
 #include "gw_json.h"
 #include "moonlet/alloc.h"
+#include "moonlet/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,10 +246,8 @@ static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_
 /* Values other servers accept but this one does not implement. */
 static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_error_t *err)
 {
-    long long    n = 1;
-    int          b = 0;
-    const cJSON *f;
-
+    long long n = 1;
+    int       b = 0;
     switch (moon_gw_json_int(root, "n", 1, 128, &n)) {
     case -1:
         BAD("n", "'n' must be a positive integer");
@@ -264,11 +263,7 @@ static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_err
     if (moon_gw_json_bool(root, "echo", &b) != 0 && b) {
         BAD("echo", "'echo' is not supported");
     }
-    f = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-    if (f != NULL && !cJSON_IsNull(f) && !cJSON_IsFalse(f) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0 && !chat)) {
-        BAD("logprobs", "'logprobs' is not supported");
-    }
+    (void)chat;
     return MOON_OK;
 }
 
@@ -331,6 +326,40 @@ static moon_status_t parse_logit_bias(const cJSON *root, moon_gw_request_t *req,
         req->bias_ids[req->n_bias] = (int32_t)id;
         req->bias[req->n_bias++]   = (float)e->valuedouble;
     }
+    return MOON_OK;
+}
+
+/* logprobs: completions' integer N (0..20: the chosen token's and the N most
+ * likely), chat's boolean with top_logprobs (0..20). */
+static moon_status_t parse_logprobs(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    long long v  = 0;
+    int       on = 0;
+
+    if (!req->chat) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (f == NULL || cJSON_IsNull(f) || cJSON_IsFalse(f)) {
+            return MOON_OK;
+        }
+        if (moon_gw_json_int(root, "logprobs", 0, MOON_LOGPROBS_MAX, &v) != 1) {
+            BAD("logprobs", "'logprobs' must be an integer in [0, %u]", MOON_LOGPROBS_MAX);
+        }
+        req->params.logprobs = (uint32_t)v + 1;
+        return MOON_OK;
+    }
+    if (moon_gw_json_bool(root, "logprobs", &on) < 0) {
+        BAD("logprobs", "'logprobs' must be a boolean");
+    }
+    switch (moon_gw_json_int(root, "top_logprobs", 0, MOON_LOGPROBS_MAX, &v)) {
+    case -1:
+        BAD("top_logprobs", "'top_logprobs' must be an integer in [0, %u]", MOON_LOGPROBS_MAX);
+    case 1:
+        if (!on) {
+            BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        }
+        break;
+    }
+    req->params.logprobs = on ? (uint32_t)v + 1 : 0;
     return MOON_OK;
 }
 
@@ -447,6 +476,9 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
         p->flags |= MOON_SERVE_F_IGNORE_EOS;
     }
     status = parse_controls(root, req, err);
+    if (status == MOON_OK) {
+        status = parse_logprobs(root, req, err);
+    }
     if (status != MOON_OK) {
         return status;
     }

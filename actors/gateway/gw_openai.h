@@ -11,7 +11,9 @@
  * seed, stop (string or list of up to 16, each at most 512 bytes), n (1 only), stream,
  * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
  * moonlet_details (placement and server times in the usage: gw_format.h).
- * logprobs, echo and best_of > 1 are refused (400); every key is first checked
+ * presence/frequency/repetition penalties, logit_bias, min_p, min_tokens,
+ * include_stop_str_in_output, logprobs (completions: 0..20; chat: logprobs +
+ * top_logprobs). echo, n > 1 and best_of > 1 are refused (400); every key is first checked
  * against the field table (gw_fields.h): unknown or unimplemented fields are
  * 400s naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
  * context for chat. Pure functions: any thread. */

@@ -130,6 +130,24 @@ out:
     return status;
 }
 
+moon_status_t moon_serve_lp_put(void *msg, moon_span_t *span, const moon_serve_lp_t *lp)
+{
+    uint32_t *out;
+
+    if (lp->k == 0) {
+        return MOON_OK;
+    }
+    out = moon_msg_span_alloc(msg, span, 2 * lp->k, 4, 0);
+    if (out == NULL) {
+        return MOON_ERR_NO_RESOURCE;
+    }
+    for (uint32_t i = 0; i < lp->k; i++) {
+        out[2 * i] = (uint32_t)lp->ids[i];
+        memcpy(&out[2 * i + 1], &lp->lps[i], 4);
+    }
+    return MOON_OK;
+}
+
 moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *src,
                                    moon_span_t sspan, uint32_t elem_bytes, int is_str)
 {

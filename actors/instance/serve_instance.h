@@ -95,6 +95,7 @@ MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instan
         (_dst)->repetition_penalty = (_src)->repetition_penalty;                                   \
         (_dst)->min_p              = (_src)->min_p;                                                \
         (_dst)->min_tokens         = (_src)->min_tokens;                                           \
+        (_dst)->logprobs           = (_src)->logprobs;                                             \
     } while (0)
 
 /* A request's sampling, from any message of the sampling family (borrowed
@@ -109,6 +110,7 @@ typedef struct {
     uint32_t        n_bias;
     const uint32_t *stop_ids;
     uint32_t        n_stop_ids;
+    uint32_t        logprobs; /* 0: none; k + 1: logprob and top k of each token */
 } moon_serve_sampling_t;
 
 #define MOON_SERVE_SAMPLING_OF(_m)                                                                 \
@@ -116,7 +118,7 @@ typedef struct {
                              (_m)->presence_penalty, (_m)->frequency_penalty,                      \
                              (_m)->repetition_penalty, (_m)->min_p, (_m)->min_tokens,              \
                              MOON_SPAN_PTR(_m, (_m)->logit_bias), (_m)->logit_bias.n / 2,          \
-                             MOON_SPAN_PTR(_m, (_m)->stop_ids), (_m)->stop_ids.n})
+                             MOON_SPAN_PTR(_m, (_m)->stop_ids), (_m)->stop_ids.n, (_m)->logprobs})
 
 /* Initializes s (fini it on MOON_OK only) for a request: its sampling sp,
  * tok's EOS and BOS (unless IGNORE_EOS) and its stop ids masked until
@@ -128,6 +130,18 @@ MOON_API moon_status_t moon_serve_sampler_open(moon_sampler_t *s, uint32_t vocab
                                                const moon_serve_sampling_t *sp,
                                                const uint32_t *toks, uint32_t n,
                                                uint32_t n_resumed);
+
+/* A token's log-probabilities (moon_logprobs), for TOKEN and KV_READY. */
+typedef struct {
+    float    lp;
+    uint32_t k; /* alternatives in top */
+    int32_t  ids[MOON_LOGPROBS_MAX];
+    float    lps[MOON_LOGPROBS_MAX];
+} moon_serve_lp_t;
+
+/* Writes lp's alternatives as (id, float bits) pairs into span of msg (room
+ * reserved: 8 k bytes). MOON_ERR_NO_RESOURCE: no room. */
+MOON_API moon_status_t moon_serve_lp_put(void *msg, moon_span_t *span, const moon_serve_lp_t *lp);
 
 /* Copies a span of src into the same-kind span of dst (room reserved by the
  * caller). MOON_ERR_NO_RESOURCE: no room. */

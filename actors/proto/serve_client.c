@@ -62,6 +62,7 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
     m->repetition_penalty = p->repetition_penalty;
     m->min_p              = p->min_p;
     m->min_tokens         = p->min_tokens;
+    m->logprobs           = p->logprobs;
     moon_msg_set_str(m, &m->prompt, p->n_tokens > 0 ? "" : p->prompt);
     if (p->n_bias > 0) {
         uint32_t *b = moon_msg_span_alloc(m, &m->logit_bias, 2 * p->n_bias, 4, 0);
@@ -133,6 +134,7 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->request_id              = t->request_id;
         ev->index                   = t->index;
         ev->token                   = (int32_t)t->token;
+        ev->logprob                 = t->logprob;
         ev->text                    = t->text.n ? MOON_SPAN_PTR(t, t->text) : "";
         ev->weight_version          = t->weight_version;
         return MOON_OK;

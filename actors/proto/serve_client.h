@@ -42,6 +42,7 @@ typedef struct {
     /* logit controls (moon_sampler_ctl_t's meanings; zero: off) */
     float          presence_penalty, frequency_penalty, repetition_penalty, min_p;
     uint32_t       min_tokens;
+    uint32_t       logprobs; /* 0: none; k + 1: each token's logprob and top k (k <= 20) */
     const int32_t *bias_ids; /* (n_bias) with bias[i] */
     const float   *bias;
     uint32_t       n_bias;
@@ -58,9 +59,10 @@ typedef enum { MOON_SERVE_EV_TOKEN = 1, MOON_SERVE_EV_DONE = 2 } moon_serve_ev_k
 typedef struct {
     uint32_t    kind; /* moon_serve_ev_kind_t */
     uint64_t    request_id;
-    uint32_t    index; /* TOKEN */
-    int32_t     token; /* TOKEN */
-    const char *text;  /* TOKEN: its piece; DONE: text released at the end ("" if none) */
+    uint32_t    index;   /* TOKEN */
+    int32_t     token;   /* TOKEN */
+    const char *text;    /* TOKEN: its piece; DONE: text released at the end ("" if none) */
+    float       logprob; /* TOKEN of a request with logprobs: its log-probability */
     /* DONE */
     uint32_t      finish; /* moon_finish_t */
     moon_status_t status;

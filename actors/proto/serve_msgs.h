@@ -54,7 +54,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * a bytes span of NUL-terminated strings one after the other. The controls
  * (moon_sampler_ctl_t; zero: off): presence, frequency and repetition
  * penalties, min_p, min_tokens (EOS and stop ids masked until then), and
- * logit_bias: pairs (token id, the bias's float bits). */
+ * logit_bias: pairs (token id, the bias's float bits). logprobs: 0 none; k + 1:
+ * each TOKEN carries its log-probability and the k most likely (k <= 20). */
 #define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
     F(T, u32, max_tokens)                                                                          \
     F(T, f32, temperature)                                                                         \
@@ -66,7 +67,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, f32, frequency_penalty)                                                                   \
     F(T, f32, repetition_penalty)                                                                  \
     F(T, f32, min_p)                                                                               \
-    F(T, u32, min_tokens) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
+    F(T, u32, min_tokens)                                                                          \
+    F(T, u32, logprobs) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 
@@ -83,10 +85,14 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
 /* decode (or conductor, prefill on failure) -> client: one per token. text is
  * the token's printable piece: stop strings never appear in it (text that
- * could start one is held back until it cannot). */
+ * could start one is held back until it cannot). Asked for logprobs: logprob
+ * (of the raw logits) and top: pairs (id, logprob's float bits), most likely
+ * first; else 0 and empty. */
 #define MOON_SERVE_TOKEN_FIELDS(F, T)                                                              \
     F(T, u64, request_id)                                                                          \
-    F(T, u32, index) F(T, u32, token) F(T, str, text) F(T, u64, weight_version)
+    F(T, u32, index)                                                                               \
+    F(T, u32, token)                                                                               \
+    F(T, str, text) F(T, u64, weight_version) F(T, f32, logprob) F(T, u32s, top)
 /* decode -> client: the tokens of one decode step bound for one reply
  * address, n entries, each meaning what a TOKEN would: request_id, index,
  * token and weight_version (n each); text holds the entries' texts one after
@@ -142,8 +148,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
  * desc) hold prompt tokens [first_block * block_tokens, ...). final: the prompt is done; then
  * n_tokens = prompt length, token = the first sampled token, and the sampling fields and tokens are
- * set (the decode instance's sequence state). desc: the prefill pool's region descriptor (empty in
- * one process: base then holds the pool's address). */
+ * set (the decode instance's sequence state; first_logprob and first_top: the
+ * first token's, as TOKEN's, when logprobs are asked). desc: the prefill pool's region descriptor
+ * (empty in one process: base then holds the pool's address). */
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
@@ -161,7 +168,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32, n_resumed)                                                                           \
     MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
     F(T, u32s, blocks)                                                                             \
-    F(T, bytes, desc) F(T, u32s, tokens) F(T, str, message) F(T, u64, weight_version)
+    F(T, bytes, desc)                                                                              \
+    F(T, u32s, tokens)                                                                             \
+    F(T, str, message) F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)

@@ -233,6 +233,9 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
         return "presence and frequency penalties must be in [-2, 2], repetition_penalty > 0 "
                "and min_p in [0, 1]";
     }
+    if (m->logprobs > MOON_LOGPROBS_MAX + 1) {
+        return "logprobs asks for more than 20 alternatives";
+    }
     if (m->logit_bias.n % 2 != 0) {
         return "logit_bias must hold (id, bias) pairs";
     }

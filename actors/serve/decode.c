@@ -63,6 +63,7 @@ typedef struct {
     uint32_t        n_stop_ids;
     uint32_t        n_done; /* colocated: prompt tokens in the KV */
     moon_sampler_t  smp;
+    uint32_t        logprobs; /* 0: none; k + 1: each token's logprob and top k */
     moon_serve_text_t text;
     int               text_ready;
     uint32_t          n_cached;
@@ -91,6 +92,7 @@ typedef struct {
     uint32_t           *b_slot, *b_seq;
     int32_t            *b_tok;
     float              *b_logits; /* (max_batch, vocab) */
+    float              *lp_row;   /* (vocab) a row's raw logits, for a request's logprobs */
     uint32_t            b_n;
     uint32_t            job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
     dreq_t             *chunk_req; /* colocated: the request of the chunk in flight */
@@ -306,12 +308,17 @@ static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 /* One TOKEN now. MOON_ERR_NO_MEMORY. */
 static moon_status_t send_token(moon_actor_t *self, moon_addr_t to, uint64_t request_id,
                                 uint32_t index, uint32_t tok, const char *text, size_t n,
-                                uint64_t version)
+                                uint64_t version, const moon_serve_lp_t *lp)
 {
-    moon_serve_token_t *m = moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1);
+    moon_serve_token_t *m =
+        moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1 + (lp != NULL ? 8 * lp->k + 8 : 0));
 
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
+    }
+    if (lp != NULL) {
+        m->logprob = lp->lp;
+        moon_serve_lp_put(m, &m->top, lp); /* room reserved above */
     }
     m->request_id = request_id;
     m->index      = index;
@@ -374,7 +381,7 @@ static void tokens_flush(moon_actor_t *self, decode_t *d)
             o->reply_to = MOON_ADDR_NONE;
             if (t == NULL) { /* a lone token (or no memory for the batch) */
                 (void)send_token(self, to, o->request_id, o->index, o->token, d->tok_text + start,
-                                 o->text_end - start - 1, o->version);
+                                 o->text_end - start - 1, o->version, NULL);
                 continue;
             }
             ids[k]  = o->request_id;
@@ -392,7 +399,7 @@ static void tokens_flush(moon_actor_t *self, decode_t *d)
 }
 
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
-static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
+static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const moon_serve_lp_t *lp)
 {
     const char *text = "";
     size_t      n    = 0;
@@ -403,21 +410,30 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
         return;
     }
     hit = moon_serve_text_push(&r->text, tok, &text, &n);
-    if (d->tok_batching && (d->n_tok_pend == d->cap_tok ||
-                            d->n_tok_text + n + 1 > d->cap_tok * DEC_TOK_TEXT_PER_SEQ)) {
-        tokens_flush(self, d); /* full: what is queued leaves first, in order */
-    }
-    if (d->tok_batching && d->n_tok_text + n + 1 <= d->cap_tok * DEC_TOK_TEXT_PER_SEQ) {
-        struct dec_tok *e = &d->tok_pend[d->n_tok_pend++];
-        memcpy(d->tok_text + d->n_tok_text, text, n);
-        d->n_tok_text += (uint32_t)n;
-        d->tok_text[d->n_tok_text++] = '\0';
-        *e                           = (struct dec_tok){r->reply_to,   r->request_id, r->n_gen++,
-                                                        (uint32_t)tok, d->n_tok_text, r->version};
-    } else if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
-                          r->version) != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
-        return;
+    if (lp != NULL) {
+        /* a token with logprobs goes alone, as a TOKEN (TOKENS carry none) */
+        if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
+                       r->version, lp) != MOON_OK) {
+            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+    } else {
+        if (d->tok_batching && (d->n_tok_pend == d->cap_tok ||
+                                d->n_tok_text + n + 1 > d->cap_tok * DEC_TOK_TEXT_PER_SEQ)) {
+            tokens_flush(self, d); /* full: what is queued leaves first, in order */
+        }
+        if (d->tok_batching && d->n_tok_text + n + 1 <= d->cap_tok * DEC_TOK_TEXT_PER_SEQ) {
+            struct dec_tok *e = &d->tok_pend[d->n_tok_pend++];
+            memcpy(d->tok_text + d->n_tok_text, text, n);
+            d->n_tok_text += (uint32_t)n;
+            d->tok_text[d->n_tok_text++] = '\0';
+            *e = (struct dec_tok){r->reply_to,   r->request_id, r->n_gen++,
+                                  (uint32_t)tok, d->n_tok_text, r->version};
+        } else if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
+                              r->version, NULL) != MOON_OK) {
+            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
     }
     d->n_tokens_out++;
     r->last_token = tok;
@@ -428,6 +444,24 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok)
         /* the next token would sit at position n_prompt + n_gen: past the context */
         finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
     }
+}
+
+/* Samples a row of logits (changed in place) and emits the token; a request
+ * with logprobs gets them from the raw row (copied first). */
+static void sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
+{
+    moon_serve_lp_t lp;
+    int32_t         tok;
+
+    if (r->logprobs == 0) {
+        emit(self, d, r, moon_sampler_sample(&r->smp, row), NULL);
+        return;
+    }
+    memcpy(d->lp_row, row, (size_t)d->vocab * sizeof(float));
+    tok  = moon_sampler_sample(&r->smp, row);
+    lp.k = MOON_MIN(r->logprobs - 1, MOON_LOGPROBS_MAX);
+    moon_logprobs(d->lp_row, d->vocab, tok, lp.k, &lp.lp, lp.ids, lp.lps);
+    emit(self, d, r, tok, &lp);
 }
 
 /* Appends the full blocks that arrived in order; runs the request when all
@@ -638,8 +672,9 @@ static moon_status_t setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sam
     if (n_resumed >= n || n_resumed >= r->max_tokens) {
         return MOON_ERR_INVALID_PARAM;
     }
-    prev   = (int32_t)toks[n - n_resumed - 1];
-    status = moon_serve_sampler_open(&r->smp, d->vocab, d->tok, sp, toks, n, n_resumed);
+    prev        = (int32_t)toks[n - n_resumed - 1];
+    status      = moon_serve_sampler_open(&r->smp, d->vocab, d->tok, sp, toks, n, n_resumed);
+    r->logprobs = sp->logprobs;
     if (status == MOON_OK) {
         status            = moon_serve_text_init(&r->text, d->tok, prev, stops, stops_len);
         r->text_ready     = status == MOON_OK;
@@ -681,7 +716,18 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
         return;
     }
     (void)rem;
-    emit(self, d, r, (int32_t)m->token);
+    if (r->logprobs > 0) {
+        const uint32_t *top = MOON_SPAN_PTR(m, m->first_top);
+        moon_serve_lp_t lp  = {.lp = m->first_logprob,
+                               .k  = MOON_MIN(m->first_top.n / 2, MOON_LOGPROBS_MAX)};
+        for (uint32_t i = 0; i < lp.k; i++) {
+            lp.ids[i] = (int32_t)top[2 * i];
+            memcpy(&lp.lps[i], &top[2 * i + 1], 4);
+        }
+        emit(self, d, r, (int32_t)m->token, &lp);
+        return;
+    }
+    emit(self, d, r, (int32_t)m->token, NULL);
 }
 
 /* The partial last block is pulled into the sequence's own last block, which
@@ -1137,7 +1183,7 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
             moon_cache_events_flush(&d->events, self);
             r->state   = DREQ_RUNNING;
             r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
-            emit(self, d, r, moon_sampler_sample(&r->smp, d->c_logits));
+            sample_emit(self, d, r, d->c_logits);
         }
     }
     maybe_step(self, d);
@@ -1150,7 +1196,7 @@ static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
     for (uint32_t b = 0; b < d->b_n; b++) {
         dreq_t *r = &d->reqs[d->b_slot[b]];
         if (!after_pass(self, d, r, status, "decode step failed")) {
-            emit(self, d, r, moon_sampler_sample(&r->smp, d->b_logits + (size_t)b * d->vocab));
+            sample_emit(self, d, r, d->b_logits + (size_t)b * d->vocab);
         }
     }
     tokens_flush(self, d);
@@ -1306,6 +1352,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->cap_tok  = mb;
     d->tok_pend = moon_calloc(mb, sizeof(*d->tok_pend));
     d->tok_text = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
+    d->lp_row   = moon_calloc(d->vocab, sizeof(float));
     if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
         if (d->a.prefill_chunk == 0) {
             d->a.prefill_chunk = 128;
@@ -1318,7 +1365,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
         }
     }
     if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits ||
-                              !d->tok_pend || !d->tok_text)) {
+                              !d->tok_pend || !d->tok_text || !d->lp_row)) {
         status = MOON_ERR_NO_MEMORY;
     }
     if (status == MOON_OK) {
@@ -1370,6 +1417,7 @@ static void decode_fini(moon_actor_t *self)
     moon_free(d->b_logits);
     moon_free(d->tok_pend);
     moon_free(d->tok_text);
+    moon_free(d->lp_row);
 }
 
 const moon_actor_ops_t moon_decode_ops = {

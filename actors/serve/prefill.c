@@ -186,7 +186,7 @@ static void free_req(moon_actor_t *self, prefill_t *p, preq_t *r)
  * final also carries the first token and the sampling state. */
 static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uint32_t first,
                                 uint32_t n, int final, moon_status_t status, int32_t token,
-                                uint64_t rng, const char *why)
+                                uint64_t rng, const moon_serve_lp_t *lp, const char *why)
 {
     const moon_serve_prefill_t *q = r->msg;
     size_t tail = moon_kv_pool_desc_bytes(&p->pool) + (size_t)n * 4 + 64 + (why ? strlen(why) : 0);
@@ -195,7 +195,7 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
 
     if (final) {
         tail += (size_t)q->stop_ids.n * 4 + q->stop_strs.n + (size_t)q->tokens.n * 4 +
-                (size_t)q->logit_bias.n * 4;
+                (size_t)q->logit_bias.n * 4 + 8 * MOON_LOGPROBS_MAX + 8;
     }
     m = moon_msg_new(MOON_MSG_SERVE_KV_READY, tail);
     if (m == NULL) {
@@ -236,6 +236,10 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
         if (st == MOON_OK) {
             st = moon_serve_copy_span(m, &m->tokens, q, q->tokens, 4, 0);
         }
+        if (st == MOON_OK && lp != NULL) {
+            m->first_logprob = lp->lp;
+            st               = moon_serve_lp_put(m, &m->first_top, lp);
+        }
     }
     if (st == MOON_OK) {
         st = moon_msg_set_str(m, &m->message, why ? why : "");
@@ -258,7 +262,7 @@ static void abort_req(moon_actor_t *self, prefill_t *p, preq_t *r, moon_status_t
                   (unsigned long long)r->msg->request_id, why, moon_status_str(status));
     }
     if (!r->handed && !r->decode_lost &&
-        send_ready(self, p, r, 0, 0, 1, status, 0, 0, why) != MOON_OK) {
+        send_ready(self, p, r, 0, 0, 1, status, 0, 0, NULL, why) != MOON_OK) {
         MOON_ERROR("prefill %u: could not tell decode of request %llu's end", p->a.instance,
                    (unsigned long long)r->msg->request_id);
     }
@@ -444,7 +448,7 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
      * while the rest computes, not all after a short suffix (a long cached
      * prefix would otherwise make the first token gap its whole transfer) */
     if (r->n_sent < r->n_fetched && send_ready(self, p, r, r->n_sent, r->n_fetched - r->n_sent, 0,
-                                               MOON_OK, 0, 0, NULL) == MOON_OK) {
+                                               MOON_OK, 0, 0, NULL, NULL) == MOON_OK) {
         r->n_sent = r->n_fetched;
     }
     /* the actor reserves the blocks (the engine thread then finds them there
@@ -479,6 +483,7 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     uint32_t              full;
     moon_sampler_t        smp;
     moon_serve_sampling_t sp;
+    moon_serve_lp_t       lp = {0};
     int32_t               tok;
 
     if (status != MOON_OK) {
@@ -493,7 +498,7 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     if (r->n_done < r->n_prompt) {
         /* chunk k's blocks travel while chunk k + 1 computes */
         if (full > r->n_sent && send_ready(self, p, r, r->n_sent, full - r->n_sent, 0, MOON_OK, 0,
-                                           0, NULL) == MOON_OK) {
+                                           0, NULL, NULL) == MOON_OK) {
             put_new_blocks(p, r, r->n_sent, full);
             r->n_sent = full;
         }
@@ -512,10 +517,25 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, status, "bad sampling parameters");
         return;
     }
-    tok = moon_sampler_sample(&smp, p->logits);
+    if (r->msg->logprobs > 0) {
+        /* of the raw logits: sampling changes them in place */
+        float *raw = moon_malloc((size_t)p->vocab * sizeof(float));
+        if (raw == NULL) {
+            moon_sampler_fini(&smp);
+            abort_req(self, p, r, MOON_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        memcpy(raw, p->logits, (size_t)p->vocab * sizeof(float));
+        tok  = moon_sampler_sample(&smp, p->logits);
+        lp.k = MOON_MIN(r->msg->logprobs - 1, MOON_LOGPROBS_MAX);
+        moon_logprobs(raw, p->vocab, tok, lp.k, &lp.lp, lp.ids, lp.lps);
+        moon_free(raw);
+    } else {
+        tok = moon_sampler_sample(&smp, p->logits);
+    }
     put_new_blocks(p, r, r->n_sent, full);
     status = send_ready(self, p, r, r->n_sent, moon_kv_seq_n_blocks(p->pool.kv, r->seq) - r->n_sent,
-                        1, MOON_OK, tok, smp.rng, NULL);
+                        1, MOON_OK, tok, smp.rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
     moon_sampler_fini(&smp);
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "handover to the decode instance failed");
@@ -604,7 +624,7 @@ static moon_status_t prefill_on_prefill(moon_actor_t *self, const moon_msg_hdr_t
         preq_t tmp = {.msg = m, .n_prompt = m->tokens.n, .start_ns = m->arrival_ns};
         /* full (or a malformed placement): the decode tells the client */
         send_ready(self, p, &tmp, 0, 0, 1,
-                   r == NULL ? MOON_ERR_NO_RESOURCE : MOON_ERR_INVALID_PARAM, 0, 0,
+                   r == NULL ? MOON_ERR_NO_RESOURCE : MOON_ERR_INVALID_PARAM, 0, 0, NULL,
                    r == NULL ? "prefill instance full" : "bad prompt length");
         return MOON_OK;
     }

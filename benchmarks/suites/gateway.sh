@@ -4,7 +4,10 @@
 # 1. bench_gateway (one process; it alternates HTTP and the client API):
 #    TTFT of one streamed request at a time (ratio = HTTP p50 - API p50, ms:
 #    target <= 1) and requests/s at saturation (16 in flight; ratio = the
-#    median of the rounds' HTTP / API: target >= 0.9), stories260K.
+#    median of the rounds' HTTP / API: target >= 0.9), stories260K; then
+#    decode tokens/s of requests with sampling controls (penalties,
+#    logit_bias, min_p) and with logprobs 5 against plain ones (anchor,
+#    alternating in rounds; ratio = the median round's, with min/max).
 # 2. `moonlet bench` beside the server's /metrics, as a user runs both: a
 #    `moonlet serve` process, `moonlet bench random` (streamed) with 1 and
 #    8 requests in flight; the mean TTFT and E2EL it reports beside the

@@ -312,5 +312,11 @@ MOON_API void moon_sampler_accept(moon_sampler_t *s, int32_t token);
  * soft-maxed). Does not accept it (moon_sampler_accept). */
 MOON_API int32_t moon_sampler_sample(moon_sampler_t *s, float *logits);
 MOON_API int32_t moon_argmax(const float *x, uint32_t n);
+/* Log-probabilities of the raw logits (n, borrowed, unchanged): *lp_p gets
+ * token's, and top_ids / top_lps (k each, caller's) the k most likely ids,
+ * most likely first (ties: the lower id). k <= MOON_LOGPROBS_MAX. O(n k). */
+#define MOON_LOGPROBS_MAX 20u
+MOON_API void moon_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, float *lp_p,
+                            int32_t *top_ids, float *top_lps);
 
 #endif /* MOONLET_MODEL_H */

@@ -1,6 +1,6 @@
 // tests/e2e/gateway/openai_fields.mjs - the official `openai` npm client
 // against the gateway (test_gw_api runs it): penalties and logit_bias take
-// effect, and every field the server does not implement surfaces as the
+// effect, chat logprobs parse, and every field the server does not implement surfaces as the
 // client's BadRequestError naming it. Exits 0 when everything matched.
 import OpenAI from "openai";
 
@@ -13,6 +13,13 @@ const pen = await client.completions.create({ ...base, presence_penalty: 2, freq
 if (pen.choices[0].text === plain.choices[0].text) fail("penalties changed nothing");
 const forced = await client.completions.create({ ...base, max_tokens: 4, logit_bias: { "300": 100 } });
 if (forced.usage.completion_tokens !== 4) fail("forced: " + JSON.stringify(forced));
+
+const lp = await client.chat.completions.create({
+    model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 5,
+    temperature: 0, logprobs: true, top_logprobs: 3 });
+const content = lp.choices[0].logprobs?.content ?? [];
+if (content.length !== 5 || content.some((t) => t.logprob > 0 || t.top_logprobs.length !== 3))
+    fail("chat logprobs: " + JSON.stringify(lp.choices[0].logprobs));
 
 const chat = { model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
 for (const [field, value] of [["tools", [{ type: "function", function: { name: "f" } }]],

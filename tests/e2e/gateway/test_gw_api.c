@@ -2,6 +2,7 @@
  * generation, end to end on an in-process cluster (stories260K) with curl:
  * every field the server does not implement is a 400 naming it; penalties,
  * logit_bias, min_tokens and include_stop_str_in_output take effect;
+ * logprobs (completions, chat, streamed) sum <= 0 and match a recomputation;
  * /tokenize, /detokenize and /version; CORS preflights allowed and denied
  * (with --api-key still enforced); /metrics through promtool (skipped
  * without it); the official `openai` npm client (skipped without npm). */
@@ -425,6 +426,104 @@ static void test_openai_npm(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
+/* Greedy tokens and their logprobs from the cluster's events. Returns n. */
+static int run_ids(const int32_t *prompt, uint32_t n_prompt, uint32_t max_tokens, int32_t *toks,
+                   float *lps)
+{
+    moon_serve_params_t p;
+    moon_serve_event_t  ev;
+    uint64_t            id;
+    int                 n = 0;
+
+    moon_serve_params_default(&p);
+    p.tokens     = prompt;
+    p.n_tokens   = n_prompt;
+    p.max_tokens = max_tokens;
+    p.flags      = 0;
+    p.logprobs   = 1;
+    if (moon_serve_client_submit(g_client, &p, &id) != MOON_OK) {
+        return -1;
+    }
+    while (moon_serve_client_next(g_client, WAIT_NS, &ev) == MOON_OK) {
+        int done = ev.kind == MOON_SERVE_EV_DONE;
+        if (ev.kind == MOON_SERVE_EV_TOKEN && n < (int)max_tokens) {
+            toks[n]  = ev.token;
+            lps[n++] = ev.logprob;
+        }
+        moon_serve_event_fini(&ev);
+        if (done) {
+            break;
+        }
+    }
+    return n;
+}
+
+/* logprobs: each <= 0, the greedy token the most likely of its top list, the
+ * HTTP answer's equal to the cluster's events, and each equal to a fresh
+ * request's that recomputes it (the prefill path) from prompt + tokens so far. */
+static void test_logprobs(void)
+{
+    int32_t prompt[32] = {1, 403, 407, 261, 378};
+    int32_t toks[8], one;
+    float   lps[8], again;
+    double  sum = 0;
+    int     n   = run_ids(prompt, 5, 8, toks, lps), code;
+    cJSON  *j, *lp, *tl, *top;
+
+    CU_ASSERT_EQUAL_FATAL(n, 8);
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT(lps[i] <= 0.0f);
+        sum += lps[i];
+        prompt[5 + i] = toks[i];
+        CU_ASSERT_EQUAL_FATAL(run_ids(prompt, 5 + (uint32_t)i, 1, &one, &again), 1);
+        CU_ASSERT_EQUAL(one, toks[i]);
+        CU_ASSERT_DOUBLE_EQUAL(again, lps[i], 2e-3);
+    }
+    CU_ASSERT(sum <= 0.0);
+    j   = post(g_port, "/v1/completions",
+               "{\"prompt\":[1,403,407,261,378],\"max_tokens\":8,\"temperature\":0,\"logprobs\":3}",
+               &code);
+    lp  = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
+    tl  = cJSON_GetObjectItem(lp, "token_logprobs");
+    top = cJSON_GetObjectItem(lp, "top_logprobs");
+    CU_ASSERT_EQUAL(code, 200);
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(tl), 8);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "tokens")), 8);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "text_offset")), 8);
+    for (int i = 0; i < 8; i++) {
+        cJSON *alts = cJSON_GetArrayItem(top, i);
+        double best = -1e9;
+        cJSON *a;
+
+        CU_ASSERT_DOUBLE_EQUAL(cJSON_GetNumberValue(cJSON_GetArrayItem(tl, i)), lps[i], 1e-6);
+        CU_ASSERT(cJSON_GetArraySize(alts) >= 1 && cJSON_GetArraySize(alts) <= 3);
+        cJSON_ArrayForEach(a, alts)
+        {
+            best = a->valuedouble > best ? a->valuedouble : best;
+        }
+        CU_ASSERT_DOUBLE_EQUAL(best, lps[i], 1e-6); /* greedy: the chosen is the top one */
+    }
+    cJSON_Delete(j);
+    /* chat, streamed: every token's entry arrives in some chunk */
+    {
+        gw_http_t r;
+        int       entries = 0;
+        char     *at;
+
+        CU_ASSERT_EQUAL(gw_post(&r, g_port, "/v1/chat/completions",
+                                "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                                "\"max_tokens\":6,\"temperature\":0,\"logprobs\":true,"
+                                "\"top_logprobs\":2,\"stream\":true}",
+                                NULL),
+                        200);
+        for (at = r.body; (at = strstr(at, "\"top_logprobs\":[{")) != NULL; at++) {
+            entries++;
+        }
+        CU_ASSERT_EQUAL(entries, 6);
+        gw_http_fini(&r);
+    }
+}
+
 int main(void)
 {
     moon_runtime_config_t      rcfg;
@@ -456,7 +555,7 @@ int main(void)
         fprintf(stderr, "test_gw_api: a gateway did not start\n");
     } else {
         rc = MOON_TEST_RUN("gw_api", NULL, NULL, test_unsupported_fields_are_400s, test_logit_bias,
-                           test_penalties_and_min_tokens, test_include_stop_str,
+                           test_penalties_and_min_tokens, test_include_stop_str, test_logprobs,
                            test_tokenize_routes, test_cors, test_promtool, test_openai_npm);
     }
     moon_serve_client_destroy(g_client);

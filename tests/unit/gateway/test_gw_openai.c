@@ -142,7 +142,7 @@ static void test_completion_errors(void)
     expect("{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}", 0, 400,
            "stream_options");
     expect("{\"prompt\":\"x\",\"echo\":true}", 0, 400, "echo");
-    expect("{\"prompt\":\"x\",\"logprobs\":2}", 0, 400, "logprobs");
+    expect("{\"prompt\":\"x\",\"logprobs\":2.5}", 0, 400, "logprobs");
     expect("{\"prompt\":\"x\",\"best_of\":3}", 0, 400, "best_of");
     expect("{\"prompt\":\"x\",\"stop_token_ids\":[1,600]}", 0, 400, "stop_token_ids");
     expect("{\"prompt\":\"x\",\"stream\":null,\"stop\":null,\"max_tokens\":null}", 0, 200, NULL);
@@ -202,8 +202,13 @@ static void test_chat_errors(void)
     expect("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
            "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}]}",
            1, 200, NULL);
-    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 1, 400,
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", 1, 400,
            "logprobs");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 1, 400,
+           "top_logprobs");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+           "\"top_logprobs\":21}",
+           1, 400, "top_logprobs");
 }
 
 /* Renders msgs with tpl, specials spelled out. */
@@ -511,6 +516,19 @@ static void test_sampling_controls(void)
     expect("{\"prompt\":\"a\",\"logit_bias\":{\"x7\":1}}", 0, 400, "logit_bias");
     expect("{\"prompt\":\"a\",\"logit_bias\":{\"512\":1}}", 0, 400, "logit_bias");
     expect("{\"prompt\":\"a\",\"logit_bias\":[1]}", 0, 400, "logit_bias");
+    {
+        moon_gw_request_t r2;
+        CU_ASSERT_EQUAL(run("{\"prompt\":\"a\",\"logprobs\":3}", 0, &r2, &err), 200);
+        CU_ASSERT_EQUAL(r2.params.logprobs, 4);
+        moon_gw_request_fini(&r2);
+        CU_ASSERT_EQUAL(run("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                            "\"logprobs\":true,\"top_logprobs\":20}",
+                            1, &r2, &err),
+                        200);
+        CU_ASSERT_EQUAL(r2.params.logprobs, 21);
+        moon_gw_request_fini(&r2);
+    }
+    expect("{\"prompt\":\"a\",\"logprobs\":21}", 0, 400, "logprobs");
     expect("{\"prompt\":\"a\",\"include_stop_str_in_output\":1}", 0, 400,
            "include_stop_str_in_output");
     expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"3\":1},"
