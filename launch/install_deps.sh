@@ -14,6 +14,9 @@ PKGS=(cmake make gcc pkg-config
       stress-ng) # CPU contention for the fault tests (tests/scripts/run_contended.sh)
 # Anchors some benchmarks measure against in the same run.
 [ "${MOON_BENCH_DEPS:-0}" = 1 ] && PKGS+=(redis-server redis-tools)
+# The gateway's API checks (test_gw_api, test_gw_cors_browser): promtool lints
+# /metrics, headless Chromium checks CORS from a page; each skipped without.
+[ "${MOON_GATEWAY_DEPS:-0}" = 1 ] && PKGS+=(prometheus chromium)
 # A one-machine Slurm for the tests labelled slurm (tests/scripts/slurm_ci.sh).
 [ "${MOON_SLURM_DEPS:-0}" = 1 ] && PKGS+=(slurmctld slurmd)
 

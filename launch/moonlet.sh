@@ -13,8 +13,9 @@ cmd=${1:-demo}
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
-# the test command also installs a one-machine Slurm (the tests labelled slurm)
-[ "$cmd" = test ] && export MOON_SLURM_DEPS=1
+# the test command also installs a one-machine Slurm (the tests labelled slurm),
+# promtool and Chromium (the gateway's metrics lint and browser CORS test)
+[ "$cmd" = test ] && export MOON_SLURM_DEPS=1 MOON_GATEWAY_DEPS=1
 launch/install_deps.sh
 
 flags=(-DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo})

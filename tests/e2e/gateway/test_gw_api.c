@@ -19,11 +19,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef MOON_TEST_MODEL
 #error "MOON_TEST_MODEL must name stories260K.gguf"
+#endif
+#ifndef MOON_TEST_CORS_PAGE
+#error "MOON_TEST_CORS_PAGE must name cors_page.html"
 #endif
 #ifndef MOON_TEST_NPM_SCRIPT
 #error "MOON_TEST_NPM_SCRIPT must name openai_fields.mjs"
@@ -31,6 +38,7 @@
 
 #define WAIT_NS 60000000000ull
 #define ORIGIN_OK "http://ok.example"
+#define ORIGINS ORIGIN_OK ", http://two.example"
 
 static moon_runtime_t       *g_rt;
 static moon_serve_cluster_t *g_cluster;
@@ -58,7 +66,8 @@ static int wait_health(unsigned port)
     return 0;
 }
 
-static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, unsigned *port_p)
+static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, const char *origins,
+                                   unsigned *port_p)
 {
     moon_gateway_args_t args;
     uint16_t            port = 0;
@@ -69,7 +78,7 @@ static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, unsig
     moon_gateway_config_default(&args.config);
     args.config.port              = 0;
     args.config.api_key           = key;
-    args.config.allowed_origins   = ORIGIN_OK ", http://two.example";
+    args.config.allowed_origins   = origins;
     args.config.stats_interval_ms = 50;
     args.conductor                = conductor;
     args.model_path               = MOON_TEST_MODEL;
@@ -405,6 +414,70 @@ static void test_promtool(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
+/* A free loopback TCP port (0 if none). */
+static unsigned free_port(void)
+{
+    struct sockaddr_in a    = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t          n    = sizeof(a);
+    int                fd   = socket(AF_INET, SOCK_STREAM, 0);
+    unsigned           port = 0;
+
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &n) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
+}
+
+/* A real browser: headless Chromium loads a page from its own origin (a
+ * python http.server) whose fetch() calls a gateway allowing that origin
+ * (key right: 200; key wrong: 401 readable), and one that does not
+ * (blocked). Skipped without chromium or python3. */
+static void test_cors_browser(void)
+{
+    char        cmd[2048], origin[64], path[512];
+    const char *want = "RESULT allowed=200:text denied=blocked badkey=401:error";
+    unsigned    page = free_port(), port = 0;
+    char       *out;
+    int         ret;
+
+    if (system("command -v chromium >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1") != 0) {
+        moon_test_skip("chromium (Debian's chromium package) or python3 is missing: the browser "
+                       "CORS test did not run (curl-level preflights are checked in test_gw_api)");
+        return;
+    }
+    CU_ASSERT_FATAL(page != 0);
+    snprintf(origin, sizeof(origin), "http://127.0.0.1:%u", page);
+    CU_ASSERT_EQUAL_FATAL(
+        spawn_gateway(moon_serve_cluster_conductor(g_cluster), "sekret", origin, &port), MOON_OK);
+    CU_ASSERT_FATAL(wait_health(port));
+    snprintf(
+        cmd, sizeof(cmd),
+        "d='%s'; cp '%s' \"$d/page.html\" && cd \"$d\" && "
+        "{ timeout 120 python3 -m http.server %u --bind 127.0.0.1 >http.log 2>&1 & "
+        "echo $! >http.pid; } && "
+        "for i in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:%u/page.html && break; "
+        "sleep 0.1; done; "
+        "timeout 90 chromium --headless --no-sandbox --disable-gpu --user-data-dir=\"$d/chrome\" "
+        "--virtual-time-budget=5000 --dump-dom "
+        "'http://127.0.0.1:%u/page.html?allowed=%u&denied=%u' >dom.txt 2>chrome.log; "
+        "kill $(cat http.pid) 2>/dev/null; true",
+        gw_tmp_dir(), MOON_TEST_CORS_PAGE, page, page, page, port, g_port);
+    ret = system(cmd);
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    snprintf(path, sizeof(path), "%s/dom.txt", gw_tmp_dir());
+    out = gw_read_file(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    if (strstr(out, want) == NULL) {
+        fprintf(stderr, "browser page said: %.400s\n", out);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    free(out);
+}
+
 static void test_openai_npm(void)
 {
     char cmd[2048];
@@ -524,8 +597,9 @@ static void test_logprobs(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int                        browser = argc > 1 && strcmp(argv[1], "--browser") == 0;
     moon_runtime_config_t      rcfg;
     moon_serve_config_t        scfg;
     moon_addr_t                conductor;
@@ -544,19 +618,21 @@ int main(void)
         fprintf(stderr, "test_gw_api: the cluster did not start\n");
         return 1;
     }
-    gw_tmp_name("gw_api");
+    gw_tmp_name(browser ? "gw_api_browser" : "gw_api"); /* ctest -j runs both at once */
     conductor      = moon_serve_cluster_conductor(g_cluster);
     ccfg.conductor = conductor;
     if (moon_serve_client_create(g_rt, &ccfg, &g_client) != MOON_OK ||
         moon_serve_client_wait_ready(g_client, 1, 1, WAIT_NS) != MOON_OK ||
-        spawn_gateway(conductor, NULL, &g_port) != MOON_OK ||
-        spawn_gateway(conductor, "sekret", &g_port_key) != MOON_OK || !wait_health(g_port) ||
-        !wait_health(g_port_key)) {
+        spawn_gateway(conductor, NULL, ORIGINS, &g_port) != MOON_OK ||
+        spawn_gateway(conductor, "sekret", ORIGINS, &g_port_key) != MOON_OK ||
+        !wait_health(g_port) || !wait_health(g_port_key)) {
         fprintf(stderr, "test_gw_api: a gateway did not start\n");
     } else {
-        rc = MOON_TEST_RUN("gw_api", NULL, NULL, test_unsupported_fields_are_400s, test_logit_bias,
-                           test_penalties_and_min_tokens, test_include_stop_str, test_logprobs,
-                           test_tokenize_routes, test_cors, test_promtool, test_openai_npm);
+        rc = browser ? MOON_TEST_RUN("gw_cors_browser", NULL, NULL, test_cors_browser)
+                     : MOON_TEST_RUN("gw_api", NULL, NULL, test_unsupported_fields_are_400s,
+                                     test_logit_bias, test_penalties_and_min_tokens,
+                                     test_include_stop_str, test_logprobs, test_tokenize_routes,
+                                     test_cors, test_promtool, test_openai_npm);
     }
     moon_serve_client_destroy(g_client);
     moon_serve_cluster_stop(g_cluster);
