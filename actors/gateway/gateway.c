@@ -229,6 +229,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     ha.model.n_ctx      = st->n_ctx;
     ha.model.n_vocab    = st->tok != NULL ? moon_tokenizer_n_vocab(st->tok) : 0;
     ha.fingerprint      = st->fingerprint;
+    ha.batches          = args->batches;
     if (args->config.admin_key != NULL && args->config.admin_key[0] != '\0' &&
         args->weights != NULL) {
         st->admin_key = moon_strdup(args->config.admin_key);

@@ -22,6 +22,7 @@
 #ifndef MOON_ACTORS_GATEWAY_H
 #define MOON_ACTORS_GATEWAY_H
 
+#include "gw_batches.h"
 #include "gw_metrics.h"
 #include "moonlet/actor.h"
 #include "moonlet/config.h"
@@ -106,6 +107,8 @@ typedef struct {
                                        must outlive the gateway */
     moon_weights_client_t *weights; /* weight pushes of the admin route (borrowed; outlives
                                        the gateway); NULL: the admin route is off */
+    moon_gw_batches_t *batches;     /* /v1/files and /v1/batches (gw_batches.h; borrowed,
+                                       outlives the gateway); NULL: those routes are off */
 } moon_gateway_args_t;
 
 /* Starts draining the gateway at addr (from any thread): new requests get

@@ -3,6 +3,7 @@
 #include "gw_http.h"
 
 #include "gw_answer.h"
+#include "gw_batches.h"
 #include "gw_buf.h"
 #include "gw_cors.h"
 #include "gw_errors.h"
@@ -41,7 +42,8 @@ typedef enum {
     ROUTE_MODEL,
     ROUTE_HEALTH,
     ROUTE_METRICS,
-    ROUTE_ADMIN, /* /v1/admin/weights (gw_admin.h) */
+    ROUTE_ADMIN,   /* /v1/admin/weights (gw_admin.h) */
+    ROUTE_BATCHES, /* /v1/files..., /v1/batches... (gw_batches.h) */
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
     ROUTE_VERSION,
@@ -110,7 +112,8 @@ typedef struct {
     atomic_int             gone; /* the client hung up (the watcher saw it) */
 
     char fp[96]; /* system_fingerprint: the gateway's and the answer's weight version */
-    moon_gw_admin_job_t *job; /* PH_ADMIN: the push */
+    moon_gw_admin_job_t *job;        /* PH_ADMIN: the push */
+    uint64_t             body_limit; /* the route's largest body */
 } conn_t;
 
 /* ---- responses --------------------------------------------------------------- */
@@ -188,13 +191,15 @@ static enum MHD_Result respond(conn_t *c, unsigned code, const char *type, char 
     }
     if (code == 405) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                                ROUTE_IS_POST(c->route) ? "POST" : "GET");
+                                c->route == ROUTE_BATCHES ? "GET, POST, DELETE"
+                                : ROUTE_IS_POST(c->route) ? "POST"
+                                                          : "GET");
     }
     add_cors(c, resp);
     if (code == 204) { /* the preflight's answer (only an allowed origin gets one) */
         const char *hdrs =
             MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 hdrs != NULL ? hdrs : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
@@ -285,6 +290,9 @@ static route_t route_of(const char *url)
     if (strcmp(url, MOON_GW_ADMIN_PATH) == 0) {
         return ROUTE_ADMIN;
     }
+    if (moon_gw_batches_route(url)) {
+        return ROUTE_BATCHES;
+    }
     return ROUTE_NONE;
 }
 
@@ -355,6 +363,59 @@ static enum MHD_Result admin_answer(conn_t *c)
     json   = moon_gw_admin_job_take(c->job, &http, &len);
     c->job = NULL;
     return respond_json(c, (unsigned)http, json, len);
+}
+
+static int authorised(moon_gw_http_t *h, struct MHD_Connection *mc);
+
+/* ---- the batch api: files and batches (gw_batches.h) ---------------------------- */
+
+static enum MHD_Result batches_answer(conn_t *c, const char *url, const char *method)
+{
+    int         http = 500;
+    const char *type = "application/json";
+    size_t      len  = 0;
+    char       *text;
+
+    if (c->too_large) {
+        moon_gw_error_t err;
+        moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %llu bytes",
+                          (unsigned long long)c->body_limit);
+        MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: 413: %s", err.message);
+        return respond_error(c, &err);
+    }
+    text = moon_gw_batches_handle(
+        c->http->a.batches, method, url,
+        MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+        c->body.data, c->body.len, &http, &type, &len);
+    return respond(c, (unsigned)http, type, text, len, NULL);
+}
+
+static enum MHD_Result batches_start(conn_t *c, const char *url, const char *method)
+{
+    moon_gw_http_t *h = c->http;
+    moon_gw_error_t err;
+    const char     *cl;
+
+    if (h->a.batches == NULL) {
+        return fail(c, 404, NULL, "%s", "the batch api is off (start with --data-dir DIR)");
+    }
+    if (!authorised(h, c->mc)) {
+        moon_gw_error_set(&err, 401, NULL, NULL, "%s",
+                          "Incorrect API key provided (send it as 'Authorization: Bearer KEY').");
+        return respond_error(c, &err);
+    }
+    if (strcmp(method, MHD_HTTP_METHOD_POST) != 0) {
+        return batches_answer(c, url, method);
+    }
+    c->body_limit = moon_gw_batches_body_limit(h->a.batches, url, h->a.cfg.body_limit_bytes);
+    cl = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL && strtoull(cl, NULL, 10) > c->body_limit) {
+        c->too_large = 1;
+        return batches_answer(c, url, method);
+    }
+    c->must_close = 0;
+    c->phase      = PH_BODY;
+    return MHD_YES;
 }
 
 static int authorised(moon_gw_http_t *h, struct MHD_Connection *mc)
@@ -956,6 +1017,9 @@ static enum MHD_Result on_start(conn_t *c, const char *url, const char *method)
     if (c->route == ROUTE_ADMIN) {
         return admin_start(c, get, post);
     }
+    if (c->route == ROUTE_BATCHES) {
+        return batches_start(c, url, method);
+    }
     if (ROUTE_IS_POST(c->route) ? !post : !get) {
         return fail(c, 405, NULL, "method %s is not allowed here", method);
     }
@@ -997,6 +1061,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->http       = h;
         c->mc         = mc;
         c->t_start_ns = moon_now(h->a.rt);
+        c->body_limit = h->a.cfg.body_limit_bytes;
         moon_gw_buf_init(&c->body);
         moon_gw_buf_init(&c->acc);
         moon_gw_buf_puts(&c->acc, "");
@@ -1018,7 +1083,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 return MHD_NO;
             }
             moon_gw_guard_progress(h->guard, guard_id(mc), *upload_data_size);
-            if (c->body.len + *upload_data_size > h->a.cfg.body_limit_bytes) {
+            if (c->body.len + *upload_data_size > c->body_limit) {
                 c->too_large = 1;
             } else {
                 moon_gw_buf_append(&c->body, upload_data, *upload_data_size);
@@ -1030,7 +1095,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (c->body.failed) {
             return fail(c, 500, NULL, "%s", "out of memory reading the body");
         }
-        return c->route == ROUTE_ADMIN ? admin_body(c) : on_body(c);
+        return c->route == ROUTE_ADMIN     ? admin_body(c)
+               : c->route == ROUTE_BATCHES ? batches_answer(c, url, method)
+                                           : on_body(c);
     case PH_WAIT:
         return on_events(c);
     case PH_ADMIN:

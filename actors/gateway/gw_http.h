@@ -19,6 +19,7 @@
 
 #include "gateway.h"
 #include "gw_admin.h"
+#include "gw_batches.h"
 #include "gw_bridge.h"
 #include "gw_guard.h"
 #include "gw_metrics.h"
@@ -34,6 +35,7 @@ typedef struct {
     moon_gw_model_info_t  model;       /* borrowed for the server's life */
     const char           *fingerprint; /* borrowed */
     moon_gw_admin_t      *admin;       /* /v1/admin/weights (borrowed); NULL: off (404) */
+    moon_gw_batches_t    *batches;     /* /v1/files, /v1/batches (borrowed); NULL: off (404) */
 } moon_gw_http_args_t;
 
 /* Binds and starts serving. MOON_ERR_IO: cannot bind host:port;

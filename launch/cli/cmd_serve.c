@@ -21,6 +21,7 @@
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "gateway.h"
+#include "gw_batches.h"
 #include "serve_cluster.h"
 #include "serve_instance.h"
 
@@ -142,11 +143,14 @@ static void stop_all(moon_runtime_t *rt, moon_dist_t *dist, uint32_t drain_ms)
     }
 }
 
-/* Rank 0 on a signal: drain the gateway (at most drain_s), then stop all. */
+/* Rank 0 on a signal: stop the batch runner (its batch saved, to go on at
+ * the next start), drain the gateway (at most drain_s), then stop all. */
 static void drain_and_stop(moon_runtime_t *rt, moon_dist_t *dist, moon_addr_t gateway,
-                           uint32_t drain_s)
+                           moon_gw_batches_t *batches, uint32_t drain_s)
 {
     uint64_t t0 = mono_ms(), waited = 0;
+
+    moon_gw_batches_stop(batches);
 
     if (gateway != MOON_ADDR_NONE && moon_gateway_drain(rt, gateway) == MOON_OK) {
         fprintf(stderr, "moonlet serve: draining (at most %u s): new requests get 503\n", drain_s);
@@ -177,10 +181,12 @@ static int all_alive(moon_dist_t *dist)
 
 /* The gateway on rank 0, its fingerprint the deployment's model id and
  * weight version. */
-static moon_status_t
-start_gateway(moon_runtime_t *rt, moon_dist_t *dist, const moon_serve_cluster_t *cluster,
-              const moon_serve_config_t *scfg, const moon_gateway_config_t *gcfg,
-              moon_weights_client_t *weights, moon_addr_t *gateway_p, uint16_t *port_p)
+static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
+                                   const moon_serve_cluster_t  *cluster,
+                                   const moon_serve_config_t   *scfg,
+                                   const moon_gateway_config_t *gcfg,
+                                   moon_weights_client_t *weights, moon_gw_batches_t *batches,
+                                   moon_addr_t *gateway_p, uint16_t *port_p)
 {
     moon_kv_tag_t       tag;
     char                fp[64];
@@ -193,6 +199,7 @@ start_gateway(moon_runtime_t *rt, moon_dist_t *dist, const moon_serve_cluster_t 
         .port_p     = port_p,
         .drained_p  = &g_drained,
         .weights    = weights,
+        .batches    = batches,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
@@ -204,31 +211,68 @@ start_gateway(moon_runtime_t *rt, moon_dist_t *dist, const moon_serve_cluster_t 
     return moon_spawn(rt, &moon_gateway_ops, &ga, &opts, gateway_p);
 }
 
+/* The batch api's service on rank 0 (--data-dir): its batches run through
+ * the same cluster, as the gateway's requests do. */
+static moon_status_t open_batches(moon_runtime_t *rt, const moon_serve_cluster_t *cluster,
+                                  const moon_serve_config_t      *scfg,
+                                  const moon_gateway_config_t    *gcfg,
+                                  const moon_gw_batches_config_t *bcfg,
+                                  moon_gw_batches_t             **batches_p)
+{
+    moon_kv_tag_t          tag;
+    char                   fp[64];
+    moon_gw_batches_args_t a = {
+        .rt         = rt,
+        .conductor  = moon_serve_cluster_conductor(cluster),
+        .model_path = scfg->model_path,
+        .model_name = gcfg->model_name,
+        .n_prefill  = scfg->colocated ? 0 : scfg->n_prefill,
+        .n_decode   = scfg->n_decode,
+    };
+    moon_status_t status;
+
+    if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
+        snprintf(fp, sizeof(fp), "fp_%016llx_v%llu", (unsigned long long)tag.model_id,
+                 (unsigned long long)tag.weight_version);
+        a.fingerprint = fp;
+    }
+    status = moon_gw_batches_open(bcfg, &a, batches_p);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet serve: --data-dir %s cannot be used (see the log above)\n",
+                bcfg->data_dir);
+    }
+    return status;
+}
+
 int moon_cmd_serve(int argc, char **argv)
 {
-    moon_serve_config_t    scfg;
-    serve_run_t            run;
-    moon_dist_config_t     dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
-    moon_gateway_config_t  gcfg; /* --host, --port, --model-name, --api-key... */
-    const moon_cli_table_t tables[] = {{&moon_serve_config_table, &scfg},
-                                       {&run_table, &run},
-                                       {&moon_gateway_config_table, &gcfg},
-                                       {&moon_dist_config_table, &dcfg}};
-    moon_addr_t            gateway  = MOON_ADDR_NONE;
-    moon_addr_t            ctl      = MOON_ADDR_NONE;
-    uint16_t               port     = 0;
-    moon_config_t         *cfg      = NULL;
-    moon_dist_t           *dist     = NULL;
-    moon_runtime_t        *rt       = NULL;
-    moon_serve_cluster_t  *cluster  = NULL;
-    moon_runtime_config_t  rcfg;
-    moon_status_t          up = MOON_OK; /* the gateway's start, agreed by every rank */
-    int                    rc = 1;
+    moon_serve_config_t      scfg;
+    serve_run_t              run;
+    moon_dist_config_t       dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
+    moon_gateway_config_t    gcfg; /* --host, --port, --model-name, --api-key... */
+    moon_gw_batches_config_t bcfg; /* --data-dir, --batch-inflight... */
+    const moon_cli_table_t   tables[] = {{&moon_serve_config_table, &scfg},
+                                         {&run_table, &run},
+                                         {&moon_gateway_config_table, &gcfg},
+                                         {&moon_gw_batches_config_table, &bcfg},
+                                         {&moon_dist_config_table, &dcfg}};
+    moon_gw_batches_t       *batches  = NULL; /* the batch api (--data-dir) */
+    moon_addr_t              gateway  = MOON_ADDR_NONE;
+    moon_addr_t              ctl      = MOON_ADDR_NONE;
+    uint16_t                 port     = 0;
+    moon_config_t           *cfg      = NULL;
+    moon_dist_t             *dist     = NULL;
+    moon_runtime_t          *rt       = NULL;
+    moon_serve_cluster_t    *cluster  = NULL;
+    moon_runtime_config_t    rcfg;
+    moon_status_t            up = MOON_OK; /* the gateway's start, agreed by every rank */
+    int                      rc = 1;
 
     moon_weights_client_t *weights = NULL; /* the admin route's pushes */
 
     moon_serve_config_default(&scfg);
-    if (moon_gateway_config_default(&gcfg) != MOON_OK) {
+    if (moon_gateway_config_default(&gcfg) != MOON_OK ||
+        moon_gw_batches_config_default(&bcfg) != MOON_OK) {
         return 2;
     }
     rc = moon_cli_parse("serve", "usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n",
@@ -283,8 +327,11 @@ int moon_cmd_serve(int argc, char **argv)
             up = moon_weights_client_create(rt, moon_serve_cluster_weights(cluster), &weights);
         }
     }
+    if (moon_dist_rank(dist) == 0 && run.gateway && up == MOON_OK && bcfg.data_dir != NULL) {
+        up = open_batches(rt, cluster, &scfg, &gcfg, &bcfg, &batches);
+    }
     if (moon_dist_rank(dist) == 0 && run.gateway && up == MOON_OK) {
-        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, &gateway, &port);
+        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, batches, &gateway, &port);
         if (up != MOON_OK) {
             fprintf(stderr,
                     "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
@@ -325,7 +372,7 @@ int moon_cmd_serve(int argc, char **argv)
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     if (moon_dist_rank(dist) == 0) {
-        drain_and_stop(rt, dist, gateway, run.drain_seconds);
+        drain_and_stop(rt, dist, gateway, batches, run.drain_seconds);
     } else if (!atomic_load(&g_stop_all)) {
         /* rank 0 drains the requests our instances serve: wait for its word */
         uint64_t t0 = mono_ms(), limit = (uint64_t)run.drain_seconds * 1000u + SERVE_STOP_GRACE_MS;
@@ -343,6 +390,7 @@ out:
      * the default action back, so once more after it */
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
+    moon_gw_batches_stop(batches); /* before the cluster it sends to stops */
     if (gateway != MOON_ADDR_NONE) {
         moon_stop(rt, gateway, MOON_OK); /* no new request while the cluster stops */
     }
@@ -363,6 +411,7 @@ out:
     }
     moon_dist_stop(dist);
     moon_runtime_destroy(rt);
+    moon_gw_batches_close(batches); /* after the gateway that used it */
     moon_dist_finalize(dist);
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
