@@ -143,7 +143,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, arrival_ns)                                                                          \
     F(T, u32, n_resumed)                                                                           \
     MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, u32s, tokens) F(T, u64s, keys) F(T, u64, weight_version)
-/* prefill -> decode: status != 0 (final): the request ended at the prefill
+/* prefill -> decode (slo_class: the PREFILL's, for the decode's admission
+ * order): status != 0 (final): the request ended at the prefill
  * (MOON_ERR_CANCELED: cancelled; else an error, message says why): the decode
  * instance answers the client with DONE. Otherwise blocks[] of the prefill pool (ids in its region
  * desc) hold prompt tokens [first_block * block_tokens, ...). final: the prompt is done; then
@@ -166,6 +167,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, base)                                                                                \
     F(T, u32, n_resumed)                                                                           \
+    F(T, u32, slo_class)                                                                           \
     MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
     F(T, u32s, blocks)                                                                             \
     F(T, bytes, desc)                                                                              \

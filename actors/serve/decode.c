@@ -15,7 +15,11 @@
  *
  * Admission is budgeted: a request is taken only when the blocks it can ever
  * need (prompt + max_tokens) fit beside those of the requests already taken,
- * so a running sequence never finds the pool full; the others wait, in order. */
+ * so a running sequence never finds the pool full; the others wait, in order
+ * of SLO class (0, interactive, first), first come first served within one.
+ * A request of a class above 0 (a batch's) also leaves a quarter of the pool
+ * to class 0 while anything runs, so an interactive request arriving beside a
+ * batch is taken at once, not after the batch's requests ahead of it. */
 #include "decode.h"
 
 #include "block_cache.h"
@@ -591,10 +595,17 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
 
 /* Room for a request that may need `need` blocks, beside what the taken
  * ones may still need: blocks only the prefix cache holds count as room once
- * given back (least recently used first). */
-static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need)
+ * given back (least recently used first). A class above 0 also leaves
+ * DEC_CLASS0_SHARE of the pool free while anything is taken (never more
+ * than it could wait for: with nothing taken, it fits as class 0 would). */
+#define DEC_CLASS0_SHARE 4u /* 1/4 of the blocks */
+static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need, uint32_t slo_class)
 {
     uint32_t idle = d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
+
+    if (slo_class > 0 && d->committed > 0) {
+        need += d->a.n_blocks / DEC_CLASS0_SHARE;
+    }
 
     while (d->committed + need + idle > d->a.n_blocks && idle > 0) {
         moon_block_cache_make_room(d->cache, moon_kv_n_free_blocks(d->pool.kv) + 1);
@@ -610,7 +621,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens);
     dreq_t  *r    = NULL;
 
-    if (!budget_allows(self, d, need)) {
+    if (!budget_allows(self, d, need, m->slo_class)) {
         return MOON_ERR_NO_RESOURCE;
     }
     /* a virtual cache's metadata grows on use: reserve it for the budget
@@ -878,6 +889,8 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
                                    .request_id     = m->request_id,
                                    .n_tokens       = m->tokens.n,
                                    .max_tokens     = m->max_tokens,
+                                   .slo_class      = m->slo_class,
+                                   .flags          = m->flags,
                                    .weight_version = m->weight_version};
     const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
     dreq_t               *r;
@@ -928,6 +941,25 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     return 1;
 }
 
+/* The SLO class a waiting KV_READY or PREFILL carries. */
+static uint32_t class_of(const moon_msg_hdr_t *msg)
+{
+    return msg->type == MOON_MSG_SERVE_PREFILL ? ((const moon_serve_prefill_t *)msg)->slo_class
+                                               : ((const moon_serve_kv_ready_t *)msg)->slo_class;
+}
+
+/* 1 when a request of slo_class must queue behind those waiting: one of its
+ * class or a lower one waits (a request's later messages stay behind its first). */
+static int must_wait(const decode_t *d, uint32_t slo_class)
+{
+    for (uint32_t i = 0; i < d->n_waiting; i++) {
+        if (class_of(d->waiting[i]) <= slo_class) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int handle_incoming(moon_actor_t *self, decode_t *d, const moon_msg_hdr_t *msg)
 {
     return msg->type == MOON_MSG_SERVE_PREFILL
@@ -950,7 +982,7 @@ static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t
      * the ones already waiting for room (a long one would starve behind a
      * stream of short ones); the head always fits an empty pool at last, as
      * init asks for one full context */
-    int queued = d->n_waiting > 0 && find_req(d, m->reply_to, m->request_id) == NULL;
+    int queued = find_req(d, m->reply_to, m->request_id) == NULL && must_wait(d, class_of(msg));
     if (queued || !handle_incoming(self, d, msg)) {
         moon_msg_hdr_t **w = moon_realloc(d->waiting, (d->n_waiting + 1) * sizeof(*w));
         if (w == NULL) {
@@ -965,20 +997,38 @@ static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t
 
 static void try_admit_waiting(moon_actor_t *self, decode_t *d)
 {
-    uint32_t i = 0;
+    uint32_t c = 0;
 
     if (d->admitting) {
         return; /* the outer loop goes on admitting */
     }
     d->admitting = 1;
-    /* In order: a request's later messages stay behind its first. */
-    while (i < d->n_waiting) {
-        if (!handle_incoming(self, d, d->waiting[i])) {
+    /* Class by class, lowest first; in order within one (a request's later
+     * messages stay behind its first, of the same class). The first that
+     * does not fit stops its class and every class above it. */
+    for (;;) {
+        uint32_t i = 0, next = UINT32_MAX;
+        int      blocked = 0;
+        while (i < d->n_waiting) {
+            uint32_t k = class_of(d->waiting[i]);
+            if (k != c) {
+                next = k > c && k < next ? k : next;
+                i++;
+                continue;
+            }
+            if (!handle_incoming(self, d, d->waiting[i])) {
+                blocked = 1;
+                break;
+            }
+            moon_msg_release(d->waiting[i]);
+            memmove(&d->waiting[i], &d->waiting[i + 1],
+                    (d->n_waiting - i - 1) * sizeof(*d->waiting));
+            d->n_waiting--;
+        }
+        if (blocked || next == UINT32_MAX) {
             break;
         }
-        moon_msg_release(d->waiting[i]);
-        memmove(&d->waiting[i], &d->waiting[i + 1], (d->n_waiting - i - 1) * sizeof(*d->waiting));
-        d->n_waiting--;
+        c = next;
     }
     d->admitting = 0;
 }

@@ -215,6 +215,7 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
     m->queue_ns         = r->start_ns - q->arrival_ns;
     m->prefill_ns       = r->compute_ns;
     m->n_resumed        = q->n_resumed;
+    m->slo_class        = q->slo_class;
     m->weight_version   = q->weight_version;
     MOON_SERVE_COPY_SAMPLING(m, q);
     m->seed = rng;

@@ -420,6 +420,67 @@ static void test_concurrent_with_cancels(void)
     free(res);
 }
 
+/* A batch (SLO class 2) that overfills the decode budget, then, once its
+ * first requests are 100 tokens in (the rest long prefilled and waiting for
+ * room), an interactive request (class 0): it is taken at once, ahead of the
+ * batch's waiting requests, and ends first (it wants 4 tokens, the batch's
+ * 200 each; first come first served would put it behind them). */
+static void test_interactive_passes_batch(void)
+{
+    enum { N = 24 };
+    result_t           *res = calloc(N + 1, sizeof(*res));
+    int32_t             prompts[N + 1][8];
+    moon_serve_params_t p[N + 1];
+    uint64_t            base   = 0, id;
+    uint32_t            n_done = 0, max_index = 0;
+    int                 sent = 0;
+
+    for (uint32_t i = 0; i <= N; i++) {
+        make_prompt(prompts[i], 8, 7000 + i);
+        moon_serve_params_default(&p[i]);
+        p[i].tokens     = prompts[i];
+        p[i].n_tokens   = 8;
+        p[i].flags      = MOON_SERVE_F_IGNORE_EOS;
+        p[i].max_tokens = i < N ? 200 : 4;
+        p[i].slo_class  = i < N ? 2 : 0;
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p[i], &id), MOON_OK);
+        base = i == 0 ? id : base;
+    }
+    while (n_done < N + (uint32_t)sent) {
+        moon_serve_event_t ev;
+        if (!sent && max_index >= 100) {
+            CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p[N], &id), MOON_OK);
+            CU_ASSERT_EQUAL(id, base + N);
+            sent = 1;
+        }
+        if (moon_serve_client_next(g_client, WAIT_NS, &ev) != MOON_OK) {
+            CU_FAIL("no event within a minute");
+            break;
+        }
+        CU_ASSERT_FATAL(ev.request_id >= base && ev.request_id <= base + N);
+        if (ev.kind == MOON_SERVE_EV_TOKEN) {
+            max_index = MOON_MAX(max_index, ev.index);
+        } else {
+            result_t *r  = &res[ev.request_id - base];
+            r->finished  = 1;
+            r->done      = ev;
+            r->done.msg_ = NULL;
+            r->n         = n_done++; /* its place in the order of ends */
+        }
+        moon_serve_event_fini(&ev);
+    }
+    CU_ASSERT_TRUE(sent);
+    CU_ASSERT_TRUE(res[N].finished);
+    CU_ASSERT_EQUAL(res[N].done.finish, MOON_FINISH_LENGTH);
+    CU_ASSERT_EQUAL(res[N].n, 0); /* the interactive one ended first */
+    for (uint32_t i = 0; i < N; i++) {
+        CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_LENGTH);
+    }
+    free(res);
+}
+
 /* With an SLO no request can meet (--ttft-slo-ms 0.001): every request is
  * rejected at arrival, answered at once, nothing placed. */
 static void test_early_rejection(void)
@@ -493,7 +554,7 @@ int main(int argc, char **argv)
                  ? MOON_TEST_RUN("serve_slo", NULL, NULL, test_early_rejection)
                  : MOON_TEST_RUN("serve", NULL, NULL, test_golden_greedy, test_stop_string,
                                  test_prefix_reuse, test_evicted_prefix_recomputes, test_bad_input,
-                                 test_concurrent_with_cancels);
+                                 test_concurrent_with_cancels, test_interactive_passes_batch);
         moon_serve_client_destroy(g_client);
     }
     if (moon_dist_size(g_dist) > 1) {
