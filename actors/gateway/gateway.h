@@ -4,8 +4,9 @@
  * model file (tokenizer, context length, chat template), starts the HTTP
  * server (libmicrohttpd, its own threads) and fails the spawn if the port
  * cannot be bound. Routes: POST /v1/completions, POST /v1/chat/completions
- * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics, and
- * with an admin key GET and POST /v1/admin/weights (gw_admin.h).
+ * (stream or not), GET /v1/models[/{id}], GET /health, GET /metrics,
+ * with an admin key GET and POST /v1/admin/weights (gw_admin.h), and with a
+ * batch service (args.batches) /v1/files and /v1/batches (gw_batches.h).
  *
  * Each request goes to the conductor as a SUBMIT with reply_to = the gateway;
  * TOKEN and DONE come back to the gateway, which streams them to the client

@@ -8,6 +8,7 @@
 #include "moonlet/log.h"
 #include "moonlet/model.h"
 #include "gateway.h"
+#include "gw_batches.h"
 #ifdef MOON_WITH_BATCH
 #include "batch.h"
 #endif
@@ -28,11 +29,12 @@ static const moon_config_table_t config_table = {"config", "moonlet config", NUL
 
 int moon_cmd_config(int argc, char **argv)
 {
-    config_opts_t         o;
-    moon_dist_config_t    dist;
-    moon_engine_tuning_t  tuning;
-    moon_serve_config_t   serve;
-    moon_gateway_config_t gateway;
+    config_opts_t            o;
+    moon_dist_config_t       dist;
+    moon_engine_tuning_t     tuning;
+    moon_serve_config_t      serve;
+    moon_gateway_config_t    gateway;
+    moon_gw_batches_config_t batches;
 #ifdef MOON_WITH_BATCH
     moon_batch_config_t batch;
 #endif
@@ -44,6 +46,7 @@ int moon_cmd_config(int argc, char **argv)
                                        {&moon_engine_tuning_table, &tuning},
                                        {&moon_serve_config_table, &serve},
                                        {&moon_gateway_config_table, &gateway},
+                                       {&moon_gw_batches_config_table, &batches},
 #ifdef MOON_WITH_BATCH
                                        {&moon_batch_config_table, &batch},
 #endif
