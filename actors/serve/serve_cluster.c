@@ -464,3 +464,47 @@ void moon_serve_cluster_stop(moon_serve_cluster_t *c)
     moon_free(c->shards);
     moon_free(c);
 }
+
+moon_status_t moon_serve_cluster_placement(const moon_serve_config_t *cfg, uint32_t n_ranks,
+                                           uint32_t rank, char *buf, size_t cap,
+                                           uint32_t *n_instances_p)
+{
+    char          spec[4096];
+    char          name[64];
+    size_t        len    = 0;
+    uint32_t      n_inst = 0;
+    moon_status_t status;
+
+    if (cfg == NULL || buf == NULL || cap == 0 || n_ranks == 0 || rank >= n_ranks) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = build_spec(cfg, n_ranks, spec, sizeof(spec));
+    if (status != MOON_OK) {
+        return status;
+    }
+    buf[0] = '\0';
+    if (rank_of(spec, "conductor", n_ranks) == rank) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s",
+                                n_ranks > 1 ? "conductor,weights" : "conductor");
+    }
+    for (uint32_t k = 0; k < 3 && len < cap; k++) {
+        static const char *const roles[3] = {"store", "prefill", "decode"};
+        uint32_t n = k == 0 ? cfg->n_store : k == 1 ? cfg->n_prefill : cfg->n_decode;
+        for (uint32_t i = 0; i < n && len < cap; i++) {
+            snprintf(name, sizeof(name), "%s/%u", roles[k], i);
+            if (rank_of(spec, name, n_ranks) != rank) {
+                continue;
+            }
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s%s", len ? "," : "",
+                                    cfg->colocated && k > 0 ? "colocated:" : "", name);
+            n_inst += k > 0;
+        }
+    }
+    if (len >= cap) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (n_instances_p != NULL) {
+        *n_instances_p = n_inst;
+    }
+    return MOON_OK;
+}

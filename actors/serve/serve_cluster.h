@@ -66,4 +66,13 @@ MOON_API const moon_model_t *moon_serve_cluster_model(const moon_serve_cluster_t
  * while it runs). NULL: no-op. */
 MOON_API void moon_serve_cluster_stop(moon_serve_cluster_t *c);
 
+/* The actors cfg places on rank (of n_ranks), comma-separated into buf
+ * ("conductor,weights,store/0"; "" when none), and in *n_instances_p how many
+ * of them are prefill or decode instances (each runs an engine). Pure: any
+ * thread, no cluster needed. MOON_ERR_INVALID_PARAM: the roles do not place
+ * (client ranks leave none), or buf is too small. */
+MOON_API moon_status_t moon_serve_cluster_placement(const moon_serve_config_t *cfg,
+                                                    uint32_t n_ranks, uint32_t rank, char *buf,
+                                                    size_t cap, uint32_t *n_instances_p);
+
 #endif /* MOON_ACTORS_SERVE_CLUSTER_H */

@@ -22,6 +22,7 @@
 #include "moonlet/runtime.h"
 #include "gateway.h"
 #include "gw_batches.h"
+#include "placement.h"
 #include "serve_cluster.h"
 #include "serve_instance.h"
 
@@ -39,6 +40,7 @@ typedef struct {
     int         gateway;
     const char *profile;
     uint32_t    drain_seconds;
+    int         print_placement;
 } serve_run_t;
 
 #define SR(_f) MOON_CONFIG_AT(serve_run_t, _f)
@@ -57,6 +59,9 @@ static const moon_config_field_t run_fields[] = {
      "on sigterm/sigint: seconds rank 0 lets requests in flight finish (new ones get 503) "
      "before every rank stops",
      0, 86400, 0, 0, NULL},
+    {"print-placement", MOON_CONFIG_BOOL, SR(print_placement), "0",
+     "print where each rank's actors and threads run (rank, host, cores, device)", 0, 1, 0, 0,
+     NULL},
     MOON_CONFIG_END,
 };
 #undef SR
@@ -318,6 +323,14 @@ int moon_cmd_serve(int argc, char **argv)
         MOON_OK) {
         fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
         goto out;
+    }
+    {
+        moon_cli_placement_t pl = {.rank        = moon_dist_rank(dist),
+                                   .n_ranks     = moon_dist_size(dist),
+                                   .split_hosts = dcfg.split_hosts,
+                                   .workers     = run.workers,
+                                   .pin_workers = rcfg.pin_workers};
+        moon_cli_placement_report(&scfg, &pl, run.print_placement ? stderr : NULL);
     }
     if (moon_dist_rank(dist) == 0 && run.gateway && gcfg.admin_key != NULL) {
         if (moon_serve_cluster_weights(cluster) == MOON_ADDR_NONE) {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/scripts/test_placement.sh MPIEXEC MOONLET MODEL - `moonlet serve
+# --print-placement`: alone, one line naming every actor on rank 0; under
+# mpirun -np 4 --split-hosts 2 on this machine's cores, one line per rank
+# (the roles where serve_cluster places them, two pseudo-hosts) and, the
+# ranks oversubscribing the cores, a warning naming the counts that fit.
+set -u
+MPIEXEC=$1
+M=$2
+MODEL=$3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "test_placement: $*"; cat "$T"/*.log 2>/dev/null | tail -30; exit 1; }
+
+timeout 60 "$M" serve --model "$MODEL" --port 0 --print-placement --seconds 1 >"$T/one.log" 2>&1 ||
+    fail "moonlet serve --print-placement exited $?"
+grep -q '^placement: rank 0/1 host .*: conductor,store/0,prefill/0,decode/0 | workers 1 ' \
+    "$T/one.log" || fail "no placement line for one process"
+
+timeout 120 "$MPIEXEC" -np 4 "$M" serve --model "$MODEL" --port 0 --print-placement \
+    --split-hosts 2 --seconds 2 >"$T/four.log" 2>&1 || fail "mpirun -np 4 moonlet serve exited $?"
+for want in 'rank 0/4 .*(pseudo-host 0 of 2).*: conductor,weights |' \
+            'rank 1/4 .*(pseudo-host 1 of 2).*: store/0 |' \
+            'rank 2/4 .*(pseudo-host 0 of 2).*: prefill/0 |' \
+            'rank 3/4 .*(pseudo-host 1 of 2).*: decode/0 |'; do
+    grep -q "^placement: $want" "$T/four.log" || fail "no line '$want'"
+done
+if [ "$(nproc)" -lt 8 ]; then
+    grep -q 'oversubscribed.*What fits: at most [0-9]* such rank(s) per host (mpirun --map-by ppr:' \
+        "$T/four.log" || fail "4 ranks on $(nproc) cores but no oversubscription warning"
+fi
+echo "test_placement: ok"
