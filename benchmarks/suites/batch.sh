@@ -81,14 +81,14 @@ fi
 
 # Interactive TTFT while a /v1/batches job runs, against the same stream
 # alone (the anchor), on one `moonlet serve --data-dir` in the same run: a
-# `moonlet bench random` stream (NI prompts at RATE/s, 24 tokens in, 32
+# `moonlet bench random` stream (NI prompts, 100, at RATE/s, 24 tokens in, 32
 # out) alone, then beside a batch of NB prompts (OUT_B tokens out, C in
 # flight, its SLO class
 # below interactive) created just before it and cancelled after it. Rounds
 # alternate; one JSON line: the medians of TTFT p50 and p99 with and
 # without the batch, ratio = the median of the rounds' p99 with / without,
 # with min and max (target <= 1.5), and the same for p50.
-NI=${NI:-40}
+NI=${NI:-100}
 RATE=${RATE:-4}
 NB=${NB:-4000}
 OUT_B=${OUT_B:-256}
