@@ -1007,8 +1007,9 @@ static char *files_upload(moon_gw_batches_t *s, const char *ctype, const char *b
     }
     status = moon_gw_files_put(s->files, file->filename, purp, file->data, file->len, &info, &e);
     if (status != MOON_OK) {
-        return error_out(e == ENOSPC || e == EDQUOT ? 507 : 500, e == ENOSPC ? "disk_full" : NULL,
-                         NULL, http_p, type_p, len_p, "the file could not be stored: %s",
+        int full = e == ENOSPC || e == EDQUOT || e == EFBIG; /* the disk, a quota, a limit */
+        return error_out(full ? 507 : 500, full ? "storage_full" : NULL, NULL, http_p, type_p,
+                         len_p, "the file could not be stored: %s",
                          e != 0 ? strerror(e) : moon_status_str(status));
     }
     MOON_INFO("batches: file %s stored (%s, %llu bytes)", info.id, info.filename,

@@ -20,6 +20,11 @@
  * lines, requests the gateway would refuse) the error file (purpose
  * batch_output, in the file store; request_counts completed and failed).
  *
+ * Errors are OpenAI error objects: 400 bad input (multipart, JSON, purpose,
+ * endpoint, completion_window), 404 unknown ids, 405, 413 over --file-limit,
+ * 507 "storage_full" when the file system refuses a write (a full disk, a
+ * quota, a file size limit), 500 else.
+ *
  * Threading: the HTTP entry points are called from the server's threads and
  * take the service's mutex; the runner thread drives the engine. */
 #ifndef MOON_ACTORS_GW_BATCHES_H

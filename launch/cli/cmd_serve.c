@@ -360,6 +360,9 @@ int moon_cmd_serve(int argc, char **argv)
         goto out;
     }
     moon_cli_on_stop_signals(on_signal);
+    /* a file size limit (ulimit -f) fails a write (EFBIG: the upload gets its
+     * error) instead of killing the server */
+    signal(SIGXFSZ, SIG_IGN);
     if (moon_dist_size(dist) > 1) {
         char              name[32];
         moon_spawn_opts_t copts = {.flags = MOON_SPAWN_CONTROL};

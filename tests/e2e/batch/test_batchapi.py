@@ -10,6 +10,8 @@ registry cannot be reached):
     --file-limit, an unknown file or batch id, a bad create body: each an
     OpenAI error object (4xx);
   - cancel midway: the batch ends cancelled, what it answered answered once;
+  - a write the file system refuses (a file size limit, as a full disk):
+    507 storage_full, nothing listed, the server serves on;
   - kill -9 midway, restart on the same --data-dir: the server lists its
     files and batches and the batch completes, each line answered once;
   - SIGTERM midway: a clean exit, and the restarted server completes it."""
@@ -43,13 +45,14 @@ def free_port():
 
 
 class Server:
-    def __init__(self, data_dir, *extra, name="serve"):
+    def __init__(self, data_dir, *extra, name="serve", preexec=None):
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = path(name + ".log")
         cmd = [MOONLET, "serve", "--model", MODEL, "--port", str(self.port), "--data-dir",
                data_dir] + list(extra)
-        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"))
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
+                                  preexec_fn=preexec)
         t0 = time.time()
         while True:
             assert self.p.poll() is None, "moonlet serve exited: " + open(self.log).read()[-2000:]
@@ -311,6 +314,37 @@ def test_npm(srv):
     print("npm openai: ok (files.create, batches.create/retrieve/cancel, files.content)")
 
 
+def test_storage_full():
+    """A write the file system refuses (here a file size limit, as a full
+    disk would): the upload gets an error object, nothing is listed, the
+    server serves on."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    d = path("data-full")
+    shutil.rmtree(d, ignore_errors=True)
+    srv = Server(d, "--file-limit", "8m", name="full", preexec=limit)
+    try:
+        big = path("big2m.jsonl")
+        line = json.dumps(bc.request_lines(1)[0]) + "\n"
+        with open(big, "w") as f:
+            f.write(line * ((2 << 20) // len(line) + 1))
+        e = expect_error(srv.upload(big), 507)
+        assert e["code"] == "storage_full" and "File too large" in e["message"], e
+        code, lst = srv.curl("GET", "/v1/files")
+        assert code == 200 and lst["data"] == [], lst
+        assert not [n for n in os.listdir(os.path.join(d, "files")) if n.endswith(".tmp")]
+        code, f = srv.upload(path("curl.jsonl"))
+        assert code == 200, f
+        assert srv.stop() == 0
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+    print("storage full: ok (507 storage_full, nothing listed, the server serves on)")
+
+
 def main():
     data = path("data")
     shutil.rmtree(data, ignore_errors=True)
@@ -320,6 +354,7 @@ def main():
         test_bad_input(srv, fid)
         test_cancel(srv)
         test_npm(srv)
+        test_storage_full()
     finally:
         if srv.p.poll() is None:
             rc = srv.stop()
