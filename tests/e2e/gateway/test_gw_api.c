@@ -354,7 +354,8 @@ static void test_cors(void)
                             "-H 'Access-Control-Request-Headers: authorization, content-type'"),
                     204);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Origin: " ORIGIN_OK));
-    CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, OPTIONS"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS"));
     CU_ASSERT_PTR_NOT_NULL(
         strstr(r.headers, "Access-Control-Allow-Headers: authorization, content-type"));
     gw_http_fini(&r);
