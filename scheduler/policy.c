@@ -27,14 +27,25 @@ void moon_sched_config_default(moon_sched_config_t *cfg)
     cfg->shed_share        = MOON_SCHED_SHED_SHARE_DEFAULT;
 }
 
+/* The i-th policy: the built-in ones, then those registered. */
+static const sched_policy_ops_t *policy_at(uint32_t i)
+{
+    return i < MOON_ARRAY_SIZE(registry) ? registry[i]
+                                         : sched_ext_at(i - (uint32_t)MOON_ARRAY_SIZE(registry));
+}
+
 const char *moon_sched_policy_name_at(uint32_t i)
 {
-    return i < MOON_ARRAY_SIZE(registry) ? registry[i]->name : NULL;
+    const sched_policy_ops_t *ops = policy_at(i);
+
+    return ops != NULL ? ops->name : NULL;
 }
 
 const char *moon_sched_policy_doc_at(uint32_t i)
 {
-    return i < MOON_ARRAY_SIZE(registry) ? registry[i]->doc : NULL;
+    const sched_policy_ops_t *ops = policy_at(i);
+
+    return ops != NULL ? ops->doc : NULL;
 }
 
 /* name, or name+reject / name+noreject: the ops and the override (-1: none). */
@@ -58,7 +69,7 @@ static const sched_policy_ops_t *lookup(const char *name, int *reject_p)
             return registry[i];
         }
     }
-    return NULL;
+    return sched_ext_lookup(name, len);
 }
 
 moon_status_t moon_sched_policy_create(const char *name, const moon_sched_config_t *cfg,

@@ -79,6 +79,11 @@ void sched_set_decode(const sched_ctx_t *c, uint32_t j, moon_sched_decision_t *d
  * context, more free KV, lower index). */
 uint32_t sched_least_loaded_decode(const sched_ctx_t *c);
 
+/* Policies registered with moon_sched_policy_register (policy_ext.c): the
+ * i-th one's ops (NULL past the end), and one by its name's first len bytes. */
+const sched_policy_ops_t *sched_ext_at(uint32_t i);
+const sched_policy_ops_t *sched_ext_lookup(const char *name, size_t len);
+
 /* Predicted KV blocks free on inst at t (blocks of sequences finished by then
  * come back). */
 uint64_t sched_kv_free_at(const moon_sched_instance_t *inst, double t_s);

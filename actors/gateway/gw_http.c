@@ -11,6 +11,7 @@
 #include "gw_guard.h"
 #include "gw_hangup.h"
 #include "gw_logprobs.h"
+#include "gw_plugin.h"
 #include "gw_tokenize.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -554,7 +555,15 @@ static const char *str_of(const moon_msg_hdr_t *msg, moon_span_t span)
 /* A DONE that is not an answer: its error (1), or 0. */
 static int done_error(const moon_serve_done_t *d, moon_gw_error_t *err)
 {
-    return moon_gw_done_error(d->finish, d->status, str_of(&d->hdr, d->message), err);
+    int is_error = moon_gw_done_error(d->finish, d->status, str_of(&d->hdr, d->message), err);
+
+    if (is_error && d->http_status >= 400 && d->http_status < 600) { /* a request filter's */
+        moon_gw_error_set(err, (int)d->http_status, NULL, NULL, "%s", str_of(&d->hdr, d->message));
+        if (d->retry_after_s > 0) {
+            err->retry_after_s = d->retry_after_s;
+        }
+    }
+    return is_error;
 }
 
 /* ---- latencies, as the client sees them ---------------------------------------- */
@@ -855,6 +864,7 @@ static enum MHD_Result on_body(conn_t *c)
     moon_gw_error_t err;
     moon_gw_conn_t  conn;
     moon_status_t   status;
+    char            session[128]; /* for plugins: copied into the SUBMIT */
 
     if (c->too_large) {
         moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
@@ -888,6 +898,9 @@ static enum MHD_Result on_body(conn_t *c)
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
+    moon_gw_plugin_params(
+        MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        c->body.data, c->body.len, session, sizeof(session), &c->req.params);
     conn.park = conn_park;
     conn.wake = conn_wake;
     conn.arg  = c;

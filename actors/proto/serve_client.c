@@ -44,7 +44,9 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
     }
     m = moon_msg_new(MOON_MSG_SERVE_SUBMIT, plen + 1 + (size_t)p->n_tokens * 4 +
                                                 (size_t)p->n_stop_ids * 4 + (size_t)p->n_bias * 8 +
-                                                slen + 40);
+                                                slen + 40 +
+                                                (p->key != NULL ? strlen(p->key) + 1 : 1) +
+                                                (p->session != NULL ? strlen(p->session) + 1 : 1));
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -87,6 +89,8 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
             stops += n;
         }
     }
+    moon_msg_set_str(m, &m->key, p->key != NULL ? p->key : "");
+    moon_msg_set_str(m, &m->session, p->session != NULL ? p->session : "");
     *msg_p = m;
     return MOON_OK;
 }
@@ -155,6 +159,8 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->transfer_ns            = d->transfer_ns;
         ev->ttft_ns                = d->ttft_ns;
         ev->weight_version         = d->weight_version;
+        ev->http_status            = d->http_status;
+        ev->retry_after_s          = d->retry_after_s;
         ev->text                   = d->text.n ? MOON_SPAN_PTR(d, d->text) : "";
         ev->message                = d->message.n ? MOON_SPAN_PTR(d, d->message) : "";
         return MOON_OK;

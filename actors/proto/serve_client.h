@@ -46,6 +46,8 @@ typedef struct {
     const int32_t *bias_ids; /* (n_bias) with bias[i] */
     const float   *bias;
     uint32_t       n_bias;
+    const char    *key;     /* the client's API key, for request filters (NULL: none) */
+    const char    *session; /* its session field, for filters and policies (NULL: none) */
 } moon_serve_params_t;
 
 /* Defaults: max_tokens 16, greedy, top_p 1, flags ADD_BOS. */
@@ -71,6 +73,8 @@ typedef struct {
     uint64_t      queue_ns, prefill_ns, transfer_ns, ttft_ns;
     const char   *message;        /* DONE with an error: why */
     uint64_t      weight_version; /* TOKEN: its weights; DONE: those of every token */
+    uint32_t      http_status;    /* DONE: a request filter's status for a refusal, else 0 */
+    uint32_t      retry_after_s;  /* DONE: with http_status, seconds to wait (0: none) */
     /* private: owned copy for moon_serve_client_next */
     moon_msg_hdr_t *msg_;
 } moon_serve_event_t;

@@ -76,11 +76,14 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * a request resumed after the loss of an instance that served it (see
  * MOON_SERVE_RESUMABLE): the tokens its client already received (their
  * TOKEN indices 0..n-1), appended to the prompt; the stream goes on at
- * index n, max_tokens still counts from the first one. */
+ * index n, max_tokens still counts from the first one. key: the client's API key,
+ * session: its session field (OpenAI `user`), both "" when none: what request
+ * filters and policies of one's own (plugin.h) may read. */
 #define MOON_SERVE_SUBMIT_FIELDS(F, T)                                                             \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, u32, slo_class)                                                                           \
-    MOON_SERVE_SAMPLING_FIELDS(F, T) F(T, str, prompt) F(T, u32s, tokens) F(T, u32s, resume)
+    MOON_SERVE_SAMPLING_FIELDS(F, T)                                                               \
+    F(T, str, prompt) F(T, u32s, tokens) F(T, u32s, resume) F(T, str, key) F(T, str, session)
 /* client -> conductor, conductor -> instances. */
 #define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
 /* decode (or conductor, prefill on failure) -> client: one per token. text is
@@ -109,7 +112,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * the end (never a stop string). prefill_instance / decode_instance: the instances (indices within
  * their role, as in LOAD) that served it, -1 when it was never placed. Times
  * are the server's, in ns: queue = arrival to prefill start, prefill =
- * compute, transfer = KV handover, ttft = arrival to first token. */
+ * compute, transfer = KV handover, ttft = arrival to first token.
+ * http_status, retry_after_s: a request filter's refusal (plugin.h), else 0. */
 #define MOON_SERVE_DONE_FIELDS(F, T)                                                               \
     F(T, u64, request_id)                                                                          \
     F(T, u32, finish)                                                                              \
@@ -122,7 +126,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, queue_ns)                                                                            \
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, transfer_ns)                                                                         \
-    F(T, u64, ttft_ns) F(T, str, text) F(T, str, message) F(T, u64, weight_version)
+    F(T, u64, ttft_ns)                                                                             \
+    F(T, str, text) F(T, str, message) F(T, u64, weight_version) F(T, u32, http_status)            \
+        F(T, u32, retry_after_s)
 
 /* weight_version (PREFILL, KV_READY, TOKEN, DONE): the weights the request runs on
  * from its first step to its last, stamped by the conductor (weights_msgs.h). */

@@ -19,6 +19,8 @@
 #include "moonlet/log.h"
 #include "moonlet/kv_index.h"
 #include "moonlet/sched_policy.h"
+#include "moonlet/sys_msgs.h"
+#include "plugin_hooks.h"
 #include "serve_instance.h"
 #include "store_msgs.h"
 #include "weights_msgs.h"
@@ -69,7 +71,8 @@ typedef struct {
         uint64_t n_index_resyncs;
     } stats;
 
-    moon_weights_gate_t gate; /* the weight version new requests get */
+    moon_weights_gate_t gate;    /* the weight version new requests get */
+    moon_plugin_gate_t *plugins; /* request filters and observers; NULL: none loaded */
 } conductor_t;
 
 static double now_s(moon_actor_t *self)
@@ -121,6 +124,7 @@ static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t
                      (unsigned long long)m->request_id, why);
     c->stats.n_errors++;
     answer(self, m->reply_to, m->request_id, MOON_FINISH_ERROR, status, 0, why);
+    moon_plugin_gate_rejected(c->plugins, self, m, 0, status, 0, why);
 }
 
 /* The request table's index: a live request's key and its slot in reqs. */
@@ -335,6 +339,7 @@ static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_
     req->ttft_slo_s    = c->a.ttft_slo_s;
     req->tbt_slo_s     = c->a.tbt_slo_s;
     req->now_s         = now_s(self);
+    req->affinity      = m->session.n > 0 ? moon_plugin_affinity(MOON_SPAN_PTR(m, m->session)) : 0;
     return moon_sched_policy_decide(c->policy, &c->view, req, d);
 }
 
@@ -352,6 +357,9 @@ static uint32_t store_fetch(const moon_sched_request_t *req, const moon_sched_de
     return end > d->local_blocks ? end - d->local_blocks : 0;
 }
 
+static void admit(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m, int32_t *ids,
+                  uint32_t n);
+
 static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t               *c   = moon_actor_state(self);
@@ -359,14 +367,7 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     const char                *why = NULL;
     uint32_t                   n   = 0;
     int32_t                   *ids;
-    creq_t                    *r = NULL;
-    moon_serve_prefill_t      *p;
-    moon_sched_decision_t      d;
-    moon_sched_request_t       req;
-    moon_kv_key_t             *bkeys;
-    uint32_t                   local[2 * COND_MAX_INSTANCES], n_blocks;
     moon_status_t              status;
-    uint64_t                   now = moon_now(moon_actor_runtime(self));
 
     c->stats.n_submitted++;
     if (m->reply_to == MOON_ADDR_NONE) {
@@ -387,6 +388,33 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         moon_free(ids);
         return MOON_OK;
     }
+    status = moon_plugin_gate_filter(c->plugins, self, m, ids, n);
+    if (status == MOON_INPROGRESS) {
+        return MOON_OK; /* a request filter's verdict (or its deadline) goes on with it */
+    }
+    if (status != MOON_OK) {
+        reject(self, c, m, MOON_ERR_NO_RESOURCE, "too many requests wait for request filters");
+        moon_free(ids);
+        return MOON_OK;
+    }
+    admit(self, c, m, ids, n);
+    return MOON_OK;
+}
+
+/* Places a checked request (ids: its tokens, freed here) and sends it to its
+ * prefill instance, or answers why not. */
+static void admit(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m, int32_t *ids,
+                  uint32_t n)
+{
+    creq_t               *r = NULL;
+    moon_serve_prefill_t *p;
+    moon_sched_decision_t d;
+    moon_sched_request_t  req;
+    moon_kv_key_t        *bkeys;
+    uint32_t              local[2 * COND_MAX_INSTANCES], n_blocks;
+    moon_status_t         status;
+    uint64_t              now = moon_now(moon_actor_runtime(self));
+
     if (c->n_free_reqs > 0) {
         r = &c->reqs[c->free_reqs[c->n_free_reqs - 1]];
     }
@@ -394,8 +422,10 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         c->stats.n_rejected++;
         answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED, MOON_ERR_NO_RESOURCE, n,
                "too many requests in flight");
+        moon_plugin_gate_rejected(c->plugins, self, m, n, MOON_ERR_NO_RESOURCE, 429,
+                                  "too many requests in flight");
         moon_free(ids);
-        return MOON_OK;
+        return;
     }
     /* the prompt's block keys, hashed once: the placement and the PREFILL */
     n_blocks = n / c->a.block_tokens;
@@ -405,7 +435,7 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
         if (bkeys == NULL) {
             reject(self, c, m, MOON_ERR_NO_MEMORY, "no memory for the prompt's block keys");
             moon_free(ids);
-            return MOON_OK;
+            return;
         }
         moon_kv_keys_of_tokens(&c->a.tag, c->a.block_tokens, ids, n, bkeys, n_blocks, &got);
     }
@@ -417,9 +447,10 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
                          (unsigned long long)m->request_id, w);
         answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED,
                status != MOON_OK ? status : MOON_ERR_NO_RESOURCE, n, w);
+        moon_plugin_gate_rejected(c->plugins, self, m, n, MOON_ERR_NO_RESOURCE, 429, w);
         moon_free(bkeys);
         moon_free(ids);
-        return MOON_OK;
+        return;
     }
     p = build_prefill(c, m, ids, n, bkeys, c->inst[d.decode].addr, now);
     moon_free(bkeys);
@@ -432,7 +463,7 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     if (p == NULL || moon_send(self, c->inst[d.prefill].addr, &p->hdr) != MOON_OK) {
         moon_msg_release(p ? &p->hdr : NULL);
         reject(self, c, m, MOON_ERR_NO_MEMORY, "the request could not be placed");
-        return MOON_OK;
+        return;
     }
     moon_sched_view_commit(&c->view, &req, &d);
     *r = (creq_t){
@@ -446,6 +477,63 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     c->n_reqs++;
     c->stats.n_placed++;
     r->version = c->gate.serving;
+    moon_plugin_gate_admitted(c->plugins, self, m, n, d.prefill, d.decode);
+}
+
+/* A request filter decided (plugin_hooks.h): place the request, or answer
+ * the filter's refusal with its HTTP status. */
+static void filtered(moon_actor_t *self, conductor_t *c, moon_plugin_outcome_t *o)
+{
+    const moon_serve_submit_t *m = o->m;
+    moon_serve_done_t         *d;
+
+    if (!o->rejected) {
+        admit(self, c, m, o->ids, o->n);
+        o->ids = NULL; /* admit freed them */
+        moon_plugin_outcome_fini(o);
+        return;
+    }
+    c->stats.n_rejected++;
+    MOON_INFO("conductor: request %llu refused by a filter (%u): %s",
+              (unsigned long long)m->request_id, o->http_status, o->message);
+    d = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(o->message) + 2);
+    if (d != NULL) {
+        d->request_id       = m->request_id;
+        d->finish           = MOON_FINISH_REJECTED;
+        d->status           = MOON_ERR_PEER_REJECTED;
+        d->n_prompt         = o->n;
+        d->prefill_instance = -1;
+        d->decode_instance  = -1;
+        d->http_status      = o->http_status;
+        d->retry_after_s    = o->retry_after_s;
+        moon_msg_set_str(d, &d->text, "");
+        moon_msg_set_str(d, &d->message, o->message);
+        moon_tell(self, m->reply_to, &d->hdr);
+    }
+    moon_plugin_gate_rejected(c->plugins, self, m, o->n, MOON_ERR_PEER_REJECTED, o->http_status,
+                              o->message);
+    moon_plugin_outcome_fini(o);
+}
+
+static moon_status_t conductor_on_verdict(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t          *c = moon_actor_state(self);
+    moon_plugin_outcome_t o;
+
+    if (moon_plugin_gate_on_verdict(c->plugins, self, msg, &o) == MOON_OK) {
+        filtered(self, c, &o);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t conductor_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    conductor_t          *c = moon_actor_state(self);
+    moon_plugin_outcome_t o;
+
+    if (moon_plugin_gate_on_timer(c->plugins, self, msg, &o) == MOON_OK) {
+        filtered(self, c, &o);
+    }
     return MOON_OK;
 }
 
@@ -514,6 +602,8 @@ static moon_status_t conductor_on_released(moon_actor_t *self, const moon_msg_hd
 
     if (r != NULL) {
         end_req(self, c, r, m->finish);
+        moon_plugin_gate_finished(c->plugins, self, m->reply_to, m->request_id, m->finish,
+                                  m->n_completion);
     }
     return MOON_OK;
 }
@@ -645,6 +735,10 @@ static moon_status_t conductor_on_events(moon_actor_t *self, const moon_msg_hdr_
     }
     status = moon_kv_index_apply(c->index, m->shard_id, m->seq, m->snapshot,
                                  MOON_SPAN_PTR(m, m->ev), m->ev.n / MOON_STORE_EVENT_U64S);
+    if (m->snapshot == 0) { /* live events only: a snapshot repeats what was told */
+        moon_plugin_gate_store(c->plugins, self, MOON_SPAN_PTR(m, m->ev),
+                               m->ev.n / MOON_STORE_EVENT_U64S, MOON_STORE_EVENT_U64S);
+    }
     if (status == MOON_ERR_CORRUPT || status == MOON_ERR_NO_MEMORY) {
         /* a lost message: the shard's part is dropped; its new snapshot rebuilds it */
         MOON_WARN("conductor: events of store shard %u lost (%s): subscribing again", m->shard_id,
@@ -902,6 +996,9 @@ static moon_status_t conductor_init(moon_actor_t *self, const void *args)
     for (uint32_t i = 0; status == MOON_OK && keeps_cache(c, i); i++) {
         status = moon_kv_index_create(1, &c->a.tag, &c->cached[i]);
     }
+    if (status == MOON_OK) {
+        status = moon_plugin_gate_create(c->a.max_requests, &c->plugins);
+    }
     for (uint32_t s = 0; status == MOON_OK && s < c->a.n_shards; s++) {
         moon_monitor(self, c->shards[s], COND_SHARD_REF_BASE + s);
         subscribe(self, c, s, 0);
@@ -925,6 +1022,8 @@ static void conductor_fini(moon_actor_t *self)
         c->cached[i] = NULL;
     }
     moon_sched_policy_destroy(c->policy);
+    moon_plugin_gate_destroy(c->plugins);
+    c->plugins = NULL;
     moon_sched_view_fini(&c->view);
     moon_htab_destroy(c->req_index);
     moon_free(c->free_reqs);
@@ -956,5 +1055,7 @@ const moon_actor_ops_t moon_conductor_ops = {
             [MOON_MSG_STORE_REPLY]        = conductor_on_store_reply,
             [MOON_MSG_SYS_DOWN]           = conductor_on_down,
             [MOON_MSG_SERVE_STATS]        = conductor_on_stats,
+            [MOON_MSG_PLUGIN_VERDICT]     = conductor_on_verdict,
+            [MOON_MSG_SYS_TIMER]          = conductor_on_timer,
         },
 };

@@ -26,6 +26,7 @@
 #include "cache_events.h"
 #include "engine_runner.h"
 #include "kv_pool.h"
+#include "plugin_hooks.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 #include "serve_instance.h"
@@ -439,6 +440,7 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
             return;
         }
     }
+    moon_plugin_token(self, r->reply_to, r->request_id, r->n_gen - 1, (uint32_t)tok, r->ttft_ns);
     d->n_tokens_out++;
     r->last_token = tok;
     moon_sampler_accept(&r->smp, tok);

@@ -34,6 +34,7 @@ struct moon_serve_cluster {
     moon_addr_t         mine[CLUSTER_MAX_ACTORS]; /* spawned on this rank */
     uint32_t            next_core;                /* engine cores handed out on this rank */
     uint32_t            n_mine;
+    char                spec[4096]; /* the placement */
 };
 
 static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
@@ -422,6 +423,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         return status;
     }
     MOON_INFO("serve: rank %u runs %u actors (placement: %s)", me, c->n_mine, spec);
+    snprintf(c->spec, sizeof(c->spec), "%s", spec);
     *c_p = c;
     return MOON_OK;
 }
@@ -434,6 +436,11 @@ moon_addr_t moon_serve_cluster_conductor(const moon_serve_cluster_t *c)
 moon_addr_t moon_serve_cluster_weights(const moon_serve_cluster_t *c)
 {
     return c->weights;
+}
+
+const char *moon_serve_cluster_spec(const moon_serve_cluster_t *c)
+{
+    return c->spec;
 }
 
 const moon_model_t *moon_serve_cluster_model(const moon_serve_cluster_t *c)

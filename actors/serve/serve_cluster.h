@@ -60,6 +60,9 @@ MOON_API moon_addr_t   moon_serve_cluster_conductor(const moon_serve_cluster_t *
 /* The weight-sync broadcaster (weights_bcast.h); MOON_ADDR_NONE without a
  * distributed runtime. */
 MOON_API moon_addr_t moon_serve_cluster_weights(const moon_serve_cluster_t *c);
+/* The placement spec of the roles (moon_dist_place: "conductor=0; store*=1;
+ * prefill*=2; decode*=3"), owned by c. */
+MOON_API const char *moon_serve_cluster_spec(const moon_serve_cluster_t *c);
 /* The loaded model (tokenizer, config). */
 MOON_API const moon_model_t *moon_serve_cluster_model(const moon_serve_cluster_t *c);
 /* Stops this rank's serving actors and frees (after the runtime stopped, or

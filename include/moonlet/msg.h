@@ -40,7 +40,8 @@ typedef uint64_t moon_addr_t;
     R(DIST, 112, 8)    /* distributed runtime (dist.h) */                                          \
     R(GATEWAY, 120, 8) /* HTTP gateway bridge (actors/gateway) */                                  \
     R(USER, 128, 64)   /* user programs and examples */                                            \
-    R(PLUGIN, 192, 64) /* plugins loaded into a cluster */
+    R(HOOKS, 192, 8)   /* the plugin API's own: filters and observers (plugin.h) */                \
+    R(PLUGIN, 200, 56) /* plugins loaded into a cluster */
 #define MOON_MSG_RANGE_ENUM_(_name, _base, _size)                                                  \
     MOON_MSG_RANGE_##_name##_BASE = (_base), MOON_MSG_RANGE_##_name##_END = (_base) + (_size),
 enum { MOON_MSG_RANGES(MOON_MSG_RANGE_ENUM_) };
@@ -50,7 +51,8 @@ MOON_STATIC_ASSERT(MOON_MSG_RANGE_RUNTIME_END <= MOON_MSG_RANGE_WEIGHTS_BASE &&
                        MOON_MSG_RANGE_SERVE_END <= MOON_MSG_RANGE_DIST_BASE &&
                        MOON_MSG_RANGE_DIST_END <= MOON_MSG_RANGE_GATEWAY_BASE &&
                        MOON_MSG_RANGE_GATEWAY_END <= MOON_MSG_RANGE_USER_BASE &&
-                       MOON_MSG_RANGE_USER_END <= MOON_MSG_RANGE_PLUGIN_BASE &&
+                       MOON_MSG_RANGE_USER_END <= MOON_MSG_RANGE_HOOKS_BASE &&
+                       MOON_MSG_RANGE_HOOKS_END <= MOON_MSG_RANGE_PLUGIN_BASE &&
                        MOON_MSG_RANGE_PLUGIN_END <= MOON_MSG_MAX_TYPES,
                    "message-id ranges overlap or pass MOON_MSG_MAX_TYPES");
 #define MOON_MSG_USER_BASE MOON_MSG_RANGE_USER_BASE

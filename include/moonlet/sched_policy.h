@@ -112,6 +112,41 @@ MOON_API moon_status_t moon_sched_policy_decide(moon_sched_policy_t        *poli
                                                 const moon_sched_request_t *req,
                                                 moon_sched_decision_t      *decision_p);
 
+/* ---- policies of one's own (plugins) -------------------------------------- */
+/* A policy outside the library picks the two instances; the frame does the
+ * rest as for a built-in one (argument checks, predictions for what was
+ * picked, early rejection). */
+typedef struct {
+    int32_t prefill; /* view index of an alive prefill (or colocated) instance */
+    int32_t decode;  /* view index of an alive decode instance (colocated: == prefill) */
+} moon_sched_pick_t;
+
+/* Picks for req on view (both borrowed, validated as for decide: at least one
+ * alive candidate of each role). arg is the definition's. Called on the
+ * conductor's thread, one call at a time per policy; must not block. MOON_OK
+ * with *pick_p set; any other status, or a pick that is not an alive
+ * candidate, makes the frame place the request as least-loaded does (logged). */
+typedef moon_status_t (*moon_sched_pick_fn)(void *arg, const moon_sched_view_t *view,
+                                            const moon_sched_request_t *req,
+                                            moon_sched_pick_t          *pick_p);
+
+typedef struct {
+    const char        *name; /* [a-z0-9_-], at most 31 characters; copied */
+    const char        *doc;  /* one line for --list-policies; copied (NULL: "") */
+    moon_sched_pick_fn pick;
+    void              *arg; /* passed to pick; borrowed for the life of the process */
+} moon_sched_policy_def_t;
+
+/* Adds a policy that moon_sched_policy_create (and so --policy NAME) finds
+ * by name and the name_at/doc_at listing shows after the built-in ones. The
+ * prefill instance reuses its local prefix and fetches what the store holds
+ * beyond it. Main thread, before any policy of that name is created (start-up).
+ * MOON_ERR_INVALID_PARAM (logged): NULL def, pick or name, a bad name;
+ * MOON_ERR_EXISTS (logged): the name is taken; MOON_ERR_NO_RESOURCE (logged):
+ * MOON_SCHED_POLICY_EXT_MAX policies registered already. */
+#define MOON_SCHED_POLICY_EXT_MAX 16
+MOON_API moon_status_t moon_sched_policy_register(const moon_sched_policy_def_t *def);
+
 MOON_EXTERN_C_END
 
 #endif /* MOONLET_SCHED_POLICY_H */

@@ -101,6 +101,8 @@ typedef struct {
     double   ttft_slo_s;           /* 0: none */
     double   tbt_slo_s;            /* 0: none */
     double   now_s;                /* arrival (the time of the decision) */
+    uint64_t affinity; /* hash of the request's session field (SUBMIT session); 0: none. No
+                          built-in policy reads it: for policies of one's own */
 } moon_sched_request_t;
 
 typedef enum {

@@ -3,6 +3,8 @@
  * DIR/requests.csv, DIR/summary.json and the plots (with --compare, each
  * policy's CSV and summary in DIR/POLICY/ and the plots of all in DIR). */
 #include "cli.h"
+#include "cli_plugin.h"
+#include "plugin_host.h"
 #include "commands.h"
 #include "profile.h"
 #include "progress.h"
@@ -292,13 +294,19 @@ static int run(const moon_replay_opts_t *po);
 int moon_cmd_replay(int argc, char **argv)
 {
     moon_replay_opts_t     o;
+    moon_cli_plugins_t     plugins; /* --plugin, --place: --sim only */
     moon_config_t         *cfg      = NULL;
-    const moon_cli_table_t tables[] = {{&moon_replay_config_table, &o}};
+    const moon_cli_table_t tables[] = {{&moon_replay_config_table, &o},
+                                       {&moon_cli_plugin_table, &plugins}};
     char                   err[256];
     int                    rc;
 
     memset(&o, 0, sizeof(o));
-    rc = moon_cli_parse("replay", moon_replay_usage, tables, 1, 0, argc, argv, &cfg);
+    rc = moon_cli_plugin_take("replay", &argc, argv, &plugins);
+    if (rc < 0) {
+        rc = moon_cli_parse("replay", moon_replay_usage, tables, MOON_ARRAY_SIZE(tables), 0, argc,
+                            argv, &cfg);
+    }
     if (rc >= 0) {
         return rc; /* --help, or a bad flag (named on stderr) */
     }
@@ -306,8 +314,19 @@ int moon_cmd_replay(int argc, char **argv)
         moon_config_destroy(cfg);
         return moon_cli_usage_error("replay", "%s", err);
     }
+    if (plugins.n_plugins > 0 && !o.sim) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("replay", "--plugin is for --sim (a real cluster loads its "
+                                              "plugins with moonlet serve --plugin)");
+    }
+    if (moon_cli_plugin_load(&plugins) != MOON_OK) {
+        moon_config_destroy(cfg);
+        fprintf(stderr, "moonlet replay: a plugin did not load (see the log above)\n");
+        return 1;
+    }
     rc = run(&o);
     moon_config_destroy(cfg); /* the string options borrowed argv until here */
+    moon_plugin_unload();
     return rc;
 }
 

@@ -13,6 +13,7 @@
  * requests rank 0 drains. No wait without a deadline: the closing barrier is
  * only taken with every rank alive and client ranks to wait for. */
 #include "cli.h"
+#include "cli_plugin.h"
 #include "commands.h"
 #include "profile.h"
 
@@ -23,6 +24,7 @@
 #include "gateway.h"
 #include "gw_batches.h"
 #include "placement.h"
+#include "plugin_host.h"
 #include "serve_cluster.h"
 #include "serve_instance.h"
 
@@ -253,25 +255,25 @@ int moon_cmd_serve(int argc, char **argv)
 {
     moon_serve_config_t      scfg;
     serve_run_t              run;
-    moon_dist_config_t       dcfg; /* --transport, --peer-timeout-ms... and MOON_* */
-    moon_gateway_config_t    gcfg; /* --host, --port, --model-name, --api-key... */
-    moon_gw_batches_config_t bcfg; /* --data-dir, --batch-inflight... */
-    const moon_cli_table_t   tables[] = {{&moon_serve_config_table, &scfg},
-                                         {&run_table, &run},
-                                         {&moon_gateway_config_table, &gcfg},
-                                         {&moon_gw_batches_config_table, &bcfg},
-                                         {&moon_dist_config_table, &dcfg}};
-    moon_gw_batches_t       *batches  = NULL; /* the batch api (--data-dir) */
-    moon_addr_t              gateway  = MOON_ADDR_NONE;
-    moon_addr_t              ctl      = MOON_ADDR_NONE;
-    uint16_t                 port     = 0;
-    moon_config_t           *cfg      = NULL;
-    moon_dist_t             *dist     = NULL;
-    moon_runtime_t          *rt       = NULL;
-    moon_serve_cluster_t    *cluster  = NULL;
-    moon_runtime_config_t    rcfg;
-    moon_status_t            up = MOON_OK; /* the gateway's start, agreed by every rank */
-    int                      rc = 1;
+    moon_dist_config_t       dcfg;    /* --transport, --peer-timeout-ms... and MOON_* */
+    moon_gateway_config_t    gcfg;    /* --host, --port, --model-name, --api-key... */
+    moon_gw_batches_config_t bcfg;    /* --data-dir, --batch-inflight... */
+    moon_cli_plugins_t       plugins; /* --plugin, --place */
+    const moon_cli_table_t   tables[] = {
+          {&moon_serve_config_table, &scfg},   {&run_table, &run},
+          {&moon_gateway_config_table, &gcfg}, {&moon_gw_batches_config_table, &bcfg},
+          {&moon_dist_config_table, &dcfg},    {&moon_cli_plugin_table, &plugins}};
+    moon_gw_batches_t    *batches = NULL; /* the batch api (--data-dir) */
+    moon_addr_t           gateway = MOON_ADDR_NONE;
+    moon_addr_t           ctl     = MOON_ADDR_NONE;
+    uint16_t              port    = 0;
+    moon_config_t        *cfg     = NULL;
+    moon_dist_t          *dist    = NULL;
+    moon_runtime_t       *rt      = NULL;
+    moon_serve_cluster_t *cluster = NULL;
+    moon_runtime_config_t rcfg;
+    moon_status_t         up = MOON_OK; /* the gateway's start, agreed by every rank */
+    int                   rc = 1;
 
     moon_weights_client_t *weights = NULL; /* the admin route's pushes */
 
@@ -280,8 +282,12 @@ int moon_cmd_serve(int argc, char **argv)
         moon_gw_batches_config_default(&bcfg) != MOON_OK) {
         return 2;
     }
-    rc = moon_cli_parse("serve", "usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n",
-                        tables, MOON_ARRAY_SIZE(tables), 0, argc, argv, &cfg);
+    rc = moon_cli_plugin_take("serve", &argc, argv, &plugins);
+    if (rc < 0) {
+        rc = moon_cli_parse("serve",
+                            "usage: [mpirun -np N] moonlet serve --model M.gguf [options]\n",
+                            tables, MOON_ARRAY_SIZE(tables), 0, argc, argv, &cfg);
+    }
     if (rc >= 0) {
         return rc;
     }
@@ -307,6 +313,10 @@ int moon_cmd_serve(int argc, char **argv)
         }
         scfg.cost = moon_profile_cost(&profile);
     }
+    if (moon_cli_plugin_load(&plugins) != MOON_OK) {
+        fprintf(stderr, "moonlet serve: a plugin did not load (see the log above)\n");
+        goto out;
+    }
     if (moon_dist_init(&argc, &argv, &dcfg, &dist) != MOON_OK) {
         goto out;
     }
@@ -331,6 +341,22 @@ int moon_cmd_serve(int argc, char **argv)
                                    .workers     = run.workers,
                                    .pin_workers = rcfg.pin_workers};
         moon_cli_placement_report(&scfg, &pl, run.print_placement ? stderr : NULL);
+    }
+    if (moon_plugin_loaded()) {
+        moon_plugin_roles_t roles = {.spec      = moon_serve_cluster_spec(cluster),
+                                     .n_prefill = scfg.colocated ? 0 : scfg.n_prefill,
+                                     .n_decode  = scfg.colocated ? scfg.n_prefill + scfg.n_decode
+                                                                 : scfg.n_decode,
+                                     .n_store   = scfg.colocated ? 0 : scfg.n_store,
+                                     .n_ranks   = moon_dist_size(dist)};
+        up = moon_plugin_start(rt, moon_dist_size(dist) > 1 ? dist : NULL, &roles);
+        if (moon_dist_size(dist) > 1) {
+            up = moon_dist_agree(dist, up); /* every rank's plugin actors, or none serves */
+        }
+        if (up != MOON_OK) {
+            fprintf(stderr, "moonlet serve: the plugins' actors did not start (see the log)\n");
+            goto out;
+        }
     }
     if (moon_dist_rank(dist) == 0 && run.gateway && gcfg.admin_key != NULL) {
         if (moon_serve_cluster_weights(cluster) == MOON_ADDR_NONE) {
@@ -419,6 +445,7 @@ out:
     if (ctl != MOON_ADDR_NONE) {
         moon_stop(rt, ctl, MOON_OK);
     }
+    moon_plugin_stop();
     moon_serve_cluster_stop(cluster);
     moon_weights_client_destroy(weights); /* after the gateway that used it */
     if (rt != NULL) {
@@ -429,6 +456,7 @@ out:
     moon_runtime_destroy(rt);
     moon_gw_batches_close(batches); /* after the gateway that used it */
     moon_dist_finalize(dist);
+    moon_plugin_unload();
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     moon_config_destroy(cfg);

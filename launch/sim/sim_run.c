@@ -41,6 +41,7 @@
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "moonlet/sched_policy.h"
+#include "plugin_host.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -398,6 +399,9 @@ moon_status_t moon_replay_sim_run(const moon_sim_run_config_t *cfg, moon_sim_rec
     }
     if (status == MOON_OK) {
         status = spawn_cluster(&s, cfg);
+    }
+    if (status == MOON_OK && moon_plugin_loaded()) {
+        status = moon_plugin_start(s.rt, NULL, NULL); /* every plugin actor on the one rank */
     }
     if (status == MOON_OK) {
         da     = (moon_sim_driver_args_t){.trace          = cfg->trace,
