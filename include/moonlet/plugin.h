@@ -22,6 +22,7 @@
 #define MOONLET_PLUGIN_H
 
 #include "moonlet/actor.h"
+#include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/msg.h"
 #include "moonlet/sched_policy.h"
@@ -188,6 +189,45 @@ static inline uint64_t moon_plugin_affinity(const char *session)
 
 /* The events' kind names ("admitted", "first_token", ...); "?" for others. */
 MOON_API const char *moon_plugin_ev_str(uint32_t kind);
+
+/* ---- the host side: what `moonlet serve` does, for programs of one's own ---- */
+/* Main thread, at start-up (load, place, start) and the end (stop, unload). */
+/* Loads "PATH.so[:ARGS]": dlopen, the entry symbol and its ABI version,
+ * then the plugin's init. Every failure is logged with the path and its
+ * cause: MOON_ERR_NOT_FOUND (the file does not load, or a symbol it needs
+ * is missing), MOON_ERR_UNSUPPORTED (no entry symbol: not a plugin; or
+ * another ABI version), MOON_ERR_NO_RESOURCE (MOON_PLUGIN_MAX loaded), or
+ * init's status. */
+MOON_API moon_status_t moon_plugin_load(const char *spec);
+
+/* Records a `--place NAME=WHERE` (see moon_plugin_actor_t.place). Applied by
+ * moon_plugin_start. MOON_ERR_INVALID_PARAM: no '=' or too long. */
+MOON_API moon_status_t moon_plugin_place(const char *spec);
+
+/* Where the cluster's roles run (serve_cluster.h's placement spec), so a
+ * plugin actor placed by role lands beside them. */
+typedef struct {
+    const char *spec; /* moon_dist_place spec; NULL: everything on rank 0 */
+    uint32_t    n_prefill, n_decode, n_store;
+    uint32_t    n_ranks; /* 1 without dist */
+} moon_plugin_roles_t;
+
+/* Spawns, under one supervisor each, the plugin actors that land on this
+ * rank, and registers their names (with dist: on every rank). Every rank
+ * calls it. MOON_OK also with no plugin. MOON_ERR_INVALID_PARAM (logged): a
+ * --place for no registered actor, or a bad WHERE; a spawn's status. */
+MOON_API moon_status_t moon_plugin_start(moon_runtime_t *rt, moon_dist_t *dist,
+                                         const moon_plugin_roles_t *roles);
+
+/* Stops this rank's plugin actors (before the runtime stops). */
+MOON_API void moon_plugin_stop(void);
+
+/* Calls each plugin's fini (after the runtime stopped). The libraries stay
+ * mapped (their tables may still be referenced) until the process ends. */
+MOON_API void moon_plugin_unload(void);
+
+/* 1 when a plugin is loaded. */
+MOON_API int moon_plugin_loaded(void);
 
 MOON_EXTERN_C_END
 
