@@ -898,9 +898,8 @@ static enum MHD_Result on_body(conn_t *c)
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    moon_gw_plugin_params(
-        MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-        c->body.data, c->body.len, session, sizeof(session), &c->req.params);
+    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, session, sizeof(session),
+                          &c->req.params);
     conn.park = conn_park;
     conn.wake = conn_wake;
     conn.arg  = c;

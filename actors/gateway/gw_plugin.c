@@ -5,18 +5,21 @@
 #include "plugin_host.h"
 
 #include <cjson/cJSON.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <string.h>
 
-void moon_gw_plugin_params(const char *authorization, const char *body, size_t len, char *session,
+void moon_gw_plugin_params(struct MHD_Connection *mc, const char *body, size_t len, char *session,
                            size_t cap, moon_serve_params_t *p)
 {
+    const char  *authorization;
     cJSON       *root;
     const cJSON *user;
 
     if (!moon_plugin_loaded()) {
         return;
     }
+    authorization = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (authorization != NULL && strncmp(authorization, "Bearer ", 7) == 0) {
         p->key = authorization + 7;
     }

@@ -9,11 +9,14 @@
 
 #include <stddef.h>
 
-/* Sets p->key to the bearer token of authorization (borrowed: it must outlive
- * the submit; NULL or another scheme: no key) and p->session to the body's
- * top-level "user" string copied into session (cap bytes, truncated; none:
- * no session). Does nothing when no plugin is loaded. */
-void moon_gw_plugin_params(const char *authorization, const char *body, size_t len, char *session,
+struct MHD_Connection;
+
+/* Sets p->key to the bearer token of mc's Authorization header (borrowed
+ * from mc: it must outlive the submit; none or another scheme: no key) and
+ * p->session to the body's top-level "user" string copied into session (cap
+ * bytes, truncated; none: no session). Does nothing (reads no header, parses
+ * nothing) when no plugin is loaded. */
+void moon_gw_plugin_params(struct MHD_Connection *mc, const char *body, size_t len, char *session,
                            size_t cap, moon_serve_params_t *p);
 
 #endif /* MOON_ACTORS_GW_PLUGIN_H */

@@ -37,11 +37,13 @@ typedef struct {
 } info_t;
 
 struct moon_plugin_gate {
-    slot_t  *slots;
-    uint32_t n_slots;
-    uint32_t next_gen;
-    info_t  *info; /* open addressing, n_info a power of two; NULL without FINISHED observers */
-    uint32_t n_info;
+    slot_t   *slots;
+    uint32_t  n_slots;
+    uint32_t *free; /* (n_slots) indices of free slots, a stack of n_free */
+    uint32_t  n_free;
+    uint32_t  next_gen;
+    info_t   *info; /* open addressing, n_info a power of two; NULL without FINISHED observers */
+    uint32_t  n_info;
 };
 
 const char *moon_plugin_ev_str(uint32_t kind)
@@ -228,6 +230,10 @@ moon_status_t moon_plugin_gate_create(uint32_t max_requests, moon_plugin_gate_t 
     }
     g->n_slots = MOON_MAX(1u, MOON_MIN(max_requests, GATE_SLOTS_MAX));
     g->slots   = moon_calloc(g->n_slots, sizeof(*g->slots));
+    g->free    = moon_calloc(g->n_slots, sizeof(*g->free));
+    for (uint32_t i = 0; g->free != NULL && i < g->n_slots; i++) {
+        g->free[g->n_free++] = g->n_slots - 1 - i;
+    }
     if (moon_plugin_observes(MOON_PLUGIN_EV_FINISHED)) {
         g->n_info = 64;
         while (g->n_info < GATE_INFO_MAX && g->n_info < 2ull * max_requests) {
@@ -235,7 +241,7 @@ moon_status_t moon_plugin_gate_create(uint32_t max_requests, moon_plugin_gate_t 
         }
         g->info = moon_calloc(g->n_info, sizeof(*g->info));
     }
-    if (g->slots == NULL || (g->n_info > 0 && g->info == NULL)) {
+    if (g->slots == NULL || g->free == NULL || (g->n_info > 0 && g->info == NULL)) {
         moon_plugin_gate_destroy(g);
         return MOON_ERR_NO_MEMORY;
     }
@@ -243,12 +249,13 @@ moon_status_t moon_plugin_gate_create(uint32_t max_requests, moon_plugin_gate_t 
     return MOON_OK;
 }
 
-static void slot_free(slot_t *s)
+static void slot_free(moon_plugin_gate_t *g, slot_t *s)
 {
     moon_msg_release(&s->m->hdr);
     moon_msg_release(s->changed != NULL ? &s->changed->hdr : NULL);
     moon_free(s->ids);
     memset(s, 0, sizeof(*s));
+    g->free[g->n_free++] = (uint32_t)(s - g->slots);
 }
 
 void moon_plugin_gate_destroy(moon_plugin_gate_t *gate)
@@ -258,10 +265,11 @@ void moon_plugin_gate_destroy(moon_plugin_gate_t *gate)
     }
     for (uint32_t i = 0; gate->slots != NULL && i < gate->n_slots; i++) {
         if (gate->slots[i].gen != 0) {
-            slot_free(&gate->slots[i]);
+            slot_free(gate, &gate->slots[i]);
         }
     }
     moon_free(gate->slots);
+    moon_free(gate->free);
     moon_free(gate->info);
     moon_free(gate);
 }
@@ -330,19 +338,17 @@ moon_status_t moon_plugin_gate_filter(moon_plugin_gate_t *g, moon_actor_t *self,
     if (g == NULL || moon_plugin_n_filters() == 0) {
         return MOON_OK;
     }
-    for (uint32_t i = 0; i < g->n_slots && s == NULL; i++) {
-        s = g->slots[i].gen == 0 ? &g->slots[i] : NULL;
-    }
-    if (s == NULL) {
+    if (g->n_free == 0) {
         return MOON_ERR_NO_RESOURCE;
     }
+    s           = &g->slots[g->free[--g->n_free]];
     g->next_gen = g->next_gen + 1 != 0 ? g->next_gen + 1 : 1;
     moon_msg_retain(&m->hdr);
     *s     = (slot_t){.gen = g->next_gen, .m = m, .ids = ids, .n = n};
     status = send_filter(g, self, s);
     if (status != MOON_OK) {
         s->ids = NULL; /* still the caller's */
-        slot_free(s);
+        slot_free(g, s);
         return status;
     }
     return MOON_INPROGRESS;
@@ -356,8 +362,8 @@ static slot_t *slot_of(moon_plugin_gate_t *g, uint64_t token)
 }
 
 /* The slot's request is decided: its outcome moves to out. */
-static void decide(slot_t *s, int rejected, uint32_t http, uint32_t retry, const char *why,
-                   moon_plugin_outcome_t *out)
+static void decide(moon_plugin_gate_t *g, slot_t *s, int rejected, uint32_t http, uint32_t retry,
+                   const char *why, moon_plugin_outcome_t *out)
 {
     memset(out, 0, sizeof(*out));
     out->m = s->changed != NULL ? s->changed : s->m;
@@ -369,7 +375,7 @@ static void decide(slot_t *s, int rejected, uint32_t http, uint32_t retry, const
     out->retry_after_s = retry;
     snprintf(out->message, sizeof(out->message), "%s", why != NULL ? why : "");
     s->ids = NULL;
-    slot_free(s);
+    slot_free(g, s);
 }
 
 /* The filter the slot waited for accepted: the next one, or done. */
@@ -380,10 +386,10 @@ static moon_status_t next_filter(moon_plugin_gate_t *g, moon_actor_t *self, slot
         return MOON_INPROGRESS;
     }
     if (s->filter < moon_plugin_n_filters()) { /* no timer for the next one */
-        decide(s, 1, 503, 1, "a request filter could not be reached", out);
+        decide(g, s, 1, 503, 1, "a request filter could not be reached", out);
         return MOON_OK;
     }
-    decide(s, 0, 0, 0, NULL, out);
+    decide(g, s, 0, 0, 0, NULL, out);
     return MOON_OK;
 }
 
@@ -401,7 +407,7 @@ moon_status_t moon_plugin_gate_on_verdict(moon_plugin_gate_t *g, moon_actor_t *s
     moon_timer_cancel(self, s->timer);
     if (v->verdict == MOON_PLUGIN_REJECT) {
         const char *why = str_of(msg, v->message);
-        decide(s, 1, v->http_status ? v->http_status : 429, v->retry_after_s,
+        decide(g, s, 1, v->http_status ? v->http_status : 429, v->retry_after_s,
                why[0] ? why : "refused by a request filter", out);
         return MOON_OK;
     }
@@ -432,7 +438,7 @@ moon_status_t moon_plugin_gate_on_timer(moon_plugin_gate_t *g, moon_actor_t *sel
     MOON_LOG_LIMITED(MOON_LOG_WARN, "plugin filter %s gave no verdict within %u ms: fails %s",
                      f->actor, f->deadline_ms, f->fail_open ? "open (accepted)" : "closed (503)");
     if (!f->fail_open) {
-        decide(s, 1, 503, 1, "a request filter did not answer in time", out);
+        decide(g, s, 1, 503, 1, "a request filter did not answer in time", out);
         return MOON_OK;
     }
     return next_filter(g, self, s, out);
