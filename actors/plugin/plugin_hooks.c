@@ -444,6 +444,24 @@ moon_status_t moon_plugin_gate_on_timer(moon_plugin_gate_t *g, moon_actor_t *sel
     return next_filter(g, self, s, out);
 }
 
+moon_status_t moon_plugin_gate_cancel(moon_plugin_gate_t *g, moon_actor_t *self, moon_addr_t client,
+                                      uint64_t request_id, uint32_t *n_prompt_p)
+{
+    if (g == NULL || g->n_free == g->n_slots) {
+        return MOON_ERR_NOT_FOUND; /* nothing waits for a filter: no scan */
+    }
+    for (uint32_t i = 0; i < g->n_slots; i++) {
+        slot_t *s = &g->slots[i];
+        if (s->gen != 0 && s->m->reply_to == client && s->m->request_id == request_id) {
+            moon_timer_cancel(self, s->timer);
+            *n_prompt_p = s->n;
+            slot_free(g, s); /* a late verdict finds no slot: ignored */
+            return MOON_OK;
+        }
+    }
+    return MOON_ERR_NOT_FOUND;
+}
+
 /* ---- the conductor's events ---------------------------------------------------------- */
 
 static void ev_init(moon_plugin_event_t *ev, moon_actor_t *self, uint32_t kind,

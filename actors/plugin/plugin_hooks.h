@@ -68,6 +68,13 @@ moon_status_t moon_plugin_gate_on_verdict(moon_plugin_gate_t *gate, moon_actor_t
 moon_status_t moon_plugin_gate_on_timer(moon_plugin_gate_t *gate, moon_actor_t *self,
                                         const moon_msg_hdr_t *msg, moon_plugin_outcome_t *out);
 
+/* A CANCEL of (client, request_id): MOON_OK when it waited for a filter
+ * (then nothing waits any more and the caller answers it; its n prompt
+ * tokens in *n_prompt_p); MOON_ERR_NOT_FOUND when it did not. */
+moon_status_t moon_plugin_gate_cancel(moon_plugin_gate_t *gate, moon_actor_t *self,
+                                      moon_addr_t client, uint64_t request_id,
+                                      uint32_t *n_prompt_p);
+
 /* Request events the conductor sees (no-ops with a NULL gate or without
  * observers of them). */
 void moon_plugin_gate_admitted(moon_plugin_gate_t *gate, moon_actor_t *self,

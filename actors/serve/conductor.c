@@ -553,7 +553,14 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     conductor_t               *c = moon_actor_state(self);
     const moon_serve_cancel_t *m = (const void *)msg;
     creq_t                    *r = find_req(c, m->reply_to, m->request_id);
+    uint32_t                   n = 0;
 
+    if (r == NULL &&
+        moon_plugin_gate_cancel(c->plugins, self, m->reply_to, m->request_id, &n) == MOON_OK) {
+        answer(self, m->reply_to, m->request_id, MOON_FINISH_CANCELLED, MOON_ERR_CANCELED, n,
+               "cancelled while request filters decided");
+        return MOON_OK;
+    }
     if (r == NULL) {
         return MOON_OK; /* already over (its DONE is on its way) or never placed */
     }

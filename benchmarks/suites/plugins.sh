@@ -70,9 +70,10 @@ for r in $(seq "$ROUNDS"); do
         stop
     done
 done
-python3 - "$T" "$ROUNDS" "$N" "$DEPTH" <<'PY'
+python3 - "$T" "$ROUNDS" "$N" "$DEPTH" "${AA:-0}" <<'PY'
 import json, statistics, sys
 d, rounds, n, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+config = "aa_no_plugin_either_side" if sys.argv[5] == "1" else "pass_filter+token_observer"
 def load(kind, side, r):
     return json.load(open(f"{d}/{kind}_{side}_{r}.json"))
 def p50_us(j):
@@ -82,14 +83,14 @@ rps = [(load("rps", "a", r)["request_throughput"], load("rps", "p", r)["request_
 ttft = [(p50_us(load("ttft", "a", r)), p50_us(load("ttft", "p", r))) for r in range(1, rounds + 1)]
 ratios = [p / a for a, p in rps]
 added = [p - a for a, p in ttft]
-print(json.dumps({"suite": "plugins", "config": "pass_filter+token_observer", "metric": "requests_per_s",
+print(json.dumps({"suite": "plugins", "config": config, "metric": "requests_per_s",
                   "depth": depth, "n": n, "rounds": rounds,
                   "value": round(statistics.median([p for _, p in rps]), 2),
                   "anchor": round(statistics.median([a for a, _ in rps]), 2),
                   "ratio_median": round(statistics.median(ratios), 4),
                   "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4),
                   "target": ">= 0.99"}))
-print(json.dumps({"suite": "plugins", "config": "pass_filter+token_observer", "metric": "ttft_p50_us",
+print(json.dumps({"suite": "plugins", "config": config, "metric": "ttft_p50_us",
                   "depth": 1, "n": n, "rounds": rounds,
                   "value": round(statistics.median([p for _, p in ttft]), 1),
                   "anchor": round(statistics.median([a for a, _ in ttft]), 1),
