@@ -117,6 +117,13 @@ errors)
     grep -q '"finish_reason":"length"' "$T/r" || fail "not answered: $(cat "$T/r")"
     stop_server
     echo "ok: a silent filter failing open lets requests through"
+    # a filter that changes a parameter: every request ends after 3 tokens
+    start_server "$MOONLET" serve --model "$MODEL" --port 0 --plugin "$TP/libplugin_probe.so:clamp=3"
+    complete k s
+    [ "$(status_of)" = 200 ] || fail "clamp: $(cat "$T/r")"
+    grep -q '"completion_tokens":3,' "$T/r" || fail "max_tokens not changed: $(cat "$T/r")"
+    stop_server
+    echo "ok: a filter changed max_tokens 16 -> 3"
     ;;
 cluster)
     start_server "$MPIEXEC" -n 4 "$MOONLET" serve --model "$MODEL" --port 0 \
@@ -124,7 +131,7 @@ cluster)
         --plugin "$EX/libaudit_log.so:$T/audit.jsonl" \
         --plugin "$EX/libtenant_quota.so:tokens_per_min=100" \
         --plugin "$EX/libsession_affinity.so" \
-        --plugin "$TP/libplugin_probe.so:crash_every=3" --place probe=decode
+        --plugin "$TP/libplugin_probe.so:crash_every=3,store=1" --place probe=decode
     for _ in $(seq 100); do
         [ "$(grep -c 'probe: incarnation 1 is up' "$T/serve.log")" -ge 2 ] && break
         sleep 0.1
@@ -157,6 +164,7 @@ cluster)
     [ "$(cat "$T"/s? | sort -u | wc -l)" -ge 2 ] || fail "every session on one pair: $(head -1 "$T"/s?)"
     echo "ok: affinity: $(for s in s1 s2 s3 s4 s5; do printf '%s->%s ' $s "$(head -1 "$T/$s")"; done)"
     # audit: one line per request (12 finished + 1 rejected), keys and usage
+    # (checked before the requests below)
     for _ in $(seq 50); do [ "$(wc -l < "$T/audit.jsonl")" -ge 13 ] && break; sleep 0.1; done
     [ "$(wc -l < "$T/audit.jsonl")" = 13 ] || fail "audit lines: $(cat "$T/audit.jsonl")"
     [ "$(grep -c '"key":"tenant-a","prompt_tokens":5,"completion_tokens":16,' "$T/audit.jsonl")" = 4 ] ||
@@ -171,6 +179,16 @@ cluster)
     complete tenant-z s9
     [ "$(status_of)" = 200 ] || fail "after the restarts: $(cat "$T/r")"
     echo "ok: the failing probe was restarted $(grep -c 'failing on purpose' "$T/serve.log") times"
+    # store events reach an observer on another rank: a prompt of full blocks
+    curl -s --max-time 60 "$URL/v1/completions" -H 'authorization: Bearer tenant-y' \
+        -H 'content-type: application/json' -d '{"prompt": "Once upon a time there was a little girl named Lily who loved to play in the park with her dog and her friends every day after school", "max_tokens": 4}' > "$T/r"
+    grep -q '"finish_reason":"length"' "$T/r" || fail "the long prompt: $(cat "$T/r")"
+    for _ in $(seq 100); do
+        grep -q "probe: first store event: stored" "$T/serve.log" && break
+        sleep 0.1
+    done
+    grep -q "probe: first store event: stored" "$T/serve.log" || fail "no store event observed"
+    echo "ok: store events observed"
     stop_server
     ;;
 sim)

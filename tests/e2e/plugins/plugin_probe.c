@@ -6,6 +6,9 @@
  *   filter=silent   a filter "probe" that never answers (fail=open|closed)
  *   filter=pass     a pass-through filter (answers accept at once)
  *   tokens=1        "probe" also observes every token
+ *   store=1         "probe" also observes store events (logs the first stored)
+ *   clamp=N         a filter "probe" that lets every request through with
+ *                   max_tokens lowered to N (a changed parameter)
  * "probe" also sends itself a message of its own (an id of the plugin range)
  * at start, and logs each incarnation, so the test sees restarts. */
 #include "moonlet/plugin.h"
@@ -21,12 +24,13 @@ MOON_MSG_DEFINE(PROBE_MSGS, probe_msg_descs)
 
 typedef struct {
     uint32_t crash_every;
-    int      filter; /* 0 none, 1 silent, 2 pass */
+    int      filter; /* 0 none, 1 silent, 2 pass, 3 clamp */
+    uint32_t clamp;
 } probe_args_t;
 
 typedef struct {
     probe_args_t a;
-    uint64_t     n_events, n_tokens;
+    uint64_t     n_events, n_tokens, n_stored;
 } probe_t;
 
 static uint64_t incarnations;
@@ -38,6 +42,13 @@ static moon_status_t probe_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
 
     if (e->kind == MOON_PLUGIN_EV_TOKEN) {
         p->n_tokens++;
+        return MOON_OK;
+    }
+    if (e->kind == MOON_PLUGIN_EV_STORED || e->kind == MOON_PLUGIN_EV_EVICTED) {
+        if (p->n_stored++ == 0) {
+            MOON_WARN("probe: first store event: %s %016llx%016llx", moon_plugin_ev_str(e->kind),
+                      (unsigned long long)e->key_hi, (unsigned long long)e->key_lo);
+        }
         return MOON_OK;
     }
     p->n_events++;
@@ -54,6 +65,21 @@ static moon_status_t probe_on_filter(moon_actor_t *self, const moon_msg_hdr_t *m
 
     if (p->a.filter == 2) {
         return moon_plugin_answer(self, (const void *)msg, MOON_PLUGIN_ACCEPT, 0, 0, NULL);
+    }
+    if (p->a.filter == 3) {
+        const moon_plugin_filter_req_t *q = (const void *)msg;
+        moon_plugin_verdict_t          *v = moon_msg_new(MOON_MSG_PLUGIN_VERDICT, 8);
+        if (v == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        v->token       = q->token;
+        v->verdict     = MOON_PLUGIN_ACCEPT;
+        v->max_tokens  = p->a.clamp;
+        v->temperature = -1.0f; /* unchanged */
+        moon_msg_set_str(v, &v->message, "");
+        if (moon_send(self, msg->src, &v->hdr) != MOON_OK) {
+            moon_msg_release(&v->hdr);
+        }
     }
     return MOON_OK; /* silent: never answers */
 }
@@ -114,6 +140,11 @@ static moon_status_t probe_plugin_init(moon_plugin_host_t *host, const char *arg
             pa.filter = strcmp(o, "filter=pass") == 0 ? 2 : 1;
         } else if (strcmp(o, "fail=open") == 0 || strcmp(o, "fail=closed") == 0) {
             f.fail_open = strcmp(o, "fail=open") == 0;
+        } else if (strncmp(o, "clamp=", 6) == 0) {
+            pa.filter = 3;
+            pa.clamp  = (uint32_t)strtoul(o + 6, NULL, 10);
+        } else if (strcmp(o, "store=1") == 0) {
+            obs.events |= MOON_PLUGIN_EV_STORED | MOON_PLUGIN_EV_EVICTED;
         } else if (strcmp(o, "tokens=1") == 0) {
             obs.events |= MOON_PLUGIN_EV_TOKEN;
         } else {
