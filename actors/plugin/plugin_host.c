@@ -267,12 +267,33 @@ moon_status_t moon_plugin_load(const char *spec)
     return MOON_OK;
 }
 
+static moon_status_t where_ranks(const char *where, const moon_plugin_roles_t *roles, uint8_t *on);
+
 moon_status_t moon_plugin_place(const char *spec)
 {
-    if (spec == NULL || strchr(spec, '=') == NULL || strlen(spec) >= sizeof(g.places[0]) ||
-        g.n_places == MOON_PLUGIN_MAX_ACTORS) {
+    const moon_plugin_roles_t any = {.n_ranks = 1024}; /* the syntax now, the ranks at start */
+    uint8_t                   on[1024];
+    const char               *eq = spec != NULL ? strchr(spec, '=') : NULL;
+    uint32_t                  k  = 0;
+
+    if (eq == NULL || strlen(spec) >= sizeof(g.places[0]) || g.n_places == MOON_PLUGIN_MAX_ACTORS) {
         MOON_ERROR("plugin: --place '%s': NAME=WHERE (ranks, 'all' or a role)",
                    spec != NULL ? spec : "");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    while (k < g.n_actors && !(strlen(g.actors[k].name) == (size_t)(eq - spec) &&
+                               strncmp(g.actors[k].name, spec, (size_t)(eq - spec)) == 0)) {
+        k++;
+    }
+    if (k == g.n_actors) {
+        MOON_ERROR("plugin: --place %s: no plugin registered an actor of that name", spec);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    memset(on, 0, sizeof(on));
+    if (where_ranks(eq + 1, &any, on) != MOON_OK) {
+        MOON_ERROR("plugin actor %s: bad placement '%s' (ranks like 0,2-3, 'all', or a role: "
+                   "conductor, store, prefill, decode)",
+                   g.actors[k].name, eq + 1);
         return MOON_ERR_INVALID_PARAM;
     }
     snprintf(g.places[g.n_places++], sizeof(g.places[0]), "%s", spec);

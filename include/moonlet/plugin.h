@@ -200,8 +200,10 @@ MOON_API const char *moon_plugin_ev_str(uint32_t kind);
  * init's status. */
 MOON_API moon_status_t moon_plugin_load(const char *spec);
 
-/* Records a `--place NAME=WHERE` (see moon_plugin_actor_t.place). Applied by
- * moon_plugin_start. MOON_ERR_INVALID_PARAM: no '=' or too long. */
+/* Records a `--place NAME=WHERE` (see moon_plugin_actor_t.place), after the
+ * plugins are loaded; applied by moon_plugin_start. MOON_ERR_INVALID_PARAM
+ * (logged): no '=', too long, no loaded plugin registered NAME, or WHERE
+ * does not parse (a rank past the job's size is found at start). */
 MOON_API moon_status_t moon_plugin_place(const char *spec);
 
 /* Where the cluster's roles run (serve_cluster.h's placement spec), so a
