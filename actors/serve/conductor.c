@@ -494,8 +494,8 @@ static void filtered(moon_actor_t *self, conductor_t *c, moon_plugin_outcome_t *
         return;
     }
     c->stats.n_rejected++;
-    MOON_INFO("conductor: request %llu refused by a filter (%u): %s",
-              (unsigned long long)m->request_id, o->http_status, o->message);
+    MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu refused by a filter (%u): %s",
+                     (unsigned long long)m->request_id, o->http_status, o->message);
     d = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(o->message) + 2);
     if (d != NULL) {
         d->request_id       = m->request_id;
