@@ -107,7 +107,8 @@ static char *error_json(moon_gw_error_t *err, size_t *len_p)
 
 static const char *phase_name(uint32_t phase)
 {
-    static const char *const names[] = {"idle", "offering", "streaming", "installing", "switching"};
+    static const char *const names[] = {"idle",       "offering",  "streaming",
+                                        "installing", "switching", "fetching"};
     return phase < MOON_ARRAY_SIZE(names) ? names[phase] : "?";
 }
 

@@ -201,6 +201,50 @@ moon_status_t moon_weights_push_file(moon_weights_client_t *c, const char *path,
     return MOON_OK;
 }
 
+moon_status_t moon_weights_push_region(moon_weights_client_t *c, const moon_dist_region_t *reg,
+                                       uint64_t bytes, uint64_t version, uint32_t flags,
+                                       uint64_t *req_p)
+{
+    moon_weights_push_t *m;
+    uint64_t             req;
+
+    if (c == NULL || reg == NULL || bytes == 0) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    m = moon_msg_new(MOON_MSG_WEIGHTS_PUSH, moon_dist_region_desc_bytes(reg) + 16);
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    req          = atomic_fetch_add(&c->next_req, 1);
+    m->req       = req;
+    m->version   = version;
+    m->flags     = flags;
+    m->src_bytes = bytes;
+    if (moon_dist_region_desc(reg, m, &m->src) != MOON_OK ||
+        moon_runtime_send(c->rt, c->addr, &m->hdr) != MOON_OK) {
+        moon_msg_release(&m->hdr);
+        return MOON_ERR_NO_ACTOR;
+    }
+    if (req_p != NULL) {
+        *req_p = req;
+    }
+    return MOON_OK;
+}
+
+moon_status_t moon_weights_client_wait(moon_weights_client_t *c, uint64_t req, uint64_t timeout_ns,
+                                       moon_weights_result_t *res_p)
+{
+    moon_status_t status = MOON_OK;
+
+    while (status == MOON_OK) {
+        status = moon_weights_client_next(c, timeout_ns, res_p);
+        if (status == MOON_OK && res_p->req == req) {
+            return MOON_OK;
+        }
+    }
+    return status;
+}
+
 static struct timespec deadline_after(uint64_t timeout_ns)
 {
     struct timespec ts;
@@ -240,13 +284,7 @@ moon_status_t moon_weights_push_file_sync(moon_weights_client_t *c, const char *
     uint64_t      req;
     moon_status_t status = moon_weights_push_file(c, path, version, flags, &req);
 
-    while (status == MOON_OK) {
-        status = moon_weights_client_next(c, timeout_ns, res_p);
-        if (status == MOON_OK && res_p->req == req) {
-            return MOON_OK;
-        }
-    }
-    return status;
+    return status == MOON_OK ? moon_weights_client_wait(c, req, timeout_ns, res_p) : status;
 }
 
 moon_status_t moon_weights_client_state(moon_weights_client_t *c, uint64_t timeout_ns,

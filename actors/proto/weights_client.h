@@ -8,6 +8,7 @@
 #define MOON_ACTORS_WEIGHTS_CLIENT_H
 
 #include "moonlet/actor.h"
+#include "moonlet/dist.h"
 
 typedef struct moon_weights_client moon_weights_client_t;
 
@@ -27,7 +28,8 @@ typedef struct {
 #define MOON_WEIGHTS_STATE_MAX_INST 128u
 typedef struct {
     uint64_t version;      /* serving */
-    uint32_t phase;        /* 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching */
+    uint32_t phase;        /* 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching,
+                            * 5 fetching a trainer's image */
     uint64_t push_version; /* of the push under way (0: none) */
     uint32_t n_pushes, n_failed;
     uint32_t n_inst;
@@ -49,6 +51,18 @@ MOON_API void moon_weights_client_destroy(moon_weights_client_t *client);
  * its outcome, read with moon_weights_client_next. */
 MOON_API moon_status_t moon_weights_push_file(moon_weights_client_t *client, const char *path,
                                               uint64_t version, uint32_t flags, uint64_t *req_p);
+/* Starts a push of the checkpoint image held in reg, a region of this
+ * process (moon_dist_region_alloc): its first bytes bytes are the GGUF
+ * image. The broadcaster gets it one-sided: reg must stay registered and
+ * unchanged until the outcome of *req_p was read. Trainers use
+ * moon_weights_push_image (weights_image.h) rather than this. */
+MOON_API moon_status_t moon_weights_push_region(moon_weights_client_t    *client,
+                                                const moon_dist_region_t *reg, uint64_t bytes,
+                                                uint64_t version, uint32_t flags, uint64_t *req_p);
+/* Waits for the outcome of req (outcomes of other pushes read meanwhile are
+ * dropped). MOON_ERR_TIMED_OUT. */
+MOON_API moon_status_t moon_weights_client_wait(moon_weights_client_t *client, uint64_t req,
+                                                uint64_t timeout_ns, moon_weights_result_t *res_p);
 /* The next outcome of a push (in the order they end). MOON_ERR_TIMED_OUT. */
 MOON_API moon_status_t moon_weights_client_next(moon_weights_client_t *client, uint64_t timeout_ns,
                                                 moon_weights_result_t *res_p);

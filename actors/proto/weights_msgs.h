@@ -32,9 +32,13 @@
 #define MOON_WEIGHTS_F_FULL 0x1u         /* send every chunk (no delta) */
 #define MOON_WEIGHTS_F_TEST_CORRUPT 0x2u /* test hook: one chunk is damaged after hashing */
 
-/* client -> broadcaster. version 0: the serving one + 1. */
+/* client -> broadcaster. version 0: the serving one + 1. The checkpoint is
+ * the file at path (on the broadcaster's rank), or, when src is not empty,
+ * the src_bytes at the start of the region src describes (a trainer's
+ * image, weights_image.h), got one-sided by the broadcaster. */
 #define MOON_WEIGHTS_PUSH_FIELDS(F, T)                                                             \
-    F(T, u64, req) F(T, u64, version) F(T, u32, flags) F(T, str, path)
+    F(T, u64, req)                                                                                 \
+    F(T, u64, version) F(T, u32, flags) F(T, str, path) F(T, u64, src_bytes) F(T, bytes, src)
 /* broadcaster -> client: the push's outcome and figures (bytes per link). */
 #define MOON_WEIGHTS_PUSH_REPLY_FIELDS(F, T)                                                       \
     F(T, u64, req)                                                                                 \
@@ -49,7 +53,8 @@
     F(T, u32, n_instances) F(T, f64, stage_s) F(T, f64, switch_s) F(T, str, message)
 /* client -> broadcaster: the state. */
 #define MOON_WEIGHTS_STATE_FIELDS(F, T) F(T, u64, req)
-/* phase: 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching.
+/* phase: 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching,
+ * 5 fetching (the trainer's image).
  * inst: 3 u64 per instance: role, index, version it serves new requests on. */
 #define MOON_WEIGHTS_STATE_REPLY_FIELDS(F, T)                                                      \
     F(T, u64, req)                                                                                 \

@@ -24,7 +24,7 @@
 
 #define BCAST_MAX_RECV 128u
 
-enum { PH_IDLE = 0, PH_OFFER, PH_STREAM, PH_INSTALL, PH_FLIP };
+enum { PH_IDLE = 0, PH_OFFER, PH_STREAM, PH_INSTALL, PH_FLIP, PH_FETCH };
 
 typedef struct {
     moon_addr_t addr;
@@ -140,6 +140,42 @@ static void fail(moon_actor_t *self, bcast_t *b, moon_status_t status, const cha
     end_push(self, b);
 }
 
+/* A registered region of b->total bytes for the checkpoint (the one kept
+ * from the last push when it fits: its pages are in already). */
+static moon_status_t reserve_source(bcast_t *b, char *why, size_t why_len)
+{
+    moon_status_t status = MOON_OK;
+
+    if (b->src_reg == NULL || b->src_cap < b->total) {
+        moon_dist_region_deregister(b->a.dist, b->src_reg);
+        b->src_reg = NULL;
+        b->src_cap = 0;
+        status     = moon_dist_region_alloc(b->a.dist, b->total, &b->src, &b->src_reg);
+        b->src_cap = status == MOON_OK ? b->total : 0;
+    }
+    if (status != MOON_OK) {
+        snprintf(why, why_len, "no memory for the %llu-byte checkpoint",
+                 (unsigned long long)b->total);
+    }
+    return status;
+}
+
+/* The checkpoint in b->src parses and matches the deployment's model. */
+static moon_status_t check_source(bcast_t *b, const char *what, char *why, size_t why_len)
+{
+    moon_model_t *model = NULL;
+    moon_status_t status;
+
+    status = moon_model_load_memory(b->src, b->total, &model);
+    if (status != MOON_OK) {
+        snprintf(why, why_len, "%s is not a usable gguf model", what);
+        return status;
+    }
+    status = moon_model_check_compatible(b->a.model, model, why, why_len);
+    moon_model_destroy(model);
+    return status;
+}
+
 /* Reads the checkpoint once into a registered region and checks it
  * against the deployment before anything moves. */
 static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t why_len)
@@ -147,8 +183,7 @@ static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t
     struct stat   st;
     int           fd = open(path, O_RDONLY | O_CLOEXEC);
     moon_status_t status;
-    moon_model_t *model = NULL;
-    size_t        done  = 0;
+    size_t        done = 0;
 
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
         snprintf(why, why_len, "cannot read %s: %s", path, fd < 0 ? strerror(errno) : "not a file");
@@ -158,19 +193,9 @@ static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t
         return fd < 0 && errno == ENOENT ? MOON_ERR_NOT_FOUND : MOON_ERR_IO;
     }
     b->total = (uint64_t)st.st_size;
-    status   = MOON_OK;
-    if (b->src_reg == NULL || b->src_cap < b->total) {
-        /* a larger one; the pages of a kept one are in already */
-        moon_dist_region_deregister(b->a.dist, b->src_reg);
-        b->src_reg = NULL;
-        b->src_cap = 0;
-        status     = moon_dist_region_alloc(b->a.dist, b->total, &b->src, &b->src_reg);
-        b->src_cap = status == MOON_OK ? b->total : 0;
-    }
+    status   = reserve_source(b, why, why_len);
     if (status != MOON_OK) {
         close(fd);
-        snprintf(why, why_len, "no memory for the %llu-byte checkpoint",
-                 (unsigned long long)b->total);
         return status;
     }
     while (done < b->total) {
@@ -183,15 +208,10 @@ static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t
         done += (size_t)n;
     }
     close(fd);
-    status = moon_model_load_memory(b->src, b->total, &model);
-    if (status != MOON_OK) {
-        snprintf(why, why_len, "%s is not a usable gguf model", path);
-        return status;
-    }
-    status = moon_model_check_compatible(b->a.model, model, why, why_len);
-    moon_model_destroy(model);
-    return status;
+    return check_source(b, path, why, why_len);
 }
+
+static void offer(moon_actor_t *self, bcast_t *b);
 
 static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
@@ -237,17 +257,42 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
         fail(self, b, MOON_ERR_NO_RESOURCE, "not every instance is up yet");
         return MOON_OK;
     }
-    status = load_source(b, MOON_SPAN_PTR(m, m->path), why, sizeof(why));
+    moon_timer_start(self, b->a.timeout_ns, 0, b->push, &b->timer);
+    if (m->src.n > 0) {
+        /* a trainer's image: got one-sided, then offered like a file */
+        b->total = m->src_bytes;
+        status   = b->total > 0 ? reserve_source(b, why, sizeof(why)) : MOON_ERR_INVALID_PARAM;
+        if (status == MOON_OK) {
+            status = moon_dist_get(b->a.dist, b->src, b->src_reg, MOON_SPAN_PTR(m, m->src),
+                                   m->src.n, 0, b->total, moon_actor_addr(self), b->push);
+            snprintf(why, sizeof(why), "the trainer's image could not be read: %s",
+                     moon_status_str(status));
+        }
+        if (status != MOON_OK) {
+            fail(self, b, status, why[0] ? why : "empty image");
+            return MOON_OK;
+        }
+        b->phase = PH_FETCH;
+        return MOON_OK;
+    }
+    status = load_source(b, m->path.n ? MOON_SPAN_PTR(m, m->path) : "", why, sizeof(why));
     if (status != MOON_OK) {
         fail(self, b, status, why);
         return MOON_OK;
     }
+    offer(self, b);
+    return MOON_OK;
+}
+
+/* The checkpoint is in b->src and checked: hashes, then OFFER to all. */
+static void offer(moon_actor_t *self, bcast_t *b)
+{
     b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
     b->hashes   = moon_malloc((size_t)b->n_chunks * 8);
     b->travel   = moon_calloc(b->n_chunks, 1);
     if (b->hashes == NULL || b->travel == NULL) {
         fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
-        return MOON_OK;
+        return;
     }
     for (uint32_t k = 0; k < b->n_chunks; k++) {
         b->hashes[k] =
@@ -258,7 +303,7 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
         moon_weights_offer_t *o = moon_msg_new(MOON_MSG_WEIGHTS_OFFER, (size_t)b->n_chunks * 8 + 8);
         if (o == NULL) {
             fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
-            return MOON_OK;
+            return;
         }
         o->push        = b->push;
         o->version     = b->version;
@@ -268,9 +313,33 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
                (size_t)b->n_chunks * 8);
         moon_tell(self, b->recv[i].addr, &o->hdr);
     }
-    moon_timer_start(self, b->a.timeout_ns, 0, b->push, &b->timer);
     MOON_INFO("weights: push of version %llu: %llu bytes in %u chunks to %u instances",
               (unsigned long long)b->version, (unsigned long long)b->total, b->n_chunks, b->n_recv);
+}
+
+/* The trainer's image is here: checked like a file, then offered. */
+static moon_status_t bcast_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    bcast_t                     *b        = moon_actor_state(self);
+    const moon_dist_bulk_done_t *m        = (const void *)msg;
+    char                         why[256] = "";
+    moon_status_t                status;
+
+    if (b->phase != PH_FETCH || m->cookie != b->push) {
+        return MOON_OK; /* a failed push's late completion */
+    }
+    if (m->status != MOON_OK) {
+        snprintf(why, sizeof(why), "the trainer's image could not be read (rank %u): %s",
+                 moon_addr_rank(b->client), moon_status_str(m->status));
+        fail(self, b, m->status, why);
+        return MOON_OK;
+    }
+    status = check_source(b, "the trainer's image", why, sizeof(why));
+    if (status != MOON_OK) {
+        fail(self, b, status, why);
+        return MOON_OK;
+    }
+    offer(self, b);
     return MOON_OK;
 }
 
@@ -594,5 +663,6 @@ const moon_actor_ops_t moon_weights_bcast_ops = {
             [MOON_MSG_WEIGHTS_STAGED]    = bcast_on_staged,
             [MOON_MSG_WEIGHTS_INSTALLED] = bcast_on_installed,
             [MOON_MSG_WEIGHTS_FLIPPED]   = bcast_on_flipped,
+            [MOON_MSG_DIST_BULK_DONE]    = bcast_on_bulk_done,
         },
 };

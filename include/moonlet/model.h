@@ -98,6 +98,12 @@ MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
 MOON_API moon_status_t moon_model_write_perturbed(const char *src, const char *dst,
                                                   const char *pattern, float scale, uint64_t seed,
                                                   uint32_t *n_changed_p);
+/* The same change in memory: perturbs the GGUF image [data, data + len)
+ * in place (bytes equal to moon_model_write_perturbed's output for the
+ * same pattern, scale and seed). MOON_ERR_CORRUPT: not a GGUF image;
+ * MOON_ERR_NOT_FOUND: no F32 tensor matches (the image is unchanged). */
+MOON_API moon_status_t moon_model_perturb_image(void *data, size_t len, const char *pattern,
+                                                float scale, uint64_t seed, uint32_t *n_changed_p);
 
 /* Converts a llama2.c checkpoint (legacy v0 format) and tokenizer.bin into a
  * GGUF v3 file (F32), with name/license metadata (both may be NULL). */

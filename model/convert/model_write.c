@@ -283,27 +283,21 @@ out:
 
 static moon_status_t read_file(const char *path, uint8_t **data_p, size_t *len_p);
 
-moon_status_t moon_model_write_perturbed(const char *src, const char *dst, const char *pattern,
-                                         float scale, uint64_t seed, uint32_t *n_changed_p)
+moon_status_t moon_model_perturb_image(void *data, size_t len, const char *pattern, float scale,
+                                       uint64_t seed, uint32_t *n_changed_p)
 {
-    uint8_t      *data      = NULL;
-    size_t        len       = 0;
     moon_gguf_t  *g         = NULL;
     uint32_t      n_changed = 0;
     uint64_t      rng       = seed * 0x9e3779b97f4a7c15ull + 1;
     moon_status_t status;
-    FILE         *f;
 
-    if (src == NULL || dst == NULL || pattern == NULL) {
+    if (data == NULL || pattern == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    status = read_file(src, &data, &len);
-    if (status == MOON_OK) {
-        status = moon_gguf_open_memory(data, len, &g);
-    }
+    status = moon_gguf_open_memory(data, len, &g);
     for (uint64_t i = 0; status == MOON_OK && i < moon_gguf_n_tensors(g); i++) {
         const moon_gguf_tensor_t *t = moon_gguf_tensor(g, i);
-        float                    *x = (float *)(data + ((const uint8_t *)t->data - data));
+        float *x = (float *)((uint8_t *)data + ((const uint8_t *)t->data - (uint8_t *)data));
         if (t->type != MOON_GGML_F32 || strstr(t->name, pattern) == NULL) {
             continue;
         }
@@ -317,8 +311,29 @@ moon_status_t moon_model_write_perturbed(const char *src, const char *dst, const
     }
     moon_gguf_close(g);
     if (status == MOON_OK && n_changed == 0) {
-        MOON_ERROR("model: no f32 tensor of %s matches '%s'", src, pattern);
+        MOON_ERROR("model: no f32 tensor matches '%s'", pattern);
         status = MOON_ERR_NOT_FOUND;
+    }
+    if (status == MOON_OK && n_changed_p != NULL) {
+        *n_changed_p = n_changed;
+    }
+    return status;
+}
+
+moon_status_t moon_model_write_perturbed(const char *src, const char *dst, const char *pattern,
+                                         float scale, uint64_t seed, uint32_t *n_changed_p)
+{
+    uint8_t      *data = NULL;
+    size_t        len  = 0;
+    moon_status_t status;
+    FILE         *f;
+
+    if (src == NULL || dst == NULL || pattern == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = read_file(src, &data, &len);
+    if (status == MOON_OK) {
+        status = moon_model_perturb_image(data, len, pattern, scale, seed, n_changed_p);
     }
     if (status == MOON_OK) {
         f = fopen(dst, "wb");
@@ -328,9 +343,6 @@ moon_status_t moon_model_write_perturbed(const char *src, const char *dst, const
         }
     }
     moon_free(data);
-    if (status == MOON_OK && n_changed_p != NULL) {
-        *n_changed_p = n_changed;
-    }
     return status;
 }
 
