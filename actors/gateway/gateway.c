@@ -4,6 +4,7 @@
 #include "gateway.h"
 
 #include "gw_admin.h"
+#include "gw_weights.h"
 
 #include "gw_bridge.h"
 #include "gw_http.h"
@@ -46,6 +47,7 @@ typedef struct {
     atomic_int              *drained_p;
     char                    *admin_key;
     moon_gw_admin_t         *admin; /* NULL: no admin route */
+    moon_gw_weights_t        weights;
 } gw_state_t;
 
 #define GW_SHARD_REF 1000u /* monitor refs of the shards: + shard index */
@@ -210,6 +212,9 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
         goto err;
     }
     status = moon_store_msgs_register();
+    if (status == MOON_OK) {
+        status = moon_gw_weights_init(&st->weights, st->dist, st->metrics);
+    }
     if (status != MOON_OK) {
         goto err;
     }
@@ -532,6 +537,7 @@ static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
     (void)msg;
     poll_store(self, st);
+    moon_gw_weights_poll(&st->weights, self);
     n = moon_gw_bridge_expire(st->bridge, self, moon_now(moon_actor_runtime(self)),
                               (uint64_t)st->cfg.request_deadline_s * 1000000000ull);
     if (n > 0) {
@@ -548,6 +554,15 @@ static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
     }
     q->req = ++st->stats_sent;
     moon_tell(self, st->conductor, &q->hdr);
+    return MOON_OK;
+}
+
+static moon_status_t gw_on_weights_state(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t *st = moon_actor_state(self);
+
+    moon_gw_http_set_weight_version(
+        st->http, moon_gw_weights_on_state(&st->weights, (const moon_weights_state_reply_t *)msg));
     return MOON_OK;
 }
 
@@ -706,14 +721,15 @@ const moon_actor_ops_t moon_gateway_ops = {
     .fini        = gw_fini,
     .on_msg =
         {
-            [MOON_MSG_GW_WAKE]           = gw_on_wake,
-            [MOON_MSG_GW_DRAIN]          = gw_on_drain,
-            [MOON_MSG_SERVE_TOKEN]       = gw_on_token,
-            [MOON_MSG_SERVE_TOKENS]      = gw_on_tokens,
-            [MOON_MSG_SERVE_DONE]        = gw_on_done,
-            [MOON_MSG_SYS_DOWN]          = gw_on_down,
-            [MOON_MSG_SYS_TIMER]         = gw_on_timer,
-            [MOON_MSG_SERVE_STATS_REPLY] = gw_on_stats,
-            [MOON_MSG_STORE_STATS_REPLY] = gw_on_store_stats,
+            [MOON_MSG_GW_WAKE]             = gw_on_wake,
+            [MOON_MSG_GW_DRAIN]            = gw_on_drain,
+            [MOON_MSG_SERVE_TOKEN]         = gw_on_token,
+            [MOON_MSG_SERVE_TOKENS]        = gw_on_tokens,
+            [MOON_MSG_SERVE_DONE]          = gw_on_done,
+            [MOON_MSG_SYS_DOWN]            = gw_on_down,
+            [MOON_MSG_SYS_TIMER]           = gw_on_timer,
+            [MOON_MSG_SERVE_STATS_REPLY]   = gw_on_stats,
+            [MOON_MSG_STORE_STATS_REPLY]   = gw_on_store_stats,
+            [MOON_MSG_WEIGHTS_STATE_REPLY] = gw_on_weights_state,
         },
 };

@@ -181,8 +181,8 @@ char *moon_gw_format_error_event(const moon_gw_error_t *err, size_t *len_p)
     return out;
 }
 
-char *moon_gw_format_models(const char *model, int64_t created, uint32_t n_ctx, int list,
-                            size_t *len_p)
+char *moon_gw_format_models(const char *model, int64_t created, uint32_t n_ctx,
+                            int64_t weight_version, int list, size_t *len_p)
 {
     cJSON *m = cJSON_CreateObject();
     cJSON *o;
@@ -197,6 +197,12 @@ char *moon_gw_format_models(const char *model, int64_t created, uint32_t n_ctx, 
     cJSON_AddStringToObject(m, "owned_by", "moonlet");
     if (n_ctx > 0) {
         cJSON_AddNumberToObject(m, "max_model_len", n_ctx);
+    }
+    if (weight_version >= 0) {
+        cJSON *ml = cJSON_AddObjectToObject(m, "moonlet");
+        if (ml != NULL) {
+            cJSON_AddNumberToObject(ml, "weight_version", (double)weight_version);
+        }
     }
     if (!list) {
         return finish_text(m, 0, len_p);

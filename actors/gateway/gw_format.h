@@ -68,9 +68,10 @@ char *moon_gw_format_usage_chunk(const moon_gw_resp_meta_t *m, const moon_gw_usa
 /* An error in a stream already answered 200: "data: {"error":{...}}\n\n". */
 char *moon_gw_format_error_event(const moon_gw_error_t *err, size_t *len_p);
 /* GET /v1/models (list 1) or /v1/models/{id} (list 0): {"object":"model",
- * "id":..,"created":..,"owned_by":"moonlet","max_model_len":n_ctx}, in
- * {"object":"list","data":[...]} for the list. */
-char *moon_gw_format_models(const char *model, int64_t created, uint32_t n_ctx, int list,
-                            size_t *len_p);
+ * "id":..,"created":..,"owned_by":"moonlet","max_model_len":n_ctx,
+ * "moonlet":{"weight_version":V}} (weight_version < 0: no moonlet object),
+ * in {"object":"list","data":[...]} for the list. */
+char *moon_gw_format_models(const char *model, int64_t created, uint32_t n_ctx,
+                            int64_t weight_version, int list, size_t *len_p);
 
 #endif /* MOON_ACTORS_GW_FORMAT_H */

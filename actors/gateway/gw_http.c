@@ -73,6 +73,7 @@ struct moon_gw_http {
     int64_t             created;
     atomic_int          down;
     atomic_int          closing;
+    _Atomic uint64_t    weight_version;
     const char *_Atomic not_ready; /* why not (static text); NULL: ready */
     atomic_uint         n_busy;    /* requests past the admission check, not finished */
     pthread_mutex_t     health_mu;
@@ -473,7 +474,8 @@ static enum MHD_Result serve_get(conn_t *c, const char *url)
         text = moon_gw_version_json(MOON_VERSION, &len);
         return respond_json(c, 200, text, len);
     case ROUTE_MODELS:
-        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx, 1, &len);
+        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx,
+                                     (int64_t)atomic_load(&h->weight_version), 1, &len);
         return respond_json(c, 200, text, len);
     default: /* ROUTE_MODEL */
         if (strcmp(url + 11, h->a.model.model_name) != 0) {
@@ -481,7 +483,8 @@ static enum MHD_Result serve_get(conn_t *c, const char *url)
                               "The model `%s` does not exist.", url + 11);
             return respond_error(c, &err);
         }
-        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx, 0, &len);
+        text = moon_gw_format_models(h->a.model.model_name, h->created, h->a.model.n_ctx,
+                                     (int64_t)atomic_load(&h->weight_version), 0, &len);
         return respond_json(c, 200, text, len);
     }
 }
@@ -1305,6 +1308,11 @@ uint16_t moon_gw_http_port(const moon_gw_http_t *h)
 void moon_gw_http_set_down(moon_gw_http_t *h, int down)
 {
     atomic_store(&h->down, down);
+}
+
+void moon_gw_http_set_weight_version(moon_gw_http_t *h, uint64_t version)
+{
+    atomic_store(&h->weight_version, version);
 }
 
 void moon_gw_http_set_ready(moon_gw_http_t *h, const char *why_not)

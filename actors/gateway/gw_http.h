@@ -48,6 +48,8 @@ uint16_t      moon_gw_http_port(const moon_gw_http_t *http);
 void moon_gw_http_set_ready(moon_gw_http_t *http, const char *why_not);
 /* The conductor is gone (1) or back (0): generation routes answer 503. Any thread. */
 void moon_gw_http_set_down(moon_gw_http_t *http, int down);
+/* The weight version the cluster serves (/v1/models shows it). Any thread. */
+void moon_gw_http_set_weight_version(moon_gw_http_t *http, uint64_t version);
 /* /health's body while ready (a JSON object, copied, truncated at 1 KiB;
  * NULL: empty). Any thread. */
 void moon_gw_http_set_health(moon_gw_http_t *http, const char *json);

@@ -55,13 +55,18 @@
 #define MOON_WEIGHTS_STATE_FIELDS(F, T) F(T, u64, req)
 /* phase: 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching,
  * 5 fetching (the trainer's image).
- * inst: 3 u64 per instance: role, index, version it serves new requests on. */
+ * inst: 3 u64 per instance: role, index, version it serves new requests on.
+ * n_ok: pushes that went through; recent: 2 u64 per push of the last
+ * MOON_WEIGHTS_RECENT of them, oldest first: stage and switch times (ns). */
 #define MOON_WEIGHTS_STATE_REPLY_FIELDS(F, T)                                                      \
     F(T, u64, req)                                                                                 \
     F(T, u64, version)                                                                             \
     F(T, u32, phase)                                                                               \
     F(T, u64, push_version)                                                                        \
-    F(T, u32, n_staged) F(T, u32, n_pushes) F(T, u32, n_failed) F(T, u64s, inst) F(T, str, message)
+    F(T, u32, n_staged)                                                                            \
+    F(T, u32, n_pushes)                                                                            \
+    F(T, u32, n_failed) F(T, u64s, inst) F(T, str, message) F(T, u32, n_ok) F(T, u64s, recent)
+#define MOON_WEIGHTS_RECENT 16u
 /* receiver -> broadcaster at start. */
 #define MOON_WEIGHTS_HELLO_FIELDS(F, T) F(T, u32, role) F(T, u32, instance) F(T, u64, version)
 /* broadcaster -> receiver. hashes: XXH3 64 of every chunk of the new image. */

@@ -59,6 +59,8 @@ typedef struct {
     uint64_t            start_ns, staged_ns, timer;
     uint32_t            n_pushes, n_failed;
     char                last_error[256];
+    uint32_t            n_ok;                           /* pushes that went through */
+    uint64_t            recent[MOON_WEIGHTS_RECENT][2]; /* by n_ok: stage, switch ns */
 } bcast_t;
 
 static uint64_t chunk_len(const bcast_t *b, uint32_t k)
@@ -532,6 +534,9 @@ static moon_status_t bcast_on_flipped(moon_actor_t *self, const moon_msg_hdr_t *
               (unsigned long long)b->version, (unsigned long long)b->serving, b->n_travel,
               b->n_chunks);
     reply(self, b, MOON_OK, "");
+    b->recent[b->n_ok % MOON_WEIGHTS_RECENT][0] = b->staged_ns - b->start_ns;
+    b->recent[b->n_ok % MOON_WEIGHTS_RECENT][1] = moon_now(moon_actor_runtime(self)) - b->staged_ns;
+    b->n_ok++;
     b->serving = b->version;
     end_push(self, b);
     return MOON_OK;
@@ -566,8 +571,10 @@ static moon_status_t bcast_on_state(moon_actor_t *self, const moon_msg_hdr_t *ms
 {
     bcast_t                    *b = moon_actor_state(self);
     const moon_weights_state_t *m = (const void *)msg;
-    moon_weights_state_reply_t *q = moon_msg_new(
-        MOON_MSG_WEIGHTS_STATE_REPLY, (size_t)b->n_recv * 24 + sizeof(b->last_error) + 16);
+    moon_weights_state_reply_t *q =
+        moon_msg_new(MOON_MSG_WEIGHTS_STATE_REPLY,
+                     (size_t)b->n_recv * 24 + sizeof(b->last_error) + sizeof(b->recent) + 24);
+    uint32_t  n_recent = MOON_MIN(b->n_ok, MOON_WEIGHTS_RECENT);
     uint64_t *v;
 
     if (q == NULL) {
@@ -587,6 +594,13 @@ static moon_status_t bcast_on_state(moon_actor_t *self, const moon_msg_hdr_t *ms
         v[3 * i + 2] = b->recv[i].version;
     }
     moon_msg_set_str(q, &q->message, b->last_error);
+    q->n_ok = b->n_ok;
+    v       = moon_msg_span_alloc(q, &q->recent, n_recent * 2, 8, 0);
+    for (uint32_t i = 0; v != NULL && i < n_recent; i++) {
+        const uint64_t *d = b->recent[(b->n_ok - n_recent + i) % MOON_WEIGHTS_RECENT];
+        v[2 * i]          = d[0];
+        v[2 * i + 1]      = d[1];
+    }
     moon_tell(self, msg->src, &q->hdr);
     return MOON_OK;
 }

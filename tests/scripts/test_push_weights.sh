@@ -5,7 +5,9 @@
 # usage), the push answers version 1 with its figures (a delta: the
 # perturbed copy moves only its changed chunks), answers after it are
 # version 1's and differ; --state lists every instance on version 1; a
-# wrong key gets 401, a bad body 400, no key at all turns the route off.
+# wrong key gets 401, a bad body 400, no key at all turns the route off;
+# /metrics has the version gauges and a push and a switch observed, and
+# /v1/models the version served.
 # Run by CTest (label weights).
 set -u
 MPIEXEC=${1:?usage: test_push_weights.sh MPIEXEC MOONLET MODEL}
@@ -59,6 +61,25 @@ B=$(complete)
 echo "$B" | grep -q '"system_fingerprint":"fp_[0-9a-f]*_v1"' || fail "fingerprint after: $B"
 echo "$B" | grep -q '"moonlet":{"weight_version":1}' || fail "usage after: $B"
 [ "${A#*\"text\":}" != "${B#*\"text\":}" ] || fail "the same text on both versions"
+
+# /metrics: each instance's version, the serving one, one push and one
+# switch observed (the gateway polls the broadcaster on its stats tick);
+# /v1/models names the version served
+M=
+for _ in $(seq 100); do
+    M=$(curl -s "$URL/metrics")
+    echo "$M" | grep -q '^moonlet:weights_serving_version{[^}]*} 1$' && break
+    sleep 0.1
+done
+echo "$M" | grep -q '^moonlet:weights_serving_version{[^}]*} 1$' || fail "serving gauge: $M"
+[ "$(echo "$M" | grep -c '^moonlet:weights_version{.*role="\(prefill\|decode\)",instance="0"} 1$')" = 2 ] ||
+    fail "instance gauges: $(echo "$M" | grep weights_version)"
+echo "$M" | grep -q '^moonlet:weights_push_duration_seconds_count{[^}]*} 1$' ||
+    fail "push histogram: $(echo "$M" | grep weights_push)"
+echo "$M" | grep -q '^moonlet:weights_switch_duration_seconds_count{[^}]*} 1$' ||
+    fail "switch histogram: $(echo "$M" | grep weights_switch)"
+curl -s "$URL/v1/models" | grep -q '"moonlet":{"weight_version":1}' ||
+    fail "models: $(curl -s "$URL/v1/models")"
 
 MOON_PUSH_ADMIN_KEY=sekret "$MOONLET" push-weights --url "$URL" --state > "$T/state.json" ||
     fail "state: $(cat "$T/state.json")"

@@ -119,10 +119,14 @@ static void test_models(void)
 {
     size_t len = 0;
 
-    check(moon_gw_format_models("stories260K", 1700000000, 512, 1, &len), &len,
+    check(moon_gw_format_models("stories260K", 1700000000, 512, -1, 1, &len), &len,
           "{\"object\":\"list\",\"data\":[{\"id\":\"stories260K\",\"object\":\"model\","
           "\"created\":1700000000,\"owned_by\":\"moonlet\",\"max_model_len\":512}]}");
-    check(moon_gw_format_models("stories260K", 1700000000, 0, 0, &len), &len,
+    check(moon_gw_format_models("stories260K", 1700000000, 512, 3, 1, &len), &len,
+          "{\"object\":\"list\",\"data\":[{\"id\":\"stories260K\",\"object\":\"model\","
+          "\"created\":1700000000,\"owned_by\":\"moonlet\",\"max_model_len\":512,"
+          "\"moonlet\":{\"weight_version\":3}}]}");
+    check(moon_gw_format_models("stories260K", 1700000000, 0, -1, 0, &len), &len,
           "{\"id\":\"stories260K\",\"object\":\"model\",\"created\":1700000000,"
           "\"owned_by\":\"moonlet\"}");
 }
