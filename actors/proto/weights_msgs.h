@@ -31,6 +31,9 @@
 /* PUSH flags */
 #define MOON_WEIGHTS_F_FULL 0x1u         /* send every chunk (no delta) */
 #define MOON_WEIGHTS_F_TEST_CORRUPT 0x2u /* test hook: one chunk is damaged after hashing */
+/* test hook: the last receiver of the chain kills its own rank (SIGKILL,
+ * as kill -9 would) once it holds its first chunk (test_weights_kill) */
+#define MOON_WEIGHTS_F_TEST_KILL_LAST 0x4u
 
 /* client -> broadcaster. version 0: the serving one + 1. The checkpoint is
  * the file at path (on the broadcaster's rank), or, when src is not empty,
@@ -69,10 +72,12 @@
 #define MOON_WEIGHTS_RECENT 16u
 /* receiver -> broadcaster at start. */
 #define MOON_WEIGHTS_HELLO_FIELDS(F, T) F(T, u32, role) F(T, u32, instance) F(T, u64, version)
-/* broadcaster -> receiver. hashes: XXH3 64 of every chunk of the new image. */
+/* broadcaster -> receiver. hashes: XXH3 64 of every chunk of the new image;
+ * flags: the push's MOON_WEIGHTS_F_*. */
 #define MOON_WEIGHTS_OFFER_FIELDS(F, T)                                                            \
     F(T, u64, push)                                                                                \
-    F(T, u64, version) F(T, u64, total_bytes) F(T, u64, chunk_bytes) F(T, u64s, hashes)
+    F(T, u64, version)                                                                             \
+    F(T, u64, total_bytes) F(T, u64, chunk_bytes) F(T, u64s, hashes) F(T, u32, flags)
 /* receiver -> broadcaster: hashes of its image cut the same way; desc: its
  * staging region. */
 #define MOON_WEIGHTS_HAVE_FIELDS(F, T)                                                             \

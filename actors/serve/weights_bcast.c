@@ -311,6 +311,7 @@ static void offer(moon_actor_t *self, bcast_t *b)
         o->version     = b->version;
         o->total_bytes = b->total;
         o->chunk_bytes = b->a.chunk_bytes;
+        o->flags       = b->flags;
         memcpy(moon_msg_span_alloc(o, &o->hashes, b->n_chunks, 8, 0), b->hashes,
                (size_t)b->n_chunks * 8);
         moon_tell(self, b->recv[i].addr, &o->hdr);
@@ -617,15 +618,34 @@ static moon_status_t bcast_on_timer(moon_actor_t *self, const moon_msg_hdr_t *ms
     return MOON_OK;
 }
 
-/* A receiver (or its rank) is gone: a push under way cannot finish. */
+/* A receiver (or its rank) is gone: a push under way cannot finish (rolled
+ * back everywhere); later pushes go to the instances left. */
 static moon_status_t bcast_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    bcast_t *b = moon_actor_state(self);
+    bcast_t               *b = moon_actor_state(self);
+    const moon_sys_down_t *d = (const void *)msg;
+    brecv_t               *r = recv_of(b, d->actor);
+    char                   why[160];
+    uint32_t               i;
 
-    (void)msg;
-    if (b->phase != PH_IDLE && b->phase != PH_FLIP) {
-        fail(self, b, MOON_ERR_PEER_LOST, "an instance's rank was lost during the push");
+    if (r == NULL) {
+        return MOON_OK;
     }
+    snprintf(why, sizeof(why), "%s instance %u (rank %u) was lost during the push",
+             r->role ? "decode" : "prefill", r->index, moon_addr_rank(d->actor));
+    if (b->phase != PH_IDLE && b->phase != PH_FLIP) {
+        fail(self, b, MOON_ERR_PEER_LOST, why);
+    } else {
+        MOON_WARN("weights: %s instance %u (rank %u) is gone: pushes go to the %u left",
+                  r->role ? "decode" : "prefill", r->index, moon_addr_rank(d->actor),
+                  b->n_recv - 1);
+    }
+    i = (uint32_t)(r - b->recv);
+    moon_free(r->have);
+    moon_free(r->desc);
+    memmove(&b->recv[i], &b->recv[i + 1], (b->n_recv - i - 1) * sizeof(brecv_t));
+    b->n_recv--;
+    b->a.n_receivers -= b->a.n_receivers > 0;
     return MOON_OK;
 }
 

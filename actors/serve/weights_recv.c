@@ -12,6 +12,7 @@
 #include "moonlet/log.h"
 #include "weights_msgs.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,7 @@ typedef struct {
         void               *base;
         uint64_t            len;
     } handed[RECV_HANDED];
+    uint32_t flags;                     /* the push's MOON_WEIGHTS_F_* */
     uint64_t stage_len;                 /* bytes of the staging region (>= total) */
     uint64_t offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
 } recv_t;
@@ -213,6 +215,7 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
         r->from        = msg->src;
         r->total       = m->total_bytes;
         r->chunk_bytes = m->chunk_bytes;
+        r->flags       = m->flags;
         r->n_chunks    = m->hashes.n;
         r->hashes      = moon_malloc((size_t)r->n_chunks * 8);
         r->state       = moon_calloc(r->n_chunks, 1);
@@ -374,6 +377,11 @@ static moon_status_t recv_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t 
     r->state[k] = CH_HAVE;
     r->n_got++;
     r->got_bytes += len;
+    if ((r->flags & MOON_WEIGHTS_F_TEST_KILL_LAST) && r->next == MOON_ADDR_NONE) {
+        MOON_WARN("weights %s/%u: test hook: this rank kills itself midway through the push",
+                  r->a.role ? "decode" : "prefill", r->a.index);
+        raise(SIGKILL);
+    }
     if (r->next != MOON_ADDR_NONE) {
         moon_weights_chunk_t *c = moon_msg_new(MOON_MSG_WEIGHTS_CHUNK, 0);
         if (c != NULL) {

@@ -15,6 +15,7 @@
 #include "serve_client.h"
 #include "serve_cluster.h"
 #include "weights_client.h"
+#include "weights_image.h"
 #include "weights_msgs.h"
 
 #include <stdio.h>
@@ -391,6 +392,73 @@ static void test_push_under_load(void)
     expect_serving(g_serving);
 }
 
+/* The trainer's C API: tensors refused by name with the reason; B's layer 0
+ * written by name into an image of A; that image damaged on the way, and an
+ * image of other shapes, refused by the cluster (the old version serves);
+ * then pushed from memory: B's outputs everywhere. */
+static void test_image_push(void)
+{
+    moon_weights_image_t     *img = NULL, *arch = NULL;
+    moon_gguf_t              *gb = NULL;
+    const moon_gguf_tensor_t *t;
+    moon_weights_result_t     r;
+    char                      why[256];
+    float                    *buf;
+    uint32_t                  n_set = 0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_weights_image_create(g_dist, MODEL_A, &img), MOON_OK);
+    t = moon_weights_image_tensor(img, "blk.0.attn_q.weight");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    buf = calloc(t->bytes + 4, 1);
+    CU_ASSERT_EQUAL(moon_weights_image_set(img, "no.such.tensor", buf, 4, why, sizeof(why)),
+                    MOON_ERR_NOT_FOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "no tensor named no.such.tensor"));
+    CU_ASSERT_EQUAL(
+        moon_weights_image_set(img, "blk.0.attn_q.weight", buf, t->bytes + 4, why, sizeof(why)),
+        MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "bytes"));
+    buf[3] = 0.0f / 0.0f;
+    CU_ASSERT_EQUAL(
+        moon_weights_image_set(img, "blk.0.attn_q.weight", buf, t->bytes, why, sizeof(why)),
+        MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "element 3 is not finite"));
+    free(buf);
+    /* B's changed tensors, by name, from memory */
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_open(g_model_b, &gb), MOON_OK);
+    for (uint64_t i = 0; i < moon_gguf_n_tensors(gb); i++) {
+        t = moon_gguf_tensor(gb, i);
+        if (strncmp(t->name, "blk.0.", 6) == 0) {
+            CU_ASSERT_EQUAL(
+                moon_weights_image_set(img, t->name, t->data, t->bytes, why, sizeof(why)), MOON_OK);
+            n_set++;
+        }
+    }
+    moon_gguf_close(gb);
+    CU_ASSERT(n_set > 0);
+    /* damaged on the way: refused, the old version serves */
+    CU_ASSERT_EQUAL_FATAL(
+        moon_weights_push_image(g_wc, img, 0, MOON_WEIGHTS_F_TEST_CORRUPT, WAIT_NS, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r.status, MOON_ERR_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "corrupt"));
+    CU_ASSERT_EQUAL(r.version, g_serving);
+    /* tensors of other shapes: refused before anything moves */
+    CU_ASSERT_EQUAL_FATAL(moon_weights_image_create(g_dist, g_model_arch, &arch), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_weights_push_image(g_wc, arch, 0, 0, WAIT_NS, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r.status, MOON_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "architecture"));
+    CU_ASSERT_EQUAL(r.version, g_serving);
+    moon_weights_image_destroy(arch);
+    expect_serving(g_serving);
+    CU_ASSERT_EQUAL_FATAL(moon_weights_push_image(g_wc, img, 0, 0, WAIT_NS, &r), MOON_OK);
+    CU_ASSERT_EQUAL(r.status, MOON_OK);
+    CU_ASSERT_EQUAL(r.version, g_serving + 1);
+    CU_ASSERT(r.n_moved > 0 && r.n_moved < r.n_chunks);
+    g_serving             = r.version;
+    g_model_of[g_serving] = 1;
+    expect_serving(g_serving);
+    moon_weights_image_destroy(img);
+}
+
 static int setup_models(void)
 {
     moon_model_t       *a = NULL;
@@ -484,7 +552,7 @@ int main(int argc, char **argv)
         rc = MOON_TEST_RUN("weights", NULL, NULL, test_models_differ, test_push_switches_versions,
                            test_delta_push_moves_changed_chunks, test_corrupt_chunk_rolls_back,
                            test_wrong_architecture_refused, test_tokenizer_change_refused,
-                           test_second_push_refused, test_push_under_load);
+                           test_second_push_refused, test_push_under_load, test_image_push);
         moon_weights_client_destroy(g_wc);
         moon_serve_client_destroy(g_client);
     }
