@@ -150,6 +150,27 @@ moon_status_t moon_kv_index_apply(moon_kv_index_t *x, uint32_t shard, uint64_t s
     return MOON_OK;
 }
 
+moon_status_t moon_kv_index_set_tag(moon_kv_index_t *x, const moon_kv_tag_t *tag)
+{
+    moon_htab_t  *fresh = NULL;
+    moon_status_t status;
+
+    if (x == NULL || tag == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* a new table: the old tag's keys never come back, keeping their empty
+     * entries would only grow the table push after push */
+    status = moon_htab_create(&entry_type, NULL, 1024, 0, &fresh);
+    if (status != MOON_OK) {
+        return status;
+    }
+    moon_htab_destroy(x->tab);
+    x->tab    = fresh;
+    x->tag    = *tag;
+    x->n_held = 0;
+    return MOON_OK;
+}
+
 uint32_t moon_kv_index_prefix(const moon_kv_index_t *x, const moon_kv_key_t *keys, uint32_t n)
 {
     uint32_t i = 0;

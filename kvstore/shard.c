@@ -462,6 +462,25 @@ moon_status_t moon_kv_shard_remove(moon_kv_shard_t *shard, moon_kv_key_t key)
     return MOON_OK;
 }
 
+void moon_kv_shard_remove_older(moon_kv_shard_t *shard, uint64_t model_id, uint64_t version,
+                                uint64_t *n_removed_p)
+{
+    uint64_t n = 0;
+
+    for (uint32_t i = 0; i < shard->n_entries_touched; i++) {
+        const entry_t *ent = &shard->entries[i];
+        if ((ent->state == ST_COMMITTED || ent->state == ST_SPILLED) &&
+            ent->tag.model_id == model_id && ent->tag.weight_version < version) {
+            shard->counters.n_removed++;
+            shard_drop_block(shard, i, MOON_KV_EVENT_REMOVED);
+            n++;
+        }
+    }
+    if (n_removed_p != NULL) {
+        *n_removed_p = n;
+    }
+}
+
 moon_status_t moon_kv_shard_pin(moon_kv_shard_t *shard, moon_kv_key_t key)
 {
     moon_status_t status;

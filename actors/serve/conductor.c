@@ -569,9 +569,18 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     return MOON_OK;
 }
 
-/* Nothing runs on the old weights any more: every instance frees them. */
+/* Nothing runs on the old weights any more: every instance frees them,
+ * and every store shard removes the KV blocks they computed. */
 static void retire_old(moon_actor_t *self, conductor_t *c)
 {
+    for (uint32_t s = 0; c->index != NULL && s < c->a.n_shards; s++) {
+        moon_store_retire_t *q = moon_msg_new(MOON_MSG_STORE_RETIRE, 0);
+        if (q != NULL) {
+            q->model_id = c->a.tag.model_id;
+            q->version  = c->gate.serving;
+            moon_tell(self, c->shards[s], &q->hdr);
+        }
+    }
     for (uint32_t i = 0; i < c->n_inst; i++) {
         moon_weights_retire_t *q =
             c->inst[i].hello ? moon_msg_new(MOON_MSG_WEIGHTS_RETIRE, 0) : NULL;
@@ -636,6 +645,16 @@ static moon_status_t conductor_on_flip(moon_actor_t *self, const moon_msg_hdr_t 
         n_old += c->reqs[i].used && c->reqs[i].version == old;
     }
     c->a.tag.weight_version = m->version;
+    /* the prefix indexes count the new version's blocks only: none of the
+     * old one is ever found for a new request */
+    for (uint32_t i = 0; i <= 2 * COND_MAX_INSTANCES; i++) {
+        moon_kv_index_t *x = i == 2 * COND_MAX_INSTANCES ? c->index : c->cached[i];
+        if (x != NULL && moon_kv_index_set_tag(x, &c->a.tag) != MOON_OK) {
+            MOON_WARN("conductor: no memory to switch a prefix index to weight version %llu: "
+                      "it finds nothing until the next switch",
+                      (unsigned long long)m->version);
+        }
+    }
     MOON_INFO("conductor: new requests run on weight version %llu (%u still on %llu)",
               (unsigned long long)m->version, n_old, (unsigned long long)old);
     if (moon_weights_gate_flip(&c->gate, m->version, n_old)) {

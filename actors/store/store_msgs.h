@@ -70,8 +70,9 @@
     F(T, i32, status)                                                                              \
     F(T, u32, shard_id)                                                                            \
     F(T, u64, lease)                                                                               \
-    F(T, u64, offset) F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base)                       \
-        F(T, u64, lease_timeout_ns) F(T, bytes, desc)
+    F(T, u64, offset)                                                                              \
+    F(T, u64, n_bytes) F(T, u64, checksum) F(T, u64, base) F(T, u64, lease_timeout_ns)             \
+        F(T, bytes, desc)
 #define MOON_STORE_RELEASE_FIELDS(F, T) F(T, u64, req) F(T, u64, lease)
 #define MOON_STORE_REMOVE_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T)
 #define MOON_STORE_PIN_FIELDS(F, T) F(T, u64, req) MOON_STORE_KEY_FIELDS(F, T) F(T, u32, unpin)
@@ -87,8 +88,7 @@
     F(T, u32, shard_id)                                                                            \
     F(T, u64, base)                                                                                \
     F(T, u64s, reqs)                                                                               \
-    F(T, u32s, status) F(T, u64s, token) F(T, u64s, offset) F(T, u64s, max_bytes)                  \
-        F(T, bytes, desc)
+    F(T, u32s, status) F(T, u64s, token) F(T, u64s, offset) F(T, u64s, max_bytes) F(T, bytes, desc)
 #define MOON_STORE_PUT_COMMITV_FIELDS(F, T)                                                        \
     F(T, u64s, reqs) F(T, u64s, token) F(T, u64s, n_bytes) F(T, u64s, checksum)
 #define MOON_STORE_GETV_FIELDS(F, T) MOON_STORE_TAG_FIELDS(F, T) F(T, u64s, reqs) F(T, u64s, keys)
@@ -97,8 +97,9 @@
     F(T, u64, base)                                                                                \
     F(T, u64, lease_timeout_ns)                                                                    \
     F(T, u64s, reqs)                                                                               \
-    F(T, u32s, status) F(T, u64s, lease) F(T, u64s, offset) F(T, u64s, n_bytes)                    \
-        F(T, u64s, checksum) F(T, bytes, desc)
+    F(T, u32s, status)                                                                             \
+    F(T, u64s, lease) F(T, u64s, offset) F(T, u64s, n_bytes) F(T, u64s, checksum)                  \
+        F(T, bytes, desc)
 #define MOON_STORE_RELEASEV_FIELDS(F, T) F(T, u64s, reqs) F(T, u64s, lease)
 /* status: i32 values */
 #define MOON_STORE_REPLYV_FIELDS(F, T)                                                             \
@@ -113,17 +114,20 @@
  * next live event will carry. */
 #define MOON_STORE_EVENTS_FIELDS(F, T)                                                             \
     F(T, u32, shard_id) F(T, u64, seq) F(T, u32, snapshot) F(T, u64s, ev)
+/* conductor -> shard: a weight version retired: remove every block of
+ * model_id below version (no reply). */
+#define MOON_STORE_RETIRE_FIELDS(F, T) F(T, u64, model_id) F(T, u64, version)
 #define MOON_STORE_STATS_FIELDS(F, T) F(T, u64, req)
 #define MOON_STORE_STATS_REPLY_FIELDS(F, T)                                                        \
     F(T, u64, req)                                                                                 \
     F(T, u32, shard_id)                                                                            \
     F(T, u32, n_slots)                                                                             \
     F(T, u32, used_slots)                                                                          \
-    F(T, u32, n_reserved) F(T, u32, n_committed) F(T, u32, n_pinned) F(T, u32, n_leases)           \
-        F(T, u32, n_subscribers) F(T, u64, n_puts) F(T, u64, n_gets) F(T, u64, n_get_misses)       \
-            F(T, u64, n_evicted) F(T, u64, n_expired_reservations) F(T, u64, n_expired_leases)     \
-                F(T, u64, n_dropped) F(T, u64, n_corrupt) F(T, u64, n_tag_mismatch)                \
-                    F(T, u64, n_renewals)
+    F(T, u32, n_reserved)                                                                          \
+    F(T, u32, n_committed) F(T, u32, n_pinned) F(T, u32, n_leases) F(T, u32, n_subscribers)        \
+        F(T, u64, n_puts) F(T, u64, n_gets) F(T, u64, n_get_misses) F(T, u64, n_evicted)           \
+            F(T, u64, n_expired_reservations) F(T, u64, n_expired_leases) F(T, u64, n_dropped)     \
+                F(T, u64, n_corrupt) F(T, u64, n_tag_mismatch) F(T, u64, n_renewals)
 
 #define MOON_STORE_MSGS(X)                                                                         \
     X(MOON_MSG_STORE_QUERY, moon_store_query_t, MOON_STORE_QUERY_FIELDS)                           \
@@ -149,7 +153,8 @@
     X(MOON_MSG_STORE_GETV, moon_store_getv_t, MOON_STORE_GETV_FIELDS)                              \
     X(MOON_MSG_STORE_GET_GRANTV, moon_store_get_grantv_t, MOON_STORE_GET_GRANTV_FIELDS)            \
     X(MOON_MSG_STORE_RELEASEV, moon_store_releasev_t, MOON_STORE_RELEASEV_FIELDS)                  \
-    X(MOON_MSG_STORE_REPLYV, moon_store_replyv_t, MOON_STORE_REPLYV_FIELDS)
+    X(MOON_MSG_STORE_REPLYV, moon_store_replyv_t, MOON_STORE_REPLYV_FIELDS)                        \
+    X(MOON_MSG_STORE_RETIRE, moon_store_retire_t, MOON_STORE_RETIRE_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_STORE_MSGS, STORE, MOON_MSG_STORE_END)
 _Static_assert(MOON_MSG_STORE_END <= 64, "store ids are 32..63");

@@ -614,6 +614,20 @@ static moon_status_t shard_on_remove(moon_actor_t *self, const moon_msg_hdr_t *m
     return reply(self, msg, q->req, status);
 }
 
+/* A weight version retired: its blocks go (and the index hears of it). */
+static moon_status_t shard_on_retire(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    shard_state_t             *st = moon_actor_state(self);
+    const moon_store_retire_t *q  = (const moon_store_retire_t *)msg;
+    uint64_t                   n  = 0;
+
+    moon_kv_shard_remove_older(st->kv, q->model_id, q->version, &n);
+    MOON_INFO("store shard %u: %llu blocks of weight versions below %llu removed", st->shard_id,
+              (unsigned long long)n, (unsigned long long)q->version);
+    publish_events(self, st);
+    return MOON_OK;
+}
+
 static moon_status_t shard_on_pin(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     shard_state_t          *st  = moon_actor_state(self);
@@ -948,6 +962,7 @@ const moon_actor_ops_t moon_store_shard_ops = {
             [MOON_MSG_STORE_GET]          = shard_on_get,
             [MOON_MSG_STORE_RELEASE]      = shard_on_release,
             [MOON_MSG_STORE_REMOVE]       = shard_on_remove,
+            [MOON_MSG_STORE_RETIRE]       = shard_on_retire,
             [MOON_MSG_STORE_PIN]          = shard_on_pin,
             [MOON_MSG_STORE_RENEW]        = shard_on_renew,
             [MOON_MSG_STORE_SUBSCRIBE]    = shard_on_subscribe,

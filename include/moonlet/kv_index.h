@@ -31,6 +31,11 @@ MOON_API moon_status_t moon_kv_index_apply(moon_kv_index_t *index, uint32_t shar
                                            uint32_t snapshot, const uint64_t *ev, uint32_t n);
 /* Forgets shard (lost): its blocks no longer count until its next snapshot. */
 MOON_API void moon_kv_index_drop_shard(moon_kv_index_t *index, uint32_t shard);
+/* Counts blocks of tag (copied) from now on: a weight switch. Every key
+ * known so far (the old tag's) is forgotten, so no block of the old version
+ * is ever found for the new one; the shards stay synced (their events go on
+ * numbering). MOON_ERR_NO_MEMORY, MOON_ERR_INVALID_PARAM: nothing changed. */
+MOON_API moon_status_t moon_kv_index_set_tag(moon_kv_index_t *index, const moon_kv_tag_t *tag);
 /* Leading keys of keys[0..n) that some synced shard holds. */
 MOON_API uint32_t moon_kv_index_prefix(const moon_kv_index_t *index, const moon_kv_key_t *keys,
                                        uint32_t n);

@@ -220,6 +220,14 @@ MOON_API moon_status_t moon_kv_shard_longest_prefix(const moon_kv_shard_t *shard
  * (a reservation is not a block: revoke it). */
 MOON_API moon_status_t moon_kv_shard_remove(moon_kv_shard_t *shard, moon_kv_key_t key);
 
+/* Removes every committed or spilled block of model_id whose weight version
+ * is below version (a weight push retired them: no request can use them
+ * again), like moon_kv_shard_remove (events REMOVED; a leased block keeps its
+ * slot until its last lease ends). *n_removed_p (may be NULL): blocks removed.
+ * O(entries). */
+MOON_API void moon_kv_shard_remove_older(moon_kv_shard_t *shard, uint64_t model_id,
+                                         uint64_t version, uint64_t *n_removed_p);
+
 /* Pin: the committed block of key is never evicted (a spilled one is promoted
  * first). Unpin: evictable again. Not counted: one unpin undoes any pins.
  * MOON_ERR_NOT_FOUND: no committed or spilled block; pin may also return the

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef MOON_TEST_DATA_DIR
@@ -459,6 +460,91 @@ static void test_image_push(void)
     moon_weights_image_destroy(img);
 }
 
+/* One request of the 48-token prompt p (to the end); its DONE. */
+static moon_serve_event_t run_long(const int32_t *p, int32_t *out, uint32_t *n_out)
+{
+    moon_serve_params_t params;
+    moon_serve_event_t  ev, done = {0};
+    uint64_t            id = 0;
+
+    moon_serve_params_default(&params);
+    params.tokens     = p;
+    params.n_tokens   = 48;
+    params.max_tokens = MAX_NEW;
+    *n_out            = 0;
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &params, &id), MOON_OK);
+    while (moon_serve_client_next(g_client, WAIT_NS, &ev) == MOON_OK) {
+        int end = ev.request_id == id && ev.kind == MOON_SERVE_EV_DONE;
+        if (ev.request_id == id && ev.kind == MOON_SERVE_EV_TOKEN && *n_out < MAX_NEW) {
+            out[(*n_out)++] = ev.token;
+        }
+        if (end) {
+            done      = ev;
+            done.msg_ = NULL;
+        }
+        moon_serve_event_fini(&ev);
+        if (end) {
+            return done;
+        }
+    }
+    CU_FAIL("no answer within a minute");
+    return done;
+}
+
+/* A prompt's KV blocks of the serving version are found again (a repeat
+ * hits the cache, within a deadline: the store indexes them after the
+ * first answer). */
+static void expect_cache_hit(const int32_t *p)
+{
+    int32_t  out[MAX_NEW];
+    uint32_t n, hit = 0;
+
+    for (int tries = 0; tries < 40 && hit == 0; tries++) {
+        moon_serve_event_t d = run_long(p, out, &n);
+        CU_ASSERT_EQUAL(d.status, MOON_OK);
+        hit = d.n_cached;
+        if (hit == 0) {
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+        }
+    }
+    CU_ASSERT(hit > 0);
+}
+
+/* KV by version: blocks computed by one version are never reused by the
+ * next (the first request after the switch computes all of its prompt and
+ * answers the new version's output), and the new version's blocks are
+ * found again (the prefix indexes follow the switch). */
+static void test_kv_blocks_not_reused_across_versions(void)
+{
+    int32_t               p[48], out[MAX_NEW], ref[2][MAX_NEW];
+    uint32_t              n, n_ref[2], seed = 99;
+    moon_weights_result_t r;
+    moon_serve_event_t    d;
+    int                   next;
+
+    p[0] = 1;
+    for (uint32_t i = 1; i < 48; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = 3 + (int32_t)((seed >> 16) % 509u);
+    }
+    n_ref[0] = reference(MODEL_A, p, 48, ref[0]);
+    n_ref[1] = reference(g_model_b, p, 48, ref[1]);
+    run_long(p, out, &n);
+    expect_cache_hit(p);
+    next = !g_model_of[g_serving];
+    push(next ? g_model_b : MODEL_A, 0, 0, &r);
+    CU_ASSERT_EQUAL_FATAL(r.status, MOON_OK);
+    g_serving             = r.version;
+    g_model_of[g_serving] = next;
+    d                     = run_long(p, out, &n);
+    CU_ASSERT_EQUAL(d.status, MOON_OK);
+    CU_ASSERT_EQUAL(d.weight_version, g_serving);
+    CU_ASSERT_EQUAL(d.n_cached, 0); /* nothing of the old version */
+    CU_ASSERT_EQUAL(n, n_ref[next]);
+    CU_ASSERT_EQUAL(memcmp(out, ref[next], n * sizeof(int32_t)), 0);
+    expect_cache_hit(p);
+}
+
 static int setup_models(void)
 {
     moon_model_t       *a = NULL;
@@ -552,7 +638,8 @@ int main(int argc, char **argv)
         rc = MOON_TEST_RUN("weights", NULL, NULL, test_models_differ, test_push_switches_versions,
                            test_delta_push_moves_changed_chunks, test_corrupt_chunk_rolls_back,
                            test_wrong_architecture_refused, test_tokenizer_change_refused,
-                           test_second_push_refused, test_push_under_load, test_image_push);
+                           test_second_push_refused, test_push_under_load, test_image_push,
+                           test_kv_blocks_not_reused_across_versions);
         moon_weights_client_destroy(g_wc);
         moon_serve_client_destroy(g_client);
     }

@@ -96,5 +96,39 @@ static void test_lost_shard_and_other_tags(void)
     moon_kv_index_destroy(x);
 }
 
+/* A weight switch: the old version's keys are forgotten at once (a block
+ * computed by version 1 is never found for version 2), the new version's
+ * events count from then on with the shard's numbering going on, the old
+ * version's later events are ignored. */
+static void test_switch_drops_the_old_version(void)
+{
+    moon_kv_index_t *x;
+    uint64_t         ev[10];
+    moon_kv_tag_t    v2      = {42, 2};
+    moon_kv_key_t    keys[2] = {key(1), key(2)};
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_index_create(1, &TAG, &x), MOON_OK);
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    ev_of(ev + 5, MOON_KV_EVENT_STORED, 2, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 5, 1, ev, 2), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 2), 2);
+    CU_ASSERT_EQUAL(moon_kv_index_set_tag(x, &v2), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 2), 0);
+    CU_ASSERT_TRUE(moon_kv_index_synced(x, 0));
+    /* version 1's block stored late (a request that started on it) and
+     * version 2's: only the latter counts; the numbering goes on (5, 6) */
+    ev_of(ev, MOON_KV_EVENT_STORED, 1, &TAG);
+    ev_of(ev + 5, MOON_KV_EVENT_STORED, 2, &v2);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 5, 0, ev, 2), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys, 1), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, keys + 1, 1), 1);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 1);
+    CU_ASSERT_EQUAL(moon_kv_index_set_tag(x, NULL), MOON_ERR_INVALID_PARAM);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 1);
+    moon_kv_index_destroy(x);
+}
+
 MOON_TEST_MAIN("kv_index", NULL, NULL, test_snapshot_then_live_events,
-               test_gap_drops_the_shard_until_its_next_snapshot, test_lost_shard_and_other_tags)
+               test_gap_drops_the_shard_until_its_next_snapshot, test_lost_shard_and_other_tags,
+               test_switch_drops_the_old_version)

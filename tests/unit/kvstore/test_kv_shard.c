@@ -421,6 +421,43 @@ static void test_other_model_or_version_is_never_served(void)
     moon_kv_shard_destroy(shard);
 }
 
+/* A weight version retired: every block of the model below the serving
+ * version goes (REMOVED events, a leased one once its lease ends); the
+ * serving version's and another model's stay. */
+static void test_remove_older_versions(void)
+{
+    kv_events_t      ev    = {0};
+    moon_kv_shard_t *shard = make_shard(8, 128, &ev);
+    moon_kv_tag_t    v4    = {.model_id = kv_tag.model_id, .weight_version = 4};
+    moon_kv_tag_t    m2    = {.model_id = 2, .weight_version = 1};
+    unsigned char    blk[128];
+    moon_kv_get_t    get, get4;
+    uint64_t         n = 99;
+
+    for (uint64_t i = 1; i <= 3; i++) { /* version 3 */
+        CU_ASSERT_EQUAL(kv_put_i(shard, i, 128), MOON_OK);
+    }
+    kv_fill(blk, 128, 4);
+    CU_ASSERT_EQUAL(moon_kv_shard_put(shard, &v4, kv_key(4), blk, 128, 1, 0), MOON_OK);
+    kv_fill(blk, 128, 5);
+    CU_ASSERT_EQUAL(moon_kv_shard_put(shard, &m2, kv_key(5), blk, 128, 1, 0), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_shard_get(shard, &kv_tag, kv_key(1), 1, 0, &get), MOON_OK);
+    moon_kv_shard_remove_older(shard, kv_tag.model_id, 4, &n);
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT_EQUAL(ev.count[MOON_KV_EVENT_REMOVED], 3);
+    for (uint64_t i = 1; i <= 3; i++) {
+        CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(i)), MOON_KV_STATE_ABSENT);
+    }
+    CU_ASSERT_EQUAL(moon_kv_shard_get(shard, &v4, kv_key(4), 2, 0, &get4), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_shard_release(shard, get4.lease), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_shard_release(shard, get.lease), MOON_OK); /* the removed one's */
+    CU_ASSERT_EQUAL(moon_kv_shard_state(shard, kv_key(5)), MOON_KV_STATE_COMMITTED);
+    CU_ASSERT_EQUAL(moon_kv_shard_check(shard), MOON_OK);
+    moon_kv_shard_remove_older(shard, kv_tag.model_id, 4, NULL); /* nothing left to remove */
+    CU_ASSERT_EQUAL(ev.count[MOON_KV_EVENT_REMOVED], 3);
+    moon_kv_shard_destroy(shard);
+}
+
 static void test_corrupted_block_is_detected_and_dropped(void)
 {
     kv_events_t           ev    = {0};
@@ -609,7 +646,7 @@ MOON_TEST_MAIN("kv_shard", NULL, NULL, test_create_rejects_bad_config,
                test_renewed_reservation_outlives_the_timeout, test_drop_client_revokes_and_releases,
                test_remove_of_leased_block_is_deferred, test_client_dying_mid_get_lease_is_swept,
                test_release_during_transfer_ends_at_transfer_end,
-               test_other_model_or_version_is_never_served,
+               test_other_model_or_version_is_never_served, test_remove_older_versions,
                test_corrupted_block_is_detected_and_dropped,
                test_exists_and_longest_prefix_of_a_prompt, test_lease_table_full_is_no_resource,
                test_a_million_keys_without_per_key_malloc, test_consecutive_keys_do_not_cluster,
