@@ -24,6 +24,12 @@ typedef struct {
     /* what the instance serves new requests with (borrowed from it) */
     const moon_model_t *cur_model, *prev_model;
     uint64_t            cur_version, prev_version;
+    /* XXH3 of cur_model's image cut in cur_chunk_bytes chunks (NULL: not
+     * known): a push's HAVE without reading the image again; after a
+     * commit they are the offer's, every one checked */
+    uint64_t *cur_hashes;
+    uint32_t  cur_n_hashes;
+    uint64_t  cur_chunk_bytes;
     /* the push under way (push 0: none) */
     uint64_t            push, version;
     moon_addr_t         from; /* the broadcaster of this push */
@@ -241,6 +247,23 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
     moon_model_image(r->cur_model, &img, &img_len);
     if (status == MOON_OK) {
         n_have = (uint32_t)((img_len + r->chunk_bytes - 1) / r->chunk_bytes);
+        if (r->cur_hashes == NULL || r->cur_chunk_bytes != r->chunk_bytes ||
+            r->cur_n_hashes != n_have) {
+            moon_free(r->cur_hashes);
+            r->cur_hashes = moon_malloc((size_t)n_have * 8 + 8);
+            for (uint32_t k = 0; r->cur_hashes != NULL && k < n_have; k++) {
+                uint64_t off     = (uint64_t)k * r->chunk_bytes;
+                r->cur_hashes[k] = moon_kv_checksum((const char *)img + off,
+                                                    MOON_MIN(r->chunk_bytes, img_len - off));
+            }
+            r->cur_n_hashes    = r->cur_hashes != NULL ? n_have : 0;
+            r->cur_chunk_bytes = r->chunk_bytes;
+        }
+        if (r->cur_hashes == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            why    = "no memory";
+            n_have = 0;
+        }
     }
     q = moon_msg_new(MOON_MSG_WEIGHTS_HAVE,
                      (size_t)n_have * 8 + strlen(why) + 2 +
@@ -254,10 +277,8 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
     q->version = r->cur_version;
     if (status == MOON_OK) {
         uint64_t *hv = moon_msg_span_alloc(q, &q->hashes, n_have, 8, 0);
-        for (uint32_t k = 0; hv != NULL && k < n_have; k++) {
-            uint64_t off = (uint64_t)k * r->chunk_bytes;
-            hv[k] =
-                moon_kv_checksum((const char *)img + off, MOON_MIN(r->chunk_bytes, img_len - off));
+        if (hv != NULL) {
+            memcpy(hv, r->cur_hashes, (size_t)n_have * 8);
         }
         status = moon_dist_region_desc(r->stage_reg, q, &q->desc);
     }
@@ -319,11 +340,13 @@ static moon_status_t recv_on_plan(moon_actor_t *self, const moon_msg_hdr_t *msg)
             fail(self, r, MOON_ERR_INVALID_PARAM, "the plan skips a chunk this rank does not hold");
             return MOON_OK;
         }
-        memcpy((char *)r->stage + off, (const char *)img + off, len);
-        if (moon_kv_checksum((char *)r->stage + off, len) != r->hashes[k]) {
+        /* its XXH3 is the one this rank told in HAVE, of these bytes: the
+         * broadcaster kept it home because it equals the offer's */
+        if (r->cur_hashes == NULL || k >= r->cur_n_hashes || r->cur_hashes[k] != r->hashes[k]) {
             fail(self, r, MOON_ERR_CORRUPT, "a chunk kept from the old weights differs");
             return MOON_OK;
         }
+        memcpy((char *)r->stage + off, (const char *)img + off, len);
         r->copied_bytes += len;
     }
     r->planned = 1;
@@ -414,6 +437,8 @@ static moon_status_t recv_on_commit(moon_actor_t *self, const moon_msg_hdr_t *ms
             r->cur_model   = r->prev_model;
             r->cur_version = r->prev_version;
             r->prev_model  = NULL;
+            moon_free(r->cur_hashes);
+            r->cur_hashes = NULL;
         }
         return MOON_OK;
     }
@@ -445,13 +470,19 @@ static moon_status_t recv_on_commit(moon_actor_t *self, const moon_msg_hdr_t *ms
             break;
         }
     }
-    r->prev_model     = r->cur_model;
-    r->prev_version   = r->cur_version;
-    r->cur_model      = r->staged_model;
-    r->cur_version    = r->version;
-    r->committed_push = r->push;
-    r->staged_model   = NULL;
-    r->stage_reg      = NULL;
+    /* every chunk of the staged image was checked against the offer */
+    moon_free(r->cur_hashes);
+    r->cur_hashes      = r->hashes;
+    r->cur_n_hashes    = r->n_chunks;
+    r->cur_chunk_bytes = r->chunk_bytes;
+    r->hashes          = NULL;
+    r->prev_model      = r->cur_model;
+    r->prev_version    = r->cur_version;
+    r->cur_model       = r->staged_model;
+    r->cur_version     = r->version;
+    r->committed_push  = r->push;
+    r->staged_model    = NULL;
+    r->stage_reg       = NULL;
     end_push(r);
     return MOON_OK;
 }
@@ -506,6 +537,7 @@ static void recv_fini(moon_actor_t *self)
     recv_t *r = moon_actor_state(self);
 
     end_push(r);
+    moon_free(r->cur_hashes);
     if (r->spare_reg != NULL) {
         moon_dist_region_deregister(r->a.dist, r->spare_reg);
     }

@@ -2,7 +2,10 @@
 # benchmarks/suites/weights.sh - weight pushes (bench_weights.c): a full push
 # of a checkpoint of 64 MiB, 256 MiB and 1 GiB to 4 instance ranks (mpirun -np
 # 5) against MPI_Bcast of the same bytes to the same ranks, rounds
-# alternating. Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 (8 MiB, 2
+# alternating; per size also a delta push (1 % of the chunks changed) against
+# the full push of its round, the TTFT of requests streaming during pushes
+# against quiet windows between them, and the instances' memory against the
+# checkpoint's size (bench_weights.c says how). Env: BENCH_BIN (set by benchmarks/run), SMOKE=1 (8 MiB, 2
 # rounds), WEIGHTS_MIB (comma list), WEIGHTS_ROUNDS, WEIGHTS_CHUNK_MIB.
 set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
