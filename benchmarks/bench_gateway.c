@@ -240,9 +240,8 @@ static double cpu_s(void)
  * alternating in rounds: one line each, ratio = the median round's. */
 static void variant_line(const char *name, int variant, int n, int depth, int rounds)
 {
-    double           *ratio = calloc((size_t)rounds, sizeof(double));
-    double            v = 0, a = 0;
-    moon_bench_json_t j;
+    moon_bench_rounds_t rr = {0};
+    moon_bench_json_t   j;
 
     for (int r = 0; r < rounds; r++) {
         double x, y;
@@ -251,11 +250,8 @@ static void variant_line(const char *name, int variant, int n, int depth, int ro
         g_variant = variant;
         y         = api_throughput(n, depth) * g_max_tokens;
         g_variant = 0;
-        a += x / rounds;
-        v += y / rounds;
-        ratio[r] = x > 0 ? y / x : 0;
+        moon_bench_rounds_add(&rr, y, x);
     }
-    qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
     moon_bench_json_begin(&j);
     moon_bench_json_str(&j, "bench", "gateway_sampling");
     moon_bench_json_str(&j, "model", "stories260K");
@@ -264,13 +260,10 @@ static void variant_line(const char *name, int variant, int n, int depth, int ro
     moon_bench_json_int(&j, "n", n);
     moon_bench_json_int(&j, "depth", depth);
     moon_bench_json_str(&j, "metric", "decode_tokens_per_s");
-    moon_bench_json_num(&j, "value", v);
-    moon_bench_json_num(&j, "anchor_plain_requests", a);
-    moon_bench_json_num(&j, "ratio", ratio[rounds / 2]);
-    moon_bench_json_num(&j, "ratio_min", ratio[0]);
-    moon_bench_json_num(&j, "ratio_max", ratio[rounds - 1]);
+    moon_bench_json_num(&j, "value", moon_bench_rounds_mean(&rr));
+    moon_bench_json_num(&j, "anchor_plain_requests", moon_bench_rounds_anchor_mean(&rr));
+    moon_bench_rounds_json(&rr, &j);
     moon_bench_json_end(&j);
-    free(ratio);
 }
 
 static void line(const char *bench, const char *metric, double v, double anchor, double ratio,

@@ -10,7 +10,8 @@
  *   decode          tokens/s of 32 concurrent greedy requests on one decode
  *                   instance over the engine's batch-32 decode with the same
  *                   threads (target >= 0.85);
- *   disagg_goodput  goodput (TTFT <= 2 s and TBT <= 3x the batch-1 step) of
+ *   disagg_goodput  goodput (TTFT <= 2 s and TBT <= 5 ms, or 3x the batch-1
+ *                   step where that is longer) of
  *                   1 prefill + 1 decode over that of 2 colocated instances,
  *                   same workload, same cores (target >= 1.2);
  *   messages        actor messages (and bulk completions among them) of one
@@ -18,6 +19,10 @@
  *                   blocks, --replicas store replicas) over the count the
  *                   per-block protocol of e0d97dc took for the same request
  *                   (a recorded anchor: a count, not a time; target <= 0.2).
+ * The timed lines run --rounds (default 5) rounds, each an anchor run and a
+ * measured run back to back in this process; a line's figures are the
+ * medians over rounds, "ratio" (= "ratio_median") the median of the rounds'
+ * ratios with "ratio_min" and "ratio_max", null when every anchor read 0.
  * The cluster runs in this process (one actor worker, one engine thread per
  * instance unless --threads); the driver is the client API's thread client,
  * which stamps each token's arrival on the runtime's thread. */
@@ -280,8 +285,11 @@ static double anchor_decode(anchor_t *a, uint32_t b, uint32_t ctx, uint32_t step
 
 /* ---- the questions ---------------------------------------------------------- */
 
+/* One line: the figure and its anchor (each the median over rounds), the
+ * median round ratio with its min and max (null when no anchor was > 0). */
 static void emit(const char *bench, const char *label, const char *fig, double v,
-                 const char *anchor, double va, const char *unit, double ratio, double target)
+                 const char *anchor, double va, const char *unit, moon_bench_rounds_t *rr,
+                 double target)
 {
     moon_bench_json_t j;
 
@@ -291,7 +299,7 @@ static void emit(const char *bench, const char *label, const char *fig, double v
     moon_bench_json_num(&j, fig, v);
     moon_bench_json_num(&j, anchor, va);
     moon_bench_json_str(&j, "unit", unit);
-    moon_bench_json_num(&j, "ratio", ratio);
+    moon_bench_rounds_json(rr, &j);
     moon_bench_json_num(&j, "target", target);
     moon_bench_json_num(&j, "peak_rss_mib", moon_bench_peak_rss_mib());
     moon_bench_json_end(&j);
@@ -304,11 +312,12 @@ static double median(double *v, uint32_t n)
 
 static void bench_prefix_reuse(moon_serve_config_t *cfg, const char *label, uint32_t iters)
 {
-    cluster_t c;
-    uint32_t  vocab, n = 512, shared = 448;
-    int32_t   a[512], b[512];
-    double    cold[16], warm[16];
-    uint32_t  cached = 0;
+    cluster_t           c;
+    uint32_t            vocab, n = 512, shared = 448;
+    int32_t             a[512], b[512];
+    double              cold[16], warm[16];
+    uint32_t            cached = 0;
+    moon_bench_rounds_t rr     = {0};
 
     cfg->n_store = 1;
     if (cluster_up(&c, cfg) != 0) {
@@ -325,6 +334,7 @@ static void bench_prefix_reuse(moon_serve_config_t *cfg, const char *label, uint
         nanosleep(&(struct timespec){0, 200000000}, NULL); /* a's puts commit */
         warm[i] = one_ttft(&c, 2 * i + 1, b, n, 1);
         cached  = g_track[2 * i + 1].n_cached;
+        moon_bench_rounds_add(&rr, warm[i], cold[i]);
     }
     cluster_down(&c);
     if (cached != shared) {
@@ -332,18 +342,18 @@ static void bench_prefix_reuse(moon_serve_config_t *cfg, const char *label, uint
                 cached, shared);
     }
     emit("prefix_reuse", label, "ttft_cached_ms", median(warm, iters) * 1e3, "ttft_cold_ms",
-         median(cold, iters) * 1e3, "ms", median(warm, iters) / median(cold, iters), 0.25);
-    (void)median;
+         median(cold, iters) * 1e3, "ms", &rr, 0.25);
 }
 
 static void bench_handover(moon_serve_config_t *cfg, const char *path, const char *label,
                            uint32_t iters)
 {
-    cluster_t c;
-    anchor_t  an;
-    int32_t   a[512];
-    double    ttft[16], pre, step;
-    uint32_t  vocab, n;
+    cluster_t           c;
+    anchor_t            an;
+    int32_t             a[512];
+    double              ttft[16], anc[16], pre, step;
+    uint32_t            vocab, n;
+    moon_bench_rounds_t rr = {0};
 
     cfg->n_store = 0; /* nothing reused: the whole prompt computes and moves */
     if (cluster_up(&c, cfg) != 0) {
@@ -353,13 +363,13 @@ static void bench_handover(moon_serve_config_t *cfg, const char *path, const cha
     n     = MOON_MIN(512, moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len - 2);
     anchor_open(&an, path, cfg->threads, 1, 512);
     reset_tracks(&c);
-    /* alternating with the anchor (the cluster idles meanwhile): best of each */
-    double best_anchor = 1e9;
+    /* rounds alternating with the anchor (the cluster idles meanwhile) */
     for (uint32_t i = 0; i < iters; i++) {
         tokens_of(a, n, 300 + i, vocab);
         anchor_prefill(&an, a, n, 1, &pre, &step);
-        best_anchor = MOON_MIN(best_anchor, pre + step);
-        ttft[i]     = one_ttft(&c, i, a, n, 2);
+        anc[i]  = pre + step;
+        ttft[i] = one_ttft(&c, i, a, n, 2);
+        moon_bench_rounds_add(&rr, ttft[i], anc[i]);
     }
     cluster_down(&c);
     anchor_close(&an);
@@ -367,21 +377,44 @@ static void bench_handover(moon_serve_config_t *cfg, const char *path, const cha
             "handover: last request: server queue %.2f ms, prefill compute %.2f ms, ttft %.2f ms\n",
             g_track[iters - 1].queue_ns * 1e-6, g_track[iters - 1].prefill_ns * 1e-6,
             g_track[iters - 1].ttft_ns * 1e-6);
-    emit("handover", label, "ttft_ms", moon_bench_percentile(ttft, iters, 0) * 1e3,
-         "engine_prefill_plus_step_ms", best_anchor * 1e3, "ms",
-         moon_bench_percentile(ttft, iters, 0) / best_anchor, 1.10);
+    emit("handover", label, "ttft_ms", median(ttft, iters) * 1e3, "engine_prefill_plus_step_ms",
+         median(anc, iters) * 1e3, "ms", &rr, 1.10);
+}
+
+/* One round of the served figure: B concurrent requests; tokens/s over the
+ * steady window (every request has its first token, none is done). */
+static double decode_round(cluster_t *c, int32_t (*tok)[32], uint32_t B, uint32_t prompt,
+                           uint32_t max_new)
+{
+    uint64_t t0 = 0, t1 = UINT64_MAX, n_tok = 0;
+
+    reset_tracks(c);
+    for (uint32_t i = 0; i < B; i++) {
+        submit(c, i, tok[i], prompt, max_new);
+    }
+    wait_done(B);
+    for (uint32_t i = 0; i < B; i++) {
+        t0 = g_track[i].first_ns > t0 ? g_track[i].first_ns : t0;
+        t1 = g_track[i].last_ns < t1 ? g_track[i].last_ns : t1;
+    }
+    for (uint32_t i = 0; i < B; i++) {
+        for (uint32_t k = 0; k < MOON_MIN(g_track[i].n, MAX_TOKS); k++) {
+            n_tok += g_track[i].t_ns[k] > t0 && g_track[i].t_ns[k] <= t1;
+        }
+    }
+    return t1 > t0 ? (double)n_tok / ((double)(t1 - t0) * 1e-9) : 0.0;
 }
 
 static void bench_decode(moon_serve_config_t *cfg, const char *path, const char *label,
-                         uint32_t threads)
+                         uint32_t threads, uint32_t rounds)
 {
     enum { B = 32, PROMPT = 32 };
-    cluster_t c;
-    anchor_t  an;
-    int32_t   tok[B][PROMPT];
-    uint32_t  vocab, max_new, ctx;
-    uint64_t  t0 = 0, t1 = UINT64_MAX, n_tok = 0;
-    double    tps, anchor;
+    cluster_t           c;
+    anchor_t            an;
+    int32_t             tok[B][PROMPT];
+    uint32_t            vocab, max_new, ctx;
+    double              tps[MOON_BENCH_MAX_ROUNDS], anc[MOON_BENCH_MAX_ROUNDS];
+    moon_bench_rounds_t rr = {0};
 
     cfg->n_store   = 0;
     cfg->max_batch = B;
@@ -402,29 +435,20 @@ static void bench_decode(moon_serve_config_t *cfg, const char *path, const char 
     ctx     = moon_model_config(moon_serve_cluster_model(c.cluster))->seq_len;
     vocab   = moon_model_config(moon_serve_cluster_model(c.cluster))->vocab_size;
     max_new = MOON_MIN(256, ctx - PROMPT - 1);
-    reset_tracks(&c);
     for (uint32_t i = 0; i < B; i++) {
         tokens_of(tok[i], PROMPT, 500 + i, vocab);
-        submit(&c, i, tok[i], PROMPT, max_new);
     }
-    wait_done(B);
-    cluster_down(&c);
-    /* the steady window: every request has its first token, none is done */
-    for (uint32_t i = 0; i < B; i++) {
-        t0 = g_track[i].first_ns > t0 ? g_track[i].first_ns : t0;
-        t1 = g_track[i].last_ns < t1 ? g_track[i].last_ns : t1;
-    }
-    for (uint32_t i = 0; i < B; i++) {
-        for (uint32_t k = 0; k < MOON_MIN(g_track[i].n, MAX_TOKS); k++) {
-            n_tok += g_track[i].t_ns[k] > t0 && g_track[i].t_ns[k] <= t1;
-        }
-    }
-    tps = t1 > t0 ? (double)n_tok / ((double)(t1 - t0) * 1e-9) : 0.0;
+    /* rounds alternating with the anchor (each idles while the other runs) */
     anchor_open(&an, path, threads, B, 128);
-    anchor = anchor_decode(&an, B, PROMPT + max_new / 2, 24, vocab);
+    for (uint32_t r = 0; r < rounds; r++) {
+        anc[r] = anchor_decode(&an, B, PROMPT + max_new / 2, 24, vocab);
+        tps[r] = decode_round(&c, tok, B, PROMPT, max_new);
+        moon_bench_rounds_add(&rr, tps[r], anc[r]);
+    }
     anchor_close(&an);
-    emit("decode", label, "tokens_per_s", tps, "engine_batch32_tokens_per_s", anchor, "tokens/s",
-         tps / anchor, 0.85);
+    cluster_down(&c);
+    emit("decode", label, "tokens_per_s", median(tps, rounds), "engine_batch32_tokens_per_s",
+         median(anc, rounds), "tokens/s", &rr, 0.85);
 }
 
 /* TBT of a request: the mean of its slowest 10 % of token gaps (the paper's). */
@@ -487,13 +511,20 @@ static double goodput_run(moon_serve_config_t *cfg, uint32_t n_req, double rate,
     return good / ((double)(end - start) * 1e-9);
 }
 
+/* A TBT SLO a deployment would set: 5 ms (200 tokens/s per stream), or 3x
+ * the batch-1 step where the model is too slow for that (110M on CPU). */
+#define TBT_SLO_FLOOR_S 5e-3
+
 static void bench_disagg(moon_serve_config_t *cfg, const char *path, const char *label,
-                         uint32_t n_req)
+                         uint32_t n_req, uint32_t rounds)
 {
-    anchor_t an;
-    int32_t  a[512];
-    double   pre, step, rate, tbt_slo, g_dis, g_col, att_dis, att_col;
-    uint32_t ctx, lo = 400, hi = 480, out = 64;
+    anchor_t            an;
+    int32_t             a[512];
+    double              pre, step, rate, tbt_slo;
+    double              g_dis[MOON_BENCH_MAX_ROUNDS], g_col[MOON_BENCH_MAX_ROUNDS];
+    double              att_dis[MOON_BENCH_MAX_ROUNDS], att_col[MOON_BENCH_MAX_ROUNDS];
+    uint32_t            ctx, lo = 400, hi = 480, out = 64;
+    moon_bench_rounds_t rr = {0};
 
     anchor_open(&an, path, 1, 1, 512);
     ctx = moon_model_config(an.model)->seq_len;
@@ -505,27 +536,32 @@ static void bench_disagg(moon_serve_config_t *cfg, const char *path, const char 
     anchor_prefill(&an, a, (lo + hi) / 2, 3, &pre, &step);
     anchor_close(&an);
     /* near saturation of one prefill instance */
-    rate           = 0.9 / pre;
-    tbt_slo        = 3.0 * step;
-    cfg->n_store   = 0; /* distinct prompts: nothing to reuse in either mode */
-    cfg->colocated = 0;
-    g_dis          = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_dis);
-    cfg->colocated = 1;
-    g_col          = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_col);
+    rate         = 0.9 / pre;
+    tbt_slo      = MOON_MAX(TBT_SLO_FLOOR_S, 3.0 * step);
+    cfg->n_store = 0; /* distinct prompts: nothing to reuse in either mode */
+    /* rounds alternating the anchor (colocated) and the measurement */
+    for (uint32_t r = 0; r < rounds; r++) {
+        cfg->colocated = 1;
+        g_col[r]       = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_col[r]);
+        cfg->colocated = 0;
+        g_dis[r]       = goodput_run(cfg, n_req, rate, tbt_slo, lo, hi, out, &att_dis[r]);
+        moon_bench_rounds_add(&rr, g_dis[r], g_col[r]);
+    }
     {
         moon_bench_json_t j;
         moon_bench_json_begin(&j);
         moon_bench_json_str(&j, "bench", "disagg_goodput");
         moon_bench_json_str(&j, "model", label);
-        moon_bench_json_num(&j, "goodput_rps", g_dis);
-        moon_bench_json_num(&j, "colocated_goodput_rps", g_col);
-        moon_bench_json_num(&j, "slo_attainment", att_dis);
-        moon_bench_json_num(&j, "colocated_slo_attainment", att_col);
+        moon_bench_json_num(&j, "goodput_rps", median(g_dis, rounds));
+        moon_bench_json_num(&j, "colocated_goodput_rps", median(g_col, rounds));
+        moon_bench_json_num(&j, "slo_attainment", median(att_dis, rounds));
+        moon_bench_json_num(&j, "colocated_slo_attainment", median(att_col, rounds));
         moon_bench_json_num(&j, "rate_rps", rate);
         moon_bench_json_num(&j, "tbt_slo_ms", tbt_slo * 1e3);
+        moon_bench_json_num(&j, "engine_step_ms", step * 1e3);
         moon_bench_json_int(&j, "requests", n_req);
         moon_bench_json_str(&j, "unit", "requests/s");
-        moon_bench_json_num(&j, "ratio", g_col > 0 ? g_dis / g_col : 0.0);
+        moon_bench_rounds_json(&rr, &j);
         moon_bench_json_num(&j, "target", 1.2);
         moon_bench_json_end(&j);
     }
@@ -647,7 +683,9 @@ static void bench_messages(moon_serve_config_t *cfg, const char *label, uint32_t
         moon_bench_json_str(&j, "unit", "messages");
         if (base > 0 && replicas <= 2 && n_prompt == 2048 && max_tokens == 128) {
             moon_bench_json_num(&j, "ratio", (double)n / base);
-        } /* else no anchor for this shape: no ratio */
+        } else { /* no anchor for this shape: no ratio */
+            moon_bench_json_null(&j, "ratio");
+        }
         moon_bench_json_num(&j, "target", 0.2);
         moon_bench_json_end(&j);
     }
@@ -666,10 +704,13 @@ int main(int argc, char **argv)
     if (path == NULL) {
         fprintf(stderr,
                 "usage: bench_serve --bench=prefix_reuse|handover|decode|disagg_goodput|messages "
-                "--model=M.gguf [--label=L] [--iters=N] [--threads=N] [--requests=N] "
+                "--model=M.gguf [--label=L] [--rounds=N] [--threads=N] [--requests=N] "
                 "[--prompt=N] [--max-tokens=N] [--replicas=N]\n");
         return 2;
     }
+    /* --rounds (alias --iters): anchor/measurement pairs, each line's ratio
+     * is the median pair's */
+    iters   = (uint32_t)moon_bench_arg_int(argc, argv, "rounds", iters);
     iters   = MOON_MIN(MOON_MAX(iters, 1u), 16u);
     g_track = calloc(MAX_REQS, sizeof(*g_track));
     moon_serve_config_default(&cfg);
@@ -681,10 +722,11 @@ int main(int argc, char **argv)
     } else if (strcmp(bench, "handover") == 0) {
         bench_handover(&cfg, path, label, iters);
     } else if (strcmp(bench, "decode") == 0) {
-        bench_decode(&cfg, path, label, thr);
+        bench_decode(&cfg, path, label, thr, iters);
     } else if (strcmp(bench, "disagg_goodput") == 0) {
         bench_disagg(&cfg, path, label,
-                     (uint32_t)MOON_MIN(moon_bench_arg_int(argc, argv, "requests", 48), MAX_REQS));
+                     (uint32_t)MOON_MIN(moon_bench_arg_int(argc, argv, "requests", 48), MAX_REQS),
+                     iters);
     } else if (strcmp(bench, "messages") == 0) {
         cfg.threads = thr;
         bench_messages(&cfg, label, (uint32_t)moon_bench_arg_int(argc, argv, "prompt", 2048),

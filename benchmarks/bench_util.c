@@ -1,6 +1,7 @@
 /* benchmarks/bench_util.c - see bench_util.h. */
 #include "bench_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,61 @@ void moon_bench_json_num(moon_bench_json_t *j, const char *key, double val)
 
     snprintf(num, sizeof(num), "%.6g", val);
     json_raw(j, "%s\"%s\": %s", key, num);
+}
+
+void moon_bench_json_null(moon_bench_json_t *j, const char *key)
+{
+    json_raw(j, "%s\"%s\": %s", key, "null");
+}
+
+void moon_bench_rounds_add(moon_bench_rounds_t *r, double measured, double anchor)
+{
+    if (r->n >= MOON_BENCH_MAX_ROUNDS) {
+        return;
+    }
+    r->n++;
+    r->sum_v += measured;
+    r->sum_a += anchor;
+    if (anchor > 0) {
+        r->ratio[r->n_ratio++] = measured / anchor;
+    }
+}
+
+double moon_bench_rounds_mean(const moon_bench_rounds_t *r)
+{
+    return r->n > 0 ? r->sum_v / r->n : 0.0;
+}
+
+double moon_bench_rounds_anchor_mean(const moon_bench_rounds_t *r)
+{
+    return r->n > 0 ? r->sum_a / r->n : 0.0;
+}
+
+double moon_bench_rounds_median(moon_bench_rounds_t *r)
+{
+    if (r->n_ratio == 0) {
+        return NAN;
+    }
+    qsort(r->ratio, (size_t)r->n_ratio, sizeof(double), cmp_double);
+    return r->ratio[r->n_ratio / 2];
+}
+
+void moon_bench_rounds_json(moon_bench_rounds_t *r, moon_bench_json_t *j)
+{
+    double med = moon_bench_rounds_median(r); /* sorts */
+
+    if (r->n_ratio == 0) {
+        moon_bench_json_null(j, "ratio");
+        moon_bench_json_null(j, "ratio_median");
+        moon_bench_json_null(j, "ratio_min");
+        moon_bench_json_null(j, "ratio_max");
+    } else {
+        moon_bench_json_num(j, "ratio", med);
+        moon_bench_json_num(j, "ratio_median", med);
+        moon_bench_json_num(j, "ratio_min", r->ratio[0]);
+        moon_bench_json_num(j, "ratio_max", r->ratio[r->n_ratio - 1]);
+    }
+    moon_bench_json_int(j, "rounds", r->n);
 }
 
 void moon_bench_json_end(moon_bench_json_t *j)

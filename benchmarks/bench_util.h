@@ -28,7 +28,31 @@ void moon_bench_json_begin(moon_bench_json_t *j);
 void moon_bench_json_str(moon_bench_json_t *j, const char *key, const char *val);
 void moon_bench_json_int(moon_bench_json_t *j, const char *key, int64_t val);
 void moon_bench_json_num(moon_bench_json_t *j, const char *key, double val);
+/* "key": null (a figure that has no value, e.g. a ratio over a 0 anchor). */
+void moon_bench_json_null(moon_bench_json_t *j, const char *key);
 void moon_bench_json_end(moon_bench_json_t *j);
+
+/* Rounds that alternate anchor and measurement in one process: each round's
+ * ratio is measured / anchor of the pair that ran back to back (the load they
+ * shared cancels); the line reports the median round's ratio with its min and
+ * max. A round whose anchor is 0 has no ratio; with none, the ratio is null.
+ * Zero-initialise, then _add() per round (at most MOON_BENCH_MAX_ROUNDS). */
+#define MOON_BENCH_MAX_ROUNDS 64
+typedef struct {
+    double ratio[MOON_BENCH_MAX_ROUNDS]; /* the rounds that have one */
+    double sum_v, sum_a;                 /* for the means */
+    int    n, n_ratio;
+} moon_bench_rounds_t;
+
+void moon_bench_rounds_add(moon_bench_rounds_t *r, double measured, double anchor);
+/* Mean over rounds of the measured figure, and of the anchor (0 if none). */
+double moon_bench_rounds_mean(const moon_bench_rounds_t *r);
+double moon_bench_rounds_anchor_mean(const moon_bench_rounds_t *r);
+/* Median round ratio, or NAN when no round had one. */
+double moon_bench_rounds_median(moon_bench_rounds_t *r);
+/* Adds "ratio" (the median; kept for the lines' old readers), "ratio_median",
+ * "ratio_min", "ratio_max" (null without a ratio) and "rounds". */
+void moon_bench_rounds_json(moon_bench_rounds_t *r, moon_bench_json_t *j);
 
 /* Integer from argv "--name=value" or the environment variable, else dflt. */
 int64_t     moon_bench_arg_int(int argc, char **argv, const char *name, int64_t dflt);

@@ -6,8 +6,12 @@
 # messages (<= 0.2 of the per-block protocol's count): one cold 2,048-token
 # request with 128 output tokens on the 110M model with a 4,096-token
 # context, 16-token blocks, one store replica and two.
-# One process per line. Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny), THREADS
-# (decode engine threads: default all cores).
+# One process per line; each timed line alternates anchor and measurement in
+# ROUNDS rounds (default 5) and reports the median round ratio with its min
+# and max (ratio_median, ratio_min, ratio_max; null ratio if the anchor read 0).
+# Env: BENCH_BIN, BUILD_DIR, SMOKE=1 (tiny), THREADS (decode engine threads:
+# default all cores), ROUNDS, MODELS (default "stories260K llama110m-f32"; the
+# messages lines run with llama110m-f32).
 set -euo pipefail
 BENCH_BIN=${BENCH_BIN:-build/benchmarks}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -15,6 +19,8 @@ B="$BENCH_BIN/bench_serve"
 MOONLET="$BUILD_DIR/launch/moonlet"
 MD="$BUILD_DIR/bench-models"
 T=${THREADS:-$(nproc)}
+R=${ROUNDS:-5}
+MODELS=${MODELS:-stories260K llama110m-f32}
 S=examples/models/stories260K/stories260K.gguf
 mkdir -p "$MD"
 # shellcheck source=bench_models.inc
@@ -30,14 +36,17 @@ if [ "${SMOKE:-0}" = 1 ]; then
     exit 0
 fi
 
-gen_llama110m
+has() { case " $MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
+has llama110m-f32 && gen_llama110m
 for m in "$S:stories260K" "$MD/llama110m-f32.gguf:llama110m-f32"; do
     p=${m%%:*} l=${m##*:}
-    "$B" --bench=prefix_reuse --model="$p" --label="$l" --iters=5
-    "$B" --bench=handover --model="$p" --label="$l" --iters=5
-    "$B" --bench=decode --model="$p" --label="$l" --threads="$T"
-    "$B" --bench=disagg_goodput --model="$p" --label="$l" --requests=48
+    has "$l" || continue
+    "$B" --bench=prefix_reuse --model="$p" --label="$l" --rounds="$R"
+    "$B" --bench=handover --model="$p" --label="$l" --rounds="$R"
+    "$B" --bench=decode --model="$p" --label="$l" --threads="$T" --rounds="$R"
+    "$B" --bench=disagg_goodput --model="$p" --label="$l" --requests=48 --rounds="$R"
 done
+has llama110m-f32 || exit 0
 M4K="$MD/llama110m-ctx4096-f32.gguf"
 [ -f "$M4K" ] || "$MOONLET" gen-model --out "$M4K" --dim 768 --hidden 2048 --layers 12 \
     --heads 12 --vocab 32000 --seq-len 4096 --type f32 --seed 1
