@@ -1,38 +1,17 @@
-/* model/tokenizer.c - SentencePiece BPE (llama2.c's algorithm) over a GGUF
- * vocabulary. Pieces are kept with U+2581 replaced by a space, sorted once for
- * binary-search lookup. Immutable after create. */
+/* model/tokenizer.c - the vocabulary from GGUF and SentencePiece BPE
+ * (llama2.c's algorithm); byte-level BPE is tokenizer_bpe.c. Pieces are kept
+ * as the bytes they stand for (SentencePiece: U+2581 replaced by a space;
+ * GPT-2: the byte map undone), sorted once for binary-search lookup.
+ * Immutable after create. */
 #include "moonlet/tokenizer.h"
 
 #include "moonlet/alloc.h"
+#include "tokenizer_internal.h"
 #include "moonlet/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum {
-    TOK_NORMAL  = 1,
-    TOK_UNKNOWN = 2,
-    TOK_CONTROL = 3,
-    TOK_USER    = 4,
-    TOK_UNUSED  = 5,
-    TOK_BYTE    = 6
-};
-
-struct moon_tokenizer {
-    uint32_t  n_vocab;
-    char     *arena;      /* all pieces, NUL-separated */
-    uint32_t *off;        /* (n_vocab) piece start in arena */
-    uint32_t *len;        /* (n_vocab) piece bytes */
-    float    *scores;     /* (n_vocab) */
-    uint8_t  *type;       /* (n_vocab) */
-    int16_t  *byte_value; /* (n_vocab) raw byte of a <0xXX> token, else -1 */
-    uint32_t *sorted;     /* (n_sorted) ids of lookup-able pieces, by piece bytes */
-    uint32_t  n_sorted;
-    int32_t   byte_id[256];
-    int32_t   bos, eos, unk;
-    size_t    max_piece;
-};
 
 static const moon_tokenizer_t *sort_ctx; /* qsort has no context argument */
 
@@ -50,8 +29,7 @@ static int cmp_ids(const void *a, const void *b)
     return c != 0 ? c : (x < y ? -1 : x > y); /* duplicates: lowest id first */
 }
 
-/* Id of the piece equal to s[0..n), or -1. */
-static int32_t lookup(const moon_tokenizer_t *t, const char *s, size_t n)
+int32_t moon_tok_lookup(const moon_tokenizer_t *t, const char *s, size_t n)
 {
     uint32_t lo = 0, hi = t->n_sorted;
 
@@ -102,6 +80,7 @@ void moon_tokenizer_destroy(moon_tokenizer_t *t)
     moon_free(t->type);
     moon_free(t->byte_value);
     moon_free(t->sorted);
+    moon_tok_bpe_destroy(t->bpe);
     moon_free(t);
 }
 
@@ -113,9 +92,22 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
     uint64_t           n, n_scores = 0, n_types = 0, total = 0;
     uint32_t           v;
     moon_status_t      status;
+    const char        *model;
+    uint64_t           model_len;
+    bool               gpt2 = false, flag;
 
     if (g == NULL || tok_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
+    }
+    if (moon_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len) == MOON_OK &&
+        !(model_len == 5 && memcmp(model, "llama", 5) == 0)) {
+        if (!(model_len == 4 && memcmp(model, "gpt2", 4) == 0)) {
+            MOON_ERROR("tokenizer: tokenizer.ggml.model '%.*s' unsupported (supported: llama, "
+                       "gpt2)",
+                       (int)MOON_MIN(model_len, 64), model);
+            return MOON_ERR_CORRUPT;
+        }
+        gpt2 = true;
     }
     if (moon_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, NULL) != MOON_OK ||
         et != MOON_GGUF_STRING || n == 0 || n > (1u << 24)) {
@@ -171,29 +163,36 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
         double      d = 0.0;
 
         moon_gguf_get_arr_str(g, "tokenizer.ggml.tokens", i, &s, &len);
-        /* copy with U+2581 -> ' ' (the piece only shrinks) */
-        for (uint64_t j = 0; j < len;) {
-            if (len - j >= 3 && memcmp(s + j, sp, 3) == 0) {
-                t->arena[total++] = ' ';
-                j += 3;
-            } else {
-                t->arena[total++] = s[j++];
+        if (n_scores == n && moon_gguf_get_arr_f64(g, "tokenizer.ggml.scores", i, &d) == MOON_OK) {
+            t->scores[i] = (float)d;
+        }
+        t->type[i] = MOON_TOK_NORMAL;
+        if (n_types == n &&
+            moon_gguf_get_arr_f64(g, "tokenizer.ggml.token_type", i, &d) == MOON_OK) {
+            t->type[i] = (uint8_t)(d >= 1 && d <= 6 ? d : MOON_TOK_NORMAL);
+        }
+        if (gpt2 && t->type[i] == MOON_TOK_NORMAL) {
+            total += moon_tok_bpe_unmap(s, len, t->arena + total); /* only shrinks */
+        } else if (gpt2) {
+            memcpy(t->arena + total, s, len); /* added tokens are stored as text */
+            total += len;
+        } else {
+            /* copy with U+2581 -> ' ' (the piece only shrinks) */
+            for (uint64_t j = 0; j < len;) {
+                if (len - j >= 3 && memcmp(s + j, sp, 3) == 0) {
+                    t->arena[total++] = ' ';
+                    j += 3;
+                } else {
+                    t->arena[total++] = s[j++];
+                }
             }
         }
         t->arena[total++] = '\0';
         t->off[i]         = o;
         t->len[i]         = (uint32_t)(total - 1 - o);
         t->max_piece      = MOON_MAX(t->max_piece, t->len[i]);
-        if (n_scores == n && moon_gguf_get_arr_f64(g, "tokenizer.ggml.scores", i, &d) == MOON_OK) {
-            t->scores[i] = (float)d;
-        }
-        t->type[i] = TOK_NORMAL;
-        if (n_types == n &&
-            moon_gguf_get_arr_f64(g, "tokenizer.ggml.token_type", i, &d) == MOON_OK) {
-            t->type[i] = (uint8_t)(d >= 1 && d <= 6 ? d : TOK_NORMAL);
-        }
-        t->byte_value[i] = -1;
-        if (t->type[i] == TOK_BYTE) {
+        t->byte_value[i]  = -1;
+        if (t->type[i] == MOON_TOK_BYTE) {
             int bv = parse_byte_token(t->arena + o, t->len[i]);
             if (bv < 0) {
                 MOON_ERROR("tokenizer: byte token %llu is not <0xXX>", (unsigned long long)i);
@@ -205,7 +204,7 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
                 t->byte_id[bv] = (int32_t)i;
             }
         }
-        if (t->type[i] == TOK_NORMAL || t->type[i] == TOK_USER) {
+        if (t->type[i] == MOON_TOK_NORMAL || t->type[i] == MOON_TOK_USER) {
             t->sorted[t->n_sorted++] = (uint32_t)i;
         }
     }
@@ -228,6 +227,21 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
         MOON_ERROR("tokenizer: bos/eos/unk id out of range");
         status = MOON_ERR_CORRUPT;
         goto err;
+    }
+    if (gpt2) {
+        status = moon_tok_bpe_create(t, g, &t->bpe);
+        if (status != MOON_OK) {
+            goto err;
+        }
+    }
+    /* llama.cpp's defaults: SentencePiece vocabularies start with BOS, byte-level
+     * ones only for the families that do (llama-bpe) */
+    t->add_bos = t->bpe == NULL || moon_tok_bpe_default_bos(t->bpe);
+    if (moon_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag) == MOON_OK) {
+        t->add_bos = flag;
+    }
+    if (moon_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &flag) == MOON_OK) {
+        t->add_eos = flag;
     }
     *tok_p = t;
     return MOON_OK;
@@ -264,18 +278,29 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
     if (t == NULL || (text == NULL && len != 0) || (ids == NULL && max_ids != 0) || n_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    w   = moon_malloc((len + 2) * sizeof(*w));
+    w   = moon_malloc((len + 3) * sizeof(*w));
     buf = moon_malloc(2 * t->max_piece + 8);
     if (w == NULL || buf == NULL) {
         moon_free(w);
         moon_free(buf);
         return MOON_ERR_NO_MEMORY;
     }
-    if (add_bos) {
+    if (add_bos && t->add_bos) {
         w[n++] = t->bos;
     }
+    if (t->bpe != NULL) {
+        size_t        n_text = 0;
+        moon_status_t status = moon_tok_bpe_encode(t, text, len, w + n, &n_text);
+        if (status != MOON_OK) {
+            moon_free(w);
+            moon_free(buf);
+            return status;
+        }
+        n += n_text;
+        goto done;
+    }
     if (len > 0) {
-        int32_t dummy = lookup(t, " ", 1);
+        int32_t dummy = moon_tok_lookup(t, " ", 1);
         if (dummy >= 0) {
             w[n++] = dummy;
         }
@@ -288,7 +313,7 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
                ((uint8_t)text[i] & 0xc0) != 0x80) {
             clen++;
         }
-        id = lookup(t, text + i, clen);
+        id = moon_tok_lookup(t, text + i, clen);
         if (id >= 0) {
             w[n++] = id;
         } else {
@@ -304,12 +329,12 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
         float   best_score = -1e30f;
         int32_t best_id    = -1;
         size_t  best_i     = 0;
-        for (size_t i = (add_bos ? 1 : 0); i + 1 < n; i++) {
+        for (size_t i = (add_bos && t->add_bos ? 1 : 0); i + 1 < n; i++) {
             size_t  l1 = t->len[w[i]], l2 = t->len[w[i + 1]];
             int32_t id;
             memcpy(buf, t->arena + t->off[w[i]], l1);
             memcpy(buf + l1, t->arena + t->off[w[i + 1]], l2);
-            id = lookup(t, buf, l1 + l2);
+            id = moon_tok_lookup(t, buf, l1 + l2);
             if (id >= 0 && t->scores[id] > best_score) {
                 best_score = t->scores[id];
                 best_id    = id;
@@ -322,6 +347,10 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
         w[best_i] = best_id;
         memmove(w + best_i + 1, w + best_i + 2, (n - best_i - 2) * sizeof(*w));
         n--;
+    }
+done:
+    if (add_bos && t->add_eos) {
+        w[n++] = t->eos;
     }
     moon_free(buf);
     if (n > max_ids) {
@@ -357,7 +386,7 @@ const char *moon_tokenizer_piece(const moon_tokenizer_t *t, int32_t prev, int32_
     if (t == NULL || id < 0 || (uint32_t)id >= t->n_vocab) {
         return NULL;
     }
-    if (t->type[id] == TOK_CONTROL || t->type[id] == TOK_UNUSED) {
+    if (t->type[id] == MOON_TOK_CONTROL || t->type[id] == MOON_TOK_UNUSED) {
         *len_p = 0;
         return "";
     }
@@ -367,7 +396,7 @@ const char *moon_tokenizer_piece(const moon_tokenizer_t *t, int32_t prev, int32_
     }
     s   = t->arena + t->off[id];
     len = t->len[id];
-    if (prev == t->bos && len > 0 && s[0] == ' ') {
+    if (t->bpe == NULL && prev == t->bos && len > 0 && s[0] == ' ') {
         s++;
         len--;
     }

@@ -1,10 +1,16 @@
-/* moonlet/tokenizer.h - SentencePiece-BPE tokenizer with byte fallback, built
- * from GGUF metadata (tokenizer.ggml.tokens/scores/token_type, the 512-token
- * and the 32,000-token Llama vocabularies). Encoding is llama2.c's: a dummy
- * prefix space, one token per UTF-8 character (bytes as <0xXX> tokens when the
- * character is not in the vocabulary), then repeated merges of the adjacent
- * pair whose concatenation has the highest score. A tokenizer is immutable
- * after create: any number of threads may use it; a stream belongs to one. */
+/* moonlet/tokenizer.h - the tokenizer of a GGUF vocabulary (tokenizer.ggml.*):
+ *  - SentencePiece BPE with byte fallback (model "llama", or none: the
+ *    512-token and 32,000-token Llama vocabularies). Encoding is llama2.c's:
+ *    a dummy prefix space, one token per UTF-8 character (bytes as <0xXX>
+ *    tokens when the character is not in the vocabulary), then repeated merges
+ *    of the adjacent pair whose concatenation has the highest score.
+ *  - Byte-level BPE (model "gpt2": Llama 3, Qwen 2.5/3, SmolLM), as Hugging
+ *    Face tokenizers and llama.cpp: added tokens (CONTROL and USER_DEFINED)
+ *    matched first and never split, the text between them split by the
+ *    family's pre-tokenizer (tokenizer.ggml.pre: llama-bpe, qwen2, smollm,
+ *    gpt2), each piece merged by tokenizer.ggml.merges rank.
+ * A tokenizer is immutable after create: any number of threads may use it; a
+ * stream belongs to one. */
 #ifndef MOONLET_TOKENIZER_H
 #define MOONLET_TOKENIZER_H
 
@@ -17,8 +23,10 @@
 typedef struct moon_tokenizer moon_tokenizer_t;
 
 /* Builds a tokenizer from gguf's metadata, copying everything it needs (the
- * reader may be closed afterwards). MOON_ERR_CORRUPT when the tokenizer keys
- * are missing or inconsistent, MOON_ERR_NO_MEMORY. */
+ * reader may be closed afterwards). MOON_ERR_CORRUPT (logged, naming the
+ * cause) when the tokenizer keys are missing or inconsistent: an unknown
+ * tokenizer.ggml.model or .pre, a gpt2 vocabulary without merges or without a
+ * token for some byte; MOON_ERR_NO_MEMORY. */
 MOON_API moon_status_t moon_tokenizer_create(const moon_gguf_t *gguf, moon_tokenizer_t **tok_p);
 MOON_API void          moon_tokenizer_destroy(moon_tokenizer_t *tok); /* NULL: no-op */
 
@@ -27,17 +35,23 @@ MOON_API int32_t  moon_tokenizer_bos(const moon_tokenizer_t *tok);
 MOON_API int32_t  moon_tokenizer_eos(const moon_tokenizer_t *tok);
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 falls back to byte
- * tokens) into ids[0..max_ids). With add_bos the BOS id comes first. At most
- * len + 2 ids are ever needed. MOON_ERR_NO_RESOURCE when max_ids is too small
- * (ids then hold a prefix, *n_p unset). */
+ * tokens) into ids[0..max_ids). add_bos: the text starts a sequence, so BOS
+ * comes first and EOS last where the vocabulary asks for them
+ * (tokenizer.ggml.add_bos_token, default true for SentencePiece and llama-bpe,
+ * else false; add_eos_token, default false). Byte-level vocabularies match
+ * their added tokens ("<|im_start|>") in the text. At most len + 2 ids are
+ * needed (len + 3 for a SentencePiece vocabulary that adds EOS).
+ * MOON_ERR_NO_RESOURCE when max_ids is too small (ids then hold a prefix, *n_p
+ * unset). */
 MOON_API moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *tok, const char *text,
                                              size_t len, bool add_bos, int32_t *ids, size_t max_ids,
                                              size_t *n_p);
 
-/* The bytes token id stands for, given the previous token (after BOS the
- * leading space of a piece is dropped, as llama2.c does). Control tokens give
- * "", byte tokens their one raw byte. The result points into the tokenizer (or
- * a static table); NULL for an id out of range. */
+/* The bytes token id stands for, given the previous token (SentencePiece:
+ * after BOS the leading space of a piece is dropped, as llama2.c does).
+ * Control tokens give "", byte tokens their one raw byte, byte-level pieces
+ * their bytes (GPT-2's byte map undone), user-defined tokens their text. The result points into the
+ * tokenizer (or a static table); NULL for an id out of range. */
 MOON_API const char *moon_tokenizer_piece(const moon_tokenizer_t *tok, int32_t prev, int32_t id,
                                           size_t *len_p);
 

@@ -1,0 +1,66 @@
+/* model/tokenizer_internal.h - what the tokenizer's two algorithms share
+ * (private to model/): the vocabulary (tokenizer.c: SentencePiece BPE) and
+ * the byte-level BPE of GPT-2 vocabularies (tokenizer_bpe.c). Immutable
+ * after create. */
+#ifndef MOON_MODEL_TOKENIZER_INTERNAL_H
+#define MOON_MODEL_TOKENIZER_INTERNAL_H
+
+#include "moonlet/tokenizer.h"
+
+/* tokenizer.ggml.token_type values (llama.cpp's) */
+enum {
+    MOON_TOK_NORMAL  = 1,
+    MOON_TOK_UNKNOWN = 2,
+    MOON_TOK_CONTROL = 3,
+    MOON_TOK_USER    = 4,
+    MOON_TOK_UNUSED  = 5,
+    MOON_TOK_BYTE    = 6
+};
+
+typedef struct moon_tok_bpe moon_tok_bpe_t;
+
+struct moon_tokenizer {
+    uint32_t        n_vocab;
+    char           *arena;      /* all pieces as the bytes they stand for, NUL-separated */
+    uint32_t       *off;        /* (n_vocab) piece start in arena */
+    uint32_t       *len;        /* (n_vocab) piece bytes */
+    float          *scores;     /* (n_vocab) */
+    uint8_t        *type;       /* (n_vocab) */
+    int16_t        *byte_value; /* (n_vocab) raw byte of a <0xXX> token, else -1 */
+    uint32_t       *sorted;     /* (n_sorted) ids of lookup-able pieces, by piece bytes */
+    uint32_t        n_sorted;
+    int32_t         byte_id[256];
+    int32_t         bos, eos, unk;
+    bool            add_bos, add_eos; /* what encode's add_bos adds */
+    size_t          max_piece;
+    moon_tok_bpe_t *bpe; /* owned; NULL: SentencePiece */
+};
+
+/* Id of the NORMAL or USER piece equal to s[0..n) (lowest id among equal
+ * pieces), or -1. */
+int32_t moon_tok_lookup(const moon_tokenizer_t *t, const char *s, size_t n);
+
+/* Byte-level BPE (tokenizer.ggml.model = gpt2). */
+
+/* Writes the bytes a GPT-2 byte-level piece s[0..len) stands for into out
+ * (len bytes room: never longer); code points outside the byte map are
+ * copied as they are. Returns the bytes written. */
+size_t moon_tok_bpe_unmap(const char *s, size_t len, char *out);
+
+/* Reads tokenizer.ggml.pre and .merges for t, whose pieces are already
+ * loaded (unmapped). MOON_ERR_CORRUPT (logged): no merges, an unknown
+ * pre-tokenizer, a byte without a token; MOON_ERR_NO_MEMORY. */
+moon_status_t moon_tok_bpe_create(const moon_tokenizer_t *t, const moon_gguf_t *g,
+                                  moon_tok_bpe_t **bpe_p);
+void          moon_tok_bpe_destroy(moon_tok_bpe_t *bpe); /* NULL: no-op */
+/* Whether the pre-tokenizer asks for BOS by default (llama-bpe). */
+bool moon_tok_bpe_default_bos(const moon_tok_bpe_t *bpe);
+
+/* Appends the ids of text[0..len) to w (room for len ids: never more):
+ * added tokens matched first (longest at the leftmost place), the text between
+ * them split by the pre-tokenizer, each piece merged by rank. *n_p is the
+ * count appended. MOON_ERR_NO_MEMORY only. */
+moon_status_t moon_tok_bpe_encode(const moon_tokenizer_t *t, const char *text, size_t len,
+                                  int32_t *w, size_t *n_p);
+
+#endif /* MOON_MODEL_TOKENIZER_INTERNAL_H */

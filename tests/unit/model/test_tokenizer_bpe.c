@@ -1,0 +1,588 @@
+/* tests/unit/model/test_tokenizer_bpe.c - byte-level BPE (tokenizer.ggml.model
+ * = gpt2): the Llama 3 (llama-bpe) and Qwen 3 (qwen2) vocabularies give the
+ * ids of their own tokenizers (the npm packages' transformers.js, goldens in
+ * tests/data/tokenizer) on a corpus of several languages, code, emoji, white
+ * space runs and special tokens; decoding is byte-exact, streaming too, with
+ * tokens cut anywhere; BOS/EOS follow the vocabulary's flags; the GPT-2 and
+ * SmolLM splits; bad vocabularies get MOON_ERR_CORRUPT.
+ *
+ * With arguments it is the npm cross-check's other half (tests/scripts/
+ * tokenizer_xcheck.sh): test_tokenizer_bpe --xcheck VOCAB.gguf CORPUS IDS
+ * encodes every case with the full converted vocabulary and compares. */
+#include "moon_test.h"
+#include "moonlet/gguf.h"
+#include "moonlet/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DATA MOON_TEST_DATA_DIR "/tokenizer"
+#define MAX_CASES 512
+#define MAX_IDS 16384
+#define MAX_ALL_IDS (1 << 19)
+
+static char *read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long  n;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf != NULL) {
+        buf[n] = '\0';
+        *len_p = (size_t)n;
+    }
+    return buf;
+}
+
+/* Splits corpus text (cases separated by "\n%%\n") in place. */
+static size_t split_cases(char *text, size_t len, char **cases, size_t *lens)
+{
+    size_t n = 0;
+    char  *p = text, *end = text + len;
+
+    for (;;) {
+        char *sep = NULL;
+        for (char *q = p; q + 4 <= end; q++) {
+            if (memcmp(q, "\n%%\n", 4) == 0) {
+                sep = q;
+                break;
+            }
+        }
+        cases[n] = p;
+        lens[n]  = (size_t)((sep ? sep : end) - p);
+        n++;
+        if (sep == NULL || n == MAX_CASES) {
+            return n;
+        }
+        p = sep + 4;
+    }
+}
+
+typedef struct {
+    char    *corpus;
+    char    *cases[MAX_CASES];
+    size_t   lens[MAX_CASES];
+    size_t   n_cases;
+    int32_t *want[MAX_CASES]; /* into want_buf */
+    int32_t  want_buf[MAX_ALL_IDS];
+    size_t   n_want[MAX_CASES];
+} goldens_t;
+
+static goldens_t gold;
+
+static int load_ids(const char *path, goldens_t *gd)
+{
+    size_t len;
+    char  *text = read_file(path, &len), *q, *e;
+    size_t c = 0, used = 0;
+
+    if (text == NULL) {
+        return -1;
+    }
+    /* one line per case; an empty case has an empty line */
+    for (q = text; c < MAX_CASES && q < text + len; c++) {
+        gd->n_want[c] = 0;
+        gd->want[c]   = gd->want_buf + used;
+        while (*q != '\n' && *q != '\0' && used < MAX_ALL_IDS) {
+            long v = strtol(q, &e, 10);
+            if (e == q) {
+                break;
+            }
+            gd->want[c][gd->n_want[c]++] = (int32_t)v;
+            used++;
+            q = e;
+            while (*q == ' ') {
+                q++;
+            }
+        }
+        q = strchr(q, '\n');
+        if (q == NULL) {
+            c++;
+            break;
+        }
+        q++;
+    }
+    free(text);
+    for (; c < gd->n_cases; c++) {
+        gd->n_want[c] = 0;
+        gd->want[c]   = gd->want_buf;
+    }
+    return 0;
+}
+
+static int load_corpus(const char *path, goldens_t *gd)
+{
+    size_t len;
+
+    gd->corpus = read_file(path, &len);
+    if (gd->corpus == NULL) {
+        return -1;
+    }
+    gd->n_cases = split_cases(gd->corpus, len, gd->cases, gd->lens);
+    return 0;
+}
+
+static int unhex(const char *h, char *out)
+{
+    size_t n = 0;
+    for (; h[0] && h[1] && h[0] != ' ' && h[0] != '\n'; h += 2) {
+        unsigned v;
+        if (sscanf(h, "%2x", &v) != 1) {
+            return -1;
+        }
+        out[n++] = (char)v;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+/* Builds a GGUF vocabulary from a .vocab golden (make_goldens.mjs), with
+ * options to break it; writes it to path. */
+typedef struct {
+    int         drop_merges;
+    const char *pre;   /* NULL: the file's */
+    const char *model; /* NULL: gpt2 */
+} vocab_opts_t;
+
+static int build_vocab(const char *vocab_path, const vocab_opts_t *o, const char *out_path)
+{
+    size_t              len;
+    char               *text    = read_file(vocab_path, &len), *p, *line;
+    uint32_t            n_vocab = 0, bos = 0, eos = 0, add_bos = 0, add_eos = 0;
+    char                pre[64] = "", a[512], b[512];
+    char              **tokens = NULL, **merges = NULL;
+    int32_t            *types    = NULL;
+    size_t              n_merges = 0, cap_merges = 0;
+    moon_gguf_writer_t *w   = NULL;
+    int                 ret = -1;
+
+    if (text == NULL) {
+        return -1;
+    }
+    for (line = strtok_r(text, "\n", &p); line != NULL; line = strtok_r(NULL, "\n", &p)) {
+        unsigned id, type;
+        if (sscanf(line, "n_vocab %u", &n_vocab) == 1) {
+            tokens = calloc(n_vocab, sizeof(*tokens));
+            types  = calloc(n_vocab, sizeof(*types));
+            for (uint32_t i = 0; i < n_vocab; i++) {
+                types[i] = 5; /* UNUSED: the ids the goldens need no piece of */
+            }
+        } else if (sscanf(line, "pre %63s", pre) == 1 || sscanf(line, "bos %u", &bos) == 1 ||
+                   sscanf(line, "eos %u", &eos) == 1 || sscanf(line, "add_bos %u", &add_bos) == 1 ||
+                   sscanf(line, "add_eos %u", &add_eos) == 1) {
+            continue;
+        } else if (sscanf(line, "t %u %u %511s", &id, &type, a) == 3 && id < n_vocab) {
+            char buf[256];
+            if (unhex(a, buf) < 0) {
+                goto out;
+            }
+            tokens[id] = strdup(buf);
+            types[id]  = (int32_t)type;
+        } else if (sscanf(line, "m %511s %511s", a, b) == 2) {
+            char ba[256], bb[256];
+            if (unhex(a, ba) < 0 || unhex(b, bb) < 0) {
+                goto out;
+            }
+            if (n_merges == cap_merges) {
+                cap_merges = cap_merges ? 2 * cap_merges : 1024;
+                merges     = realloc(merges, cap_merges * sizeof(*merges));
+            }
+            merges[n_merges] = malloc(strlen(ba) + strlen(bb) + 2);
+            sprintf(merges[n_merges++], "%s %s", ba, bb);
+        }
+    }
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        if (tokens[i] == NULL) {
+            tokens[i] = strdup("");
+        }
+    }
+    if (moon_gguf_writer_create(&w) != MOON_OK) {
+        goto out;
+    }
+    moon_gguf_writer_kv_str(w, "general.architecture", "llama");
+    moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", o->model ? o->model : "gpt2");
+    moon_gguf_writer_kv_str(w, "tokenizer.ggml.pre", o->pre ? o->pre : pre);
+    moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n_vocab);
+    moon_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", MOON_GGUF_INT32, types, n_vocab);
+    if (!o->drop_merges) {
+        moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
+                                    n_merges);
+    }
+    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", bos);
+    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", eos);
+    moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", add_bos != 0);
+    moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", add_eos != 0);
+    ret = moon_gguf_writer_write(w, out_path) == MOON_OK ? 0 : -1;
+out:
+    moon_gguf_writer_destroy(w);
+    for (uint32_t i = 0; tokens != NULL && i < n_vocab; i++) {
+        free(tokens[i]);
+    }
+    for (size_t i = 0; i < n_merges; i++) {
+        free(merges[i]);
+    }
+    free(tokens);
+    free(types);
+    free(merges);
+    free(text);
+    return ret;
+}
+
+static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
+{
+    moon_gguf_t  *g;
+    moon_status_t status = moon_gguf_open(gguf_path, &g);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = moon_tokenizer_create(g, tok_p);
+    moon_gguf_close(g); /* the tokenizer copies what it needs */
+    return status;
+}
+
+static char tmp_path[64];
+
+static moon_tokenizer_t *family(const char *fam, const vocab_opts_t *o)
+{
+    char              path[256];
+    moon_tokenizer_t *tok = NULL;
+
+    snprintf(path, sizeof(path), DATA "/%s.vocab", fam);
+    CU_ASSERT_EQUAL_FATAL(build_vocab(path, o, tmp_path), 0);
+    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    return tok;
+}
+
+/* Encodes every case and compares with the goldens; decodes back. Returns
+ * the count of cases that differ. */
+static int check_family(const moon_tokenizer_t *tok, const goldens_t *gd, const char *fam)
+{
+    int bad = 0;
+
+    for (size_t c = 0; c < gd->n_cases; c++) {
+        static int32_t ids[MAX_IDS];
+        size_t         n = 0, same = 0;
+        /* no CUnit assertion here: --xcheck runs outside a suite */
+        if (moon_tokenizer_encode(tok, gd->cases[c], gd->lens[c], false, ids, MAX_IDS, &n) !=
+            MOON_OK) {
+            n = 0;
+        }
+        while (same < n && same < gd->n_want[c] && ids[same] == gd->want[c][same]) {
+            same++;
+        }
+        if (n != gd->n_want[c] || same != n) {
+            bad++;
+            fprintf(stderr, "%s case %zu (%.40s...): %zu ids, want %zu; first difference at %zu\n",
+                    fam, c, gd->cases[c], n, gd->n_want[c], same);
+        }
+    }
+    return bad;
+}
+
+static void test_goldens(const char *fam)
+{
+    goldens_t        *gd  = &gold;
+    moon_tokenizer_t *tok = family(fam, &(vocab_opts_t){0});
+    char              path[256];
+
+    CU_ASSERT_EQUAL_FATAL(load_corpus(DATA "/corpus.txt", gd), 0);
+    snprintf(path, sizeof(path), DATA "/%s.ids", fam);
+    CU_ASSERT_EQUAL_FATAL(load_ids(path, gd), 0);
+    CU_ASSERT(gd->n_cases >= 40);
+    CU_ASSERT_EQUAL(check_family(tok, gd, fam), 0);
+    free(gd->corpus);
+    moon_tokenizer_destroy(tok);
+}
+
+static void test_llama3_goldens(void)
+{
+    test_goldens("llama3");
+}
+
+static void test_qwen3_goldens(void)
+{
+    test_goldens("qwen3");
+}
+
+/* Every case decodes to its own bytes (special tokens aside: they decode to
+ * nothing), whole and streamed one token at a time. */
+static void test_decode_byte_exact(void)
+{
+    moon_tokenizer_t *tok = family("llama3", &(vocab_opts_t){0});
+    int32_t           ids[MAX_IDS];
+    static char       out[1 << 16], streamed[1 << 16];
+
+    CU_ASSERT_EQUAL_FATAL(load_corpus(DATA "/corpus.txt", &gold), 0);
+    for (size_t c = 0; c < gold.n_cases; c++) {
+        size_t            n = 0, len = 0, slen = 0, piece;
+        moon_tok_stream_t st;
+        if (strstr(gold.cases[c], "<|") != NULL &&
+            strstr(gold.cases[c], "<|") < gold.cases[c] + gold.lens[c]) {
+            continue; /* special tokens decode to nothing */
+        }
+        CU_ASSERT_EQUAL_FATAL(
+            moon_tokenizer_encode(tok, gold.cases[c], gold.lens[c], true, ids, MAX_IDS, &n),
+            MOON_OK);
+        CU_ASSERT_EQUAL(ids[0], 128000); /* Llama 3 adds <|begin_of_text|> */
+        CU_ASSERT_EQUAL_FATAL(moon_tokenizer_decode(tok, -1, ids, n, out, sizeof(out), &len),
+                              MOON_OK);
+        CU_ASSERT_EQUAL(len, gold.lens[c]);
+        CU_ASSERT(memcmp(out, gold.cases[c], MOON_MIN(len, gold.lens[c])) == 0);
+        moon_tok_stream_init(&st, tok, -1);
+        for (size_t i = 0; i < n; i++) {
+            CU_ASSERT_EQUAL_FATAL(
+                moon_tok_stream_push(&st, ids[i], streamed + slen, sizeof(streamed) - slen, &piece),
+                MOON_OK);
+            slen += piece;
+        }
+        moon_tok_stream_flush(&st, streamed + slen, sizeof(streamed) - slen, &piece);
+        slen += piece;
+        CU_ASSERT_EQUAL(slen, gold.lens[c]);
+        CU_ASSERT(memcmp(streamed, gold.cases[c], MOON_MIN(slen, gold.lens[c])) == 0);
+    }
+    free(gold.corpus);
+    moon_tokenizer_destroy(tok);
+}
+
+/* An emoji cut across byte tokens: the stream holds the bytes back until the
+ * character is whole. */
+static void test_stream_holds_partial_characters(void)
+{
+    moon_tokenizer_t *tok   = family("llama3", &(vocab_opts_t){0});
+    const char       *emoji = "\xf0\x9f\xa6\x99"; /* U+1F999 llama */
+    int32_t           ids[8];
+    char              out[4096];
+    size_t            n = 0, len = 0, total = 0;
+    moon_tok_stream_t st;
+
+    CU_ASSERT_EQUAL_FATAL(moon_tokenizer_encode(tok, emoji, 4, false, ids, 8, &n), MOON_OK);
+    CU_ASSERT_FATAL(n >= 2); /* no single token for it */
+    moon_tok_stream_init(&st, tok, -1);
+    for (size_t i = 0; i + 1 < n; i++) {
+        CU_ASSERT_EQUAL(moon_tok_stream_push(&st, ids[i], out, sizeof(out), &len), MOON_OK);
+        total += len;
+    }
+    CU_ASSERT_EQUAL(total, 0);
+    CU_ASSERT_EQUAL(moon_tok_stream_push(&st, ids[n - 1], out, sizeof(out), &len), MOON_OK);
+    CU_ASSERT_EQUAL(len, 4);
+    CU_ASSERT(memcmp(out, emoji, 4) == 0);
+    moon_tokenizer_destroy(tok);
+}
+
+/* Qwen adds no BOS; special tokens are never split and decode to nothing. */
+static void test_qwen_specials(void)
+{
+    moon_tokenizer_t *tok  = family("qwen3", &(vocab_opts_t){0});
+    const char       *text = "<|im_start|>user\nhi<|im_end|>";
+    int32_t           ids[64];
+    char              out[256];
+    size_t            n = 0, len = 0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_tokenizer_encode(tok, text, strlen(text), true, ids, 64, &n),
+                          MOON_OK);
+    CU_ASSERT_FATAL(n >= 3);
+    CU_ASSERT_EQUAL(ids[0], 151644);     /* <|im_start|>, no BOS before it */
+    CU_ASSERT_EQUAL(ids[n - 1], 151645); /* <|im_end|> */
+    CU_ASSERT_EQUAL(moon_tokenizer_decode(tok, -1, ids, n, out, sizeof(out), &len), MOON_OK);
+    CU_ASSERT_STRING_EQUAL(out, "user\nhi");
+    /* too small an id buffer: NO_RESOURCE */
+    CU_ASSERT_EQUAL(moon_tokenizer_encode(tok, text, strlen(text), true, ids, 2, &n),
+                    MOON_ERR_NO_RESOURCE);
+    moon_tokenizer_destroy(tok);
+}
+
+/* Invalid UTF-8 still encodes (as byte tokens) and decodes to its bytes. */
+static void test_invalid_utf8_round_trips(void)
+{
+    moon_tokenizer_t *tok    = family("qwen3", &(vocab_opts_t){0});
+    const char        text[] = "a\xff\xc3(\xe2\x82 \xf0\x9f";
+    int32_t           ids[64];
+    char              out[256];
+    size_t            n = 0, len = 0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_tokenizer_encode(tok, text, sizeof(text) - 1, false, ids, 64, &n),
+                          MOON_OK);
+    CU_ASSERT_EQUAL(moon_tokenizer_decode(tok, -1, ids, n, out, sizeof(out), &len), MOON_OK);
+    CU_ASSERT_EQUAL(len, sizeof(text) - 1);
+    CU_ASSERT(memcmp(out, text, sizeof(text) - 1) == 0);
+    moon_tokenizer_destroy(tok);
+}
+
+/* A byte-level vocabulary of the 256 bytes and the merges "Ġ 1", "Ġ1 2",
+ * "1 2" (Ġ is the space), split by pre: where a pre-tokenizer cuts shows in
+ * which merges apply. */
+static moon_tokenizer_t *synthetic(const char *pre)
+{
+    static const char  *extra[]  = {"\xc4\xa0"
+                                      "1",
+                                    "\xc4\xa0"
+                                      "12",
+                                    "12"};
+    static const char  *merges[] = {"\xc4\xa0 1",
+                                    "\xc4\xa0"
+                                     "1 2",
+                                    "1 2"};
+    char                tokens_buf[259][8];
+    const char         *tokens[259];
+    moon_gguf_writer_t *w   = NULL;
+    moon_tokenizer_t   *tok = NULL;
+
+    for (uint32_t b = 0, k = 0; b < 256; b++) {
+        int      printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+        uint32_t cp        = printable ? b : 256 + k++;
+        char    *o         = tokens_buf[b];
+        if (cp < 0x80) {
+            o[0] = (char)cp, o[1] = '\0';
+        } else {
+            o[0] = (char)(0xc0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3f)), o[2] = '\0';
+        }
+        tokens[b] = o;
+    }
+    for (int i = 0; i < 3; i++) {
+        tokens[256 + i] = extra[i];
+    }
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_writer_create(&w), MOON_OK);
+    moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
+    moon_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
+    moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", tokens, 259);
+    moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, 3);
+    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 0);
+    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 0);
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_writer_write(w, tmp_path), MOON_OK);
+    moon_gguf_writer_destroy(w);
+    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    return tok;
+}
+
+/* The pieces of text's tokens joined by '|'. */
+static void pieces(const moon_tokenizer_t *tok, const char *text, char *out, size_t cap)
+{
+    int32_t ids[64];
+    size_t  n = 0, o = 0;
+
+    CU_ASSERT_EQUAL_FATAL(moon_tokenizer_encode(tok, text, strlen(text), false, ids, 64, &n),
+                          MOON_OK);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t      len;
+        const char *p = moon_tokenizer_piece(tok, -1, ids[i], &len);
+        CU_ASSERT_FATAL(p != NULL && o + len + 2 < cap);
+        if (i > 0) {
+            out[o++] = '|';
+        }
+        memcpy(out + o, p, len);
+        o += len;
+        out[o] = '\0';
+    }
+}
+
+/* GPT-2 keeps a space and a run of digits one piece; Llama 3 cuts digits
+ * three at a time and keeps the space apart; Qwen 2 and SmolLM cut every
+ * digit. Trailing white space: \s+(?!\S) leaves the last space to the word. */
+static void test_pre_tokenizer_splits(void)
+{
+    static const struct {
+        const char *pre, *text, *want;
+    } cases[] = {
+        {"gpt2", "x 12", "x| 12"},
+        {"llama-bpe", "x 12", "x| |12"},
+        {"qwen2", "x 12", "x| |1|2"},
+        {"smollm", "x 12", "x| |1|2"},
+        {"gpt2", "x   12", "x| | | 12"},
+        {"smollm", "x   12", "x| | | |1|2"},
+        {"llama-bpe", "1212", "12|1|2"},
+        {"gpt2", "1212 ", "12|12| "},
+        {"llama-bpe", "12 \n 12", "12| |\n| |12"},
+    };
+    char out[256];
+
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        moon_tokenizer_t *tok = synthetic(cases[i].pre);
+        pieces(tok, cases[i].text, out, sizeof(out));
+        if (strcmp(out, cases[i].want) != 0) {
+            fprintf(stderr, "pre %s, \"%s\": got \"%s\", want \"%s\"\n", cases[i].pre,
+                    cases[i].text, out, cases[i].want);
+        }
+        CU_ASSERT_STRING_EQUAL(out, cases[i].want);
+        moon_tokenizer_destroy(tok);
+    }
+}
+
+static void test_bad_vocabularies_are_refused(void)
+{
+    moon_tokenizer_t *tok = NULL;
+
+    CU_ASSERT_EQUAL_FATAL(
+        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.drop_merges = 1}, tmp_path), 0);
+    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL_FATAL(
+        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.pre = "no-such-pre"}, tmp_path), 0);
+    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL_FATAL(
+        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.model = "bert"}, tmp_path), 0);
+    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_PTR_NULL(tok);
+}
+
+static int setup(void)
+{
+    int fd;
+    snprintf(tmp_path, sizeof(tmp_path), "/tmp/moon_bpe_XXXXXX");
+    fd = mkstemp(tmp_path);
+    if (fd < 0) {
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+static int teardown(void)
+{
+    unlink(tmp_path);
+    return 0;
+}
+
+/* The npm cross-check: the full converted vocabulary against the package's
+ * ids of the same corpus. */
+static int xcheck(const char *vocab, const char *corpus, const char *ids)
+{
+    moon_tokenizer_t *tok = NULL;
+    int               bad;
+
+    if (open_tok(vocab, &tok) != MOON_OK || load_corpus(corpus, &gold) != 0 ||
+        load_ids(ids, &gold) != 0) {
+        fprintf(stderr, "xcheck: cannot load %s, %s or %s\n", vocab, corpus, ids);
+        return 1;
+    }
+    bad = check_family(tok, &gold, vocab);
+    printf("xcheck %s: %zu cases, %d differ\n", vocab, gold.n_cases, bad);
+    free(gold.corpus);
+    moon_tokenizer_destroy(tok);
+    return bad != 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && strcmp(argv[1], "--xcheck") == 0) {
+        return xcheck(argv[2], argv[3], argv[4]);
+    }
+    return MOON_TEST_RUN("tokenizer_bpe", setup, teardown, test_llama3_goldens, test_qwen3_goldens,
+                         test_decode_byte_exact, test_stream_holds_partial_characters,
+                         test_qwen_specials, test_invalid_utf8_round_trips,
+                         test_pre_tokenizer_splits, test_bad_vocabularies_are_refused);
+}
