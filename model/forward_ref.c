@@ -86,16 +86,41 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
         matvec(s, s->k, s->xb, &L->wk);
         matvec(s, s->v, s->xb, &L->wv);
 
-        /* RoPE: rotate adjacent pairs of each head of q and k */
-        for (uint32_t i = 0; i < dim; i += 2) {
-            float freq = 1.0f / powf(c->rope_theta, (float)(i % hs) / (float)hs);
-            float val  = (float)pos * freq;
-            float fcr = cosf(val), fci = sinf(val);
-            for (int which = 0; which < (i < kv_dim ? 2 : 1); which++) {
-                float *vec = which == 0 ? s->q : s->k;
-                float  v0 = vec[i], v1 = vec[i + 1];
-                vec[i]     = v0 * fcr - v1 * fci;
-                vec[i + 1] = v0 * fci + v1 * fcr;
+        /* biases (qwen2) */
+        if (L->bq != NULL) {
+            for (uint32_t i = 0; i < dim; i++) {
+                s->q[i] += L->bq[i];
+            }
+            for (uint32_t i = 0; i < kv_dim; i++) {
+                s->k[i] += L->bk[i];
+                s->v[i] += L->bv[i];
+            }
+        }
+
+        /* per-head RMSNorm of q and k (qwen3) */
+        if (L->q_norm != NULL) {
+            for (uint32_t h = 0; h < c->n_heads; h++) {
+                rmsnorm(s->q + h * hs, s->q + h * hs, L->q_norm, hs, c->norm_eps);
+            }
+            for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+                rmsnorm(s->k + h * hs, s->k + h * hs, L->k_norm, hs, c->norm_eps);
+            }
+        }
+
+        /* RoPE: rotate pair j of each head of q and k by its angle; the pair
+         * is (2j, 2j + 1) (llama) or (j, j + hs / 2) (NeoX: qwen) */
+        for (uint32_t i = 0; i < dim; i += hs) {
+            for (uint32_t j = 0; j < hs / 2; j++) {
+                float    val = moon_model_rope_angle(m, pos, j);
+                float    fcr = cosf(val), fci = sinf(val);
+                uint32_t a = c->rope_neox ? i + j : i + 2 * j;
+                uint32_t b = c->rope_neox ? i + j + hs / 2 : i + 2 * j + 1;
+                for (int which = 0; which < (i < kv_dim ? 2 : 1); which++) {
+                    float *vec = which == 0 ? s->q : s->k;
+                    float  v0 = vec[a], v1 = vec[b];
+                    vec[a] = v0 * fcr - v1 * fci;
+                    vec[b] = v0 * fci + v1 * fcr;
+                }
             }
         }
 

@@ -14,6 +14,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3"}; /* by moon_model_arch_t */
+MOON_STATIC_ASSERT(MOON_ARCH_QWEN3 == 2, "arch_names follows moon_model_arch_t");
+
+const char *moon_model_arch_name(uint32_t arch)
+{
+    return arch < MOON_ARRAY_SIZE(arch_names) ? arch_names[arch] : "?";
+}
+
+float moon_model_rope_angle(const moon_model_t *m, uint32_t pos, uint32_t j)
+{
+    const moon_model_config_t *c = &m->cfg;
+    float freq                   = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->head_dim);
+    float val                    = (float)pos * freq;
+
+    if (c->rope_freq_scale != 1.0f) {
+        val *= c->rope_freq_scale;
+    }
+    if (m->rope_freqs != NULL) {
+        val /= m->rope_freqs[j];
+    }
+    return val;
+}
+
 static moon_status_t arch_u32(const moon_gguf_t *g, const char *arch, const char *key, int required,
                               uint32_t dflt, uint32_t *v)
 {
@@ -50,6 +73,7 @@ moon_status_t moon_model_config_from_gguf(const moon_gguf_t *g, moon_model_confi
     uint64_t                  len;
     uint32_t                  rope_dims;
     const moon_gguf_tensor_t *emb;
+    char                      key[128];
 
     if (g == NULL || cfg_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
@@ -61,9 +85,28 @@ moon_status_t moon_model_config_from_gguf(const moon_gguf_t *g, moon_model_confi
     }
     memcpy(arch, s, len);
     arch[len] = '\0';
-    if (strcmp(arch, "llama") != 0) {
-        MOON_ERROR("model: architecture '%s' is not llama", arch);
-        return MOON_ERR_CORRUPT;
+    for (c.arch = 0; c.arch < MOON_ARRAY_SIZE(arch_names); c.arch++) {
+        if (strcmp(arch, arch_names[c.arch]) == 0) {
+            break;
+        }
+    }
+    if (c.arch == MOON_ARRAY_SIZE(arch_names)) {
+        MOON_ERROR("model: architecture '%s' unsupported (supported: " MOON_MODEL_ARCHS ")", arch);
+        return MOON_ERR_UNSUPPORTED;
+    }
+    c.rope_neox       = c.arch == MOON_ARCH_QWEN2 || c.arch == MOON_ARCH_QWEN3;
+    c.rope_freq_scale = 1.0f;
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+    if (moon_gguf_get_str(g, key, &s, &len) == MOON_OK &&
+        !(len == 4 && memcmp(s, "none", 4) == 0)) {
+        float factor = arch_f32(g, arch, "rope.scaling.factor", 0.0f);
+        if (!(len == 6 && memcmp(s, "linear", 6) == 0) || !(factor > 0.0f)) {
+            MOON_ERROR("model: rope scaling '%.*s' (factor %g) unsupported (supported: none, "
+                       "linear; Llama 3.1 frequencies come as rope_freqs.weight)",
+                       (int)MOON_MIN(len, 32), s, (double)factor);
+            return MOON_ERR_UNSUPPORTED;
+        }
+        c.rope_freq_scale = 1.0f / factor;
     }
     if (arch_u32(g, arch, "embedding_length", 1, 0, &c.dim) != MOON_OK ||
         arch_u32(g, arch, "block_count", 1, 0, &c.n_layers) != MOON_OK ||
@@ -140,6 +183,82 @@ static moon_status_t bind_norm(const moon_gguf_t *g, const char *name, uint32_t 
     return MOON_OK;
 }
 
+/* A vector tensor name of n floats: MOON_OK into dst, MOON_ERR_NOT_FOUND
+ * when absent and optional (logged when required), MOON_ERR_CORRUPT when of
+ * another size. */
+static moon_status_t bind_vec(const moon_gguf_t *g, const char *name, uint32_t n, int required,
+                              float *dst)
+{
+    const moon_gguf_tensor_t *gt = moon_gguf_find_tensor(g, name);
+
+    if (gt == NULL && !required) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    return bind_norm(g, name, n, dst);
+}
+
+/* The tensors some architectures add: Q/K/V biases (qwen2; optional for
+ * llama), per-head Q/K norms (qwen3), rope_freqs (Llama 3.1+). */
+static moon_status_t bind_extras(moon_model_t *m)
+{
+    const moon_model_config_t *c      = &m->cfg;
+    uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    size_t                     per    = (size_t)c->dim + 2 * kv_dim + 2 * c->head_dim;
+    float                     *p;
+    char                       name[96];
+    moon_status_t              status;
+
+    m->extra_mem = moon_malloc((per * c->n_layers + c->head_dim / 2) * sizeof(float));
+    if (m->extra_mem == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    p = m->extra_mem;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        moon_layer_t *L = &m->layers[l];
+        struct {
+            const char   *suffix;
+            uint32_t      n;
+            int           required;
+            const float **dst;
+        } vecs[] = {
+            {"attn_q.bias", c->dim, c->arch == MOON_ARCH_QWEN2, &L->bq},
+            {"attn_k.bias", kv_dim, c->arch == MOON_ARCH_QWEN2, &L->bk},
+            {"attn_v.bias", kv_dim, c->arch == MOON_ARCH_QWEN2, &L->bv},
+            {"attn_q_norm.weight", c->head_dim, c->arch == MOON_ARCH_QWEN3, &L->q_norm},
+            {"attn_k_norm.weight", c->head_dim, c->arch == MOON_ARCH_QWEN3, &L->k_norm},
+        };
+        for (size_t i = 0; i < MOON_ARRAY_SIZE(vecs); i++) {
+            snprintf(name, sizeof(name), "blk.%u.%s", l, vecs[i].suffix);
+            status = bind_vec(m->gguf, name, vecs[i].n, vecs[i].required, p);
+            if (status == MOON_OK) {
+                *vecs[i].dst = p;
+                p += vecs[i].n;
+            } else if (status != MOON_ERR_NOT_FOUND) {
+                return status;
+            }
+        }
+        if ((L->bq == NULL) != (L->bk == NULL) || (L->bq == NULL) != (L->bv == NULL) ||
+            (L->q_norm == NULL) != (L->k_norm == NULL)) {
+            MOON_ERROR("model: layer %u has some of the Q/K/V biases or Q/K norms, not all", l);
+            return MOON_ERR_CORRUPT;
+        }
+    }
+    status = bind_vec(m->gguf, "rope_freqs.weight", c->head_dim / 2, 0, p);
+    if (status == MOON_OK) {
+        for (uint32_t j = 0; j < c->head_dim / 2; j++) {
+            if (!(p[j] > 0.0f) || !isfinite(p[j])) {
+                MOON_ERROR("model: rope_freqs.weight[%u] = %g is not a positive factor", j,
+                           (double)p[j]);
+                return MOON_ERR_CORRUPT;
+            }
+        }
+        m->rope_freqs = p;
+    } else if (status != MOON_ERR_NOT_FOUND) {
+        return status;
+    }
+    return MOON_OK;
+}
+
 static moon_status_t bind_weights(moon_model_t *m)
 {
     const moon_model_config_t *c      = &m->cfg;
@@ -207,7 +326,7 @@ static moon_status_t bind_weights(moon_model_t *m)
         L->ffn_norm = norm;
         norm += c->dim;
     }
-    return MOON_OK;
+    return bind_extras(m);
 }
 
 /* Binds a model over an open reader (owned by the model from here on). */
@@ -279,7 +398,9 @@ static int same_config(const moon_model_config_t *a, const moon_model_config_t *
     return a->dim == b->dim && a->hidden_dim == b->hidden_dim && a->n_layers == b->n_layers &&
            a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads &&
            a->head_dim == b->head_dim && a->vocab_size == b->vocab_size &&
-           a->seq_len == b->seq_len && a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta;
+           a->seq_len == b->seq_len && a->norm_eps == b->norm_eps &&
+           a->rope_theta == b->rope_theta && a->arch == b->arch && a->rope_neox == b->rope_neox &&
+           a->rope_freq_scale == b->rope_freq_scale;
 }
 
 moon_status_t moon_model_check_compatible(const moon_model_t *cur, const moon_model_t *next,
@@ -327,6 +448,7 @@ void moon_model_destroy(moon_model_t *m)
     moon_tokenizer_destroy(m->tok);
     moon_free(m->layers);
     moon_free(m->norm_mem);
+    moon_free(m->extra_mem);
     moon_gguf_close(m->gguf);
     moon_free(m);
 }

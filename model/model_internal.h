@@ -24,6 +24,11 @@ typedef struct {
     moon_tensor_t w1;        /* (hidden, dim) gate */
     moon_tensor_t w2;        /* (dim, hidden) down */
     moon_tensor_t w3;        /* (hidden, dim) up */
+    const float  *bq;        /* (dim) Q bias, or NULL (qwen2) */
+    const float  *bk;        /* (kv_dim) */
+    const float  *bv;        /* (kv_dim) */
+    const float  *q_norm;    /* (head_dim) per-head Q RMSNorm weight, or NULL (qwen3) */
+    const float  *k_norm;    /* (head_dim) */
 } moon_layer_t;
 
 struct moon_model {
@@ -35,7 +40,13 @@ struct moon_model {
     const float        *output_norm; /* (dim) */
     moon_layer_t       *layers;      /* (n_layers) */
     float              *norm_mem;    /* owned storage of every norm vector */
+    float              *extra_mem;   /* owned storage of biases, Q/K norms, rope_freqs */
+    const float        *rope_freqs;  /* (head_dim / 2) frequency divisors, or NULL */
 };
+
+/* The RoPE angle of pair j (0 <= j < head_dim / 2) at position pos: pos *
+ * freq_scale * theta^(-2j / head_dim) / rope_freqs[j] (llama.cpp's). */
+float moon_model_rope_angle(const moon_model_t *m, uint32_t pos, uint32_t j);
 
 /* Backend vtable. Every member is required. The engine has already checked
  * arguments and reserved KV room for the new tokens; the backend writes their

@@ -19,6 +19,14 @@
 
 #include <stdbool.h>
 
+/* Architectures (general.architecture). */
+typedef enum {
+    MOON_ARCH_LLAMA = 0, /* Llama 2/3.x, Mistral, TinyLlama, SmolLM: RoPE on adjacent pairs */
+    MOON_ARCH_QWEN2 = 1, /* Qwen 2/2.5: Q/K/V biases, RoPE on halves (NeoX) */
+    MOON_ARCH_QWEN3 = 2, /* Qwen 3: per-head Q and K RMSNorm before RoPE (NeoX) */
+} moon_model_arch_t;
+#define MOON_MODEL_ARCHS "llama, qwen2, qwen3"
+
 typedef struct {
     uint32_t dim;        /* n_embd */
     uint32_t hidden_dim; /* SwiGLU width */
@@ -27,10 +35,16 @@ typedef struct {
     uint32_t n_kv_heads; /* < n_heads: grouped-query attention */
     uint32_t head_dim;   /* dim / n_heads */
     uint32_t vocab_size;
-    uint32_t seq_len;    /* context length */
-    float    norm_eps;   /* RMSNorm epsilon */
-    float    rope_theta; /* RoPE base */
+    uint32_t seq_len;         /* context length */
+    float    norm_eps;        /* RMSNorm epsilon */
+    float    rope_theta;      /* RoPE base */
+    uint32_t arch;            /* moon_model_arch_t */
+    uint32_t rope_neox;       /* 1: rotate (i, i + head_dim / 2), 0: (2i, 2i + 1) */
+    float    rope_freq_scale; /* positions scaled by it (linear rope scaling; 1: none) */
 } moon_model_config_t;
+
+/* The name of an architecture ("llama"...; "?" when out of range). */
+MOON_API const char *moon_model_arch_name(uint32_t arch);
 
 /* A weight matrix (out rows x in cols, row-major, rows of type). */
 typedef struct {
@@ -42,8 +56,10 @@ typedef struct {
 
 typedef struct moon_model moon_model_t;
 
-/* Reads hyper-parameters from a GGUF's llama.* keys (head_dim from
- * rope.dimension_count or dim / n_heads). MOON_ERR_CORRUPT on missing or
+/* Reads hyper-parameters from a GGUF's ARCH.* keys (head_dim from
+ * rope.dimension_count or dim / n_heads). MOON_ERR_UNSUPPORTED (logged, with
+ * the supported list) for an architecture other than MOON_MODEL_ARCHS or a
+ * rope scaling other than none/linear; MOON_ERR_CORRUPT on missing or
  * inconsistent keys. */
 MOON_API moon_status_t moon_model_config_from_gguf(const moon_gguf_t   *gguf,
                                                    moon_model_config_t *cfg_p);
@@ -87,6 +103,24 @@ MOON_API moon_kv_config_t moon_model_kv_config(const moon_model_config_t *cfg,
 MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
                                                moon_ggml_type_t type, uint64_t seed,
                                                const char *path);
+
+/* moon_model_write_random with more choices: the architecture and linear
+ * rope scaling come from cfg (arch, rope_freq_scale: 0 or 1 none); qwen2
+ * gets Q/K/V biases, qwen3 per-head Q/K norms; rope_freqs adds Llama 3.1's
+ * rope_freqs.weight (factor 8, original context 8192); vocab_path (may be
+ * NULL) copies every tokenizer.* key of that GGUF (a vocabulary from
+ * model/convert/hf_tokenizer.mjs), whose token count then sets the vocabulary
+ * size. The classifier is tied (no output.weight). MOON_ERR_INVALID_PARAM:
+ * a bad shape; the reader's and writer's statuses. */
+typedef struct {
+    moon_ggml_type_t type;
+    uint64_t         seed;
+    int              rope_freqs;
+    const char      *vocab_path;
+} moon_model_write_opts_t;
+MOON_API moon_status_t moon_model_write_random_ex(const moon_model_config_t     *cfg,
+                                                  const moon_model_write_opts_t *opts,
+                                                  const char                    *path);
 
 /* Writes a copy of the GGUF at src to dst where the F32 tensors whose name
  * contains pattern ("" : all) are scaled element-wise by 1 + scale * u, u

@@ -65,9 +65,13 @@ int moon_cmd_convert(int argc, char **argv)
 typedef struct {
     const char *out;
     uint32_t    dim, hidden, layers, heads, kv_heads, vocab, seq_len;
-    int         type;
+    int         type, arch, rope_freqs;
     uint64_t    seed;
+    double      rope_theta;
+    const char *vocab_path;
 } gen_model_opts_t;
+
+static const char *const arch_choices[] = {"llama", "qwen2", "qwen3", NULL}; /* moon_model_arch_t */
 
 static const char *const      type_choices[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL};
 static const moon_ggml_type_t type_values[]  = {MOON_GGML_F32, MOON_GGML_F16, MOON_GGML_BF16,
@@ -93,6 +97,16 @@ static const moon_config_field_t gen_model_fields[] = {
     {"type", MOON_CONFIG_ENUM, GEN_AT(type), .dflt = "f32", .doc = "weight type",
      .choices = type_choices},
     {"seed", MOON_CONFIG_U64, GEN_AT(seed), .dflt = "1", .doc = "weights' random seed"},
+    {"arch", MOON_CONFIG_ENUM, GEN_AT(arch), .dflt = "llama",
+     .doc     = "architecture: llama, qwen2 (Q/K/V biases), qwen3 (Q/K norms)",
+     .choices = arch_choices},
+    {"rope-theta", MOON_CONFIG_DOUBLE, GEN_AT(rope_theta), .dflt = "10000", .doc = "RoPE base",
+     .dmin = 1.0, .dmax = 1e9},
+    {"rope-freqs", MOON_CONFIG_BOOL, GEN_AT(rope_freqs), .dflt = "0",
+     .doc = "add Llama 3.1's rope_freqs.weight (frequency factors)"},
+    {"vocab-file", MOON_CONFIG_STRING, GEN_AT(vocab_path), .dflt = NULL,
+     .doc = "GGUF whose tokenizer.* keys to copy (sets the vocabulary size; "
+            "model/convert/hf_tokenizer.mjs writes one)"},
     MOON_CONFIG_END,
 };
 static const moon_config_table_t gen_model_table = {"gen-model", "moonlet gen-model", NULL,
@@ -107,10 +121,11 @@ int moon_cmd_gen_model(int argc, char **argv)
     moon_status_t          status;
     int                    rc;
 
-    rc = moon_cli_parse("gen-model",
-                        "usage: moonlet gen-model --out M.gguf [options]\n"
-                        "  writes a random-weight Llama of any shape as GGUF\n",
-                        tables, 1, 0, argc, argv, &cfg);
+    rc = moon_cli_parse(
+        "gen-model",
+        "usage: moonlet gen-model --out M.gguf [options]\n"
+        "  writes a random-weight model (llama, qwen2, qwen3) of any shape as GGUF\n",
+        tables, 1, 0, argc, argv, &cfg);
     if (rc >= 0) {
         return rc;
     }
@@ -126,8 +141,14 @@ int moon_cmd_gen_model(int argc, char **argv)
     c.vocab_size = o.vocab;
     c.seq_len    = o.seq_len;
     c.norm_eps   = 1e-5f;
-    c.rope_theta = 10000.0f;
-    status       = moon_model_write_random(&c, type_values[o.type], o.seed, o.out);
+    c.rope_theta = (float)o.rope_theta;
+    c.arch       = (uint32_t)o.arch;
+    status       = moon_model_write_random_ex(&c,
+                                              &(moon_model_write_opts_t){.type = type_values[o.type],
+                                                                         .seed = o.seed,
+                                                                         .rope_freqs = o.rope_freqs,
+                                                                         .vocab_path = o.vocab_path},
+                                              o.out);
     moon_config_destroy(cfg);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet gen-model: %s\n", moon_status_str(status));

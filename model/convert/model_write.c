@@ -29,23 +29,35 @@ static moon_status_t write_llama_keys(moon_gguf_writer_t *w, const moon_model_co
             status = (_call);                                                                      \
         }                                                                                          \
     } while (0)
-    PUT(moon_gguf_writer_kv_str(w, "general.architecture", "llama"));
+    const char *arch = moon_model_arch_name(c->arch);
+    char        key[96];
+#define PUT_ARCH(_fn, _suffix, _v)                                                                 \
+    do {                                                                                           \
+        snprintf(key, sizeof(key), "%s.%s", arch, (_suffix));                                      \
+        PUT(_fn(w, key, (_v)));                                                                    \
+    } while (0)
+    PUT(moon_gguf_writer_kv_str(w, "general.architecture", arch));
     PUT(moon_gguf_writer_kv_str(w, "general.name", name ? name : "moonlet-random"));
     if (license != NULL) {
         PUT(moon_gguf_writer_kv_str(w, "general.license", license));
     }
     PUT(moon_gguf_writer_kv_u32(w, "general.file_type", file_type));
     PUT(moon_gguf_writer_kv_u32(w, "general.alignment", MOON_GGUF_DEFAULT_ALIGNMENT));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.vocab_size", c->vocab_size));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.context_length", c->seq_len));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.embedding_length", c->dim));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.block_count", c->n_layers));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.feed_forward_length", c->hidden_dim));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.rope.dimension_count", c->dim / c->n_heads));
-    PUT(moon_gguf_writer_kv_f32(w, "llama.rope.freq_base", c->rope_theta));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.attention.head_count", c->n_heads));
-    PUT(moon_gguf_writer_kv_u32(w, "llama.attention.head_count_kv", c->n_kv_heads));
-    PUT(moon_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c->norm_eps));
+    PUT_ARCH(moon_gguf_writer_kv_u32, "vocab_size", c->vocab_size);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "context_length", c->seq_len);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "embedding_length", c->dim);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "block_count", c->n_layers);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "feed_forward_length", c->hidden_dim);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "rope.dimension_count", c->dim / c->n_heads);
+    PUT_ARCH(moon_gguf_writer_kv_f32, "rope.freq_base", c->rope_theta);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "attention.head_count", c->n_heads);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "attention.head_count_kv", c->n_kv_heads);
+    PUT_ARCH(moon_gguf_writer_kv_f32, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    if (c->rope_freq_scale > 0.0f && c->rope_freq_scale != 1.0f) {
+        PUT_ARCH(moon_gguf_writer_kv_str, "rope.scaling.type", "linear");
+        PUT_ARCH(moon_gguf_writer_kv_f32, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
+    }
+#undef PUT_ARCH
 #undef PUT
     return status;
 }
@@ -88,10 +100,11 @@ typedef struct {
     char     name[64];
     uint32_t n_dims;
     uint64_t ne[2];
-    int      is_norm;
+    int      is_norm; /* 1: a norm (1 + 0.1 u), 2: a bias (0.1 u), 3: rope_freqs */
 } tensor_desc_t;
 
-static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, tensor_desc_t *d)
+static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, int rope_freqs,
+                              tensor_desc_t *d)
 {
     uint32_t kv_dim = c->n_kv_heads * (c->dim / c->n_heads);
     uint32_t n      = 0;
@@ -111,6 +124,15 @@ static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, ten
         ADD(2, c->dim, c->dim, 0, "blk.%u.attn_q.weight", l);
         ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_k.weight", l);
         ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_v.weight", l);
+        if (c->arch == MOON_ARCH_QWEN2) {
+            ADD(1, c->dim, 1, 2, "blk.%u.attn_q.bias", l);
+            ADD(1, kv_dim, 1, 2, "blk.%u.attn_k.bias", l);
+            ADD(1, kv_dim, 1, 2, "blk.%u.attn_v.bias", l);
+        }
+        if (c->arch == MOON_ARCH_QWEN3) {
+            ADD(1, c->dim / c->n_heads, 1, 1, "blk.%u.attn_q_norm.weight", l);
+            ADD(1, c->dim / c->n_heads, 1, 1, "blk.%u.attn_k_norm.weight", l);
+        }
         ADD(2, c->dim, c->dim, 0, "blk.%u.attn_output.weight", l);
         ADD(1, c->dim, 1, 1, "blk.%u.ffn_norm.weight", l);
         ADD(2, c->dim, c->hidden_dim, 0, "blk.%u.ffn_gate.weight", l);
@@ -118,6 +140,9 @@ static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, ten
         ADD(2, c->dim, c->hidden_dim, 0, "blk.%u.ffn_up.weight", l);
     }
     ADD(1, c->dim, 1, 1, "output_norm.weight");
+    if (rope_freqs) {
+        ADD(1, c->dim / c->n_heads / 2, 1, 3, "rope_freqs.weight");
+    }
     if (with_output) {
         ADD(2, c->dim, c->vocab_size, 0, "output.weight");
     }
@@ -205,36 +230,177 @@ err:
 moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_type_t type,
                                       uint64_t seed, const char *path)
 {
-    moon_gguf_writer_t *w      = NULL;
-    tensor_desc_t      *desc   = NULL;
-    void              **bufs   = NULL;
-    char              **tokens = NULL;
-    float              *scores = NULL, *tmp = NULL;
-    int32_t            *types = NULL;
-    uint32_t            n_t   = 0;
-    uint64_t            rng   = seed;
-    moon_status_t       status;
+    moon_model_write_opts_t o = {.type = type, .seed = seed};
+    return moon_model_write_random_ex(c, &o, path);
+}
 
-    if (c == NULL || path == NULL || c->dim == 0 || c->n_heads == 0 || c->dim % c->n_heads != 0 ||
-        c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 ||
-        c->n_layers == 0 || c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
+/* Llama 3.1's frequency factors (factor 8, low 1, high 4, original context
+ * 8192; as llama.cpp's converter computes them) for head size hs. */
+static void llama31_rope_factors(float theta, uint32_t hs, float *out)
+{
+    const double factor = 8.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
+
+    for (uint32_t j = 0; j < hs / 2; j++) {
+        double freq    = 1.0 / pow(theta, (double)(2 * j) / (double)hs);
+        double wavelen = 2.0 * 3.14159265358979323846 / freq;
+        if (wavelen < old_ctx / high) {
+            out[j] = 1.0f;
+        } else if (wavelen > old_ctx / low) {
+            out[j] = (float)factor;
+        } else {
+            double smooth = (old_ctx / wavelen - low) / (high - low);
+            out[j]        = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+}
+
+/* Copies every tokenizer.* key of the GGUF at path into w; *n_vocab_p: its
+ * token count. */
+static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_t *n_vocab_p)
+{
+    moon_gguf_t  *g      = NULL;
+    moon_status_t status = moon_gguf_open(path, &g);
+    uint64_t      n_tok  = 0;
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    for (uint64_t i = 0; status == MOON_OK && i < moon_gguf_n_kv(g); i++) {
+        const char      *key = moon_gguf_key_name(g, i);
+        moon_gguf_type_t t   = moon_gguf_key_type(g, i), et;
+        const char      *str;
+        uint64_t         len, n;
+        const void      *data;
+        if (strncmp(key, "tokenizer.", 10) != 0) {
+            continue;
+        }
+        if (t == MOON_GGUF_STRING) {
+            char *v;
+            moon_gguf_get_str(g, key, &str, &len);
+            v = moon_malloc(len + 1);
+            if (v == NULL) {
+                status = MOON_ERR_NO_MEMORY;
+                break;
+            }
+            memcpy(v, str, len);
+            v[len] = '\0';
+            status = moon_gguf_writer_kv_str(w, key, v);
+            moon_free(v);
+        } else if (t == MOON_GGUF_ARRAY) {
+            moon_gguf_get_arr(g, key, &et, &n, &data);
+            if (et == MOON_GGUF_STRING) {
+                char **strs = moon_calloc(n + 1, sizeof(*strs));
+                status      = strs == NULL ? MOON_ERR_NO_MEMORY : MOON_OK;
+                for (uint64_t k = 0; status == MOON_OK && k < n; k++) {
+                    moon_gguf_get_arr_str(g, key, k, &str, &len);
+                    strs[k] = moon_malloc(len + 1);
+                    if (strs[k] == NULL) {
+                        status = MOON_ERR_NO_MEMORY;
+                        break;
+                    }
+                    memcpy(strs[k], str, len);
+                    strs[k][len] = '\0';
+                }
+                if (status == MOON_OK) {
+                    status = moon_gguf_writer_kv_arr_str(w, key, (const char *const *)strs, n);
+                }
+                if (strcmp(key, "tokenizer.ggml.tokens") == 0) {
+                    n_tok = n;
+                }
+                free_strs(strs, (uint32_t)n);
+            } else if (data != NULL) {
+                status = moon_gguf_writer_kv_arr(w, key, et, data, n);
+            }
+        } else {
+            uint8_t  raw[8] = {0};
+            size_t   bytes  = t == MOON_GGUF_UINT8 || t == MOON_GGUF_INT8 || t == MOON_GGUF_BOOL ? 1
+                              : t == MOON_GGUF_UINT16 || t == MOON_GGUF_INT16                    ? 2
+                              : t == MOON_GGUF_UINT64 || t == MOON_GGUF_INT64 || t == MOON_GGUF_FLOAT64
+                                  ? 8
+                                  : 4;
+            uint64_t u;
+            int64_t  si;
+            double   f;
+            if (t == MOON_GGUF_FLOAT32 || t == MOON_GGUF_FLOAT64) {
+                moon_gguf_get_f64(g, key, &f);
+                if (t == MOON_GGUF_FLOAT32) {
+                    float f32 = (float)f;
+                    memcpy(raw, &f32, 4);
+                } else {
+                    memcpy(raw, &f, 8);
+                }
+            } else if (t == MOON_GGUF_BOOL) {
+                bool b = false;
+                moon_gguf_get_bool(g, key, &b);
+                raw[0] = b;
+            } else if (moon_gguf_get_u64(g, key, &u) == MOON_OK) {
+                memcpy(raw, &u, bytes); /* little-endian */
+            } else if (moon_gguf_get_i64(g, key, &si) == MOON_OK) {
+                memcpy(raw, &si, bytes);
+            }
+            status = moon_gguf_writer_kv_raw(w, key, t, raw);
+        }
+    }
+    moon_gguf_close(g);
+    if (status == MOON_OK && (n_tok == 0 || n_tok > MOON_MODEL_MAX_VOCAB)) {
+        MOON_ERROR("model: %s has no tokenizer.ggml.tokens", path);
+        status = MOON_ERR_CORRUPT;
+    }
+    if (status == MOON_OK) {
+        *n_vocab_p = (uint32_t)n_tok;
+    }
+    return status;
+}
+
+moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
+                                         const moon_model_write_opts_t *o, const char *path)
+{
+    moon_model_config_t  cc           = c_in != NULL ? *c_in : (moon_model_config_t){0};
+    moon_model_config_t *c            = &cc;
+    moon_ggml_type_t     type         = o != NULL ? o->type : MOON_GGML_F32;
+    uint64_t             seed         = o != NULL ? o->seed : 0;
+    uint32_t             n_vocab_file = 0;
+    moon_gguf_writer_t  *w            = NULL;
+    tensor_desc_t       *desc         = NULL;
+    void               **bufs         = NULL;
+    char               **tokens       = NULL;
+    float               *scores = NULL, *tmp = NULL;
+    int32_t             *types = NULL;
+    uint32_t             n_t   = 0;
+    uint64_t             rng   = seed;
+    moon_status_t        status;
+
+    if (c_in == NULL || o == NULL || path == NULL || c->arch > MOON_ARCH_QWEN3 || c->dim == 0 ||
+        c->n_heads == 0 || c->dim % c->n_heads != 0 || c->n_kv_heads == 0 ||
+        c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 || c->n_layers == 0 ||
+        c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
         moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 || c->dim % moon_ggml_block_size(type) != 0 ||
         c->hidden_dim % moon_ggml_block_size(type) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }
-    desc = moon_calloc(9 * (size_t)c->n_layers + 4, sizeof(*desc));
+    desc = moon_calloc(12 * (size_t)c->n_layers + 5, sizeof(*desc));
     if (desc == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    n_t    = llama_tensors(c, 0, desc);
-    bufs   = moon_calloc(n_t, sizeof(*bufs));
     status = moon_gguf_writer_create(&w);
-    if (bufs == NULL || status != MOON_OK) {
+    if (status != MOON_OK) {
+        goto out;
+    }
+    if (o->vocab_path != NULL) { /* the vocabulary sets the size */
+        status = copy_vocab(w, o->vocab_path, &n_vocab_file);
+        if (status != MOON_OK) {
+            goto out;
+        }
+        c->vocab_size = n_vocab_file;
+    }
+    n_t  = llama_tensors(c, 0, o->rope_freqs, desc);
+    bufs = moon_calloc(n_t, sizeof(*bufs));
+    if (bufs == NULL) {
         status = MOON_ERR_NO_MEMORY;
         goto out;
     }
     status = write_llama_keys(w, c, "moonlet-random", "MIT", type == MOON_GGML_F32 ? 0 : 1);
-    if (status == MOON_OK && c->vocab_size >= 259) {
+    if (status == MOON_OK && o->vocab_path == NULL && c->vocab_size >= 259) {
         status = make_vocab(c->vocab_size, &tokens, &scores, &types);
         if (status == MOON_OK) {
             status = write_tokenizer_keys(w, tokens, scores, types, c->vocab_size);
@@ -244,6 +410,7 @@ moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_ty
         uint64_t         n     = desc[i].ne[0] * desc[i].ne[1];
         moon_ggml_type_t ttype = desc[i].is_norm ? MOON_GGML_F32 : type;
         float            scale = desc[i].is_norm ? 0.1f : 1.0f / sqrtf((float)desc[i].ne[0]);
+        float            base  = desc[i].is_norm == 1 ? 1.0f : 0.0f;
         if (i == 0) {
             scale = 1.0f; /* embeddings: unit scale so activations are not tiny */
         }
@@ -254,7 +421,10 @@ moon_status_t moon_model_write_random(const moon_model_config_t *c, moon_ggml_ty
             break;
         }
         for (uint64_t j = 0; j < n; j++) {
-            tmp[j] = (desc[i].is_norm ? 1.0f : 0.0f) + scale * rng_uniform(&rng);
+            tmp[j] = base + scale * rng_uniform(&rng);
+        }
+        if (desc[i].is_norm == 3) {
+            llama31_rope_factors(c->rope_theta, c->dim / c->n_heads, tmp);
         }
         moon_ggml_quantize(ttype, tmp, bufs[i], n);
         moon_free(tmp);
@@ -530,7 +700,7 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
         status = MOON_ERR_NO_MEMORY;
         goto out;
     }
-    n_t    = llama_tensors(&c, !shared, desc);
+    n_t    = llama_tensors(&c, !shared, 0, desc);
     status = write_llama_keys(w, &c, name, license, 0);
     if (status == MOON_OK) {
         status = write_tokenizer_keys(w, tokens, scores, types, c.vocab_size);

@@ -26,6 +26,30 @@
 #include <cblas.h>
 #endif
 
+/* In-place RMSNorm of one head's n values (the reference's order of sums). */
+static void head_rmsnorm(float *x, const float *w, uint32_t n, float eps)
+{
+    float ss = 0.0f;
+    for (uint32_t j = 0; j < n; j++) {
+        ss += x[j] * x[j];
+    }
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t j = 0; j < n; j++) {
+        x[j] = w[j] * (ss * x[j]);
+    }
+}
+
+/* NeoX RoPE of one head: pair (j, j + hs / 2) by the angle of pair j. */
+static void rope_neox(float *x, const float *cs, uint32_t hs)
+{
+    for (uint32_t j = 0; j < hs / 2; j++) {
+        float fcr = cs[2 * j], fci = cs[2 * j + 1];
+        float v0 = x[j], v1 = x[j + hs / 2];
+        x[j]          = v0 * fcr - v1 * fci;
+        x[j + hs / 2] = v0 * fci + v1 * fcr;
+    }
+}
+
 /* The whole forward pass for b batch rows whose tokens, sequences and
  * positions are set; logits of row i go to logits + i * vocab when
  * all_logits, else only the last row's to logits (NULL: none). */
@@ -48,20 +72,48 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
         moon_cpu_par_rmsnorm(s, b, s->xb, s->x, L->attn_norm);
         moon_cpu_par_matmul(s, b, s->xb, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
 
-        /* RoPE from the table, then K/V into each row's cache slot */
+        /* biases (qwen2), per-head Q/K norms (qwen3), RoPE from the table,
+         * then K/V into each row's cache slot */
         for (uint32_t bi = 0; bi < b; bi++) {
             const float *cs = s->rope + (size_t)s->pos[bi] * hs;
             float       *q  = s->q + (size_t)bi * dim;
             float       *k  = s->k + (size_t)bi * kv_dim;
-            for (uint32_t i = 0; i < dim; i += 2) {
-                float fcr = cs[(i % hs)], fci = cs[(i % hs) + 1];
-                float q0 = q[i], q1 = q[i + 1];
-                q[i]     = q0 * fcr - q1 * fci;
-                q[i + 1] = q0 * fci + q1 * fcr;
-                if (i < kv_dim) {
-                    float k0 = k[i], k1 = k[i + 1];
-                    k[i]     = k0 * fcr - k1 * fci;
-                    k[i + 1] = k0 * fci + k1 * fcr;
+            if (L->bq != NULL) {
+                float *v = s->v + (size_t)bi * kv_dim;
+                for (uint32_t i = 0; i < dim; i++) {
+                    q[i] += L->bq[i];
+                }
+                for (uint32_t i = 0; i < kv_dim; i++) {
+                    k[i] += L->bk[i];
+                    v[i] += L->bv[i];
+                }
+            }
+            if (L->q_norm != NULL) {
+                for (uint32_t i = 0; i < dim; i += hs) {
+                    head_rmsnorm(q + i, L->q_norm, hs, c->norm_eps);
+                }
+                for (uint32_t i = 0; i < kv_dim; i += hs) {
+                    head_rmsnorm(k + i, L->k_norm, hs, c->norm_eps);
+                }
+            }
+            if (c->rope_neox) {
+                for (uint32_t i = 0; i < dim; i += hs) {
+                    rope_neox(q + i, cs, hs);
+                    if (i < kv_dim) {
+                        rope_neox(k + i, cs, hs);
+                    }
+                }
+            } else {
+                for (uint32_t i = 0; i < dim; i += 2) {
+                    float fcr = cs[(i % hs)], fci = cs[(i % hs) + 1];
+                    float q0 = q[i], q1 = q[i + 1];
+                    q[i]     = q0 * fcr - q1 * fci;
+                    q[i + 1] = q0 * fci + q1 * fcr;
+                    if (i < kv_dim) {
+                        float k0 = k[i], k1 = k[i + 1];
+                        k[i]     = k0 * fcr - k1 * fci;
+                        k[i + 1] = k0 * fci + k1 * fcr;
+                    }
                 }
             }
             memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 0, s->pos[bi]), k, kv_dim * sizeof(float));
@@ -209,8 +261,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     /* same float formula as the reference, so both rotate identically */
     for (uint32_t p = 0; p < c->seq_len; p++) {
         for (uint32_t i = 0; i < c->head_dim; i += 2) {
-            float freq = 1.0f / powf(c->rope_theta, (float)i / (float)c->head_dim);
-            float val  = (float)p * freq;
+            float val                                = moon_model_rope_angle(m, p, i / 2);
             s->rope[(size_t)p * c->head_dim + i]     = cosf(val);
             s->rope[(size_t)p * c->head_dim + i + 1] = sinf(val);
         }

@@ -430,9 +430,9 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
         }
         for (uint32_t p = 0; p < c->seq_len; p++) {
             for (uint32_t i = 0; i < c->head_dim; i += 2) {
-                float freq = 1.0f / powf(c->rope_theta, (float)i / (float)c->head_dim);
-                rope[(size_t)p * c->head_dim + i]     = cosf((float)p * freq);
-                rope[(size_t)p * c->head_dim + i + 1] = sinf((float)p * freq);
+                float val = moon_model_rope_angle(s->m, p, i / 2); /* rope_freqs and scaling too */
+                rope[(size_t)p * c->head_dim + i]     = cosf(val);
+                rope[(size_t)p * c->head_dim + i + 1] = sinf(val);
             }
         }
         status = upload_vec(rope, c->seq_len * c->head_dim, &s->d_rope);
@@ -449,6 +449,14 @@ static moon_status_t cuda_create(const moon_model_t *m, const moon_engine_config
 
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
+    }
+    /* TODO(#28): Q/K/V biases, Q/K norms and NeoX RoPE on the device */
+    if (m->cfg.arch != MOON_ARCH_LLAMA || m->layers[0].bq != NULL) {
+        MOON_ERROR("cuda: architecture %s (biases, Q/K norms or NeoX RoPE) is not on the CUDA "
+                   "backend yet; use the CPU backend (--backend cpu)",
+                   moon_model_arch_name(m->cfg.arch));
+        moon_free(s);
+        return MOON_ERR_UNSUPPORTED;
     }
     s->m   = m;
     status = cuda_create_inner(s, cfg);

@@ -19,13 +19,14 @@
 typedef struct {
     moon_model_config_t shape;
     moon_ggml_type_t    type;
+    int                 rope_freqs; /* Llama 3.1's rope_freqs.weight */
 } agree_case_t;
 
 /* Returns the largest relative difference seen. */
 static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
 {
     char                       path[256];
-    moon_model_t              *m = mt_random_model(&ac->shape, ac->type, seed, path, sizeof(path));
+    moon_model_t              *m = NULL;
     const moon_model_config_t *c;
     moon_engine_config_t ecfg_ref = {.kind = MOON_BACKEND_REF, .max_batch = 4, .max_chunk = 32};
     moon_engine_config_t ecfg_cpu = {
@@ -39,7 +40,15 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
     uint64_t         rng   = seed;
     float            worst = 0.0f;
 
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    snprintf(path, sizeof(path), "/tmp/moon_test_agree_%d_%llu.gguf", (int)getpid(),
+             (unsigned long long)seed);
+    CU_ASSERT_EQUAL_FATAL(moon_model_write_random_ex(
+                              &ac->shape,
+                              &(moon_model_write_opts_t){
+                                  .type = ac->type, .seed = seed, .rope_freqs = ac->rope_freqs},
+                              path),
+                          MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
     c    = moon_model_config(m);
     kcfg = moon_model_kv_config(c, 4, 64, 3); /* 4-token blocks: paging crosses blocks */
     lr   = malloc(4 * (size_t)c->vocab_size * sizeof(float));
@@ -91,8 +100,8 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
         CU_ASSERT_EQUAL(moon_engine_decode(cpu, kc, &sc[1], &toks[1][step], 1, lc, NULL), MOON_OK);
         worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
     }
-    printf("\n  dim %u heads %u/%u %s: max rel diff %.2e ", c->dim, c->n_heads, c->n_kv_heads,
-           moon_ggml_type_name(ac->type), (double)worst);
+    printf("\n  %s dim %u heads %u/%u %s: max rel diff %.2e ", moon_model_arch_name(c->arch),
+           c->dim, c->n_heads, c->n_kv_heads, moon_ggml_type_name(ac->type), (double)worst);
     CU_ASSERT(worst <= tol);
     moon_kv_cache_destroy(kr);
     moon_kv_cache_destroy(kc);
@@ -108,15 +117,41 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
 static void test_shapes_f32(void)
 {
     agree_case_t cases[] = {
-        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32},    /* MHA */
-        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32},     /* GQA 4:1 */
-        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32},   /* MQA, head_dim 32 */
-        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32},    /* odd sizes for SIMD tails */
-        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_F32},    /* head_dim 20: a masked vector */
-        {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_F32}, /* big enough to split threads */
+        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32, 0},  /* MHA */
+        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32, 0},   /* GQA 4:1 */
+        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_F32, 0}, /* MQA, head_dim 32 */
+        {mt_shape(96, 160, 3, 6, 3, 512, 64), MOON_GGML_F32, 0},  /* odd sizes for SIMD tails */
+        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_F32, 0},  /* head_dim 20: a masked vector */
+        {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_F32,
+         0}, /* big enough to split threads */
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         check_model(&cases[i], 11 + i, TOL);
+    }
+}
+
+static moon_model_config_t with_arch(moon_model_config_t c, uint32_t arch, float freq_scale)
+{
+    c.arch            = arch;
+    c.rope_freq_scale = freq_scale;
+    return c;
+}
+
+/* Qwen 2 (biases, NeoX RoPE), Qwen 3 (Q/K norms), Llama 3.1 rope_freqs and
+ * linear rope scaling: the fast path's handling of each against the
+ * reference's, F32 and a quantised type, decode batches that split. */
+static void test_architectures(void)
+{
+    agree_case_t cases[] = {
+        {with_arch(mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_ARCH_QWEN2, 1.0f), MOON_GGML_F32, 0},
+        {with_arch(mt_shape(128, 256, 2, 4, 2, 300, 64), MOON_ARCH_QWEN3, 1.0f), MOON_GGML_F32, 0},
+        {with_arch(mt_shape(128, 256, 2, 4, 2, 300, 64), MOON_ARCH_QWEN2, 1.0f), MOON_GGML_Q8_0, 0},
+        {with_arch(mt_shape(128, 256, 1, 2, 1, 300, 64), MOON_ARCH_LLAMA, 1.0f), MOON_GGML_F32, 1},
+        {with_arch(mt_shape(64, 128, 1, 4, 4, 300, 64), MOON_ARCH_LLAMA, 0.25f), MOON_GGML_F32, 0},
+        {with_arch(mt_shape(512, 1024, 1, 8, 4, 600, 64), MOON_ARCH_QWEN3, 1.0f), MOON_GGML_F32, 0},
+    };
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        check_model(&cases[i], 41 + i, TOL);
     }
 }
 
@@ -143,11 +178,12 @@ static void env_restore(const char *name, char *old)
 static void test_weight_types(void)
 {
     agree_case_t cases[] = {
-        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16},
-        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_BF16}, /* w2: 172 columns, a packed tail */
-        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_F16},
-        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q8_0},
-        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q4_0},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16, 0},
+        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_BF16,
+         0}, /* w2: 172 columns, a packed tail */
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_F16, 0},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q8_0, 0},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_Q4_0, 0},
     };
     char *dp = env_set("MOON_CPU_BF16_DP", "0"); /* exact mode: F32 activations everywhere */
 
@@ -163,9 +199,9 @@ static void test_weight_types(void)
 static void test_bf16_products(void)
 {
     agree_case_t cases[] = {
-        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16},
-        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_BF16},
-        {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_BF16},
+        {mt_shape(64, 128, 2, 8, 4, 300, 64), MOON_GGML_BF16, 0},
+        {mt_shape(128, 256, 1, 4, 1, 259, 64), MOON_GGML_BF16, 0},
+        {mt_shape(512, 1024, 1, 8, 4, 2000, 64), MOON_GGML_BF16, 0},
     };
     const char *isa = getenv("MOON_CPU_ISA");
     char       *bt  = env_set("MOON_CPU_BT_MIN_B", "1");
@@ -265,5 +301,5 @@ static void test_long_prefill_chunk(void)
     unlink(path);
 }
 
-MOON_TEST_MAIN("agreement", NULL, NULL, test_long_prefill_chunk, test_forward_never_allocates,
-               test_shapes_f32, test_weight_types, test_bf16_products)
+MOON_TEST_MAIN("agreement", NULL, NULL, test_architectures, test_long_prefill_chunk,
+               test_forward_never_allocates, test_shapes_f32, test_weight_types, test_bf16_products)

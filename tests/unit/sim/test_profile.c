@@ -64,6 +64,29 @@ static void test_h200_profile_and_paths(void)
     moon_log_set_level(MOON_LOG_WARN);
 }
 
+/* The profiles of the families issue 28 serves: each loads, and its KV bytes
+ * per token are 2 l kv_heads head_dim 2. */
+static void test_family_profiles(void)
+{
+    static const struct {
+        const char *name;
+        uint64_t    kv_bytes;
+    } cases[] = {
+        {"qwen2.5-7b-h200", 2ull * 28 * 4 * 128 * 2},
+        {"qwen3-8b-h200", 2ull * 36 * 8 * 128 * 2},
+        {"mistral-7b-h200", 2ull * 32 * 8 * 128 * 2},
+    };
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        moon_profile_t     p;
+        moon_cost_config_t c;
+        CU_ASSERT_EQUAL_FATAL(moon_profile_load(cases[i].name, NULL, &p, NULL), MOON_OK);
+        CU_ASSERT_STRING_EQUAL(p.name, cases[i].name);
+        c = moon_profile_cost(&p);
+        CU_ASSERT_EQUAL(moon_cost_kv_bytes_per_token(&c), cases[i].kv_bytes);
+        CU_ASSERT(moon_cost_decode_s(&c, 1, 1000) > 0.0);
+    }
+}
+
 /* The default profile's text with one substitution (from -> to). */
 static char *edited(const char *from, const char *to)
 {
@@ -202,4 +225,4 @@ static void test_fitted_round_trip(void)
 }
 
 MOON_TEST_MAIN("profile", NULL, NULL, test_default_profile, test_h200_profile_and_paths,
-               test_strict_errors_name_the_key, test_fitted_round_trip)
+               test_family_profiles, test_strict_errors_name_the_key, test_fitted_round_trip)
