@@ -110,12 +110,14 @@ MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
  * rope_freqs.weight (factor 8, original context 8192); vocab_path (may be
  * NULL) copies every tokenizer.* key of that GGUF (a vocabulary from
  * model/convert/hf_tokenizer.mjs), whose token count then sets the vocabulary
- * size. The classifier is tied (no output.weight). MOON_ERR_INVALID_PARAM:
+ * size. The classifier is tied (no output.weight) unless untied.
+ * MOON_ERR_INVALID_PARAM:
  * a bad shape; the reader's and writer's statuses. */
 typedef struct {
     moon_ggml_type_t type;
     uint64_t         seed;
     int              rope_freqs;
+    int              untied; /* write output.weight */
     const char      *vocab_path;
 } moon_model_write_opts_t;
 MOON_API moon_status_t moon_model_write_random_ex(const moon_model_config_t     *cfg,

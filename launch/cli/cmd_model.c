@@ -65,7 +65,7 @@ int moon_cmd_convert(int argc, char **argv)
 typedef struct {
     const char *out;
     uint32_t    dim, hidden, layers, heads, kv_heads, vocab, seq_len;
-    int         type, arch, rope_freqs;
+    int         type, arch, rope_freqs, untied;
     uint64_t    seed;
     double      rope_theta;
     const char *vocab_path;
@@ -104,6 +104,8 @@ static const moon_config_field_t gen_model_fields[] = {
      .dmin = 1.0, .dmax = 1e9},
     {"rope-freqs", MOON_CONFIG_BOOL, GEN_AT(rope_freqs), .dflt = "0",
      .doc = "add Llama 3.1's rope_freqs.weight (frequency factors)"},
+    {"untied", MOON_CONFIG_BOOL, GEN_AT(untied), .dflt = "0",
+     .doc = "write a classifier of its own (output.weight; default: tied to the embeddings)"},
     {"vocab-file", MOON_CONFIG_STRING, GEN_AT(vocab_path), .dflt = NULL,
      .doc = "GGUF whose tokenizer.* keys to copy (sets the vocabulary size; "
             "model/convert/hf_tokenizer.mjs writes one)"},
@@ -147,6 +149,7 @@ int moon_cmd_gen_model(int argc, char **argv)
                                               &(moon_model_write_opts_t){.type = type_values[o.type],
                                                                          .seed = o.seed,
                                                                          .rope_freqs = o.rope_freqs,
+                                                                         .untied     = o.untied,
                                                                          .vocab_path = o.vocab_path},
                                               o.out);
     moon_config_destroy(cfg);
@@ -221,6 +224,7 @@ typedef struct {
     double      temperature, top_p;
     uint64_t    seed;
     int         backend; /* index in backend_choices */
+    int         print_ids;
 } generate_opts_t;
 
 static const char *const         backend_choices[] = {"ref", "cpu", "cuda", NULL};
@@ -249,6 +253,8 @@ static const moon_config_field_t generate_fields[] = {
      .choices = backend_choices},
     {"threads", MOON_CONFIG_U32, GENERATE_AT(threads), .dflt = "0",
      .doc = "cpu threads (0: every online core)", .max = 1024},
+    {"print-ids", MOON_CONFIG_BOOL, GENERATE_AT(print_ids), .dflt = "0",
+     .doc = "print token ids instead of text: the prompt's on stderr, the new ones on stdout"},
     MOON_CONFIG_END,
 };
 static const moon_config_table_t generate_table = {"generate", "moonlet generate", NULL,
@@ -271,6 +277,7 @@ typedef struct {
     float                     *logits;
     char                      *out;
     size_t                     n_ids;
+    int                        print_ids;
 } gen_t;
 
 static double now_s(void)
@@ -379,6 +386,13 @@ static int gen_run(gen_t *g, uint32_t max_new)
         }
     }
     t1 = now_s();
+    if (g->print_ids) {
+        fprintf(stderr, "moonlet generate: prompt ids:");
+        for (size_t i = 0; i < g->n_ids; i++) {
+            fprintf(stderr, " %d", (int)g->ids[i]);
+        }
+        fputc('\n', stderr);
+    }
     moon_tok_stream_init(&st, g->tok, g->ids[g->n_ids - 1]);
     while (n_new < max_new) {
         int32_t next = moon_sampler_sample(&g->smp, g->logits);
@@ -386,7 +400,9 @@ static int gen_run(gen_t *g, uint32_t max_new)
             stop = STOP_EOS;
             break;
         }
-        if (moon_tok_stream_push(&st, next, g->out, out_max, &out_len) == MOON_OK) {
+        if (g->print_ids) {
+            printf("%s%d", n_new > 0 ? " " : "", (int)next);
+        } else if (moon_tok_stream_push(&st, next, g->out, out_max, &out_len) == MOON_OK) {
             fwrite(g->out, 1, out_len, stdout); /* ids past the vocabulary print nothing */
         }
         fflush(stdout);
@@ -405,7 +421,9 @@ static int gen_run(gen_t *g, uint32_t max_new)
         }
     }
     moon_tok_stream_flush(&st, g->out, out_max, &out_len);
-    fwrite(g->out, 1, out_len, stdout);
+    if (!g->print_ids) {
+        fwrite(g->out, 1, out_len, stdout);
+    }
     fputc('\n', stdout);
     fflush(stdout);
     {
@@ -463,7 +481,8 @@ int moon_cmd_generate(int argc, char **argv)
     memset(&g, 0, sizeof(g));
     rc = gen_setup(&g, &o, &tuning, prompt);
     if (rc == 0) {
-        rc = gen_run(&g, o.max_tokens);
+        g.print_ids = o.print_ids;
+        rc          = gen_run(&g, o.max_tokens);
     }
     gen_fini(&g);
     moon_free(text);

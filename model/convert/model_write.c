@@ -393,7 +393,7 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
         }
         c->vocab_size = n_vocab_file;
     }
-    n_t  = llama_tensors(c, 0, o->rope_freqs, desc);
+    n_t  = llama_tensors(c, o->untied, o->rope_freqs, desc);
     bufs = moon_calloc(n_t, sizeof(*bufs));
     if (bufs == NULL) {
         status = MOON_ERR_NO_MEMORY;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/scripts/greedy_check.sh MOONLET SRC WORK [--llamacpp] - greedy
+# continuations of random models of each architecture (llama with Llama 3.1
+# rope_freqs, qwen2 with Q/K/V biases, qwen3 with Q/K norms; untied
+# classifier, gen-model's 512-token vocabulary) written by `moonlet gen-model`:
+#  - always: `moonlet generate --print-ids` gives tests/data/greedy/greedy.txt
+#    (32 new tokens after "Once upon a time");
+#  - --llamacpp: llama.cpp (npm node-llama-cpp, installed into WORK) gives the
+#    same 32 tokens from the same prompt ids on the same file, and tokenizes the
+#    prompt as Moonlet does. Skips (exit 0, with a message) when node, npm or the
+#    registry is missing.
+set -u
+moonlet=$(realpath "$1") src=$(realpath "$2") work=$3 llamacpp=${4:-}
+skip() { echo "skipped: $*"; exit 0; }
+mkdir -p "$work" && cd "$work" || exit 1
+if [ -n "$llamacpp" ]; then
+    command -v node >/dev/null && command -v npm >/dev/null || skip "node or npm not found"
+    if [ ! -d node_modules/node-llama-cpp ]; then
+        echo '{"private":true,"type":"module"}' >package.json
+        timeout 500 npm install --silent --no-audit --no-fund node-llama-cpp@3.22.1 >npm.log 2>&1 ||
+            skip "the npm registry is unreachable (npm install node-llama-cpp failed; see $work/npm.log)"
+    fi
+    cp "$src/tests/scripts/llamacpp_greedy.mjs" .
+fi
+rc=0
+prompt="Once upon a time"
+for arch in llama qwen2 qwen3; do
+    extra=""
+    [ "$arch" = llama ] && extra=--rope-freqs
+    "$moonlet" gen-model --out "g_$arch.gguf" --arch "$arch" --dim 64 --hidden 128 --layers 2 \
+        --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 $extra || { rc=1; continue; }
+    "$moonlet" generate --model "g_$arch.gguf" --prompt "$prompt" --max-tokens 32 --print-ids \
+        --threads 2 --backend "${MOON_GREEDY_BACKEND:-cpu}" >"m_$arch.txt" 2>"m_$arch.err" ||
+        { cat "m_$arch.err"; rc=1; continue; }
+    ids=$(sed -n 's/.*prompt ids: //p' "m_$arch.err")
+    got=$(cat "m_$arch.txt")
+    want=$(sed -n "s/^$arch | [^|]* | //p" "$src/tests/data/greedy/greedy.txt")
+    if [ -z "$llamacpp" ]; then
+        if [ "$got" = "$want" ]; then
+            echo "$arch: greedy ids match the goldens"
+        else
+            echo "$arch: greedy ids differ from the goldens: got '$got', want '$want'"; rc=1
+        fi
+        continue
+    fi
+    timeout 240 node llamacpp_greedy.mjs "$PWD/g_$arch.gguf" "$ids" 32 "$prompt" >"l_$arch.json" \
+        2>"l_$arch.err" || { echo "$arch: llama.cpp failed:"; tail -5 "l_$arch.err"; rc=1; continue; }
+    node -e '
+const [f, arch, got, ids] = process.argv.slice(1);
+const r = JSON.parse(require("fs").readFileSync(f, "utf8").trim().split("\n").pop());
+const mine = got.trim().split(/\s+/).map(Number);
+const same = mine.length === r.tokens.length && mine.every((t, i) => t === r.tokens[i]);
+const tok = ids.trim().split(/\s+/).map(Number).slice(1); /* without BOS */
+const sameTok = JSON.stringify(tok) === JSON.stringify(r.tokenize);
+console.log(`${arch}: ${mine.length} greedy tokens, llama.cpp ${same ? "agrees" : "DIFFERS"}` +
+            `; prompt tokens ${sameTok ? "agree" : "DIFFER"}`);
+if (!same) console.log(`  moonlet   ${mine.join(" ")}\n  llama.cpp ${r.tokens.join(" ")}`);
+if (!sameTok) console.log(`  moonlet   ${tok}\n  llama.cpp ${r.tokenize}`);
+process.exit(same && sameTok ? 0 : 1);
+' "l_$arch.json" "$arch" "$got" "$ids" || rc=1
+done
+exit $rc
