@@ -36,12 +36,16 @@ typedef enum {
     MOON_GGML_F16  = 1,
     MOON_GGML_Q4_0 = 2,
     MOON_GGML_Q8_0 = 8,
+    MOON_GGML_Q4_K = 12, /* 256-element super-blocks, 144 bytes (4.5 bits) */
+    MOON_GGML_Q5_K = 13, /* 176 bytes (5.5 bits) */
+    MOON_GGML_Q6_K = 14, /* 210 bytes (6.56 bits) */
     MOON_GGML_BF16 = 30,
 } moon_ggml_type_t;
 
 #define MOON_GGUF_MAX_DIMS 4
 #define MOON_GGUF_DEFAULT_ALIGNMENT 32
-#define MOON_GGML_QK 32 /* elements per Q8_0/Q4_0 block */
+#define MOON_GGML_QK 32    /* elements per Q8_0/Q4_0 block */
+#define MOON_GGML_QK_K 256 /* elements per Q4_K/Q5_K/Q6_K super-block */
 
 typedef struct moon_gguf moon_gguf_t; /* opaque reader */
 

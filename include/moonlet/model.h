@@ -124,6 +124,16 @@ MOON_API moon_status_t moon_model_write_random_ex(const moon_model_config_t     
                                                   const moon_model_write_opts_t *opts,
                                                   const char                    *path);
 
+/* Writes the GGUF at in to out with its matrices in type_name (F32, F16,
+ * BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, or llama.cpp's mixes Q4_K_M / Q5_K_M:
+ * Q6_K for output.weight and for attn_v / ffn_down in the first and last
+ * eighth of the layers and every third between). Every key is copied
+ * (general.file_type set to llama.cpp's value); vectors stay as they are; a
+ * matrix whose rows are not whole blocks falls back to Q8_0 (or F16).
+ * MOON_ERR_INVALID_PARAM: an unknown type (logged with the list); the
+ * reader's and writer's statuses. */
+MOON_API moon_status_t moon_model_quantize(const char *in, const char *out, const char *type_name);
+
 /* Writes a copy of the GGUF at src to dst where the F32 tensors whose name
  * contains pattern ("" : all) are scaled element-wise by 1 + scale * u, u
  * uniform in [-1, 1) (deterministic in seed). Everything else is the same

@@ -1,4 +1,4 @@
-/* launch/cli/cmd_model.c - model subcommands of `moonlet`: convert, gen-model,
+/* launch/cli/cmd_model.c - model subcommands of `moonlet`: convert, gen-model, quantize,
  * generate. Single-threaded front ends over moon_model; their options are
  * configuration tables (flags only), generate's plus the engine's tuning. */
 #include "cli.h"
@@ -73,9 +73,11 @@ typedef struct {
 
 static const char *const arch_choices[] = {"llama", "qwen2", "qwen3", NULL}; /* moon_model_arch_t */
 
-static const char *const      type_choices[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL};
-static const moon_ggml_type_t type_values[]  = {MOON_GGML_F32, MOON_GGML_F16, MOON_GGML_BF16,
-                                                MOON_GGML_Q8_0, MOON_GGML_Q4_0};
+static const char *const      type_choices[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
+                                                "q4_k", "q5_k", "q6_k", NULL};
+static const moon_ggml_type_t type_values[]  = {MOON_GGML_F32,  MOON_GGML_F16,  MOON_GGML_BF16,
+                                                MOON_GGML_Q8_0, MOON_GGML_Q4_0, MOON_GGML_Q4_K,
+                                                MOON_GGML_Q5_K, MOON_GGML_Q6_K};
 
 #define GEN_AT(_f) MOON_CONFIG_AT(gen_model_opts_t, _f)
 static const moon_config_field_t gen_model_fields[] = {
@@ -156,6 +158,48 @@ int moon_cmd_gen_model(int argc, char **argv)
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet gen-model: %s\n", moon_status_str(status));
         return 1;
+    }
+    return 0;
+}
+
+/* ---- quantize ------------------------------------------------------------------ */
+typedef struct {
+    const char *type;
+} quantize_opts_t;
+
+static const moon_config_field_t quantize_fields[] = {
+    {"type", MOON_CONFIG_STRING, MOON_CONFIG_AT(quantize_opts_t, type), .dflt = "Q4_K_M",
+     .doc = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_M or Q5_K_M (llama.cpp's mixes: "
+            "Q6_K for output and some attn_v / ffn_down)"},
+    MOON_CONFIG_END,
+};
+static const moon_config_table_t quantize_table = {"quantize", "moonlet quantize", NULL,
+                                                   quantize_fields};
+
+int moon_cmd_quantize(int argc, char **argv)
+{
+    quantize_opts_t        o;
+    const moon_cli_table_t tables[] = {{&quantize_table, &o}};
+    moon_config_t         *cfg      = NULL;
+    moon_status_t          status;
+    int                    rc;
+
+    rc = moon_cli_parse("quantize",
+                        "usage: moonlet quantize IN.gguf OUT.gguf [--type Q4_K_M]\n"
+                        "  writes IN with its matrices quantized (vectors and keys kept)\n",
+                        tables, 1, 2, argc, argv, &cfg);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (moon_config_n_args(cfg) != 2) {
+        moon_config_destroy(cfg);
+        return moon_cli_usage_error("quantize", "IN.gguf and OUT.gguf are required");
+    }
+    status = moon_model_quantize(moon_config_arg(cfg, 0), moon_config_arg(cfg, 1), o.type);
+    moon_config_destroy(cfg);
+    if (status != MOON_OK) {
+        fprintf(stderr, "moonlet quantize: %s\n", moon_status_str(status));
+        return status == MOON_ERR_INVALID_PARAM ? 2 : 1;
     }
     return 0;
 }

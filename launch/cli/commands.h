@@ -20,6 +20,7 @@ int moon_cmd_config(int argc, char **argv);
 int moon_cmd_convert(int argc, char **argv);
 int moon_cmd_gen_model(int argc, char **argv);
 int moon_cmd_perturb_model(int argc, char **argv);
+int moon_cmd_quantize(int argc, char **argv);
 int moon_cmd_generate(int argc, char **argv);
 
 /* serving (launch/cli/cmd_serve.c) */

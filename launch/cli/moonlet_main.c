@@ -8,7 +8,10 @@
 static const moon_cmd_t commands[] = {
     {"config", moon_cmd_config, "print every option of every library, its value and its source"},
     {"convert", moon_cmd_convert, "convert a llama2.c checkpoint + tokenizer into GGUF"},
-    {"gen-model", moon_cmd_gen_model, "write a random-weight Llama of any shape as GGUF"},
+    {"gen-model", moon_cmd_gen_model,
+     "write a random-weight model (llama, qwen2, qwen3) of any shape as GGUF"},
+    {"quantize", moon_cmd_quantize,
+     "write a GGUF model with its matrices in another type (Q4_K_M)"},
     {"perturb-model", moon_cmd_perturb_model,
      "copy a GGUF model with some tensors changed (a second version for weight pushes)"},
     {"generate", moon_cmd_generate, "generate a continuation of a prompt with a GGUF model"},

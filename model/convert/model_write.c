@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,24 +255,21 @@ static void llama31_rope_factors(float theta, uint32_t hs, float *out)
     }
 }
 
-/* Copies every tokenizer.* key of the GGUF at path into w; *n_vocab_p: its
- * token count. */
-static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_t *n_vocab_p)
+/* Copies the keys of g that start with prefix ("": all) into w, but skip
+ * (may be NULL); *n_tok_p (may be NULL): tokenizer.ggml.tokens' count. */
+static moon_status_t copy_kvs(moon_gguf_writer_t *w, const moon_gguf_t *g, const char *prefix,
+                              const char *skip, uint64_t *n_tok_p)
 {
-    moon_gguf_t  *g      = NULL;
-    moon_status_t status = moon_gguf_open(path, &g);
+    moon_status_t status = MOON_OK;
     uint64_t      n_tok  = 0;
 
-    if (status != MOON_OK) {
-        return status;
-    }
     for (uint64_t i = 0; status == MOON_OK && i < moon_gguf_n_kv(g); i++) {
         const char      *key = moon_gguf_key_name(g, i);
         moon_gguf_type_t t   = moon_gguf_key_type(g, i), et;
         const char      *str;
         uint64_t         len, n;
         const void      *data;
-        if (strncmp(key, "tokenizer.", 10) != 0) {
+        if (strncmp(key, prefix, strlen(prefix)) != 0 || (skip != NULL && strcmp(key, skip) == 0)) {
             continue;
         }
         if (t == MOON_GGUF_STRING) {
@@ -341,6 +339,24 @@ static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_
             status = moon_gguf_writer_kv_raw(w, key, t, raw);
         }
     }
+    if (n_tok_p != NULL) {
+        *n_tok_p = n_tok;
+    }
+    return status;
+}
+
+/* Copies every tokenizer.* key of the GGUF at path into w; *n_vocab_p: its
+ * token count. */
+static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_t *n_vocab_p)
+{
+    moon_gguf_t  *g      = NULL;
+    moon_status_t status = moon_gguf_open(path, &g);
+    uint64_t      n_tok  = 0;
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = copy_kvs(w, g, "tokenizer.", NULL, &n_tok);
     moon_gguf_close(g);
     if (status == MOON_OK && (n_tok == 0 || n_tok > MOON_MODEL_MAX_VOCAB)) {
         MOON_ERROR("model: %s has no tokenizer.ggml.tokens", path);
@@ -374,7 +390,8 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
         c->n_heads == 0 || c->dim % c->n_heads != 0 || c->n_kv_heads == 0 ||
         c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 || c->n_layers == 0 ||
         c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
-        moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 || c->dim % moon_ggml_block_size(type) != 0 ||
+        moon_ggml_type_bytes(type, moon_ggml_block_size(type)) == 0 ||
+        c->dim % moon_ggml_block_size(type) != 0 ||
         c->hidden_dim % moon_ggml_block_size(type) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -768,5 +785,136 @@ out:
     moon_free(desc);
     moon_free(ck);
     moon_free(tk);
+    return status;
+}
+
+/* ---- quantize ------------------------------------------------------------------ */
+
+static const struct {
+    const char      *name;
+    moon_ggml_type_t base;
+    int              mix;       /* _M: Q6_K for output and some attn_v / ffn_down */
+    uint32_t         file_type; /* llama.cpp's general.file_type */
+} quant_kinds[] = {
+    {"F32", MOON_GGML_F32, 0, 0},      {"F16", MOON_GGML_F16, 0, 1},
+    {"BF16", MOON_GGML_BF16, 0, 32},   {"Q8_0", MOON_GGML_Q8_0, 0, 7},
+    {"Q4_0", MOON_GGML_Q4_0, 0, 2},    {"Q4_K", MOON_GGML_Q4_K, 0, 14},
+    {"Q5_K", MOON_GGML_Q5_K, 0, 16},   {"Q6_K", MOON_GGML_Q6_K, 0, 18},
+    {"Q4_K_M", MOON_GGML_Q4_K, 1, 15}, {"Q5_K_M", MOON_GGML_Q5_K, 1, 17},
+};
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers, and
+ * every third between. */
+static int more_bits(uint32_t l, uint32_t n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l >= n / 8 && (l - n / 8) % 3 == 2);
+}
+
+/* The type tensor gt gets under kind k (1-D tensors stay as they are). */
+static moon_ggml_type_t quant_type_for(const moon_gguf_tensor_t *gt, int k, uint32_t n_layers)
+{
+    moon_ggml_type_t t = quant_kinds[k].base;
+    unsigned         l;
+
+    if (gt->n_dims < 2) {
+        return gt->type;
+    }
+    if (quant_kinds[k].mix) {
+        if (strcmp(gt->name, "output.weight") == 0) {
+            t = MOON_GGML_Q6_K;
+        } else if ((sscanf(gt->name, "blk.%u.attn_v.weight", &l) == 1 ||
+                    sscanf(gt->name, "blk.%u.ffn_down.weight", &l) == 1) &&
+                   (strstr(gt->name, "attn_v.weight") || strstr(gt->name, "ffn_down.weight")) &&
+                   more_bits(l, n_layers)) {
+            t = MOON_GGML_Q6_K;
+        }
+    }
+    if (gt->ne[0] % moon_ggml_block_size(t) != 0) { /* rows not whole blocks */
+        t = gt->ne[0] % MOON_GGML_QK == 0 ? MOON_GGML_Q8_0 : MOON_GGML_F16;
+    }
+    return t;
+}
+
+moon_status_t moon_model_quantize(const char *in, const char *out, const char *type_name)
+{
+    moon_gguf_t        *g        = NULL;
+    moon_gguf_writer_t *w        = NULL;
+    void              **bufs     = NULL;
+    float              *row      = NULL;
+    uint64_t            n_t      = 0;
+    uint32_t            n_layers = 0;
+    int                 k        = -1;
+    moon_status_t       status;
+    char                key[96];
+    const char         *arch;
+    uint64_t            arch_len;
+
+    if (in == NULL || out == NULL || type_name == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(quant_kinds); i++) {
+        if (strcasecmp(type_name, quant_kinds[i].name) == 0) {
+            k = (int)i;
+        }
+    }
+    if (k < 0) {
+        MOON_ERROR("quantize: type '%s' unknown (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, "
+                   "Q4_K_M, Q5_K_M)",
+                   type_name);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = moon_gguf_open(in, &g);
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (moon_gguf_get_str(g, "general.architecture", &arch, &arch_len) == MOON_OK &&
+        arch_len < 32) {
+        snprintf(key, sizeof(key), "%.*s.block_count", (int)arch_len, arch);
+        moon_gguf_get_u32(g, key, &n_layers);
+    }
+    n_t    = moon_gguf_n_tensors(g);
+    bufs   = moon_calloc(n_t + 1, sizeof(*bufs));
+    status = bufs == NULL ? MOON_ERR_NO_MEMORY : moon_gguf_writer_create(&w);
+    if (status == MOON_OK) {
+        status = copy_kvs(w, g, "", "general.file_type", NULL);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_u32(w, "general.file_type", quant_kinds[k].file_type);
+    }
+    for (uint64_t i = 0; status == MOON_OK && i < n_t; i++) {
+        const moon_gguf_tensor_t *gt = moon_gguf_tensor(g, i);
+        moon_ggml_type_t          t  = quant_type_for(gt, k, n_layers);
+        uint64_t                  rows, cols = gt->ne[0];
+
+        if (t == gt->type) {
+            status = moon_gguf_writer_tensor(w, gt->name, t, gt->n_dims, gt->ne, gt->data);
+            continue;
+        }
+        rows    = gt->n_elems / cols;
+        bufs[i] = moon_malloc(moon_ggml_type_bytes(t, gt->n_elems));
+        row     = moon_realloc(row, cols * sizeof(float));
+        if (bufs[i] == NULL || row == NULL) {
+            status = MOON_ERR_NO_MEMORY;
+            break;
+        }
+        for (uint64_t r = 0; r < rows; r++) {
+            moon_ggml_dequantize(
+                gt->type, (const uint8_t *)gt->data + r * moon_ggml_type_bytes(gt->type, cols), row,
+                cols);
+            moon_ggml_quantize(t, row, (uint8_t *)bufs[i] + r * moon_ggml_type_bytes(t, cols),
+                               cols);
+        }
+        status = moon_gguf_writer_tensor(w, gt->name, t, gt->n_dims, gt->ne, bufs[i]);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_write(w, out);
+    }
+    for (uint64_t i = 0; bufs != NULL && i < n_t; i++) {
+        moon_free(bufs[i]);
+    }
+    moon_free(bufs);
+    moon_free(row);
+    moon_gguf_writer_destroy(w);
+    moon_gguf_close(g);
     return status;
 }

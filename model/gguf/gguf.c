@@ -317,7 +317,7 @@ static moon_status_t parse(moon_gguf_t *g)
             CORRUPT("tensor '%s': truncated info", t->name);
         }
         t->type = (moon_ggml_type_t)type;
-        if (moon_ggml_type_bytes(t->type, MOON_GGML_QK) == 0) {
+        if (moon_ggml_type_bytes(t->type, moon_ggml_block_size(t->type)) == 0) {
             CORRUPT("tensor '%s': unsupported type %u", t->name, type);
         }
         if (t->ne[0] % moon_ggml_block_size(t->type) != 0) {

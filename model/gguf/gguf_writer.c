@@ -200,7 +200,8 @@ moon_status_t moon_gguf_writer_tensor(moon_gguf_writer_t *w, const char *name,
     uint64_t   n     = 1;
 
     if (w == NULL || name == NULL || ne == NULL || data == NULL || n_dims == 0 ||
-        n_dims > MOON_GGUF_MAX_DIMS || moon_ggml_type_bytes(type, MOON_GGML_QK) == 0 ||
+        n_dims > MOON_GGUF_MAX_DIMS ||
+        moon_ggml_type_bytes(type, moon_ggml_block_size(type)) == 0 ||
         ne[0] % moon_ggml_block_size(type) != 0) {
         return MOON_ERR_INVALID_PARAM;
     }

@@ -29,6 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)sum;
     }
     moon_model_config_from_gguf(g, &cfg);
+    {
+        /* binding: every architecture's extra tensors, K-quant shapes */
+        moon_model_t *m = NULL;
+        if (moon_model_load_memory(data, size, &m) == MOON_OK) {
+            moon_model_destroy(m);
+        }
+    }
     if (moon_tokenizer_create(g, &t) == MOON_OK) {
         int32_t ids[64];
         char    out[1024];

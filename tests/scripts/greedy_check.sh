@@ -24,11 +24,22 @@ if [ -n "$llamacpp" ]; then
 fi
 rc=0
 prompt="Once upon a time"
-for arch in llama qwen2 qwen3; do
+# q4_k_m: a qwen2 model of 256 wide rows (whole K-quant blocks) written in F32
+# and quantized by `moonlet quantize --type Q4_K_M`. llama.cpp multiplies K-quants
+# by activations it rounds to 8 bits (Q8_K), so a near tie may turn the other
+# way: there the first 16 tokens must agree, the rest is reported.
+for arch in llama qwen2 qwen3 q4_k_m; do
     extra=""
     [ "$arch" = llama ] && extra=--rope-freqs
-    "$moonlet" gen-model --out "g_$arch.gguf" --arch "$arch" --dim 64 --hidden 128 --layers 2 \
-        --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 $extra || { rc=1; continue; }
+    if [ "$arch" = q4_k_m ]; then
+        "$moonlet" gen-model --out g_f32.gguf --arch qwen2 --dim 256 --hidden 512 --layers 2 \
+            --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 &&
+            "$moonlet" quantize g_f32.gguf "g_$arch.gguf" --type Q4_K_M || { rc=1; continue; }
+    else
+        "$moonlet" gen-model --out "g_$arch.gguf" --arch "$arch" --dim 64 --hidden 128 --layers 2 \
+            --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 $extra ||
+            { rc=1; continue; }
+    fi
     "$moonlet" generate --model "g_$arch.gguf" --prompt "$prompt" --max-tokens 32 --print-ids \
         --threads 2 --backend "${MOON_GREEDY_BACKEND:-cpu}" >"m_$arch.txt" 2>"m_$arch.err" ||
         { cat "m_$arch.err"; rc=1; continue; }
@@ -46,17 +57,20 @@ for arch in llama qwen2 qwen3; do
     timeout 240 node llamacpp_greedy.mjs "$PWD/g_$arch.gguf" "$ids" 32 "$prompt" >"l_$arch.json" \
         2>"l_$arch.err" || { echo "$arch: llama.cpp failed:"; tail -5 "l_$arch.err"; rc=1; continue; }
     node -e '
-const [f, arch, got, ids] = process.argv.slice(1);
+const [f, arch, got, ids, need] = process.argv.slice(1);
 const r = JSON.parse(require("fs").readFileSync(f, "utf8").trim().split("\n").pop());
 const mine = got.trim().split(/\s+/).map(Number);
-const same = mine.length === r.tokens.length && mine.every((t, i) => t === r.tokens[i]);
+let agree = 0;
+while (agree < mine.length && mine[agree] === r.tokens[agree]) agree++;
+const same = agree >= Number(need);
 const tok = ids.trim().split(/\s+/).map(Number).slice(1); /* without BOS */
 const sameTok = JSON.stringify(tok) === JSON.stringify(r.tokenize);
-console.log(`${arch}: ${mine.length} greedy tokens, llama.cpp ${same ? "agrees" : "DIFFERS"}` +
+console.log(`${arch}: ${agree} of ${mine.length} greedy tokens agree with llama.cpp ` +
+            `(${need} needed: ${same ? "agrees" : "DIFFERS"})` +
             `; prompt tokens ${sameTok ? "agree" : "DIFFER"}`);
-if (!same) console.log(`  moonlet   ${mine.join(" ")}\n  llama.cpp ${r.tokens.join(" ")}`);
+if (agree < mine.length) console.log(`  moonlet   ${mine.join(" ")}\n  llama.cpp ${r.tokens.join(" ")}`);
 if (!sameTok) console.log(`  moonlet   ${tok}\n  llama.cpp ${r.tokenize}`);
 process.exit(same && sameTok ? 0 : 1);
-' "l_$arch.json" "$arch" "$got" "$ids" || rc=1
+' "l_$arch.json" "$arch" "$got" "$ids" "$([ "$arch" = q4_k_m ] && echo 16 || echo 32)" || rc=1
 done
 exit $rc

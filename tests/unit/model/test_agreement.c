@@ -149,6 +149,10 @@ static void test_architectures(void)
         {with_arch(mt_shape(128, 256, 1, 2, 1, 300, 64), MOON_ARCH_LLAMA, 1.0f), MOON_GGML_F32, 1},
         {with_arch(mt_shape(64, 128, 1, 4, 4, 300, 64), MOON_ARCH_LLAMA, 0.25f), MOON_GGML_F32, 0},
         {with_arch(mt_shape(512, 1024, 1, 8, 4, 600, 64), MOON_ARCH_QWEN3, 1.0f), MOON_GGML_F32, 0},
+        /* K-quants: 256-element super-blocks, multiplied from the file's blocks */
+        {with_arch(mt_shape(256, 512, 2, 4, 2, 300, 64), MOON_ARCH_LLAMA, 1.0f), MOON_GGML_Q4_K, 0},
+        {with_arch(mt_shape(256, 512, 1, 4, 2, 300, 64), MOON_ARCH_QWEN2, 1.0f), MOON_GGML_Q5_K, 0},
+        {with_arch(mt_shape(512, 768, 1, 8, 4, 300, 64), MOON_ARCH_QWEN3, 1.0f), MOON_GGML_Q6_K, 0},
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         check_model(&cases[i], 41 + i, TOL);
