@@ -631,7 +631,7 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
     m = moon_msg_new(MOON_MSG_SERVE_SUBMIT,
                      o->prompt.n + 1 + (size_t)o->tokens.n * 4 + (size_t)o->stop_ids.n * 4 +
                          o->stop_strs.n + (size_t)o->logit_bias.n * 4 + (size_t)req->n_toks * 4 +
-                         o->key.n + o->session.n + 64);
+                         o->key.n + o->session.n + o->grammar.n + 64);
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -668,6 +668,9 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
     }
     if (status == MOON_OK) {
         status = copy_span(m, &m->session, o, o->session, 1, 1);
+    }
+    if (status == MOON_OK) {
+        status = copy_span(m, &m->grammar, o, o->grammar, 1, 0);
     }
     if (status == MOON_OK && req->n_toks > 0) {
         t = moon_msg_span_alloc(m, &m->resume, req->n_toks, 4, 0);

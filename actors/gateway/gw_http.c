@@ -657,8 +657,12 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
 
         lp_add(c, msg);
         if (text[0] != '\0') {
-            chunk = chunk_lp(c, text, NULL, &len);
-            out_append(&b, chunk, len);
+            if (c->req.structured.tools) { /* tool calls are split out of the text */
+                moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
+            } else {
+                chunk = chunk_lp(c, text, NULL, &len);
+                out_append(&b, chunk, len);
+            }
             observe_text(c);
         }
     } else {
@@ -678,12 +682,21 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
             }
             observe_end(c, d);
             if (c->meta.chat && text[0] != '\0') {
-                chunk = chunk_lp(c, text, NULL, &len);
-                out_append(&b, chunk, len);
+                if (c->req.structured.tools) {
+                    moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
+                } else {
+                    chunk = chunk_lp(c, text, NULL, &len);
+                    out_append(&b, chunk, len);
+                }
                 text = NULL;
             }
-            chunk = chunk_lp(c, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
-            out_append(&b, chunk, len);
+            if (c->meta.chat && c->req.structured.tools) { /* held-back text, then the finish */
+                moon_gw_structured_stream_end(&c->req.structured, &c->meta,
+                                              moon_finish_str(d->finish), &b);
+            } else {
+                chunk = chunk_lp(c, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
+                out_append(&b, chunk, len);
+            }
             if (c->meta.include_usage) {
                 usage_of(c, d, &u);
                 chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
@@ -812,8 +825,9 @@ static enum MHD_Result on_events(conn_t *c)
         observe_end(c, d);
         usage_of(c, d, &u);
         c->meta.logprobs = moon_gw_logprobs_take(&c->lp);
-        text             = moon_gw_format_response(&c->meta, c->acc.failed ? "" : c->acc.data,
-                                                   moon_finish_str(d->finish), &u, &len);
+        text             = moon_gw_structured_response(&c->req.structured, &c->meta,
+                                           c->acc.failed ? "" : c->acc.data,
+                                                       moon_finish_str(d->finish), &u, &len);
         moon_free((char *)c->meta.logprobs);
         c->meta.logprobs = NULL;
         moon_msg_release(msg);

@@ -178,6 +178,14 @@ static moon_status_t parse_messages(const cJSON *root, moon_gw_request_t *req, m
         if (moon_gw_json_str(m, "role", &role) != 1) {
             BAD(param, "'%s' is required and must be a string", param);
         }
+        if (moon_gw_structured_is_tool_msg(m, role)) {
+            status = moon_gw_structured_tool_msg(m, i, &req->msgs[i], err);
+            if (status != MOON_OK) {
+                return status;
+            }
+            req->n_msgs++;
+            continue;
+        }
         if (!known_role(role)) {
             BAD(param, "'%s' must be one of system, developer, user, assistant (got '%s')", param,
                 role);
@@ -545,6 +553,12 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     if (status == MOON_OK) {
         status = parse_stop(root, req, err);
     }
+    if (status == MOON_OK) {
+        status = moon_gw_structured_parse(root, chat, &req->structured, err);
+    }
+    if (status == MOON_OK && chat) {
+        status = moon_gw_structured_add_tools(&req->structured, &req->msgs, &req->n_msgs);
+    }
 out:
     cJSON_Delete(root);
     return status;
@@ -674,16 +688,18 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
     if (!req->has_seed && p->temperature > 0) {
         p->seed = seed_salt;
     }
-    p->prompt     = req->tokens != NULL ? NULL : req->prompt;
-    p->tokens     = req->tokens;
-    p->n_tokens   = req->tokens != NULL ? req->n_tokens : 0;
-    p->stop_ids   = req->stop_ids;
-    p->n_stop_ids = req->n_stop_ids;
-    p->bias_ids   = req->bias_ids;
-    p->bias       = req->bias;
-    p->n_bias     = req->n_bias;
-    p->stop       = (const char *const *)req->stop;
-    p->n_stop     = req->n_stop;
+    p->prompt      = req->tokens != NULL ? NULL : req->prompt;
+    p->tokens      = req->tokens;
+    p->n_tokens    = req->tokens != NULL ? req->n_tokens : 0;
+    p->stop_ids    = req->stop_ids;
+    p->n_stop_ids  = req->n_stop_ids;
+    p->bias_ids    = req->bias_ids;
+    p->bias        = req->bias;
+    p->n_bias      = req->n_bias;
+    p->stop        = (const char *const *)req->stop;
+    p->n_stop      = req->n_stop;
+    p->grammar     = req->structured.grammar;
+    p->grammar_len = req->structured.grammar_len;
     /* Ids made here carry their BOS; a text prompt gets it from the cluster. */
     if (p->prompt != NULL) {
         p->flags |= MOON_SERVE_F_ADD_BOS;
@@ -707,5 +723,6 @@ void moon_gw_request_fini(moon_gw_request_t *req)
     moon_free(req->stop_ids);
     moon_free(req->bias_ids);
     moon_free(req->bias);
+    moon_gw_structured_fini(&req->structured);
     memset(req, 0, sizeof(*req));
 }

@@ -10,7 +10,10 @@
  * max_completion_tokens, temperature (default 1, as OpenAI), top_p, top_k,
  * seed, stop (string or list of up to 16, each at most 512 bytes), n (1 only), stream,
  * stream_options.include_usage, vLLM's ignore_eos and stop_token_ids, and
- * moonlet_details (placement and server times in the usage: gw_format.h).
+ * moonlet_details (placement and server times in the usage: gw_format.h),
+ * what gw_structured.h reads (response_format, grammar, guided_json,
+ * guided_grammar, tools, tool_choice, parallel_tool_calls; role "tool" turns
+ * and assistant turns with tool_calls),
  * presence/frequency/repetition penalties, logit_bias, min_p, min_tokens,
  * include_stop_str_in_output, logprobs (completions: 0..20; chat: logprobs +
  * top_logprobs). echo, n > 1 and best_of > 1 are refused (400); every key is first checked
@@ -21,6 +24,7 @@
 #define MOON_ACTORS_GW_OPENAI_H
 
 #include "gw_errors.h"
+#include "gw_structured.h"
 #include "gw_template.h"
 #include "serve_client.h"
 
@@ -39,26 +43,27 @@
 #define MOON_GW_MAX_BIAS 1024u            /* logit_bias entries */
 
 typedef struct {
-    int                 chat; /* 1: /v1/chat/completions */
-    int                 stream;
-    int                 include_usage;  /* stream_options.include_usage */
-    int                 details;        /* "moonlet_details": placement and server times in usage */
-    int                 has_max_tokens; /* given by the client */
-    int                 has_seed;
-    char               *model;  /* NULL: not given */
-    char               *prompt; /* completions text; NULL with token ids */
-    int32_t            *tokens; /* the prompt's ids: given, or set by prepare */
-    uint32_t            n_tokens;
-    moon_gw_chat_msg_t *msgs; /* chat: n_msgs turns (strings owned) */
-    uint32_t            n_msgs;
-    char               *stop[MOON_GW_MAX_STOP];
-    uint32_t            n_stop;
-    int32_t            *stop_ids;
-    uint32_t            n_stop_ids;
-    int32_t            *bias_ids; /* logit_bias: n_bias ids and their biases */
-    float              *bias;
-    uint32_t            n_bias;
-    moon_serve_params_t params; /* after prepare: points into this struct */
+    int                  chat; /* 1: /v1/chat/completions */
+    int                  stream;
+    int                  include_usage; /* stream_options.include_usage */
+    int                  details;       /* "moonlet_details": placement and server times in usage */
+    int                  has_max_tokens; /* given by the client */
+    int                  has_seed;
+    char                *model;  /* NULL: not given */
+    char                *prompt; /* completions text; NULL with token ids */
+    int32_t             *tokens; /* the prompt's ids: given, or set by prepare */
+    uint32_t             n_tokens;
+    moon_gw_chat_msg_t  *msgs; /* chat: n_msgs turns (strings owned) */
+    uint32_t             n_msgs;
+    char                *stop[MOON_GW_MAX_STOP];
+    uint32_t             n_stop;
+    int32_t             *stop_ids;
+    uint32_t             n_stop_ids;
+    int32_t             *bias_ids; /* logit_bias: n_bias ids and their biases */
+    float               *bias;
+    uint32_t             n_bias;
+    moon_gw_structured_t structured; /* grammar and tools */
+    moon_serve_params_t  params;     /* after prepare: points into this struct */
 } moon_gw_request_t;
 
 /* What prepare checks against. Borrowed. */

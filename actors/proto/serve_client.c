@@ -33,6 +33,7 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
         (p->n_stop > 0 && p->stop == NULL) ||
         (p->n_bias > 0 && (p->bias_ids == NULL || p->bias == NULL)) ||
         p->n_bias > MOON_MSG_MAX_BYTES / 16 || plen > MOON_MSG_MAX_BYTES / 2 ||
+        (p->grammar != NULL && p->grammar_len > MOON_MSG_MAX_BYTES / 4) ||
         p->n_tokens > MOON_MSG_MAX_BYTES / 8) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -46,7 +47,8 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
                                                 (size_t)p->n_stop_ids * 4 + (size_t)p->n_bias * 8 +
                                                 slen + 40 +
                                                 (p->key != NULL ? strlen(p->key) + 1 : 1) +
-                                                (p->session != NULL ? strlen(p->session) + 1 : 1));
+                                                (p->session != NULL ? strlen(p->session) + 1 : 1) +
+                                                (p->grammar != NULL ? p->grammar_len : 0));
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -91,6 +93,10 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
     }
     moon_msg_set_str(m, &m->key, p->key != NULL ? p->key : "");
     moon_msg_set_str(m, &m->session, p->session != NULL ? p->session : "");
+    if (p->grammar != NULL && p->grammar_len > 0) {
+        memcpy(moon_msg_span_alloc(m, &m->grammar, p->grammar_len, 1, 0), p->grammar,
+               p->grammar_len);
+    }
     *msg_p = m;
     return MOON_OK;
 }

@@ -48,6 +48,8 @@ typedef struct {
     uint32_t       n_bias;
     const char    *key;     /* the client's API key, for request filters (NULL: none) */
     const char    *session; /* its session field, for filters and policies (NULL: none) */
+    const char    *grammar; /* constrained decoding spec (serve_msgs.h), NULL: none */
+    uint32_t       grammar_len;
 } moon_serve_params_t;
 
 /* Defaults: max_tokens 16, greedy, top_p 1, flags ADD_BOS. */

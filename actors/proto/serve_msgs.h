@@ -55,7 +55,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * (moon_sampler_ctl_t; zero: off): presence, frequency and repetition
  * penalties, min_p, min_tokens (EOS and stop ids masked until then), and
  * logit_bias: pairs (token id, the bias's float bits). logprobs: 0 none; k + 1:
- * each TOKEN carries its log-probability and the k most likely (k <= 20). */
+ * each TOKEN carries its log-probability and the k most likely (k <= 20).
+ * grammar: empty, or a constrained-decoding spec (moon_grammar_from_spec:
+ * "json_schema\n{...}", "gbnf\n...", ...), compiled and cached by the
+ * instances that sample. */
 #define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
     F(T, u32, max_tokens)                                                                          \
     F(T, f32, temperature)                                                                         \
@@ -68,7 +71,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, f32, repetition_penalty)                                                                  \
     F(T, f32, min_p)                                                                               \
     F(T, u32, min_tokens)                                                                          \
-    F(T, u32, logprobs) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs)
+    F(T, u32, logprobs) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs) \
+        F(T, bytes, grammar)
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 

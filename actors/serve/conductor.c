@@ -263,7 +263,7 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
 {
     uint32_t n_keys = n / c->a.block_tokens;
     size_t tail = (size_t)n * 4 + (size_t)n_keys * 16 + (size_t)m->stop_ids.n * 4 + m->stop_strs.n +
-                  64 + (size_t)m->logit_bias.n * 4;
+                  64 + (size_t)m->logit_bias.n * 4 + m->grammar.n;
     moon_serve_prefill_t *p = moon_msg_new(MOON_MSG_SERVE_PREFILL, tail);
     uint32_t             *t;
     moon_kv_key_t        *keys;
@@ -285,7 +285,8 @@ static moon_serve_prefill_t *build_prefill(conductor_t *c, const moon_serve_subm
     if (t == NULL || (n_keys && keys == NULL) ||
         moon_serve_copy_span(p, &p->stop_ids, m, m->stop_ids, 4, 0) != MOON_OK ||
         moon_serve_copy_span(p, &p->logit_bias, m, m->logit_bias, 4, 0) != MOON_OK ||
-        moon_serve_copy_span(p, &p->stop_strs, m, m->stop_strs, 1, 0) != MOON_OK) {
+        moon_serve_copy_span(p, &p->stop_strs, m, m->stop_strs, 1, 0) != MOON_OK ||
+        moon_serve_copy_span(p, &p->grammar, m, m->grammar, 1, 0) != MOON_OK) {
         moon_msg_release(&p->hdr);
         return NULL;
     }

@@ -29,6 +29,7 @@
 #include "plugin_hooks.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "serve_grammar.h"
 #include "serve_instance.h"
 #include "serve_text.h"
 #include "weights_msgs.h"
@@ -69,12 +70,13 @@ typedef struct {
     uint32_t        n_done; /* colocated: prompt tokens in the KV */
     moon_sampler_t  smp;
     uint32_t        logprobs; /* 0: none; k + 1: each token's logprob and top k */
-    moon_serve_text_t text;
-    int               text_ready;
-    uint32_t          n_cached;
-    int32_t           prefill_instance; /* who computed the prompt (DONE tells the client) */
-    uint64_t          arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
-    uint64_t          version; /* its weights, from its first step to its last */
+    moon_serve_text_t    text;
+    int                  text_ready;
+    uint32_t             n_cached;
+    int32_t              prefill_instance; /* who computed the prompt (DONE tells the client) */
+    uint64_t             arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
+    uint64_t             version; /* its weights, from its first step to its last */
+    moon_serve_grammar_t gram;    /* constrained decoding (gram.fsm NULL: none) */
 } dreq_t;
 
 typedef struct {
@@ -115,9 +117,12 @@ typedef struct {
     } cancels[DEC_CANCEL_RING];
     uint32_t n_cancels;
     /* prefill instances the conductor said are lost: their late KV_READYs are dropped */
-    moon_addr_t lost[DEC_LOST_RING];
-    uint32_t    n_lost;
-    uint64_t    n_tokens_out;
+    moon_addr_t            lost[DEC_LOST_RING];
+    uint32_t               n_lost;
+    uint64_t               n_tokens_out;
+    moon_serve_grammars_t *grammars;      /* NULL until a constrained request comes */
+    uint32_t               n_constrained; /* requests with a grammar */
+    char                   gram_err[MOON_GRAMMAR_ERR_MAX + 32];
 
     /* the step's groups, one per weight version: [b_end[g-1], b_end[g]) on b_engine[g] */
     moon_engine_t *b_engine[MOON_WEIGHTS_MAX_HELD];
@@ -256,6 +261,10 @@ static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
         moon_serve_text_fini(&r->text);
     }
     moon_sampler_fini(&r->smp);
+    if (r->gram.fsm != NULL) {
+        moon_serve_grammar_end(d->grammars, &r->gram);
+        d->n_constrained--;
+    }
     moon_msg_release(r->final_msg);
     moon_free(r->local);
     moon_free(r->arrived);
@@ -276,7 +285,7 @@ static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moo
         return;
     }
     r->finished = 1;
-    if (why != MOON_FINISH_STOP && r->text_ready) {
+    if ((why != MOON_FINISH_STOP || r->gram.fsm != NULL) && r->text_ready) {
         moon_serve_text_flush(&r->text, &tail, &n);
     }
     if (status != MOON_OK) {
@@ -410,8 +419,13 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
     size_t      n    = 0;
     int         hit;
 
-    if (is_stop_id(r, tok, d->tok)) {
+    if (is_stop_id(r, tok, d->tok) || (r->gram.fsm != NULL && tok == moon_tokenizer_eos(d->tok))) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
+        return;
+    }
+    if (r->gram.fsm != NULL && moon_serve_grammar_accept(&r->gram, tok) != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM,
+               "a token that does not follow the grammar");
         return;
     }
     hit = moon_serve_text_push(&r->text, tok, &text, &n);
@@ -444,21 +458,26 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
     d->n_tokens_out++;
     r->last_token = tok;
     moon_sampler_accept(&r->smp, tok);
-    if (hit) {
-        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
+    if (hit || moon_serve_grammar_final(&r->gram)) {
+        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL); /* a complete document ends it */
     } else if (r->n_gen >= r->max_tokens || r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
         /* the next token would sit at position n_prompt + n_gen: past the context */
         finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
     }
 }
 
-/* Samples a row of logits (changed in place) and emits the token; a request
- * with logprobs gets them from the raw row (copied first). */
+/* Samples a row of logits (changed in place: masked by the request's grammar
+ * first) and emits the token; a request with logprobs gets them from the
+ * (masked) row, copied before sampling. */
 static void sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
 {
     moon_serve_lp_t lp;
     int32_t         tok;
 
+    if (moon_serve_grammar_mask(&r->gram, row, d->vocab) != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "grammar mask failed");
+        return;
+    }
     if (r->logprobs == 0) {
         emit(self, d, r, moon_sampler_sample(&r->smp, row), NULL);
         return;
@@ -468,6 +487,18 @@ static void sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
     lp.k = MOON_MIN(r->logprobs - 1, MOON_LOGPROBS_MAX);
     moon_logprobs(d->lp_row, d->vocab, tok, lp.k, &lp.lp, lp.ids, lp.lps);
     emit(self, d, r, tok, &lp);
+}
+
+/* Computes the masks the next step's constrained requests will need while
+ * that step runs (masks are cached per grammar state: mostly a lookup). */
+static void prefetch_masks(decode_t *d)
+{
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        dreq_t *r = &d->reqs[i];
+        if (r->gram.fsm != NULL && r->state == DREQ_RUNNING && !r->finished) {
+            moon_serve_grammar_prefetch(&r->gram);
+        }
+    }
 }
 
 /* Appends the full blocks that arrived in order; runs the request when all
@@ -677,7 +708,8 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
  * where the lost instance was, and the next token gets index n_resumed. */
 static moon_status_t setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sampling_t *sp,
                                     const uint32_t *toks, uint32_t n, uint32_t n_resumed,
-                                    const char *stops, uint32_t stops_len)
+                                    const char *stops, uint32_t stops_len, const char *grammar,
+                                    uint32_t grammar_len)
 {
     int32_t       prev;
     moon_status_t status;
@@ -697,6 +729,13 @@ static moon_status_t setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sam
         const char *unsent;
         size_t      len;
         moon_serve_text_push(&r->text, (int32_t)toks[i], &unsent, &len);
+    }
+    d->gram_err[0] = '\0';
+    if (status == MOON_OK) {
+        status = moon_serve_grammar_begin(&d->grammars, d->tok, grammar, grammar_len,
+                                          toks + n - n_resumed, n_resumed, &r->gram, d->gram_err,
+                                          sizeof(d->gram_err));
+        d->n_constrained += r->gram.fsm != NULL;
     }
     r->n_resumed = n_resumed;
     r->n_gen     = n_resumed;
@@ -722,10 +761,12 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
     sp            = MOON_SERVE_SAMPLING_OF(m);
-    status        = setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed,
-                                   MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    status =
+        setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs),
+                       m->stop_strs.n, MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
     if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: sampler setup failed");
+        finish(self, d, r, MOON_FINISH_ERROR, status,
+               d->gram_err[0] ? d->gram_err : "decode: sampler setup failed");
         return;
     }
     (void)rem;
@@ -929,11 +970,13 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
     d->n_cache_hit_tokens += r->n_done;
-    sp     = MOON_SERVE_SAMPLING_OF(m);
-    status = setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
-                            MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n);
+    sp = MOON_SERVE_SAMPLING_OF(m);
+    status =
+        setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs),
+                       m->stop_strs.n, MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
     if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, "bad sampling parameters");
+        finish(self, d, r, MOON_FINISH_ERROR, status,
+               d->gram_err[0] ? d->gram_err : "bad sampling parameters");
     } else if (take_cancel(d, m->reply_to, m->request_id)) {
         finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
     } else {
@@ -1255,6 +1298,9 @@ static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
     d->tok_batching = 0;
     d->b_n          = 0;
     maybe_step(self, d);
+    if (d->n_constrained > 0) {
+        prefetch_masks(d);
+    }
 }
 
 static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -1448,11 +1494,13 @@ static void decode_fini(moon_actor_t *self)
                 moon_serve_text_fini(&r->text);
             }
             moon_sampler_fini(&r->smp);
+            moon_serve_grammar_end(d->grammars, &r->gram);
             moon_msg_release(r->final_msg);
             moon_free(r->local);
             moon_free(r->arrived);
         }
     }
+    moon_serve_grammars_destroy(d->grammars);
     for (uint32_t i = 0; i < d->n_waiting; i++) {
         moon_msg_release(d->waiting[i]);
     }

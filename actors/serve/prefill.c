@@ -20,6 +20,7 @@
 #include "kv_pool.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "serve_grammar.h"
 #include "serve_instance.h"
 #include "store_client.h"
 #include "weights_msgs.h"
@@ -71,6 +72,7 @@ typedef struct {
     int32_t                    cur;     /* slot computing, -1: none */
     int                        stalled; /* cur waits for pool blocks */
     float                     *logits;
+    moon_serve_grammars_t     *grammars; /* constrained first tokens; NULL until one comes */
     /* the chunk in flight */
     moon_engine_t *job_engine; /* of the request's weight version */
     const int32_t *job_tokens;
@@ -195,7 +197,7 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
 
     if (final) {
         tail += (size_t)q->stop_ids.n * 4 + q->stop_strs.n + (size_t)q->tokens.n * 4 +
-                (size_t)q->logit_bias.n * 4 + 8 * MOON_LOGPROBS_MAX + 8;
+                (size_t)q->logit_bias.n * 4 + 8 * MOON_LOGPROBS_MAX + 8 + q->grammar.n;
     }
     m = moon_msg_new(MOON_MSG_SERVE_KV_READY, tail);
     if (m == NULL) {
@@ -233,6 +235,9 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
         }
         if (st == MOON_OK) {
             st = moon_serve_copy_span(m, &m->stop_strs, q, q->stop_strs, 1, 0);
+        }
+        if (st == MOON_OK) {
+            st = moon_serve_copy_span(m, &m->grammar, q, q->grammar, 1, 0);
         }
         if (st == MOON_OK) {
             st = moon_serve_copy_span(m, &m->tokens, q, q->tokens, 4, 0);
@@ -486,6 +491,8 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     moon_serve_sampling_t sp;
     moon_serve_lp_t       lp = {0};
     int32_t               tok;
+    moon_serve_grammar_t  gram;
+    char                  err[MOON_GRAMMAR_ERR_MAX + 32];
 
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "prefill failed");
@@ -516,6 +523,22 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
                                      r->msg->n_resumed);
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "bad sampling parameters");
+        return;
+    }
+    err[0] = '\0';
+    /* a constrained request's first token: masked by its grammar, from the
+     * state after the tokens a resumed request already produced */
+    status = moon_serve_grammar_begin(
+        &p->grammars, moon_model_tokenizer(p->a.model), MOON_SPAN_PTR(r->msg, r->msg->grammar),
+        r->msg->grammar.n, MOON_SPAN_PTR(r->msg, r->msg->tokens) + r->n_prompt - r->msg->n_resumed,
+        r->msg->n_resumed, &gram, err, sizeof(err));
+    if (status == MOON_OK) {
+        status = moon_serve_grammar_mask(&gram, p->logits, p->vocab);
+    }
+    moon_serve_grammar_end(p->grammars, &gram);
+    if (status != MOON_OK) {
+        moon_sampler_fini(&smp);
+        abort_req(self, p, r, status, err[0] ? err : "grammar failed");
         return;
     }
     if (r->msg->logprobs > 0) {
@@ -873,6 +896,7 @@ static void prefill_fini(moon_actor_t *self)
     for (uint32_t c = 0; c < PRE_N_CLASSES; c++) {
         moon_free(p->queue[c]);
     }
+    moon_serve_grammars_destroy(p->grammars);
     moon_block_cache_destroy(p->cache); /* its references, before the pool goes */
     moon_cache_events_fini(&p->events);
     moon_kv_pool_close(&p->pool);

@@ -22,9 +22,10 @@ if (content.length !== 5 || content.some((t) => t.logprob > 0 || t.top_logprobs.
     fail("chat logprobs: " + JSON.stringify(lp.choices[0].logprobs));
 
 const chat = { model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4 };
-for (const [field, value] of [["tools", [{ type: "function", function: { name: "f" } }]],
-                              ["response_format", { type: "json_object" }],
-                              ["tool_choice", "required"], ["guided_json", {}], ["grammar", "x"]]) {
+// refused: a field not implemented, or one whose value cannot be served
+for (const [field, value] of [["guided_regex", "a+"], ["function_call", "auto"],
+                              ["response_format", "json"],
+                              ["tool_choice", "required"], ["grammar", "x"]]) {
     try {
         await client.chat.completions.create({ ...chat, [field]: value });
         fail(field + " was accepted");

@@ -474,8 +474,11 @@ static void test_field_table(void)
     expect("{\"prompt\":\"Hi\",\"messages\":[]}", 0, 400, "messages");
     expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"prompt\":\"x\"}", 1, 400,
            "prompt");
-    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"guided_json\":{}}", 1, 400,
-           "guided_json");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"guided_regex\":\"a+\"}", 1,
+           400, "guided_regex");
+    /* structured output is read (gw_structured.h): a grammar it cannot use is a 400 */
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"guided_json\":{}}", 1, 200,
+           NULL);
     expect("{\"prompt\":\"Hi\",\"grammar\":\"root ::= x\"}", 0, 400, "grammar");
     expect("{\"prompt\":\"Hi\",\"user\":\"u1\"}", 0, 200, NULL);
     CU_ASSERT_PTR_NOT_NULL(moon_gw_field_find("tools"));
