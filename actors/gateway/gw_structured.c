@@ -262,9 +262,13 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
     }
     cJSON_ArrayForEach(t, tools)
     {
-        const cJSON *fn   = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        cJSON_AddItemToArray(list, cJSON_Duplicate(fn, 1));
+        const cJSON *fn    = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name  = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        cJSON       *shown = cJSON_Duplicate(fn, 1);
+        /* "$schema" says nothing to a model: not worth its context */
+        cJSON_DeleteItemFromObjectCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(shown, "parameters"), "$schema");
+        cJSON_AddItemToArray(list, shown);
         if (only == NULL || strcmp(name->valuestring, only) == 0) {
             cJSON_AddItemToArray(wrap, call_schema(fn));
         }
@@ -286,8 +290,9 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
     }
     s->tools = 1;
     if (strcmp(mode, "required") == 0) {
+        /* a named function is called once; required: one or more when parallel */
         status =
-            schema_grammar(s, "tool_choice", parallel ? "tool_calls" : "tool_call",
+            schema_grammar(s, "tool_choice", parallel && only == NULL ? "tool_calls" : "tool_call",
                            cJSON_GetArraySize(wrap) == 1 ? cJSON_GetArrayItem(wrap, 0) : any, err);
     }
 out:

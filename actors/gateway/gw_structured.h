@@ -10,8 +10,9 @@
  * chatml/llama2/zephyr templates here) get the documented default, Hermes'
  * (Qwen's) syntax: the tools listed in the system message as
  * <tools>[{...}]</tools>, a call written as
- * <tool_call>{"name":N,"arguments":{...}}</tool_call> (several, one a line,
- * when parallel_tool_calls), a tool's answer shown to the model as a user
+ * <tool_call>{"name":N,"arguments":{...}}</tool_call> (with tool_choice
+ * required and parallel_tool_calls, one or more, one a line; a named
+ * function is called exactly once), a tool's answer shown to the model as a user
  * turn <tool_response>...</tool_response>. Pure functions: any thread. */
 #ifndef MOON_ACTORS_GW_STRUCTURED_H
 #define MOON_ACTORS_GW_STRUCTURED_H
