@@ -71,3 +71,14 @@ for metric, key, name in (("ttft_mean_ms", "mean_ttft_ms", "moonlet:time_to_firs
                       "ratio": round(r[key] / server, 4) if server > 0 else 0}))
 PY
 done
+# 3. bench_structured: constrained decoding (json_schema) against the same
+#    requests unconstrained, 32 at once (ratio target >= 0.9), and the
+#    compile time of a fresh 20-property schema (target <= 5 ms).
+S=${BENCH_BIN:?}/bench_structured
+if [ -x "$S" ]; then
+    if [ "${SMOKE:-0}" = 1 ]; then
+        MOON_LOG_LEVEL=error "$S" --model="$M" --rounds=1 --n=2 --depth=4 --max-tokens=8
+    else
+        MOON_LOG_LEVEL=error "$S" --model="$M" --rounds="${ROUNDS:-5}" --depth=32
+    fi
+fi
