@@ -212,9 +212,13 @@ typedef struct {
 typedef struct {
     uint32_t *blob; /* [n_stacks, (len, positions...)...] */
     uint32_t  words;
-    uint32_t *mask; /* NULL until computed */
+    uint32_t *mask;  /* NULL until computed */
+    uint32_t *bnext; /* 256: the state after each byte (BYTE_*), NULL until a walk needs it */
     uint8_t   accepting, final;
 } state_t;
+
+#define BYTE_UNKNOWN UINT32_MAX
+#define BYTE_DEAD (UINT32_MAX - 1)
 
 typedef struct {
     uint64_t hash;
@@ -440,6 +444,7 @@ static moon_status_t intern(moon_grammar_fsm_t *f, sset_t *set, uint32_t *id_p)
     memcpy(st->blob, blob, words * sizeof(uint32_t));
     st->words     = words;
     st->mask      = NULL;
+    st->bnext     = NULL;
     st->accepting = (uint8_t)accepting;
     st->final     = (uint8_t)(accepting && n == 1);
     elem.hash     = key.hash;
@@ -531,6 +536,7 @@ void moon_grammar_fsm_destroy(moon_grammar_fsm_t *f)
     for (uint32_t i = 0; i < f->n_states; i++) {
         moon_free(f->states[i].blob);
         moon_free(f->states[i].mask);
+        moon_free(f->states[i].bnext);
     }
     moon_free(f->states);
     moon_htab_destroy(f->intern);
@@ -564,6 +570,74 @@ static void walk(moon_grammar_fsm_t *f, uint32_t node, const sset_t *set, uint32
     }
 }
 
+/* The state after byte c in state (interned, and cached in the state's byte
+ * table): BYTE_DEAD when c cannot follow. Errors: the automaton's limits. */
+static moon_status_t byte_next(moon_grammar_fsm_t *f, uint32_t state, uint8_t c, uint32_t *next_p)
+{
+    uint32_t     *bn = f->states[state].bnext;
+    sset_t        cur, next;
+    uint32_t      id     = BYTE_DEAD;
+    moon_status_t status = MOON_OK;
+
+    if (bn == NULL) {
+        bn = moon_malloc(256 * sizeof(uint32_t));
+        if (bn == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        memset(bn, 0xFF, 256 * sizeof(uint32_t)); /* BYTE_UNKNOWN */
+        f->states[state].bnext = bn;
+    }
+    if (bn[c] != BYTE_UNKNOWN) {
+        *next_p = bn[c];
+        return MOON_OK;
+    }
+    if (!state_set(f, state, &cur)) {
+        status = MOON_ERR_NO_MEMORY;
+    } else {
+        advance(f, &cur, c, &next);
+        if (next.overflow) {
+            status = MOON_ERR_NO_RESOURCE;
+        } else if (next.n > 0) {
+            status = intern(f, &next, &id);
+        }
+    }
+    arena_rewind(&f->arena, (mark_t){0, 0});
+    if (status != MOON_OK) {
+        return status;
+    }
+    f->states[state].bnext[c] = id; /* states[] may have moved: not bn */
+    *next_p                   = id;
+    return MOON_OK;
+}
+
+/* The walk over interned states: each trie edge is one table lookup once
+ * the byte transitions of the states it meets are known (they recur: inside
+ * a string every letter leads back to the same state). */
+static void walk_states(moon_grammar_fsm_t *f, uint32_t node, uint32_t state, uint32_t *mask,
+                        int *oom)
+{
+    const moon_grammar_vocab_t *v = f->v;
+
+    for (uint32_t c = v->nodes[node].child; c != 0 && !*oom; c = v->nodes[c].sibling) {
+        uint32_t      next;
+        moon_status_t status = byte_next(f, state, v->nodes[c].byte, &next);
+        if (status == MOON_ERR_NO_RESOURCE) {
+            continue; /* as the set walk: an overflowing set is dead */
+        }
+        if (status != MOON_OK) {
+            *oom = 1;
+            return;
+        }
+        if (next == BYTE_DEAD) {
+            continue;
+        }
+        for (uint32_t t = v->nodes[c].token; t != UINT32_MAX; t = v->tok_next[t]) {
+            mask[t >> 5] |= 1u << (t & 31);
+        }
+        walk_states(f, c, next, mask, oom);
+    }
+}
+
 moon_status_t moon_grammar_fsm_mask(moon_grammar_fsm_t *f, uint32_t state, const uint32_t **mask_p)
 {
     state_t *st;
@@ -579,7 +653,9 @@ moon_status_t moon_grammar_fsm_mask(moon_grammar_fsm_t *f, uint32_t state, const
         return MOON_OK;
     }
     memset(f->tmp_mask, 0, f->words * sizeof(uint32_t));
-    if (state_set(f, state, &set)) {
+    if (f->n_states < MAX_STATES / 2) {
+        walk_states(f, 0, state, f->tmp_mask, &oom);
+    } else if (state_set(f, state, &set)) { /* near the limit: sets, nothing interned */
         walk(f, 0, &set, f->tmp_mask, &oom);
     } else {
         oom = 1;
@@ -588,6 +664,7 @@ moon_status_t moon_grammar_fsm_mask(moon_grammar_fsm_t *f, uint32_t state, const
     if (oom) {
         return MOON_ERR_NO_MEMORY;
     }
+    st = &f->states[state]; /* the walk may have moved states[] */
     if (st->accepting && f->v->eos >= 0) {
         f->tmp_mask[f->v->eos >> 5] |= 1u << (f->v->eos & 31);
     }
