@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CACHE_KEEP 64
+#define CACHE_KEEP 16 /* unused automata kept (each at most 128 MiB) */
 
 struct moon_serve_grammars {
     moon_grammar_vocab_t *vocab;

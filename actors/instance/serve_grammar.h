@@ -17,7 +17,7 @@ typedef struct {
 } moon_serve_grammar_t;
 
 /* The grammars of an instance whose model has tokenizer tok (borrowed: must
- * outlive them); keeps up to 64 unused automata. MOON_ERR_NO_MEMORY. */
+ * outlive them); keeps up to 16 unused automata. MOON_ERR_NO_MEMORY. */
 MOON_API moon_status_t moon_serve_grammars_create(const moon_tokenizer_t *tok,
                                                   moon_serve_grammars_t **gs_p);
 MOON_API void          moon_serve_grammars_destroy(moon_serve_grammars_t *gs); /* NULL: no-op */

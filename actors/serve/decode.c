@@ -415,17 +415,19 @@ static void tokens_flush(moon_actor_t *self, decode_t *d)
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
 static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const moon_serve_lp_t *lp)
 {
-    const char *text = "";
-    size_t      n    = 0;
-    int         hit;
+    const char   *text = "";
+    size_t        n    = 0;
+    int           hit;
+    moon_status_t status;
 
     if (is_stop_id(r, tok, d->tok) || (r->gram.fsm != NULL && tok == moon_tokenizer_eos(d->tok))) {
         finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
         return;
     }
-    if (r->gram.fsm != NULL && moon_serve_grammar_accept(&r->gram, tok) != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM,
-               "a token that does not follow the grammar");
+    if (r->gram.fsm != NULL && (status = moon_serve_grammar_accept(&r->gram, tok)) != MOON_OK) {
+        finish(self, d, r, MOON_FINISH_ERROR, status,
+               status == MOON_ERR_NO_RESOURCE ? "the grammar's automaton reached its size limit"
+                                              : "a token that does not follow the grammar");
         return;
     }
     hit = moon_serve_text_push(&r->text, tok, &text, &n);

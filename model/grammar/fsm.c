@@ -18,6 +18,10 @@
 #define MAX_DEPTH 512u   /* frames in one stack */
 #define MAX_STACKS 2048u /* stacks in one parse state */
 #define MAX_STATES (1u << 20)
+/* What one automaton's states may hold (masks, byte tables, stacks): past
+ * it no new state is made (MOON_ERR_NO_RESOURCE), so a schema whose
+ * bounded repetitions make a state per position cannot exhaust memory. */
+#define MAX_FSM_BYTES (128ull << 20)
 
 /* ---- vocabulary ---------------------------------------------------------- */
 
@@ -242,8 +246,9 @@ struct moon_grammar_fsm {
     uint32_t                    words; /* mask words */
     state_t                    *states;
     uint32_t                    n_states, cap_states;
-    moon_htab_t                *intern; /* blob -> state id */
-    moon_htab_t                *trans;  /* (state, token) -> state */
+    uint32_t                    max_states; /* MAX_FSM_BYTES / what a state may hold */
+    moon_htab_t                *intern;     /* blob -> state id */
+    moon_htab_t                *trans;      /* (state, token) -> state */
     arena_t                     arena;
     uint32_t                   *tmp_mask;
 };
@@ -424,7 +429,7 @@ static moon_status_t intern(moon_grammar_fsm_t *f, sset_t *set, uint32_t *id_p)
         *id_p = found->id;
         return MOON_OK;
     }
-    if (f->n_states >= MAX_STATES) {
+    if (f->n_states >= f->max_states) {
         return MOON_ERR_NO_RESOURCE;
     }
     if (f->n_states == f->cap_states) {
@@ -491,11 +496,14 @@ moon_status_t moon_grammar_fsm_create(moon_grammar_t *g, const moon_grammar_voca
         moon_grammar_destroy(g);
         return MOON_ERR_NO_MEMORY;
     }
-    f->g        = g;
-    f->v        = v;
-    f->words    = (v->n + 31) / 32;
-    f->tmp_mask = moon_malloc(f->words * sizeof(uint32_t));
-    status      = f->tmp_mask == NULL ? MOON_ERR_NO_MEMORY : MOON_OK;
+    f->g     = g;
+    f->v     = v;
+    f->words = (v->n + 31) / 32;
+    /* a state: its mask, byte table and about 64 words of stacks */
+    f->max_states = (uint32_t)MOON_MIN((uint64_t)MAX_STATES,
+                                       MAX_FSM_BYTES / ((uint64_t)f->words * 4 + 1024 + 256));
+    f->tmp_mask   = moon_malloc(f->words * sizeof(uint32_t));
+    status        = f->tmp_mask == NULL ? MOON_ERR_NO_MEMORY : MOON_OK;
     if (status == MOON_OK) {
         status = moon_htab_create(&intern_type, f, 0, 0, &f->intern);
     }
@@ -653,7 +661,7 @@ moon_status_t moon_grammar_fsm_mask(moon_grammar_fsm_t *f, uint32_t state, const
         return MOON_OK;
     }
     memset(f->tmp_mask, 0, f->words * sizeof(uint32_t));
-    if (f->n_states < MAX_STATES / 2) {
+    if (f->n_states < f->max_states / 2) {
         walk_states(f, 0, state, f->tmp_mask, &oom);
     } else if (state_set(f, state, &set)) { /* near the limit: sets, nothing interned */
         walk(f, 0, &set, f->tmp_mask, &oom);

@@ -341,6 +341,43 @@ static void test_cache_reuses_automata(void)
     moon_grammar_cache_destroy(c);
 }
 
+/* A grammar with a state per position over a huge vocabulary stops making
+ * states at its memory budget (an error, not an exhausted machine). */
+static void test_state_budget(void)
+{
+    enum { N = 300000 };
+    const char          **pieces = malloc(N * sizeof(*pieces));
+    uint32_t             *lens   = malloc(N * sizeof(*lens));
+    moon_grammar_vocab_t *v      = NULL;
+    moon_grammar_t       *g      = NULL;
+    moon_grammar_fsm_t   *f      = NULL;
+    const char           *src    = "root ::= \"a\"{0,4000}\n";
+    char                 *text   = malloc(4001);
+    uint32_t              s;
+    moon_status_t         st = MOON_OK;
+
+    for (uint32_t i = 0; i < N; i++) {
+        pieces[i] = "a";
+        lens[i]   = 1;
+    }
+    memset(text, 'a', 4000);
+    CU_ASSERT_EQUAL_FATAL(moon_grammar_vocab_create(N, pieces, lens, -1, &v), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_grammar_from_gbnf(src, strlen(src), &g, NULL, 0), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_grammar_fsm_create(g, v, &f), MOON_OK);
+    CU_ASSERT_TRUE(moon_grammar_fsm_match(f, 0, text, 4000, &s)); /* one state: fine */
+    s = 0;
+    for (int i = 0; i < 4000 && st == MOON_OK; i++) { /* a state per token: ~3,400 at most */
+        st = moon_grammar_fsm_next(f, s, 7, &s);
+    }
+    CU_ASSERT_EQUAL(st, MOON_ERR_NO_RESOURCE);
+    CU_ASSERT(moon_grammar_fsm_n_states(f) < 4000);
+    moon_grammar_fsm_destroy(f);
+    moon_grammar_vocab_destroy(v);
+    free(pieces);
+    free(lens);
+    free(text);
+}
+
 static void test_mask_apply(void)
 {
     uint32_t mask[2] = {0x5u, 0x1u};
@@ -359,4 +396,4 @@ static void test_mask_apply(void)
 MOON_TEST_MAIN("grammar", setup, teardown, test_gbnf_parses_and_matches, test_gbnf_errors,
                test_json_object_masks, test_schema_documents, test_tool_call_wrapper,
                test_unsupported_is_an_error, test_recursive_ref, test_cache_reuses_automata,
-               test_mask_apply)
+               test_state_budget, test_mask_apply)
