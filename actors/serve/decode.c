@@ -1284,6 +1284,9 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
         }
     }
     maybe_step(self, d);
+    if (d->n_constrained > 0) {
+        prefetch_masks(d); /* while the step just submitted runs */
+    }
     report_load(self, d);
 }
 
