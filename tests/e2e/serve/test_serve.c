@@ -6,6 +6,7 @@
  * mpirun: conductor and the client on rank 0, store, prefill and decode on
  * ranks 1.. (disaggregated, KV pulled between ranks). */
 #include "moon_test.h"
+#include "moon_test_greedy.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
@@ -153,39 +154,6 @@ static void make_prompt(int32_t *t, uint32_t n, uint32_t seed)
     }
 }
 
-/* Greedy continuation of tokens computed by the engine alone (what a
- * request must give whatever the cluster reused). */
-static uint32_t reference(const int32_t *prompt, uint32_t n, uint32_t max_new, int32_t *out)
-{
-    const moon_model_t        *m  = moon_serve_cluster_model(g_cluster);
-    const moon_model_config_t *mc = moon_model_config(m);
-    moon_engine_config_t       ec = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 512};
-    moon_kv_config_t           kc = moon_model_kv_config(mc, 16, mc->seq_len / 16, 1);
-    moon_engine_t             *e  = NULL;
-    moon_kv_cache_t           *kv = NULL;
-    float                     *logits = calloc(mc->vocab_size, sizeof(float));
-    uint32_t                   seq, got = 0;
-
-    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &e), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_engine_prefill(e, kv, seq, prompt, n, logits, NULL), MOON_OK);
-    while (got < max_new) {
-        int32_t t = moon_argmax(logits, mc->vocab_size);
-        if (t == 1 || t == 2) {
-            break; /* BOS or EOS */
-        }
-        out[got++] = t;
-        if (got == max_new || moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
-            break;
-        }
-    }
-    moon_kv_cache_destroy(kv);
-    moon_engine_destroy(e);
-    free(logits);
-    return got;
-}
-
 /* A second request sharing a 3-block prefix reuses those blocks and gives
  * the same tokens as computing them: the prefill instance that computed
  * them still holds them in its own prefix cache (one prefill instance: no
@@ -218,7 +186,7 @@ static void test_prefix_reuse(void)
     CU_ASSERT_EQUAL(r2->done.status, MOON_OK);
     CU_ASSERT_EQUAL(r2->done.n_cached, 48);
     /* the same tokens as the engine computing all of b */
-    r3->n = reference(b, 60, 12, r3->tokens);
+    r3->n = moon_test_greedy(moon_serve_cluster_model(g_cluster), b, 60, 12, r3->tokens);
     CU_ASSERT_EQUAL(r2->n, r3->n);
     CU_ASSERT_EQUAL(memcmp(r2->tokens, r3->tokens, r2->n * sizeof(int32_t)), 0);
     CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s1), MOON_OK);
@@ -273,7 +241,7 @@ static void test_evicted_prefix_recomputes(void)
     } else {
         CU_ASSERT(r2->done.n_cached < 48); /* evicted: computed again */
     }
-    ref->n = reference(a, 60, 8, ref->tokens);
+    ref->n = moon_test_greedy(moon_serve_cluster_model(g_cluster), a, 60, 8, ref->tokens);
     CU_ASSERT_EQUAL(r2->n, ref->n);
     CU_ASSERT_EQUAL(memcmp(r2->tokens, ref->tokens, ref->n * sizeof(int32_t)), 0);
     CU_ASSERT_EQUAL(memcmp(r1->tokens, ref->tokens, ref->n * sizeof(int32_t)), 0);

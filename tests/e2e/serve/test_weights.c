@@ -8,6 +8,7 @@
  * corrupt chunk, another architecture, another tokenizer and a second push
  * while one runs are refused and the old version keeps serving. */
 #include "moon_test.h"
+#include "moon_test_greedy.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
@@ -46,43 +47,6 @@ static uint32_t g_ref_n[2][N_PROMPTS];
 /* which model each version serves (0: A, 1: B) */
 static int      g_model_of[16];
 static uint64_t g_serving;
-
-/* Greedy continuation by the reference engine alone. */
-static uint32_t reference(const char *path, const int32_t *prompt, uint32_t n, int32_t *out)
-{
-    moon_model_t              *m = NULL;
-    const moon_model_config_t *mc;
-    moon_engine_config_t       ec = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 512};
-    moon_kv_config_t           kc;
-    moon_engine_t             *e  = NULL;
-    moon_kv_cache_t           *kv = NULL;
-    float                     *logits;
-    uint32_t                   seq, got = 0;
-
-    CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
-    mc     = moon_model_config(m);
-    kc     = moon_model_kv_config(mc, 16, mc->seq_len / 16, 1);
-    logits = calloc(mc->vocab_size, sizeof(float));
-    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &e), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_engine_prefill(e, kv, seq, prompt, n, logits, NULL), MOON_OK);
-    while (got < MAX_NEW) {
-        int32_t t = moon_argmax(logits, mc->vocab_size);
-        if (t == 1 || t == 2) {
-            break;
-        }
-        out[got++] = t;
-        if (got == MAX_NEW || moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
-            break;
-        }
-    }
-    moon_kv_cache_destroy(kv);
-    moon_engine_destroy(e);
-    moon_model_destroy(m);
-    free(logits);
-    return got;
-}
 
 typedef struct {
     uint32_t           prompt;
@@ -206,8 +170,8 @@ static void test_models_differ(void)
     int differ = 0;
 
     for (uint32_t p = 0; p < N_PROMPTS; p++) {
-        g_ref_n[0][p] = reference(MODEL_A, g_prompt[p], 12, g_ref[0][p]);
-        g_ref_n[1][p] = reference(g_model_b, g_prompt[p], 12, g_ref[1][p]);
+        g_ref_n[0][p] = moon_test_greedy_file(MODEL_A, g_prompt[p], 12, MAX_NEW, g_ref[0][p]);
+        g_ref_n[1][p] = moon_test_greedy_file(g_model_b, g_prompt[p], 12, MAX_NEW, g_ref[1][p]);
         CU_ASSERT(g_ref_n[0][p] > 0);
         differ |= g_ref_n[0][p] != g_ref_n[1][p] ||
                   memcmp(g_ref[0][p], g_ref[1][p], g_ref_n[0][p] * sizeof(int32_t)) != 0;
@@ -527,8 +491,8 @@ static void test_kv_blocks_not_reused_across_versions(void)
         seed = seed * 1103515245u + 12345u;
         p[i] = 3 + (int32_t)((seed >> 16) % 509u);
     }
-    n_ref[0] = reference(MODEL_A, p, 48, ref[0]);
-    n_ref[1] = reference(g_model_b, p, 48, ref[1]);
+    n_ref[0] = moon_test_greedy_file(MODEL_A, p, 48, MAX_NEW, ref[0]);
+    n_ref[1] = moon_test_greedy_file(g_model_b, p, 48, MAX_NEW, ref[1]);
     run_long(p, out, &n);
     expect_cache_hit(p);
     next = !g_model_of[g_serving];

@@ -13,6 +13,7 @@
  * (or FAILED), tells the survivors to stop, and tests/scripts/
  * run_weights_kill.sh checks the line. */
 #include "moon_test.h"
+#include "moon_test_greedy.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
 #include "moonlet/runtime.h"
@@ -52,42 +53,6 @@ static char                   g_model_b[128];
 static int32_t                g_prompt[N_PROMPTS][12];
 static int32_t                g_ref[2][N_PROMPTS][MAX_NEW];
 static uint32_t               g_ref_n[2][N_PROMPTS];
-
-static uint32_t reference(const char *path, const int32_t *prompt, int32_t *out)
-{
-    moon_model_t              *m = NULL;
-    const moon_model_config_t *mc;
-    moon_engine_config_t       ec = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 512};
-    moon_kv_config_t           kc;
-    moon_engine_t             *e  = NULL;
-    moon_kv_cache_t           *kv = NULL;
-    float                     *logits;
-    uint32_t                   seq, got = 0;
-
-    CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
-    mc     = moon_model_config(m);
-    kc     = moon_model_kv_config(mc, 16, mc->seq_len / 16, 1);
-    logits = calloc(mc->vocab_size, sizeof(float));
-    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &e), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_engine_prefill(e, kv, seq, prompt, 12, logits, NULL), MOON_OK);
-    while (got < MAX_NEW) {
-        int32_t t = moon_argmax(logits, mc->vocab_size);
-        if (t == 1 || t == 2) {
-            break;
-        }
-        out[got++] = t;
-        if (got == MAX_NEW || moon_engine_decode(e, kv, &seq, &t, 1, logits, NULL) != MOON_OK) {
-            break;
-        }
-    }
-    moon_kv_cache_destroy(kv);
-    moon_engine_destroy(e);
-    moon_model_destroy(m);
-    free(logits);
-    return got;
-}
 
 typedef struct {
     uint32_t prompt, n;
@@ -198,8 +163,8 @@ static void test_references(void)
             seed           = seed * 1103515245u + 12345u;
             g_prompt[p][i] = 3 + (int32_t)((seed >> 16) % 509u);
         }
-        g_ref_n[0][p] = reference(MODEL_A, g_prompt[p], g_ref[0][p]);
-        g_ref_n[1][p] = reference(g_model_b, g_prompt[p], g_ref[1][p]);
+        g_ref_n[0][p] = moon_test_greedy_file(MODEL_A, g_prompt[p], 12, MAX_NEW, g_ref[0][p]);
+        g_ref_n[1][p] = moon_test_greedy_file(g_model_b, g_prompt[p], 12, MAX_NEW, g_ref[1][p]);
         differ |= g_ref_n[0][p] != g_ref_n[1][p] ||
                   memcmp(g_ref[0][p], g_ref[1][p], g_ref_n[0][p] * 4) != 0;
     }
