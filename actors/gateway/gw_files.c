@@ -242,7 +242,9 @@ static moon_status_t scan(moon_gw_files_t *f)
         }
     }
     closedir(d);
-    qsort(f->items, f->n, sizeof(*f->items), by_created);
+    if (f->n > 1) { /* an empty store has no array yet (NULL) */
+        qsort(f->items, f->n, sizeof(*f->items), by_created);
+    }
     return status;
 }
 

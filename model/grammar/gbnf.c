@@ -728,7 +728,9 @@ static moon_status_t finish(parser_t *p, moon_grammar_t **g_p)
     g->alt_off[p->n_rules] = n_alt;
     g->n_el                = n_el;
     g->n_rules             = p->n_rules;
-    memcpy(g->sets, p->sets, p->n_sets * sizeof(*g->sets));
+    if (p->n_sets > 0) { /* a grammar without sets has none to copy (NULL) */
+        memcpy(g->sets, p->sets, p->n_sets * sizeof(*g->sets));
+    }
     g->n_sets = p->n_sets;
     *g_p      = g;
     return MOON_OK;
