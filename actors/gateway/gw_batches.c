@@ -384,7 +384,9 @@ static moon_status_t scan(moon_gw_batches_t *s)
         moon_free(p);
     }
     closedir(d);
-    qsort(s->items, s->n, sizeof(*s->items), by_created);
+    if (s->n > 1) { /* an empty folder has no array yet (NULL) */
+        qsort(s->items, s->n, sizeof(*s->items), by_created);
+    }
     return status;
 }
 
