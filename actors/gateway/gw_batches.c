@@ -14,6 +14,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/hash.h"
 #include "moonlet/log.h"
+#include "moonlet/msg.h"
 #include "serve_client.h"
 
 #include <dirent.h>
@@ -792,6 +793,7 @@ static void *runner(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     moon_serve_client_destroy(client);
+    moon_msg_cache_flush(); /* the events it released: back to the shared pool */
     return NULL;
 }
 

@@ -445,6 +445,9 @@ out:
     if (ctl != MOON_ADDR_NONE) {
         moon_stop(rt, ctl, MOON_OK);
     }
+    /* after the gateway that used it, before the cluster its batches run on
+     * and the runtime its client lives in are gone */
+    moon_gw_batches_close(batches);
     moon_plugin_stop();
     moon_serve_cluster_stop(cluster);
     moon_weights_client_destroy(weights); /* after the gateway that used it */
@@ -454,7 +457,6 @@ out:
     }
     moon_dist_stop(dist);
     moon_runtime_destroy(rt);
-    moon_gw_batches_close(batches); /* after the gateway that used it */
     moon_dist_finalize(dist);
     moon_plugin_unload();
     signal(SIGINT, SIG_IGN);
