@@ -422,15 +422,7 @@ void moon_serve_client_destroy(moon_serve_client_t *c)
         return;
     }
     moon_stop(c->rt, c->addr, MOON_OK);
-    /* the actor may still run a turn: wait for it to be gone before freeing
-     * what its handlers use */
-    for (int i = 0; i < 2000; i++) {
-        moon_actor_stats_t st;
-        if (moon_actor_stats(c->rt, c->addr, &st) == MOON_ERR_NO_ACTOR) {
-            break;
-        }
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
+    (void)moon_actor_wait_gone(c->rt, c->addr, 2000); /* its handlers use c */
     while (c->head != NULL) {
         qnode_t *q = c->head;
         c->head    = q->next;

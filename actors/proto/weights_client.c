@@ -161,13 +161,7 @@ void moon_weights_client_destroy(moon_weights_client_t *c)
         return;
     }
     moon_stop(c->rt, c->addr, MOON_OK);
-    for (int i = 0; i < 2000; i++) {
-        moon_actor_stats_t st;
-        if (moon_actor_stats(c->rt, c->addr, &st) == MOON_ERR_NO_ACTOR) {
-            break;
-        }
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
+    (void)moon_actor_wait_gone(c->rt, c->addr, 2000); /* its handlers use c */
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     moon_free(c);

@@ -18,7 +18,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #define CLUSTER_MAX_ACTORS 256u
 
@@ -458,14 +457,7 @@ void moon_serve_cluster_stop(moon_serve_cluster_t *c)
         moon_stop(c->rt, c->mine[i], MOON_OK);
     }
     for (uint32_t i = 0; i < c->n_mine; i++) {
-        for (int k = 0; k < 5000; k++) {
-            moon_actor_stats_t st;
-            if (moon_actor_stats(c->rt, c->mine[i], &st) == MOON_ERR_NO_ACTOR) {
-                break;
-            }
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
+        (void)moon_actor_wait_gone(c->rt, c->mine[i], 5000); /* they use the model */
     }
     moon_model_destroy(c->model);
     moon_free(c->shards);

@@ -67,6 +67,11 @@ MOON_API moon_status_t moon_runtime_send(moon_runtime_t *rt, moon_addr_t to, moo
 /* Asks an actor to stop (it finishes its current handler first); its monitors
  * see reason. MOON_ERR_NO_ACTOR when already gone. Any thread. */
 MOON_API moon_status_t moon_stop(moon_runtime_t *rt, moon_addr_t actor, moon_status_t reason);
+/* Waits, from outside any actor, at most timeout_ms for a local actor to be
+ * gone (after moon_stop: its last turn may still run, so what its handlers
+ * use is freed only after this). MOON_OK when gone, MOON_ERR_TIMED_OUT. */
+MOON_API moon_status_t moon_actor_wait_gone(moon_runtime_t *rt, moon_addr_t actor,
+                                            uint32_t timeout_ms);
 /* Ends self after the current handler: reason MOON_OK is a normal stop, an
  * error is a failure. */
 MOON_API void moon_actor_exit(moon_actor_t *self, moon_status_t reason);

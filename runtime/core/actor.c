@@ -7,6 +7,7 @@
 #include "moonlet/log.h"
 
 #include <string.h>
+#include <time.h>
 
 static _Thread_local moon_actor_t *tls_current;
 /* Nonzero, and new for each handler call, while a handler runs on this
@@ -803,6 +804,20 @@ moon_status_t moon_stop(moon_runtime_t *rt, moon_addr_t actor, moon_status_t rea
     }
     m->reason = reason;
     return sys_send(rt, tls_current ? tls_current->addr : MOON_ADDR_NONE, actor, m);
+}
+
+moon_status_t moon_actor_wait_gone(moon_runtime_t *rt, moon_addr_t actor, uint32_t timeout_ms)
+{
+    for (uint32_t waited = 0;; waited++) {
+        moon_actor_stats_t st;
+        if (moon_actor_stats(rt, actor, &st) == MOON_ERR_NO_ACTOR) {
+            return MOON_OK;
+        }
+        if (waited >= timeout_ms) {
+            return MOON_ERR_TIMED_OUT;
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL); /* 1 ms */
+    }
 }
 
 /* ---- accessors ------------------------------------------------------------ */

@@ -361,6 +361,24 @@ static void test_periodic_timer_on_the_real_clock(void)
     moon_runtime_destroy(rt);
 }
 
+/* moon_actor_wait_gone from outside: a live actor is still there when the
+ * wait times out; once stopped, it is gone well within the deadline. */
+static void test_wait_gone_after_stop(void)
+{
+    moon_runtime_t *rt    = new_rt(2, 1024);
+    counter_args_t  cargs = {.expect = UINT64_MAX, .spin = 0};
+    moon_addr_t     a;
+
+    CU_ASSERT_EQUAL_FATAL(moon_runtime_start(rt), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &counter_ops, &cargs, NULL, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_actor_wait_gone(rt, a, 20), MOON_ERR_TIMED_OUT);
+    CU_ASSERT_EQUAL(moon_stop(rt, a, MOON_OK), MOON_OK);
+    CU_ASSERT_EQUAL(moon_actor_wait_gone(rt, a, 10000), MOON_OK);
+    moon_runtime_shutdown(rt, 0);
+    moon_runtime_wait(rt);
+    moon_runtime_destroy(rt);
+}
+
 /* Named children crash over and over while the supervisor runs on another
  * worker: a restart must never find the old incarnation's name still taken. */
 static void test_supervisor_restarts_named_children_across_workers(void)
@@ -419,4 +437,4 @@ MOON_TEST_MAIN("sched", setup, NULL, test_work_spreads_over_workers,
                test_backpressure_mutes_the_sender_and_loses_nothing,
                test_control_actors_are_never_muted, test_ring_delivers_every_hop,
                test_outside_senders_lose_nothing, test_periodic_timer_on_the_real_clock,
-               test_supervisor_restarts_named_children_across_workers)
+               test_supervisor_restarts_named_children_across_workers, test_wait_gone_after_stop)
