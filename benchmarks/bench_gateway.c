@@ -20,8 +20,8 @@
 #include "gateway.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <curl/curl.h>
 

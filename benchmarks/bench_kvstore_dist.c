@@ -27,7 +27,7 @@
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
-#include "store_client.h"
+#include "moonlet/store_client.h"
 #include "store_shard.h"
 
 #include <mpi.h>

@@ -30,8 +30,8 @@
 #include "moonlet/log.h"
 #include "moonlet/model.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <inttypes.h>
 #include <math.h>

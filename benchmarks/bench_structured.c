@@ -24,8 +24,8 @@
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "moonlet/tokenizer.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -36,10 +36,10 @@
 #include "moonlet/dist.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
-#include "weights_client.h"
-#include "weights_msgs.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
+#include "moonlet/weights_client.h"
+#include "moonlet/weights_msgs.h"
 
 #include <mpi.h>
 #include <pthread.h>

@@ -2,7 +2,8 @@
 #   bin/moonlet                      the executable (it exports MOON_API for plugins)
 #   lib/libmoonlet.so                the runtime and serving stack, one shared library
 #   include/moonlet/*.h              the public headers (MOON_API marks what is public),
-#                                    with the serving client API and cluster assembly
+#                                    the serving and store client APIs and cluster assembly
+#                                    among them
 #   lib/pkgconfig/moonlet.pc         pkg-config --cflags --libs moonlet
 #   lib/cmake/Moonlet/               find_package(Moonlet): Moonlet::moonlet (link a
 #                                    program), Moonlet::plugin (build a plugin: headers only)
@@ -32,11 +33,6 @@ install(TARGETS moonlet RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS moonlet_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/moonlet DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
-# The serving API programs use (still in actors/ in the source tree; issue 25)
-install(FILES ${PROJECT_SOURCE_DIR}/actors/proto/serve_msgs.h
-              ${PROJECT_SOURCE_DIR}/actors/proto/serve_client.h
-              ${PROJECT_SOURCE_DIR}/actors/serve/serve_cluster.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/moonlet)
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/moonlet.pc.in ${PROJECT_BINARY_DIR}/moonlet.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/moonlet.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

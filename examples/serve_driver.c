@@ -9,8 +9,8 @@
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <stdio.h>
 

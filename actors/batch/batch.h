@@ -34,7 +34,7 @@
 #define MOON_ACTORS_BATCH_H
 
 #include "moonlet/config.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include <signal.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #include "gw_http.h"
 #include "gw_model.h"
 #include "gw_template.h"
-#include "store_msgs.h"
+#include "moonlet/store_msgs.h"
 #include "moonlet/alloc.h"
 #include "moonlet/gguf.h"
 #include "moonlet/log.h"

@@ -28,7 +28,7 @@
 #include "moonlet/actor.h"
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
-#include "weights_client.h"
+#include "moonlet/weights_client.h"
 
 #include <stdatomic.h>
 #include <stddef.h>

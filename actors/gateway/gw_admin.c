@@ -7,7 +7,7 @@
 #include "gw_json.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

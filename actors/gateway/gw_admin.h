@@ -18,7 +18,7 @@
 #define MOON_ACTORS_GW_ADMIN_H
 
 #include "gw_errors.h"
-#include "weights_client.h"
+#include "moonlet/weights_client.h"
 
 #include <stddef.h>
 

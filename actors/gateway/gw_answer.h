@@ -8,7 +8,7 @@
 
 #include "gw_errors.h"
 #include "gw_format.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 /* The usage of a DONE event (details: the request asked for moonlet_details). */
 void moon_gw_usage_of_done(const moon_serve_event_t *ev, int details, moon_gw_usage_t *u);

@@ -15,7 +15,7 @@
 #include "moonlet/hash.h"
 #include "moonlet/log.h"
 #include "moonlet/msg.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -21,7 +21,7 @@
 #define MOON_ACTORS_GW_BRIDGE_H
 
 #include "moonlet/actor.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 /* The gateway's own message (id 120, a free range): "the inbound ring has
  * items". Registered by moon_gw_bridge_create. */

@@ -2,7 +2,7 @@
 #include "gw_errors.h"
 
 #include "gw_json.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -26,7 +26,7 @@
 #include "gw_errors.h"
 #include "gw_structured.h"
 #include "gw_template.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #ifndef MOON_ACTORS_GW_PLUGIN_H
 #define MOON_ACTORS_GW_PLUGIN_H
 
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include <stddef.h>
 

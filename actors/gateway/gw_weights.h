@@ -17,7 +17,7 @@
 #include "gw_metrics.h"
 #include "moonlet/actor.h"
 #include "moonlet/dist.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #define MOON_GW_M_WEIGHTS_VERSION "moonlet:weights_version"
 #define MOON_GW_M_WEIGHTS_SERVING "moonlet:weights_serving_version"

@@ -5,8 +5,8 @@
 #include "moonlet/alloc.h"
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"
-#include "serve_msgs.h"
-#include "store_msgs.h"
+#include "moonlet/serve_msgs.h"
+#include "moonlet/store_msgs.h"
 
 #include <string.h>
 

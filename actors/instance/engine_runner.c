@@ -7,7 +7,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/cpu.h"
 #include "moonlet/log.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 #include "timer_kinds.h"
 
 #include <pthread.h>

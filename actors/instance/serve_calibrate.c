@@ -3,7 +3,7 @@
 #include "serve_calibrate.h"
 
 #include "engine_runner.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"

@@ -9,7 +9,7 @@
 #include "moonlet/dist.h"
 #include "moonlet/kv_key.h"
 #include "moonlet/model.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 #define MOON_SERVE_ROLE_PREFILL 0u
 #define MOON_SERVE_ROLE_DECODE 1u

@@ -3,7 +3,7 @@
 #include "weights_serving.h"
 
 #include "moonlet/log.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #include <string.h>
 

@@ -8,7 +8,7 @@
 
 #include "moonlet/plugin.h"
 #include "plugin_host.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 /* 1 when some observer wants events of kind (moon_plugin_ev_t). */
 static inline int moon_plugin_observes(uint32_t kind)

@@ -1,7 +1,7 @@
 /* actors/proto/serve_client.c - the client API: SUBMIT/CANCEL builders for actors,
  * and for plain threads a small client actor whose events go to a callback or
  * to a queue under a mutex (the reader blocks on it with a timeout). */
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"

@@ -1,5 +1,5 @@
 /* actors/proto/serve_msgs.c - descriptor table of the serving protocol. */
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 MOON_MSG_DEFINE(MOON_SERVE_MSGS, moon_serve_msg_descs)
 

@@ -1,11 +1,11 @@
 /* actors/weights_client.c - the weight-push client (weights_client.h): a
  * forwarding actor (the broadcaster answers actors, not threads) and a
  * queue of outcomes under a mutex. */
-#include "weights_client.h"
+#include "moonlet/weights_client.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/runtime.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* actors/weights_msgs.c - descriptor table of the weight-sync protocol. */
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 MOON_MSG_DEFINE(MOON_WEIGHTS_MSGS, moon_weights_msg_descs)
 

@@ -22,8 +22,8 @@
 #include "moonlet/sys_msgs.h"
 #include "plugin_hooks.h"
 #include "serve_instance.h"
-#include "store_msgs.h"
-#include "weights_msgs.h"
+#include "moonlet/store_msgs.h"
+#include "moonlet/weights_msgs.h"
 #include "weights_serving.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 #include "moonlet/actor.h"
 #include "moonlet/kv_key.h"
 #include "moonlet/model.h"
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 typedef struct {
     const moon_model_t *model;               /* borrowed (tokenizer, context): outlives the actor */

@@ -32,7 +32,7 @@
 #include "serve_grammar.h"
 #include "serve_instance.h"
 #include "serve_text.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 #include "weights_serving.h"
 
 #include <string.h>

@@ -22,8 +22,8 @@
 #include "moonlet/log.h"
 #include "serve_grammar.h"
 #include "serve_instance.h"
-#include "store_client.h"
-#include "weights_msgs.h"
+#include "moonlet/store_client.h"
+#include "moonlet/weights_msgs.h"
 #include "weights_serving.h"
 #include "timer_kinds.h"
 

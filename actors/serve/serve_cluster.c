@@ -1,7 +1,7 @@
 /* actors/serve/serve_cluster.c - places and spawns a serving cluster's actors.
  * The placement is a moon_dist_place spec built from the role counts, so
  * every rank computes the same answer on its own. */
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 
 #include "conductor.h"
 #include "decode.h"
@@ -13,7 +13,7 @@
 #include "serve_instance.h"
 #include "store_shard.h"
 #include "weights_bcast.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 #include "weights_recv.h"
 
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #include "moonlet/kv_key.h"
 #include "moonlet/log.h"
 #include "moonlet/sys_msgs.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 
 #include "moonlet/dist.h"
 #include "moonlet/gguf.h"
-#include "weights_client.h"
+#include "moonlet/weights_client.h"
 
 typedef struct moon_weights_image moon_weights_image_t;
 

@@ -10,7 +10,7 @@
 #include "moonlet/alloc.h"
 #include "moonlet/kv_key.h"
 #include "moonlet/log.h"
-#include "weights_msgs.h"
+#include "moonlet/weights_msgs.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * vector message (a group of one as the singular message). The operations'
  * state machines are the same either way; a vector answer is taken apart
  * into its entries. */
-#include "store_client.h"
+#include "moonlet/store_client.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/kv_placement.h"

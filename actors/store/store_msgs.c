@@ -1,5 +1,5 @@
 /* actors/store/store_msgs.c - descriptor table of the store protocol. */
-#include "store_msgs.h"
+#include "moonlet/store_msgs.h"
 
 MOON_MSG_DEFINE(MOON_STORE_MSGS, moon_store_msg_descs)
 

@@ -10,7 +10,7 @@
 #include "moonlet/htab.h"
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"
-#include "store_msgs.h"
+#include "moonlet/store_msgs.h"
 
 #include <string.h>
 

@@ -15,8 +15,8 @@
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "batch.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 #include "serve_instance.h"
 
 #include <signal.h>

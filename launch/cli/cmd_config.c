@@ -12,7 +12,7 @@
 #ifdef MOON_WITH_BATCH
 #include "batch.h"
 #endif
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 
 #include <stdio.h>
 

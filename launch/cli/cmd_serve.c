@@ -25,7 +25,7 @@
 #include "gw_batches.h"
 #include "placement.h"
 #include "plugin_host.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 #include "serve_instance.h"
 
 #include <signal.h>

@@ -6,7 +6,7 @@
 #ifndef MOON_LAUNCH_CLI_PLACEMENT_H
 #define MOON_LAUNCH_CLI_PLACEMENT_H
 
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * against simulated replays of the same slice. */
 #include "calibrate_service.h"
 
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 #include "sim_run.h"
 
 #include "moonlet/alloc.h"

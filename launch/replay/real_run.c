@@ -4,7 +4,7 @@
  * times on the wall clock, placements watched as in the simulator. The main
  * thread waits for the driver's last request, then stops the cluster. */
 #include "replay_watch.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 #include "sim_driver.h"
 #include "sim_run.h"
 

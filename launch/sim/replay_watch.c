@@ -2,7 +2,7 @@
  * PREFILL (replay_watch.h). */
 #include "replay_watch.h"
 
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 void moon_replay_watch_init(moon_replay_watch_t *w, moon_sim_records_t *recs)
 {

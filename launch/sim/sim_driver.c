@@ -2,7 +2,7 @@
  * a time, for the next arrival; events go straight into the records. */
 #include "sim_driver.h"
 
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"

@@ -5,8 +5,8 @@
  * header and field values; their allocations may differ in size, the first
  * decode sizes its tail by the input). */
 #include "fuzz_target.h"
-#include "serve_msgs.h"
-#include "store_msgs.h"
+#include "moonlet/serve_msgs.h"
+#include "moonlet/store_msgs.h"
 
 #include "moonlet/dist.h"
 #include "moonlet/log.h"

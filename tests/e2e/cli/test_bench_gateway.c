@@ -11,7 +11,7 @@
 #include "gateway.h"
 #include "moon_test.h"
 #include "moonlet/runtime.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>

@@ -11,8 +11,8 @@
 #include "gw_fields.h"
 #include "moon_test.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <cjson/cJSON.h>
 

@@ -16,8 +16,8 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_msgs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -13,8 +13,8 @@
 #include "moon_test.h"
 #include "moonlet/dist.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include <cjson/cJSON.h>
 

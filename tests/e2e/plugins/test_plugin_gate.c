@@ -5,8 +5,8 @@
  * refusal after), and the next request is still decided. */
 #include "moonlet/plugin.h"
 #include "moonlet/runtime.h"
-#include "serve_client.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_client.h"
+#include "moonlet/serve_cluster.h"
 
 #include "moon_test.h"
 

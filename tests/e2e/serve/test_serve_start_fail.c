@@ -8,7 +8,7 @@
 #include "moon_test.h"
 #include "moonlet/dist.h"
 #include "moonlet/runtime.h"
-#include "serve_cluster.h"
+#include "moonlet/serve_cluster.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/runtime.h"
-#include "store_client.h"
+#include "moonlet/store_client.h"
 #include "store_shard.h"
 
 #include <stdatomic.h>

@@ -9,8 +9,8 @@
 #include "conductor.h"
 #include "moon_test.h"
 #include "serve_instance.h"
-#include "serve_msgs.h"
-#include "store_msgs.h"
+#include "moonlet/serve_msgs.h"
+#include "moonlet/store_msgs.h"
 
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"

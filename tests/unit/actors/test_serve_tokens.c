@@ -4,7 +4,7 @@
  * NUL, ends going backwards) refused whole. */
 #include "moon_test.h"
 
-#include "serve_client.h"
+#include "moonlet/serve_client.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
 #include "gw_format.h"
 #include "moon_test.h"
 #include "moonlet/alloc.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 #include <string.h>
 

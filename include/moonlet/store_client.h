@@ -25,7 +25,7 @@
 #include "moonlet/actor.h"
 #include "moonlet/dist.h"
 #include "moonlet/kv_key.h"
-#include "store_msgs.h"
+#include "moonlet/store_msgs.h"
 
 typedef struct moon_store_client moon_store_client_t; /* opaque */
 

@@ -21,7 +21,7 @@
 
 #include "moonlet/actor.h"
 #include "moonlet/dist.h"
-#include "serve_msgs.h"
+#include "moonlet/serve_msgs.h"
 
 /* What a request asks for. Pointers are borrowed for the call. */
 typedef struct {
