@@ -1,6 +1,6 @@
 /* actors/store/store_shard.h - the KV store shard actor: owns one moon_kv_shard over
  * a DRAM arena registered with the distributed runtime and serves the store
- * protocol (actors/store/store_msgs.h): batch exists / longest prefix, two-phase put
+ * protocol (moonlet/store_msgs.h): batch exists / longest prefix, two-phase put
  * (reserve -> the writer RDMA-puts into the slot -> commit, or revoke), get
  * under a lease (the reader RDMA-gets from the arena, then releases), remove,
  * pin/unpin, renew, stored/evicted events to subscribers, stats.

@@ -1,4 +1,4 @@
-/* actors/proto/serve_client.h - the programmatic client of a serving cluster: what
+/* moonlet/serve_client.h - the programmatic client of a serving cluster: what
  * the gateway, the tests, the benchmarks and the examples use to submit
  * requests to the conductor and read their token streams.
  *

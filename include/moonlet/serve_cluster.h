@@ -1,4 +1,4 @@
-/* actors/serve/serve_cluster.h - a serving cluster's actors, placed by role over
+/* moonlet/serve_cluster.h - a serving cluster's actors, placed by role over
  * the ranks: the conductor on rank 0, then store shards, prefill and decode
  * instances one per rank over ranks 1.. (wrapping around; everything on rank
  * 0 with one rank, or in one process without a distributed runtime). Every

@@ -1,4 +1,4 @@
-/* actors/proto/serve_msgs.h - the serving protocol (ids 64..111 of the component
+/* moonlet/serve_msgs.h - the serving protocol (ids 64..111 of the component
  * range): what clients send the conductor, what the conductor, prefill and
  * decode instances say to each other, and what comes back to the client.
  *

@@ -1,4 +1,4 @@
-/* actors/store/store_client.h - the KV store client library, used from inside an
+/* moonlet/store_client.h - the KV store client library, used from inside an
  * actor (the prefill instance, a benchmark driver): requests go out as store
  * messages, and the replies, bulk completions and shard DOWNs the actor
  * receives are fed back with moon_store_client_handle(), which calls the

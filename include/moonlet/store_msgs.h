@@ -1,4 +1,4 @@
-/* actors/store/store_msgs.h - the KV store protocol between store clients and store
+/* moonlet/store_msgs.h - the KV store protocol between store clients and store
  * shard actors (ids 32..63 of the component range). Keys are 128-bit: carried
  * as (lo, hi) pairs of u64 (a u64s span of 2n entries for a batch). Every
  * request carries a caller-chosen `req` echoed in its reply; the reply goes to

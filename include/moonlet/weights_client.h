@@ -1,4 +1,4 @@
-/* actors/weights_client.h - the C API of weight pushes, from a plain
+/* moonlet/weights_client.h - the C API of weight pushes, from a plain
  * thread of a process that runs the cluster's runtime (the tests, a
  * trainer in the same MPI job, the gateway's admin route goes through the
  * same messages): push a checkpoint file, read the outcome, ask the state.

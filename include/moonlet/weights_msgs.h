@@ -1,4 +1,4 @@
-/* actors/weights_msgs.h - the weight-sync protocol (ids 16..31 of the
+/* moonlet/weights_msgs.h - the weight-sync protocol (ids 16..31 of the
  * component range): a push of new weights from the broadcaster to every
  * prefill and decode instance of a serving cluster.
  *

@@ -63,12 +63,14 @@ check model     "base base/gpu model"   0
 check kvstore   "base kvstore"          0
 check scheduler "base scheduler"        0
 
-# The public headers themselves: each includes only what its owner may.
-for lib in base base/gpu runtime model kvstore scheduler; do
+# The public headers themselves: each includes only what its owner may (the
+# actors' ones, the serving and store APIs, anything below launch).
+for lib in base base/gpu runtime model kvstore scheduler actors; do
     case $lib in
     base) allowed="base" ;;
     base/gpu) allowed="base base/gpu" ;;
     runtime | model) allowed="base base/gpu $lib" ;;
+    actors) allowed="base base/gpu runtime model kvstore scheduler actors" ;;
     *) allowed="base $lib" ;;
     esac
     ok=$(for f in $allowed; do exports "$f"; done | sort -u)
@@ -82,6 +84,15 @@ for lib in base base/gpu runtime model kvstore scheduler; do
         done
     done
 done
+
+# A public header includes other public headers as "moonlet/x.h" only: it is
+# installed without the folders a bare "x.h" would be found in.
+hits=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' include/moonlet/*.h | grep -vE '"moonlet/' || true)
+if [ -n "$hits" ]; then
+    echo "layering: a public header includes a file that is not installed:"
+    echo "$hits"
+    bad=1
+fi
 
 # Every public header belongs to one library.
 owned=$(for f in base base/gpu runtime model kvstore scheduler actors launch; do exports "$f"; done | sort)
