@@ -131,6 +131,18 @@ void moon_plugin_emit(moon_actor_t *self, const moon_plugin_event_t *ev, const c
     }
 }
 
+/* The TOKEN events not sent yet, per thread: a decode instance queues a
+ * step's tokens and flushes them in the same handler, on its thread. */
+#define TOK_Q_CAP 256u
+static _Thread_local struct {
+    uint32_t    n;
+    moon_addr_t client[TOK_Q_CAP];
+    uint64_t    request_id[TOK_Q_CAP];
+    uint32_t    index[TOK_Q_CAP], token[TOK_Q_CAP];
+} tok_q;
+
+void moon_plugin_tokens_flush_slow(moon_actor_t *self);
+
 void moon_plugin_token_slow(moon_actor_t *self, moon_addr_t client, uint64_t request_id,
                             uint32_t index, uint32_t token, uint64_t ttft_ns)
 {
@@ -148,9 +160,67 @@ void moon_plugin_token_slow(moon_actor_t *self, moon_addr_t client, uint64_t req
         moon_plugin_emit(self, &ev, NULL, NULL);
     }
     if (moon_plugin_observes(MOON_PLUGIN_EV_TOKEN)) {
-        ev.kind = MOON_PLUGIN_EV_TOKEN;
-        moon_plugin_emit(self, &ev, NULL, NULL);
+        if (tok_q.n == TOK_Q_CAP) {
+            moon_plugin_tokens_flush_slow(self);
+        }
+        tok_q.client[tok_q.n]     = client;
+        tok_q.request_id[tok_q.n] = request_id;
+        tok_q.index[tok_q.n]      = index;
+        tok_q.token[tok_q.n++]    = token;
     }
+}
+
+/* One TOKENS of the queue to observer o's actor; best effort. */
+static void tokens_send(moon_actor_t *self, const moon_plugin_observer_rec_t *o, uint64_t at_ns)
+{
+    moon_plugin_tokens_t *m;
+    moon_addr_t           to;
+    uint64_t             *cl, *id;
+    uint32_t             *ix, *tk, n = tok_q.n;
+
+    if (moon_plugin_resolve(self, o->actor, &to) != MOON_OK) {
+        MOON_LOG_LIMITED(MOON_LOG_WARN, "plugin observer %s is not running: %u tokens dropped",
+                         o->actor, n);
+        return;
+    }
+    m = moon_msg_new(MOON_MSG_PLUGIN_TOKENS, (size_t)n * 24 + 32);
+    if (m == NULL) {
+        return;
+    }
+    m->at_ns = at_ns;
+    cl       = moon_msg_span_alloc(m, &m->client, n, 8, 0);
+    id       = moon_msg_span_alloc(m, &m->request_id, n, 8, 0);
+    ix       = moon_msg_span_alloc(m, &m->index, n, 4, 0);
+    tk       = moon_msg_span_alloc(m, &m->token, n, 4, 0);
+    if (cl == NULL || id == NULL || ix == NULL || tk == NULL) {
+        moon_msg_release(&m->hdr);
+        return;
+    }
+    memcpy(cl, tok_q.client, (size_t)n * 8);
+    memcpy(id, tok_q.request_id, (size_t)n * 8);
+    memcpy(ix, tok_q.index, (size_t)n * 4);
+    memcpy(tk, tok_q.token, (size_t)n * 4);
+    if (moon_send(self, to, &m->hdr) != MOON_OK) {
+        moon_msg_release(&m->hdr);
+    }
+}
+
+void moon_plugin_tokens_flush_slow(moon_actor_t *self)
+{
+    uint32_t n_obs = moon_plugin_n_observers();
+    uint64_t at_ns;
+
+    if (tok_q.n == 0) {
+        return;
+    }
+    at_ns = moon_now(moon_actor_runtime(self));
+    for (uint32_t i = 0; i < n_obs; i++) {
+        const moon_plugin_observer_rec_t *o = moon_plugin_observer_at(i);
+        if ((o->events & MOON_PLUGIN_EV_TOKEN) != 0) {
+            tokens_send(self, o, at_ns);
+        }
+    }
+    tok_q.n = 0;
 }
 
 /* ---- per-request info for FINISHED ------------------------------------------------ */

@@ -22,7 +22,10 @@ static inline int moon_plugin_observes(uint32_t kind)
 void moon_plugin_emit(moon_actor_t *self, const moon_plugin_event_t *ev, const char *key,
                       const char *message);
 
-/* Decode: a token went to the client (index 0: the first, ttft_ns set). */
+/* Decode: a token went to the client (index 0: the first, ttft_ns set).
+ * FIRST_TOKEN leaves at once; TOKEN is queued (per thread) until
+ * moon_plugin_tokens_flush, which the decode instance calls where its own
+ * step batch leaves, or when the queue is full. */
 void moon_plugin_token_slow(moon_actor_t *self, moon_addr_t client, uint64_t request_id,
                             uint32_t index, uint32_t token, uint64_t ttft_ns);
 static inline void moon_plugin_token(moon_actor_t *self, moon_addr_t client, uint64_t request_id,
@@ -30,6 +33,16 @@ static inline void moon_plugin_token(moon_actor_t *self, moon_addr_t client, uin
 {
     if (moon_plugin_ev_mask_ & (MOON_PLUGIN_EV_TOKEN | MOON_PLUGIN_EV_FIRST_TOKEN)) {
         moon_plugin_token_slow(self, client, request_id, index, token, ttft_ns);
+    }
+}
+
+/* Sends the queued tokens to the TOKEN observers, one TOKENS each. */
+void moon_plugin_tokens_flush_slow(moon_actor_t *self);
+
+static inline void moon_plugin_tokens_flush(moon_actor_t *self)
+{
+    if (moon_plugin_ev_mask_ & MOON_PLUGIN_EV_TOKEN) {
+        moon_plugin_tokens_flush_slow(self);
     }
 }
 

@@ -410,6 +410,7 @@ static void tokens_flush(moon_actor_t *self, decode_t *d)
             moon_tell(self, to, &t->hdr);
         }
     }
+    moon_plugin_tokens_flush(self); /* the observers' copy of the step, batched alike */
 }
 
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
@@ -457,6 +458,9 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
         }
     }
     moon_plugin_token(self, r->reply_to, r->request_id, r->n_gen - 1, (uint32_t)tok, r->ttft_ns);
+    if (!d->tok_batching) {
+        moon_plugin_tokens_flush(self); /* no step batch to leave with */
+    }
     d->n_tokens_out++;
     r->last_token = tok;
     moon_sampler_accept(&r->smp, tok);

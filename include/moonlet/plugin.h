@@ -30,7 +30,7 @@
 MOON_EXTERN_C_BEGIN
 
 /* Bumped whenever a type or function below changes incompatibly. */
-#define MOON_PLUGIN_ABI_VERSION 1u
+#define MOON_PLUGIN_ABI_VERSION 2u /* 2: tokens come batched (MOON_MSG_PLUGIN_TOKENS) */
 #define MOON_PLUGIN_ENTRY_SYMBOL "moon_plugin_entry"
 
 typedef struct moon_plugin_host moon_plugin_host_t; /* opaque: one per loaded plugin */
@@ -100,7 +100,7 @@ MOON_API moon_status_t moon_plugin_register_filter(moon_plugin_host_t         *h
 typedef enum {
     MOON_PLUGIN_EV_ADMITTED    = 0x01, /* placed (conductor): prefill/decode_instance set */
     MOON_PLUGIN_EV_FIRST_TOKEN = 0x02, /* decode: index 0, ttft_ns set */
-    MOON_PLUGIN_EV_TOKEN       = 0x04, /* decode: every token (index, token) */
+    MOON_PLUGIN_EV_TOKEN       = 0x04, /* decode: every token, one TOKENS per step */
     MOON_PLUGIN_EV_FINISHED    = 0x08, /* conductor: released; finish, usage, timings */
     MOON_PLUGIN_EV_REJECTED    = 0x10, /* conductor: refused (filter, SLO, bad input) */
     MOON_PLUGIN_EV_STORED      = 0x20, /* a store shard holds a new block (key_lo, key_hi) */
@@ -161,10 +161,20 @@ typedef enum {
     F(T, u64, ttft_ns)                                                                             \
     F(T, u64, key_lo) F(T, u64, key_hi) F(T, str, key) F(T, str, message)
 
+/* decode -> observer of MOON_PLUGIN_EV_TOKEN: the tokens of one decode step
+ * of one instance (fewer when a step has more than a message holds), the
+ * same batching as the clients' TOKENS, so an observer costs one message per
+ * step, not one per token. Entry i: token[i] at index[i] of request
+ * (client[i], request_id[i]); n = client.n. at_ns: the step's end. */
+#define MOON_PLUGIN_TOKENS_FIELDS(F, T)                                                            \
+    F(T, u64, at_ns)                                                                               \
+    F(T, u64s, client) F(T, u64s, request_id) F(T, u32s, index) F(T, u32s, token)
+
 #define MOON_PLUGIN_MSGS(X)                                                                        \
     X(MOON_MSG_PLUGIN_FILTER, moon_plugin_filter_req_t, MOON_PLUGIN_FILTER_FIELDS)                 \
     X(MOON_MSG_PLUGIN_VERDICT, moon_plugin_verdict_t, MOON_PLUGIN_VERDICT_FIELDS)                  \
-    X(MOON_MSG_PLUGIN_EVENT, moon_plugin_event_t, MOON_PLUGIN_EVENT_FIELDS)
+    X(MOON_MSG_PLUGIN_EVENT, moon_plugin_event_t, MOON_PLUGIN_EVENT_FIELDS)                        \
+    X(MOON_MSG_PLUGIN_TOKENS, moon_plugin_tokens_t, MOON_PLUGIN_TOKENS_FIELDS)
 MOON_MSG_DECLARE_IN(MOON_PLUGIN_MSGS, HOOKS, MOON_MSG_PLUGIN_END)
 MOON_API extern const moon_msg_desc_t moon_plugin_msg_descs[];
 

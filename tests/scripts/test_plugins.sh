@@ -83,7 +83,7 @@ refused() { # refused NAME PATTERN ARGS...: moonlet serve exits 1 with PATTERN o
 
 case $PART in
 errors)
-    refused "another ABI" "built for plugin ABI 42; this moonlet speaks ABI 1" \
+    refused "another ABI" "built for plugin ABI 43; this moonlet speaks ABI 2" \
         --plugin "$TP/libplugin_bad_abi.so"
     refused "no entry" "no symbol 'moon_plugin_entry': not a moonlet plugin" \
         --plugin "$TP/libplugin_no_entry.so"
@@ -131,7 +131,7 @@ cluster)
         --plugin "$EX/libaudit_log.so:$T/audit.jsonl" \
         --plugin "$EX/libtenant_quota.so:tokens_per_min=100" \
         --plugin "$EX/libsession_affinity.so" \
-        --plugin "$TP/libplugin_probe.so:crash_every=3,store=1" --place probe=decode
+        --plugin "$TP/libplugin_probe.so:crash_every=3,store=1,tokens=1" --place probe=decode
     for _ in $(seq 100); do
         [ "$(grep -c 'probe: incarnation 1 is up' "$T/serve.log")" -ge 2 ] && break
         sleep 0.1
@@ -189,6 +189,10 @@ cluster)
     done
     grep -q "probe: first store event: stored" "$T/serve.log" || fail "no store event observed"
     echo "ok: store events observed"
+    # token observers get the decode step's batch (MOON_MSG_PLUGIN_TOKENS)
+    grep -q "probe: first tokens: [1-9][0-9]* in one message" "$T/serve.log" ||
+        fail "no TOKENS reached the token observer"
+    echo "ok: tokens observed: $(grep -m1 -o 'probe: first tokens: [0-9]* in one message' "$T/serve.log")"
     stop_server
     ;;
 sim)

@@ -5,7 +5,7 @@
  *   place=WHERE     where "probe" runs (default 0)
  *   filter=silent   a filter "probe" that never answers (fail=open|closed)
  *   filter=pass     a pass-through filter (answers accept at once)
- *   tokens=1        "probe" also observes every token
+ *   tokens=1        "probe" also observes every token (TOKENS, one per step)
  *   store=1         "probe" also observes store events (logs the first stored)
  *   clamp=N         a filter "probe" that lets every request through with
  *                   max_tokens lowered to N (a changed parameter)
@@ -40,10 +40,6 @@ static moon_status_t probe_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
     probe_t                   *p = moon_actor_state(self);
     const moon_plugin_event_t *e = (const void *)msg;
 
-    if (e->kind == MOON_PLUGIN_EV_TOKEN) {
-        p->n_tokens++;
-        return MOON_OK;
-    }
     if (e->kind == MOON_PLUGIN_EV_STORED || e->kind == MOON_PLUGIN_EV_EVICTED) {
         if (p->n_stored++ == 0) {
             MOON_WARN("probe: first store event: %s %016llx%016llx", moon_plugin_ev_str(e->kind),
@@ -56,6 +52,26 @@ static moon_status_t probe_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
         MOON_WARN("probe: failing on purpose after %llu events", (unsigned long long)p->n_events);
         return MOON_ERR_INVALID_PARAM; /* the actor fails: its supervisor restarts it */
     }
+    return MOON_OK;
+}
+
+static moon_status_t probe_on_tokens(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    probe_t                    *p = moon_actor_state(self);
+    const moon_plugin_tokens_t *t = (const void *)msg;
+
+    if (t->client.n == 0 || t->request_id.n != t->client.n || t->index.n != t->client.n ||
+        t->token.n != t->client.n) {
+        MOON_WARN("probe: a TOKENS with %u clients, %u ids, %u indexes, %u tokens", t->client.n,
+                  t->request_id.n, t->index.n, t->token.n);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (p->n_tokens == 0) {
+        MOON_WARN("probe: first tokens: %u in one message, token %u at index %u", t->client.n,
+                  ((const uint32_t *)MOON_SPAN_PTR(t, t->token))[0],
+                  ((const uint32_t *)MOON_SPAN_PTR(t, t->index))[0]);
+    }
+    p->n_tokens += t->client.n;
     return MOON_OK;
 }
 
@@ -112,6 +128,7 @@ static const moon_actor_ops_t probe_ops = {
     .state_bytes = sizeof(probe_t),
     .init        = probe_init,
     .on_msg      = {[MOON_MSG_PLUGIN_EVENT]  = probe_on_event,
+                    [MOON_MSG_PLUGIN_TOKENS] = probe_on_tokens,
                     [MOON_MSG_PLUGIN_FILTER] = probe_on_filter,
                     [PROBE_MSG_HELLO]        = probe_on_hello},
 };
