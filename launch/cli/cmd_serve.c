@@ -409,12 +409,21 @@ int moon_cmd_serve(int argc, char **argv)
         fprintf(stderr, "; rank 0 is pid %ld (SIGTERM drains and stops every rank)\n",
                 (long)getpid());
     }
+    /* a rank other than 0 also stops once rank 0 is lost: with the gateway
+     * and the conductor gone nothing reaches it, and a rank left running
+     * would keep mpirun (and so the deployment's supervisor) from seeing
+     * the failure and starting the deployment again */
     for (uint64_t t0 = mono_ms(); !g_stop && !atomic_load(&g_stop_all) &&
+                                  (moon_dist_rank(dist) == 0 || moon_dist_peer_alive(dist, 0)) &&
                                   (run.seconds == 0 || mono_ms() - t0 < run.seconds * 1000);) {
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     if (moon_dist_rank(dist) == 0) {
         drain_and_stop(rt, dist, gateway, batches, run.drain_seconds);
+    } else if (!moon_dist_peer_alive(dist, 0)) {
+        MOON_WARN("serve: rank 0 (gateway, conductor) is lost: this rank stops");
+        rc = 1;
+        goto out;
     } else if (!atomic_load(&g_stop_all)) {
         /* rank 0 drains the requests our instances serve: wait for its word */
         uint64_t t0 = mono_ms(), limit = (uint64_t)run.drain_seconds * 1000u + SERVE_STOP_GRACE_MS;

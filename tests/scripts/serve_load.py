@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """tests/scripts/serve_load.py URL N MAX_TOKENS OUT [--started FILE] [--timeout S] [--rounds R]
+                              [--reset-is-error]
 
 N concurrent clients, each sending R (default 1) streamed greedy completions
 one after the other (prompt "<i>: Once upon a time", i = client * R + round,
@@ -8,7 +9,9 @@ JSON list with one entry per request: HTTP status, the streamed text, the
 finish reason, the error event's message (if any), whether [DONE] came, the
 first-byte time and the longest gap between two events (seconds). A request
 whose stream neither finished nor failed within --timeout (default 120 s) is
-"lost". --started FILE is created once half of the streams received text
+"lost"; so is one whose connection was refused, reset or closed before
+[DONE], unless --reset-is-error (the gateway itself was killed: the client
+saw its connection end, an error with a reason). --started FILE is created once half of the streams received text
 (a fault script waits for it before injecting its fault)."""
 import http.client
 import json
@@ -18,12 +21,13 @@ import time
 import urllib.parse
 
 
-def one(url, i, max_tokens, timeout, res, started):
+def one(url, i, max_tokens, timeout, res, started, reset_is_error=False):
     u = urllib.parse.urlparse(url)
     r = {"i": i, "status": 0, "text": "", "finish": None, "error": None, "done": False,
          "lost": False, "ttfb_s": None, "max_gap_s": 0.0}
     body = json.dumps({"prompt": "%d: Once upon a time" % i, "max_tokens": max_tokens,
                        "temperature": 0, "ignore_eos": True, "stream": True})
+    r["t_start"] = time.time()  # wall clock: a fault script compares its own
     t0 = time.monotonic()
     last = t0
     try:
@@ -36,6 +40,7 @@ def one(url, i, max_tokens, timeout, res, started):
                 r["error"] = json.loads(resp.read())["error"]["message"]
             except Exception as e:  # noqa: BLE001 - any unreadable error body
                 r["error"] = "http %d (%s)" % (resp.status, e)
+            r["t_end"] = time.time()
             res[i] = r
             return
         while True:
@@ -65,11 +70,15 @@ def one(url, i, max_tokens, timeout, res, started):
             if r["text"]:
                 started(i)
     except Exception as e:  # noqa: BLE001 - a timeout or a reset is the outcome
-        r["error"] = r["error"] or None
         r["exception"] = repr(e)
+        if reset_is_error and not isinstance(e, TimeoutError) and r["error"] is None:
+            r["error"] = "connection: %s" % type(e).__name__
+    if reset_is_error and not r["done"] and r["error"] is None and "exception" not in r:
+        r["error"] = "connection closed before [DONE]"
     if not r["done"] and r["error"] is None:
         r["lost"] = True  # no end, no error: what must never happen
     r["total_s"] = time.monotonic() - t0
+    r["t_end"] = time.time()
     res[i] = r
 
 
@@ -78,7 +87,8 @@ def main():
     started_file = None
     timeout = 120.0
     rounds = 1
-    args = sys.argv[5:]
+    reset_is_error = "--reset-is-error" in sys.argv
+    args = [a for a in sys.argv[5:] if a != "--reset-is-error"]
     while args:
         if args[0] == "--started":
             started_file = args[1]
@@ -101,7 +111,7 @@ def main():
 
     def client(c):
         for k in range(rounds):
-            one(url, c * rounds + k, max_tokens, timeout, res, started)
+            one(url, c * rounds + k, max_tokens, timeout, res, started, reset_is_error)
 
     ts = [threading.Thread(target=client, args=(c,)) for c in range(n)]
     for t in ts:
