@@ -37,7 +37,37 @@
 
 #include <string.h>
 
-enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING, DREQ_PREFILLING };
+/* A request's life on this instance: one dreq_t, one state, changed only by
+ * dreq_enter (which refuses any move not drawn here).
+ *
+ *          KV_READY taken            all its KV in
+ *   FREE -----------------> PULLING ---------------------> RUNNING <---+
+ *   |  ^                       |                            |  |  |     | a step:
+ *   |  |  PREFILL taken        |         last chunk:        |  |  +-----+ a token
+ *   |  |  (colocated)          |         first token        |  |
+ *   +--|-------> PREFILLING ---|--------------------------->+  |
+ *      |             |         |                               |
+ *      |             | error,  | error, cancel, LOST,          | stop, length,
+ *      |             | cancel  | bad handover, version         | error, cancel
+ *      |             v         v   not held                    |
+ *      +------------------- ENDED <----------------------------+
+ *        release_req: no pull in flight,
+ *        no pass holding it
+ *
+ * ENDED: DONE, RELEASED (and KV_DONE, once its pulls landed) are sent; the
+ * slot waits there for the pulls still writing into its blocks and for the
+ * forward pass that holds it (in_step). Beside the state: in_step (a pass in
+ * flight holds it: PREFILLING or RUNNING) and cancel_pending (a CANCEL that
+ * came during that pass: it ends the request when the pass ends). A request
+ * not taken yet is no dreq_t: its KV_READY or PREFILL waits in d->waiting. */
+typedef enum {
+    DREQ_FREE = 0,
+    DREQ_PULLING,    /* taken; its blocks move from the prefill's pool */
+    DREQ_PREFILLING, /* colocated: its prompt computes here, chunk by chunk */
+    DREQ_RUNNING,    /* in the batch: one token a step */
+    DREQ_ENDED,      /* answered; freed once nothing writes into it */
+    DREQ_N_STATES
+} dreq_state_t;
 enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 
 #define DEC_CANCEL_RING 64u
@@ -52,7 +82,7 @@ enum { JOB_STEP = 0, JOB_CHUNK = 1 };
     (((uint64_t)(_slot) << 32) | DEC_RUN_FLAG | ((uint32_t)(_n) << 16) | (uint32_t)(_idx))
 
 typedef struct {
-    uint32_t        state;
+    dreq_state_t    state; /* moved by dreq_enter only */
     moon_addr_t     reply_to, prefill;
     uint64_t        request_id;
     uint32_t        seq;
@@ -63,7 +93,7 @@ typedef struct {
     uint8_t        *arrived; /* (n_full + 1) the last entry: the partial block */
     uint32_t        n_issued, n_arrived, n_appended;
     uint32_t        budget;
-    int             final, partial_issued, in_step, cancelled, finished, kv_done_sent;
+    int             final, partial_issued, in_step, cancel_pending, kv_done_sent;
     moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
     const uint32_t *stop_ids;
     uint32_t        n_stop_ids;
@@ -140,6 +170,22 @@ typedef struct {
     uint32_t n_tok_pend, n_tok_text, cap_tok;
     int      tok_batching; /* inside on_step_done: emit queues */
 } decode_t;
+
+/* The one place a request changes state: the moves the diagram above draws
+ * (staying put is no move). */
+static void dreq_enter(dreq_t *r, dreq_state_t to)
+{
+    static const uint8_t allowed[DREQ_N_STATES] = {
+        [DREQ_FREE]       = 1u << DREQ_PULLING | 1u << DREQ_PREFILLING,
+        [DREQ_PULLING]    = 1u << DREQ_RUNNING | 1u << DREQ_ENDED,
+        [DREQ_PREFILLING] = 1u << DREQ_RUNNING | 1u << DREQ_ENDED,
+        [DREQ_RUNNING]    = 1u << DREQ_ENDED,
+        [DREQ_ENDED]      = 1u << DREQ_FREE,
+    };
+
+    MOON_CHECK(r->state == to || (allowed[r->state] & (1u << to)) != 0);
+    r->state = to;
+}
 
 static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
 {
@@ -269,6 +315,7 @@ static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
     moon_free(r->local);
     moon_free(r->arrived);
     d->committed -= r->budget;
+    dreq_enter(r, DREQ_FREE);
     memset(r, 0, sizeof(*r));
     try_admit_waiting(self, d);
     report_load(self, d);
@@ -281,10 +328,10 @@ static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moo
     size_t                 n    = 0;
     moon_serve_released_t *rel;
 
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         return;
     }
-    r->finished = 1;
+    dreq_enter(r, DREQ_ENDED);
     if ((why != MOON_FINISH_STOP || r->gram.fsm != NULL) && r->text_ready) {
         moon_serve_text_flush(&r->text, &tail, &n);
     }
@@ -497,7 +544,7 @@ static void prefetch_masks(decode_t *d)
 {
     for (uint32_t i = 0; i < d->a.max_seqs; i++) {
         dreq_t *r = &d->reqs[i];
-        if (r->gram.fsm != NULL && r->state == DREQ_RUNNING && !r->finished) {
+        if (r->gram.fsm != NULL && r->state == DREQ_RUNNING) {
             moon_serve_grammar_prefetch(&r->gram);
         }
     }
@@ -527,8 +574,8 @@ static void progress_pull(moon_actor_t *self, decode_t *d, dreq_t *r)
     }
     send_kv_done(self, r, MOON_OK);
     r->transfer_ns = moon_now(moon_actor_runtime(self)) - r->xfer_start_ns;
-    if (!r->finished) {
-        r->state = DREQ_RUNNING;
+    if (r->state == DREQ_PULLING) {
+        dreq_enter(r, DREQ_RUNNING);
         maybe_step(self, d);
         report_load(self, d);
     }
@@ -689,7 +736,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     for (uint32_t i = 0; i <= r->n_full; i++) {
         r->local[i] = MOON_KV_NO_BLOCK;
     }
-    r->state            = DREQ_PULLING;
+    dreq_enter(r, DREQ_PULLING);
     r->reply_to         = m->reply_to;
     r->request_id       = m->request_id;
     r->prefill          = m->prefill;
@@ -839,7 +886,7 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
     }
     if (m->final) {
         take_final(self, d, r, m);
-        if (!r->finished) {
+        if (r->state != DREQ_ENDED) {
             pull_partial(self, d, r);
             progress_pull(self, d, r);
         }
@@ -862,7 +909,7 @@ static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to
     tmp.request_id       = id;
     tmp.prefill          = prefill;
     tmp.prefill_instance = -1;
-    tmp.finished         = 1;
+    tmp.state            = DREQ_ENDED; /* nothing of it runs here */
     send_done(self, d, &tmp, MOON_FINISH_ERROR, status, "", why);
     send_kv_done(self, &tmp, status);
     rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
@@ -919,7 +966,6 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
         return 1;
     }
     if (take_cancel(d, m->reply_to, m->request_id)) {
-        r->cancelled = 1;
         finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
         return 1;
     }
@@ -960,10 +1006,10 @@ static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->final            = 1;
     r->prefill          = MOON_ADDR_NONE;
     r->prefill_instance = (int32_t)d->a.instance; /* colocated: it prefills too */
-    r->state            = DREQ_PREFILLING;
-    r->arrival_ns       = m->arrival_ns;
-    r->stop_ids         = MOON_SPAN_PTR(m, m->stop_ids);
-    r->n_stop_ids       = m->stop_ids.n;
+    dreq_enter(r, DREQ_PREFILLING);
+    r->arrival_ns = m->arrival_ns;
+    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
+    r->n_stop_ids = m->stop_ids.n;
     /* the prompt's last token is always computed: its logits give the first token */
     hits          = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
                                           MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
@@ -1108,7 +1154,7 @@ static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon
     for (uint32_t k = 0; k < n && i + k <= r->n_full; k++) {
         r->arrived[i + k] = st == MOON_OK;
     }
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         release_req(self, d, r); /* the last pull in flight of an ended request */
         return;
     }
@@ -1117,7 +1163,7 @@ static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon
         return;
     }
     progress_pull(self, d, r);
-    if (!r->finished) {
+    if (r->state != DREQ_ENDED) {
         pull_partial(self, d, r);
     }
 }
@@ -1161,8 +1207,7 @@ static dreq_t *next_prefill(decode_t *d)
 
     for (uint32_t i = 0; i < d->a.max_seqs; i++) {
         dreq_t *r = &d->reqs[i];
-        if (r->state == DREQ_PREFILLING && !r->finished &&
-            (best == NULL || r->arrival_ns < best->arrival_ns)) {
+        if (r->state == DREQ_PREFILLING && (best == NULL || r->arrival_ns < best->arrival_ns)) {
             best = r;
         }
     }
@@ -1213,8 +1258,7 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
         uint32_t start = d->b_n;
         for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
             dreq_t *r = &d->reqs[i];
-            if (r->state != DREQ_RUNNING || r->finished ||
-                r->version != d->weights.held[h].version) {
+            if (r->state != DREQ_RUNNING || r->version != d->weights.held[h].version) {
                 continue;
             }
             /* budgeted at admission: the room for one more token is there */
@@ -1243,15 +1287,15 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
 }
 
 /* Colocated: a prefill chunk ended. */
-/* A forward pass with r in it ended: r ends now if it finished or was
+/* A forward pass with r in it ended: r ends now if it ended or was
  * cancelled meanwhile, or if the pass failed (1); else it goes on (0). */
 static int after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_t status,
                       const char *what)
 {
     r->in_step = 0;
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         release_req(self, d, r);
-    } else if (r->cancelled) {
+    } else if (r->cancel_pending) {
         finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
     } else if (status != MOON_OK) {
         finish(self, d, r, MOON_FINISH_ERROR, status, what);
@@ -1278,7 +1322,7 @@ static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status,
                 moon_block_cache_put(d->cache, keys[i], moon_kv_seq_block(d->pool.kv, r->seq, i));
             }
             moon_cache_events_flush(&d->events, self);
-            r->state   = DREQ_RUNNING;
+            dreq_enter(r, DREQ_RUNNING);
             r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
             sample_emit(self, d, r, d->c_logits);
         }
@@ -1339,7 +1383,7 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     dreq_t                    *r = find_req(d, m->reply_to, m->request_id);
 
     if (r != NULL) {
-        r->cancelled = 1;
+        r->cancel_pending = 1;
         if (!r->in_step) {
             finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
         }
