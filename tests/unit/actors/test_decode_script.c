@@ -7,7 +7,8 @@
  * KV_READYs (tokens, DONE, KV_DONE, RELEASED), a KV pull that fails, the
  * prefill lost while the KV moves (and its late KV_READY dropped), a CANCEL
  * mid-stream and one before the request, a weight version the instance does
- * not hold, and a handover of a bad length. */
+ * not hold, a handover of a bad length, and (colocated) a PREFILL computed
+ * here, then again from the instance's prefix cache. */
 #include "decode.h"
 #include "moon_test.h"
 #include "serve_client.h"
@@ -33,7 +34,8 @@ typedef enum {
     CASE_PREFILL_LOST,
     CASE_CANCEL,
     CASE_VERSION,
-    CASE_BAD_LENGTH
+    CASE_BAD_LENGTH,
+    CASE_COLOCATED
 } script_case_t;
 
 /* What came back, per request id (0 .. MAX_REQ - 1). */
@@ -41,7 +43,7 @@ typedef struct {
     uint32_t n_tokens, next_index, bad_index;
     uint32_t n_done, finish, n_completion, done_after_tokens;
     int32_t  status;
-    uint32_t n_kv_done, n_released, released_finish;
+    uint32_t n_kv_done, n_released, released_finish, n_cached;
 } seen_t;
 
 static struct {
@@ -58,8 +60,7 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
                           uint64_t version)
 {
     uint32_t               n_tok = final ? n_prompt : 0;
-    moon_serve_kv_ready_t *m =
-        moon_msg_new(MOON_MSG_SERVE_KV_READY, (size_t)(n + n_tok) * 4 + 64);
+    moon_serve_kv_ready_t *m = moon_msg_new(MOON_MSG_SERVE_KV_READY, (size_t)(n + n_tok) * 4 + 64);
     uint32_t              *tok;
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
@@ -68,7 +69,7 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
     m->prefill          = moon_actor_addr(self);
     m->prefill_instance = 0;
     m->first_block      = first;
-    m->final            = (uint32_t)final;
+    m->final            = (uint32_t) final;
     m->n_tokens         = n_prompt;
     m->token            = 5;
     m->base             = (uint64_t)(uintptr_t)remote;
@@ -84,6 +85,32 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
         for (uint32_t i = 0; i < n_tok; i++) {
             tok[i] = 3 + (i * 7) % 250;
         }
+    }
+    CU_ASSERT_EQUAL(moon_tell(self, g.decode, &m->hdr), MOON_OK);
+}
+
+/* Colocated: a PREFILL of 40 tokens for the instance itself. */
+static void send_prefill(moon_actor_t *self, uint64_t id)
+{
+    moon_serve_prefill_t *m = moon_msg_new(MOON_MSG_SERVE_PREFILL, 40 * 4 + 4 * 8 + 64);
+    uint32_t             *tok;
+    uint64_t             *key;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    m->reply_to   = moon_actor_addr(self);
+    m->request_id = id;
+    m->decode     = g.decode;
+    m->max_tokens = 4;
+    m->top_p      = 1.0f;
+    m->flags      = MOON_SERVE_F_IGNORE_EOS;
+    tok           = moon_msg_span_alloc(m, &m->tokens, 40, 4, 0);
+    key           = moon_msg_span_alloc(m, &m->keys, 4, 8, 0);
+    CU_ASSERT_FATAL(tok != NULL && key != NULL);
+    for (uint32_t i = 0; i < 40; i++) {
+        tok[i] = 3 + (i * 7) % 250;
+    }
+    for (uint32_t i = 0; i < 4; i++) {
+        key[i] = 1000 + i;
     }
     CU_ASSERT_EQUAL(moon_tell(self, g.decode, &m->hdr), MOON_OK);
 }
@@ -148,6 +175,12 @@ static void script_step(moon_actor_t *self, uint64_t step)
     case CASE_BAD_LENGTH: /* stories260K's context is 512 tokens */
         send_kv_ready(self, 0, 0, b012, 3, 1, 512, 4, 0);
         break;
+    case CASE_COLOCATED: /* its own prompt, then again from its prefix cache */
+        send_prefill(self, step == 0 ? 0 : 1);
+        if (step == 0) {
+            MOON_CHECK(moon_timer_start(self, 500 * MS, 0, 1, &timer) == MOON_OK);
+        }
+        break;
     }
 }
 
@@ -182,6 +215,7 @@ static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
         g.n_hello++;
         break;
     case MOON_MSG_SERVE_LOAD:
+    case MOON_MSG_SERVE_CACHE_EVENTS:
         break;
     case MOON_MSG_SERVE_TOKEN:
         on_token(self, ((const moon_serve_token_t *)msg)->request_id,
@@ -199,6 +233,7 @@ static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
         s->finish            = dn->finish;
         s->status            = dn->status;
         s->n_completion      = dn->n_completion;
+        s->n_cached          = dn->n_cached;
         s->done_after_tokens = s->n_tokens;
         break;
     case MOON_MSG_SERVE_KV_DONE:
@@ -230,14 +265,15 @@ static const moon_actor_ops_t peer_ops = {
     .name        = "scripted peers",
     .state_bytes = 8,
     .init        = peer_init,
-    .on_msg      = {[MOON_MSG_SERVE_HELLO]    = peer_on_msg,
-                    [MOON_MSG_SERVE_LOAD]     = peer_on_msg,
-                    [MOON_MSG_SERVE_TOKEN]    = peer_on_msg,
-                    [MOON_MSG_SERVE_TOKENS]   = peer_on_msg,
-                    [MOON_MSG_SERVE_DONE]     = peer_on_msg,
-                    [MOON_MSG_SERVE_KV_DONE]  = peer_on_msg,
-                    [MOON_MSG_SERVE_RELEASED] = peer_on_msg,
-                    [MOON_MSG_SYS_TIMER]      = peer_on_msg},
+    .on_msg      = {[MOON_MSG_SERVE_HELLO]        = peer_on_msg,
+                    [MOON_MSG_SERVE_LOAD]         = peer_on_msg,
+                    [MOON_MSG_SERVE_CACHE_EVENTS] = peer_on_msg,
+                    [MOON_MSG_SERVE_TOKEN]        = peer_on_msg,
+                    [MOON_MSG_SERVE_TOKENS]       = peer_on_msg,
+                    [MOON_MSG_SERVE_DONE]         = peer_on_msg,
+                    [MOON_MSG_SERVE_KV_DONE]      = peer_on_msg,
+                    [MOON_MSG_SERVE_RELEASED]     = peer_on_msg,
+                    [MOON_MSG_SYS_TIMER]          = peer_on_msg},
 };
 
 /* Pulls take 5 ms (as a simulation models them): a script can act while one moves. */
@@ -254,12 +290,12 @@ static void run_case(script_case_t c)
     moon_runtime_t            *rt = NULL;
     moon_addr_t                peer;
     moon_serve_instance_args_t ia = {
-        .model         = model,
-        .engine        = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 4, .max_chunk = 64},
-        .role          = MOON_SERVE_ROLE_DECODE,
-        .block_tokens  = BT,
-        .n_blocks      = 64,
-        .max_seqs      = MAX_REQ,
+        .model        = model,
+        .engine       = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 4, .max_chunk = 64},
+        .role         = c == CASE_COLOCATED ? MOON_SERVE_ROLE_COLOCATED : MOON_SERVE_ROLE_DECODE,
+        .block_tokens = BT,
+        .n_blocks     = 64,
+        .max_seqs     = MAX_REQ,
         .prefill_chunk = 64,
         .threaded      = 0,
         .xfer_ns       = c == CASE_HANDOVER || c == CASE_CANCEL ? NULL : slow_pull,
@@ -352,13 +388,25 @@ static void test_bad_length(void)
     check_end(0, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM, 0, 1);
 }
 
+/* Colocated: FREE -> PREFILLING -> RUNNING -> ENDED, no KV_DONE (no
+ * prefill instance); the same prompt again reuses its 2 full blocks. */
+static void test_colocated(void)
+{
+    run_case(CASE_COLOCATED);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 4, 0);
+    CU_ASSERT_EQUAL(g.seen[0].n_cached, 0);
+    check_end(1, MOON_FINISH_LENGTH, MOON_OK, 4, 0);
+    CU_ASSERT_EQUAL(g.seen[1].n_cached, 2 * BT);
+}
+
 static int setup(void)
 {
     moon_kv_config_t kcfg;
 
     moon_log_set_level(MOON_LOG_WARN);
     /* pulls complete as DIST_BULK_DONE, also in one process */
-    if (moon_serve_msgs_register() != MOON_OK || moon_msg_register(moon_dist_msg_descs) != MOON_OK ||
+    if (moon_serve_msgs_register() != MOON_OK ||
+        moon_msg_register(moon_dist_msg_descs) != MOON_OK ||
         moon_model_load(MOON_STORIES, &model) != MOON_OK) {
         return -1;
     }
@@ -375,5 +423,5 @@ static int teardown(void)
     return 0;
 }
 
-MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_pull_fails,
-               test_prefill_lost, test_cancel, test_version_gate, test_bad_length)
+MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_pull_fails, test_prefill_lost,
+               test_cancel, test_version_gate, test_bad_length, test_colocated)
