@@ -5,13 +5,9 @@
  * engine thread, samples per request, streams every token to the client and
  * stops on EOS, stop ids, stop strings, max tokens or the context's end.
  *
- * Colocated (role MOON_SERVE_ROLE_COLOCATED, the vLLM-like baseline): the
- * instance also takes PREFILL itself, reuses the prompt's leading blocks from
- * its own prefix cache (block_cache.h), computes the rest in chunks that
- * alternate with the batch's decode steps on the same engine, and then runs
- * the sequence in its batch; no store, no transfer. Like a prefill
- * instance, it tells the conductor its cache's content as CACHE_EVENTS
- * (cache_events.h), so placement can send a prompt where its prefix is.
+ * Colocated mode (the instance prefills its own requests too) is in
+ * colocated.c; the state both share, and the request's state diagram, in
+ * decode_state.h.
  *
  * Admission is budgeted: a request is taken only when the blocks it can ever
  * need (prompt + max_tokens) fit beside those of the requests already taken,
@@ -21,28 +17,15 @@
  * to class 0 while anything runs, so an interactive request arriving beside a
  * batch is taken at once, not after the batch's requests ahead of it. */
 #include "decode.h"
+#include "decode_state.h"
 
-#include "block_cache.h"
-#include "cache_events.h"
-#include "engine_runner.h"
-#include "kv_pool.h"
 #include "plugin_hooks.h"
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
-#include "serve_grammar.h"
-#include "serve_instance.h"
-#include "serve_text.h"
 #include "moonlet/weights_msgs.h"
-#include "weights_serving.h"
 
 #include <string.h>
 
-enum { DREQ_FREE = 0, DREQ_PULLING, DREQ_RUNNING, DREQ_PREFILLING };
-enum { JOB_STEP = 0, JOB_CHUNK = 1 };
-
-#define DEC_CANCEL_RING 64u
-#define DEC_LOST_RING 16u
-#define DEC_TOK_TEXT_PER_SEQ 64u /* text room per batch entry of a step's token batch */
 #define DEC_COOKIE(_slot, _idx) (((uint64_t)(_slot) << 32) | (uint32_t)(_idx))
 /* A run of n blocks from _idx pulled with one completion (take_blocks). */
 #define DEC_RUN_FLAG (1u << 31)
@@ -51,95 +34,21 @@ enum { JOB_STEP = 0, JOB_CHUNK = 1 };
 #define DEC_COOKIE_RUN(_slot, _idx, _n)                                                            \
     (((uint64_t)(_slot) << 32) | DEC_RUN_FLAG | ((uint32_t)(_n) << 16) | (uint32_t)(_idx))
 
-typedef struct {
-    uint32_t        state;
-    moon_addr_t     reply_to, prefill;
-    uint64_t        request_id;
-    uint32_t        seq;
-    uint32_t        n_prompt, n_full, max_tokens, n_gen, flags;
-    uint32_t        n_resumed; /* the prompt's last ones: tokens streamed before a loss */
-    int32_t         last_token;
-    uint32_t       *local;   /* (n_full) local block of each full prompt block */
-    uint8_t        *arrived; /* (n_full + 1) the last entry: the partial block */
-    uint32_t        n_issued, n_arrived, n_appended;
-    uint32_t        budget;
-    int             final, partial_issued, in_step, cancelled, finished, kv_done_sent;
-    moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
-    const uint32_t *stop_ids;
-    uint32_t        n_stop_ids;
-    uint32_t        n_done; /* colocated: prompt tokens in the KV */
-    moon_sampler_t  smp;
-    uint32_t        logprobs; /* 0: none; k + 1: each token's logprob and top k */
-    moon_serve_text_t    text;
-    int                  text_ready;
-    uint32_t             n_cached;
-    int32_t              prefill_instance; /* who computed the prompt (DONE tells the client) */
-    uint64_t             arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
-    uint64_t             version; /* its weights, from its first step to its last */
-    moon_serve_grammar_t gram;    /* constrained decoding (gram.fsm NULL: none) */
-} dreq_t;
+/* The one place a request changes state: the moves the diagram above draws
+ * (staying put is no move). */
+void moon_dec_enter(dreq_t *r, dreq_state_t to)
+{
+    static const uint8_t allowed[DREQ_N_STATES] = {
+        [DREQ_FREE]       = 1u << DREQ_PULLING | 1u << DREQ_PREFILLING,
+        [DREQ_PULLING]    = 1u << DREQ_RUNNING | 1u << DREQ_ENDED,
+        [DREQ_PREFILLING] = 1u << DREQ_RUNNING | 1u << DREQ_ENDED,
+        [DREQ_RUNNING]    = 1u << DREQ_ENDED,
+        [DREQ_ENDED]      = 1u << DREQ_FREE,
+    };
 
-typedef struct {
-    moon_serve_instance_args_t a;
-    moon_addr_t                shards_copy[1]; /* decode uses no store */
-    moon_engine_t             *engine;         /* version 0's, owned by weights */
-    moon_weights_set_t         weights;        /* the versions held (two while one drains) */
-    moon_engine_runner_t      *runner;
-    moon_kv_pool_t             pool;
-    const moon_tokenizer_t    *tok;
-    uint32_t                   vocab, seq_len;
-    dreq_t                    *reqs;      /* (max_seqs) */
-    uint32_t                   committed; /* blocks promised to taken requests */
-    /* KV_READY messages of requests not yet taken, in arrival order */
-    moon_msg_hdr_t **waiting;
-    uint32_t         n_waiting;
-    int              admitting; /* try_admit_waiting runs (a cancel taken on admission
-                                   finishes, and finishing admits: not again inside) */
-    /* the step in flight */
-    uint32_t           *b_slot, *b_seq;
-    int32_t            *b_tok;
-    float              *b_logits; /* (max_batch, vocab) */
-    float              *lp_row;   /* (vocab) a row's raw logits, for a request's logprobs */
-    uint32_t            b_n;
-    uint32_t            job_kind;  /* JOB_STEP or JOB_CHUNK in flight */
-    dreq_t             *chunk_req; /* colocated: the request of the chunk in flight */
-    uint32_t            chunk_n;
-    float              *c_logits; /* (vocab) the chunk's last logits */
-    int                 last_was_chunk;
-    moon_block_cache_t *cache;  /* colocated: the instance's own prefix cache */
-    moon_cache_events_t events; /* colocated: its changes, told to the conductor */
-    uint64_t            timer;
-    uint64_t            n_cache_hit_tokens, n_computed_tokens;
-    /* cancels that came before their request */
-    struct {
-        moon_addr_t reply_to;
-        uint64_t    request_id;
-    } cancels[DEC_CANCEL_RING];
-    uint32_t n_cancels;
-    /* prefill instances the conductor said are lost: their late KV_READYs are dropped */
-    moon_addr_t            lost[DEC_LOST_RING];
-    uint32_t               n_lost;
-    uint64_t               n_tokens_out;
-    moon_serve_grammars_t *grammars;      /* NULL until a constrained request comes */
-    uint32_t               n_constrained; /* requests with a grammar */
-    char                   gram_err[MOON_GRAMMAR_ERR_MAX + 32];
-
-    /* the step's groups, one per weight version: [b_end[g-1], b_end[g]) on b_engine[g] */
-    moon_engine_t *b_engine[MOON_WEIGHTS_MAX_HELD];
-    uint32_t       b_end[MOON_WEIGHTS_MAX_HELD];
-    uint32_t       b_groups;
-    moon_engine_t *chunk_engine; /* colocated: the chunk's version */
-    /* a step's tokens, sent at its end as one TOKENS per reply address */
-    struct dec_tok {
-        moon_addr_t reply_to;
-        uint64_t    request_id;
-        uint32_t    index, token, text_end; /* text_end: one past its NUL in tok_text */
-        uint64_t    version;                /* the weights that computed it */
-    } * tok_pend;                           /* (max_batch) */
-    char    *tok_text;                      /* (max_batch * DEC_TOK_TEXT_PER_SEQ) */
-    uint32_t n_tok_pend, n_tok_text, cap_tok;
-    int      tok_batching; /* inside on_step_done: emit queues */
-} decode_t;
+    MOON_CHECK(r->state == to || (allowed[r->state] & (1u << to)) != 0);
+    r->state = to;
+}
 
 static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
 {
@@ -152,7 +61,7 @@ static dreq_t *find_req(decode_t *d, moon_addr_t reply_to, uint64_t id)
     return NULL;
 }
 
-static int take_cancel(decode_t *d, moon_addr_t reply_to, uint64_t id)
+int moon_dec_take_cancel(decode_t *d, moon_addr_t reply_to, uint64_t id)
 {
     for (uint32_t i = 0; i < MOON_MIN(d->n_cancels, DEC_CANCEL_RING); i++) {
         if (d->cancels[i].reply_to == reply_to && d->cancels[i].request_id == id) {
@@ -163,13 +72,19 @@ static int take_cancel(decode_t *d, moon_addr_t reply_to, uint64_t id)
     return 0;
 }
 
+/* Blocks only the prefix cache (colocated) holds: free once given back. */
+static uint32_t cache_idle(const decode_t *d)
+{
+    return d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
+}
+
 static uint32_t blocks_for(const decode_t *d, uint64_t n_tokens)
 {
     uint64_t n = MOON_MIN(n_tokens, (uint64_t)d->seq_len);
     return (uint32_t)((n + d->a.block_tokens - 1) / d->a.block_tokens);
 }
 
-static void report_load(moon_actor_t *self, decode_t *d)
+void moon_dec_report_load(moon_actor_t *self, decode_t *d)
 {
     uint32_t running = 0, queued = d->n_waiting, queued_tokens = 0;
     uint64_t counters[3] = {d->n_cache_hit_tokens, 0, d->n_computed_tokens};
@@ -183,12 +98,8 @@ static void report_load(moon_actor_t *self, decode_t *d)
     }
     /* the cache's blocks are free for the conductor: they go when room is needed */
     moon_serve_report_load(self, &d->a, queued_tokens, queued, running,
-                           moon_kv_n_free_blocks(d->pool.kv) +
-                               (d->cache ? moon_block_cache_idle(d->cache) : 0),
-                           counters);
+                           moon_kv_n_free_blocks(d->pool.kv) + cache_idle(d), counters);
 }
-
-static void tokens_flush(moon_actor_t *self, decode_t *d);
 
 static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finish,
                       moon_status_t status, const char *text, const char *why)
@@ -196,7 +107,7 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
     size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
     moon_serve_done_t *m;
 
-    tokens_flush(self, d); /* the request's tokens before its end */
+    moon_dec_tokens_flush(self, d); /* the request's tokens before its end */
     m = moon_msg_new(MOON_MSG_SERVE_DONE, tl + wl + 2);
 
     if (m == NULL) {
@@ -240,7 +151,6 @@ static void send_kv_done(moon_actor_t *self, dreq_t *r, moon_status_t status)
 }
 
 static void try_admit_waiting(moon_actor_t *self, decode_t *d);
-static void maybe_step(moon_actor_t *self, decode_t *d);
 
 /* Frees what r holds, once no pull writes into its blocks any more. */
 static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
@@ -269,22 +179,23 @@ static void release_req(moon_actor_t *self, decode_t *d, dreq_t *r)
     moon_free(r->local);
     moon_free(r->arrived);
     d->committed -= r->budget;
+    moon_dec_enter(r, DREQ_FREE);
     memset(r, 0, sizeof(*r));
     try_admit_waiting(self, d);
-    report_load(self, d);
+    moon_dec_report_load(self, d);
 }
 
-static void finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moon_status_t status,
-                   const char *message)
+void moon_dec_finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, moon_status_t status,
+                     const char *message)
 {
     const char            *tail = "";
     size_t                 n    = 0;
     moon_serve_released_t *rel;
 
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         return;
     }
-    r->finished = 1;
+    moon_dec_enter(r, DREQ_ENDED);
     if ((why != MOON_FINISH_STOP || r->gram.fsm != NULL) && r->text_ready) {
         moon_serve_text_flush(&r->text, &tail, &n);
     }
@@ -319,100 +230,6 @@ static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
     return 0;
 }
 
-/* One TOKEN now. MOON_ERR_NO_MEMORY. */
-static moon_status_t send_token(moon_actor_t *self, moon_addr_t to, uint64_t request_id,
-                                uint32_t index, uint32_t tok, const char *text, size_t n,
-                                uint64_t version, const moon_serve_lp_t *lp)
-{
-    moon_serve_token_t *m =
-        moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1 + (lp != NULL ? 8 * lp->k + 8 : 0));
-
-    if (m == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    if (lp != NULL) {
-        m->logprob = lp->lp;
-        moon_serve_lp_put(m, &m->top, lp); /* room reserved above */
-    }
-    m->request_id = request_id;
-    m->index      = index;
-    m->token      = tok;
-    moon_msg_set_str(m, &m->text, text);
-    m->weight_version = version;
-    moon_tell(self, to, &m->hdr);
-    return MOON_OK;
-}
-
-/* Sends the queued tokens: one TOKENS per reply address (a lone token as
- * TOKEN), in queue order per address. Called at a step's end and before any
- * DONE leaves, so a request's tokens always precede its end. */
-static void tokens_flush(moon_actor_t *self, decode_t *d)
-{
-    uint32_t n = d->n_tok_pend;
-
-    d->n_tok_pend = 0;
-    d->n_tok_text = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        struct dec_tok      *o;
-        moon_addr_t          to = d->tok_pend[i].reply_to;
-        uint32_t             m = 0, bytes = 0, k = 0, *idx = NULL, *tokv = NULL, *endv = NULL;
-        uint64_t            *ids = NULL, *vers = NULL;
-        char                *text = NULL;
-        moon_serve_tokens_t *t;
-
-        if (to == MOON_ADDR_NONE) {
-            continue; /* sent with an earlier group */
-        }
-        for (uint32_t j = i; j < n; j++) {
-            o = &d->tok_pend[j];
-            if (o->reply_to == to) {
-                uint32_t start = j > 0 ? d->tok_pend[j - 1].text_end : 0;
-                m++;
-                bytes += o->text_end - start;
-            }
-        }
-        t = m > 1 ? moon_msg_new(MOON_MSG_SERVE_TOKENS, (size_t)m * 28 + bytes + 40) : NULL;
-        if (t != NULL) {
-            ids  = moon_msg_span_alloc(t, &t->request_id, m, 8, 0);
-            idx  = moon_msg_span_alloc(t, &t->index, m, 4, 0);
-            tokv = moon_msg_span_alloc(t, &t->token, m, 4, 0);
-            endv = moon_msg_span_alloc(t, &t->text_end, m, 4, 0);
-            text = moon_msg_span_alloc(t, &t->text, bytes, 1, 0);
-            vers = moon_msg_span_alloc(t, &t->weight_version, m, 8, 0);
-            if (ids == NULL || idx == NULL || tokv == NULL || endv == NULL || text == NULL ||
-                vers == NULL) {
-                moon_msg_release(&t->hdr);
-                t = NULL;
-            }
-            bytes = 0;
-        }
-        for (uint32_t j = i; j < n; j++) {
-            uint32_t start = j > 0 ? d->tok_pend[j - 1].text_end : 0;
-            o              = &d->tok_pend[j];
-            if (o->reply_to != to) {
-                continue;
-            }
-            o->reply_to = MOON_ADDR_NONE;
-            if (t == NULL) { /* a lone token (or no memory for the batch) */
-                (void)send_token(self, to, o->request_id, o->index, o->token, d->tok_text + start,
-                                 o->text_end - start - 1, o->version, NULL);
-                continue;
-            }
-            ids[k]  = o->request_id;
-            idx[k]  = o->index;
-            tokv[k] = o->token;
-            vers[k] = o->version;
-            memcpy(text + bytes, d->tok_text + start, o->text_end - start);
-            bytes += o->text_end - start;
-            endv[k++] = bytes;
-        }
-        if (t != NULL) {
-            moon_tell(self, to, &t->hdr);
-        }
-    }
-    moon_plugin_tokens_flush(self); /* the observers' copy of the step, batched alike */
-}
-
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
 static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const moon_serve_lp_t *lp)
 {
@@ -422,40 +239,20 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
     moon_status_t status;
 
     if (is_stop_id(r, tok, d->tok) || (r->gram.fsm != NULL && tok == moon_tokenizer_eos(d->tok))) {
-        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
+        moon_dec_finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
         return;
     }
     if (r->gram.fsm != NULL && (status = moon_serve_grammar_accept(&r->gram, tok)) != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status,
-               status == MOON_ERR_NO_RESOURCE ? "the grammar's automaton reached its size limit"
-                                              : "a token that does not follow the grammar");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status,
+                        status == MOON_ERR_NO_RESOURCE
+                            ? "the grammar's automaton reached its size limit"
+                            : "a token that does not follow the grammar");
         return;
     }
     hit = moon_serve_text_push(&r->text, tok, &text, &n);
-    if (lp != NULL) {
-        /* a token with logprobs goes alone, as a TOKEN (TOKENS carry none) */
-        if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
-                       r->version, lp) != MOON_OK) {
-            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-    } else {
-        if (d->tok_batching && (d->n_tok_pend == d->cap_tok ||
-                                d->n_tok_text + n + 1 > d->cap_tok * DEC_TOK_TEXT_PER_SEQ)) {
-            tokens_flush(self, d); /* full: what is queued leaves first, in order */
-        }
-        if (d->tok_batching && d->n_tok_text + n + 1 <= d->cap_tok * DEC_TOK_TEXT_PER_SEQ) {
-            struct dec_tok *e = &d->tok_pend[d->n_tok_pend++];
-            memcpy(d->tok_text + d->n_tok_text, text, n);
-            d->n_tok_text += (uint32_t)n;
-            d->tok_text[d->n_tok_text++] = '\0';
-            *e = (struct dec_tok){r->reply_to,   r->request_id, r->n_gen++,
-                                  (uint32_t)tok, d->n_tok_text, r->version};
-        } else if (send_token(self, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text, n,
-                              r->version, NULL) != MOON_OK) {
-            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
+    if (moon_dec_token_out(self, d, r, tok, text, n, lp) != MOON_OK) {
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "out of memory");
+        return;
     }
     moon_plugin_token(self, r->reply_to, r->request_id, r->n_gen - 1, (uint32_t)tok, r->ttft_ns);
     if (!d->tok_batching) {
@@ -465,23 +262,24 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
     r->last_token = tok;
     moon_sampler_accept(&r->smp, tok);
     if (hit || moon_serve_grammar_final(&r->gram)) {
-        finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL); /* a complete document ends it */
+        /* a stop string, or a complete document, ends it */
+        moon_dec_finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
     } else if (r->n_gen >= r->max_tokens || r->n_prompt - r->n_resumed + r->n_gen >= d->seq_len) {
         /* the next token would sit at position n_prompt + n_gen: past the context */
-        finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
+        moon_dec_finish(self, d, r, MOON_FINISH_LENGTH, MOON_OK, NULL);
     }
 }
 
 /* Samples a row of logits (changed in place: masked by the request's grammar
  * first) and emits the token; a request with logprobs gets them from the
  * (masked) row, copied before sampling. */
-static void sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
+void moon_dec_sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
 {
     moon_serve_lp_t lp;
     int32_t         tok;
 
     if (moon_serve_grammar_mask(&r->gram, row, d->vocab) != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "grammar mask failed");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NO_MEMORY, "grammar mask failed");
         return;
     }
     if (r->logprobs == 0) {
@@ -497,11 +295,11 @@ static void sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row)
 
 /* Computes the masks the next step's constrained requests will need while
  * that step runs (masks are cached per grammar state: mostly a lookup). */
-static void prefetch_masks(decode_t *d)
+void moon_dec_prefetch_masks(decode_t *d)
 {
     for (uint32_t i = 0; i < d->a.max_seqs; i++) {
         dreq_t *r = &d->reqs[i];
-        if (r->gram.fsm != NULL && r->state == DREQ_RUNNING && !r->finished) {
+        if (r->gram.fsm != NULL && r->state == DREQ_RUNNING) {
             moon_serve_grammar_prefetch(&r->gram);
         }
     }
@@ -531,10 +329,10 @@ static void progress_pull(moon_actor_t *self, decode_t *d, dreq_t *r)
     }
     send_kv_done(self, r, MOON_OK);
     r->transfer_ns = moon_now(moon_actor_runtime(self)) - r->xfer_start_ns;
-    if (!r->finished) {
-        r->state = DREQ_RUNNING;
-        maybe_step(self, d);
-        report_load(self, d);
+    if (r->state == DREQ_PULLING) {
+        moon_dec_enter(r, DREQ_RUNNING);
+        moon_dec_maybe_step(self, d);
+        moon_dec_report_load(self, d);
     }
 }
 
@@ -640,7 +438,7 @@ static moon_status_t take_blocks(moon_actor_t *self, decode_t *d, dreq_t *r,
 #define DEC_CLASS0_SHARE 4u /* 1/4 of the blocks */
 static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need, uint32_t slo_class)
 {
-    uint32_t idle = d->cache != NULL ? moon_block_cache_idle(d->cache) : 0;
+    uint32_t idle = cache_idle(d);
 
     if (slo_class > 0 && d->committed > 0) {
         need += d->a.n_blocks / DEC_CLASS0_SHARE;
@@ -654,8 +452,8 @@ static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need, uint32_
     return d->committed + need + idle <= d->a.n_blocks;
 }
 
-static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
-                              dreq_t **r_p)
+moon_status_t moon_dec_open(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
+                            dreq_state_t first, dreq_t **r_p)
 {
     uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens);
     dreq_t  *r    = NULL;
@@ -665,9 +463,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     }
     /* a virtual cache's metadata grows on use: reserve it for the budget
      * now, so the "budgeted at admission" calls below cannot fail */
-    if (moon_kv_cache_reserve_meta(
-            d->pool.kv, d->committed + need + (d->cache ? moon_block_cache_idle(d->cache) : 0)) !=
-        MOON_OK) {
+    if (moon_kv_cache_reserve_meta(d->pool.kv, d->committed + need + cache_idle(d)) != MOON_OK) {
         return MOON_ERR_NO_MEMORY;
     }
     for (uint32_t i = 0; i < d->a.max_seqs && r == NULL; i++) {
@@ -693,7 +489,7 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
     for (uint32_t i = 0; i <= r->n_full; i++) {
         r->local[i] = MOON_KV_NO_BLOCK;
     }
-    r->state            = DREQ_PULLING;
+    moon_dec_enter(r, first);
     r->reply_to         = m->reply_to;
     r->request_id       = m->request_id;
     r->prefill          = m->prefill;
@@ -712,10 +508,10 @@ static moon_status_t open_req(moon_actor_t *self, decode_t *d, const moon_serve_
  * tokens were streamed before (a resumed request): they go through the text
  * state unsent, so its held-back text and stop-string matching continue
  * where the lost instance was, and the next token gets index n_resumed. */
-static moon_status_t setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sampling_t *sp,
-                                    const uint32_t *toks, uint32_t n, uint32_t n_resumed,
-                                    const char *stops, uint32_t stops_len, const char *grammar,
-                                    uint32_t grammar_len)
+moon_status_t moon_dec_setup_sampling(decode_t *d, dreq_t *r, const moon_serve_sampling_t *sp,
+                                      const uint32_t *toks, uint32_t n, uint32_t n_resumed,
+                                      const char *stops, uint32_t stops_len, const char *grammar,
+                                      uint32_t grammar_len)
 {
     int32_t       prev;
     moon_status_t status;
@@ -767,12 +563,12 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
     sp            = MOON_SERVE_SAMPLING_OF(m);
-    status =
-        setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs),
-                       m->stop_strs.n, MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
+    status        = moon_dec_setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed,
+                                            MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n,
+                                            MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
     if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status,
-               d->gram_err[0] ? d->gram_err : "decode: sampler setup failed");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status,
+                        d->gram_err[0] ? d->gram_err : "decode: sampler setup failed");
         return;
     }
     (void)rem;
@@ -809,7 +605,8 @@ static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
     blocks = MOON_SPAN_PTR(f, f->blocks);
     j      = r->n_full - f->first_block; /* the partial is the final message's last entry */
     if (f->blocks.n == 0 || j != f->blocks.n - 1) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM, "decode: bad handover");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_INVALID_PARAM,
+                        "decode: bad handover");
         return;
     }
     r->partial_issued = 1;
@@ -819,7 +616,8 @@ static void pull_partial(moon_actor_t *self, decode_t *d, dreq_t *r)
         status = start_pull(self, d, r, f, r->n_full, local, blocks[j], pull_delay(self, d, f, 1));
     }
     if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: pulling the last block failed");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status,
+                        "decode: pulling the last block failed");
     }
 }
 
@@ -830,20 +628,20 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
 
     if (m->status != MOON_OK) {
         if (m->status == MOON_ERR_CANCELED) {
-            finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+            moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
         } else {
-            finish(self, d, r, MOON_FINISH_ERROR, m->status, MOON_SPAN_PTR(m, m->message));
+            moon_dec_finish(self, d, r, MOON_FINISH_ERROR, m->status, MOON_SPAN_PTR(m, m->message));
         }
         return;
     }
     status = take_blocks(self, d, r, m);
     if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, "decode: bad handover");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status, "decode: bad handover");
         return;
     }
     if (m->final) {
         take_final(self, d, r, m);
-        if (!r->finished) {
+        if (r->state != DREQ_ENDED) {
             pull_partial(self, d, r);
             progress_pull(self, d, r);
         }
@@ -866,7 +664,7 @@ static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to
     tmp.request_id       = id;
     tmp.prefill          = prefill;
     tmp.prefill_instance = -1;
-    tmp.finished         = 1;
+    tmp.state            = DREQ_ENDED; /* nothing of it runs here */
     send_done(self, d, &tmp, MOON_FINISH_ERROR, status, "", why);
     send_kv_done(self, &tmp, status);
     rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
@@ -908,7 +706,7 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
                        "decode: handover refused (bad length)");
         return 1;
     }
-    status = open_req(self, d, m, &r);
+    status = moon_dec_open(self, d, m, DREQ_PULLING, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
     }
@@ -918,77 +716,15 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
         return 1;
     }
     if (moon_weights_set_engine(&d->weights, r->version) == NULL) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NOT_FOUND,
-               "the request's weight version is not held");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NOT_FOUND,
+                        "the request's weight version is not held");
         return 1;
     }
-    if (take_cancel(d, m->reply_to, m->request_id)) {
-        r->cancelled = 1;
-        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    if (moon_dec_take_cancel(d, m->reply_to, m->request_id)) {
+        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
         return 1;
     }
     on_kv_ready_taken(self, d, r, m);
-    return 1;
-}
-
-/* Colocated: a PREFILL for this instance itself. Returns 0 when it waits. */
-static int handle_prefill(moon_actor_t *self, decode_t *d, const moon_serve_prefill_t *m)
-{
-    moon_serve_kv_ready_t shape = {.reply_to       = m->reply_to,
-                                   .request_id     = m->request_id,
-                                   .n_tokens       = m->tokens.n,
-                                   .max_tokens     = m->max_tokens,
-                                   .slo_class      = m->slo_class,
-                                   .flags          = m->flags,
-                                   .weight_version = m->weight_version};
-    const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
-    dreq_t               *r;
-    moon_status_t         status;
-    uint32_t              hits;
-    moon_serve_sampling_t sp;
-
-    if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
-        MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
-                  (unsigned long long)m->request_id, m->tokens.n);
-        return 1;
-    }
-    status = open_req(self, d, &shape, &r);
-    if (status == MOON_ERR_NO_RESOURCE) {
-        return 0;
-    }
-    if (status != MOON_OK) {
-        return 1;
-    }
-    moon_msg_retain(&m->hdr);
-    r->final_msg        = (moon_msg_hdr_t *)&m->hdr;
-    r->final            = 1;
-    r->prefill          = MOON_ADDR_NONE;
-    r->prefill_instance = (int32_t)d->a.instance; /* colocated: it prefills too */
-    r->state            = DREQ_PREFILLING;
-    r->arrival_ns       = m->arrival_ns;
-    r->stop_ids         = MOON_SPAN_PTR(m, m->stop_ids);
-    r->n_stop_ids       = m->stop_ids.n;
-    /* the prompt's last token is always computed: its logits give the first token */
-    hits          = moon_block_cache_take(d->cache, MOON_SPAN_PTR(m, m->keys),
-                                          MOON_MIN(m->keys.n / 2, (m->tokens.n - 1) / d->a.block_tokens),
-                                          r->seq);
-    r->n_done     = hits * d->a.block_tokens;
-    r->n_cached   = r->n_done;
-    r->n_appended = r->n_full; /* nothing to pull */
-    d->n_cache_hit_tokens += r->n_done;
-    sp = MOON_SERVE_SAMPLING_OF(m);
-    status =
-        setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed, MOON_SPAN_PTR(m, m->stop_strs),
-                       m->stop_strs.n, MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
-    if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status,
-               d->gram_err[0] ? d->gram_err : "bad sampling parameters");
-    } else if (take_cancel(d, m->reply_to, m->request_id)) {
-        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
-    } else {
-        maybe_step(self, d);
-    }
-    report_load(self, d);
     return 1;
 }
 
@@ -1014,7 +750,7 @@ static int must_wait(const decode_t *d, uint32_t slo_class)
 static int handle_incoming(moon_actor_t *self, decode_t *d, const moon_msg_hdr_t *msg)
 {
     return msg->type == MOON_MSG_SERVE_PREFILL
-               ? handle_prefill(self, d, (const moon_serve_prefill_t *)msg)
+               ? moon_dec_take_prefill(self, d, (const moon_serve_prefill_t *)msg)
                : handle_kv_ready(self, d, (const moon_serve_kv_ready_t *)msg);
 }
 
@@ -1112,16 +848,16 @@ static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon
     for (uint32_t k = 0; k < n && i + k <= r->n_full; k++) {
         r->arrived[i + k] = st == MOON_OK;
     }
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         release_req(self, d, r); /* the last pull in flight of an ended request */
         return;
     }
     if (st != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, st, "decode: KV transfer failed");
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, st, "decode: KV transfer failed");
         return;
     }
     progress_pull(self, d, r);
-    if (!r->finished) {
+    if (r->state != DREQ_ENDED) {
         pull_partial(self, d, r);
     }
 }
@@ -1147,58 +883,9 @@ static moon_status_t step_job(void *arg, double *duration_s_p)
     return status;
 }
 
-static moon_status_t chunk_job(void *arg, double *duration_s_p)
-{
-    decode_t                   *d   = arg;
-    dreq_t                     *r   = d->chunk_req;
-    const moon_serve_prefill_t *m   = (const void *)r->final_msg;
-    const int32_t              *tok = (const int32_t *)MOON_SPAN_PTR(m, m->tokens) + r->n_done;
-
-    return moon_engine_prefill(d->chunk_engine, d->pool.kv, r->seq, tok, d->chunk_n, d->c_logits,
-                               duration_s_p);
-}
-
-/* Colocated: the oldest request still prefilling. */
-static dreq_t *next_prefill(decode_t *d)
-{
-    dreq_t *best = NULL;
-
-    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
-        dreq_t *r = &d->reqs[i];
-        if (r->state == DREQ_PREFILLING && !r->finished &&
-            (best == NULL || r->arrival_ns < best->arrival_ns)) {
-            best = r;
-        }
-    }
-    return best;
-}
-
-static void start_chunk(moon_actor_t *self, decode_t *d, dreq_t *r)
-{
-    uint32_t n = MOON_MIN(d->a.prefill_chunk, r->n_prompt - r->n_done);
-
-    if (r->n_done == r->n_cached && r->prefill_ns == 0) {
-        r->queue_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
-    }
-    d->chunk_engine = moon_weights_set_engine(&d->weights, r->version);
-    if (d->chunk_engine == NULL) {
-        finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_NOT_FOUND,
-               "the request's weight version is not held");
-        return;
-    }
-    /* budgeted at admission: the blocks are there */
-    MOON_CHECK(moon_kv_seq_reserve(d->pool.kv, r->seq, n) == MOON_OK);
-    r->in_step        = 1;
-    d->chunk_req      = r;
-    d->chunk_n        = n;
-    d->job_kind       = JOB_CHUNK;
-    d->last_was_chunk = 1;
-    MOON_CHECK(moon_engine_runner_submit(d->runner, self, chunk_job, d, 0) == MOON_OK);
-}
-
 /* The next forward pass: a decode step of the whole batch, or (colocated) a
  * prefill chunk, taking turns while both have work. */
-static void maybe_step(moon_actor_t *self, decode_t *d)
+void moon_dec_maybe_step(moon_actor_t *self, decode_t *d)
 {
     moon_status_t status;
     dreq_t       *pre;
@@ -1206,10 +893,10 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
     if (moon_engine_runner_busy(d->runner)) {
         return;
     }
-    pre    = d->cache != NULL ? next_prefill(d) : NULL;
+    pre    = d->cache != NULL ? moon_dec_next_prefill(d) : NULL;
     d->b_n = 0;
     if (pre != NULL && d->last_was_chunk == 0) {
-        start_chunk(self, d, pre);
+        moon_dec_start_chunk(self, d, pre);
         return;
     }
     d->b_groups = 0;
@@ -1217,8 +904,7 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
         uint32_t start = d->b_n;
         for (uint32_t i = 0; i < d->a.max_seqs && d->b_n < d->a.engine.max_batch; i++) {
             dreq_t *r = &d->reqs[i];
-            if (r->state != DREQ_RUNNING || r->finished ||
-                r->version != d->weights.held[h].version) {
+            if (r->state != DREQ_RUNNING || r->version != d->weights.held[h].version) {
                 continue;
             }
             /* budgeted at admission: the room for one more token is there */
@@ -1236,7 +922,7 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
     }
     if (d->b_n == 0) {
         if (pre != NULL) {
-            start_chunk(self, d, pre);
+            moon_dec_start_chunk(self, d, pre);
         }
         return;
     }
@@ -1246,52 +932,22 @@ static void maybe_step(moon_actor_t *self, decode_t *d)
     MOON_CHECK(status == MOON_OK);
 }
 
-/* Colocated: a prefill chunk ended. */
-/* A forward pass with r in it ended: r ends now if it finished or was
+/* A forward pass with r in it ended: r ends now if it ended or was
  * cancelled meanwhile, or if the pass failed (1); else it goes on (0). */
-static int after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_t status,
-                      const char *what)
+int moon_dec_after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_t status,
+                        const char *what)
 {
     r->in_step = 0;
-    if (r->finished) {
+    if (r->state == DREQ_ENDED) {
         release_req(self, d, r);
-    } else if (r->cancelled) {
-        finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else if (r->cancel_pending) {
+        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
     } else if (status != MOON_OK) {
-        finish(self, d, r, MOON_FINISH_ERROR, status, what);
+        moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status, what);
     } else {
         return 0;
     }
     return 1;
-}
-
-static void on_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, double dur)
-{
-    dreq_t                     *r      = d->chunk_req;
-    const moon_serve_prefill_t *m      = (const void *)r->final_msg;
-    const moon_kv_key_t        *keys   = MOON_SPAN_PTR(m, m->keys);
-    uint32_t                    n_keys = m->keys.n / 2;
-
-    d->chunk_req = NULL;
-    if (!after_pass(self, d, r, status, "prefill failed")) {
-        r->n_done += d->chunk_n;
-        r->prefill_ns += (uint64_t)(dur * 1e9);
-        d->n_computed_tokens += d->chunk_n;
-        if (r->n_done == r->n_prompt) {
-            for (uint32_t i = 0; i < MOON_MIN(n_keys, r->n_prompt / d->a.block_tokens); i++) {
-                moon_block_cache_put(d->cache, keys[i], moon_kv_seq_block(d->pool.kv, r->seq, i));
-            }
-            moon_cache_events_flush(&d->events, self);
-            r->state   = DREQ_RUNNING;
-            r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
-            sample_emit(self, d, r, d->c_logits);
-        }
-    }
-    maybe_step(self, d);
-    if (d->n_constrained > 0) {
-        prefetch_masks(d); /* while the step just submitted runs */
-    }
-    report_load(self, d);
 }
 
 static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
@@ -1299,16 +955,16 @@ static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
     d->tok_batching = 1; /* the step's tokens leave together, one message per reply address */
     for (uint32_t b = 0; b < d->b_n; b++) {
         dreq_t *r = &d->reqs[d->b_slot[b]];
-        if (!after_pass(self, d, r, status, "decode step failed")) {
-            sample_emit(self, d, r, d->b_logits + (size_t)b * d->vocab);
+        if (!moon_dec_after_pass(self, d, r, status, "decode step failed")) {
+            moon_dec_sample_emit(self, d, r, d->b_logits + (size_t)b * d->vocab);
         }
     }
-    tokens_flush(self, d);
+    moon_dec_tokens_flush(self, d);
     d->tok_batching = 0;
     d->b_n          = 0;
-    maybe_step(self, d);
+    moon_dec_maybe_step(self, d);
     if (d->n_constrained > 0) {
-        prefetch_masks(d);
+        moon_dec_prefetch_masks(d);
     }
 }
 
@@ -1326,12 +982,12 @@ static moon_status_t decode_on_timer(moon_actor_t *self, const moon_msg_hdr_t *m
     } else if (moon_engine_runner_done(d->runner, msg, &job, &status, &dur)) {
         moon_weights_set_poll(&d->weights, self, d->runner);
         if (d->job_kind == JOB_CHUNK) {
-            on_chunk_done(self, d, status, dur);
+            moon_dec_chunk_done(self, d, status, dur);
         } else {
             on_step_done(self, d, status);
         }
     } else {
-        report_load(self, d);
+        moon_dec_report_load(self, d);
     }
     return MOON_OK;
 }
@@ -1343,9 +999,9 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     dreq_t                    *r = find_req(d, m->reply_to, m->request_id);
 
     if (r != NULL) {
-        r->cancelled = 1;
+        r->cancel_pending = 1;
         if (!r->in_step) {
-            finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+            moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
         }
         return MOON_OK;
     }
@@ -1377,7 +1033,7 @@ static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *ms
     r = find_req(d, m->reply_to, m->request_id);
     if (r != NULL) {
         if (r->state == DREQ_PULLING && r->prefill == m->lost) {
-            finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, why);
+            moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, why);
         }
         return MOON_OK;
     }
@@ -1394,18 +1050,7 @@ static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *ms
     }
     /* not taken here: answer for it (nothing of it runs here) */
     answer_untaken(self, d, m->reply_to, m->request_id, MOON_ADDR_NONE, MOON_ERR_PEER_LOST, why);
-    report_load(self, d);
-    return MOON_OK;
-}
-
-/* Colocated: the conductor lost some of our cache events: it gets the whole cache. */
-static moon_status_t decode_on_cache_sync(moon_actor_t *self, const moon_msg_hdr_t *msg)
-{
-    decode_t *d = moon_actor_state(self);
-
-    if (d->cache != NULL && msg->src == d->a.conductor) {
-        moon_cache_events_snapshot(&d->events, self, d->cache);
-    }
+    moon_dec_report_load(self, d);
     return MOON_OK;
 }
 
@@ -1461,15 +1106,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->tok_text = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
     d->lp_row   = moon_calloc(d->vocab, sizeof(float));
     if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
-        if (d->a.prefill_chunk == 0) {
-            d->a.prefill_chunk = 128;
-        }
-        d->c_logits = moon_calloc(d->vocab, sizeof(float));
-        status      = d->c_logits ? moon_block_cache_create(d->pool.kv, d->a.n_blocks, &d->cache)
-                                  : MOON_ERR_NO_MEMORY;
-        if (status == MOON_OK) {
-            moon_cache_events_init(&d->events, d->cache, d->a.instance, &d->a.tag, d->a.conductor);
-        }
+        status = moon_dec_colocated_open(d);
     }
     if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits ||
                               !d->tok_pend || !d->tok_text || !d->lp_row)) {
@@ -1487,7 +1124,7 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     if (d->cache != NULL) {
         moon_cache_events_snapshot(&d->events, self, d->cache); /* after HELLO: empty */
     }
-    report_load(self, d);
+    moon_dec_report_load(self, d);
     return MOON_OK;
 }
 
@@ -1514,11 +1151,9 @@ static void decode_fini(moon_actor_t *self)
         moon_msg_release(d->waiting[i]);
     }
     moon_free(d->waiting);
-    moon_block_cache_destroy(d->cache); /* its references, before the pool goes */
-    moon_cache_events_fini(&d->events);
+    moon_dec_colocated_close(d); /* the cache's references, before the pool goes */
     moon_kv_pool_close(&d->pool);
     moon_weights_set_fini(&d->weights);
-    moon_free(d->c_logits);
     moon_free(d->reqs);
     moon_free(d->b_slot);
     moon_free(d->b_seq);
@@ -1543,7 +1178,7 @@ const moon_actor_ops_t moon_decode_ops = {
             [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
             [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
             [MOON_MSG_SYS_TIMER]         = decode_on_timer,
-            [MOON_MSG_SERVE_CACHE_SYNC]  = decode_on_cache_sync,
+            [MOON_MSG_SERVE_CACHE_SYNC]  = moon_dec_on_cache_sync,
             [MOON_MSG_WEIGHTS_INSTALL]   = decode_on_weights,
             [MOON_MSG_WEIGHTS_RETIRE]    = decode_on_weights,
         },
