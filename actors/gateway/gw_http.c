@@ -5,6 +5,7 @@
 #include "gw_answer.h"
 #include "gw_batches.h"
 #include "gw_buf.h"
+#include "gw_choices.h"
 #include "gw_cors.h"
 #include "gw_errors.h"
 #include "gw_format.h"
@@ -96,17 +97,21 @@ typedef struct {
     int                    must_close; /* the answer closes the connection */
     int                    admitted;   /* counted in n_busy */
     moon_gw_request_t      req;
-    moon_gw_req_t         *breq;
+    moon_gw_req_t         *breq; /* choice 0's: the leader (its id, the hang-up's poke) */
+    moon_gw_choice_t      *ch;   /* (n_ch: best_of) the choices; NULL before the body */
+    uint32_t               n_ch;
+    uint32_t               n_done;  /* choices whose DONE was read */
+    uint32_t               rr;      /* the choice read first next time (round robin) */
+    uint32_t               first_k; /* the choice of first */
+    uint32_t               want_lp; /* the logprobs the client asked (best_of asks for 1) */
+    char                  *echo;    /* echo: the prompt's text; NULL: none */
     char                   id[64];
     moon_gw_resp_meta_t    meta;
     const moon_msg_hdr_t  *first; /* the first event, kept for the stream */
-    moon_gw_buf_t          acc;   /* non-stream: the text so far */
-    moon_gw_logprobs_t     lp;    /* logprobs asked: gathered since the last chunk */
     char                  *out;   /* stream: bytes to send */
     size_t                 n_out, off_out;
-    int                    role_sent;
     int                    finished;     /* stream: [DONE] formatted */
-    int                    got_done;     /* DONE read: nothing to cancel */
+    int                    got_done;     /* every DONE read, or an error ended it */
     int                    ttft_seen;    /* the first text is out (TTFT observed) */
     uint64_t               last_text_ns; /* stream: when text last went out */
     int                    watched;      /* hangup_slot is ours */
@@ -613,24 +618,29 @@ static void out_append(moon_gw_buf_t *b, char *chunk, size_t len)
     moon_free(chunk);
 }
 
-/* A TOKEN's logprobs into c->lp (when the request asked for them). */
-static void lp_add(conn_t *c, const moon_msg_hdr_t *msg)
+/* A TOKEN's logprob into choice k's sum, and into its logprobs object when
+ * the client asked for them. */
+static void lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 {
     const moon_serve_token_t *t = (const moon_serve_token_t *)msg;
 
-    if (c->req.params.logprobs > 0 && msg->type == MOON_MSG_SERVE_TOKEN &&
-        moon_gw_logprobs_add(&c->lp, (int32_t)t->token, t->logprob, MOON_SPAN_PTR(t, t->top),
-                             t->top.n / 2) != MOON_OK) {
+    if (msg->type != MOON_MSG_SERVE_TOKEN || c->req.params.logprobs == 0) {
+        return;
+    }
+    c->ch[k].sum_lp += t->logprob;
+    if (c->want_lp > 0 && moon_gw_logprobs_add(&c->ch[k].lp, (int32_t)t->token, t->logprob,
+                                               MOON_SPAN_PTR(t, t->top), t->top.n / 2) != MOON_OK) {
         MOON_ERROR("gateway: out of memory gathering logprobs");
     }
 }
 
-/* A chunk carrying the logprobs gathered since the last one. */
-static char *chunk_lp(conn_t *c, const char *text, const char *finish, size_t *len_p)
+/* A chunk of choice k carrying the logprobs gathered since its last one. */
+static char *chunk_lp(conn_t *c, uint32_t k, const char *text, const char *finish, size_t *len_p)
 {
-    char *lpj = moon_gw_logprobs_take(&c->lp);
+    char *lpj = moon_gw_logprobs_take(&c->ch[k].lp);
     char *chunk;
 
+    c->meta.index    = k;
     c->meta.logprobs = lpj;
     chunk            = moon_gw_format_chunk(&c->meta, 0, text, finish, len_p);
     c->meta.logprobs = NULL;
@@ -638,72 +648,110 @@ static char *chunk_lp(conn_t *c, const char *text, const char *finish, size_t *l
     return chunk;
 }
 
-/* Formats one event of the stream into c->out. */
-static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
+/* Choice k's opening: chat's role delta, completions' echoed prompt. */
+static void stream_open(conn_t *c, uint32_t k, moon_gw_buf_t *b)
+{
+    size_t len = 0;
+    char  *chunk;
+
+    if (c->ch[k].role_sent) {
+        return;
+    }
+    c->ch[k].role_sent = 1;
+    c->meta.index      = k;
+    if (c->meta.chat) {
+        chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
+        out_append(b, chunk, len);
+    } else if (c->echo != NULL) {
+        chunk = moon_gw_format_chunk(&c->meta, 0, c->echo, NULL, &len);
+        out_append(b, chunk, len);
+    }
+}
+
+/* Choice k's DONE (not an error) in a stream: its last text, its finish; the
+ * usage and [DONE] after the last choice's. */
+static void stream_done(conn_t *c, uint32_t k, const moon_serve_done_t *d, moon_gw_buf_t *b)
+{
+    const char     *text = str_of(&d->hdr, d->text);
+    moon_gw_usage_t u;
+    size_t          len = 0;
+    char           *chunk;
+
+    if (text[0] != '\0') {
+        observe_text(c);
+    }
+    if (c->n_done == c->n_ch) {
+        observe_end(c, d);
+    }
+    c->meta.index = k;
+    if (c->meta.chat && text[0] != '\0') {
+        if (c->req.structured.tools) {
+            moon_gw_structured_stream(&c->req.structured, &c->meta, text, b);
+        } else {
+            chunk = chunk_lp(c, k, text, NULL, &len);
+            out_append(b, chunk, len);
+        }
+        text = NULL;
+    }
+    if (c->meta.chat && c->req.structured.tools) { /* held-back text, then the finish */
+        moon_gw_structured_stream_end(&c->req.structured, &c->meta, moon_finish_str(d->finish), b);
+    } else {
+        chunk = chunk_lp(c, k, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
+        out_append(b, chunk, len);
+    }
+    usage_of(c, d, &c->ch[k].u);
+    if (c->n_done < c->n_ch) {
+        return;
+    }
+    c->finished = 1;
+    if (c->meta.include_usage) {
+        moon_gw_choices_usage(c->ch, c->n_ch, &u);
+        chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
+        out_append(b, chunk, len);
+    }
+    moon_gw_buf_puts(b, MOON_GW_SSE_DONE);
+}
+
+/* Formats one event of choice k of the stream into c->out. */
+static void stream_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 {
     moon_gw_buf_t b;
     size_t        len = 0;
     char         *chunk;
 
     moon_gw_buf_init(&b);
-    if (c->meta.chat && !c->role_sent) {
-        chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
-        out_append(&b, chunk, len);
-        c->role_sent = 1;
-    }
+    stream_open(c, k, &b);
     if (msg->type == MOON_MSG_SERVE_TOKEN) {
         const moon_serve_token_t *t    = (const moon_serve_token_t *)msg;
         const char               *text = str_of(msg, t->text);
 
-        lp_add(c, msg);
+        lp_add(c, k, msg);
         if (text[0] != '\0') {
+            c->meta.index = k;
             if (c->req.structured.tools) { /* tool calls are split out of the text */
                 moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
             } else {
-                chunk = chunk_lp(c, text, NULL, &len);
+                chunk = chunk_lp(c, k, text, NULL, &len);
                 out_append(&b, chunk, len);
             }
             observe_text(c);
         }
     } else {
-        const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
-        const char              *text = str_of(msg, d->text);
+        const moon_serve_done_t *d = (const moon_serve_done_t *)msg;
         moon_gw_error_t          err;
-        moon_gw_usage_t          u;
 
-        c->got_done = 1;
-        c->finished = 1;
+        c->ch[k].got_done = 1;
+        c->n_done++;
         if (done_error(d, &err)) {
-            chunk = moon_gw_format_error_event(&err, &len);
+            c->got_done = 1;
+            c->finished = 1; /* the other choices are cancelled when it closes */
+            chunk       = moon_gw_format_error_event(&err, &len);
             out_append(&b, chunk, len);
+            moon_gw_buf_puts(&b, MOON_GW_SSE_DONE);
         } else {
-            if (text[0] != '\0') {
-                observe_text(c);
-            }
-            observe_end(c, d);
-            if (c->meta.chat && text[0] != '\0') {
-                if (c->req.structured.tools) {
-                    moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
-                } else {
-                    chunk = chunk_lp(c, text, NULL, &len);
-                    out_append(&b, chunk, len);
-                }
-                text = NULL;
-            }
-            if (c->meta.chat && c->req.structured.tools) { /* held-back text, then the finish */
-                moon_gw_structured_stream_end(&c->req.structured, &c->meta,
-                                              moon_finish_str(d->finish), &b);
-            } else {
-                chunk = chunk_lp(c, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
-                out_append(&b, chunk, len);
-            }
-            if (c->meta.include_usage) {
-                usage_of(c, d, &u);
-                chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
-                out_append(&b, chunk, len);
-            }
+            stream_done(c, k, d, &b);
+            c->got_done = c->finished;
         }
-        moon_gw_buf_puts(&b, MOON_GW_SSE_DONE);
     }
     moon_free(c->out);
     c->out     = NULL;
@@ -716,6 +764,73 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
     moon_gw_buf_fini(&b);
 }
 
+static moon_gw_conn_t conn_of(conn_t *c, uint32_t k);
+
+/* The choices after the leader go once its first event has come: its prompt
+ * is prefilled and its full blocks are in the prefix cache (gw_choices.h).
+ * A choice that cannot be submitted ends the request with its error. */
+static int submit_rest(conn_t *c, moon_gw_error_t *err)
+{
+    for (uint32_t k = 1; k < c->n_ch; k++) {
+        moon_serve_params_t p    = c->req.params;
+        moon_gw_conn_t      conn = conn_of(c, k);
+        moon_status_t       status;
+
+        if (c->ch[k].breq != NULL) {
+            continue;
+        }
+        p.seed = moon_gw_choice_seed(p.seed, k);
+        status = moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
+        if (status != MOON_OK) {
+            c->ch[k].breq = NULL;
+            moon_gw_error_set(err, status == MOON_ERR_NO_RESOURCE ? 429 : 500, NULL, NULL,
+                              "choice %u could not be submitted: %s", k, moon_status_str(status));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The next event of any running choice (*k_p: its choice), round robin;
+ * NULL when none is queued: *parked_p 1 if the connection parked (on the
+ * leader while it runs, the one the hang-up watcher pokes, else on the first
+ * running choice: its next event wakes it, and the others' events are read
+ * then), 0 if the client left. */
+static const moon_msg_hdr_t *next_event(conn_t *c, uint32_t *k_p, int *parked_p)
+{
+    *parked_p = 0;
+    for (;;) {
+        uint32_t k;
+
+        if (atomic_load(&c->gone)) {
+            return NULL;
+        }
+        for (uint32_t j = 0; j < c->n_ch; j++) {
+            const moon_msg_hdr_t *msg;
+
+            k = (c->rr + j) % c->n_ch;
+            if (c->ch[k].breq == NULL || c->ch[k].got_done) {
+                continue;
+            }
+            msg = moon_gw_req_next(c->ch[k].breq);
+            if (msg != NULL) {
+                c->rr = (k + 1) % c->n_ch;
+                *k_p  = k;
+                return msg;
+            }
+        }
+        for (k = 0; k < c->n_ch && (c->ch[k].breq == NULL || c->ch[k].got_done); k++) {
+        }
+        if (k == c->n_ch) {
+            return NULL; /* nothing runs (not reached: the last DONE ends the answer) */
+        }
+        if (moon_gw_req_park(c->ch[k].breq)) {
+            *parked_p = 1;
+            return NULL;
+        }
+    }
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     conn_t *c = cls;
@@ -723,6 +838,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     for (;;) {
         const moon_msg_hdr_t *msg;
+        uint32_t              k      = 0;
+        int                   parked = 0;
 
         if (c->off_out < c->n_out) {
             size_t n = MOON_MIN(max, c->n_out - c->off_out);
@@ -737,17 +854,18 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR; /* closes: cancels */
         }
         msg      = c->first;
+        k        = c->first_k;
         c->first = NULL;
         if (msg == NULL) {
-            msg = moon_gw_req_next(c->breq);
+            msg = next_event(c, &k, &parked);
         }
         if (msg == NULL) {
-            if (moon_gw_req_park(c->breq)) {
+            if (parked) {
                 return 0; /* suspended: resumed by the next event */
             }
             continue;
         }
-        stream_event(c, msg);
+        stream_event(c, k, msg);
         moon_msg_release(msg);
     }
 }
@@ -773,6 +891,58 @@ static enum MHD_Result start_stream(conn_t *c)
     return ret;
 }
 
+/* Choice k's body of a whole answer, as choice `index` of the response. */
+static char *choice_body(conn_t *c, uint32_t k, uint32_t index, const moon_gw_usage_t *u,
+                         size_t *len_p)
+{
+    moon_gw_choice_t *ch = &c->ch[k];
+    moon_gw_buf_t     text;
+    char             *body;
+
+    moon_gw_buf_init(&text);
+    moon_gw_buf_puts(&text, c->echo != NULL ? c->echo : "");
+    moon_gw_buf_puts(&text, ch->acc.failed ? "" : ch->acc.data);
+    c->meta.index    = index;
+    c->meta.logprobs = c->want_lp > 0 ? moon_gw_logprobs_take(&ch->lp) : NULL;
+    body = moon_gw_structured_response(&c->req.structured, &c->meta, text.failed ? "" : text.data,
+                                       ch->finish, u, len_p);
+    moon_free((char *)c->meta.logprobs);
+    c->meta.logprobs = NULL;
+    moon_gw_buf_fini(&text);
+    return body;
+}
+
+/* Every choice is done: the whole answer, the n best of best_of. */
+static enum MHD_Result answer_whole(conn_t *c)
+{
+    uint32_t        order[MOON_GW_MAX_CHOICES];
+    char           *bodies[MOON_GW_MAX_CHOICES] = {NULL};
+    uint32_t        n                           = c->req.n;
+    moon_gw_usage_t u;
+    size_t          len = 0;
+    char           *text;
+
+    moon_gw_choices_usage(c->ch, c->n_ch, &u);
+    if (n == 1 && c->n_ch == 1) {
+        text = choice_body(c, 0, 0, &u, &len);
+        return respond_json(c, 200, text, len);
+    }
+    moon_gw_choices_rank(c->ch, c->n_ch, n, order);
+    if (c->n_ch == n) {
+        for (uint32_t i = 0; i < n; i++) {
+            order[i] = i; /* no ranking: in their order */
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        bodies[i] = choice_body(c, order[i], i, &u, &len);
+    }
+    text = moon_gw_choices_merge(bodies, n, &len);
+    for (uint32_t i = 0; i < n; i++) {
+        moon_free(bodies[i]);
+    }
+    return respond_json(c, 200, text, len);
+}
+
 /* Resumed (or right after submit): reads what has come. */
 static enum MHD_Result on_events(conn_t *c)
 {
@@ -780,58 +950,70 @@ static enum MHD_Result on_events(conn_t *c)
         const moon_msg_hdr_t    *msg;
         const moon_serve_done_t *d;
         moon_gw_error_t          err;
-        moon_gw_usage_t          u;
-        char                    *text;
-        size_t                   len = 0;
+        uint32_t                 k      = 0;
+        int                      parked = 0;
 
-        if (atomic_load(&c->gone)) {
-            return MHD_NO; /* closes the connection: on_completed cancels */
-        }
-        msg = moon_gw_req_next(c->breq);
+        msg = next_event(c, &k, &parked);
         if (msg == NULL) {
-            if (moon_gw_req_park(c->breq)) {
+            if (parked) {
                 return MHD_YES;
+            }
+            if (atomic_load(&c->gone)) {
+                return MHD_NO; /* closes the connection: on_completed cancels */
             }
             continue;
         }
         stamp_version(c, msg);
+        if (k == 0 && c->n_ch > 1 && c->ch[1].breq == NULL &&
+            !(msg->type == MOON_MSG_SERVE_DONE &&
+              done_error((const moon_serve_done_t *)msg, &err)) &&
+            !submit_rest(c, &err)) {
+            moon_msg_release(msg);
+            return respond_error(c, &err);
+        }
         if (msg->type == MOON_MSG_SERVE_TOKEN) {
             if (c->req.stream) {
-                c->first = msg;
+                c->first   = msg;
+                c->first_k = k;
                 return start_stream(c);
             }
-            moon_gw_buf_puts(&c->acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
-            lp_add(c, msg);
+            moon_gw_buf_puts(&c->ch[k].acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
+            lp_add(c, k, msg);
             moon_msg_release(msg);
             continue;
         }
-        d           = (const moon_serve_done_t *)msg;
-        c->got_done = 1;
+        d = (const moon_serve_done_t *)msg;
         if (done_error(d, &err)) {
+            c->ch[k].got_done = 1;
+            c->got_done       = 1; /* the other choices are cancelled when it closes */
             moon_msg_release(msg);
             return respond_error(c, &err);
         }
         if (c->req.stream) {
-            c->first = msg;
+            c->first   = msg;
+            c->first_k = k;
             return start_stream(c);
         }
-        moon_gw_buf_puts(&c->acc, str_of(msg, d->text));
+        c->ch[k].got_done = 1;
+        c->n_done++;
+        moon_gw_buf_puts(&c->ch[k].acc, str_of(msg, d->text));
+        c->ch[k].finish = moon_finish_str(d->finish);
+        usage_of(c, d, &c->ch[k].u);
+        if (c->n_done == c->n_ch) {
+            observe_end(c, d);
+        }
+        moon_msg_release(msg);
+        if (c->n_done < c->n_ch) {
+            continue;
+        }
+        c->got_done = 1;
         /* a whole answer: its first token's time is the actor's */
         if (moon_gw_req_times(c->breq)->first_token_ns != 0) {
             c->ttft_seen = 1;
             moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
                                     since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
         }
-        observe_end(c, d);
-        usage_of(c, d, &u);
-        c->meta.logprobs = moon_gw_logprobs_take(&c->lp);
-        text             = moon_gw_structured_response(&c->req.structured, &c->meta,
-                                           c->acc.failed ? "" : c->acc.data,
-                                                       moon_finish_str(d->finish), &u, &len);
-        moon_free((char *)c->meta.logprobs);
-        c->meta.logprobs = NULL;
-        moon_msg_release(msg);
-        return respond_json(c, 200, text, len);
+        return answer_whole(c);
     }
 }
 
@@ -872,6 +1054,52 @@ static int admit(conn_t *c, moon_gw_error_t *err)
     }
     c->admitted = 1;
     return 1;
+}
+
+/* Choice k's connection hooks: a stream wakes at every event; a whole
+ * answer at its DONE (the watcher notices a client that leaves before),
+ * except the leader of several choices, whose first token also wakes it (the
+ * others are submitted then: gw_choices.h). */
+static moon_gw_conn_t conn_of(conn_t *c, uint32_t k)
+{
+    moon_gw_conn_t conn = {.park = conn_park, .wake = conn_wake, .arg = c};
+
+    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
+    if (!c->req.stream && k == 0 && c->n_ch > 1) {
+        conn.token_wake_ns = 1000000000ull; /* the first token; then once a second */
+    }
+    conn.arrival_ns = c->t_start_ns; /* latencies count from the request's first byte */
+    return conn;
+}
+
+/* The request's choices (best_of of them), their texts and logprobs; best_of
+ * beyond n ranks by logprob, so the cluster sends logprobs then. */
+static moon_status_t make_choices(conn_t *c)
+{
+    const moon_tokenizer_t *tok = c->http->a.model.tok;
+
+    c->n_ch    = MOON_MAX(c->req.best_of, 1u);
+    c->want_lp = c->req.params.logprobs;
+    if (c->n_ch > c->req.n && c->req.params.logprobs == 0) {
+        c->req.params.logprobs = 1;
+    }
+    c->ch = moon_calloc(c->n_ch, sizeof(*c->ch));
+    if (c->ch == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t k = 0; k < c->n_ch; k++) {
+        moon_gw_buf_init(&c->ch[k].acc);
+        moon_gw_buf_puts(&c->ch[k].acc, "");
+        moon_gw_logprobs_init(&c->ch[k].lp, c->req.chat, tok,
+                              c->req.n_tokens > 0 ? c->req.tokens[c->req.n_tokens - 1] : -1);
+    }
+    if (c->req.echo) {
+        c->echo = moon_gw_echo_text(&c->req, tok);
+        if (c->echo == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+    }
+    return MOON_OK;
 }
 
 /* The body is in: parse, prepare, submit. */
@@ -917,14 +1145,13 @@ static enum MHD_Result on_body(conn_t *c)
     }
     moon_gw_plugin_params(c->mc, c->body.data, c->body.len, session, sizeof(session),
                           &c->req.params);
-    conn.park = conn_park;
-    conn.wake = conn_wake;
-    conn.arg  = c;
-    /* a whole answer wakes its connection once, at DONE (the watcher notices a
-     * client that leaves before) */
-    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
-    conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
-    status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
+    status = make_choices(c);
+    if (status != MOON_OK) {
+        return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
+    }
+    conn    = conn_of(c, 0);
+    status  = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->ch[0].breq);
+    c->breq = c->ch[0].breq;
     if (status == MOON_ERR_NO_RESOURCE) {
         MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
                          h->a.cfg.max_inflight);
@@ -951,8 +1178,6 @@ static enum MHD_Result on_body(conn_t *c)
     c->meta.chat          = c->req.chat;
     c->meta.include_usage = c->req.include_usage;
     c->phase              = PH_WAIT;
-    moon_gw_logprobs_init(&c->lp, c->req.chat, h->a.model.tok,
-                          c->req.n_tokens > 0 ? c->req.tokens[c->req.n_tokens - 1] : -1);
     return on_events(c);
 }
 
@@ -1092,8 +1317,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->t_start_ns = moon_now(h->a.rt);
         c->body_limit = h->a.cfg.body_limit_bytes;
         moon_gw_buf_init(&c->body);
-        moon_gw_buf_init(&c->acc);
-        moon_gw_buf_puts(&c->acc, "");
         atomic_init(&c->gone, 0);
         *con_cls = c;
         ret      = on_start(c, url, method);
@@ -1152,13 +1375,19 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->watched) {
         moon_gw_hangup_unwatch(h->hangup, c->hangup_slot);
     }
-    if (c->breq != NULL) {
-        if (!c->got_done) {
-            MOON_DEBUG_LOG("gateway: client of request %llu left (%d): cancelling",
-                           (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
-        }
-        moon_gw_req_close(c->breq, !c->got_done);
+    if (c->breq != NULL && !c->got_done) {
+        MOON_DEBUG_LOG("gateway: client of request %llu left (%d): cancelling",
+                       (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
     }
+    for (uint32_t k = 0; k < c->n_ch; k++) {
+        if (c->ch[k].breq != NULL) {
+            moon_gw_req_close(c->ch[k].breq, !c->ch[k].got_done);
+        }
+        moon_gw_logprobs_fini(&c->ch[k].lp);
+        moon_gw_buf_fini(&c->ch[k].acc);
+    }
+    moon_free(c->ch);
+    moon_free(c->echo);
     if (c->admitted) {
         unadmit(h);
     }
@@ -1169,9 +1398,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     moon_msg_release(c->first);
     moon_gw_request_fini(&c->req);
-    moon_gw_logprobs_fini(&c->lp);
     moon_gw_buf_fini(&c->body);
-    moon_gw_buf_fini(&c->acc);
     moon_free(c->out);
     moon_free(c);
     *con_cls = NULL;

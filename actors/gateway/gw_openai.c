@@ -252,26 +252,49 @@ static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_
 }
 
 /* Values other servers accept but this one does not implement. */
-static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_error_t *err)
+/* n and best_of (completions): how many sequences decode and how many are
+ * answered; echo (completions). Checked against stream once that is known
+ * (check_choices). */
+static moon_status_t parse_choices(const cJSON *root, int chat, moon_gw_request_t *req,
+                                   moon_gw_error_t *err)
 {
-    long long n = 1;
-    int       b = 0;
-    switch (moon_gw_json_int(root, "n", 1, 128, &n)) {
+    long long n    = 1;
+    long long best = 0;
+
+    if (moon_gw_json_int(root, "n", 1, MOON_GW_MAX_CHOICES, &n) < 0) {
+        BAD("n", "'n' must be an integer in [1, %u]", MOON_GW_MAX_CHOICES);
+    }
+    req->n = (uint32_t)n;
+    switch (moon_gw_json_int(root, "best_of", 1, MOON_GW_MAX_CHOICES, &best)) {
     case -1:
-        BAD("n", "'n' must be a positive integer");
+        BAD("best_of", "'best_of' must be an integer in [1, %u]", MOON_GW_MAX_CHOICES);
     case 1:
-        if (n != 1) {
-            BAD("n", "only n = 1 is supported (got %lld)", n);
+        if (best < n) {
+            BAD("best_of", "'best_of' (%lld) must be greater than or equal to 'n' (%lld)", best, n);
         }
         break;
+    default:
+        best = n;
     }
-    if (moon_gw_json_int(root, "best_of", 1, 128, &n) != 0 && n != 1) {
-        BAD("best_of", "only best_of = 1 is supported");
+    req->best_of = (uint32_t)best;
+    if (!chat && moon_gw_json_bool(root, "echo", &req->echo) < 0) {
+        BAD("echo", "'echo' must be a boolean");
     }
-    if (moon_gw_json_bool(root, "echo", &b) != 0 && b) {
-        BAD("echo", "'echo' is not supported");
+    return MOON_OK;
+}
+
+/* What the choices' fields cannot be combined with. */
+static moon_status_t check_choices(moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    if (req->stream && req->best_of > req->n) {
+        BAD("best_of", "'best_of' (%u) > 'n' (%u) cannot be streamed", req->best_of, req->n);
     }
-    (void)chat;
+    if (req->stream && req->n > 1 && req->structured.tools) {
+        BAD("n", "'n' > 1 with 'tools' cannot be streamed by this server");
+    }
+    if (req->echo && req->params.logprobs > 0) {
+        BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
+    }
     return MOON_OK;
 }
 
@@ -543,7 +566,7 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
         }
         break;
     }
-    status = refuse_unsupported(root, chat, err);
+    status = parse_choices(root, chat, req, err);
     if (status == MOON_OK) {
         status = chat ? parse_messages(root, req, err) : parse_prompt(root, req, err);
     }
@@ -558,6 +581,9 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     }
     if (status == MOON_OK && chat) {
         status = moon_gw_structured_add_tools(&req->structured, &req->msgs, &req->n_msgs);
+    }
+    if (status == MOON_OK) {
+        status = check_choices(req, err);
     }
 out:
     cJSON_Delete(root);

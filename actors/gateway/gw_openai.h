@@ -41,6 +41,7 @@
 #define MOON_GW_MAX_MESSAGES 4096u        /* chat turns */
 #define MOON_GW_MAX_PROMPT_TOKENS 131072u /* token ids of a prompt, no context known */
 #define MOON_GW_MAX_BIAS 1024u            /* logit_bias entries */
+#define MOON_GW_MAX_CHOICES 16u           /* n and best_of: sequences of one request */
 
 typedef struct {
     int                  chat; /* 1: /v1/chat/completions */
@@ -49,9 +50,12 @@ typedef struct {
     int                  details;       /* "moonlet_details": placement and server times in usage */
     int                  has_max_tokens; /* given by the client */
     int                  has_seed;
-    char                *model;  /* NULL: not given */
-    char                *prompt; /* completions text; NULL with token ids */
-    int32_t             *tokens; /* the prompt's ids: given, or set by prepare */
+    int                  echo;    /* completions: the prompt's text before the answer */
+    uint32_t             n;       /* choices answered (1..MOON_GW_MAX_CHOICES) */
+    uint32_t             best_of; /* sequences decoded (>= n): the n of highest logprob win */
+    char                *model;   /* NULL: not given */
+    char                *prompt;  /* completions text; NULL with token ids */
+    int32_t             *tokens;  /* the prompt's ids: given, or set by prepare */
     uint32_t             n_tokens;
     moon_gw_chat_msg_t  *msgs; /* chat: n_msgs turns (strings owned) */
     uint32_t             n_msgs;
