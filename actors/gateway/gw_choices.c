@@ -21,11 +21,17 @@ uint64_t moon_gw_choice_seed(uint64_t seed, uint32_t i)
     return z ^ (z >> 31);
 }
 
-void moon_gw_choices_usage(const moon_gw_choice_t *ch, uint32_t n, moon_gw_usage_t *u)
+void moon_gw_choices_usage(const moon_gw_choice_t *ch, uint32_t n, uint32_t per, moon_gw_usage_t *u)
 {
     *u                   = ch[0].u;
+    u->prompt_tokens     = 0;
+    u->cached_tokens     = 0;
     u->completion_tokens = 0;
     for (uint32_t i = 0; i < n; i++) {
+        if (i % per == 0) {
+            u->prompt_tokens += ch[i].u.prompt_tokens;
+            u->cached_tokens += ch[i].u.cached_tokens;
+        }
         u->completion_tokens += ch[i].u.completion_tokens;
     }
 }

@@ -22,22 +22,25 @@
 #include <stdint.h>
 
 typedef struct {
-    moon_gw_req_t     *breq; /* NULL: not submitted yet */
-    moon_gw_buf_t      acc;  /* a whole answer: its text so far */
-    moon_gw_logprobs_t lp;   /* logprobs asked: gathered since the last chunk */
+    moon_gw_req_t     *breq;      /* NULL: not submitted yet */
+    moon_gw_buf_t      acc;       /* a whole answer: its text so far */
+    moon_gw_logprobs_t lp;        /* logprobs asked: gathered since the last chunk */
     double             sum_lp;    /* its tokens' logprobs summed (best_of's ranking) */
     int                role_sent; /* stream: chat's role delta (or echo's prompt) is out */
     int                got_done;  /* its DONE was read: nothing to cancel */
     const char        *finish;    /* its DONE's finish reason (static text) */
     moon_gw_usage_t    u;         /* its DONE's usage */
+    const char        *echo;      /* echo: its prompt's text (borrowed); NULL: none */
 } moon_gw_choice_t;
 
 /* Choice i's sampler seed: the request's for choice 0, else the request's
  * mixed with i (distinct per choice, the same for the same request). */
 uint64_t moon_gw_choice_seed(uint64_t seed, uint32_t i);
-/* The usage of the whole request: the prompt counted once (choice 0's),
- * every choice's completion tokens summed. */
-void moon_gw_choices_usage(const moon_gw_choice_t *ch, uint32_t n, moon_gw_usage_t *u);
+/* The usage of the whole request (choices in groups of per, one group per
+ * prompt): each prompt counted once (its group's first choice's), every
+ * choice's completion tokens summed. */
+void moon_gw_choices_usage(const moon_gw_choice_t *ch, uint32_t n, uint32_t per,
+                           moon_gw_usage_t *u);
 /* best_of: the indexes of the n choices of highest summed logprob into
  * order (best first; ties: the lower index). */
 void moon_gw_choices_rank(const moon_gw_choice_t *ch, uint32_t n_ch, uint32_t n, uint32_t *order);

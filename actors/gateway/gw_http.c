@@ -104,19 +104,25 @@ typedef struct {
     uint32_t               rr;      /* the choice read first next time (round robin) */
     uint32_t               first_k; /* the choice of first */
     uint32_t               want_lp; /* the logprobs the client asked (best_of asks for 1) */
-    char                  *echo;    /* echo: the prompt's text; NULL: none */
-    char                   id[64];
-    moon_gw_resp_meta_t    meta;
-    const moon_msg_hdr_t  *first; /* the first event, kept for the stream */
-    char                  *out;   /* stream: bytes to send */
-    size_t                 n_out, off_out;
-    int                    finished;     /* stream: [DONE] formatted */
-    int                    got_done;     /* every DONE read, or an error ended it */
-    int                    ttft_seen;    /* the first text is out (TTFT observed) */
-    uint64_t               last_text_ns; /* stream: when text last went out */
-    int                    watched;      /* hangup_slot is ours */
-    uint32_t               hangup_slot;
-    atomic_int             gone; /* the client hung up (the watcher saw it) */
+    uint32_t               per;     /* choices per prompt (best_of) */
+    uint32_t               n_prompts;
+    moon_gw_request_t     *more;       /* (n_prompts - 1) a list's prompts after the first */
+    char                 **echos;      /* (n_prompts) echo: each prompt's text; NULL: none */
+    int                    sub_failed; /* a choice could not be submitted: sub_err says why */
+    moon_gw_error_t        sub_err;
+    char session[128]; /* for plugins: copied into each SUBMIT (some go after on_body) */
+    char id[64];
+    moon_gw_resp_meta_t   meta;
+    const moon_msg_hdr_t *first; /* the first event, kept for the stream */
+    char                 *out;   /* stream: bytes to send */
+    size_t                n_out, off_out;
+    int                   finished;     /* stream: [DONE] formatted */
+    int                   got_done;     /* every DONE read, or an error ended it */
+    int                   ttft_seen;    /* the first text is out (TTFT observed) */
+    uint64_t              last_text_ns; /* stream: when text last went out */
+    int                   watched;      /* hangup_slot is ours */
+    uint32_t              hangup_slot;
+    atomic_int            gone; /* the client hung up (the watcher saw it) */
 
     char fp[96]; /* system_fingerprint: the gateway's and the answer's weight version */
     moon_gw_admin_job_t *job;        /* PH_ADMIN: the push */
@@ -662,8 +668,8 @@ static void stream_open(conn_t *c, uint32_t k, moon_gw_buf_t *b)
     if (c->meta.chat) {
         chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
         out_append(b, chunk, len);
-    } else if (c->echo != NULL) {
-        chunk = moon_gw_format_chunk(&c->meta, 0, c->echo, NULL, &len);
+    } else if (c->ch[k].echo != NULL) {
+        chunk = moon_gw_format_chunk(&c->meta, 0, c->ch[k].echo, NULL, &len);
         out_append(b, chunk, len);
     }
 }
@@ -705,7 +711,7 @@ static void stream_done(conn_t *c, uint32_t k, const moon_serve_done_t *d, moon_
     }
     c->finished = 1;
     if (c->meta.include_usage) {
-        moon_gw_choices_usage(c->ch, c->n_ch, &u);
+        moon_gw_choices_usage(c->ch, c->n_ch, c->per, &u);
         chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
         out_append(b, chunk, len);
     }
@@ -766,29 +772,53 @@ static void stream_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 
 static moon_gw_conn_t conn_of(conn_t *c, uint32_t k);
 
-/* The choices after the leader go once its first event has come: its prompt
- * is prefilled and its full blocks are in the prefix cache (gw_choices.h).
- * A choice that cannot be submitted ends the request with its error. */
-static int submit_rest(conn_t *c, moon_gw_error_t *err)
+/* The request of choice k's prompt. */
+static moon_gw_request_t *req_of(conn_t *c, uint32_t k)
 {
-    for (uint32_t k = 1; k < c->n_ch; k++) {
-        moon_serve_params_t p    = c->req.params;
-        moon_gw_conn_t      conn = conn_of(c, k);
-        moon_status_t       status;
+    uint32_t g = k / c->per;
 
-        if (c->ch[k].breq != NULL) {
-            continue;
-        }
-        p.seed = moon_gw_choice_seed(p.seed, k);
-        status = moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
+    return g == 0 ? &c->req : &c->more[g - 1];
+}
+
+/* Submits choice k (index i in its prompt's group): its prompt's parameters
+ * with its own seed. */
+static moon_status_t submit_choice(conn_t *c, uint32_t k)
+{
+    moon_serve_params_t p    = req_of(c, k)->params;
+    moon_gw_conn_t      conn = conn_of(c, k);
+
+    p.seed = moon_gw_choice_seed(p.seed, k % c->per);
+    return moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
+}
+
+/* The choices of a prompt after its first go once that one's first event
+ * has come: its prompt is prefilled and its full blocks are in the prefix
+ * cache (gw_choices.h). One that cannot be submitted ends the request. */
+static void submit_rest(conn_t *c, uint32_t leader)
+{
+    for (uint32_t k = leader + 1; k < leader + c->per && !c->sub_failed; k++) {
+        moon_status_t status = submit_choice(c, k);
+
         if (status != MOON_OK) {
             c->ch[k].breq = NULL;
-            moon_gw_error_set(err, status == MOON_ERR_NO_RESOURCE ? 429 : 500, NULL, NULL,
+            c->sub_failed = 1;
+            moon_gw_error_set(&c->sub_err, status == MOON_ERR_NO_RESOURCE ? 429 : 500, NULL, NULL,
                               "choice %u could not be submitted: %s", k, moon_status_str(status));
-            return 0;
         }
     }
-    return 1;
+}
+
+/* An event of choice k came: a prompt's first choice that did not fail
+ * starts the others. */
+static void on_choice_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
+{
+    moon_gw_error_t err;
+
+    if (k % c->per != 0 || c->per == 1 || c->ch[k + 1].breq != NULL || c->sub_failed ||
+        (msg->type == MOON_MSG_SERVE_DONE && done_error((const moon_serve_done_t *)msg, &err))) {
+        return;
+    }
+    submit_rest(c, k);
 }
 
 /* The next event of any running choice (*k_p: its choice), round robin;
@@ -816,6 +846,7 @@ static const moon_msg_hdr_t *next_event(conn_t *c, uint32_t *k_p, int *parked_p)
             if (msg != NULL) {
                 c->rr = (k + 1) % c->n_ch;
                 *k_p  = k;
+                on_choice_event(c, k, msg);
                 return msg;
             }
         }
@@ -867,6 +898,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         stream_event(c, k, msg);
         moon_msg_release(msg);
+        if (c->sub_failed && !c->finished) {
+            size_t len = 0;
+            moon_free(c->out);
+            c->out      = moon_gw_format_error_event(&c->sub_err, &len);
+            c->n_out    = c->out != NULL ? len : 0;
+            c->off_out  = 0;
+            c->finished = 1; /* the choices that run are cancelled when it closes */
+        }
     }
 }
 
@@ -900,7 +939,7 @@ static char *choice_body(conn_t *c, uint32_t k, uint32_t index, const moon_gw_us
     char             *body;
 
     moon_gw_buf_init(&text);
-    moon_gw_buf_puts(&text, c->echo != NULL ? c->echo : "");
+    moon_gw_buf_puts(&text, ch->echo != NULL ? ch->echo : "");
     moon_gw_buf_puts(&text, ch->acc.failed ? "" : ch->acc.data);
     c->meta.index    = index;
     c->meta.logprobs = c->want_lp > 0 ? moon_gw_logprobs_take(&ch->lp) : NULL;
@@ -912,34 +951,41 @@ static char *choice_body(conn_t *c, uint32_t k, uint32_t index, const moon_gw_us
     return body;
 }
 
-/* Every choice is done: the whole answer, the n best of best_of. */
+/* Every choice is done: the whole answer, per prompt the n best of its
+ * best_of, as choice prompt_index * n + i (OpenAI's order). */
 static enum MHD_Result answer_whole(conn_t *c)
 {
-    uint32_t        order[MOON_GW_MAX_CHOICES];
-    char           *bodies[MOON_GW_MAX_CHOICES] = {NULL};
-    uint32_t        n                           = c->req.n;
+    uint32_t        n     = c->req.n;
+    uint32_t        n_out = c->n_prompts * n;
+    char          **bodies;
     moon_gw_usage_t u;
-    size_t          len = 0;
-    char           *text;
+    size_t          len  = 0;
+    char           *text = NULL;
 
-    moon_gw_choices_usage(c->ch, c->n_ch, &u);
-    if (n == 1 && c->n_ch == 1) {
+    moon_gw_choices_usage(c->ch, c->n_ch, c->per, &u);
+    if (n_out == 1) {
         text = choice_body(c, 0, 0, &u, &len);
         return respond_json(c, 200, text, len);
     }
-    moon_gw_choices_rank(c->ch, c->n_ch, n, order);
-    if (c->n_ch == n) {
+    bodies = moon_calloc(n_out, sizeof(char *));
+    if (bodies == NULL) {
+        return respond_json(c, 200, NULL, 0);
+    }
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        uint32_t order[MOON_GW_MAX_CHOICES];
+
+        moon_gw_choices_rank(c->ch + g * c->per, c->per, n, order);
         for (uint32_t i = 0; i < n; i++) {
-            order[i] = i; /* no ranking: in their order */
+            /* best_of == n: no ranking, the choices in their order */
+            uint32_t k        = g * c->per + (c->per == n ? i : order[i]);
+            bodies[g * n + i] = choice_body(c, k, g * n + i, &u, &len);
         }
     }
-    for (uint32_t i = 0; i < n; i++) {
-        bodies[i] = choice_body(c, order[i], i, &u, &len);
-    }
-    text = moon_gw_choices_merge(bodies, n, &len);
-    for (uint32_t i = 0; i < n; i++) {
+    text = moon_gw_choices_merge(bodies, n_out, &len);
+    for (uint32_t i = 0; i < n_out; i++) {
         moon_free(bodies[i]);
     }
+    moon_free(bodies);
     return respond_json(c, 200, text, len);
 }
 
@@ -964,12 +1010,9 @@ static enum MHD_Result on_events(conn_t *c)
             continue;
         }
         stamp_version(c, msg);
-        if (k == 0 && c->n_ch > 1 && c->ch[1].breq == NULL &&
-            !(msg->type == MOON_MSG_SERVE_DONE &&
-              done_error((const moon_serve_done_t *)msg, &err)) &&
-            !submit_rest(c, &err)) {
+        if (c->sub_failed) {
             moon_msg_release(msg);
-            return respond_error(c, &err);
+            return respond_error(c, &c->sub_err);
         }
         if (msg->type == MOON_MSG_SERVE_TOKEN) {
             if (c->req.stream) {
@@ -1065,39 +1108,75 @@ static moon_gw_conn_t conn_of(conn_t *c, uint32_t k)
     moon_gw_conn_t conn = {.park = conn_park, .wake = conn_wake, .arg = c};
 
     conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
-    if (!c->req.stream && k == 0 && c->n_ch > 1) {
+    if (!c->req.stream && k % c->per == 0 && c->per > 1) {
         conn.token_wake_ns = 1000000000ull; /* the first token; then once a second */
     }
     conn.arrival_ns = c->t_start_ns; /* latencies count from the request's first byte */
     return conn;
 }
 
-/* The request's choices (best_of of them), their texts and logprobs; best_of
- * beyond n ranks by logprob, so the cluster sends logprobs then. */
+/* The other prompts of a completion's list: each parsed (its prompt picked
+ * from the list) and prepared as its own request, with the first's seed. */
+static moon_status_t prepare_more(conn_t *c, moon_gw_error_t *err)
+{
+    moon_gw_http_t *h = c->http;
+    moon_status_t   status;
+
+    c->n_prompts = MOON_MAX(c->req.n_prompts, 1u);
+    if (c->n_prompts == 1) {
+        return MOON_OK;
+    }
+    c->more = moon_calloc(c->n_prompts - 1, sizeof(*c->more));
+    if (c->more == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t g = 1; g < c->n_prompts; g++) {
+        moon_gw_request_t *r = &c->more[g - 1];
+
+        status = moon_gw_openai_parse_at(c->body.data, c->body.len, 0, g, r, err);
+        if (status == MOON_OK) {
+            status = moon_gw_openai_prepare(r, &h->a.model, c->req.params.seed, err);
+        }
+        if (status != MOON_OK) {
+            return status;
+        }
+        r->params.seed = c->req.params.seed;
+    }
+    return MOON_OK;
+}
+
+/* The request's choices (best_of per prompt), their texts and logprobs;
+ * best_of beyond n ranks by logprob, so the cluster sends logprobs then. */
 static moon_status_t make_choices(conn_t *c)
 {
     const moon_tokenizer_t *tok = c->http->a.model.tok;
 
-    c->n_ch    = MOON_MAX(c->req.best_of, 1u);
+    c->per     = MOON_MAX(c->req.best_of, 1u);
+    c->n_ch    = c->per * c->n_prompts;
     c->want_lp = c->req.params.logprobs;
-    if (c->n_ch > c->req.n && c->req.params.logprobs == 0) {
-        c->req.params.logprobs = 1;
-    }
-    c->ch = moon_calloc(c->n_ch, sizeof(*c->ch));
-    if (c->ch == NULL) {
+    c->ch      = moon_calloc(c->n_ch, sizeof(*c->ch));
+    c->echos   = c->req.echo ? moon_calloc(c->n_prompts, sizeof(char *)) : NULL;
+    if (c->ch == NULL || (c->req.echo && c->echos == NULL)) {
         return MOON_ERR_NO_MEMORY;
     }
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        moon_gw_request_t *r = g == 0 ? &c->req : &c->more[g - 1];
+
+        if (c->per > c->req.n && r->params.logprobs == 0) {
+            r->params.logprobs = 1;
+        }
+        if (c->echos != NULL && (c->echos[g] = moon_gw_echo_text(r, tok)) == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+    }
     for (uint32_t k = 0; k < c->n_ch; k++) {
+        moon_gw_request_t *r = req_of(c, k);
+
         moon_gw_buf_init(&c->ch[k].acc);
         moon_gw_buf_puts(&c->ch[k].acc, "");
         moon_gw_logprobs_init(&c->ch[k].lp, c->req.chat, tok,
-                              c->req.n_tokens > 0 ? c->req.tokens[c->req.n_tokens - 1] : -1);
-    }
-    if (c->req.echo) {
-        c->echo = moon_gw_echo_text(&c->req, tok);
-        if (c->echo == NULL) {
-            return MOON_ERR_NO_MEMORY;
-        }
+                              r->n_tokens > 0 ? r->tokens[r->n_tokens - 1] : -1);
+        c->ch[k].echo = c->echos != NULL ? c->echos[k / c->per] : NULL;
     }
     return MOON_OK;
 }
@@ -1107,9 +1186,7 @@ static enum MHD_Result on_body(conn_t *c)
 {
     moon_gw_http_t *h = c->http;
     moon_gw_error_t err;
-    moon_gw_conn_t  conn;
     moon_status_t   status;
-    char            session[128]; /* for plugins: copied into the SUBMIT */
 
     if (c->too_large) {
         moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
@@ -1137,21 +1214,31 @@ static enum MHD_Result on_body(conn_t *c)
         status = moon_gw_openai_prepare(&c->req, &h->a.model,
                                         h->nonce ^ (c->t_start_ns * 0x9e3779b97f4a7c15ull), &err);
     }
+    if (status == MOON_OK) {
+        status = prepare_more(c, &err);
+    }
     if (status == MOON_ERR_INVALID_PARAM) {
         return respond_error(c, &err);
     }
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, session, sizeof(session),
+    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session),
                           &c->req.params);
     status = make_choices(c);
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    conn    = conn_of(c, 0);
-    status  = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->ch[0].breq);
+    for (uint32_t g = 1; g < c->n_prompts; g++) {
+        moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session),
+                              &c->more[g - 1].params);
+    }
+    /* every prompt's first choice now, the others after it (submit_rest) */
+    status  = submit_choice(c, 0);
     c->breq = c->ch[0].breq;
+    for (uint32_t g = 1; g < c->n_prompts && status == MOON_OK; g++) {
+        status = submit_choice(c, g * c->per);
+    }
     if (status == MOON_ERR_NO_RESOURCE) {
         MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
                          h->a.cfg.max_inflight);
@@ -1387,7 +1474,16 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         moon_gw_buf_fini(&c->ch[k].acc);
     }
     moon_free(c->ch);
-    moon_free(c->echo);
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        if (c->echos != NULL) {
+            moon_free(c->echos[g]);
+        }
+        if (g > 0 && c->more != NULL) {
+            moon_gw_request_fini(&c->more[g - 1]);
+        }
+    }
+    moon_free(c->echos);
+    moon_free(c->more);
     if (c->admitted) {
         unadmit(h);
     }

@@ -62,19 +62,35 @@ static int all_numbers(const cJSON *arr)
     return 1;
 }
 
-static moon_status_t parse_prompt(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+/* The prompt_index-th prompt: a string, a list of ids, or one of a list of
+ * those. */
+static moon_status_t parse_prompt(const cJSON *root, uint32_t prompt_index, moon_gw_request_t *req,
+                                  moon_gw_error_t *err)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *e;
 
     if (p == NULL || cJSON_IsNull(p)) {
         BAD("prompt", "'prompt' is a required property");
     }
+    req->n_prompts = 1;
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !all_numbers(p)) {
-        if (cJSON_GetArraySize(p) > 1) {
-            BAD("prompt", "one prompt per request is supported (a list of %d was given)",
-                cJSON_GetArraySize(p));
+        int n = cJSON_GetArraySize(p);
+
+        if ((uint32_t)n > MOON_GW_MAX_PROMPTS || (uint32_t)n * req->best_of > MOON_GW_MAX_SEQS) {
+            BAD("prompt",
+                "a list of %d prompts (x best_of %u) is more than the %u prompts and %u "
+                "sequences allowed",
+                n, req->best_of, MOON_GW_MAX_PROMPTS, MOON_GW_MAX_SEQS);
         }
-        p = cJSON_GetArrayItem(p, 0);
+        cJSON_ArrayForEach(e, p)
+        {
+            if (!cJSON_IsString(e) && !(cJSON_IsArray(e) && all_numbers(e))) {
+                BAD("prompt", "'prompt' must be a string, a list of token ids, or a list of those");
+            }
+        }
+        req->n_prompts = (uint32_t)n;
+        p              = cJSON_GetArrayItem(p, (int)MOON_MIN(prompt_index, (uint32_t)n - 1));
     }
     if (cJSON_IsString(p)) {
         req->prompt = moon_strdup(p->valuestring);
@@ -527,6 +543,12 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
 moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
                                    moon_gw_error_t *err)
 {
+    return moon_gw_openai_parse_at(body, len, chat, 0, req, err);
+}
+
+moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, uint32_t prompt_index,
+                                      moon_gw_request_t *req, moon_gw_error_t *err)
+{
     cJSON        *root  = NULL;
     const char   *model = NULL;
     const char   *why   = NULL;
@@ -534,8 +556,9 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
-    req->chat = chat;
-    status    = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
+    req->chat      = chat;
+    req->n_prompts = 1;
+    status         = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
     if (status == MOON_ERR_INVALID_PARAM) {
         moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s%s%s%s", why,
                           twin[0] != '\0' ? " ('" : "", twin, twin[0] != '\0' ? "')" : "");
@@ -568,7 +591,7 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     }
     status = parse_choices(root, chat, req, err);
     if (status == MOON_OK) {
-        status = chat ? parse_messages(root, req, err) : parse_prompt(root, req, err);
+        status = chat ? parse_messages(root, req, err) : parse_prompt(root, prompt_index, req, err);
     }
     if (status == MOON_OK) {
         status = parse_sampling(root, req, err);

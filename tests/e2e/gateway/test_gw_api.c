@@ -792,6 +792,50 @@ static void test_echo(void)
     free(ids);
 }
 
+/* A list of prompts: each answered in order, choice prompt_index * n + i,
+ * each the same as its prompt alone; the prompts' tokens summed. */
+static void test_prompt_list(void)
+{
+    char *a = complete("{" GREEDY ",\"max_tokens\":6}", NULL, 0, NULL);
+    char *b =
+        complete("{\"prompt\":\"The cat\",\"temperature\":0,\"max_tokens\":6}", NULL, 0, NULL);
+    char *c =
+        complete("{\"prompt\":[1,403,407],\"temperature\":0,\"max_tokens\":6}", NULL, 0, NULL);
+    char *got[6] = {NULL};
+    int   n, prompt, comp;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions",
+                                     "{\"prompt\":[\"Once upon a time\",\"The cat\"],"
+                                     "\"temperature\":0,\"max_tokens\":6,\"n\":2}",
+                                     got, 6, &n, &prompt, &comp),
+                          200);
+    CU_ASSERT_EQUAL_FATAL(n, 4);
+    CU_ASSERT_STRING_EQUAL(got[0], a);
+    CU_ASSERT_STRING_EQUAL(got[1], a);
+    CU_ASSERT_STRING_EQUAL(got[2], b);
+    CU_ASSERT_STRING_EQUAL(got[3], b);
+    CU_ASSERT(comp <= 4 * 6);
+    free_texts(got, 6);
+    /* lists of ids, and a text beside ids */
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions",
+                                     "{\"prompt\":[[1,403,407],\"The cat\",[1,403,407]],"
+                                     "\"temperature\":0,\"max_tokens\":6}",
+                                     got, 6, &n, &prompt, &comp),
+                          200);
+    CU_ASSERT_EQUAL_FATAL(n, 3);
+    CU_ASSERT_STRING_EQUAL(got[0], c);
+    CU_ASSERT_STRING_EQUAL(got[1], b);
+    CU_ASSERT_STRING_EQUAL(got[2], c);
+    CU_ASSERT(prompt > 6); /* 3 + the text's + 3 */
+    free_texts(got, 6);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* What n, best_of and echo cannot be. */
 static void test_choices_errors(void)
 {
@@ -853,7 +897,7 @@ int main(int argc, char **argv)
                                      test_include_stop_str, test_logprobs, test_tokenize_routes,
                                      test_cors, test_promtool, test_openai_npm, test_n_choices,
                                      test_n_stream, test_n_prefill_once, test_echo,
-                                     test_choices_errors);
+                                     test_prompt_list, test_choices_errors);
     }
     moon_serve_client_destroy(g_client);
     moon_serve_cluster_stop(g_cluster);

@@ -113,12 +113,18 @@ static void test_completion_fields(void)
 
 static void test_completion_errors(void)
 {
-    expect("{\"prompt\":\"x\"", 0, 400, NULL);              /* bad JSON */
-    expect("[1,2]", 0, 400, NULL);                          /* not an object */
-    expect("{}", 0, 400, "prompt");                         /* missing */
-    expect("{\"prompt\":7}", 0, 400, "prompt");             /* wrong type */
-    expect("{\"prompt\":[]}", 0, 400, "prompt");            /* empty */
-    expect("{\"prompt\":[\"a\",\"b\"]}", 0, 400, "prompt"); /* two prompts */
+    expect("{\"prompt\":\"x\"", 0, 400, NULL);                /* bad JSON */
+    expect("[1,2]", 0, 400, NULL);                            /* not an object */
+    expect("{}", 0, 400, "prompt");                           /* missing */
+    expect("{\"prompt\":7}", 0, 400, "prompt");               /* wrong type */
+    expect("{\"prompt\":[]}", 0, 400, "prompt");              /* empty */
+    expect("{\"prompt\":[\"a\",\"b\"]}", 0, 200, NULL);       /* two prompts */
+    expect("{\"prompt\":[\"a\",[1,2]]}", 0, 200, NULL);       /* a text and ids */
+    expect("{\"prompt\":[\"a\",[\"b\"]]}", 0, 400, "prompt"); /* not a prompt */
+    expect("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"best_of\":16,\"n\":16}", 0, 200, NULL);
+    expect("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\","
+           "\"m\",\"n\",\"o\",\"p\",\"q\"],\"n\":16}",
+           0, 400, "prompt"); /* 17 x 16 sequences */
     expect("{\"prompt\":[1,-2]}", 0, 400, "prompt");
     expect("{\"prompt\":[1,2.5]}", 0, 400, "prompt");
     expect("{\"prompt\":[1,999]}", 0, 400, "prompt"); /* out of the vocabulary */
