@@ -1107,11 +1107,9 @@ static moon_gw_conn_t conn_of(conn_t *c, uint32_t k)
 {
     moon_gw_conn_t conn = {.park = conn_park, .wake = conn_wake, .arg = c};
 
-    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
-    if (!c->req.stream && k % c->per == 0 && c->per > 1) {
-        conn.token_wake_ns = 1000000000ull; /* the first token; then once a second */
-    }
-    conn.arrival_ns = c->t_start_ns; /* latencies count from the request's first byte */
+    conn.token_wake_ns     = c->req.stream ? 0 : UINT64_MAX;
+    conn.first_token_wakes = !c->req.stream && k % c->per == 0 && c->per > 1;
+    conn.arrival_ns        = c->t_start_ns; /* latencies count from the request's first byte */
     return conn;
 }
 
