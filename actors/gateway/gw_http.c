@@ -87,29 +87,30 @@ struct moon_gw_http {
 };
 
 typedef struct {
-    moon_gw_http_t        *http;
-    struct MHD_Connection *mc;
-    route_t                route;
-    phase_t                phase;
-    uint64_t               t_start_ns;
-    moon_gw_buf_t          body;
-    int                    too_large, timed_out;
-    int                    must_close; /* the answer closes the connection */
-    int                    admitted;   /* counted in n_busy */
-    moon_gw_request_t      req;
-    moon_gw_req_t         *breq; /* choice 0's: the leader (its id, the hang-up's poke) */
-    moon_gw_choice_t      *ch;   /* (n_ch: best_of) the choices; NULL before the body */
-    uint32_t               n_ch;
-    uint32_t               n_done;  /* choices whose DONE was read */
-    uint32_t               rr;      /* the choice read first next time (round robin) */
-    uint32_t               first_k; /* the choice of first */
-    uint32_t               want_lp; /* the logprobs the client asked (best_of asks for 1) */
-    uint32_t               per;     /* choices per prompt (best_of) */
-    uint32_t               n_prompts;
-    moon_gw_request_t     *more;       /* (n_prompts - 1) a list's prompts after the first */
-    char                 **echos;      /* (n_prompts) echo: each prompt's text; NULL: none */
-    int                    sub_failed; /* a choice could not be submitted: sub_err says why */
-    moon_gw_error_t        sub_err;
+    moon_gw_http_t          *http;
+    struct MHD_Connection   *mc;
+    route_t                  route;
+    phase_t                  phase;
+    uint64_t                 t_start_ns;
+    moon_gw_buf_t            body;
+    int                      too_large, timed_out;
+    int                      must_close; /* the answer closes the connection */
+    int                      admitted;   /* counted in n_busy */
+    moon_gw_request_t        req;
+    moon_gw_req_t           *breq; /* choice 0's: the leader (its id, the hang-up's poke) */
+    moon_gw_choice_t        *ch;   /* (n_ch: best_of) the choices; NULL before the body */
+    uint32_t                 n_ch;
+    uint32_t                 n_done;  /* choices whose DONE was read */
+    uint32_t                 rr;      /* the choice read first next time (round robin) */
+    uint32_t                 first_k; /* the choice of first */
+    uint32_t                 want_lp; /* the logprobs the client asked (best_of asks for 1) */
+    uint32_t                 per;     /* choices per prompt (best_of) */
+    uint32_t                 n_prompts;
+    moon_gw_request_t       *more;       /* (n_prompts - 1) a list's prompts after the first */
+    char                   **echos;      /* (n_prompts) echo: each prompt's text; NULL: none */
+    int                      sub_failed; /* a choice could not be submitted: sub_err says why */
+    _Atomic(moon_gw_req_t *) parked_on;  /* the choice the connection parks on (the watcher's) */
+    moon_gw_error_t          sub_err;
     char session[128]; /* for plugins: copied into each SUBMIT (some go after on_body) */
     char id[64];
     moon_gw_resp_meta_t   meta;
@@ -516,10 +517,16 @@ static void conn_wake(void *arg)
  * sees gone and closes, which cancels the request. */
 static void conn_hangup(void *arg)
 {
-    conn_t *c = arg;
+    conn_t        *c = arg;
+    moon_gw_req_t *on;
 
     atomic_store(&c->gone, 1);
     moon_gw_req_poke(c->breq);
+    /* seq_cst: pairs with next_event's store of parked_on then load of gone */
+    on = atomic_load(&c->parked_on);
+    if (on != NULL && on != c->breq) {
+        moon_gw_req_poke(on);
+    }
 }
 
 /* Watches the submitted request's socket: a client that leaves while its
@@ -823,9 +830,8 @@ static void on_choice_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 
 /* The next event of any running choice (*k_p: its choice), round robin;
  * NULL when none is queued: *parked_p 1 if the connection parked (on the
- * leader while it runs, the one the hang-up watcher pokes, else on the first
- * running choice: its next event wakes it, and the others' events are read
- * then), 0 if the client left. */
+ * first running choice: its next event wakes it, and the others' events are
+ * read then; the hang-up watcher pokes it), 0 if the client left. */
 static const moon_msg_hdr_t *next_event(conn_t *c, uint32_t *k_p, int *parked_p)
 {
     *parked_p = 0;
@@ -854,6 +860,12 @@ static const moon_msg_hdr_t *next_event(conn_t *c, uint32_t *k_p, int *parked_p)
         }
         if (k == c->n_ch) {
             return NULL; /* nothing runs (not reached: the last DONE ends the answer) */
+        }
+        /* the watcher pokes the one parked on: it sees this store, or this
+         * load sees its gone (both seq_cst) */
+        atomic_store(&c->parked_on, c->ch[k].breq);
+        if (atomic_load(&c->gone)) {
+            return NULL;
         }
         if (moon_gw_req_park(c->ch[k].breq)) {
             *parked_p = 1;
@@ -1403,6 +1415,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->body_limit = h->a.cfg.body_limit_bytes;
         moon_gw_buf_init(&c->body);
         atomic_init(&c->gone, 0);
+        atomic_init(&c->parked_on, NULL);
         *con_cls = c;
         ret      = on_start(c, url, method);
         moon_gw_guard_set(h->guard, guard_id(mc),
