@@ -15,6 +15,15 @@
  * line includes libcurl's client work, on the same 2 cores).
  * One JSON line per configuration, each with its anchor's figure. Targets
  * (issue 15): ttft_p50 <= anchor + 1 ms; throughput >= 0.9 x anchor.
+ *   n = 8:      one request of n = 8 choices vs 8 separate requests of the
+ *               same length in flight (the anchor), each round on a prompt
+ *               of its own (no cache hit from an earlier round): decode
+ *               tokens/s, ratio the median round's; and the prompt tokens
+ *               the prefill instance computed for each (its counters; the
+ *               8 separate requests share through the prefix cache too,
+ *               the prefill instance taking one prompt at a time).
+ *               Target (issue 29): the prompt computed once (96 tokens +
+ *               the last block per extra choice), decode >= 0.9 x anchor.
  * (`moonlet bench` beside /metrics: benchmarks/suites/gateway.sh.) */
 #include "bench_util.h"
 #include "gateway.h"
@@ -31,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WAIT_NS 60000000000ull
 
@@ -39,7 +49,7 @@ static unsigned             g_port;
 static int                  g_max_tokens;
 static int g_variant; /* api requests: 0 plain, 1 with sampling controls, 2 with logprobs 5 */
 static const char *g_prompt = "Once upon a time, there was a little girl";
-static char        g_body[512], g_body_stream[512]; /* the request, not streamed / streamed */
+static char        g_body[1024], g_body_stream[1024]; /* the request, not streamed / streamed */
 
 /* ---- HTTP (libcurl) ---------------------------------------------------------------- */
 typedef struct {
@@ -217,6 +227,83 @@ static double http_throughput(int n, int depth)
     }
     curl_multi_cleanup(multi);
     return failed ? 0 : n * 1e9 / (double)(moon_bench_now_ns() - t0);
+}
+
+/* The prefill instances' computed prompt tokens, once their load reports
+ * have settled (two reads 200 ms apart agree, at most 3 s). */
+static uint64_t computed_tokens(void)
+{
+    moon_serve_stats_t st;
+    uint64_t           last = UINT64_MAX;
+
+    for (int i = 0; i < 15; i++) {
+        if (moon_serve_client_stats(g_client, WAIT_NS, &st) != MOON_OK) {
+            return 0;
+        }
+        if (st.computed_tokens == last) {
+            break;
+        }
+        last = st.computed_tokens;
+        nanosleep(&(struct timespec){0, 200000000L}, NULL);
+    }
+    return last;
+}
+
+/* A completion body of n choices on a 96-token prompt of its own (salt). */
+static void n_body(int n, int salt)
+{
+    size_t len = 0;
+
+    len += (size_t)snprintf(g_body + len, sizeof(g_body) - len, "{\"prompt\":[1");
+    for (int i = 1; i < 96; i++) {
+        len += (size_t)snprintf(g_body + len, sizeof(g_body) - len, ",%d",
+                                260 + (i * 31 + salt * 7) % 240);
+    }
+    snprintf(g_body + len, sizeof(g_body) - len,
+             "],\"max_tokens\":%d,\"n\":%d,\"seed\":%d,\"ignore_eos\":true}", g_max_tokens, n,
+             salt);
+}
+
+/* n = 8 against 8 separate requests, alternating in rounds. */
+static void n8_line(int rounds)
+{
+    moon_bench_rounds_t rr = {0};
+    moon_bench_json_t   j;
+    char                saved[sizeof(g_body)];
+    uint64_t            c_n8 = 0, c_sep = 0;
+
+    memcpy(saved, g_body, sizeof(saved));
+    rounds = rounds * 4 > MOON_BENCH_MAX_ROUNDS ? MOON_BENCH_MAX_ROUNDS : rounds * 4; /* short */
+    for (int r = 0; r < rounds; r++) {
+        uint64_t c0, c1;
+        double   x, y;
+
+        n_body(1, 2 * r + 1);
+        c0 = computed_tokens();
+        x  = http_throughput(8, 8) * g_max_tokens; /* 8 requests of 1 choice */
+        c1 = computed_tokens();
+        c_sep += c1 - c0;
+        n_body(8, 2 * r + 2);
+        y  = http_throughput(1, 1) * 8 * g_max_tokens; /* 1 request of 8 choices */
+        c0 = computed_tokens();
+        c_n8 += c0 - c1;
+        moon_bench_rounds_add(&rr, y, x);
+    }
+    memcpy(g_body, saved, sizeof(saved));
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", "gateway_n");
+    moon_bench_json_str(&j, "model", "stories260K");
+    moon_bench_json_int(&j, "max_tokens", g_max_tokens);
+    moon_bench_json_int(&j, "n", 8);
+    moon_bench_json_int(&j, "prompt_tokens", 96);
+    moon_bench_json_str(&j, "metric", "decode_tokens_per_s");
+    moon_bench_json_num(&j, "value", moon_bench_rounds_mean(&rr));
+    moon_bench_json_num(&j, "anchor_8_requests", moon_bench_rounds_anchor_mean(&rr));
+    moon_bench_json_num(&j, "prefill_computed_tokens", (double)c_n8 / rounds);
+    moon_bench_json_num(&j, "anchor_prefill_computed_tokens", (double)c_sep / rounds);
+    moon_bench_json_num(&j, "unshared_prefill_tokens", 8 * 96);
+    moon_bench_rounds_json(&rr, &j);
+    moon_bench_json_end(&j);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -399,6 +486,7 @@ int main(int argc, char **argv)
     /* per-request sampling controls and logprobs inside the batched step */
     variant_line("penalties_bias_min_p", 1, n, depth, rounds);
     variant_line("logprobs_5", 2, n, depth, rounds);
+    n8_line(rounds);
     curl_easy_cleanup(easy);
     free(h_ttft);
     free(a_ttft);

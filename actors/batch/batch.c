@@ -496,6 +496,13 @@ static moon_status_t submit(batch_t *b, uint64_t line, const char *custom_id, in
         moon_gw_error_set(&err, 400, NULL, "logprobs", "'logprobs' is not supported in batches");
         status = MOON_ERR_INVALID_PARAM;
     }
+    if (status == MOON_OK && (req.best_of > 1 || req.echo || req.n_prompts > 1)) {
+        /* one sequence per line: n, best_of and echo are the HTTP gateway's */
+        const char *what = req.echo ? "echo" : req.n_prompts > 1 ? "prompt" : "n";
+        moon_gw_error_set(&err, 400, NULL, what, "'%s' is not supported in batches (%s)", what,
+                          req.n_prompts > 1 ? "one prompt per line" : "one sequence per line");
+        status = MOON_ERR_INVALID_PARAM;
+    }
     if (status == MOON_OK) {
         status =
             moon_gw_openai_prepare(&req, &b->info, b->nonce ^ (line * 0x9e3779b97f4a7c15ull), &err);

@@ -40,9 +40,10 @@ struct moon_gw_req {
     int                 closed; /* under wake_mu: the HTTP side is gone */
     int                 poked;  /* under wake_mu: woken from outside; never parks again */
     moon_gw_conn_t      conn;
-    uint64_t            woken_ns; /* actor: when a TOKEN last woke the connection */
-    atomic_int          done;     /* the actor delivered DONE */
-    moon_msg_hdr_t     *submit;   /* retained: its SUBMIT, read again to resume it */
+    uint64_t            woken_ns;    /* actor: when a TOKEN last woke the connection */
+    int                 first_woken; /* actor: the first TOKEN woke it (first_token_wakes) */
+    atomic_int          done;        /* the actor delivered DONE */
+    moon_msg_hdr_t     *submit;      /* retained: its SUBMIT, read again to resume it */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
@@ -458,7 +459,9 @@ void moon_gw_bridge_deliver(moon_gw_bridge_t *b, moon_gw_req_t *req, const moon_
     } else {
         moon_msg_retain(msg);
         fifo_push(req, entry, (void *)msg);
-        if (!done && req->conn.token_wake_ns > 0) {
+        if (!done && req->conn.first_token_wakes && !req->first_woken) {
+            req->first_woken = 1; /* wakes now, whatever token_wake_ns says */
+        } else if (!done && req->conn.token_wake_ns > 0) {
             uint64_t now = moon_now(b->rt);
             if (now - req->woken_ns < req->conn.token_wake_ns) {
                 return; /* queued; the next wake-up (or DONE) takes it along */

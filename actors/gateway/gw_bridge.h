@@ -49,6 +49,7 @@ typedef struct {
                                       (UINT64_MAX: never; a whole answer waits for DONE
                                       with no wake-up between); DONE always */
     uint64_t arrival_ns;           /* when the request arrived (moon_now); 0: at submit */
+    int      first_token_wakes;    /* the first TOKEN wakes it too, whatever token_wake_ns */
 } moon_gw_conn_t;
 
 /* Per-request figures the actor keeps (read by the HTTP side only after DONE). */

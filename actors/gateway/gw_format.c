@@ -76,7 +76,7 @@ static char *finish_text(cJSON *o, int sse, size_t *len_p)
     return out;
 }
 
-/* The response object with its one choice (index 0): returns the choice and
+/* The response object with its one choice (m->index): returns the choice and
  * sets *o_p to the object; NULL when out of memory. */
 static cJSON *head_with_choice(const moon_gw_resp_meta_t *m, const char *object, cJSON **o_p)
 {
@@ -90,7 +90,7 @@ static cJSON *head_with_choice(const moon_gw_resp_meta_t *m, const char *object,
         return NULL;
     }
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", m->index);
     *o_p = o;
     return c;
 }

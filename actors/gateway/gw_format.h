@@ -40,6 +40,7 @@ typedef struct {
     int64_t     created;       /* Unix seconds */
     int         chat;          /* chat completion objects */
     int         include_usage; /* streams: "usage":null in every chunk, usage chunk at the end */
+    uint32_t    index;         /* the choice's "index" (n > 1: one per sequence) */
     const char *logprobs;      /* the next response's or chunk's "logprobs" value, JSON text
                                   (gw_logprobs.h; borrowed, set per call); NULL: null */
 } moon_gw_resp_meta_t;

@@ -5,6 +5,7 @@
 #include "gw_answer.h"
 #include "gw_batches.h"
 #include "gw_buf.h"
+#include "gw_choices.h"
 #include "gw_cors.h"
 #include "gw_errors.h"
 #include "gw_format.h"
@@ -86,32 +87,43 @@ struct moon_gw_http {
 };
 
 typedef struct {
-    moon_gw_http_t        *http;
-    struct MHD_Connection *mc;
-    route_t                route;
-    phase_t                phase;
-    uint64_t               t_start_ns;
-    moon_gw_buf_t          body;
-    int                    too_large, timed_out;
-    int                    must_close; /* the answer closes the connection */
-    int                    admitted;   /* counted in n_busy */
-    moon_gw_request_t      req;
-    moon_gw_req_t         *breq;
-    char                   id[64];
-    moon_gw_resp_meta_t    meta;
-    const moon_msg_hdr_t  *first; /* the first event, kept for the stream */
-    moon_gw_buf_t          acc;   /* non-stream: the text so far */
-    moon_gw_logprobs_t     lp;    /* logprobs asked: gathered since the last chunk */
-    char                  *out;   /* stream: bytes to send */
-    size_t                 n_out, off_out;
-    int                    role_sent;
-    int                    finished;     /* stream: [DONE] formatted */
-    int                    got_done;     /* DONE read: nothing to cancel */
-    int                    ttft_seen;    /* the first text is out (TTFT observed) */
-    uint64_t               last_text_ns; /* stream: when text last went out */
-    int                    watched;      /* hangup_slot is ours */
-    uint32_t               hangup_slot;
-    atomic_int             gone; /* the client hung up (the watcher saw it) */
+    moon_gw_http_t          *http;
+    struct MHD_Connection   *mc;
+    route_t                  route;
+    phase_t                  phase;
+    uint64_t                 t_start_ns;
+    moon_gw_buf_t            body;
+    int                      too_large, timed_out;
+    int                      must_close; /* the answer closes the connection */
+    int                      admitted;   /* counted in n_busy */
+    moon_gw_request_t        req;
+    moon_gw_req_t           *breq; /* choice 0's: the leader (its id, the hang-up's poke) */
+    moon_gw_choice_t        *ch;   /* (n_ch: best_of) the choices; NULL before the body */
+    uint32_t                 n_ch;
+    uint32_t                 n_done;  /* choices whose DONE was read */
+    uint32_t                 rr;      /* the choice read first next time (round robin) */
+    uint32_t                 first_k; /* the choice of first */
+    uint32_t                 want_lp; /* the logprobs the client asked (best_of asks for 1) */
+    uint32_t                 per;     /* choices per prompt (best_of) */
+    uint32_t                 n_prompts;
+    moon_gw_request_t       *more;       /* (n_prompts - 1) a list's prompts after the first */
+    char                   **echos;      /* (n_prompts) echo: each prompt's text; NULL: none */
+    int                      sub_failed; /* a choice could not be submitted: sub_err says why */
+    _Atomic(moon_gw_req_t *) parked_on;  /* the choice the connection parks on (the watcher's) */
+    moon_gw_error_t          sub_err;
+    char session[128]; /* for plugins: copied into each SUBMIT (some go after on_body) */
+    char id[64];
+    moon_gw_resp_meta_t   meta;
+    const moon_msg_hdr_t *first; /* the first event, kept for the stream */
+    char                 *out;   /* stream: bytes to send */
+    size_t                n_out, off_out;
+    int                   finished;     /* stream: [DONE] formatted */
+    int                   got_done;     /* every DONE read, or an error ended it */
+    int                   ttft_seen;    /* the first text is out (TTFT observed) */
+    uint64_t              last_text_ns; /* stream: when text last went out */
+    int                   watched;      /* hangup_slot is ours */
+    uint32_t              hangup_slot;
+    atomic_int            gone; /* the client hung up (the watcher saw it) */
 
     char fp[96]; /* system_fingerprint: the gateway's and the answer's weight version */
     moon_gw_admin_job_t *job;        /* PH_ADMIN: the push */
@@ -505,10 +517,16 @@ static void conn_wake(void *arg)
  * sees gone and closes, which cancels the request. */
 static void conn_hangup(void *arg)
 {
-    conn_t *c = arg;
+    conn_t        *c = arg;
+    moon_gw_req_t *on;
 
     atomic_store(&c->gone, 1);
     moon_gw_req_poke(c->breq);
+    /* seq_cst: pairs with next_event's store of parked_on then load of gone */
+    on = atomic_load(&c->parked_on);
+    if (on != NULL && on != c->breq) {
+        moon_gw_req_poke(on);
+    }
 }
 
 /* Watches the submitted request's socket: a client that leaves while its
@@ -613,24 +631,29 @@ static void out_append(moon_gw_buf_t *b, char *chunk, size_t len)
     moon_free(chunk);
 }
 
-/* A TOKEN's logprobs into c->lp (when the request asked for them). */
-static void lp_add(conn_t *c, const moon_msg_hdr_t *msg)
+/* A TOKEN's logprob into choice k's sum, and into its logprobs object when
+ * the client asked for them. */
+static void lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 {
     const moon_serve_token_t *t = (const moon_serve_token_t *)msg;
 
-    if (c->req.params.logprobs > 0 && msg->type == MOON_MSG_SERVE_TOKEN &&
-        moon_gw_logprobs_add(&c->lp, (int32_t)t->token, t->logprob, MOON_SPAN_PTR(t, t->top),
-                             t->top.n / 2) != MOON_OK) {
+    if (msg->type != MOON_MSG_SERVE_TOKEN || c->req.params.logprobs == 0) {
+        return;
+    }
+    c->ch[k].sum_lp += t->logprob;
+    if (c->want_lp > 0 && moon_gw_logprobs_add(&c->ch[k].lp, (int32_t)t->token, t->logprob,
+                                               MOON_SPAN_PTR(t, t->top), t->top.n / 2) != MOON_OK) {
         MOON_ERROR("gateway: out of memory gathering logprobs");
     }
 }
 
-/* A chunk carrying the logprobs gathered since the last one. */
-static char *chunk_lp(conn_t *c, const char *text, const char *finish, size_t *len_p)
+/* A chunk of choice k carrying the logprobs gathered since its last one. */
+static char *chunk_lp(conn_t *c, uint32_t k, const char *text, const char *finish, size_t *len_p)
 {
-    char *lpj = moon_gw_logprobs_take(&c->lp);
+    char *lpj = moon_gw_logprobs_take(&c->ch[k].lp);
     char *chunk;
 
+    c->meta.index    = k;
     c->meta.logprobs = lpj;
     chunk            = moon_gw_format_chunk(&c->meta, 0, text, finish, len_p);
     c->meta.logprobs = NULL;
@@ -638,72 +661,110 @@ static char *chunk_lp(conn_t *c, const char *text, const char *finish, size_t *l
     return chunk;
 }
 
-/* Formats one event of the stream into c->out. */
-static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
+/* Choice k's opening: chat's role delta, completions' echoed prompt. */
+static void stream_open(conn_t *c, uint32_t k, moon_gw_buf_t *b)
+{
+    size_t len = 0;
+    char  *chunk;
+
+    if (c->ch[k].role_sent) {
+        return;
+    }
+    c->ch[k].role_sent = 1;
+    c->meta.index      = k;
+    if (c->meta.chat) {
+        chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
+        out_append(b, chunk, len);
+    } else if (c->ch[k].echo != NULL) {
+        chunk = moon_gw_format_chunk(&c->meta, 0, c->ch[k].echo, NULL, &len);
+        out_append(b, chunk, len);
+    }
+}
+
+/* Choice k's DONE (not an error) in a stream: its last text, its finish; the
+ * usage and [DONE] after the last choice's. */
+static void stream_done(conn_t *c, uint32_t k, const moon_serve_done_t *d, moon_gw_buf_t *b)
+{
+    const char     *text = str_of(&d->hdr, d->text);
+    moon_gw_usage_t u;
+    size_t          len = 0;
+    char           *chunk;
+
+    if (text[0] != '\0') {
+        observe_text(c);
+    }
+    if (c->n_done == c->n_ch) {
+        observe_end(c, d);
+    }
+    c->meta.index = k;
+    if (c->meta.chat && text[0] != '\0') {
+        if (c->req.structured.tools) {
+            moon_gw_structured_stream(&c->req.structured, &c->meta, text, b);
+        } else {
+            chunk = chunk_lp(c, k, text, NULL, &len);
+            out_append(b, chunk, len);
+        }
+        text = NULL;
+    }
+    if (c->meta.chat && c->req.structured.tools) { /* held-back text, then the finish */
+        moon_gw_structured_stream_end(&c->req.structured, &c->meta, moon_finish_str(d->finish), b);
+    } else {
+        chunk = chunk_lp(c, k, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
+        out_append(b, chunk, len);
+    }
+    usage_of(c, d, &c->ch[k].u);
+    if (c->n_done < c->n_ch) {
+        return;
+    }
+    c->finished = 1;
+    if (c->meta.include_usage) {
+        moon_gw_choices_usage(c->ch, c->n_ch, c->per, &u);
+        chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
+        out_append(b, chunk, len);
+    }
+    moon_gw_buf_puts(b, MOON_GW_SSE_DONE);
+}
+
+/* Formats one event of choice k of the stream into c->out. */
+static void stream_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
 {
     moon_gw_buf_t b;
     size_t        len = 0;
     char         *chunk;
 
     moon_gw_buf_init(&b);
-    if (c->meta.chat && !c->role_sent) {
-        chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
-        out_append(&b, chunk, len);
-        c->role_sent = 1;
-    }
+    stream_open(c, k, &b);
     if (msg->type == MOON_MSG_SERVE_TOKEN) {
         const moon_serve_token_t *t    = (const moon_serve_token_t *)msg;
         const char               *text = str_of(msg, t->text);
 
-        lp_add(c, msg);
+        lp_add(c, k, msg);
         if (text[0] != '\0') {
+            c->meta.index = k;
             if (c->req.structured.tools) { /* tool calls are split out of the text */
                 moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
             } else {
-                chunk = chunk_lp(c, text, NULL, &len);
+                chunk = chunk_lp(c, k, text, NULL, &len);
                 out_append(&b, chunk, len);
             }
             observe_text(c);
         }
     } else {
-        const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
-        const char              *text = str_of(msg, d->text);
+        const moon_serve_done_t *d = (const moon_serve_done_t *)msg;
         moon_gw_error_t          err;
-        moon_gw_usage_t          u;
 
-        c->got_done = 1;
-        c->finished = 1;
+        c->ch[k].got_done = 1;
+        c->n_done++;
         if (done_error(d, &err)) {
-            chunk = moon_gw_format_error_event(&err, &len);
+            c->got_done = 1;
+            c->finished = 1; /* the other choices are cancelled when it closes */
+            chunk       = moon_gw_format_error_event(&err, &len);
             out_append(&b, chunk, len);
+            moon_gw_buf_puts(&b, MOON_GW_SSE_DONE);
         } else {
-            if (text[0] != '\0') {
-                observe_text(c);
-            }
-            observe_end(c, d);
-            if (c->meta.chat && text[0] != '\0') {
-                if (c->req.structured.tools) {
-                    moon_gw_structured_stream(&c->req.structured, &c->meta, text, &b);
-                } else {
-                    chunk = chunk_lp(c, text, NULL, &len);
-                    out_append(&b, chunk, len);
-                }
-                text = NULL;
-            }
-            if (c->meta.chat && c->req.structured.tools) { /* held-back text, then the finish */
-                moon_gw_structured_stream_end(&c->req.structured, &c->meta,
-                                              moon_finish_str(d->finish), &b);
-            } else {
-                chunk = chunk_lp(c, c->meta.chat ? NULL : text, moon_finish_str(d->finish), &len);
-                out_append(&b, chunk, len);
-            }
-            if (c->meta.include_usage) {
-                usage_of(c, d, &u);
-                chunk = moon_gw_format_usage_chunk(&c->meta, &u, &len);
-                out_append(&b, chunk, len);
-            }
+            stream_done(c, k, d, &b);
+            c->got_done = c->finished;
         }
-        moon_gw_buf_puts(&b, MOON_GW_SSE_DONE);
     }
     moon_free(c->out);
     c->out     = NULL;
@@ -716,6 +777,103 @@ static void stream_event(conn_t *c, const moon_msg_hdr_t *msg)
     moon_gw_buf_fini(&b);
 }
 
+static moon_gw_conn_t conn_of(conn_t *c, uint32_t k);
+
+/* The request of choice k's prompt. */
+static moon_gw_request_t *req_of(conn_t *c, uint32_t k)
+{
+    uint32_t g = k / c->per;
+
+    return g == 0 ? &c->req : &c->more[g - 1];
+}
+
+/* Submits choice k (index i in its prompt's group): its prompt's parameters
+ * with its own seed. */
+static moon_status_t submit_choice(conn_t *c, uint32_t k)
+{
+    moon_serve_params_t p    = req_of(c, k)->params;
+    moon_gw_conn_t      conn = conn_of(c, k);
+
+    p.seed = moon_gw_choice_seed(p.seed, k % c->per);
+    return moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
+}
+
+/* The choices of a prompt after its first go once that one's first event
+ * has come: its prompt is prefilled and its full blocks are in the prefix
+ * cache (gw_choices.h). One that cannot be submitted ends the request. */
+static void submit_rest(conn_t *c, uint32_t leader)
+{
+    for (uint32_t k = leader + 1; k < leader + c->per && !c->sub_failed; k++) {
+        moon_status_t status = submit_choice(c, k);
+
+        if (status != MOON_OK) {
+            c->ch[k].breq = NULL;
+            c->sub_failed = 1;
+            moon_gw_error_set(&c->sub_err, status == MOON_ERR_NO_RESOURCE ? 429 : 500, NULL, NULL,
+                              "choice %u could not be submitted: %s", k, moon_status_str(status));
+        }
+    }
+}
+
+/* An event of choice k came: a prompt's first choice that did not fail
+ * starts the others. */
+static void on_choice_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
+{
+    moon_gw_error_t err;
+
+    if (k % c->per != 0 || c->per == 1 || c->ch[k + 1].breq != NULL || c->sub_failed ||
+        (msg->type == MOON_MSG_SERVE_DONE && done_error((const moon_serve_done_t *)msg, &err))) {
+        return;
+    }
+    submit_rest(c, k);
+}
+
+/* The next event of any running choice (*k_p: its choice), round robin;
+ * NULL when none is queued: *parked_p 1 if the connection parked (on the
+ * first running choice: its next event wakes it, and the others' events are
+ * read then; the hang-up watcher pokes it), 0 if the client left. */
+static const moon_msg_hdr_t *next_event(conn_t *c, uint32_t *k_p, int *parked_p)
+{
+    *parked_p = 0;
+    for (;;) {
+        uint32_t k;
+
+        if (atomic_load(&c->gone)) {
+            return NULL;
+        }
+        for (uint32_t j = 0; j < c->n_ch; j++) {
+            const moon_msg_hdr_t *msg;
+
+            k = (c->rr + j) % c->n_ch;
+            if (c->ch[k].breq == NULL || c->ch[k].got_done) {
+                continue;
+            }
+            msg = moon_gw_req_next(c->ch[k].breq);
+            if (msg != NULL) {
+                c->rr = (k + 1) % c->n_ch;
+                *k_p  = k;
+                on_choice_event(c, k, msg);
+                return msg;
+            }
+        }
+        for (k = 0; k < c->n_ch && (c->ch[k].breq == NULL || c->ch[k].got_done); k++) {
+        }
+        if (k == c->n_ch) {
+            return NULL; /* nothing runs (not reached: the last DONE ends the answer) */
+        }
+        /* the watcher pokes the one parked on: it sees this store, or this
+         * load sees its gone (both seq_cst) */
+        atomic_store(&c->parked_on, c->ch[k].breq);
+        if (atomic_load(&c->gone)) {
+            return NULL;
+        }
+        if (moon_gw_req_park(c->ch[k].breq)) {
+            *parked_p = 1;
+            return NULL;
+        }
+    }
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     conn_t *c = cls;
@@ -723,6 +881,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     for (;;) {
         const moon_msg_hdr_t *msg;
+        uint32_t              k      = 0;
+        int                   parked = 0;
 
         if (c->off_out < c->n_out) {
             size_t n = MOON_MIN(max, c->n_out - c->off_out);
@@ -737,18 +897,27 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR; /* closes: cancels */
         }
         msg      = c->first;
+        k        = c->first_k;
         c->first = NULL;
         if (msg == NULL) {
-            msg = moon_gw_req_next(c->breq);
+            msg = next_event(c, &k, &parked);
         }
         if (msg == NULL) {
-            if (moon_gw_req_park(c->breq)) {
+            if (parked) {
                 return 0; /* suspended: resumed by the next event */
             }
             continue;
         }
-        stream_event(c, msg);
+        stream_event(c, k, msg);
         moon_msg_release(msg);
+        if (c->sub_failed && !c->finished) {
+            size_t len = 0;
+            moon_free(c->out);
+            c->out      = moon_gw_format_error_event(&c->sub_err, &len);
+            c->n_out    = c->out != NULL ? len : 0;
+            c->off_out  = 0;
+            c->finished = 1; /* the choices that run are cancelled when it closes */
+        }
     }
 }
 
@@ -773,6 +942,65 @@ static enum MHD_Result start_stream(conn_t *c)
     return ret;
 }
 
+/* Choice k's body of a whole answer, as choice `index` of the response. */
+static char *choice_body(conn_t *c, uint32_t k, uint32_t index, const moon_gw_usage_t *u,
+                         size_t *len_p)
+{
+    moon_gw_choice_t *ch = &c->ch[k];
+    moon_gw_buf_t     text;
+    char             *body;
+
+    moon_gw_buf_init(&text);
+    moon_gw_buf_puts(&text, ch->echo != NULL ? ch->echo : "");
+    moon_gw_buf_puts(&text, ch->acc.failed ? "" : ch->acc.data);
+    c->meta.index    = index;
+    c->meta.logprobs = c->want_lp > 0 ? moon_gw_logprobs_take(&ch->lp) : NULL;
+    body = moon_gw_structured_response(&c->req.structured, &c->meta, text.failed ? "" : text.data,
+                                       ch->finish, u, len_p);
+    moon_free((char *)c->meta.logprobs);
+    c->meta.logprobs = NULL;
+    moon_gw_buf_fini(&text);
+    return body;
+}
+
+/* Every choice is done: the whole answer, per prompt the n best of its
+ * best_of, as choice prompt_index * n + i (OpenAI's order). */
+static enum MHD_Result answer_whole(conn_t *c)
+{
+    uint32_t        n     = c->req.n;
+    uint32_t        n_out = c->n_prompts * n;
+    char          **bodies;
+    moon_gw_usage_t u;
+    size_t          len  = 0;
+    char           *text = NULL;
+
+    moon_gw_choices_usage(c->ch, c->n_ch, c->per, &u);
+    if (n_out == 1) {
+        text = choice_body(c, 0, 0, &u, &len);
+        return respond_json(c, 200, text, len);
+    }
+    bodies = moon_calloc(n_out, sizeof(char *));
+    if (bodies == NULL) {
+        return respond_json(c, 200, NULL, 0);
+    }
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        uint32_t order[MOON_GW_MAX_CHOICES];
+
+        moon_gw_choices_rank(c->ch + g * c->per, c->per, n, order);
+        for (uint32_t i = 0; i < n; i++) {
+            /* best_of == n: no ranking, the choices in their order */
+            uint32_t k        = g * c->per + (c->per == n ? i : order[i]);
+            bodies[g * n + i] = choice_body(c, k, g * n + i, &u, &len);
+        }
+    }
+    text = moon_gw_choices_merge(bodies, n_out, &len);
+    for (uint32_t i = 0; i < n_out; i++) {
+        moon_free(bodies[i]);
+    }
+    moon_free(bodies);
+    return respond_json(c, 200, text, len);
+}
+
 /* Resumed (or right after submit): reads what has come. */
 static enum MHD_Result on_events(conn_t *c)
 {
@@ -780,58 +1008,67 @@ static enum MHD_Result on_events(conn_t *c)
         const moon_msg_hdr_t    *msg;
         const moon_serve_done_t *d;
         moon_gw_error_t          err;
-        moon_gw_usage_t          u;
-        char                    *text;
-        size_t                   len = 0;
+        uint32_t                 k      = 0;
+        int                      parked = 0;
 
-        if (atomic_load(&c->gone)) {
-            return MHD_NO; /* closes the connection: on_completed cancels */
-        }
-        msg = moon_gw_req_next(c->breq);
+        msg = next_event(c, &k, &parked);
         if (msg == NULL) {
-            if (moon_gw_req_park(c->breq)) {
+            if (parked) {
                 return MHD_YES;
+            }
+            if (atomic_load(&c->gone)) {
+                return MHD_NO; /* closes the connection: on_completed cancels */
             }
             continue;
         }
         stamp_version(c, msg);
+        if (c->sub_failed) {
+            moon_msg_release(msg);
+            return respond_error(c, &c->sub_err);
+        }
         if (msg->type == MOON_MSG_SERVE_TOKEN) {
             if (c->req.stream) {
-                c->first = msg;
+                c->first   = msg;
+                c->first_k = k;
                 return start_stream(c);
             }
-            moon_gw_buf_puts(&c->acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
-            lp_add(c, msg);
+            moon_gw_buf_puts(&c->ch[k].acc, str_of(msg, ((const moon_serve_token_t *)msg)->text));
+            lp_add(c, k, msg);
             moon_msg_release(msg);
             continue;
         }
-        d           = (const moon_serve_done_t *)msg;
-        c->got_done = 1;
+        d = (const moon_serve_done_t *)msg;
         if (done_error(d, &err)) {
+            c->ch[k].got_done = 1;
+            c->got_done       = 1; /* the other choices are cancelled when it closes */
             moon_msg_release(msg);
             return respond_error(c, &err);
         }
         if (c->req.stream) {
-            c->first = msg;
+            c->first   = msg;
+            c->first_k = k;
             return start_stream(c);
         }
-        moon_gw_buf_puts(&c->acc, str_of(msg, d->text));
+        c->ch[k].got_done = 1;
+        c->n_done++;
+        moon_gw_buf_puts(&c->ch[k].acc, str_of(msg, d->text));
+        c->ch[k].finish = moon_finish_str(d->finish);
+        usage_of(c, d, &c->ch[k].u);
+        if (c->n_done == c->n_ch) {
+            observe_end(c, d);
+        }
+        moon_msg_release(msg);
+        if (c->n_done < c->n_ch) {
+            continue;
+        }
+        c->got_done = 1;
         /* a whole answer: its first token's time is the actor's */
         if (moon_gw_req_times(c->breq)->first_token_ns != 0) {
             c->ttft_seen = 1;
             moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
                                     since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
         }
-        observe_end(c, d);
-        usage_of(c, d, &u);
-        c->meta.logprobs = moon_gw_logprobs_take(&c->lp);
-        text             = moon_gw_structured_response(&c->req.structured, &c->meta,
-                                           c->acc.failed ? "" : c->acc.data,
-                                                       moon_finish_str(d->finish), &u, &len);
-        moon_free((char *)c->meta.logprobs);
-        c->meta.logprobs = NULL;
-        moon_msg_release(msg);
-        return respond_json(c, 200, text, len);
+        return answer_whole(c);
     }
 }
 
@@ -874,14 +1111,92 @@ static int admit(conn_t *c, moon_gw_error_t *err)
     return 1;
 }
 
+/* Choice k's connection hooks: a stream wakes at every event; a whole
+ * answer at its DONE (the watcher notices a client that leaves before),
+ * except the leader of several choices, whose first token also wakes it (the
+ * others are submitted then: gw_choices.h). */
+static moon_gw_conn_t conn_of(conn_t *c, uint32_t k)
+{
+    moon_gw_conn_t conn = {.park = conn_park, .wake = conn_wake, .arg = c};
+
+    conn.token_wake_ns     = c->req.stream ? 0 : UINT64_MAX;
+    conn.first_token_wakes = !c->req.stream && k % c->per == 0 && c->per > 1;
+    conn.arrival_ns        = c->t_start_ns; /* latencies count from the request's first byte */
+    return conn;
+}
+
+/* The other prompts of a completion's list: each parsed (its prompt picked
+ * from the list) and prepared as its own request, with the first's seed. */
+static moon_status_t prepare_more(conn_t *c, moon_gw_error_t *err)
+{
+    moon_gw_http_t *h = c->http;
+    moon_status_t   status;
+
+    c->n_prompts = MOON_MAX(c->req.n_prompts, 1u);
+    if (c->n_prompts == 1) {
+        return MOON_OK;
+    }
+    c->more = moon_calloc(c->n_prompts - 1, sizeof(*c->more));
+    if (c->more == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t g = 1; g < c->n_prompts; g++) {
+        moon_gw_request_t *r = &c->more[g - 1];
+
+        status = moon_gw_openai_parse_at(c->body.data, c->body.len, 0, g, r, err);
+        if (status == MOON_OK) {
+            status = moon_gw_openai_prepare(r, &h->a.model, c->req.params.seed, err);
+        }
+        if (status != MOON_OK) {
+            return status;
+        }
+        r->params.seed = c->req.params.seed;
+    }
+    return MOON_OK;
+}
+
+/* The request's choices (best_of per prompt), their texts and logprobs;
+ * best_of beyond n ranks by logprob, so the cluster sends logprobs then. */
+static moon_status_t make_choices(conn_t *c)
+{
+    const moon_tokenizer_t *tok = c->http->a.model.tok;
+
+    c->per     = MOON_MAX(c->req.best_of, 1u);
+    c->n_ch    = c->per * c->n_prompts;
+    c->want_lp = c->req.params.logprobs;
+    c->ch      = moon_calloc(c->n_ch, sizeof(*c->ch));
+    c->echos   = c->req.echo ? moon_calloc(c->n_prompts, sizeof(char *)) : NULL;
+    if (c->ch == NULL || (c->req.echo && c->echos == NULL)) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        moon_gw_request_t *r = g == 0 ? &c->req : &c->more[g - 1];
+
+        if (c->per > c->req.n && r->params.logprobs == 0) {
+            r->params.logprobs = 1;
+        }
+        if (c->echos != NULL && (c->echos[g] = moon_gw_echo_text(r, tok)) == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+    }
+    for (uint32_t k = 0; k < c->n_ch; k++) {
+        moon_gw_request_t *r = req_of(c, k);
+
+        moon_gw_buf_init(&c->ch[k].acc);
+        moon_gw_buf_puts(&c->ch[k].acc, "");
+        moon_gw_logprobs_init(&c->ch[k].lp, c->req.chat, tok,
+                              r->n_tokens > 0 ? r->tokens[r->n_tokens - 1] : -1);
+        c->ch[k].echo = c->echos != NULL ? c->echos[k / c->per] : NULL;
+    }
+    return MOON_OK;
+}
+
 /* The body is in: parse, prepare, submit. */
 static enum MHD_Result on_body(conn_t *c)
 {
     moon_gw_http_t *h = c->http;
     moon_gw_error_t err;
-    moon_gw_conn_t  conn;
     moon_status_t   status;
-    char            session[128]; /* for plugins: copied into the SUBMIT */
 
     if (c->too_large) {
         moon_gw_error_set(&err, 413, NULL, NULL, "the body is larger than the limit of %zu bytes",
@@ -909,22 +1224,31 @@ static enum MHD_Result on_body(conn_t *c)
         status = moon_gw_openai_prepare(&c->req, &h->a.model,
                                         h->nonce ^ (c->t_start_ns * 0x9e3779b97f4a7c15ull), &err);
     }
+    if (status == MOON_OK) {
+        status = prepare_more(c, &err);
+    }
     if (status == MOON_ERR_INVALID_PARAM) {
         return respond_error(c, &err);
     }
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, session, sizeof(session),
+    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session),
                           &c->req.params);
-    conn.park = conn_park;
-    conn.wake = conn_wake;
-    conn.arg  = c;
-    /* a whole answer wakes its connection once, at DONE (the watcher notices a
-     * client that leaves before) */
-    conn.token_wake_ns = c->req.stream ? 0 : UINT64_MAX;
-    conn.arrival_ns    = c->t_start_ns; /* latencies count from the request's first byte */
-    status             = moon_gw_bridge_submit(h->a.bridge, &c->req.params, &conn, &c->breq);
+    status = make_choices(c);
+    if (status != MOON_OK) {
+        return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
+    }
+    for (uint32_t g = 1; g < c->n_prompts; g++) {
+        moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session),
+                              &c->more[g - 1].params);
+    }
+    /* every prompt's first choice now, the others after it (submit_rest) */
+    status  = submit_choice(c, 0);
+    c->breq = c->ch[0].breq;
+    for (uint32_t g = 1; g < c->n_prompts && status == MOON_OK; g++) {
+        status = submit_choice(c, g * c->per);
+    }
     if (status == MOON_ERR_NO_RESOURCE) {
         MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
                          h->a.cfg.max_inflight);
@@ -951,8 +1275,6 @@ static enum MHD_Result on_body(conn_t *c)
     c->meta.chat          = c->req.chat;
     c->meta.include_usage = c->req.include_usage;
     c->phase              = PH_WAIT;
-    moon_gw_logprobs_init(&c->lp, c->req.chat, h->a.model.tok,
-                          c->req.n_tokens > 0 ? c->req.tokens[c->req.n_tokens - 1] : -1);
     return on_events(c);
 }
 
@@ -1092,9 +1414,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->t_start_ns = moon_now(h->a.rt);
         c->body_limit = h->a.cfg.body_limit_bytes;
         moon_gw_buf_init(&c->body);
-        moon_gw_buf_init(&c->acc);
-        moon_gw_buf_puts(&c->acc, "");
         atomic_init(&c->gone, 0);
+        atomic_init(&c->parked_on, NULL);
         *con_cls = c;
         ret      = on_start(c, url, method);
         moon_gw_guard_set(h->guard, guard_id(mc),
@@ -1152,13 +1473,28 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->watched) {
         moon_gw_hangup_unwatch(h->hangup, c->hangup_slot);
     }
-    if (c->breq != NULL) {
-        if (!c->got_done) {
-            MOON_DEBUG_LOG("gateway: client of request %llu left (%d): cancelling",
-                           (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
-        }
-        moon_gw_req_close(c->breq, !c->got_done);
+    if (c->breq != NULL && !c->got_done) {
+        MOON_DEBUG_LOG("gateway: client of request %llu left (%d): cancelling",
+                       (unsigned long long)moon_gw_req_id(c->breq), (int)toe);
     }
+    for (uint32_t k = 0; k < c->n_ch; k++) {
+        if (c->ch[k].breq != NULL) {
+            moon_gw_req_close(c->ch[k].breq, !c->ch[k].got_done);
+        }
+        moon_gw_logprobs_fini(&c->ch[k].lp);
+        moon_gw_buf_fini(&c->ch[k].acc);
+    }
+    moon_free(c->ch);
+    for (uint32_t g = 0; g < c->n_prompts; g++) {
+        if (c->echos != NULL) {
+            moon_free(c->echos[g]);
+        }
+        if (g > 0 && c->more != NULL) {
+            moon_gw_request_fini(&c->more[g - 1]);
+        }
+    }
+    moon_free(c->echos);
+    moon_free(c->more);
     if (c->admitted) {
         unadmit(h);
     }
@@ -1169,9 +1505,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     moon_msg_release(c->first);
     moon_gw_request_fini(&c->req);
-    moon_gw_logprobs_fini(&c->lp);
     moon_gw_buf_fini(&c->body);
-    moon_gw_buf_fini(&c->acc);
     moon_free(c->out);
     moon_free(c);
     *con_cls = NULL;

@@ -62,19 +62,35 @@ static int all_numbers(const cJSON *arr)
     return 1;
 }
 
-static moon_status_t parse_prompt(const cJSON *root, moon_gw_request_t *req, moon_gw_error_t *err)
+/* The prompt_index-th prompt: a string, a list of ids, or one of a list of
+ * those. */
+static moon_status_t parse_prompt(const cJSON *root, uint32_t prompt_index, moon_gw_request_t *req,
+                                  moon_gw_error_t *err)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *e;
 
     if (p == NULL || cJSON_IsNull(p)) {
         BAD("prompt", "'prompt' is a required property");
     }
+    req->n_prompts = 1;
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !all_numbers(p)) {
-        if (cJSON_GetArraySize(p) > 1) {
-            BAD("prompt", "one prompt per request is supported (a list of %d was given)",
-                cJSON_GetArraySize(p));
+        int n = cJSON_GetArraySize(p);
+
+        if ((uint32_t)n > MOON_GW_MAX_PROMPTS || (uint32_t)n * req->best_of > MOON_GW_MAX_SEQS) {
+            BAD("prompt",
+                "a list of %d prompts (x best_of %u) is more than the %u prompts and %u "
+                "sequences allowed",
+                n, req->best_of, MOON_GW_MAX_PROMPTS, MOON_GW_MAX_SEQS);
         }
-        p = cJSON_GetArrayItem(p, 0);
+        cJSON_ArrayForEach(e, p)
+        {
+            if (!cJSON_IsString(e) && !(cJSON_IsArray(e) && all_numbers(e))) {
+                BAD("prompt", "'prompt' must be a string, a list of token ids, or a list of those");
+            }
+        }
+        req->n_prompts = (uint32_t)n;
+        p              = cJSON_GetArrayItem(p, (int)MOON_MIN(prompt_index, (uint32_t)n - 1));
     }
     if (cJSON_IsString(p)) {
         req->prompt = moon_strdup(p->valuestring);
@@ -252,26 +268,49 @@ static moon_status_t parse_stop(const cJSON *root, moon_gw_request_t *req, moon_
 }
 
 /* Values other servers accept but this one does not implement. */
-static moon_status_t refuse_unsupported(const cJSON *root, int chat, moon_gw_error_t *err)
+/* n and best_of (completions): how many sequences decode and how many are
+ * answered; echo (completions). Checked against stream once that is known
+ * (check_choices). */
+static moon_status_t parse_choices(const cJSON *root, int chat, moon_gw_request_t *req,
+                                   moon_gw_error_t *err)
 {
-    long long n = 1;
-    int       b = 0;
-    switch (moon_gw_json_int(root, "n", 1, 128, &n)) {
+    long long n    = 1;
+    long long best = 0;
+
+    if (moon_gw_json_int(root, "n", 1, MOON_GW_MAX_CHOICES, &n) < 0) {
+        BAD("n", "'n' must be an integer in [1, %u]", MOON_GW_MAX_CHOICES);
+    }
+    req->n = (uint32_t)n;
+    switch (moon_gw_json_int(root, "best_of", 1, MOON_GW_MAX_CHOICES, &best)) {
     case -1:
-        BAD("n", "'n' must be a positive integer");
+        BAD("best_of", "'best_of' must be an integer in [1, %u]", MOON_GW_MAX_CHOICES);
     case 1:
-        if (n != 1) {
-            BAD("n", "only n = 1 is supported (got %lld)", n);
+        if (best < n) {
+            BAD("best_of", "'best_of' (%lld) must be greater than or equal to 'n' (%lld)", best, n);
         }
         break;
+    default:
+        best = n;
     }
-    if (moon_gw_json_int(root, "best_of", 1, 128, &n) != 0 && n != 1) {
-        BAD("best_of", "only best_of = 1 is supported");
+    req->best_of = (uint32_t)best;
+    if (!chat && moon_gw_json_bool(root, "echo", &req->echo) < 0) {
+        BAD("echo", "'echo' must be a boolean");
     }
-    if (moon_gw_json_bool(root, "echo", &b) != 0 && b) {
-        BAD("echo", "'echo' is not supported");
+    return MOON_OK;
+}
+
+/* What the choices' fields cannot be combined with. */
+static moon_status_t check_choices(moon_gw_request_t *req, moon_gw_error_t *err)
+{
+    if (req->stream && req->best_of > req->n) {
+        BAD("best_of", "'best_of' (%u) > 'n' (%u) cannot be streamed", req->best_of, req->n);
     }
-    (void)chat;
+    if (req->stream && req->n > 1 && req->structured.tools) {
+        BAD("n", "'n' > 1 with 'tools' cannot be streamed by this server");
+    }
+    if (req->echo && req->params.logprobs > 0) {
+        BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
+    }
     return MOON_OK;
 }
 
@@ -504,6 +543,12 @@ static moon_status_t parse_sampling(const cJSON *root, moon_gw_request_t *req, m
 moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
                                    moon_gw_error_t *err)
 {
+    return moon_gw_openai_parse_at(body, len, chat, 0, req, err);
+}
+
+moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, uint32_t prompt_index,
+                                      moon_gw_request_t *req, moon_gw_error_t *err)
+{
     cJSON        *root  = NULL;
     const char   *model = NULL;
     const char   *why   = NULL;
@@ -511,8 +556,9 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
-    req->chat = chat;
-    status    = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
+    req->chat      = chat;
+    req->n_prompts = 1;
+    status         = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
     if (status == MOON_ERR_INVALID_PARAM) {
         moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s%s%s%s", why,
                           twin[0] != '\0' ? " ('" : "", twin, twin[0] != '\0' ? "')" : "");
@@ -543,9 +589,9 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
         }
         break;
     }
-    status = refuse_unsupported(root, chat, err);
+    status = parse_choices(root, chat, req, err);
     if (status == MOON_OK) {
-        status = chat ? parse_messages(root, req, err) : parse_prompt(root, req, err);
+        status = chat ? parse_messages(root, req, err) : parse_prompt(root, prompt_index, req, err);
     }
     if (status == MOON_OK) {
         status = parse_sampling(root, req, err);
@@ -558,6 +604,9 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     }
     if (status == MOON_OK && chat) {
         status = moon_gw_structured_add_tools(&req->structured, &req->msgs, &req->n_msgs);
+    }
+    if (status == MOON_OK) {
+        status = check_choices(req, err);
     }
 out:
     cJSON_Delete(root);

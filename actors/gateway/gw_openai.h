@@ -41,6 +41,9 @@
 #define MOON_GW_MAX_MESSAGES 4096u        /* chat turns */
 #define MOON_GW_MAX_PROMPT_TOKENS 131072u /* token ids of a prompt, no context known */
 #define MOON_GW_MAX_BIAS 1024u            /* logit_bias entries */
+#define MOON_GW_MAX_CHOICES 16u           /* n and best_of: sequences of one prompt */
+#define MOON_GW_MAX_PROMPTS 64u           /* a completion's list of prompts */
+#define MOON_GW_MAX_SEQS 256u             /* prompts x best_of: sequences of one request */
 
 typedef struct {
     int                  chat; /* 1: /v1/chat/completions */
@@ -49,9 +52,13 @@ typedef struct {
     int                  details;       /* "moonlet_details": placement and server times in usage */
     int                  has_max_tokens; /* given by the client */
     int                  has_seed;
-    char                *model;  /* NULL: not given */
-    char                *prompt; /* completions text; NULL with token ids */
-    int32_t             *tokens; /* the prompt's ids: given, or set by prepare */
+    int                  echo;      /* completions: the prompt's text before the answer */
+    uint32_t             n;         /* choices answered (1..MOON_GW_MAX_CHOICES) */
+    uint32_t             best_of;   /* sequences decoded (>= n): the n of highest logprob win */
+    uint32_t             n_prompts; /* completions: prompts in the list (1: one prompt) */
+    char                *model;     /* NULL: not given */
+    char                *prompt;    /* completions text; NULL with token ids */
+    int32_t             *tokens;    /* the prompt's ids: given, or set by prepare */
     uint32_t             n_tokens;
     moon_gw_chat_msg_t  *msgs; /* chat: n_msgs turns (strings owned) */
     uint32_t             n_msgs;
@@ -82,6 +89,10 @@ typedef struct {
  * (400), MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_gw_request_t *req,
                                    moon_gw_error_t *err);
+/* The same for the prompt_index-th prompt of a completion's list of prompts
+ * (req->n_prompts says how many; each prompt is its own request). */
+moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, uint32_t prompt_index,
+                                      moon_gw_request_t *req, moon_gw_error_t *err);
 /* Checks the model (404 model_not_found), renders and tokenizes the prompt,
  * checks it against the context (400 context_length_exceeded) and fills
  * req->params. seed_salt seeds sampled requests that gave no seed. */

@@ -7,7 +7,9 @@
 #    median of the rounds' HTTP / API: target >= 0.9), stories260K; then
 #    decode tokens/s of requests with sampling controls (penalties,
 #    logit_bias, min_p) and with logprobs 5 against plain ones (anchor,
-#    alternating in rounds; ratio = the median round's, with min/max).
+#    alternating in rounds; ratio = the median round's, with min/max);
+#    then one request of n = 8 against 8 separate ones (decode tokens/s,
+#    target >= 0.9 x; and the prompt tokens the prefill instance computed).
 # 2. `moonlet bench` beside the server's /metrics, as a user runs both: a
 #    `moonlet serve` process, `moonlet bench random` (streamed) with 1 and
 #    8 requests in flight; the mean TTFT and E2EL it reports beside the

@@ -35,9 +35,24 @@ for await (const chunk of stream) {
 if (text !== whole || finish !== "length" || !usage || usage.completion_tokens !== 8)
     fail(`stream: ${JSON.stringify(text)} vs ${JSON.stringify(whole)}, ${finish}, ${JSON.stringify(usage)}`);
 
+// n = 3 with a seed: three choices, indexes 0..2, the same again; streamed,
+// every index finishes
+const three = async () => (await client.completions.create({
+    model: "stories260K", prompt: "Once upon a time", max_tokens: 8, n: 3, seed: 11 })).choices;
+const c1 = await three(), c2 = await three();
+if (c1.length !== 3 || c1.map((c) => c.index).sort().join() !== "0,1,2" ||
+    JSON.stringify(c1) !== JSON.stringify(c2))
+    fail(`n=3: ${JSON.stringify(c1)} vs ${JSON.stringify(c2)}`);
+const s3 = await client.completions.create({
+    model: "stories260K", prompt: "Once upon a time", max_tokens: 8, n: 3, seed: 11, stream: true });
+const ended = new Set();
+for await (const chunk of s3) {
+    for (const c of chunk.choices) if (c.finish_reason) ended.add(c.index);
+}
+if (ended.size !== 3) fail(`n=3 streamed: finished ${[...ended]}`);
 try {
-    await client.completions.create({ model: "stories260K", prompt: "x", n: 3 });
-    fail("n=3 was accepted");
+    await client.completions.create({ model: "stories260K", prompt: "x", n: 17 });
+    fail("n=17 was accepted");
 } catch (e) {
     if (!(e instanceof OpenAI.BadRequestError) || e.status !== 400) fail("error: " + e);
 }

@@ -47,9 +47,15 @@ for chunk in stream:
 if text != whole or finish != "length" or usage is None or usage.completion_tokens != 8:
     fail("stream: %r vs %r, %r, %r" % (text, whole, finish, usage))
 
+c1 = client.completions.create(model="stories260K", prompt="Once upon a time",
+                               max_tokens=8, n=3, seed=11).choices
+c2 = client.completions.create(model="stories260K", prompt="Once upon a time",
+                               max_tokens=8, n=3, seed=11).choices
+if sorted(c.index for c in c1) != [0, 1, 2] or [c.text for c in c1] != [c.text for c in c2]:
+    fail("n=3: %r vs %r" % (c1, c2))
 try:
-    client.completions.create(model="stories260K", prompt="x", n=3)
-    fail("n=3 was accepted")
+    client.completions.create(model="stories260K", prompt="x", n=17)
+    fail("n=17 was accepted")
 except openai.BadRequestError:
     pass
 try:

@@ -231,7 +231,7 @@ static void test_errors(void)
     post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\"", 400, "invalid_request_error");
     post_expect(g_port, "/v1/completions", "{\"max_tokens\": 3}", 400, "invalid_request_error");
     post_expect(g_port, "/v1/completions", "{\"prompt\": 3}", 400, "invalid_request_error");
-    post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\", \"n\": 2}", 400,
+    post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\", \"n\": 17}", 400,
                 "invalid_request_error");
     post_expect(g_port, "/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404,
                 "invalid_request_error");

@@ -598,6 +598,268 @@ static void test_logprobs(void)
     }
 }
 
+/* ---- n, best_of, echo (issue 29) ------------------------------------------------ */
+
+/* The choices of a completion answer, texts by index into texts[] (strdup'd),
+ * code returned; *n_p choices, usage into *prompt_p and *completion_p. */
+static int choices_of(const char *path, const char *json, char **texts, int cap, int *n_p,
+                      int *prompt_p, int *completion_p)
+{
+    int    code;
+    cJSON *j = post(g_port, path, json, &code);
+    cJSON *c;
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+
+    *n_p = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices"))
+    {
+        int    i   = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "index"));
+        cJSON *msg = cJSON_GetObjectItem(c, "message");
+        char  *t   = cJSON_GetStringValue(msg != NULL ? cJSON_GetObjectItem(msg, "content")
+                                                      : cJSON_GetObjectItem(c, "text"));
+
+        CU_ASSERT_FATAL(i >= 0 && i < cap);
+        CU_ASSERT_PTR_NULL(texts[i]); /* each index once */
+        texts[i] = strdup(t != NULL ? t : "");
+        (*n_p)++;
+    }
+    if (prompt_p != NULL) {
+        *prompt_p     = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "prompt_tokens"));
+        *completion_p = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "completion_tokens"));
+    }
+    cJSON_Delete(j);
+    return code;
+}
+
+static void free_texts(char **texts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(texts[i]);
+        texts[i] = NULL;
+    }
+}
+
+/* n = 4 with a seed: four indexes, not all the same text, the same four
+ * again; the prompt counted once in the usage. */
+static void test_n_choices(void)
+{
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"n\":4,\"seed\":7,"
+                       "\"temperature\":1}";
+    char       *a[4] = {NULL}, *b[4] = {NULL}, *one[1] = {NULL};
+    int         n, prompt, comp, prompt1, comp1, differ = 0;
+
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions", body, a, 4, &n, &prompt, &comp), 200);
+    CU_ASSERT_EQUAL_FATAL(n, 4);
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions", body, b, 4, &n, NULL, NULL), 200);
+    CU_ASSERT_EQUAL_FATAL(n, 4);
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_STRING_EQUAL(a[i], b[i]);
+        differ += strcmp(a[i], a[0]) != 0;
+    }
+    CU_ASSERT(differ > 0);
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions",
+                                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,"
+                                     "\"seed\":7,\"temperature\":1}",
+                                     one, 1, &n, &prompt1, &comp1),
+                          200);
+    CU_ASSERT_STRING_EQUAL(one[0], a[0]); /* choice 0 samples as n = 1 does */
+    CU_ASSERT_EQUAL(prompt, prompt1);
+    CU_ASSERT(comp > comp1 && comp <= 4 * 12);
+    free_texts(a, 4);
+    free_texts(b, 4);
+    free_texts(one, 1);
+    /* chat */
+    CU_ASSERT_EQUAL(choices_of("/v1/chat/completions",
+                               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                               "\"max_tokens\":6,\"n\":3,\"seed\":3}",
+                               a, 4, &n, NULL, NULL),
+                    200);
+    CU_ASSERT_EQUAL(n, 3);
+    free_texts(a, 4);
+    /* best_of: the n best of best_of sequences */
+    CU_ASSERT_EQUAL(choices_of("/v1/completions",
+                               "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"n\":2,"
+                               "\"best_of\":5,\"seed\":1}",
+                               a, 4, &n, NULL, NULL),
+                    200);
+    CU_ASSERT_EQUAL(n, 2);
+    free_texts(a, 4);
+}
+
+/* A stream of n = 3: every index opens, carries text and finishes once;
+ * one [DONE]. */
+static void test_n_stream(void)
+{
+    for (int chat = 0; chat < 2; chat++) {
+        gw_http_t r;
+        int       finished[3] = {0}, text[3] = {0}, dones = 0;
+        char     *line, *save = NULL;
+
+        CU_ASSERT_EQUAL_FATAL(
+            gw_post(&r, g_port, chat ? "/v1/chat/completions" : "/v1/completions",
+                    chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                           "\"max_tokens\":10,\"n\":3,\"seed\":5,\"stream\":true}"
+                         : "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"n\":3,"
+                           "\"seed\":5,\"stream\":true}",
+                    NULL),
+            200);
+        for (line = strtok_r(r.body, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save)) {
+            cJSON *j, *c;
+            if (strcmp(line, "data: [DONE]") == 0) {
+                dones++;
+                continue;
+            }
+            if (strncmp(line, "data: ", 6) != 0) {
+                continue;
+            }
+            j = cJSON_Parse(line + 6);
+            cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices"))
+            {
+                int    i = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "index"));
+                cJSON *d = cJSON_GetObjectItem(c, "delta");
+                cJSON *t =
+                    chat ? cJSON_GetObjectItem(d, "content") : cJSON_GetObjectItem(c, "text");
+
+                CU_ASSERT_FATAL(i >= 0 && i < 3);
+                text[i] += cJSON_IsString(t) && t->valuestring[0] != '\0';
+                finished[i] += cJSON_IsString(cJSON_GetObjectItem(c, "finish_reason"));
+            }
+            cJSON_Delete(j);
+        }
+        CU_ASSERT_EQUAL(dones, 1);
+        for (int i = 0; i < 3; i++) {
+            CU_ASSERT(text[i] > 0);
+            CU_ASSERT_EQUAL(finished[i], 1);
+        }
+        gw_http_fini(&r);
+    }
+}
+
+/* The prompt is prefilled once for n = 4: the other choices take its full
+ * blocks from the prefix cache (the prefill instances' computed tokens grow
+ * by the prompt and at most a partial block per other choice). */
+static void test_n_prefill_once(void)
+{
+    char               body[2048];
+    size_t             len = 0;
+    moon_serve_stats_t before, after;
+    int                code;
+    cJSON             *j;
+    uint64_t           computed;
+
+    len += (size_t)snprintf(body + len, sizeof(body) - len, "{\"prompt\":[1");
+    for (int i = 1; i < 96; i++) { /* a prompt no other test sends */
+        len += (size_t)snprintf(body + len, sizeof(body) - len, ",%d", 300 + (i * 37) % 200);
+    }
+    snprintf(body + len, sizeof(body) - len, "],\"max_tokens\":4,\"n\":4,\"seed\":2}");
+    nap_ms(300); /* the load reports of earlier tests are in */
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &before), MOON_OK);
+    j = post(g_port, "/v1/completions", body, &code);
+    CU_ASSERT_EQUAL(code, 200);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 4);
+    CU_ASSERT_EQUAL(
+        cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens")),
+        96);
+    cJSON_Delete(j);
+    nap_ms(300);
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &after), MOON_OK);
+    computed = after.computed_tokens - before.computed_tokens;
+    fprintf(stderr, "n = 4 on a 96-token prompt: %llu prompt tokens computed\n",
+            (unsigned long long)computed);
+    CU_ASSERT(computed >= 96);
+    CU_ASSERT(computed < 2 * 96); /* 4 * 96 without sharing */
+}
+
+/* echo: the prompt's text before the answer, as given or as the ids decode. */
+static void test_echo(void)
+{
+    char *plain = complete("{" GREEDY ",\"max_tokens\":6}", NULL, 0, NULL);
+    char *echo  = complete("{" GREEDY ",\"max_tokens\":6,\"echo\":true}", NULL, 0, NULL);
+    char *ids   = complete("{\"prompt\":[1,403,407,261,378],\"temperature\":0,\"max_tokens\":2,"
+                             "\"echo\":true}",
+                           NULL, 0, NULL);
+    char  want[256];
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ids);
+    snprintf(want, sizeof(want), "Once upon a time%s", plain);
+    CU_ASSERT_STRING_EQUAL(echo, want);
+    CU_ASSERT(strncmp(ids, "Once upon a time", 16) == 0);
+    free(plain);
+    free(echo);
+    free(ids);
+}
+
+/* A list of prompts: each answered in order, choice prompt_index * n + i,
+ * each the same as its prompt alone; the prompts' tokens summed. */
+static void test_prompt_list(void)
+{
+    char *a = complete("{" GREEDY ",\"max_tokens\":6}", NULL, 0, NULL);
+    char *b =
+        complete("{\"prompt\":\"The cat\",\"temperature\":0,\"max_tokens\":6}", NULL, 0, NULL);
+    char *c =
+        complete("{\"prompt\":[1,403,407],\"temperature\":0,\"max_tokens\":6}", NULL, 0, NULL);
+    char *got[6] = {NULL};
+    int   n, prompt, comp;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions",
+                                     "{\"prompt\":[\"Once upon a time\",\"The cat\"],"
+                                     "\"temperature\":0,\"max_tokens\":6,\"n\":2}",
+                                     got, 6, &n, &prompt, &comp),
+                          200);
+    CU_ASSERT_EQUAL_FATAL(n, 4);
+    CU_ASSERT_STRING_EQUAL(got[0], a);
+    CU_ASSERT_STRING_EQUAL(got[1], a);
+    CU_ASSERT_STRING_EQUAL(got[2], b);
+    CU_ASSERT_STRING_EQUAL(got[3], b);
+    CU_ASSERT(comp <= 4 * 6);
+    free_texts(got, 6);
+    /* lists of ids, and a text beside ids */
+    CU_ASSERT_EQUAL_FATAL(choices_of("/v1/completions",
+                                     "{\"prompt\":[[1,403,407],\"The cat\",[1,403,407]],"
+                                     "\"temperature\":0,\"max_tokens\":6}",
+                                     got, 6, &n, &prompt, &comp),
+                          200);
+    CU_ASSERT_EQUAL_FATAL(n, 3);
+    CU_ASSERT_STRING_EQUAL(got[0], c);
+    CU_ASSERT_STRING_EQUAL(got[1], b);
+    CU_ASSERT_STRING_EQUAL(got[2], c);
+    CU_ASSERT(prompt > 6); /* 3 + the text's + 3 */
+    free_texts(got, 6);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* What n, best_of and echo cannot be. */
+static void test_choices_errors(void)
+{
+    static const struct {
+        const char *body, *param;
+    } cases[] = {
+        {"{\"prompt\":\"Hi\",\"n\":17}", "n"},
+        {"{\"prompt\":\"Hi\",\"n\":3,\"best_of\":2}", "best_of"},
+        {"{\"prompt\":\"Hi\",\"best_of\":2,\"stream\":true}", "best_of"},
+        {"{\"prompt\":\"Hi\",\"echo\":true,\"logprobs\":2}", "echo"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int    code;
+        cJSON *j = post(g_port, "/v1/completions", cases[i].body, &code);
+
+        CU_ASSERT_EQUAL(code, 400);
+        CU_ASSERT_STRING_EQUAL(
+            cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param")),
+            cases[i].param);
+        cJSON_Delete(j);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int                        browser = argc > 1 && strcmp(argv[1], "--browser") == 0;
@@ -633,7 +895,9 @@ int main(int argc, char **argv)
                      : MOON_TEST_RUN("gw_api", NULL, NULL, test_unsupported_fields_are_400s,
                                      test_logit_bias, test_penalties_and_min_tokens,
                                      test_include_stop_str, test_logprobs, test_tokenize_routes,
-                                     test_cors, test_promtool, test_openai_npm);
+                                     test_cors, test_promtool, test_openai_npm, test_n_choices,
+                                     test_n_stream, test_n_prefill_once, test_echo,
+                                     test_prompt_list, test_choices_errors);
     }
     moon_serve_client_destroy(g_client);
     moon_serve_cluster_stop(g_cluster);

@@ -113,12 +113,18 @@ static void test_completion_fields(void)
 
 static void test_completion_errors(void)
 {
-    expect("{\"prompt\":\"x\"", 0, 400, NULL);              /* bad JSON */
-    expect("[1,2]", 0, 400, NULL);                          /* not an object */
-    expect("{}", 0, 400, "prompt");                         /* missing */
-    expect("{\"prompt\":7}", 0, 400, "prompt");             /* wrong type */
-    expect("{\"prompt\":[]}", 0, 400, "prompt");            /* empty */
-    expect("{\"prompt\":[\"a\",\"b\"]}", 0, 400, "prompt"); /* two prompts */
+    expect("{\"prompt\":\"x\"", 0, 400, NULL);                /* bad JSON */
+    expect("[1,2]", 0, 400, NULL);                            /* not an object */
+    expect("{}", 0, 400, "prompt");                           /* missing */
+    expect("{\"prompt\":7}", 0, 400, "prompt");               /* wrong type */
+    expect("{\"prompt\":[]}", 0, 400, "prompt");              /* empty */
+    expect("{\"prompt\":[\"a\",\"b\"]}", 0, 200, NULL);       /* two prompts */
+    expect("{\"prompt\":[\"a\",[1,2]]}", 0, 200, NULL);       /* a text and ids */
+    expect("{\"prompt\":[\"a\",[\"b\"]]}", 0, 400, "prompt"); /* not a prompt */
+    expect("{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"best_of\":16,\"n\":16}", 0, 200, NULL);
+    expect("{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\","
+           "\"m\",\"n\",\"o\",\"p\",\"q\"],\"n\":16}",
+           0, 400, "prompt"); /* 17 x 16 sequences */
     expect("{\"prompt\":[1,-2]}", 0, 400, "prompt");
     expect("{\"prompt\":[1,2.5]}", 0, 400, "prompt");
     expect("{\"prompt\":[1,999]}", 0, 400, "prompt"); /* out of the vocabulary */
@@ -134,16 +140,26 @@ static void test_completion_errors(void)
     expect("{\"prompt\":\"x\",\"seed\":\"s\"}", 0, 400, "seed");
     expect("{\"prompt\":\"x\",\"stop\":5}", 0, 400, "stop");
     expect("{\"prompt\":\"x\",\"stop\":[\"a\",1]}", 0, 400, "stop");
-    expect("{\"prompt\":\"x\",\"n\":2}", 0, 400, "n");
+    expect("{\"prompt\":\"x\",\"n\":2}", 0, 200, NULL);
+    expect("{\"prompt\":\"x\",\"n\":17}", 0, 400, "n"); /* over MOON_GW_MAX_CHOICES */
+    expect("{\"prompt\":\"x\",\"n\":0}", 0, 400, "n");
+    expect("{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", 0, 400, "best_of");
+    expect("{\"prompt\":\"x\",\"n\":2,\"best_of\":4}", 0, 200, NULL);
+    expect("{\"prompt\":\"x\",\"best_of\":3,\"stream\":true}", 0, 400, "best_of");
+    expect("{\"prompt\":\"x\",\"n\":3,\"best_of\":3,\"stream\":true}", 0, 200, NULL);
+    expect("{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 0, 400, "echo");
+    expect("{\"prompt\":\"x\",\"echo\":\"y\"}", 0, 400, "echo");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"best_of\":2}", 1, 400,
+           "best_of"); /* a completions field */
     expect("{\"prompt\":\"x\",\"n\":\"1\"}", 0, 400, "n");
     expect("{\"prompt\":\"x\",\"n\":1}", 0, 200, NULL);
     expect("{\"prompt\":\"x\",\"stream\":1}", 0, 400, "stream");
     expect("{\"prompt\":\"x\",\"moonlet_details\":\"yes\"}", 0, 400, "moonlet_details");
     expect("{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}", 0, 400,
            "stream_options");
-    expect("{\"prompt\":\"x\",\"echo\":true}", 0, 400, "echo");
+    expect("{\"prompt\":\"x\",\"echo\":true}", 0, 200, NULL);
     expect("{\"prompt\":\"x\",\"logprobs\":2.5}", 0, 400, "logprobs");
-    expect("{\"prompt\":\"x\",\"best_of\":3}", 0, 400, "best_of");
+    expect("{\"prompt\":\"x\",\"best_of\":3}", 0, 200, NULL);
     expect("{\"prompt\":\"x\",\"stop_token_ids\":[1,600]}", 0, 400, "stop_token_ids");
     expect("{\"prompt\":\"x\",\"stream\":null,\"stop\":null,\"max_tokens\":null}", 0, 200, NULL);
 }
