@@ -891,6 +891,7 @@ static void teardown(batch_t *b)
     moon_free(b->model_name);
     moon_free(b->fingerprint);
     moon_tokenizer_destroy(b->tok);
+    moon_gw_template_fini(&b->tpl);
     if (b->fd >= 0) {
         close(b->fd);
     }

@@ -126,6 +126,7 @@ static void free_state(gw_state_t *st)
         moon_gw_metrics_destroy(st->metrics);
     }
     moon_tokenizer_destroy(st->tok);
+    moon_gw_template_fini(&st->tpl);
     moon_free(st->host);
     moon_free(st->api_key);
     moon_free(st->allowed_origins);

@@ -49,6 +49,25 @@ static int32_t find_special(void *arg, const char *text)
     return -1;
 }
 
+/* The text of token id in the file's vocabulary (moon_malloc'd; NULL: none). */
+static char *token_text(const moon_gguf_t *gguf, int32_t id)
+{
+    const char *s   = NULL;
+    uint64_t    len = 0;
+    char       *t;
+
+    if (id < 0 ||
+        moon_gguf_get_arr_str(gguf, "tokenizer.ggml.tokens", (uint64_t)id, &s, &len) != MOON_OK) {
+        return NULL;
+    }
+    t = moon_malloc(len + 1);
+    if (t != NULL) {
+        memcpy(t, s, len);
+        t[len] = 0;
+    }
+    return t;
+}
+
 moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
                                  moon_gw_template_t *tpl, uint32_t *n_ctx_p)
 {
@@ -79,12 +98,21 @@ moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
     }
     sa.gguf    = gguf;
     sa.n_vocab = moon_tokenizer_n_vocab(tok);
-    moon_gw_template_init(tpl, jinja, (size_t)len, moon_tokenizer_bos(tok), moon_tokenizer_eos(tok),
-                          jinja != NULL ? find_special : NULL, &sa);
-    if (!tpl->recognised) {
-        MOON_WARN("the chat template of %s is none of chatml, llama2, zephyr: chat prompts use "
-                  "the plain template",
-                  path);
+    {
+        moon_jinja_error_t why;
+        char              *bos_text = token_text(gguf, moon_tokenizer_bos(tok));
+        char              *eos_text = token_text(gguf, moon_tokenizer_eos(tok));
+
+        moon_gw_template_init_jinja(tpl, jinja, (size_t)len, moon_tokenizer_bos(tok),
+                                    moon_tokenizer_eos(tok), bos_text, eos_text,
+                                    jinja != NULL ? find_special : NULL, &sa, &why);
+        moon_free(bos_text);
+        moon_free(eos_text);
+        if (!tpl->recognised) {
+            MOON_WARN("the chat template of %s stopped at %d:%d: %s; chat prompts use the plain "
+                      "template",
+                      path, why.line, why.col, why.msg);
+        }
     }
     *tok_p = tok;
 out:

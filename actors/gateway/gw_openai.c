@@ -2,6 +2,7 @@
 #include "gw_openai.h"
 
 #include "gw_buf.h"
+#include "gw_chat_json.h"
 #include "gw_fields.h"
 #include "gw_json.h"
 #include "moonlet/alloc.h"
@@ -608,12 +609,16 @@ moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, ui
     if (status == MOON_OK) {
         status = check_choices(req, err);
     }
+    if (status == MOON_OK && chat) {
+        status = moon_gw_chat_json(root, &req->msgs_json, &req->tools_json);
+    }
 out:
     cJSON_Delete(root);
     return status;
 }
 
-static moon_status_t tokenize_prompt(moon_gw_request_t *req, const moon_gw_model_info_t *info)
+static moon_status_t tokenize_prompt(moon_gw_request_t *req, const moon_gw_model_info_t *info,
+                                     moon_gw_error_t *err)
 {
     moon_gw_prompt_t prompt;
     moon_status_t    status;
@@ -621,7 +626,18 @@ static moon_status_t tokenize_prompt(moon_gw_request_t *req, const moon_gw_model
     size_t           n = 0;
 
     if (req->chat) {
-        status = moon_gw_template_render(info->tpl, req->msgs, req->n_msgs, &prompt);
+        if (info->tpl->kind == MOON_GW_TPL_JINJA && req->msgs_json != NULL) {
+            moon_jinja_error_t why;
+            /* the model's own template; Hermes' tools prompt is not used */
+            status = moon_gw_template_render_jinja(info->tpl, req->msgs_json, req->tools_json,
+                                                   &prompt, &why);
+            if (status == MOON_ERR_INVALID_PARAM) {
+                moon_gw_error_set(err, 400, NULL, "messages", "the chat template failed: %s",
+                                  why.msg);
+            }
+        } else {
+            status = moon_gw_template_render(info->tpl, req->msgs, req->n_msgs, &prompt);
+        }
         if (status != MOON_OK) {
             return status;
         }
@@ -676,7 +692,7 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
             return MOON_ERR_INVALID_PARAM;
         }
     }
-    status = tokenize_prompt(req, info);
+    status = tokenize_prompt(req, info, err);
     if (status != MOON_OK) {
         return status;
     }
@@ -766,6 +782,8 @@ void moon_gw_request_fini(moon_gw_request_t *req)
         moon_free((char *)req->msgs[i].content);
     }
     moon_free(req->msgs);
+    cJSON_free(req->msgs_json);
+    cJSON_free(req->tools_json);
     for (uint32_t i = 0; i < req->n_stop; i++) {
         moon_free(req->stop[i]);
     }

@@ -46,29 +46,31 @@
 #define MOON_GW_MAX_SEQS 256u             /* prompts x best_of: sequences of one request */
 
 typedef struct {
-    int                  chat; /* 1: /v1/chat/completions */
-    int                  stream;
-    int                  include_usage; /* stream_options.include_usage */
-    int                  details;       /* "moonlet_details": placement and server times in usage */
-    int                  has_max_tokens; /* given by the client */
-    int                  has_seed;
-    int                  echo;      /* completions: the prompt's text before the answer */
-    uint32_t             n;         /* choices answered (1..MOON_GW_MAX_CHOICES) */
-    uint32_t             best_of;   /* sequences decoded (>= n): the n of highest logprob win */
-    uint32_t             n_prompts; /* completions: prompts in the list (1: one prompt) */
-    char                *model;     /* NULL: not given */
-    char                *prompt;    /* completions text; NULL with token ids */
-    int32_t             *tokens;    /* the prompt's ids: given, or set by prepare */
-    uint32_t             n_tokens;
-    moon_gw_chat_msg_t  *msgs; /* chat: n_msgs turns (strings owned) */
-    uint32_t             n_msgs;
-    char                *stop[MOON_GW_MAX_STOP];
-    uint32_t             n_stop;
-    int32_t             *stop_ids;
-    uint32_t             n_stop_ids;
-    int32_t             *bias_ids; /* logit_bias: n_bias ids and their biases */
-    float               *bias;
-    uint32_t             n_bias;
+    int                 chat; /* 1: /v1/chat/completions */
+    int                 stream;
+    int                 include_usage;  /* stream_options.include_usage */
+    int                 details;        /* "moonlet_details": placement and server times in usage */
+    int                 has_max_tokens; /* given by the client */
+    int                 has_seed;
+    int                 echo;      /* completions: the prompt's text before the answer */
+    uint32_t            n;         /* choices answered (1..MOON_GW_MAX_CHOICES) */
+    uint32_t            best_of;   /* sequences decoded (>= n): the n of highest logprob win */
+    uint32_t            n_prompts; /* completions: prompts in the list (1: one prompt) */
+    char               *model;     /* NULL: not given */
+    char               *prompt;    /* completions text; NULL with token ids */
+    int32_t            *tokens;    /* the prompt's ids: given, or set by prepare */
+    uint32_t            n_tokens;
+    moon_gw_chat_msg_t *msgs; /* chat: n_msgs turns (strings owned) */
+    uint32_t            n_msgs;
+    char    *msgs_json;  /* chat: the messages for a Jinja template (gw_chat_json.h; cJSON_free) */
+    char    *tools_json; /* chat: the tools list, NULL: none (cJSON_free) */
+    char    *stop[MOON_GW_MAX_STOP];
+    uint32_t n_stop;
+    int32_t *stop_ids;
+    uint32_t n_stop_ids;
+    int32_t *bias_ids; /* logit_bias: n_bias ids and their biases */
+    float   *bias;
+    uint32_t n_bias;
     moon_gw_structured_t structured; /* grammar and tools */
     moon_serve_params_t  params;     /* after prepare: points into this struct */
 } moon_gw_request_t;

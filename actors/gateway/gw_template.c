@@ -46,7 +46,7 @@ void moon_gw_template_init(moon_gw_template_t *t, const char *jinja, size_t len,
 
 const char *moon_gw_template_name(moon_gw_tpl_kind_t kind)
 {
-    static const char *names[] = {"plain", "chatml", "llama2", "zephyr"};
+    static const char *names[] = {"plain", "chatml", "llama2", "zephyr", "jinja"};
 
     return (unsigned)kind < MOON_ARRAY_SIZE(names) ? names[kind] : "?";
 }
@@ -57,7 +57,7 @@ typedef struct {
     int               failed;
 } render_t;
 
-static int push_part(moon_gw_prompt_t *p, int32_t special, char *text)
+int moon_gw_prompt_push(moon_gw_prompt_t *p, int32_t special, char *text)
 {
     if (p->n == p->cap) {
         uint32_t        cap   = p->cap ? p->cap * 2 : 8;
@@ -87,7 +87,7 @@ static void flush(render_t *r)
         r->failed = 1;
         return;
     }
-    if (!push_part(r->out, -1, text)) {
+    if (!moon_gw_prompt_push(r->out, -1, text)) {
         moon_free(text);
         r->failed = 1;
     }
@@ -121,7 +121,7 @@ static void special(render_t *r, int32_t id, const char *spelled)
         return;
     }
     flush(r);
-    if (!r->failed && !push_part(r->out, id, NULL)) {
+    if (!r->failed && !moon_gw_prompt_push(r->out, id, NULL)) {
         r->failed = 1;
     }
 }

@@ -15,7 +15,7 @@
 
 static int key_allowed(const char *k, int detok)
 {
-    static const char *tok_keys[]   = {"model", "prompt", "messages", "add_special_tokens"};
+    static const char *tok_keys[] = {"model", "prompt", "messages", "tools", "add_special_tokens"};
     static const char *detok_keys[] = {"model", "tokens"};
     const char       **keys         = detok ? detok_keys : tok_keys;
     size_t             n = detok ? MOON_ARRAY_SIZE(detok_keys) : MOON_ARRAY_SIZE(tok_keys);
@@ -39,8 +39,12 @@ static moon_status_t chat_ids(const cJSON *root, const moon_gw_model_info_t *inf
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
-    if (sub == NULL || !cJSON_AddItemReferenceToObject(
-                           sub, "messages", cJSON_GetObjectItemCaseSensitive(root, "messages"))) {
+    if (sub == NULL ||
+        !cJSON_AddItemReferenceToObject(sub, "messages",
+                                        cJSON_GetObjectItemCaseSensitive(root, "messages")) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "tools") != NULL &&
+         !cJSON_AddItemReferenceToObject(sub, "tools",
+                                         cJSON_GetObjectItemCaseSensitive(root, "tools")))) {
         cJSON_Delete(sub);
         return MOON_ERR_NO_MEMORY;
     }

@@ -3,8 +3,8 @@
  * (no cluster involved). Any thread.
  *
  * POST /tokenize: {"model"?, "prompt": text, "add_special_tokens"?: true}
- *   or {"model"?, "messages": [...] (rendered with the chat template, as
- *   /v1/chat/completions does)} -> {"count", "max_model_len", "tokens"}.
+ *   or {"model"?, "messages": [...], "tools"?: [...] (rendered with the chat
+ *   template, as /v1/chat/completions does)} -> {"count", "max_model_len", "tokens"}.
  * POST /detokenize: {"model"?, "tokens": [ids]} -> {"prompt": text}.
  * Other keys are 400s naming them (as on the completion routes). */
 #ifndef MOON_ACTORS_GW_TOKENIZE_H

@@ -110,7 +110,8 @@ MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,
  * rope_freqs.weight (factor 8, original context 8192); vocab_path (may be
  * NULL) copies every tokenizer.* key of that GGUF (a vocabulary from
  * model/convert/hf_tokenizer.mjs), whose token count then sets the vocabulary
- * size. The classifier is tied (no output.weight) unless untied.
+ * size; chat_template (may be NULL) is written as tokenizer.chat_template.
+ * The classifier is tied (no output.weight) unless untied.
  * MOON_ERR_INVALID_PARAM:
  * a bad shape; the reader's and writer's statuses. */
 typedef struct {
@@ -119,6 +120,8 @@ typedef struct {
     int              rope_freqs;
     int              untied; /* write output.weight */
     const char      *vocab_path;
+    const char      *chat_template; /* tokenizer.chat_template to write (NULL: the
+                                       vocabulary's, if any) */
 } moon_model_write_opts_t;
 MOON_API moon_status_t moon_model_write_random_ex(const moon_model_config_t     *cfg,
                                                   const moon_model_write_opts_t *opts,

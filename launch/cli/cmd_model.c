@@ -62,6 +62,37 @@ int moon_cmd_convert(int argc, char **argv)
 }
 
 /* ---- gen-model -------------------------------------------------------------- */
+/* The whole file at path, NUL terminated, in *text_p (moon_malloc'd). */
+static moon_status_t read_text_file(const char *path, char **text_p)
+{
+    FILE  *f = fopen(path, "rb");
+    char  *s = NULL;
+    size_t n = 0, cap = 0, got;
+
+    if (f == NULL) {
+        return MOON_ERR_NOT_FOUND;
+    }
+    do {
+        if (n + 4096 + 1 > cap) {
+            char *ns;
+            cap = (n + 4096 + 1) * 2;
+            ns  = moon_realloc(s, cap);
+            if (ns == NULL) {
+                moon_free(s);
+                fclose(f);
+                return MOON_ERR_NO_MEMORY;
+            }
+            s = ns;
+        }
+        got = fread(s + n, 1, 4096, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    s[n]    = 0;
+    *text_p = s;
+    return MOON_OK;
+}
+
 typedef struct {
     const char *out;
     uint32_t    dim, hidden, layers, heads, kv_heads, vocab, seq_len;
@@ -69,6 +100,7 @@ typedef struct {
     uint64_t    seed;
     double      rope_theta;
     const char *vocab_path;
+    const char *chat_template_path;
 } gen_model_opts_t;
 
 static const char *const arch_choices[] = {"llama", "qwen2", "qwen3", NULL}; /* moon_model_arch_t */
@@ -111,6 +143,8 @@ static const moon_config_field_t gen_model_fields[] = {
     {"vocab-file", MOON_CONFIG_STRING, GEN_AT(vocab_path), .dflt = NULL,
      .doc = "GGUF whose tokenizer.* keys to copy (sets the vocabulary size; "
             "model/convert/hf_tokenizer.mjs writes one)"},
+    {"chat-template", MOON_CONFIG_STRING, GEN_AT(chat_template_path), .dflt = NULL,
+     .doc = "Jinja file to write as tokenizer.chat_template (default: the vocabulary's, if any)"},
     MOON_CONFIG_END,
 };
 static const moon_config_table_t gen_model_table = {"gen-model", "moonlet gen-model", NULL,
@@ -123,6 +157,7 @@ int moon_cmd_gen_model(int argc, char **argv)
     moon_config_t         *cfg      = NULL;
     moon_model_config_t    c        = {0};
     moon_status_t          status;
+    char                  *chat_template = NULL;
     int                    rc;
 
     rc = moon_cli_parse(
@@ -147,13 +182,24 @@ int moon_cmd_gen_model(int argc, char **argv)
     c.norm_eps   = 1e-5f;
     c.rope_theta = (float)o.rope_theta;
     c.arch       = (uint32_t)o.arch;
-    status       = moon_model_write_random_ex(&c,
-                                              &(moon_model_write_opts_t){.type = type_values[o.type],
-                                                                         .seed = o.seed,
-                                                                         .rope_freqs = o.rope_freqs,
-                                                                         .untied     = o.untied,
-                                                                         .vocab_path = o.vocab_path},
-                                              o.out);
+    if (o.chat_template_path != NULL) {
+        status = read_text_file(o.chat_template_path, &chat_template);
+        if (status != MOON_OK) {
+            fprintf(stderr, "moonlet gen-model: cannot read %s: %s\n", o.chat_template_path,
+                    moon_status_str(status));
+            moon_config_destroy(cfg);
+            return 1;
+        }
+    }
+    status = moon_model_write_random_ex(&c,
+                                        &(moon_model_write_opts_t){.type = type_values[o.type],
+                                                                   .seed = o.seed,
+                                                                   .rope_freqs    = o.rope_freqs,
+                                                                   .untied        = o.untied,
+                                                                   .vocab_path    = o.vocab_path,
+                                                                   .chat_template = chat_template},
+                                        o.out);
+    moon_free(chat_template);
     moon_config_destroy(cfg);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet gen-model: %s\n", moon_status_str(status));

@@ -347,7 +347,8 @@ static moon_status_t copy_kvs(moon_gguf_writer_t *w, const moon_gguf_t *g, const
 
 /* Copies every tokenizer.* key of the GGUF at path into w; *n_vocab_p: its
  * token count. */
-static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_t *n_vocab_p)
+static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, const char *skip,
+                                uint32_t *n_vocab_p)
 {
     moon_gguf_t  *g      = NULL;
     moon_status_t status = moon_gguf_open(path, &g);
@@ -356,7 +357,7 @@ static moon_status_t copy_vocab(moon_gguf_writer_t *w, const char *path, uint32_
     if (status != MOON_OK) {
         return status;
     }
-    status = copy_kvs(w, g, "tokenizer.", NULL, &n_tok);
+    status = copy_kvs(w, g, "tokenizer.", skip, &n_tok);
     moon_gguf_close(g);
     if (status == MOON_OK && (n_tok == 0 || n_tok > MOON_MODEL_MAX_VOCAB)) {
         MOON_ERROR("model: %s has no tokenizer.ggml.tokens", path);
@@ -404,7 +405,9 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
         goto out;
     }
     if (o->vocab_path != NULL) { /* the vocabulary sets the size */
-        status = copy_vocab(w, o->vocab_path, &n_vocab_file);
+        status =
+            copy_vocab(w, o->vocab_path,
+                       o->chat_template != NULL ? "tokenizer.chat_template" : NULL, &n_vocab_file);
         if (status != MOON_OK) {
             goto out;
         }
@@ -422,6 +425,9 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
         if (status == MOON_OK) {
             status = write_tokenizer_keys(w, tokens, scores, types, c->vocab_size);
         }
+    }
+    if (status == MOON_OK && o->chat_template != NULL) {
+        status = moon_gguf_writer_kv_str(w, "tokenizer.chat_template", o->chat_template);
     }
     for (uint32_t i = 0; status == MOON_OK && i < n_t; i++) {
         uint64_t         n     = desc[i].ne[0] * desc[i].ne[1];

@@ -287,6 +287,64 @@ static void test_templates(void)
     CU_ASSERT_FALSE(t.recognised);
 }
 
+/* The model's own template through the Jinja engine: rendered with the
+ * request's messages and tools, BOS/EOS and ChatML markers split out as ids;
+ * an unsupported construct, or a template failing on the sample
+ * conversation, falls back to the plain template with its line:col. */
+static void test_jinja_templates(void)
+{
+    static const char  own[] = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                               "{{ m.content | trim }}<|im_end|>{% endfor %}"
+                               "{% if tools %}T{{ tools | length }}{% endif %}{{ eos_token }}";
+    static const char  bad[] = "ok\n  {% call x() %}{% endcall %}";
+    moon_gw_template_t t;
+    moon_jinja_error_t why;
+    moon_gw_prompt_t   p;
+    char              *text = NULL;
+
+    moon_gw_template_init_jinja(&t, own, sizeof(own) - 1, 1, 2, "<s>", "</s>", fake_special, NULL,
+                                &why);
+    CU_ASSERT_EQUAL_FATAL(t.kind, MOON_GW_TPL_JINJA);
+    CU_ASSERT_TRUE(t.recognised);
+    CU_ASSERT_STRING_EQUAL(moon_gw_template_name(t.kind), "jinja");
+    CU_ASSERT_EQUAL_FATAL(
+        moon_gw_template_render_jinja(&t, "[{\"role\":\"user\",\"content\":\" Hi \"}]",
+                                      "[{\"type\":\"function\"}]", &p, &why),
+        MOON_OK);
+    /* BOS, im_start, "user\nHi", im_end, "T1", EOS */
+    CU_ASSERT_EQUAL_FATAL(p.n, 6);
+    CU_ASSERT_EQUAL(p.parts[0].special, 1);
+    CU_ASSERT_EQUAL(p.parts[1].special, 7);
+    CU_ASSERT_STRING_EQUAL(p.parts[2].text, "user\nHi");
+    CU_ASSERT_EQUAL(p.parts[3].special, 8);
+    CU_ASSERT_STRING_EQUAL(p.parts[4].text, "T1");
+    CU_ASSERT_EQUAL(p.parts[5].special, 2);
+    CU_ASSERT_EQUAL(moon_gw_prompt_text(&p, &t, &text), MOON_OK);
+    CU_ASSERT_STRING_EQUAL(text, "<s><|im_start|>user\nHi<|im_end|>T1</s>");
+    moon_free(text);
+    moon_gw_prompt_fini(&p);
+    moon_gw_template_fini(&t);
+
+    moon_gw_template_init_jinja(&t, bad, sizeof(bad) - 1, 1, 2, "<s>", "</s>", NULL, NULL, &why);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_PLAIN);
+    CU_ASSERT_FALSE(t.recognised);
+    CU_ASSERT_EQUAL(why.line, 2);
+    CU_ASSERT_EQUAL(why.col, 6);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why.msg, "unsupported tag 'call'"));
+    moon_gw_template_fini(&t);
+
+    moon_gw_template_init_jinja(&t, "{{ raise_exception('no tools here') if tools }}", 47, 1, 2,
+                                NULL, NULL, NULL, NULL, &why);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_PLAIN);
+    CU_ASSERT_STRING_EQUAL(why.msg, "no tools here");
+    moon_gw_template_fini(&t);
+
+    moon_gw_template_init_jinja(&t, NULL, 0, 1, 2, NULL, NULL, NULL, NULL, &why);
+    CU_ASSERT_EQUAL(t.kind, MOON_GW_TPL_PLAIN);
+    CU_ASSERT_TRUE(t.recognised); /* no template: the plain one is the documented default */
+    moon_gw_template_fini(&t);
+}
+
 /* Llama-2's BOS/EOS are token ids, never their text. */
 static void test_template_tokens(void)
 {
@@ -569,9 +627,9 @@ int main(void)
     moon_gw_template_init(&g_plain, NULL, 0, moon_tokenizer_bos(g_tok), moon_tokenizer_eos(g_tok),
                           NULL, NULL);
     rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
-                       test_context_check, test_chat_errors, test_templates, test_template_tokens,
-                       test_strict_json, test_caps, test_error_utf8, test_allocation_failures,
-                       test_field_table, test_sampling_controls);
+                       test_context_check, test_chat_errors, test_templates, test_jinja_templates,
+                       test_template_tokens, test_strict_json, test_caps, test_error_utf8,
+                       test_allocation_failures, test_field_table, test_sampling_controls);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }
