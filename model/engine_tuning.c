@@ -35,6 +35,8 @@ static const moon_config_field_t tuning_fields[] = {
      .doc = "batch from which avx-512 matmuls put the batch in the lanes", .min = 1},
     {"cpu-bf16-dp", MOON_CONFIG_BOOL, TUNING_AT(cpu_bf16_dp), .dflt = "1",
      .doc = "bf16 products in batch-in-lanes steps where avx512_bf16 exists (0: exact f32)"},
+    {"cpu-q8-act", MOON_CONFIG_BOOL, TUNING_AT(cpu_q8_act), .dflt = "1",
+     .doc = "quantised weights times activations quantised to q8 (0: dequantised, f32)"},
     {"cpu-nt", MOON_CONFIG_BOOL, TUNING_AT(cpu_nt), .dflt = "1",
      .doc = "batched matmuls through moonlet's nt kernels (0: through sgemm)"},
     {"cuda-graphs", MOON_CONFIG_BOOL, TUNING_AT(cuda_graphs), .dflt = "1",
