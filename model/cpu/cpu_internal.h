@@ -74,6 +74,7 @@ struct cpu_state {
     dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
     qdot_fn             qdot[31];    /* by ggml type: quantised weights x Q8 activations */
     int                 exact_quant; /* cpu-q8-act off: dequantised rows x F32 activations */
+    uint32_t            q8_max_b;    /* cpu-q8-max-b: larger batches (prefill) through sgemm */
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;

@@ -197,6 +197,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     B        = s->max_b;
     moon_cpu_pick_kernels(s, t->cpu_isa);
     s->exact_quant    = !t->cpu_q8_act;
+    s->q8_max_b       = t->cpu_q8_max_b;
     s->op_min_b       = t->cpu_op_min_b;
     s->bt_min_b       = t->cpu_bt_min_b;
     s->par_min_macs   = t->cpu_par_min_macs;
