@@ -224,6 +224,8 @@ typedef struct {
     uint32_t cpu_op_min_b;       /* AVX-512 outer-product matmul from this batch */
     uint32_t cpu_bt_min_b;       /* AVX-512 batch-in-lanes matmul from this batch */
     int      cpu_bf16_dp;        /* BF16 products in batch-in-lanes steps (AVX512_BF16) */
+    int      cpu_q8_act;         /* quantised weights x Q8 activations (0: F32 activations) */
+    uint32_t cpu_q8_max_b;       /* above: dequantised tiles through sgemm (OpenBLAS builds) */
     int      cpu_nt;             /* batched NT kernels (0: through sgemm) */
     int      cuda_graphs;        /* CUDA decode steps replayed as graphs */
 } moon_engine_tuning_t;

@@ -5,9 +5,10 @@
  *   cpu/parallel.c       the steps split across the thread pool (ith/nth), split decode
  *   cpu/ops.c            one thread's share of a step: matmul slices, attention rows
  *   cpu/vec.c            plain C kernels, and the choice of kernels at create
+ *   cpu/quant_dot.c      activations to Q8, quantised-weight dots in plain C
  *   cpu/arch/x86/        AVX2 and AVX-512 kernels: vec (dot, axpy, SwiGLU, softmax,
  *                        batched NT), op (outer-product GEMM), bt (batch in lanes),
- *                        attn (decode attention head)
+ *                        attn (decode attention head), avx2_quant (quantised dots)
  * Kernels run on any thread, on the buffers they are given; the state belongs
  * to the engine's thread (and the pool's threads during a step). */
 #ifndef MOON_MODEL_CPU_INTERNAL_H
@@ -24,6 +25,22 @@
 #define ATTN_QCHUNK 128 /* query rows per score block in prefill attention */
 
 typedef float (*dot_fn)(const void *w, const float *x, uint32_t n);
+/* A quantised weight row times an activation row quantised to Q8 (xq). */
+typedef float (*qdot_fn)(const void *w, const void *xq, uint32_t n);
+
+/* Activation blocks (ggml's q8_0 and q8_K, with a float scale): q in
+ * [-127, 127], x ~ d q. Q8_0/Q4_0 weights pair with moon_q8b_t, the K-quants
+ * with moon_q8k_t (bsums: sums of q over each 16 values). */
+typedef struct {
+    float  d;
+    int8_t qs[MOON_GGML_QK];
+} moon_q8b_t;
+
+typedef struct {
+    float   d;
+    int8_t  qs[MOON_GGML_QK_K];
+    int16_t bsums[MOON_GGML_QK_K / 16];
+} moon_q8k_t;
 typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
 typedef void (*swiglu_fn)(float *h, const float *h3, size_t n);
 typedef float (*softmax_exp_fn)(float *a, uint32_t n);
@@ -54,7 +71,10 @@ struct cpu_state {
     moon_tp_t          *tp;
     uint32_t            nth;
     uint32_t            max_b;
-    dot_fn              dot[31]; /* by ggml type; NULL: dequantize the row first */
+    dot_fn              dot[31];     /* by ggml type; NULL: dequantize the row first */
+    qdot_fn             qdot[31];    /* by ggml type: quantised weights x Q8 activations */
+    int                 exact_quant; /* cpu-q8-act off: dequantised rows x F32 activations */
+    uint32_t            q8_max_b;    /* cpu-q8-max-b: larger batches (prefill) through sgemm */
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;
@@ -67,12 +87,14 @@ struct cpu_state {
     float              *k;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     float              *v;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     int                 kv_owned;
-    float              *ao;  /* (max_b, dim) attention output: aliases q (each (row, head)
-                              * slice of q is dead once its output is written) */
-    float         *hb;       /* (max_b, hidden) */
-    float         *hb2;      /* (max_b, hidden) */
-    float         *att;      /* (nth, seq_len) attention scores */
-    float         *wtile;    /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
+                             * slice of q is dead once its output is written) */
+    float         *hb;      /* (max_b, hidden) */
+    float         *hb2;     /* (max_b, hidden) */
+    float         *att;     /* (nth, seq_len) attention scores */
+    float         *wtile;   /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    uint8_t       *xq;      /* (nth, xq_stride) activation rows quantised to Q8 */
+    size_t         xq_stride;
     float         *pack;     /* (nth, OP_KC, 16 OP_PV) packed weight panel (outer-product path) */
     float         *xt;       /* (nth, max_cols, BT_MAX_B) X transposed (batch-in-lanes path) */
     float         *yt;       /* (nth, BT_CHUNK, BT_MAX_B) its outputs before the store */
@@ -137,6 +159,17 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa);
 /* The batched NT kernel for a matmul of b rows by w, or fn NULL (then GEMM or dots). */
 nt_kernel_t moon_cpu_nt_kernel_for(const cpu_state_t *s, const moon_tensor_t *w, uint32_t b);
 
+/* ---- cpu/quant_dot.c ---- */
+int    moon_cpu_act_is_k(int wtype); /* whether wtype's activations are moon_q8k_t */
+size_t moon_cpu_act_row_bytes(int wtype, uint32_t n);
+void   moon_cpu_quantize_act(int wtype, const float *x, uint32_t n, void *out);
+void   moon_cpu_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
+float  moon_cpu_qdot_q8_0_scalar(const void *w, const void *xq, uint32_t n);
+float  moon_cpu_qdot_q4_0_scalar(const void *w, const void *xq, uint32_t n);
+float  moon_cpu_qdot_q4_k_scalar(const void *w, const void *xq, uint32_t n);
+float  moon_cpu_qdot_q5_k_scalar(const void *w, const void *xq, uint32_t n);
+float  moon_cpu_qdot_q6_k_scalar(const void *w, const void *xq, uint32_t n);
+
 /* ---- cpu/ops.c: one thread's share of a step ---- */
 void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                            const float *x, uint32_t b, uint32_t r0, uint32_t r1);
@@ -170,6 +203,13 @@ void  moon_cpu_nt_3x4_f32_avx2(const uint8_t *w, size_t row_bytes, const float *
                                float *y, uint32_t ldy);
 void  moon_cpu_nt_3x4_bf16_avx2(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
                                 float *y, uint32_t ldy);
+
+/* ---- cpu/arch/x86/avx2_quant.c (AVX2, FMA, F16C) ---- */
+float moon_cpu_qdot_q8_0_avx2(const void *w, const void *xq, uint32_t n);
+float moon_cpu_qdot_q4_0_avx2(const void *w, const void *xq, uint32_t n);
+float moon_cpu_qdot_q4_k_avx2(const void *w, const void *xq, uint32_t n);
+float moon_cpu_qdot_q5_k_avx2(const void *w, const void *xq, uint32_t n);
+float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n);
 
 /* ---- cpu/arch/x86/avx512_vec.c ---- */
 float moon_cpu_dot_f32_avx512(const void *w, const float *x, uint32_t n);

@@ -172,7 +172,7 @@ static void cpu_destroy(void *state)
     if (s->kv_owned) {
         MOON_FREE_ALL(s->k, s->v);
     }
-    MOON_FREE_ALL(s->x, s->xb, s->q, s->hb, s->hb2, s->att, s->wtile, s->pack, s->xt, s->yt,
+    MOON_FREE_ALL(s->x, s->xb, s->q, s->hb, s->hb2, s->att, s->wtile, s->xq, s->pack, s->xt, s->yt,
                   s->rope, s->kc, s->vc, s->sc, (void *)s->seq, s->pos, s->views, s);
 }
 
@@ -196,6 +196,8 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->max_b = MOON_MAX(cfg->max_batch, cfg->max_chunk);
     B        = s->max_b;
     moon_cpu_pick_kernels(s, t->cpu_isa);
+    s->exact_quant    = !t->cpu_q8_act;
+    s->q8_max_b       = t->cpu_q8_max_b;
     s->op_min_b       = t->cpu_op_min_b;
     s->bt_min_b       = t->cpu_bt_min_b;
     s->par_min_macs   = t->cpu_par_min_macs;
@@ -238,11 +240,14 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
                                           sizeof(float));
-    s->pack  = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
-    s->xt    = moon_aligned_alloc(64, (size_t)s->nth * MOON_MAX(c->dim, c->hidden_dim) * BT_MAX_B *
-                                          sizeof(float));
-    s->yt    = moon_aligned_alloc(64, (size_t)s->nth * BT_CHUNK * BT_MAX_B * sizeof(float));
-    s->rope  = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
+    /* Q8 activations: at most 36 bytes per 32 values (moon_q8b_t), 292 per 256 */
+    s->xq_stride = (B * MOON_MAX(c->dim, c->hidden_dim) / MOON_GGML_QK * 40 + 63) & ~(size_t)63;
+    s->xq        = moon_aligned_alloc(64, (size_t)s->nth * s->xq_stride);
+    s->pack      = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
+    s->xt   = moon_aligned_alloc(64, (size_t)s->nth * MOON_MAX(c->dim, c->hidden_dim) * BT_MAX_B *
+                                         sizeof(float));
+    s->yt   = moon_aligned_alloc(64, (size_t)s->nth * BT_CHUNK * BT_MAX_B * sizeof(float));
+    s->rope = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
     s->vc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
@@ -254,7 +259,8 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
         (sizeof(cpu_state_t) + MOON_CACHE_LINE - 1) / MOON_CACHE_LINE * MOON_CACHE_LINE;
     s->views = moon_aligned_alloc(MOON_CACHE_LINE, s->nth * s->view_stride);
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->hb || !s->hb2 || !s->att || !s->wtile ||
-        !s->pack || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos || !s->views) {
+        !s->xq || !s->pack || !s->rope || !s->kc || !s->vc || !s->sc || !s->seq || !s->pos ||
+        !s->views) {
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }

@@ -158,6 +158,7 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth)
     v->pos          = s->pos + b0;
     v->att          = s->att + (size_t)ith * c->seq_len;
     v->wtile        = s->wtile + (size_t)ith * TILE_ROWS * wc;
+    v->xq           = s->xq + (size_t)ith * s->xq_stride;
     v->pack         = s->pack + (size_t)ith * OP_KC * 16 * OP_PV;
     v->xt           = s->xt + (size_t)ith * wc * BT_MAX_B;
     v->yt           = s->yt + (size_t)ith * BT_CHUNK * BT_MAX_B;

@@ -67,18 +67,31 @@ float moon_cpu_softmax_exp_scalar(float *a, uint32_t n)
  * avx2 or scalar caps the choice (tests run every path on one machine). */
 void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
 {
-    s->dot_f32             = moon_cpu_dot_f32_scalar;
-    s->dot[MOON_GGML_F32]  = moon_cpu_dot_f32_scalar;
-    s->dot[MOON_GGML_BF16] = moon_cpu_dot_bf16_scalar;
-    s->axpy                = moon_cpu_axpy_scalar;
-    s->swiglu              = moon_cpu_swiglu_scalar;
-    s->softmax_exp         = moon_cpu_softmax_exp_scalar;
-    s->nt_isa              = 0;
+    s->dot_f32              = moon_cpu_dot_f32_scalar;
+    s->dot[MOON_GGML_F32]   = moon_cpu_dot_f32_scalar;
+    s->dot[MOON_GGML_BF16]  = moon_cpu_dot_bf16_scalar;
+    s->axpy                 = moon_cpu_axpy_scalar;
+    s->swiglu               = moon_cpu_swiglu_scalar;
+    s->softmax_exp          = moon_cpu_softmax_exp_scalar;
+    s->nt_isa               = 0;
+    s->qdot[MOON_GGML_Q8_0] = moon_cpu_qdot_q8_0_scalar;
+    s->qdot[MOON_GGML_Q4_0] = moon_cpu_qdot_q4_0_scalar;
+    s->qdot[MOON_GGML_Q4_K] = moon_cpu_qdot_q4_k_scalar;
+    s->qdot[MOON_GGML_Q5_K] = moon_cpu_qdot_q5_k_scalar;
+    s->qdot[MOON_GGML_Q6_K] = moon_cpu_qdot_q6_k_scalar;
     if (isa == MOON_CPU_ISA_SCALAR) {
         return;
     }
 #ifdef MOON_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+        s->qdot[MOON_GGML_Q8_0] = moon_cpu_qdot_q8_0_avx2;
+        s->qdot[MOON_GGML_Q4_0] = moon_cpu_qdot_q4_0_avx2;
+        s->qdot[MOON_GGML_Q4_K] = moon_cpu_qdot_q4_k_avx2;
+        s->qdot[MOON_GGML_Q5_K] = moon_cpu_qdot_q5_k_avx2;
+        s->qdot[MOON_GGML_Q6_K] = moon_cpu_qdot_q6_k_avx2;
+    }
     if (__builtin_cpu_supports("avx512f") && isa != MOON_CPU_ISA_AVX2) {
         s->dot_f32             = moon_cpu_dot_f32_avx512;
         s->dot[MOON_GGML_F32]  = moon_cpu_dot_f32_avx512;

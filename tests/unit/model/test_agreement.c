@@ -6,7 +6,10 @@
  * meet BF16 products (vdpbf16ps in the batch-in-lanes steps, 29-32 rows, on
  * CPUs with AVX512_BF16): the activations are rounded to BF16 there (8
  * significant bits, as the weights), and 4e-3 holds (7e-4-1.1e-3 seen). Those
- * models run twice: with MOON_CPU_BF16_DP=0 at 1e-4, and with the products. */
+ * models run twice: with MOON_CPU_BF16_DP=0 at 1e-4, and with the products.
+ * Likewise quantised weights (Q8_0, Q4_0, K-quants) meet activations quantised
+ * to Q8 (llama.cpp's q8_0 / q8_K) by default: 1e-2 holds (1.4e-3-3.1e-3 seen);
+ * with MOON_CPU_Q8_ACT=0 they multiply F32 activations, at 1e-4. */
 #include "model_test_util.h"
 #include "moonlet/alloc.h"
 
@@ -15,6 +18,7 @@
 
 #define TOL 1e-4f
 #define TOL_BF16P 4e-3f /* BF16 weights x BF16-rounded activations */
+#define TOL_Q8 1e-2f    /* quantised weights x Q8 activations */
 
 typedef struct {
     moon_model_config_t shape;
@@ -130,6 +134,50 @@ static void test_shapes_f32(void)
     }
 }
 
+/* Sets an environment knob the engine reads at create; returns its old value
+ * for env_restore. */
+static char *env_set(const char *name, const char *value)
+{
+    char *old = getenv(name) != NULL ? strdup(getenv(name)) : NULL;
+
+    setenv(name, value, 1);
+    return old;
+}
+
+static void env_restore(const char *name, char *old)
+{
+    if (old != NULL) {
+        setenv(name, old, 1);
+        free(old);
+    } else {
+        unsetenv(name);
+    }
+}
+
+static int is_quant(moon_ggml_type_t t)
+{
+    return t == MOON_GGML_Q8_0 || t == MOON_GGML_Q4_0 || t == MOON_GGML_Q4_K ||
+           t == MOON_GGML_Q5_K || t == MOON_GGML_Q6_K;
+}
+
+/* A model at its tolerance: F32/BF16/F16 at tol; quantised weights twice, with
+ * F32 activations (MOON_CPU_Q8_ACT=0) at tol, then with Q8 activations at
+ * TOL_Q8, where the logits must show the rounding (the integer kernels ran). */
+static void check_any(const agree_case_t *ac, uint64_t seed, float tol)
+{
+    char *q8;
+
+    if (!is_quant(ac->type)) {
+        check_model(ac, seed, tol);
+        return;
+    }
+    q8 = env_set("MOON_CPU_Q8_ACT", "0");
+    check_model(ac, seed, tol);
+    setenv("MOON_CPU_Q8_ACT", "1", 1);
+    CU_ASSERT(check_model(ac, seed, TOL_Q8) > 1e-6f);
+    env_restore("MOON_CPU_Q8_ACT", q8);
+}
+
 static moon_model_config_t with_arch(moon_model_config_t c, uint32_t arch, float freq_scale)
 {
     c.arch            = arch;
@@ -155,27 +203,7 @@ static void test_architectures(void)
         {with_arch(mt_shape(512, 768, 1, 8, 4, 300, 64), MOON_ARCH_QWEN3, 1.0f), MOON_GGML_Q6_K, 0},
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
-        check_model(&cases[i], 41 + i, TOL);
-    }
-}
-
-/* Sets an environment knob the engine reads at create; returns its old value
- * for env_restore. */
-static char *env_set(const char *name, const char *value)
-{
-    char *old = getenv(name) != NULL ? strdup(getenv(name)) : NULL;
-
-    setenv(name, value, 1);
-    return old;
-}
-
-static void env_restore(const char *name, char *old)
-{
-    if (old != NULL) {
-        setenv(name, old, 1);
-        free(old);
-    } else {
-        unsetenv(name);
+        check_any(&cases[i], 41 + i, TOL);
     }
 }
 
@@ -192,7 +220,7 @@ static void test_weight_types(void)
     char *dp = env_set("MOON_CPU_BF16_DP", "0"); /* exact mode: F32 activations everywhere */
 
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
-        check_model(&cases[i], 21 + i, TOL);
+        check_any(&cases[i], 21 + i, TOL);
     }
     env_restore("MOON_CPU_BF16_DP", dp);
 }
