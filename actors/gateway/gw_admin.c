@@ -107,8 +107,8 @@ static char *error_json(moon_gw_error_t *err, size_t *len_p)
 
 static const char *phase_name(uint32_t phase)
 {
-    static const char *const names[] = {"idle",       "offering",  "streaming",
-                                        "installing", "switching", "fetching"};
+    static const char *const names[] = {"idle",      "offering", "streaming", "installing",
+                                        "switching", "fetching", "reading"};
     return phase < MOON_ARRAY_SIZE(names) ? names[phase] : "?";
 }
 

@@ -7,6 +7,7 @@
  * and FLIP (the conductor stamps new requests with it). A failure or the
  * deadline before FLIP aborts the push everywhere: nothing serves the new
  * version until every instance holds it, so none is left half-switched. */
+#define _GNU_SOURCE /* MAP_POPULATE */
 #include "weights_bcast.h"
 
 #include "moonlet/alloc.h"
@@ -19,12 +20,21 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define BCAST_MAX_RECV 128u
 
-enum { PH_IDLE = 0, PH_OFFER, PH_STREAM, PH_INSTALL, PH_FLIP, PH_FETCH };
+enum { PH_IDLE = 0, PH_OFFER, PH_STREAM, PH_INSTALL, PH_FLIP, PH_FETCH, PH_READ };
+
+/* The checkpoint is read in turns of at most this many bytes and chunks
+ * (at least one chunk): the broadcaster shares its rank with the conductor,
+ * which must go on routing requests while a push reads and hashes
+ * gigabytes. */
+#define BCAST_READ_TURN_BYTES ((uint64_t)4 << 20)
+#define BCAST_READ_TURN_CHUNKS 4u
+#define BCAST_READ_COOKIE (1ull << 63) /* a timer cookie: the next turn of reading */
 
 typedef struct {
     moon_addr_t addr;
@@ -51,16 +61,27 @@ typedef struct {
     void               *src;
     moon_dist_region_t *src_reg; /* kept from push to push while checkpoints fit */
     uint64_t            src_cap;
-    uint64_t            total;
-    uint32_t            n_chunks, n_travel;
-    uint64_t           *hashes;
-    uint8_t            *travel;
-    uint32_t            n_answered, n_staged, n_installed;
-    uint64_t            start_ns, staged_ns, timer;
-    uint32_t            n_pushes, n_failed;
-    char                last_error[256];
-    uint32_t            n_ok;                           /* pushes that went through */
-    uint64_t            recent[MOON_WEIGHTS_RECENT][2]; /* by n_ok: stage, switch ns */
+    /* what src holds: the XXH3 of each chunk of the last checkpoint read
+     * into it (NULL: not known). A file push compares the new file's chunks
+     * with them and copies only those that differ. */
+    uint64_t *src_hashes;
+    uint32_t  src_n;
+    uint64_t  src_chunk, src_total;
+    /* the file being read (PH_READ): mapped, next chunk, src's hashes usable */
+    const char *map;
+    uint32_t    read_next;
+    int         read_known;
+    char        path[512];
+    uint64_t    total;
+    uint32_t    n_chunks, n_travel;
+    uint64_t   *hashes;
+    uint8_t    *travel;
+    uint32_t    n_answered, n_staged, n_installed;
+    uint64_t    start_ns, staged_ns, timer;
+    uint32_t    n_pushes, n_failed;
+    char        last_error[256];
+    uint32_t    n_ok;                           /* pushes that went through */
+    uint64_t    recent[MOON_WEIGHTS_RECENT][2]; /* by n_ok: stage, switch ns */
 } bcast_t;
 
 static uint64_t chunk_len(const bcast_t *b, uint32_t k)
@@ -111,6 +132,10 @@ static void end_push(moon_actor_t *self, bcast_t *b)
         r->desc     = NULL;
         r->answered = r->staged = r->installed = 0;
     }
+    if (b->map != NULL) {
+        munmap((void *)b->map, b->total);
+        b->map = NULL;
+    }
     moon_free(b->hashes);
     moon_free(b->travel);
     b->hashes     = NULL;
@@ -142,6 +167,27 @@ static void fail(moon_actor_t *self, bcast_t *b, moon_status_t status, const cha
     end_push(self, b);
 }
 
+/* src's content is not known any more (about to change, or changed). */
+static void forget_source(bcast_t *b)
+{
+    moon_free(b->src_hashes);
+    b->src_hashes = NULL;
+    b->src_n      = 0;
+}
+
+/* b->hashes describe src from now on (it holds the checkpoint offered). */
+static void remember_source(bcast_t *b)
+{
+    forget_source(b);
+    b->src_hashes = moon_malloc((size_t)b->n_chunks * 8 + 8);
+    if (b->src_hashes != NULL) {
+        memcpy(b->src_hashes, b->hashes, (size_t)b->n_chunks * 8);
+        b->src_n     = b->n_chunks;
+        b->src_chunk = b->a.chunk_bytes;
+        b->src_total = b->total;
+    }
+}
+
 /* A registered region of b->total bytes for the checkpoint (the one kept
  * from the last push when it fits: its pages are in already). */
 static moon_status_t reserve_source(bcast_t *b, char *why, size_t why_len)
@@ -149,6 +195,7 @@ static moon_status_t reserve_source(bcast_t *b, char *why, size_t why_len)
     moon_status_t status = MOON_OK;
 
     if (b->src_reg == NULL || b->src_cap < b->total) {
+        forget_source(b);
         moon_dist_region_deregister(b->a.dist, b->src_reg);
         b->src_reg = NULL;
         b->src_cap = 0;
@@ -178,14 +225,16 @@ static moon_status_t check_source(bcast_t *b, const char *what, char *why, size_
     return status;
 }
 
-/* Reads the checkpoint once into a registered region and checks it
- * against the deployment before anything moves. */
-static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t why_len)
+/* Maps the checkpoint to read it once into a registered region (in turns:
+ * read_turn). Mapped, not read(): each chunk is hashed where the page cache
+ * holds it, and only the chunks that differ from what the region holds (the
+ * last push's) are copied; after one RL step that is a few percent. */
+static moon_status_t open_source(bcast_t *b, const char *path, char *why, size_t why_len)
 {
     struct stat   st;
     int           fd = open(path, O_RDONLY | O_CLOEXEC);
     moon_status_t status;
-    size_t        done = 0;
+    void         *map;
 
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
         snprintf(why, why_len, "cannot read %s: %s", path, fd < 0 ? strerror(errno) : "not a file");
@@ -196,24 +245,73 @@ static moon_status_t load_source(bcast_t *b, const char *path, char *why, size_t
     }
     b->total = (uint64_t)st.st_size;
     status   = reserve_source(b, why, why_len);
+    map      = status == MOON_OK ? mmap(NULL, b->total, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
     if (status != MOON_OK) {
-        close(fd);
         return status;
     }
-    while (done < b->total) {
-        ssize_t n = read(fd, (char *)b->src + done, b->total - done);
-        if (n <= 0) {
-            close(fd);
-            snprintf(why, why_len, "reading %s failed", path);
-            return MOON_ERR_IO;
-        }
-        done += (size_t)n;
+    if (map == MAP_FAILED) {
+        snprintf(why, why_len, "cannot map %s: %s", path, strerror(errno));
+        return MOON_ERR_IO;
     }
-    close(fd);
-    return check_source(b, path, why, why_len);
+    b->map      = map;
+    b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
+    b->hashes   = moon_malloc((size_t)b->n_chunks * 8 + 8);
+    if (b->hashes == NULL) {
+        snprintf(why, why_len, "no memory");
+        return MOON_ERR_NO_MEMORY;
+    }
+    b->read_next  = 0;
+    b->read_known = b->src_hashes != NULL && b->src_chunk == b->a.chunk_bytes &&
+                    b->src_total == b->total && b->src_n == b->n_chunks;
+    if (!b->read_known) {
+        forget_source(b); /* src is overwritten whole */
+    }
+    snprintf(b->path, sizeof(b->path), "%s", path);
+    return MOON_OK;
 }
 
 static void offer(moon_actor_t *self, bcast_t *b);
+
+/* One turn of reading the checkpoint; the next is a timer away (other
+ * actors of the rank run between). The last checks it and offers it. */
+static void read_turn(moon_actor_t *self, bcast_t *b)
+{
+    uint64_t      done = 0;
+    uint32_t      n    = 0;
+    char          why[256];
+    moon_status_t status;
+
+    while (b->read_next < b->n_chunks && done < BCAST_READ_TURN_BYTES &&
+           n++ < BCAST_READ_TURN_CHUNKS) {
+        uint32_t k   = b->read_next++;
+        uint64_t off = (uint64_t)k * b->a.chunk_bytes, len = chunk_len(b, k);
+        b->hashes[k] = moon_kv_checksum(b->map + off, len);
+        if (!b->read_known || b->src_hashes[k] != b->hashes[k]) {
+            memcpy((char *)b->src + off, b->map + off, len);
+            if (b->read_known) {
+                b->src_hashes[k] = b->hashes[k]; /* they go on saying what src holds */
+            }
+        }
+        done += len;
+    }
+    if (b->read_next < b->n_chunks) {
+        uint64_t timer;
+        if (moon_timer_start(self, 0, 0, BCAST_READ_COOKIE | b->push, &timer) != MOON_OK) {
+            fail(self, b, MOON_ERR_NO_RESOURCE, "no timer to go on reading the checkpoint");
+        }
+        return;
+    }
+    munmap((void *)b->map, b->total);
+    b->map = NULL;
+    remember_source(b);
+    status = check_source(b, b->path, why, sizeof(why));
+    if (status != MOON_OK) {
+        fail(self, b, status, why);
+        return;
+    }
+    offer(self, b);
+}
 
 static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
@@ -265,6 +363,7 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
         b->total = m->src_bytes;
         status   = b->total > 0 ? reserve_source(b, why, sizeof(why)) : MOON_ERR_INVALID_PARAM;
         if (status == MOON_OK) {
+            forget_source(b);
             status = moon_dist_get(b->a.dist, b->src, b->src_reg, MOON_SPAN_PTR(m, m->src),
                                    m->src.n, 0, b->total, moon_actor_addr(self), b->push);
             snprintf(why, sizeof(why), "the trainer's image could not be read: %s",
@@ -277,28 +376,33 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
         b->phase = PH_FETCH;
         return MOON_OK;
     }
-    status = load_source(b, m->path.n ? MOON_SPAN_PTR(m, m->path) : "", why, sizeof(why));
+    status = open_source(b, m->path.n ? MOON_SPAN_PTR(m, m->path) : "", why, sizeof(why));
     if (status != MOON_OK) {
         fail(self, b, status, why);
         return MOON_OK;
     }
-    offer(self, b);
+    b->phase = PH_READ;
+    read_turn(self, b);
     return MOON_OK;
 }
 
 /* The checkpoint is in b->src and checked: hashes, then OFFER to all. */
 static void offer(moon_actor_t *self, bcast_t *b)
 {
-    b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
-    b->hashes   = moon_malloc((size_t)b->n_chunks * 8);
-    b->travel   = moon_calloc(b->n_chunks, 1);
+    if (b->hashes == NULL) {
+        /* a trainer's image, got whole: hashed here */
+        b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
+        b->hashes   = moon_malloc((size_t)b->n_chunks * 8 + 8);
+        for (uint32_t k = 0; b->hashes != NULL && k < b->n_chunks; k++) {
+            b->hashes[k] =
+                moon_kv_checksum((char *)b->src + (uint64_t)k * b->a.chunk_bytes, chunk_len(b, k));
+        }
+        remember_source(b);
+    }
+    b->travel = moon_calloc(b->n_chunks, 1);
     if (b->hashes == NULL || b->travel == NULL) {
         fail(self, b, MOON_ERR_NO_MEMORY, "no memory");
         return;
-    }
-    for (uint32_t k = 0; k < b->n_chunks; k++) {
-        b->hashes[k] =
-            moon_kv_checksum((char *)b->src + (uint64_t)k * b->a.chunk_bytes, chunk_len(b, k));
     }
     b->phase = PH_OFFER;
     for (uint32_t i = 0; i < b->n_recv; i++) {
@@ -376,6 +480,7 @@ static void start_stream(moon_actor_t *self, bcast_t *b)
     if ((b->flags & MOON_WEIGHTS_F_TEST_CORRUPT) && first != UINT32_MAX) {
         /* the test hook: damage on the way, after the checksum was taken */
         ((uint8_t *)b->src)[(uint64_t)first * b->a.chunk_bytes] ^= 0x5a;
+        forget_source(b);
     }
     b->phase = PH_STREAM;
     /* the last receiver first: a plan is there before its first CHUNK */
@@ -611,6 +716,10 @@ static moon_status_t bcast_on_timer(moon_actor_t *self, const moon_msg_hdr_t *ms
     bcast_t                *b = moon_actor_state(self);
     const moon_sys_timer_t *t = (const void *)msg;
 
+    if (b->phase == PH_READ && t->cookie == (BCAST_READ_COOKIE | b->push)) {
+        read_turn(self, b);
+        return MOON_OK;
+    }
     if (b->phase != PH_IDLE && t->cookie == b->push) {
         b->timer = 0;
         fail(self, b, MOON_ERR_TIMED_OUT, "the push did not finish in time (a rank lost or stuck)");
@@ -679,6 +788,7 @@ static void bcast_fini(moon_actor_t *self)
     }
     moon_free(b->hashes);
     moon_free(b->travel);
+    moon_free(b->src_hashes);
 }
 
 const moon_actor_ops_t moon_weights_bcast_ops = {

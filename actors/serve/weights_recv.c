@@ -19,6 +19,20 @@
 #define RECV_WINDOW 16u
 #define RECV_HANDED 4u /* regions handed to the instance, remembered for their return */
 
+/* A staging region and what it holds: the XXH3 of each chunk of a checked
+ * image (hashes NULL: not known, e.g. a failed push's). A push stages into
+ * the region of the version retired before; the chunks it already holds
+ * (most of them, when weights change little from push to push) are neither
+ * copied nor got again. */
+typedef struct {
+    moon_dist_region_t *reg;
+    void               *base;
+    uint64_t            len;
+    uint64_t           *hashes; /* owned */
+    uint32_t            n;
+    uint64_t            chunk_bytes, total;
+} held_t;
+
 typedef struct {
     moon_weights_recv_args_t a;
     /* what the instance serves new requests with (borrowed from it) */
@@ -41,7 +55,8 @@ typedef struct {
     uint32_t            n_ready, next_ready, in_flight, n_travel, n_got;
     void               *stage;
     moon_dist_region_t *stage_reg;
-    void               *src; /* predecessor's region descriptor (copy) */
+    held_t              stage_had; /* what stage held before this push (reg unused) */
+    void               *src;       /* predecessor's region descriptor (copy) */
     uint32_t            src_len;
     moon_addr_t         next;
     int                 planned, failed, staged;
@@ -50,14 +65,9 @@ typedef struct {
     uint64_t            committed_push; /* the last push installed */
     /* a region to stage the next push in (a failed push's, or a retired
      * version's handed back): its pages are in, the next ranks map it */
-    moon_dist_region_t *spare_reg;
-    void               *spare;
-    uint64_t            spare_len;
-    struct {
-        moon_dist_region_t *reg;
-        void               *base;
-        uint64_t            len;
-    } handed[RECV_HANDED];
+    held_t   spare;
+    held_t   handed[RECV_HANDED];
+    uint64_t kept_bytes;                /* this push's chunks the staging region held already */
     uint32_t flags;                     /* the push's MOON_WEIGHTS_F_* */
     uint64_t stage_len;                 /* bytes of the staging region (>= total) */
     uint64_t offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
@@ -71,19 +81,36 @@ static uint64_t chunk_len(const recv_t *r, uint32_t k)
     return MOON_MIN(r->chunk_bytes, r->total - off);
 }
 
-/* Keeps reg as the spare (the larger of it and the one kept). */
-static void keep_spare(recv_t *r, moon_dist_region_t *reg, void *base, uint64_t len)
+static void held_free(recv_t *r, held_t *h)
 {
-    if (r->spare_reg != NULL && r->spare_len >= len) {
-        moon_dist_region_deregister(r->a.dist, reg);
+    moon_dist_region_deregister(r->a.dist, h->reg);
+    moon_free(h->hashes);
+    memset(h, 0, sizeof(*h));
+}
+
+/* Keeps h as the spare: the one whose content is known, else the larger. */
+static void keep_spare(recv_t *r, held_t *h)
+{
+    int better = r->spare.reg == NULL || (h->hashes != NULL && r->spare.hashes == NULL) ||
+                 ((h->hashes != NULL) == (r->spare.hashes != NULL) && h->len > r->spare.len);
+
+    if (!better) {
+        held_free(r, h);
         return;
     }
-    if (r->spare_reg != NULL) {
-        moon_dist_region_deregister(r->a.dist, r->spare_reg);
-    }
-    r->spare_reg = reg;
-    r->spare     = base;
-    r->spare_len = len;
+    held_free(r, &r->spare);
+    r->spare = *h;
+    memset(h, 0, sizeof(*h));
+}
+
+/* Chunk k of the push is in the staging region already (its XXH3 known
+ * from the checked image the region held, and equal to the offer's). */
+static int stage_holds(const recv_t *r, uint32_t k)
+{
+    const held_t *h = &r->stage_had;
+
+    return h->hashes != NULL && h->chunk_bytes == r->chunk_bytes && h->total == r->total &&
+           k < h->n && h->hashes[k] == r->hashes[k];
 }
 
 /* Ends the push: the staged model freed (unless handed over), its staging
@@ -92,8 +119,12 @@ static void end_push(recv_t *r)
 {
     moon_model_destroy(r->staged_model);
     if (r->stage_reg != NULL) {
-        keep_spare(r, r->stage_reg, r->stage, r->stage_len);
+        /* a failed push's: part of it may be written, its content unknown */
+        held_t h = {.reg = r->stage_reg, .base = r->stage, .len = r->stage_len};
+        keep_spare(r, &h);
     }
+    moon_free(r->stage_had.hashes);
+    memset(&r->stage_had, 0, sizeof(r->stage_had));
     moon_free(r->hashes);
     moon_free(r->state);
     moon_free(r->ready);
@@ -108,7 +139,7 @@ static void end_push(recv_t *r)
     r->push         = 0;
     r->planned = r->failed = r->staged = 0;
     r->n_ready = r->next_ready = r->in_flight = r->n_travel = r->n_got = 0;
-    r->got_bytes = r->copied_bytes = 0;
+    r->got_bytes = r->copied_bytes = r->kept_bytes = 0;
 }
 
 static void send_staged(moon_actor_t *self, recv_t *r, moon_status_t status, const char *why)
@@ -154,11 +185,12 @@ static void finish_staging(moon_actor_t *self, recv_t *r)
     }
     r->staged = 1;
     MOON_INFO("weights %s/%u: version %llu staged: plan after %.3f s, chunks after %.3f s, "
-              "checked after %.3f s (%llu bytes got, %llu copied)",
+              "checked after %.3f s (%llu bytes got, %llu copied, %llu kept in place)",
               r->a.role ? "decode" : "prefill", r->a.index, (unsigned long long)r->version,
               (double)(r->plan_ns - r->offer_ns) * 1e-9, (double)(r->got_ns - r->offer_ns) * 1e-9,
               (double)(moon_now(moon_actor_runtime(self)) - r->offer_ns) * 1e-9,
-              (unsigned long long)r->got_bytes, (unsigned long long)r->copied_bytes);
+              (unsigned long long)r->got_bytes, (unsigned long long)r->copied_bytes,
+              (unsigned long long)r->kept_bytes);
     send_staged(self, r, MOON_OK, "");
 }
 
@@ -230,11 +262,13 @@ static moon_status_t recv_on_offer(moon_actor_t *self, const moon_msg_hdr_t *msg
             status = MOON_ERR_NO_MEMORY;
         } else {
             memcpy(r->hashes, h, (size_t)r->n_chunks * 8);
-            if (r->spare_reg != NULL && r->spare_len >= r->total) {
-                r->stage_reg = r->spare_reg;
-                r->stage     = r->spare;
-                r->stage_len = r->spare_len;
-                r->spare_reg = NULL;
+            if (r->spare.reg != NULL && r->spare.len >= r->total) {
+                r->stage_reg = r->spare.reg;
+                r->stage     = r->spare.base;
+                r->stage_len = r->spare.len;
+                r->stage_had = r->spare;
+                memset(&r->spare, 0, sizeof(r->spare));
+                r->stage_had.reg = NULL;
             } else {
                 status = moon_dist_region_alloc(r->a.dist, r->total, &r->stage, &r->stage_reg);
                 r->stage_len = r->total;
@@ -342,6 +376,10 @@ static moon_status_t recv_on_plan(moon_actor_t *self, const moon_msg_hdr_t *msg)
         }
         /* its XXH3 is the one this rank told in HAVE, of these bytes: the
          * broadcaster kept it home because it equals the offer's */
+        if (stage_holds(r, k)) {
+            r->kept_bytes += len;
+            continue;
+        }
         if (r->cur_hashes == NULL || k >= r->cur_n_hashes || r->cur_hashes[k] != r->hashes[k]) {
             fail(self, r, MOON_ERR_CORRUPT, "a chunk kept from the old weights differs");
             return MOON_OK;
@@ -464,9 +502,17 @@ static moon_status_t recv_on_commit(moon_actor_t *self, const moon_msg_hdr_t *ms
      * hands the region back when the version retires) */
     for (uint32_t i = 0; i < RECV_HANDED; i++) {
         if (r->handed[i].reg == NULL) {
-            r->handed[i].reg  = r->stage_reg;
-            r->handed[i].base = r->stage;
-            r->handed[i].len  = r->stage_len;
+            held_t *h = &r->handed[i];
+            *h        = (held_t){.reg         = r->stage_reg,
+                                 .base        = r->stage,
+                                 .len         = r->stage_len,
+                                 .hashes      = moon_malloc((size_t)r->n_chunks * 8),
+                                 .chunk_bytes = r->chunk_bytes,
+                                 .total       = r->total};
+            if (h->hashes != NULL) {
+                memcpy(h->hashes, r->hashes, (size_t)r->n_chunks * 8);
+                h->n = r->n_chunks;
+            }
             break;
         }
     }
@@ -502,8 +548,7 @@ static moon_status_t recv_on_recycle(moon_actor_t *self, const moon_msg_hdr_t *m
     }
     for (uint32_t i = 0; i < RECV_HANDED; i++) {
         if (r->handed[i].reg != NULL && (uint64_t)(uintptr_t)r->handed[i].reg == m->region) {
-            keep_spare(r, r->handed[i].reg, r->handed[i].base, r->handed[i].len);
-            r->handed[i].reg = NULL;
+            keep_spare(r, &r->handed[i]);
             return MOON_OK;
         }
     }
@@ -538,8 +583,10 @@ static void recv_fini(moon_actor_t *self)
 
     end_push(r);
     moon_free(r->cur_hashes);
-    if (r->spare_reg != NULL) {
-        moon_dist_region_deregister(r->a.dist, r->spare_reg);
+    held_free(r, &r->spare);
+    for (uint32_t i = 0; i < RECV_HANDED; i++) {
+        /* the instance frees the regions themselves */
+        moon_free(r->handed[i].hashes);
     }
 }
 

@@ -57,7 +57,7 @@
 /* client -> broadcaster: the state. */
 #define MOON_WEIGHTS_STATE_FIELDS(F, T) F(T, u64, req)
 /* phase: 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching,
- * 5 fetching (the trainer's image).
+ * 5 fetching (the trainer's image), 6 reading (the checkpoint file).
  * inst: 3 u64 per instance: role, index, version it serves new requests on.
  * n_ok: pushes that went through; recent: 2 u64 per push of the last
  * MOON_WEIGHTS_RECENT of them, oldest first: stage and switch times (ns). */
