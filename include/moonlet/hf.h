@@ -64,4 +64,13 @@ MOON_API moon_status_t moon_hf_convert(const char *dir, const char *out_path,
 /* 1 when path is a folder holding a config.json (a checkpoint to convert). */
 MOON_API int moon_hf_is_checkpoint(const char *path);
 
+/* The GGUF a server loads for checkpoint folder dir: dir/moonlet.gguf (the
+ * checkpoint's own dtypes), converted when absent or older than any of
+ * config.json, tokenizer.json, tokenizer_config.json, and reused otherwise.
+ * The conversion writes a file of this process's own and renames it into
+ * place, so ranks converting at once leave one whole file. path_p gets the
+ * path (cap bytes). MOON_ERR_IO when dir is not writable (logged, with the
+ * hint to run `moonlet convert --hf`); moon_hf_convert's statuses. */
+MOON_API moon_status_t moon_hf_cached(const char *dir, char *path_p, size_t cap);
+
 #endif /* MOONLET_HF_H */

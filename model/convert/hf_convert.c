@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HF_MAX_SHARDS 256
@@ -618,4 +619,49 @@ int moon_hf_is_checkpoint(const char *path)
 
     return path != NULL && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) &&
            join(p, sizeof(p), path, "config.json") && stat(p, &sb) == 0;
+}
+
+/* The newest modification time of dir's checkpoint files (0: none). */
+static time_t newest_input(const char *dir)
+{
+    static const char *const names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "model.safetensors", "model.safetensors.index.json"};
+    time_t                   t       = 0;
+    char                     p[4096];
+    struct stat              sb;
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (join(p, sizeof(p), dir, names[i]) && stat(p, &sb) == 0 && sb.st_mtime > t) {
+            t = sb.st_mtime;
+        }
+    }
+    return t;
+}
+
+moon_status_t moon_hf_cached(const char *dir, char *path_p, size_t cap)
+{
+    char          tmp[4096];
+    struct stat   sb;
+    moon_status_t status;
+
+    if (dir == NULL || path_p == NULL || !join(path_p, cap, dir, "moonlet.gguf") ||
+        snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path_p, (long)getpid()) >= (int)sizeof(tmp)) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    if (stat(path_p, &sb) == 0 && sb.st_mtime >= newest_input(dir)) {
+        MOON_INFO("hf: %s: reusing %s", dir, path_p);
+        return MOON_OK;
+    }
+    status = moon_hf_convert(dir, tmp, NULL);
+    if (status == MOON_ERR_IO) {
+        MOON_ERROR("hf: %s is not writable for its converted copy: run `moonlet convert --hf %s "
+                   "--out M.gguf` and serve M.gguf",
+                   dir, dir);
+    }
+    if (status == MOON_OK && rename(tmp, path_p) != 0) {
+        MOON_ERROR("hf: rename %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        status = MOON_ERR_IO;
+    }
+    return status;
 }

@@ -96,6 +96,28 @@ if "$moonlet" convert --hf hf_qwen2 --out q8.gguf --type Q8_0 2>q8.err &&
 else
     cat q8.err; fail "type Q8_0: convert or load failed"
 fi
+# serve --model DIR: converted once into DIR/moonlet.gguf, then served
+if command -v curl >/dev/null; then
+    rm -f hf_llama/moonlet.gguf
+    port=$((20000 + $$ % 20000))
+    timeout 90 "$moonlet" serve --model hf_llama --port $port >serve.log 2>&1 &
+    spid=$!
+    got=""
+    for _ in $(seq 1 60); do
+        got=$(curl -s -m 5 "127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+            -d "{\"prompt\":\"$prompt\",\"max_tokens\":4,\"temperature\":0}" 2>/dev/null) &&
+            [ -n "$got" ] && break
+        kill -0 $spid 2>/dev/null || break
+        sleep 1
+    done
+    kill $spid 2>/dev/null
+    wait $spid 2>/dev/null
+    if printf '%s' "$got" | grep -q '"completion_tokens":4' && [ -s hf_llama/moonlet.gguf ]; then
+        echo "serve --model DIR: served a completion from hf_llama/moonlet.gguf"
+    else
+        fail "serve --model DIR: no completion (got '$got'); $(tail -3 serve.log)"
+    fi
+fi
 # broken folders: exit 1 (not a signal), an error naming the fault, no output
 for kind in noconfig:"config.json" arch:"GPTNeoXForCausalLM.*supported: LlamaForCausalLM" \
     truncated:"truncated" badjson:"header is not a JSON object" dtype:"dtype I64"; do
