@@ -7,6 +7,9 @@
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 #include "moonlet/model.h"
+#ifdef MOON_WITH_HF
+#include "moonlet/hf.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -14,15 +17,20 @@
 
 /* ---- convert ---------------------------------------------------------------- */
 typedef struct {
-    const char *checkpoint, *tokenizer, *out, *name, *license;
+    const char *checkpoint, *tokenizer, *out, *name, *license, *hf, *type;
 } convert_opts_t;
 
 #define CONVERT_AT(_f) MOON_CONFIG_AT(convert_opts_t, _f)
 static const moon_config_field_t convert_fields[] = {
+    {"hf", MOON_CONFIG_STRING, CONVERT_AT(hf), .dflt = NULL,
+     .doc = "Hugging Face checkpoint folder (config.json, tokenizer.json, *.safetensors)"},
+    {"type", MOON_CONFIG_STRING, CONVERT_AT(type), .dflt = NULL,
+     .doc = "with --hf: F32, F16, BF16 or a type moonlet quantize takes (Q8_0, Q4_K_M...); "
+            "default: the checkpoint's own dtypes"},
     {"checkpoint", MOON_CONFIG_STRING, CONVERT_AT(checkpoint), .dflt = NULL,
-     .doc = "llama2.c checkpoint (legacy format), required"},
+     .doc = "llama2.c checkpoint (legacy format)"},
     {"tokenizer", MOON_CONFIG_STRING, CONVERT_AT(tokenizer), .dflt = NULL,
-     .doc = "llama2.c tokenizer.bin, required"},
+     .doc = "llama2.c tokenizer.bin (with --checkpoint)"},
     {"out", MOON_CONFIG_STRING, CONVERT_AT(out), .dflt = NULL,
      .doc = "GGUF file to write, required"},
     {"name", MOON_CONFIG_STRING, CONVERT_AT(name), .dflt = NULL, .doc = "general.name"},
@@ -40,13 +48,34 @@ int moon_cmd_convert(int argc, char **argv)
     moon_status_t          status;
     int                    rc;
 
-    rc = moon_cli_parse("convert",
-                        "usage: moonlet convert --checkpoint MODEL.bin --tokenizer TOK.bin "
-                        "--out MODEL.gguf [--name NAME] [--license LICENSE]\n"
-                        "  converts a llama2.c checkpoint (legacy format) into GGUF v3 (F32)\n",
-                        tables, 1, 0, argc, argv, &cfg);
+    rc = moon_cli_parse(
+        "convert",
+        "usage: moonlet convert --hf DIR --out MODEL.gguf [--type F16|Q8_0|Q4_K_M...]\n"
+        "       moonlet convert --checkpoint MODEL.bin --tokenizer TOK.bin "
+        "--out MODEL.gguf [--name NAME] [--license LICENSE]\n"
+        "  converts a Hugging Face checkpoint (Llama, Mistral, Qwen 2/2.5/3) or a\n"
+        "  llama2.c checkpoint (legacy format, F32) into GGUF v3\n",
+        tables, 1, 0, argc, argv, &cfg);
     if (rc >= 0) {
         return rc;
+    }
+    if (o.hf != NULL) {
+        if (o.out == NULL) {
+            moon_config_destroy(cfg);
+            return moon_cli_usage_error("convert", "--hf needs --out");
+        }
+#ifdef MOON_WITH_HF
+        status = moon_hf_convert(o.hf, o.out, o.type);
+#else
+        status = MOON_ERR_UNSUPPORTED;
+        fprintf(stderr, "moonlet convert: built without libcjson: no --hf\n");
+#endif
+        moon_config_destroy(cfg);
+        if (status != MOON_OK) {
+            fprintf(stderr, "moonlet convert: %s\n", moon_status_str(status));
+            return status == MOON_ERR_INVALID_PARAM ? 2 : 1;
+        }
+        return 0;
     }
     if (o.checkpoint == NULL || o.tokenizer == NULL || o.out == NULL) {
         moon_config_destroy(cfg);
