@@ -1,7 +1,8 @@
 /* kvstore/index.c - global prefix index: key -> mask of shards holding it,
- * in an open-addressing table. A key whose mask falls to 0 stays as an
- * empty entry (cheaper than deleting during a shard's reset; it is reused
- * when the key comes back). */
+ * in an open-addressing table. A key whose last holder removes it leaves the
+ * table at once; a lost shard's keys leave in one rebuild. Keeping empty
+ * entries instead grew the conductor by every block ever stored (about
+ * 0.6 KB per request in a 4-minute soak of distinct prompts). */
 #include "moonlet/kv_index.h"
 
 #include "moonlet/alloc.h"
@@ -78,6 +79,30 @@ static void clear_bit(moon_kv_index_t *x, entry_t *e, uint64_t bit)
     }
 }
 
+/* Keeps only the held entries, in a fresh table: removing during a walk
+ * would skip entries. Without memory for it the empty entries stay (still
+ * correct: a key with mask 0 counts as absent). */
+static void compact(moon_kv_index_t *x)
+{
+    moon_htab_t *fresh = NULL;
+    size_t       pos   = 0;
+    entry_t     *e;
+
+    if (moon_htab_count(x->tab) == x->n_held ||
+        moon_htab_create(&entry_type, NULL, x->n_held > 1024 ? x->n_held : 1024, 0, &fresh) !=
+            MOON_OK) {
+        return;
+    }
+    while ((e = moon_htab_next(x->tab, &pos)) != NULL) {
+        if (e->mask != 0 && moon_htab_insert(fresh, &e->key, e, NULL) != MOON_OK) {
+            moon_htab_destroy(fresh); /* reserved above: not expected */
+            return;
+        }
+    }
+    moon_htab_destroy(x->tab);
+    x->tab = fresh;
+}
+
 void moon_kv_index_drop_shard(moon_kv_index_t *x, uint32_t shard)
 {
     uint64_t bit = 1ull << shard;
@@ -91,6 +116,7 @@ void moon_kv_index_drop_shard(moon_kv_index_t *x, uint32_t shard)
         clear_bit(x, e, bit);
     }
     x->synced &= ~bit;
+    compact(x);
 }
 
 static moon_status_t add(moon_kv_index_t *x, moon_kv_key_t key, uint64_t bit)
@@ -141,6 +167,9 @@ moon_status_t moon_kv_index_apply(moon_kv_index_t *x, uint32_t shard, uint64_t s
             entry_t *found = moon_htab_find(x->tab, &key);
             if (found != NULL) {
                 clear_bit(x, found, bit);
+                if (found->mask == 0) {
+                    moon_htab_remove_at(x->tab, found); /* no holder left */
+                }
             }
         }
     }
@@ -188,6 +217,11 @@ uint32_t moon_kv_index_prefix(const moon_kv_index_t *x, const moon_kv_key_t *key
 size_t moon_kv_index_count(const moon_kv_index_t *x)
 {
     return x->n_held;
+}
+
+size_t moon_kv_index_entries(const moon_kv_index_t *x)
+{
+    return moon_htab_count(x->tab);
 }
 
 int moon_kv_index_synced(const moon_kv_index_t *x, uint32_t shard)

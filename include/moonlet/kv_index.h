@@ -41,6 +41,9 @@ MOON_API uint32_t moon_kv_index_prefix(const moon_kv_index_t *index, const moon_
                                        uint32_t n);
 /* Keys held by at least one shard. */
 MOON_API size_t moon_kv_index_count(const moon_kv_index_t *index);
+/* Entries the table stores, held or not: what its memory grows with. Equal
+ * to the count once every change is applied (no key stays without a holder). */
+MOON_API size_t moon_kv_index_entries(const moon_kv_index_t *index);
 /* 1 once shard's snapshot arrived and no gap followed. */
 MOON_API int moon_kv_index_synced(const moon_kv_index_t *index, uint32_t shard);
 

@@ -102,27 +102,33 @@ int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_pl
         host[sizeof(host) - 1] = '\0';
         cores_text(wc, sizeof(wc), 0, pl->workers, cores);
         cores_text(ec, sizeof(ec), pl->workers, engine, cores);
-        /* one fputs: a line written in pieces interleaves with other ranks' lines
-         * once mpirun merges their streams (and log readers parse these lines) */
-        char   line[1024];
-        size_t n = (size_t)snprintf(line, sizeof(line), "placement: rank %u/%u host %s", pl->rank,
-                                    pl->n_ranks, host);
-        if (pl->split_hosts > 1 && n < sizeof(line)) {
-            n += (size_t)snprintf(line + n, sizeof(line) - n, " (pseudo-host %u of %u)",
-                                  pl->rank % pl->split_hosts, pl->split_hosts);
+        /* one write: a line written in pieces interleaves with other ranks'
+         * lines once mpirun merges their streams (and log readers parse them) */
+        char  *text = NULL;
+        size_t len  = 0;
+        FILE  *line = open_memstream(&text, &len);
+        if (line == NULL) {
+            line = out; /* no memory for the line: in pieces, then */
         }
-        if (n < sizeof(line)) {
-            snprintf(line + n, sizeof(line) - n,
-                     " local rank %u/%u: %s | workers %u on %s%s | engine threads %u on %s%s | "
-                     "%u of %u PUs, shared by %u rank(s)%s | device %s\n",
-                     me_local, n_local, actors[0] ? actors : "(no actor)", pl->workers, wc,
-                     pl->pin_workers ? " (pinned)" : "", engine, ec, scfg->pin ? " (pinned)" : "",
-                     my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "",
-                     scfg->backend == MOON_BACKEND_CUDA   ? "cuda (the local rank's)"
-                     : scfg->backend == MOON_BACKEND_COST ? "none (cost model)"
-                                                          : "cpu");
+        fprintf(line, "placement: rank %u/%u host %s", pl->rank, pl->n_ranks, host);
+        if (pl->split_hosts > 1) {
+            fprintf(line, " (pseudo-host %u of %u)", pl->rank % pl->split_hosts, pl->split_hosts);
         }
-        fputs(line, out);
+        fprintf(line,
+                " local rank %u/%u: %s | workers %u on %s%s | engine threads %u on %s%s | %u of "
+                "%u PUs, shared by %u rank(s)%s | device %s\n",
+                me_local, n_local, actors[0] ? actors : "(no actor)", pl->workers, wc,
+                pl->pin_workers ? " (pinned)" : "", engine, ec, scfg->pin ? " (pinned)" : "",
+                my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "",
+                scfg->backend == MOON_BACKEND_CUDA   ? "cuda (the local rank's)"
+                : scfg->backend == MOON_BACKEND_COST ? "none (cost model)"
+                                                     : "cpu");
+        if (line != out) {
+            if (fclose(line) == 0) {
+                fputs(text, out);
+            }
+            free(text);
+        }
         fflush(out);
     }
     return over;

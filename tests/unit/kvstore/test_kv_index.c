@@ -1,5 +1,6 @@
 /* tests/unit/kvstore/test_kv_index.c - the global prefix index: snapshots,
- * live events, gaps, lost shards, other tags. */
+ * live events, gaps, lost shards, other tags, and a table that holds only
+ * the keys some shard holds (churn of distinct blocks does not grow it). */
 #include "moon_test.h"
 #include "moonlet/kv_index.h"
 #include "moonlet/kv_shard.h"
@@ -129,6 +130,49 @@ static void test_switch_drops_the_old_version(void)
     moon_kv_index_destroy(x);
 }
 
+/* A long run of distinct blocks, each stored then evicted (a store under
+ * churn): the table ends as small as it started, and a key two shards hold
+ * stays until both lost it, evicted or dropped. */
+static void test_churn_leaves_no_entries(void)
+{
+    enum { N = 20000 };
+    moon_kv_index_t *x;
+    uint64_t         ev[2 * 5];
+    moon_kv_key_t    k      = key(7);
+    uint64_t         seq[2] = {0, 0};
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_index_create(2, &TAG, &x), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, 0, 1, NULL, 0), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 1, 0, 1, NULL, 0), MOON_OK);
+    for (uint64_t i = 0; i < N; i++) {
+        uint32_t s = (uint32_t)(i & 1);
+        ev_of(ev, MOON_KV_EVENT_STORED, 100 + i, &TAG);
+        ev_of(ev + 5, MOON_KV_EVENT_EVICTED, 100 + i, &TAG);
+        CU_ASSERT_EQUAL_FATAL(moon_kv_index_apply(x, s, seq[s], 0, ev, 2), MOON_OK);
+        seq[s] += 2;
+    }
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_entries(x), 0);
+    /* key 7 on both shards: shard 0 evicts it, shard 1 still holds it */
+    ev_of(ev, MOON_KV_EVENT_STORED, 7, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, seq[0]++, 0, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 1, seq[1]++, 0, ev, 1), MOON_OK);
+    ev_of(ev, MOON_KV_EVENT_EVICTED, 7, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, seq[0]++, 0, ev, 1), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k, 1), 1);
+    CU_ASSERT_EQUAL(moon_kv_index_entries(x), 1);
+    /* shard 1 lost: its keys leave the table, not only the mask */
+    ev_of(ev, MOON_KV_EVENT_STORED, 8, &TAG);
+    CU_ASSERT_EQUAL(moon_kv_index_apply(x, 0, seq[0]++, 0, ev, 1), MOON_OK);
+    moon_kv_index_drop_shard(x, 1);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k, 1), 0);
+    CU_ASSERT_EQUAL(moon_kv_index_count(x), 1); /* key 8, on shard 0 */
+    CU_ASSERT_EQUAL(moon_kv_index_entries(x), 1);
+    k = key(8);
+    CU_ASSERT_EQUAL(moon_kv_index_prefix(x, &k, 1), 1);
+    moon_kv_index_destroy(x);
+}
+
 MOON_TEST_MAIN("kv_index", NULL, NULL, test_snapshot_then_live_events,
                test_gap_drops_the_shard_until_its_next_snapshot, test_lost_shard_and_other_tags,
-               test_switch_drops_the_old_version)
+               test_switch_drops_the_old_version, test_churn_leaves_no_entries)
