@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,6 +275,7 @@ def main():
     if not ready:
         stop_cluster()
         emit({"error": "the cluster never served", "log_tail": open(logpath).read()[-3000:]})
+        shutil.rmtree(tmp, ignore_errors=True)
         return 1
     host, port, roles = ready
     pids = rank_pids(proc.pid)
@@ -331,6 +333,7 @@ def main():
     emit({"summary": summary})
     if c["lost"]:
         sys.stderr.write(open(logpath, errors="replace").read()[-3000:])
+    shutil.rmtree(tmp, ignore_errors=True)  # the log's tail went out above when it matters
     return 1 if c["lost"] else 0
 
 
