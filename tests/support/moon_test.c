@@ -93,3 +93,31 @@ size_t moon_test_rss_bytes(void)
     fclose(f);
     return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
+
+char *moon_test_read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long  n;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    buf = malloc((size_t)n + 1);
+    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf != NULL) {
+        buf[n] = '\0';
+        if (len_p != NULL) {
+            *len_p = (size_t)n;
+        }
+    }
+    return buf;
+}

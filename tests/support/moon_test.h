@@ -62,4 +62,8 @@ double moon_test_now_s(void);
  * for "this allocates next to nothing" checks, in bytes, never in time. */
 size_t moon_test_rss_bytes(void);
 
+/* A whole file, NUL-terminated, in a malloc'd buffer (free it); *len_p
+ * (optional) gets its length. NULL: cannot open or read it. */
+char *moon_test_read_file(const char *path, size_t *len_p);
+
 #endif /* MOON_TEST_H */

@@ -37,26 +37,6 @@ static moon_tokenizer_t     *g_tok;
 static unsigned              g_port;
 static char                  g_model[512];
 
-static char *read_file(const char *path)
-{
-    FILE  *f = fopen(path, "rb");
-    char  *s;
-    long   n;
-    size_t got;
-
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s   = malloc((size_t)n + 1);
-    got = fread(s, 1, (size_t)n, f);
-    fclose(f);
-    s[got] = 0;
-    return s;
-}
-
 static void nap_ms(long ms)
 {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -110,8 +90,8 @@ static void arguments_as_text(cJSON *conv)
 
 static void test_prompts_match_reference(void)
 {
-    char *convs = read_file(DATA "/conversations.jsonl");
-    char *gold  = read_file(DATA "/mistral_style.golden");
+    char *convs = moon_test_read_file(DATA "/conversations.jsonl", NULL);
+    char *gold  = moon_test_read_file(DATA "/mistral_style.golden", NULL);
     char *cs = NULL, *gs = NULL, *c, *g;
     int   checked = 0, refused = 0;
 
@@ -205,7 +185,7 @@ static int wait_health(unsigned port)
 /* The model: llama, 64 wide, gen-model's 512-token vocabulary, the template. */
 static int write_model(void)
 {
-    char                   *tpl  = read_file(DATA "/mistral_style.jinja");
+    char                   *tpl  = moon_test_read_file(DATA "/mistral_style.jinja", NULL);
     moon_model_config_t     c    = {.dim        = 64,
                                     .hidden_dim = 128,
                                     .n_layers   = 2,

@@ -16,29 +16,6 @@
 
 #define DATA MOON_TEST_DATA_DIR "/jinja"
 
-static char *read_file(const char *path, size_t *len_p)
-{
-    FILE  *f = fopen(path, "rb");
-    char  *s;
-    long   n;
-    size_t got;
-
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s   = malloc((size_t)n + 1);
-    got = fread(s, 1, (size_t)n, f);
-    fclose(f);
-    s[got] = 0;
-    if (len_p != NULL) {
-        *len_p = got;
-    }
-    return s;
-}
-
 /* Renders tpl with vars; the output (malloc'd by moon_malloc) or NULL with
  * the status in *st and err filled. */
 static char *render(const char *tpl, const char *vars, moon_status_t *st, moon_jinja_error_t *err)
@@ -243,7 +220,7 @@ static void test_errors(void)
 static void test_mutations(void)
 {
     size_t   len;
-    char    *src = read_file(DATA "/qwen3.jinja", &len);
+    char    *src = moon_test_read_file(DATA "/qwen3.jinja", &len);
     char    *buf;
     uint64_t seed = 28;
     int      ok = 0, failed = 0;
@@ -296,9 +273,9 @@ static int check_family(const char *dir, const char *name, const char *bos, cons
     int                bad = 0;
 
     snprintf(path, sizeof(path), "%s/%s.jinja", DATA, name);
-    src = read_file(path, &len);
+    src = moon_test_read_file(path, &len);
     snprintf(path, sizeof(path), "%s/%s.golden", dir, name);
-    gold = read_file(path, NULL);
+    gold = moon_test_read_file(path, NULL);
     if (src == NULL || gold == NULL) {
         printf("%s: cannot read the template or %s\n", name, path);
         free(src);
@@ -358,8 +335,8 @@ static int check_family(const char *dir, const char *name, const char *bos, cons
 /* Every family of families.txt against the goldens in dir; the number that differ. */
 static int check_goldens(const char *dir)
 {
-    char  *convs_text = read_file(DATA "/conversations.jsonl", NULL);
-    char  *fams       = read_file(DATA "/families.txt", NULL);
+    char  *convs_text = moon_test_read_file(DATA "/conversations.jsonl", NULL);
+    char  *fams       = moon_test_read_file(DATA "/families.txt", NULL);
     char  *convs[64], *save = NULL, *line;
     size_t n   = 0;
     int    bad = 0, families = 0;

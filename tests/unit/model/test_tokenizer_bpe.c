@@ -23,31 +23,6 @@
 #define MAX_IDS 16384
 #define MAX_ALL_IDS (1 << 19)
 
-static char *read_file(const char *path, size_t *len_p)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long  n;
-
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf != NULL) {
-        buf[n] = '\0';
-        *len_p = (size_t)n;
-    }
-    return buf;
-}
-
 /* Splits corpus text (cases separated by "\n%%\n") in place. */
 static size_t split_cases(char *text, size_t len, char **cases, size_t *lens)
 {
@@ -87,7 +62,7 @@ static goldens_t gold;
 static int load_ids(const char *path, goldens_t *gd)
 {
     size_t len;
-    char  *text = read_file(path, &len), *q, *e;
+    char  *text = moon_test_read_file(path, &len), *q, *e;
     size_t c = 0, used = 0;
 
     if (text == NULL) {
@@ -128,7 +103,7 @@ static int load_corpus(const char *path, goldens_t *gd)
 {
     size_t len;
 
-    gd->corpus = read_file(path, &len);
+    gd->corpus = moon_test_read_file(path, &len);
     if (gd->corpus == NULL) {
         return -1;
     }
@@ -161,7 +136,7 @@ typedef struct {
 static int build_vocab(const char *vocab_path, const vocab_opts_t *o, const char *out_path)
 {
     size_t              len;
-    char               *text    = read_file(vocab_path, &len), *p, *line;
+    char               *text    = moon_test_read_file(vocab_path, &len), *p, *line;
     uint32_t            n_vocab = 0, bos = 0, eos = 0, add_bos = 0, add_eos = 0;
     char                pre[64] = "", a[512], b[512];
     char              **tokens = NULL, **merges = NULL;
