@@ -11,6 +11,7 @@
  * bouncing every message between cores. */
 #include "runq.h"
 #include "runtime_internal.h"
+#include "spin_budget.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/config.h"
@@ -35,11 +36,12 @@
 #endif
 
 typedef struct {
-    moon_runq_t     q; /* first: cache-line aligned */
-    moon_workers_t *s;
-    pthread_t       thread;
-    uint32_t        index;
-    uint64_t        rng;
+    moon_runq_t        q; /* first: cache-line aligned */
+    moon_workers_t    *s;
+    pthread_t          thread;
+    uint32_t           index;
+    uint64_t           rng;
+    moon_spin_budget_t spin; /* idle spins get shorter while they find nothing */
 } worker_t;
 
 struct moon_workers {
@@ -250,13 +252,16 @@ static void *worker_main(void *arg)
             int polled = hook != NULL ? hook(atomic_load(&s->rt->idle_ctx), 0) : 0;
 
             if (polled > 0) {
+                if (spins > 0) {
+                    moon_spin_budget_end(&w->spin, 1);
+                }
                 spins = 0; /* the transport delivered or sent something */
                 continue;
             }
             if (++spins == 1) {
                 spin_start = mono_now(s->rt);
             }
-            if (spins < SPIN_ROUNDS &&
+            if (spins < moon_spin_budget(&w->spin, SPIN_ROUNDS) &&
                 ((spins & 63) != 0 || mono_now(s->rt) - spin_start < SPIN_MAX_NS)) {
                 /* Without a spare core, let the progress and timer threads run.
                  * While a transport hook polls, the progress thread naps: the
@@ -278,9 +283,13 @@ static void *worker_main(void *arg)
                     hook(atomic_load(&s->rt->idle_ctx), 1); /* hand progress back */
                 }
                 park(w);
+                moon_spin_budget_end(&w->spin, 0);
                 spins = 0;
             }
             continue;
+        }
+        if (spins > 0) {
+            moon_spin_budget_end(&w->spin, 1);
         }
         spins = 0;
         if (moon_actor_run_turn(a, batch)) {

@@ -4,6 +4,7 @@
  * idle workers take the progress lock and run passes themselves. */
 #define _GNU_SOURCE /* ppoll */
 #include "dist_core.h"
+#include "spin_budget.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -288,14 +289,15 @@ static int sleep_cap_ms(moon_dist_t *d, int has_event_fd)
 
 void *dist_progress_main(void *arg)
 {
-    moon_dist_t  *d    = arg;
-    uint32_t      idle = 0, missed = 0, busy_idle = 0;
-    int           nap_ms     = 1; /* doubles while workers keep polling */
-    int           sleep_ms   = 0; /* the next sleep's timeout; 0: spin first */
-    uint64_t      spin_start = 0;
-    uint32_t      parks;
-    struct pollfd fds[2];
-    int           n_fds = 0;
+    moon_dist_t       *d    = arg;
+    uint32_t           idle = 0, missed = 0, busy_idle = 0;
+    int                nap_ms     = 1; /* doubles while workers keep polling */
+    int                sleep_ms   = 0; /* the next sleep's timeout; 0: spin first */
+    uint64_t           spin_start = 0;
+    moon_spin_budget_t spin       = {0}; /* idle spins get shorter while they find nothing */
+    uint32_t           parks;
+    struct pollfd      fds[2];
+    int                n_fds = 0;
 
     moon_log_set_thread_actor("dist-progress", 0);
     fds[n_fds++] = (struct pollfd){d->wake_fd, POLLIN, 0};
@@ -342,6 +344,9 @@ void *dist_progress_main(void *arg)
         }
         nap_ms = 1;
         if (n > 0) {
+            if (idle > 0) {
+                moon_spin_budget_end(&spin, 1);
+            }
             idle = busy_idle = 0;
             sleep_ms         = 0;
             continue;
@@ -368,7 +373,7 @@ void *dist_progress_main(void *arg)
             if (idle++ == 0) {
                 spin_start = dist_now_ns();
             }
-            if (idle < d->spin_passes &&
+            if (idle < moon_spin_budget(&spin, d->spin_passes) &&
                 ((idle & 15) != 0 ||
                  dist_now_ns() - spin_start < (n_fds > 1 ? SPIN_MAX_NS : SPIN_MAX_POLL_NS))) {
                 if (idle > 32) {
@@ -379,6 +384,7 @@ void *dist_progress_main(void *arg)
                 continue;
             }
             sleep_ms = n_fds > 1 ? SLEEP_MIN_MS : 1;
+            moon_spin_budget_end(&spin, 0);
         }
         dist_progress_lock(d);
         for (uint32_t r = 0; r < d->size; r++) { /* return credits before sleeping */
