@@ -39,14 +39,42 @@ moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens, moon
     return MOON_OK;
 }
 
-void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
-                            uint32_t queued_tokens, uint32_t queued_reqs, uint32_t running,
-                            uint32_t free_blocks, const uint64_t counters[3])
+/* Records the report in memo; 0 when it equals the last one sent and that
+ * was recent (nothing to send). */
+static int load_memo_update(moon_serve_load_memo_t *memo, uint64_t now_ns,
+                            const moon_serve_load_memo_t *cur)
 {
-    moon_serve_load_t *m = moon_msg_new(MOON_MSG_SERVE_LOAD, 0);
+    if (memo->sent_ns != 0 && now_ns - memo->sent_ns < MOON_SERVE_LOAD_REFRESH_NS &&
+        memo->queued_tokens == cur->queued_tokens && memo->queued_reqs == cur->queued_reqs &&
+        memo->running == cur->running && memo->free_blocks == cur->free_blocks &&
+        memcmp(memo->counters, cur->counters, sizeof(cur->counters)) == 0) {
+        return 0;
+    }
+    *memo         = *cur;
+    memo->sent_ns = now_ns != 0 ? now_ns : 1;
+    return 1;
+}
 
+void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
+                            moon_serve_load_memo_t *memo, uint32_t queued_tokens,
+                            uint32_t queued_reqs, uint32_t running, uint32_t free_blocks,
+                            const uint64_t counters[3])
+{
+    moon_serve_load_memo_t cur = {queued_tokens,
+                                  queued_reqs,
+                                  running,
+                                  free_blocks,
+                                  {counters[0], counters[1], counters[2]},
+                                  0};
+    moon_serve_load_t     *m;
+
+    if (!load_memo_update(memo, moon_now(moon_actor_runtime(self)), &cur)) {
+        return;
+    }
+    m = moon_msg_new(MOON_MSG_SERVE_LOAD, 0);
     if (m == NULL) {
-        return; /* the next report carries the same state */
+        memo->sent_ns = 0; /* not sent: the next report goes */
+        return;
     }
     m->instance           = a->instance;
     m->role               = a->role;

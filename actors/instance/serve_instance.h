@@ -73,10 +73,24 @@ MOON_API moon_status_t            moon_serve_instance_start(moon_actor_t        
                                                             moon_engine_runner_t **runner_p,
                                                             uint64_t              *timer_p);
 
-/* Sends LOAD to the conductor (fire and forget). */
+/* The last LOAD an instance sent (its own state; zero it at start). */
+typedef struct {
+    uint32_t queued_tokens, queued_reqs, running, free_blocks;
+    uint64_t counters[3];
+    uint64_t sent_ns; /* 0: none sent yet */
+} moon_serve_load_memo_t;
+
+/* A report equal to the last one is sent again at most this often: an idle
+ * instance's periodic reports carry nothing new, and each woke rank 0 (20 a
+ * second per instance: most of an idle rank 0's CPU). */
+#define MOON_SERVE_LOAD_REFRESH_NS 1000000000ull
+
+/* Sends LOAD to the conductor (fire and forget), unless it equals the last
+ * one sent (memo) less than MOON_SERVE_LOAD_REFRESH_NS ago. */
 MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t *a,
-                                     uint32_t queued_tokens, uint32_t queued_reqs, uint32_t running,
-                                     uint32_t free_blocks, const uint64_t counters[3]);
+                                     moon_serve_load_memo_t *memo, uint32_t queued_tokens,
+                                     uint32_t queued_reqs, uint32_t running, uint32_t free_blocks,
+                                     const uint64_t counters[3]);
 
 /* Packs stop ids and strings of a request (as sent in SUBMIT) into a message
  * of the sampling family: copies its scalar fields (max_tokens .. min_tokens) from src to dst

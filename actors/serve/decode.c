@@ -97,7 +97,7 @@ void moon_dec_report_load(moon_actor_t *self, decode_t *d)
         }
     }
     /* the cache's blocks are free for the conductor: they go when room is needed */
-    moon_serve_report_load(self, &d->a, queued_tokens, queued, running,
+    moon_serve_report_load(self, &d->a, &d->load_memo, queued_tokens, queued, running,
                            moon_kv_n_free_blocks(d->pool.kv) + cache_idle(d), counters);
 }
 

@@ -110,6 +110,9 @@ typedef struct {
     moon_cache_events_t events; /* colocated: its changes, told to the conductor */
     uint64_t            timer;
     uint64_t            n_cache_hit_tokens, n_computed_tokens;
+
+    moon_serve_load_memo_t load_memo; /* the last LOAD sent */
+
     /* cancels that came before their request */
     struct {
         moon_addr_t reply_to;

@@ -80,6 +80,8 @@ typedef struct {
     double         job_extra_s; /* modeled time charged with the chunk (a.request_s) */
     uint64_t       timer;
     uint64_t       n_cache_hit_tokens, n_store_hit_tokens, n_computed_tokens;
+
+    moon_serve_load_memo_t load_memo; /* the last LOAD sent */
 } prefill_t;
 
 static void kick(moon_actor_t *self, prefill_t *p);
@@ -128,7 +130,7 @@ static void report_load(moon_actor_t *self, prefill_t *p)
         }
     }
     /* blocks only the cache holds are room: it gives them back on demand */
-    moon_serve_report_load(self, &p->a, queued_tokens, queued, 0,
+    moon_serve_report_load(self, &p->a, &p->load_memo, queued_tokens, queued, 0,
                            moon_kv_n_free_blocks(p->pool.kv) + moon_block_cache_idle(p->cache),
                            counters);
 }
