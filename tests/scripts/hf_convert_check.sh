@@ -87,6 +87,9 @@ run_case() {
 run_case llama llama llama-bpe f32 "--rope-freqs --untied" 1
 run_case qwen2 qwen2 qwen2 f16 "" 3
 run_case qwen3 qwen3 qwen2 f32 "--untied" 2
+# heads wider / narrower than dim / n_heads: config.json's head_dim (Qwen 3 0.6B: 2x)
+run_case qwen3_hd qwen3 qwen2 f32 "--head-dim 32" 1
+run_case llama_hd llama llama-bpe f32 "--head-dim 8 --untied" 1
 [ -n "$llamacpp" ] && exit $rc
 
 # --type: a quantized output loads
