@@ -357,7 +357,8 @@ static const moon_backend_kind_t backend_values[]  = {MOON_BACKEND_REF, MOON_BAC
 #define GENERATE_AT(_f) MOON_CONFIG_AT(generate_opts_t, _f)
 static const moon_config_field_t generate_fields[] = {
     {"model", MOON_CONFIG_STRING, GENERATE_AT(model), .dflt = NULL,
-     .doc = "GGUF model file, required"},
+     .doc = "GGUF model file, or a Hugging Face folder (converted once into DIR/moonlet.gguf), "
+            "required"},
     {"prompt", MOON_CONFIG_STRING, GENERATE_AT(prompt), .dflt = "",
      .doc = "prompt text (-: read it from stdin)"},
     {"prompt-file", MOON_CONFIG_STRING, GENERATE_AT(prompt_file), .dflt = NULL,
@@ -431,8 +432,13 @@ static int gen_setup(gen_t *g, const generate_opts_t *o, const moon_engine_tunin
     moon_kv_config_t     kcfg;
     moon_status_t        status;
     size_t               len = strlen(prompt);
+    char                 converted[4096];
+    const char *path = moon_cli_model_path("generate", o->model, converted, sizeof(converted));
 
-    status = moon_model_load(o->model, &g->model);
+    if (path == NULL) {
+        return 1;
+    }
+    status = moon_model_load(path, &g->model);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet generate: load %s: %s\n", o->model, moon_status_str(status));
         return 1;
