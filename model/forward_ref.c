@@ -10,15 +10,15 @@
 typedef struct {
     const moon_model_t *m;
     float              *x;   /* (dim) residual stream */
-    float              *xb;  /* (dim) */
+    float              *xb;  /* (max(dim, q_dim)) */
     float              *xb2; /* (dim) */
     float              *hb;  /* (hidden) */
     float              *hb2; /* (hidden) */
-    float              *q;   /* (dim) */
+    float              *q;   /* (q_dim) n_heads * head_dim */
     float              *k;   /* (kv_dim) */
     float              *v;   /* (kv_dim) */
     float              *att; /* (seq_len) */
-    float              *row; /* (max(dim, hidden)) one dequantized weight row */
+    float              *row; /* (max(dim, q_dim, hidden)) one dequantized weight row */
 } ref_state_t;
 
 static void rmsnorm(float *o, const float *x, const float *w, uint32_t n, float eps)
@@ -69,6 +69,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
     const moon_model_config_t *c      = &m->cfg;
     uint32_t                   dim    = c->dim;
     uint32_t                   hs     = c->head_dim;
+    uint32_t                   q_dim  = c->n_heads * hs;
     uint32_t                   kv_dim = c->n_kv_heads * hs;
     uint32_t                   kv_mul = c->n_heads / c->n_kv_heads;
 
@@ -88,7 +89,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
 
         /* biases (qwen2) */
         if (L->bq != NULL) {
-            for (uint32_t i = 0; i < dim; i++) {
+            for (uint32_t i = 0; i < q_dim; i++) {
                 s->q[i] += L->bq[i];
             }
             for (uint32_t i = 0; i < kv_dim; i++) {
@@ -109,7 +110,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
 
         /* RoPE: rotate pair j of each head of q and k by its angle; the pair
          * is (2j, 2j + 1) (llama) or (j, j + hs / 2) (NeoX: qwen) */
-        for (uint32_t i = 0; i < dim; i += hs) {
+        for (uint32_t i = 0; i < q_dim; i += hs) {
             for (uint32_t j = 0; j < hs / 2; j++) {
                 float    val = moon_model_rope_angle(m, pos, j);
                 float    fcr = cosf(val), fci = sinf(val);
@@ -151,7 +152,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
             }
         }
 
-        /* output projection, residual */
+        /* output projection (q_dim to dim), residual */
         matvec(s, s->xb2, s->xb, &L->wo);
         for (uint32_t i = 0; i < dim; i++) {
             s->x[i] += s->xb2[i];
@@ -194,6 +195,7 @@ static moon_status_t ref_create(const moon_model_t *m, const moon_engine_config_
     const moon_model_config_t *c      = &m->cfg;
     ref_state_t               *s      = moon_calloc(1, sizeof(*s));
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    uint32_t                   wide   = MOON_MAX(c->dim, moon_model_q_dim(c));
 
     (void)cfg;
     if (s == NULL) {
@@ -201,15 +203,15 @@ static moon_status_t ref_create(const moon_model_t *m, const moon_engine_config_
     }
     s->m   = m;
     s->x   = moon_malloc(c->dim * sizeof(float));
-    s->xb  = moon_malloc(c->dim * sizeof(float));
+    s->xb  = moon_malloc(wide * sizeof(float));
     s->xb2 = moon_malloc(c->dim * sizeof(float));
     s->hb  = moon_malloc(c->hidden_dim * sizeof(float));
     s->hb2 = moon_malloc(c->hidden_dim * sizeof(float));
-    s->q   = moon_malloc(c->dim * sizeof(float));
+    s->q   = moon_malloc(moon_model_q_dim(c) * sizeof(float));
     s->k   = moon_malloc(kv_dim * sizeof(float));
     s->v   = moon_malloc(kv_dim * sizeof(float));
     s->att = moon_malloc(c->seq_len * sizeof(float));
-    s->row = moon_malloc(MOON_MAX(c->dim, c->hidden_dim) * sizeof(float));
+    s->row = moon_malloc(MOON_MAX(wide, c->hidden_dim) * sizeof(float));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->att ||
         !s->row) {
         ref_destroy(s);

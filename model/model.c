@@ -65,15 +65,47 @@ static float arch_f32(const moon_gguf_t *g, const char *arch, const char *key, f
     return moon_gguf_get_f32(g, name, &v) == MOON_OK ? v : dflt;
 }
 
+/* head_dim from attention.key_length: models whose heads are not dim / n_heads
+ * wide (Qwen 3 0.6B, Gemma, some Mistral) say so there; others need not, and
+ * then dim must split evenly. V heads as wide as K heads (value_length), and
+ * RoPE over the whole head (rope.dimension_count): both are what every
+ * supported architecture does, and anything else is refused, not misread. */
+static moon_status_t read_head_dim(const moon_gguf_t *g, const char *arch, moon_model_config_t *c)
+{
+    uint32_t dflt = c->dim % c->n_heads == 0 ? c->dim / c->n_heads : 0;
+    uint32_t k_len, v_len, rope_dims;
+
+    if (arch_u32(g, arch, "attention.key_length", 0, dflt, &k_len) != MOON_OK ||
+        arch_u32(g, arch, "attention.value_length", 0, k_len, &v_len) != MOON_OK ||
+        arch_u32(g, arch, "rope.dimension_count", 0, k_len, &rope_dims) != MOON_OK) {
+        return MOON_ERR_CORRUPT;
+    }
+    if (k_len == 0 || k_len % 2 != 0 || (uint64_t)c->n_heads * k_len > MOON_MODEL_MAX_DIM) {
+        MOON_ERROR("model: head size %u unusable (dim %u, %u heads): it must be even, at most "
+                   "%u in all heads, and given as attention.key_length when the heads do not "
+                   "split dim",
+                   k_len, c->dim, c->n_heads, MOON_MODEL_MAX_DIM);
+        return MOON_ERR_CORRUPT;
+    }
+    if (v_len != k_len || rope_dims != k_len) {
+        MOON_ERROR("model: attention.value_length %u or rope.dimension_count %u unsupported "
+                   "(both must equal the head size %u)",
+                   v_len, rope_dims, k_len);
+        return MOON_ERR_UNSUPPORTED;
+    }
+    c->head_dim = k_len;
+    return MOON_OK;
+}
+
 moon_status_t moon_model_config_from_gguf(const moon_gguf_t *g, moon_model_config_t *cfg_p)
 {
     moon_model_config_t       c = {0};
     char                      arch[64];
     const char               *s;
     uint64_t                  len;
-    uint32_t                  rope_dims;
     const moon_gguf_tensor_t *emb;
     char                      key[128];
+    moon_status_t             status;
 
     if (g == NULL || cfg_p == NULL) {
         return MOON_ERR_INVALID_PARAM;
@@ -125,22 +157,19 @@ moon_status_t moon_model_config_from_gguf(const moon_gguf_t *g, moon_model_confi
     }
     if (c.dim == 0 || c.dim > MOON_MODEL_MAX_DIM || c.n_layers == 0 ||
         c.n_layers > MOON_MODEL_MAX_LAYERS || c.hidden_dim == 0 ||
-        c.hidden_dim > 4 * MOON_MODEL_MAX_DIM || c.n_heads == 0 || c.dim % c.n_heads != 0 ||
-        c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0 || c.vocab_size == 0 ||
-        c.vocab_size > MOON_MODEL_MAX_VOCAB || c.seq_len == 0 || c.seq_len > MOON_MODEL_MAX_CTX ||
-        !(c.norm_eps > 0.0f) || !(c.rope_theta > 0.0f)) {
+        c.hidden_dim > 4 * MOON_MODEL_MAX_DIM || c.n_heads == 0 || c.n_kv_heads == 0 ||
+        c.n_heads % c.n_kv_heads != 0 || c.vocab_size == 0 || c.vocab_size > MOON_MODEL_MAX_VOCAB ||
+        c.seq_len == 0 || c.seq_len > MOON_MODEL_MAX_CTX || !(c.norm_eps > 0.0f) ||
+        !(c.rope_theta > 0.0f)) {
         MOON_ERROR("model: inconsistent hyper-parameters (dim %u, heads %u/%u, layers %u, "
                    "hidden %u, vocab %u, ctx %u)",
                    c.dim, c.n_heads, c.n_kv_heads, c.n_layers, c.hidden_dim, c.vocab_size,
                    c.seq_len);
         return MOON_ERR_CORRUPT;
     }
-    c.head_dim = c.dim / c.n_heads;
-    if (arch_u32(g, arch, "rope.dimension_count", 0, c.head_dim, &rope_dims) != MOON_OK ||
-        rope_dims != c.head_dim || c.head_dim % 2 != 0) {
-        MOON_ERROR("model: rope.dimension_count %u unsupported (head_dim %u)", rope_dims,
-                   c.head_dim);
-        return MOON_ERR_CORRUPT;
+    status = read_head_dim(g, arch, &c);
+    if (status != MOON_OK) {
+        return status;
     }
     *cfg_p = c;
     return MOON_OK;
@@ -203,7 +232,8 @@ static moon_status_t bind_extras(moon_model_t *m)
 {
     const moon_model_config_t *c      = &m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    size_t                     per    = (size_t)c->dim + 2 * kv_dim + 2 * c->head_dim;
+    uint32_t                   q_dim  = moon_model_q_dim(c);
+    size_t                     per    = (size_t)q_dim + 2 * kv_dim + 2 * c->head_dim;
     float                     *p;
     char                       name[96];
     moon_status_t              status;
@@ -221,7 +251,7 @@ static moon_status_t bind_extras(moon_model_t *m)
             int           required;
             const float **dst;
         } vecs[] = {
-            {"attn_q.bias", c->dim, c->arch == MOON_ARCH_QWEN2, &L->bq},
+            {"attn_q.bias", q_dim, c->arch == MOON_ARCH_QWEN2, &L->bq},
             {"attn_k.bias", kv_dim, c->arch == MOON_ARCH_QWEN2, &L->bk},
             {"attn_v.bias", kv_dim, c->arch == MOON_ARCH_QWEN2, &L->bv},
             {"attn_q_norm.weight", c->head_dim, c->arch == MOON_ARCH_QWEN3, &L->q_norm},
@@ -263,6 +293,7 @@ static moon_status_t bind_weights(moon_model_t *m)
 {
     const moon_model_config_t *c      = &m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
+    uint32_t                   q_dim  = moon_model_q_dim(c);
     moon_status_t              status;
     char                       name[96];
     float                     *norm;
@@ -296,10 +327,10 @@ static moon_status_t bind_weights(moon_model_t *m)
             uint32_t       rows, cols;
             moon_tensor_t *t;
         } mats[] = {
-            {"attn_q", c->dim, c->dim, &L->wq},
+            {"attn_q", q_dim, c->dim, &L->wq},
             {"attn_k", kv_dim, c->dim, &L->wk},
             {"attn_v", kv_dim, c->dim, &L->wv},
-            {"attn_output", c->dim, c->dim, &L->wo},
+            {"attn_output", c->dim, q_dim, &L->wo},
             {"ffn_gate", c->hidden_dim, c->dim, &L->w1},
             {"ffn_down", c->dim, c->hidden_dim, &L->w2},
             {"ffn_up", c->hidden_dim, c->dim, &L->w3},

@@ -17,14 +17,14 @@
 typedef struct {
     const float  *attn_norm; /* (dim) */
     const float  *ffn_norm;  /* (dim) */
-    moon_tensor_t wq;        /* (dim, dim) */
+    moon_tensor_t wq;        /* (q_dim, dim): q_dim = n_heads * head_dim */
     moon_tensor_t wk;        /* (kv_dim, dim) */
     moon_tensor_t wv;        /* (kv_dim, dim) */
-    moon_tensor_t wo;        /* (dim, dim) */
+    moon_tensor_t wo;        /* (dim, q_dim) */
     moon_tensor_t w1;        /* (hidden, dim) gate */
     moon_tensor_t w2;        /* (dim, hidden) down */
     moon_tensor_t w3;        /* (hidden, dim) up */
-    const float  *bq;        /* (dim) Q bias, or NULL (qwen2) */
+    const float  *bq;        /* (q_dim) Q bias, or NULL (qwen2) */
     const float  *bk;        /* (kv_dim) */
     const float  *bv;        /* (kv_dim) */
     const float  *q_norm;    /* (head_dim) per-head Q RMSNorm weight, or NULL (qwen3) */

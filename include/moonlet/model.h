@@ -33,7 +33,7 @@ typedef struct {
     uint32_t n_layers;
     uint32_t n_heads;
     uint32_t n_kv_heads; /* < n_heads: grouped-query attention */
-    uint32_t head_dim;   /* dim / n_heads */
+    uint32_t head_dim;   /* per head of Q, K and V: dim / n_heads unless the file says */
     uint32_t vocab_size;
     uint32_t seq_len;         /* context length */
     float    norm_eps;        /* RMSNorm epsilon */
@@ -42,6 +42,14 @@ typedef struct {
     uint32_t rope_neox;       /* 1: rotate (i, i + head_dim / 2), 0: (2i, 2i + 1) */
     float    rope_freq_scale; /* positions scaled by it (linear rope scaling; 1: none) */
 } moon_model_config_t;
+
+/* The width of Q and of the attention output (wo's columns): n_heads *
+ * head_dim, which is dim except in models whose heads are wider or narrower
+ * than dim / n_heads (Qwen 3 0.6B: dim 1024, 16 heads of 128). */
+static inline uint32_t moon_model_q_dim(const moon_model_config_t *c)
+{
+    return c->n_heads * c->head_dim;
+}
 
 /* The name of an architecture ("llama"...; "?" when out of range). */
 MOON_API const char *moon_model_arch_name(uint32_t arch);
@@ -57,7 +65,8 @@ typedef struct {
 typedef struct moon_model moon_model_t;
 
 /* Reads hyper-parameters from a GGUF's ARCH.* keys (head_dim from
- * rope.dimension_count or dim / n_heads). MOON_ERR_UNSUPPORTED (logged, with
+ * attention.key_length, which must equal attention.value_length and
+ * rope.dimension_count where present, else dim / n_heads). MOON_ERR_UNSUPPORTED (logged, with
  * the supported list) for an architecture other than MOON_MODEL_ARCHS or a
  * rope scaling other than none/linear; MOON_ERR_CORRUPT on missing or
  * inconsistent keys. */
@@ -97,7 +106,9 @@ MOON_API moon_kv_config_t moon_model_kv_config(const moon_model_config_t *cfg,
                                                uint32_t block_tokens, uint32_t n_blocks,
                                                uint32_t max_seqs);
 
-/* Writes a random-weight Llama of shape cfg to path (weights uniform in
+/* Writes a random-weight Llama of shape cfg to path (head_dim 0: dim /
+ * n_heads; any other even size is written as attention.key_length and
+ * value_length, as llama.cpp does; weights uniform in
  * +-1/sqrt(in), norms near 1, a byte-level tokenizer of cfg->vocab_size tokens
  * when vocab_size >= 259), matrices in type. Deterministic in seed. */
 MOON_API moon_status_t moon_model_write_random(const moon_model_config_t *cfg,

@@ -3,6 +3,9 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#ifdef MOON_WITH_HF
+#include "moonlet/hf.h"
+#endif
 
 #include <errno.h>
 #include <signal.h>
@@ -20,6 +23,22 @@ int moon_cli_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\n(see moonlet %s --help)\n", cmd);
     return 2;
+}
+
+const char *moon_cli_model_path(const char *cmd, const char *path, char *buf, size_t cap)
+{
+#ifdef MOON_WITH_HF
+    if (moon_hf_is_checkpoint(path)) {
+        if (moon_hf_cached(path, buf, cap) != MOON_OK) {
+            fprintf(stderr, "moonlet %s: %s did not convert (see the log above)\n", cmd, path);
+            return NULL;
+        }
+        return buf;
+    }
+#else
+    (void)cmd, (void)buf, (void)cap;
+#endif
+    return path;
 }
 
 void moon_cli_on_stop_signals(void (*handler)(int))

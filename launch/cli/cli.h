@@ -39,6 +39,13 @@ int moon_cli_usage_error(const char *cmd, const char *fmt, ...) MOON_PRINTF(2, 3
  * MOON_ERR_NO_MEMORY. */
 moon_status_t moon_cli_read_text(const char *cmd, const char *path, char **text_p);
 
+/* The GGUF that --model path names: path itself, or for a Hugging Face
+ * checkpoint folder (a build with the converter) its converted copy
+ * DIR/moonlet.gguf, converted once and reused while newer than the
+ * checkpoint (moon_hf_cached), its path written to buf (cap bytes). NULL
+ * after "moonlet CMD: DIR did not convert" on stderr (the cause logged). */
+const char *moon_cli_model_path(const char *cmd, const char *path, char *buf, size_t cap);
+
 /* Installs handler for SIGINT and SIGTERM, kept for every later signal.
  * signal() is not enough: under -std=c11 glibc gives it System V semantics
  * (SA_RESETHAND), so a second SIGTERM (Slurm signals every process of a job,

@@ -124,7 +124,7 @@ static moon_status_t read_text_file(const char *path, char **text_p)
 
 typedef struct {
     const char *out;
-    uint32_t    dim, hidden, layers, heads, kv_heads, vocab, seq_len;
+    uint32_t    dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len;
     int         type, arch, rope_freqs, untied;
     uint64_t    seed;
     double      rope_theta;
@@ -153,6 +153,9 @@ static const moon_config_field_t gen_model_fields[] = {
      .max = 1024},
     {"kv-heads", MOON_CONFIG_U32, GEN_AT(kv_heads), .dflt = "0",
      .doc = "key/value heads (0: as many as --heads)", .max = 1024},
+    {"head-dim", MOON_CONFIG_U32, GEN_AT(head_dim), .dflt = "0",
+     .doc = "size of each attention head (0: dim / heads; Qwen 3 0.6B: dim 1024, 16 heads of 128)",
+     .max = 1u << 16},
     {"vocab", MOON_CONFIG_U32, GEN_AT(vocab), .dflt = "32000", .doc = "vocabulary size", .min = 1,
      .max = 1u << 22},
     {"seq-len", MOON_CONFIG_U32, GEN_AT(seq_len), .dflt = "1024", .doc = "context length", .min = 1,
@@ -206,6 +209,7 @@ int moon_cmd_gen_model(int argc, char **argv)
     c.n_layers   = o.layers;
     c.n_heads    = o.heads;
     c.n_kv_heads = o.kv_heads != 0 ? o.kv_heads : o.heads;
+    c.head_dim   = o.head_dim;
     c.vocab_size = o.vocab;
     c.seq_len    = o.seq_len;
     c.norm_eps   = 1e-5f;
@@ -353,7 +357,8 @@ static const moon_backend_kind_t backend_values[]  = {MOON_BACKEND_REF, MOON_BAC
 #define GENERATE_AT(_f) MOON_CONFIG_AT(generate_opts_t, _f)
 static const moon_config_field_t generate_fields[] = {
     {"model", MOON_CONFIG_STRING, GENERATE_AT(model), .dflt = NULL,
-     .doc = "GGUF model file, required"},
+     .doc = "GGUF model file, or a Hugging Face folder (converted once into DIR/moonlet.gguf), "
+            "required"},
     {"prompt", MOON_CONFIG_STRING, GENERATE_AT(prompt), .dflt = "",
      .doc = "prompt text (-: read it from stdin)"},
     {"prompt-file", MOON_CONFIG_STRING, GENERATE_AT(prompt_file), .dflt = NULL,
@@ -427,8 +432,13 @@ static int gen_setup(gen_t *g, const generate_opts_t *o, const moon_engine_tunin
     moon_kv_config_t     kcfg;
     moon_status_t        status;
     size_t               len = strlen(prompt);
+    char                 converted[4096];
+    const char *path = moon_cli_model_path("generate", o->model, converted, sizeof(converted));
 
-    status = moon_model_load(o->model, &g->model);
+    if (path == NULL) {
+        return 1;
+    }
+    status = moon_model_load(path, &g->model);
     if (status != MOON_OK) {
         fprintf(stderr, "moonlet generate: load %s: %s\n", o->model, moon_status_str(status));
         return 1;

@@ -19,9 +19,6 @@
 
 #include "moonlet/config.h"
 #include "moonlet/dist.h"
-#ifdef MOON_WITH_HF
-#include "moonlet/hf.h"
-#endif
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "gateway.h"
@@ -299,18 +296,15 @@ int moon_cmd_serve(int argc, char **argv)
         rc = moon_cli_usage_error("serve", "--model is required");
         goto out;
     }
-#ifdef MOON_WITH_HF
-    if (moon_hf_is_checkpoint(scfg.model_path)) {
+    {
         /* a Hugging Face folder: served from its converted copy, DIR/moonlet.gguf */
         static char converted[4096];
-        if (moon_hf_cached(scfg.model_path, converted, sizeof(converted)) != MOON_OK) {
-            fprintf(stderr, "moonlet serve: %s did not convert (see the log above)\n",
-                    scfg.model_path);
+        scfg.model_path =
+            moon_cli_model_path("serve", scfg.model_path, converted, sizeof(converted));
+        if (scfg.model_path == NULL) {
             goto out;
         }
-        scfg.model_path = converted;
     }
-#endif
     if ((scfg.backend == MOON_BACKEND_COST) != (run.profile != NULL)) {
         rc = moon_cli_usage_error("serve", "%s",
                                   run.profile == NULL

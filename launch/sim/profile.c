@@ -282,9 +282,10 @@ moon_status_t moon_profile_parse(const char *text, const char *name, moon_profil
             p.fit.enabled = 1;
         }
     }
-    if (status == MOON_OK && p.shape.head_dim * p.shape.n_heads != p.shape.dim) {
-        status = fail(&c, MOON_ERR_CORRUPT, "model: head_dim * n_heads (%u) must equal dim (%u)",
-                      p.shape.head_dim * p.shape.n_heads, p.shape.dim);
+    /* heads need not split dim (Qwen 3 0.6B: dim 1024, 16 heads of 128) */
+    if (status == MOON_OK && p.shape.head_dim % 2 != 0) {
+        status = fail(&c, MOON_ERR_CORRUPT, "model: head_dim (%u) must be even (RoPE pairs)",
+                      p.shape.head_dim);
     }
     if (status == MOON_OK && p.shape.n_heads % p.shape.n_kv_heads != 0) {
         status = fail(&c, MOON_ERR_CORRUPT, "model: n_kv_heads must divide n_heads");

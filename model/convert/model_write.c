@@ -49,11 +49,15 @@ static moon_status_t write_llama_keys(moon_gguf_writer_t *w, const moon_model_co
     PUT_ARCH(moon_gguf_writer_kv_u32, "embedding_length", c->dim);
     PUT_ARCH(moon_gguf_writer_kv_u32, "block_count", c->n_layers);
     PUT_ARCH(moon_gguf_writer_kv_u32, "feed_forward_length", c->hidden_dim);
-    PUT_ARCH(moon_gguf_writer_kv_u32, "rope.dimension_count", c->dim / c->n_heads);
+    PUT_ARCH(moon_gguf_writer_kv_u32, "rope.dimension_count", c->head_dim);
     PUT_ARCH(moon_gguf_writer_kv_f32, "rope.freq_base", c->rope_theta);
     PUT_ARCH(moon_gguf_writer_kv_u32, "attention.head_count", c->n_heads);
     PUT_ARCH(moon_gguf_writer_kv_u32, "attention.head_count_kv", c->n_kv_heads);
     PUT_ARCH(moon_gguf_writer_kv_f32, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    if (c->head_dim * c->n_heads != c->dim) { /* as llama.cpp writes such models */
+        PUT_ARCH(moon_gguf_writer_kv_u32, "attention.key_length", c->head_dim);
+        PUT_ARCH(moon_gguf_writer_kv_u32, "attention.value_length", c->head_dim);
+    }
     if (c->rope_freq_scale > 0.0f && c->rope_freq_scale != 1.0f) {
         PUT_ARCH(moon_gguf_writer_kv_str, "rope.scaling.type", "linear");
         PUT_ARCH(moon_gguf_writer_kv_f32, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
@@ -96,7 +100,8 @@ static moon_status_t write_tokenizer_keys(moon_gguf_writer_t *w, char **tokens, 
     return status;
 }
 
-/* Tensor i of the canonical llama order: name, GGUF dims, element count. */
+/* Tensor i of the canonical llama order: name, GGUF dims, element count
+ * (c->head_dim set). */
 typedef struct {
     char     name[64];
     uint32_t n_dims;
@@ -107,7 +112,8 @@ typedef struct {
 static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, int rope_freqs,
                               tensor_desc_t *d)
 {
-    uint32_t kv_dim = c->n_kv_heads * (c->dim / c->n_heads);
+    uint32_t kv_dim = c->n_kv_heads * c->head_dim;
+    uint32_t q_dim  = moon_model_q_dim(c);
     uint32_t n      = 0;
 
 #define ADD(_nd, _ne0, _ne1, _norm, ...)                                                           \
@@ -122,19 +128,19 @@ static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, int
     ADD(2, c->dim, c->vocab_size, 0, "token_embd.weight");
     for (uint32_t l = 0; l < c->n_layers; l++) {
         ADD(1, c->dim, 1, 1, "blk.%u.attn_norm.weight", l);
-        ADD(2, c->dim, c->dim, 0, "blk.%u.attn_q.weight", l);
+        ADD(2, c->dim, q_dim, 0, "blk.%u.attn_q.weight", l);
         ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_k.weight", l);
         ADD(2, c->dim, kv_dim, 0, "blk.%u.attn_v.weight", l);
         if (c->arch == MOON_ARCH_QWEN2) {
-            ADD(1, c->dim, 1, 2, "blk.%u.attn_q.bias", l);
+            ADD(1, q_dim, 1, 2, "blk.%u.attn_q.bias", l);
             ADD(1, kv_dim, 1, 2, "blk.%u.attn_k.bias", l);
             ADD(1, kv_dim, 1, 2, "blk.%u.attn_v.bias", l);
         }
         if (c->arch == MOON_ARCH_QWEN3) {
-            ADD(1, c->dim / c->n_heads, 1, 1, "blk.%u.attn_q_norm.weight", l);
-            ADD(1, c->dim / c->n_heads, 1, 1, "blk.%u.attn_k_norm.weight", l);
+            ADD(1, c->head_dim, 1, 1, "blk.%u.attn_q_norm.weight", l);
+            ADD(1, c->head_dim, 1, 1, "blk.%u.attn_k_norm.weight", l);
         }
-        ADD(2, c->dim, c->dim, 0, "blk.%u.attn_output.weight", l);
+        ADD(2, q_dim, c->dim, 0, "blk.%u.attn_output.weight", l);
         ADD(1, c->dim, 1, 1, "blk.%u.ffn_norm.weight", l);
         ADD(2, c->dim, c->hidden_dim, 0, "blk.%u.ffn_gate.weight", l);
         ADD(2, c->hidden_dim, c->dim, 0, "blk.%u.ffn_down.weight", l);
@@ -142,7 +148,7 @@ static uint32_t llama_tensors(const moon_model_config_t *c, int with_output, int
     }
     ADD(1, c->dim, 1, 1, "output_norm.weight");
     if (rope_freqs) {
-        ADD(1, c->dim / c->n_heads / 2, 1, 3, "rope_freqs.weight");
+        ADD(1, c->head_dim / 2, 1, 3, "rope_freqs.weight");
     }
     if (with_output) {
         ADD(2, c->dim, c->vocab_size, 0, "output.weight");
@@ -387,13 +393,23 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
     uint64_t             rng   = seed;
     moon_status_t        status;
 
+    if (c->head_dim == 0 && c->n_heads != 0 && c->dim % c->n_heads == 0) {
+        c->head_dim = c->dim / c->n_heads; /* 0: the usual dim / n_heads */
+    }
     if (c_in == NULL || o == NULL || path == NULL || c->arch > MOON_ARCH_QWEN3 || c->dim == 0 ||
-        c->n_heads == 0 || c->dim % c->n_heads != 0 || c->n_kv_heads == 0 ||
-        c->n_heads % c->n_kv_heads != 0 || (c->dim / c->n_heads) % 2 != 0 || c->n_layers == 0 ||
-        c->hidden_dim == 0 || c->vocab_size < 3 || c->seq_len == 0 ||
+        c->n_heads == 0 || c->head_dim == 0 || c->head_dim % 2 != 0 ||
+        (uint64_t)c->n_heads * c->head_dim > MOON_MODEL_MAX_DIM || c->n_kv_heads == 0 ||
+        c->n_heads % c->n_kv_heads != 0 || c->n_layers == 0 || c->hidden_dim == 0 ||
+        c->vocab_size < 3 || c->seq_len == 0 ||
         moon_ggml_type_bytes(type, moon_ggml_block_size(type)) == 0 ||
         c->dim % moon_ggml_block_size(type) != 0 ||
+        moon_model_q_dim(c) % moon_ggml_block_size(type) != 0 ||
         c->hidden_dim % moon_ggml_block_size(type) != 0) {
+        MOON_ERROR("gen-model: shape unusable: dim %u, hidden %u, heads %u/%u of %u, %u layers, "
+                   "vocab %u (heads must split dim unless head_dim is set, head_dim even, "
+                   "kv heads divide heads, widths whole %s blocks)",
+                   c->dim, c->hidden_dim, c->n_heads, c->n_kv_heads, c->head_dim, c->n_layers,
+                   c->vocab_size, moon_ggml_type_name(type));
         return MOON_ERR_INVALID_PARAM;
     }
     desc = moon_calloc(12 * (size_t)c->n_layers + 5, sizeof(*desc));
@@ -447,7 +463,7 @@ moon_status_t moon_model_write_random_ex(const moon_model_config_t     *c_in,
             tmp[j] = base + scale * rng_uniform(&rng);
         }
         if (desc[i].is_norm == 3) {
-            llama31_rope_factors(c->rope_theta, c->dim / c->n_heads, tmp);
+            llama31_rope_factors(c->rope_theta, c->head_dim, tmp);
         }
         moon_ggml_quantize(ttype, tmp, bufs[i], n);
         moon_free(tmp);
@@ -699,6 +715,7 @@ moon_status_t moon_model_convert_llama2c(const char *ckpt_path, const char *tok_
     c.norm_eps   = 1e-5f;
     c.rope_theta = 10000.0f;
     hd           = c.dim / c.n_heads;
+    c.head_dim   = hd;
     kv_dim       = c.n_kv_heads * hd;
     /* floats in the file, in llama2.c order */
     need = (size_t)c.vocab_size * c.dim +

@@ -83,17 +83,19 @@ struct cpu_state {
     uint32_t            op_min_b; /* outer-product matmuls from this batch on (AVX-512) */
     float              *x;        /* (max_b, dim) residual stream */
     float              *xb;       /* (max_b, dim) */
-    float              *q;        /* (max_b, dim) */
+    float              *q;        /* (max_b, q_dim) */
     float              *k;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     float              *v;        /* (max_b, kv_dim); inside hb2 when kv_owned is 0 */
     int                 kv_owned;
-    float              *ao; /* (max_b, dim) attention output: aliases q (each (row, head)
-                             * slice of q is dead once its output is written) */
-    float         *hb;      /* (max_b, hidden) */
-    float         *hb2;     /* (max_b, hidden) */
-    float         *att;     /* (nth, seq_len) attention scores */
-    float         *wtile;   /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
-    uint8_t       *xq;      /* (nth, xq_stride) activation rows quantised to Q8 */
+    float              *ao;  /* (max_b, q_dim) attention output: aliases q (each (row, head)
+                              * slice of q is dead once its output is written) */
+    float         *hb;       /* (max_b, hidden) */
+    float         *hb2;      /* (max_b, hidden) */
+    float         *att;      /* (nth, seq_len) attention scores */
+    uint32_t       q_dim;    /* n_heads * head_dim: q and ao rows */
+    uint32_t       max_cols; /* the widest matrix row: max(dim, q_dim, hidden) */
+    float         *wtile;    /* (nth, TILE_ROWS, max_cols) dequantized weight rows */
+    uint8_t       *xq;       /* (nth, xq_stride) activation rows quantised to Q8 */
     size_t         xq_stride;
     float         *pack;     /* (nth, OP_KC, 16 OP_PV) packed weight panel (outer-product path) */
     float         *xt;       /* (nth, max_cols, BT_MAX_B) X transposed (batch-in-lanes path) */

@@ -60,6 +60,7 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
     const moon_model_config_t *c      = &m->cfg;
     uint32_t                   dim    = c->dim;
     uint32_t                   hs     = c->head_dim;
+    uint32_t                   q_dim  = s->q_dim;
     uint32_t                   kv_dim = c->n_kv_heads * hs;
 
     for (uint32_t bi = 0; bi < b; bi++) {
@@ -76,11 +77,11 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
          * then K/V into each row's cache slot */
         for (uint32_t bi = 0; bi < b; bi++) {
             const float *cs = s->rope + (size_t)s->pos[bi] * hs;
-            float       *q  = s->q + (size_t)bi * dim;
+            float       *q  = s->q + (size_t)bi * q_dim;
             float       *k  = s->k + (size_t)bi * kv_dim;
             if (L->bq != NULL) {
                 float *v = s->v + (size_t)bi * kv_dim;
-                for (uint32_t i = 0; i < dim; i++) {
+                for (uint32_t i = 0; i < q_dim; i++) {
                     q[i] += L->bq[i];
                 }
                 for (uint32_t i = 0; i < kv_dim; i++) {
@@ -89,7 +90,7 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
                 }
             }
             if (L->q_norm != NULL) {
-                for (uint32_t i = 0; i < dim; i += hs) {
+                for (uint32_t i = 0; i < q_dim; i += hs) {
                     head_rmsnorm(q + i, L->q_norm, hs, c->norm_eps);
                 }
                 for (uint32_t i = 0; i < kv_dim; i += hs) {
@@ -97,14 +98,14 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
                 }
             }
             if (c->rope_neox) {
-                for (uint32_t i = 0; i < dim; i += hs) {
+                for (uint32_t i = 0; i < q_dim; i += hs) {
                     rope_neox(q + i, cs, hs);
                     if (i < kv_dim) {
                         rope_neox(k + i, cs, hs);
                     }
                 }
             } else {
-                for (uint32_t i = 0; i < dim; i += 2) {
+                for (uint32_t i = 0; i < q_dim; i += 2) {
                     float fcr = cs[(i % hs)], fci = cs[(i % hs) + 1];
                     float q0 = q[i], q1 = q[i + 1];
                     q[i]     = q0 * fcr - q1 * fci;
@@ -130,7 +131,7 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
         s->job.layer = l;
         moon_cpu_run_maybe_par(s, (uint64_t)b * c->n_heads * hs * 2 * (s->pos[b - 1] + 1));
 
-        /* output projection and residual */
+        /* output projection (q_dim to dim) and residual */
         moon_cpu_par_matmul(s, b, s->ao, &L->wo, s->xb, NULL, NULL, NULL, NULL);
         for (size_t i = 0; i < (size_t)b * dim; i++) {
             s->x[i] += s->xb[i];
@@ -202,9 +203,12 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->bt_min_b       = t->cpu_bt_min_b;
     s->par_min_macs   = t->cpu_par_min_macs;
     s->split_max_macs = t->cpu_split_max_macs;
-    /* the largest matmul step of one row: QKV, w1 + w3, w2 or the classifier */
+    s->q_dim          = moon_model_q_dim(c);
+    s->max_cols       = MOON_MAX(MOON_MAX(c->dim, s->q_dim), c->hidden_dim);
+    /* the largest matmul step of one row: QKV (not less than wo), w1 + w3, w2 or
+     * the classifier */
     s->row_max_macs = MOON_MAX(
-        MOON_MAX((uint64_t)c->dim * (c->dim + 2 * kv_dim), (uint64_t)c->dim * 2 * c->hidden_dim),
+        MOON_MAX((uint64_t)c->dim * (s->q_dim + 2 * kv_dim), (uint64_t)c->dim * 2 * c->hidden_dim),
         MOON_MAX((uint64_t)c->hidden_dim * c->dim, (uint64_t)c->dim * c->vocab_size));
 #ifdef MOON_X86
     /* BF16 products in the batch-in-lanes steps unless cpu-bf16-dp is off
@@ -224,7 +228,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     }
     s->x   = moon_aligned_alloc(64, B * c->dim * sizeof(float));
     s->xb  = moon_aligned_alloc(64, B * c->dim * sizeof(float));
-    s->q   = moon_aligned_alloc(64, B * c->dim * sizeof(float));
+    s->q   = moon_aligned_alloc(64, B * s->q_dim * sizeof(float));
     s->hb  = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     s->hb2 = moon_aligned_alloc(64, B * c->hidden_dim * sizeof(float));
     /* k and v live only from the QKV matmul to the cache write, hb2 only in
@@ -238,16 +242,14 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
         s->v        = moon_aligned_alloc(64, B * kv_dim * sizeof(float));
     }
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
-    s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * MOON_MAX(c->dim, c->hidden_dim) *
-                                          sizeof(float));
+    s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * s->max_cols * sizeof(float));
     /* Q8 activations: at most 36 bytes per 32 values (moon_q8b_t), 292 per 256 */
-    s->xq_stride = (B * MOON_MAX(c->dim, c->hidden_dim) / MOON_GGML_QK * 40 + 63) & ~(size_t)63;
+    s->xq_stride = (B * s->max_cols / MOON_GGML_QK * 40 + 63) & ~(size_t)63;
     s->xq        = moon_aligned_alloc(64, (size_t)s->nth * s->xq_stride);
     s->pack      = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
-    s->xt   = moon_aligned_alloc(64, (size_t)s->nth * MOON_MAX(c->dim, c->hidden_dim) * BT_MAX_B *
-                                         sizeof(float));
-    s->yt   = moon_aligned_alloc(64, (size_t)s->nth * BT_CHUNK * BT_MAX_B * sizeof(float));
-    s->rope = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
+    s->xt        = moon_aligned_alloc(64, (size_t)s->nth * s->max_cols * BT_MAX_B * sizeof(float));
+    s->yt        = moon_aligned_alloc(64, (size_t)s->nth * BT_CHUNK * BT_MAX_B * sizeof(float));
+    s->rope      = moon_malloc((size_t)c->seq_len * c->head_dim * sizeof(float));
     s->max_chunk = cfg->max_chunk;
     s->kc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));
     s->vc        = moon_malloc((size_t)s->nth * c->seq_len * c->head_dim * sizeof(float));

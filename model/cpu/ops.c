@@ -75,9 +75,8 @@ static void matmul_q(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float
 void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                            const float *x, uint32_t b, uint32_t r0, uint32_t r1)
 {
-    dot_fn dot = s->dot[w->type];
-    float *tile =
-        s->wtile + (size_t)ith * TILE_ROWS * MOON_MAX(s->m->cfg.dim, s->m->cfg.hidden_dim);
+    dot_fn   dot  = s->dot[w->type];
+    float   *tile = s->wtile + (size_t)ith * TILE_ROWS * s->max_cols;
     uint32_t cols = w->cols;
 
     if (r0 >= r1) {
@@ -156,8 +155,8 @@ void moon_cpu_attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         uint32_t             bi = p / c->n_heads, h = p % c->n_heads;
         uint32_t             pos = s->pos[bi], kvh = h / kv_mul;
         const moon_kv_seq_t *sq = s->seq[bi];
-        const float         *q  = s->q + (size_t)bi * c->dim + h * hs;
-        float               *o  = s->ao + (size_t)bi * c->dim + h * hs;
+        const float         *q  = s->q + (size_t)bi * s->q_dim + h * hs;
+        float               *o  = s->ao + (size_t)bi * s->q_dim + h * hs;
         float                sum;
 
 #ifdef MOON_X86
@@ -214,8 +213,8 @@ void moon_cpu_attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
             uint32_t nk = p0 + i0 + nb;
             /* S (nb, nk) = Q_h K_h^T / sqrt(hs) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)nk, (int)hs,
-                        1.0f / sqrtf((float)hs), s->q + (size_t)i0 * c->dim + h * hs, (int)c->dim,
-                        kc, (int)hs, 0.0f, sc, (int)nk);
+                        1.0f / sqrtf((float)hs), s->q + (size_t)i0 * s->q_dim + h * hs,
+                        (int)s->q_dim, kc, (int)hs, 0.0f, sc, (int)nk);
             /* causal softmax: row i sees positions 0..p0 + i */
             for (uint32_t r = 0; r < nb; r++) {
                 float   *row = sc + (size_t)r * nk;
@@ -228,8 +227,8 @@ void moon_cpu_attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
             }
             /* O_h (nb, hs) = P V_h */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb, (int)hs, (int)nk, 1.0f,
-                        sc, (int)nk, vc, (int)hs, 0.0f, s->ao + (size_t)i0 * c->dim + h * hs,
-                        (int)c->dim);
+                        sc, (int)nk, vc, (int)hs, 0.0f, s->ao + (size_t)i0 * s->q_dim + h * hs,
+                        (int)s->q_dim);
         }
     }
 }

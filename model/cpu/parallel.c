@@ -17,9 +17,8 @@ static void run_job(void *arg, uint32_t ith, uint32_t nth)
 #ifdef MOON_X86
         if (moon_cpu_bt_ok(s, j)) {
             /* every matrix of the step shares x: transpose it once per thread */
-            float *xt =
-                s->xt + (size_t)ith * MOON_MAX(s->m->cfg.dim, s->m->cfg.hidden_dim) * BT_MAX_B;
-            int dp = moon_cpu_bt_dp_ok(s, j);
+            float *xt = s->xt + (size_t)ith * s->max_cols * BT_MAX_B;
+            int    dp = moon_cpu_bt_dp_ok(s, j);
             moon_cpu_bt_transpose_x(j->x, j->b, j->w[0]->cols, (j->b + 15) / 16, xt);
             if (dp) {
                 moon_cpu_bt_pack_bf16(xt, j->w[0]->cols, (j->b + 15) / 16);
@@ -135,7 +134,7 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth)
     cpu_state_t               *v  = (cpu_state_t *)((char *)s->views + ith * s->view_stride);
     uint32_t                   b0 = s->split_b * ith / nth, b1 = s->split_b * (ith + 1) / nth;
     uint32_t                   n = b1 - b0, kv_dim = c->n_kv_heads * c->head_dim;
-    size_t                     wc = MOON_MAX(c->dim, c->hidden_dim);
+    size_t                     wc = s->max_cols;
 
     if (n == 0) {
         return;
@@ -143,7 +142,7 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth)
     *v     = *s;
     v->x   = s->x + (size_t)b0 * c->dim;
     v->xb  = s->xb + (size_t)b0 * c->dim;
-    v->q   = s->q + (size_t)b0 * c->dim;
+    v->q   = s->q + (size_t)b0 * s->q_dim;
     v->ao  = v->q;
     v->hb  = s->hb + (size_t)b0 * c->hidden_dim;
     v->hb2 = s->hb2 + (size_t)b0 * c->hidden_dim;

@@ -43,8 +43,8 @@ extern "C" {
 
 typedef struct {
     float *attn_norm, *ffn_norm; /* (dim) */
-    float *wqkv;                 /* (dim + 2 kv_dim, dim): wq, wk, wv stacked, one GEMM */
-    float *wo;                   /* (dim, dim) */
+    float *wqkv;                 /* (q_dim + 2 kv_dim, dim): wq, wk, wv stacked, one GEMM */
+    float *wo;                   /* (dim, q_dim) */
     float *w13;                  /* (2 hidden, dim): w1 (gate) over w3 (up), one GEMM */
     float *w2;                   /* (dim, hidden) */
 } d_layer_t;
@@ -124,10 +124,11 @@ __global__ void k_add_rmsnorm(float *x, const float *y, float *o, const float *w
     }
 }
 
-/* Row b of qkv (stride floats apart: q (dim), k, v (kv_dim)): RoPE on q in
- * place and on k at pos[b]; the rotated k and v into the cache. */
+/* Row b of qkv (stride floats apart: q (q_dim = n_heads * hs), k, v
+ * (kv_dim)): RoPE on q in place and on k at pos[b]; the rotated k and v into
+ * the cache. */
 __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, const int32_t *pos,
-                             const uint32_t *tables, uint32_t tstride, float *kv, uint32_t dim,
+                             const uint32_t *tables, uint32_t tstride, float *kv, uint32_t q_dim,
                              uint32_t kv_dim, uint32_t hs, uint32_t bt, size_t block_floats,
                              size_t layer_floats, uint32_t layer)
 {
@@ -139,10 +140,10 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
                 (size_t)((uint32_t)p % bt) * kv_dim;
     float       *vd = kd + (size_t)bt * kv_dim;
     float       *qq = qkv + (size_t)b * stride;
-    const float *kk = qq + dim;
+    const float *kk = qq + q_dim;
     const float *vv = kk + kv_dim;
 
-    for (uint32_t i = 2 * threadIdx.x; i < dim; i += 2 * blockDim.x) {
+    for (uint32_t i = 2 * threadIdx.x; i < q_dim; i += 2 * blockDim.x) {
         float fcr = cs[i % hs], fci = cs[i % hs + 1];
         float q0 = qq[i], q1 = qq[i + 1];
         qq[i]     = q0 * fcr - q1 * fci;
@@ -165,7 +166,7 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
  * get many warps each. */
 __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const float *kv,
                             const int32_t *pos, const uint32_t *tables, uint32_t tstride,
-                            uint32_t n_heads, uint32_t kv_mul, uint32_t hs, uint32_t dim,
+                            uint32_t n_heads, uint32_t kv_mul, uint32_t hs, uint32_t q_dim,
                             uint32_t kv_dim, uint32_t bt, size_t block_floats, size_t layer_floats,
                             uint32_t layer)
 {
@@ -223,7 +224,7 @@ __global__ void k_attention(float *out, const float *qkv, uint32_t stride, const
             sum += sl[w] * f;
             acc += so[w][i] * f;
         }
-        out[(size_t)b * dim + h * hs + i] = acc / sum;
+        out[(size_t)b * q_dim + h * hs + i] = acc / sum;
     }
 }
 
@@ -417,8 +418,8 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     }
     CK(cudaMalloc((void **)&s->d_x, B * c->dim * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_xb, B * c->dim * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_qkv, B * (c->dim + 2 * kv_dim) * sizeof(float)));
-    CK(cudaMalloc((void **)&s->d_ao, B * c->dim * sizeof(float)));
+    CK(cudaMalloc((void **)&s->d_qkv, B * (moon_model_q_dim(c) + 2 * kv_dim) * sizeof(float)));
+    CK(cudaMalloc((void **)&s->d_ao, B * moon_model_q_dim(c) * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_h13, B * 2 * c->hidden_dim * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_logits, B * c->vocab_size * sizeof(float)));
     CK(cudaMalloc((void **)&s->d_tokens, B * sizeof(int32_t)));
@@ -619,7 +620,8 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
-    uint32_t                   qkv_n = c->dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
+    uint32_t                   q_dim  = moon_model_q_dim(c);
+    uint32_t                   qkv_n = q_dim + 2 * kv_dim, h2 = 2 * c->hidden_dim;
     uint32_t                   tstride = decode ? kv->max_blocks_per_seq : 0; /* row -> table */
     cudaStream_t               st      = s->stream;
     /* under two blocks per multiprocessor (decode): more warps per (row, head) */
@@ -638,13 +640,13 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
             return status;
         }
         k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables, tstride,
-                                        s->d_kv, c->dim, kv_dim, c->head_dim, kv->cfg.block_tokens,
+                                        s->d_kv, q_dim, kv_dim, c->head_dim, kv->cfg.block_tokens,
                                         kv->block_floats, kv->layer_floats, l);
         k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
             s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, tstride, c->n_heads,
-            c->n_heads / c->n_kv_heads, c->head_dim, c->dim, kv_dim, kv->cfg.block_tokens,
+            c->n_heads / c->n_kv_heads, c->head_dim, q_dim, kv_dim, kv->cfg.block_tokens,
             kv->block_floats, kv->layer_floats, l);
-        if ((status = gemm(s, L->wo, c->dim, c->dim, s->d_ao, c->dim, s->d_xb, c->dim, b)) !=
+        if ((status = gemm(s, L->wo, c->dim, q_dim, s->d_ao, q_dim, s->d_xb, c->dim, b)) !=
             MOON_OK) {
             return status;
         }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/scripts/greedy_check.sh MOONLET SRC WORK [--llamacpp] - greedy
 # continuations of random models of each architecture (llama with Llama 3.1
-# rope_freqs, qwen2 with Q/K/V biases, qwen3 with Q/K norms; untied
+# rope_freqs, qwen2 with Q/K/V biases, qwen3 with Q/K norms, qwen3_hd: qwen3
+# with 4 heads of 32 over dim 64, as Qwen 3 0.6B's heads are 2x dim / n_heads; untied
 # classifier, gen-model's 512-token vocabulary) written by `moonlet gen-model`:
 #  - always: `moonlet generate --print-ids` gives tests/data/greedy/greedy.txt
 #    (32 new tokens after "Once upon a time");
@@ -28,15 +29,16 @@ prompt="Once upon a time"
 # and quantized by `moonlet quantize --type Q4_K_M`. llama.cpp multiplies K-quants
 # by activations it rounds to 8 bits (Q8_K), so a near tie may turn the other
 # way: there the first 16 tokens must agree, the rest is reported.
-for arch in llama qwen2 qwen3 q4_k_m; do
-    extra=""
+for arch in llama qwen2 qwen3 qwen3_hd q4_k_m; do
+    extra="" gen_arch=$arch
     [ "$arch" = llama ] && extra=--rope-freqs
+    [ "$arch" = qwen3_hd ] && gen_arch=qwen3 extra="--head-dim 32"
     if [ "$arch" = q4_k_m ]; then
         "$moonlet" gen-model --out g_f32.gguf --arch qwen2 --dim 256 --hidden 512 --layers 2 \
             --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 &&
             "$moonlet" quantize g_f32.gguf "g_$arch.gguf" --type Q4_K_M || { rc=1; continue; }
     else
-        "$moonlet" gen-model --out "g_$arch.gguf" --arch "$arch" --dim 64 --hidden 128 --layers 2 \
+        "$moonlet" gen-model --out "g_$arch.gguf" --arch "$gen_arch" --dim 64 --hidden 128 --layers 2 \
             --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 $extra ||
             { rc=1; continue; }
     fi

@@ -153,7 +153,8 @@ def export(model, out, shards=1):
            "max_position_embeddings": a("context_length"),
            "vocab_size": g.tensors["token_embd.weight"][1][1],
            "tie_word_embeddings": "output.weight" not in g.tensors,
-           "head_dim": a("rope.dimension_count", dim // heads), "torch_dtype": "float32"}
+           "head_dim": a("attention.key_length", a("rope.dimension_count", dim // heads)),
+           "torch_dtype": "float32"}
     if "rope_freqs.weight" in g.tensors:   # gen-model's Llama 3.1 factors
         cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0,

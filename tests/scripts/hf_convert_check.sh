@@ -7,7 +7,8 @@
 # model on it, hf_checkpoint.py exports that model as an HF folder (HF names,
 # HF Q/K layout, shards), and convert brings it back. Checks:
 #  - always: tensors bit-identical to the source (F32 and F16), same
-#    tokenizer keys, same greedy ids from Moonlet on both files; --type Q8_0
+#    tokenizer keys, same greedy ids from Moonlet on both files (and from
+#    `generate --model DIR` on the folder itself); --type Q8_0
 #    loads; broken folders (no config, unknown architecture, truncated
 #    safetensors, bad header JSON, dtype I64) get an error naming the fault,
 #    exit 1 and no output file;
@@ -87,6 +88,9 @@ run_case() {
 run_case llama llama llama-bpe f32 "--rope-freqs --untied" 1
 run_case qwen2 qwen2 qwen2 f16 "" 3
 run_case qwen3 qwen3 qwen2 f32 "--untied" 2
+# heads wider / narrower than dim / n_heads: config.json's head_dim (Qwen 3 0.6B: 2x)
+run_case qwen3_hd qwen3 qwen2 f32 "--head-dim 32" 1
+run_case llama_hd llama llama-bpe f32 "--head-dim 8 --untied" 1
 [ -n "$llamacpp" ] && exit $rc
 
 # --type: a quantized output loads
@@ -118,6 +122,15 @@ if command -v curl >/dev/null; then
         fail "serve --model DIR: no completion (got '$got'); $(tail -3 serve.log)"
     fi
 fi
+# generate --model DIR: converted once into DIR/moonlet.gguf, the converted file's greedy ids
+rm -f hf_qwen3_hd/moonlet.gguf
+"$moonlet" generate --model hf_qwen3_hd --prompt "$prompt" --max-tokens 32 --print-ids \
+    --threads 2 >gdir.txt 2>gdir.err
+if cmp -s gdir.txt gc_qwen3_hd.txt && [ -s hf_qwen3_hd/moonlet.gguf ]; then
+    echo "generate --model DIR: converted hf_qwen3_hd once, same greedy ids as convert --hf"
+else
+    fail "generate --model DIR: ids DIFFER or no DIR/moonlet.gguf: $(tail -2 gdir.err)"
+fi
 # broken folders: exit 1 (not a signal), an error naming the fault, no output
 for kind in noconfig:"config.json" arch:"GPTNeoXForCausalLM.*supported: LlamaForCausalLM" \
     truncated:"truncated" badjson:"header is not a JSON object" dtype:"dtype I64"; do
@@ -132,4 +145,11 @@ for kind in noconfig:"config.json" arch:"GPTNeoXForCausalLM.*supported: LlamaFor
         fail "broken $k: exit $st, want 1 and '$want'; got: $(head -3 "bad_$k.err")"
     fi
 done
+"$moonlet" generate --model bad_arch --max-tokens 2 >gbad.out 2>&1
+st=$?
+if [ $st -eq 1 ] && grep -q "bad_arch did not convert" gbad.out; then
+    echo "generate --model DIR: a broken folder is refused ($(grep -m1 -o 'did not convert' gbad.out))"
+else
+    fail "generate --model DIR on a broken folder: exit $st, want 1; got: $(tail -2 gbad.out)"
+fi
 exit $rc

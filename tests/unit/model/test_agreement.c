@@ -104,8 +104,9 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
         CU_ASSERT_EQUAL(moon_engine_decode(cpu, kc, &sc[1], &toks[1][step], 1, lc, NULL), MOON_OK);
         worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
     }
-    printf("\n  %s dim %u heads %u/%u %s: max rel diff %.2e ", moon_model_arch_name(c->arch),
-           c->dim, c->n_heads, c->n_kv_heads, moon_ggml_type_name(ac->type), (double)worst);
+    printf("\n  %s dim %u heads %u/%u of %u %s: max rel diff %.2e ", moon_model_arch_name(c->arch),
+           c->dim, c->n_heads, c->n_kv_heads, c->head_dim, moon_ggml_type_name(ac->type),
+           (double)worst);
     CU_ASSERT(worst <= tol);
     moon_kv_cache_destroy(kr);
     moon_kv_cache_destroy(kc);
@@ -204,6 +205,42 @@ static void test_architectures(void)
     };
     for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
         check_any(&cases[i], 41 + i, TOL);
+    }
+}
+
+static moon_model_config_t with_head_dim(moon_model_config_t c, uint32_t arch, uint32_t head_dim)
+{
+    c.arch     = arch;
+    c.head_dim = head_dim;
+    return c;
+}
+
+/* Heads wider or narrower than dim / n_heads (attention.key_length): Q and
+ * the attention output n_heads * head_dim wide, the KV rows n_kv_heads *
+ * head_dim; every path (prefill GEMM attention, batched, split and batch-1
+ * decode, the masked-vector head, Q8 activations) against the reference. */
+static void test_head_dim(void)
+{
+    agree_case_t cases[] = {
+        /* Q wider than dim (Qwen 3 0.6B's 1024 -> 16 x 128 in small) */
+        {with_head_dim(mt_shape(64, 128, 2, 4, 2, 300, 64), MOON_ARCH_LLAMA, 32), MOON_GGML_F32, 0},
+        {with_head_dim(mt_shape(128, 256, 2, 4, 2, 300, 64), MOON_ARCH_QWEN3, 64), MOON_GGML_F32,
+         0},
+        /* narrower, and a head of 20 (a masked last vector) */
+        {with_head_dim(mt_shape(128, 256, 2, 4, 2, 300, 64), MOON_ARCH_QWEN3, 16), MOON_GGML_F32,
+         0},
+        {with_head_dim(mt_shape(64, 96, 1, 4, 4, 300, 64), MOON_ARCH_LLAMA, 20), MOON_GGML_F32, 0},
+        /* Q/K/V biases q_dim wide, a quantised wo of q_dim columns */
+        {with_head_dim(mt_shape(64, 128, 2, 4, 2, 300, 64), MOON_ARCH_QWEN2, 24), MOON_GGML_Q8_0,
+         0},
+        /* head 128 as in Qwen 3, rope_freqs over head_dim / 2, big enough to thread */
+        {with_head_dim(mt_shape(256, 512, 1, 4, 2, 600, 64), MOON_ARCH_QWEN3, 128), MOON_GGML_F32,
+         0},
+        {with_head_dim(mt_shape(128, 256, 1, 2, 1, 300, 64), MOON_ARCH_LLAMA, 96), MOON_GGML_F32,
+         1},
+    };
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        check_any(&cases[i], 51 + i, TOL);
     }
 }
 
@@ -333,5 +370,5 @@ static void test_long_prefill_chunk(void)
     unlink(path);
 }
 
-MOON_TEST_MAIN("agreement", NULL, NULL, test_architectures, test_long_prefill_chunk,
+MOON_TEST_MAIN("agreement", NULL, NULL, test_architectures, test_head_dim, test_long_prefill_chunk,
                test_forward_never_allocates, test_shapes_f32, test_weight_types, test_bf16_products)

@@ -2,7 +2,8 @@
  * (MOON_WITH_CUDA builds only). Random GQA models (F32, BF16, Q8_0 weights),
  * chunked prefills and batched decode steps over the paged KV cache; logits
  * within 1e-3 x max(1, max |ref|) of the reference backend (and of the fast
- * CPU backend for F32); head sizes 20 and 128; a 1,804-token context. Also
+ * CPU backend for F32); head sizes 20 and 128, and heads not dim / n_heads
+ * wide; a 1,804-token context. Also
  * the device mirror of the host cache: a cache written in turn by the CPU
  * and the GPU, prefix blocks shared by fork, blocks imported into a second
  * cache, a new cache of another block shape. Without a device every test
@@ -116,11 +117,15 @@ static void test_cuda_matches_cpu(void)
 }
 
 /* Head sizes the attention kernel's lanes do not divide evenly (20: lanes
- * past the head idle) and its largest (128, one KV head for two). */
+ * past the head idle) and its largest (128, one KV head for two); heads not
+ * dim / n_heads wide (attention.key_length: Q and wo's input 4 x 128 = 512
+ * for dim 256; 6 x 16 = 96 for dim 192). */
 static void test_cuda_head_sizes(void)
 {
-    moon_model_config_t hs20  = mt_shape(120, 256, 2, 6, 3, VOCAB, 128);
-    moon_model_config_t hs128 = mt_shape(256, 512, 2, 2, 1, VOCAB, 128);
+    moon_model_config_t hs20   = mt_shape(120, 256, 2, 6, 3, VOCAB, 128);
+    moon_model_config_t hs128  = mt_shape(256, 512, 2, 2, 1, VOCAB, 128);
+    moon_model_config_t wide   = mt_shape(256, 512, 2, 4, 2, VOCAB, 128);
+    moon_model_config_t narrow = mt_shape(192, 384, 2, 6, 3, VOCAB, 128);
     char                path[256];
 
     if (mt_no_cuda_device()) {
@@ -129,6 +134,12 @@ static void test_cuda_head_sizes(void)
     check_model(model_shaped(&hs20, path, sizeof(path)), 1, "head 20");
     unlink(path);
     check_model(model_shaped(&hs128, path, sizeof(path)), 1, "head 128");
+    unlink(path);
+    wide.head_dim   = 128;
+    narrow.head_dim = 16;
+    check_model(model_shaped(&wide, path, sizeof(path)), 1, "4 heads of 128, dim 256");
+    unlink(path);
+    check_model(model_shaped(&narrow, path, sizeof(path)), 1, "6 heads of 16, dim 192");
     unlink(path);
 }
 

@@ -121,7 +121,7 @@ static void test_strict_errors_name_the_key(void)
         {"\"moonlet-profile/1\"", "\"moonlet-profile/2\"", "format must be"},
         {"\"store\": {", "\"stor\": {", "unknown key stor"},
         {"\"n_kv_heads\": 8", "\"n_kv_heads\": 7", "n_kv_heads must divide n_heads"},
-        {"\"head_dim\": 128", "\"head_dim\": 64", "must equal dim"},
+        {"\"head_dim\": 128", "\"head_dim\": 127", "head_dim (127) must be even"},
         {"\"store\": {", "\"fitted\": {\"a0\": 1}, \"store\": {", "missing key fitted.a1"},
         {"\"model\": {", "\"model\": [", "not a JSON object"},
     };
