@@ -15,7 +15,7 @@ check() {
     echo "== $*"
     "$@" || { echo "FAILED: $*"; fail=1; }
 }
-check "$T/runtime/test_gpu"
+check "$T/base/test_gpu"
 check "$T/model/test_cuda"
 check env MOON_CUDA_GRAPHS=0 "$T/model/test_cuda"
 check "$T/model/test_golden"
