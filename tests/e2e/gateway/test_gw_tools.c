@@ -45,12 +45,6 @@ static const char *tools =
     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
     "\"boolean\"}},\"required\":[\"a\",\"b\"]}}}]";
 
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
 static cJSON *post(const char *path, const char *body, int want)
 {
     gw_http_t r;
@@ -256,20 +250,6 @@ static void test_npm_openai(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
-static int wait_health(unsigned port)
-{
-    for (int i = 0; i < 600; i++) {
-        gw_http_t r;
-        int       code = gw_curl(&r, port, "/health", NULL);
-        gw_http_fini(&r);
-        if (code == 200) {
-            return 1;
-        }
-        nap_ms(100);
-    }
-    return 0;
-}
-
 /* stories260K's vocabulary, random weights, 2048 positions, the template. */
 static int write_model(const char *name)
 {
@@ -344,7 +324,7 @@ int main(int argc, char **argv)
     if (moon_serve_client_create(rt, &ccfg, &client) == MOON_OK &&
         moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
         moon_spawn(rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, wait_health(g_port))) {
+        (g_port = port, gw_wait_health(g_port, 200))) {
         rc = MOON_TEST_RUN(name, NULL, NULL, test_forced_calls, test_forced_call_streamed,
                            test_two_turns, test_npm_openai);
         moon_serve_client_destroy(client);
