@@ -13,7 +13,9 @@
  *
  * [TOOL_CALLS] and <|python_tag|> are control tokens in those models'
  * vocabularies and decode to nothing, so for mistral and llama3 a JSON value
- * that opens the answer is a call even without its tag. Pure, immutable. */
+ * that opens the answer is a call even without its tag; a forced call's
+ * grammar writes mistral's tag as text (a grammar never allows a control
+ * token). Pure, immutable. */
 #ifndef MOON_ACTORS_GW_TOOL_SYNTAX_H
 #define MOON_ACTORS_GW_TOOL_SYNTAX_H
 
