@@ -693,6 +693,10 @@ moon_status_t moon_gw_openai_prepare(moon_gw_request_t *req, const moon_gw_model
         }
     }
     status = tokenize_prompt(req, info, err);
+    if (status == MOON_OK && req->chat) {
+        /* tool calls in the syntax of the template that showed the tools */
+        status = moon_gw_structured_bind(&req->structured, info->tpl->tools, err);
+    }
     if (status != MOON_OK) {
         return status;
     }

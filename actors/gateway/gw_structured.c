@@ -15,6 +15,8 @@
         return MOON_ERR_INVALID_PARAM;                                                             \
     } while (0)
 
+/* The Hermes prompt's syntax: what a past call is rendered back as by the
+ * templates Moonlet writes by hand */
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
 
@@ -152,8 +154,8 @@ static moon_status_t parse_other_grammars(const cJSON *root, moon_gw_structured_
     return MOON_OK;
 }
 
-/* The schema of one call to tool t: {"name": const, "arguments": params}. */
-static cJSON *call_schema(const cJSON *fn)
+/* The schema of one call to tool fn: {"name": const, args_key: params}. */
+static cJSON *call_schema(const cJSON *fn, const char *args_key)
 {
     const cJSON *name   = cJSON_GetObjectItemCaseSensitive(fn, "name");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
@@ -174,14 +176,50 @@ static cJSON *call_schema(const cJSON *fn)
         if (args != NULL && (params == NULL || cJSON_IsNull(params))) {
             cJSON_AddStringToObject(args, "type", "object");
         }
-        cJSON_AddItemToObject(props, "arguments", args);
+        cJSON_AddItemToObject(props, args_key, args);
     }
     req = cJSON_AddArrayToObject(o, "required");
     if (req != NULL) {
         cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-        cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
     }
     return o;
+}
+
+/* A forced call's grammar in syn's form: one call of s->forced's functions
+ * (or one or more), as that syntax writes it. */
+static moon_status_t forced_grammar(moon_gw_structured_t *s, const moon_gw_tool_syntax_t *syn,
+                                    moon_gw_error_t *err)
+{
+    cJSON       *any = cJSON_CreateObject(), *wrap, *one, *schema = NULL;
+    const cJSON *fn;
+    const char  *kind =
+        s->forced_many && syn->grammar_many != NULL ? syn->grammar_many : syn->grammar_one;
+    moon_status_t status;
+
+    wrap = any != NULL ? cJSON_AddArrayToObject(any, "anyOf") : NULL;
+    cJSON_ArrayForEach(fn, s->forced)
+    {
+        cJSON_AddItemToArray(wrap, call_schema(fn, syn->args_key));
+    }
+    one = cJSON_GetArraySize(wrap) == 1 ? cJSON_GetArrayItem(wrap, 0) : any;
+    if (wrap != NULL && syn->grammar_array) {
+        schema = cJSON_CreateObject();
+        if (schema != NULL) {
+            cJSON_AddStringToObject(schema, "type", "array");
+            cJSON_AddItemReferenceToObject(schema, "items", one);
+            cJSON_AddNumberToObject(schema, "minItems", 1);
+            if (!s->forced_many || syn->grammar_many == NULL) {
+                cJSON_AddNumberToObject(schema, "maxItems", 1);
+            }
+        }
+    }
+    status = wrap == NULL || (syn->grammar_array && schema == NULL)
+                 ? MOON_ERR_NO_MEMORY
+                 : schema_grammar(s, "tool_choice", kind, schema != NULL ? schema : one, err);
+    cJSON_Delete(schema);
+    cJSON_Delete(any);
+    return status;
 }
 
 static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moon_gw_error_t *err)
@@ -191,8 +229,8 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
     const cJSON  *t;
     const char   *mode = "auto", *only = NULL;
     int           parallel = 1, found = 0;
-    uint32_t      i   = 0;
-    cJSON        *any = NULL, *list = NULL, *wrap = NULL;
+    uint32_t      i    = 0;
+    cJSON        *list = NULL;
     char         *text;
     moon_gw_buf_t b;
     moon_status_t status = MOON_OK;
@@ -253,10 +291,9 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
         return MOON_OK; /* the tools stay unknown to the model */
     }
     /* the prompt: the tools as OpenAI describes them, one JSON list */
-    list = cJSON_CreateArray();
-    any  = cJSON_CreateObject();
-    wrap = any != NULL ? cJSON_AddArrayToObject(any, "anyOf") : NULL;
-    if (list == NULL || wrap == NULL) {
+    list      = cJSON_CreateArray();
+    s->forced = cJSON_CreateArray();
+    if (list == NULL || s->forced == NULL) {
         status = MOON_ERR_NO_MEMORY;
         goto out;
     }
@@ -270,7 +307,7 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
             cJSON_GetObjectItemCaseSensitive(shown, "parameters"), "$schema");
         cJSON_AddItemToArray(list, shown);
         if (only == NULL || strcmp(name->valuestring, only) == 0) {
-            cJSON_AddItemToArray(wrap, call_schema(fn));
+            cJSON_AddItemToArray(s->forced, cJSON_Duplicate(fn, 1)); /* root goes */
         }
     }
     text = cJSON_PrintUnformatted(list);
@@ -290,14 +327,17 @@ static moon_status_t parse_tools(const cJSON *root, moon_gw_structured_t *s, moo
     }
     s->tools = 1;
     if (strcmp(mode, "required") == 0) {
-        /* a named function is called once; required: one or more when parallel */
-        status =
-            schema_grammar(s, "tool_choice", parallel && only == NULL ? "tool_calls" : "tool_call",
-                           cJSON_GetArraySize(wrap) == 1 ? cJSON_GetArrayItem(wrap, 0) : any, err);
+        /* a named function is called once; required: one or more when parallel.
+         * Checked here in Hermes' form, built again by bind in the model's. */
+        s->forced_many = parallel && only == NULL;
+        s->syntax      = moon_gw_tool_syntax_default();
+        status         = forced_grammar(s, s->syntax, err);
+    } else {
+        cJSON_Delete(s->forced);
+        s->forced = NULL;
     }
 out:
     cJSON_Delete(list);
-    cJSON_Delete(any);
     return status;
 }
 
@@ -307,7 +347,6 @@ moon_status_t moon_gw_structured_parse(const cJSON *root, int chat, moon_gw_stru
     moon_status_t status;
 
     memset(s, 0, sizeof(*s));
-    moon_gw_buf_init(&s->pend);
     status = parse_response_format(root, s, err);
     if (status == MOON_OK) {
         status = parse_other_grammars(root, s, err);
@@ -327,8 +366,27 @@ void moon_gw_structured_fini(moon_gw_structured_t *s)
 {
     moon_free(s->grammar);
     moon_free(s->tools_prompt);
-    moon_gw_buf_fini(&s->pend);
+    cJSON_Delete(s->forced);
+    if (s->parsing) {
+        moon_gw_tool_parser_fini(&s->parser);
+    }
     memset(s, 0, sizeof(*s));
+}
+
+moon_status_t moon_gw_structured_bind(moon_gw_structured_t *s, const moon_gw_tool_syntax_t *syn,
+                                      moon_gw_error_t *err)
+{
+    const moon_gw_tool_syntax_t *was =
+        s->syntax != NULL ? s->syntax : moon_gw_tool_syntax_default();
+
+    s->syntax = syn != NULL ? syn : moon_gw_tool_syntax_default();
+    if (s->forced == NULL || s->syntax == was) {
+        return MOON_OK;
+    }
+    moon_free(s->grammar); /* Hermes' form: it passed parse's checks */
+    s->grammar     = NULL;
+    s->grammar_len = 0;
+    return forced_grammar(s, s->syntax, err);
 }
 
 /* ---- messages --------------------------------------------------------------- */
@@ -486,26 +544,15 @@ moon_status_t moon_gw_structured_add_tools(const moon_gw_structured_t *s,
 
 /* ---- answers ---------------------------------------------------------------- */
 
-/* A tool call object of the answer from the JSON text of a call (len bytes);
- * NULL when it is not {"name": string, "arguments": ...}. */
-static cJSON *tool_call_of(const moon_gw_resp_meta_t *m, const char *json, size_t len, uint32_t k,
-                           int with_index)
+/* A tool call object of the answer: call k, name and its arguments' JSON
+ * text. NULL: out of memory. */
+static cJSON *call_object(const moon_gw_resp_meta_t *m, const char *name, const char *args,
+                          uint32_t k, int with_index)
 {
-    cJSON       *in   = cJSON_ParseWithLength(json, len), *out, *fn;
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(in, "arguments");
-    char         id[96], *args_text;
+    cJSON *out = cJSON_CreateObject(), *fn;
+    char   id[96];
 
-    if (!cJSON_IsString(name) || args == NULL) {
-        cJSON_Delete(in);
-        return NULL;
-    }
-    args_text = cJSON_IsString(args) ? NULL : cJSON_PrintUnformatted(args);
-    out       = cJSON_CreateObject();
-    if (out == NULL || (!cJSON_IsString(args) && args_text == NULL)) {
-        cJSON_free(args_text);
-        cJSON_Delete(out);
-        cJSON_Delete(in);
+    if (out == NULL) {
         return NULL;
     }
     /* ids unique within the answer and across answers: the response id's number */
@@ -517,11 +564,9 @@ static cJSON *tool_call_of(const moon_gw_resp_meta_t *m, const char *json, size_
     cJSON_AddStringToObject(out, "type", "function");
     fn = cJSON_AddObjectToObject(out, "function");
     if (fn != NULL) {
-        cJSON_AddStringToObject(fn, "name", name->valuestring);
-        cJSON_AddStringToObject(fn, "arguments", args_text != NULL ? args_text : args->valuestring);
+        cJSON_AddStringToObject(fn, "name", name);
+        cJSON_AddStringToObject(fn, "arguments", args);
     }
-    cJSON_free(args_text);
-    cJSON_Delete(in);
     return out;
 }
 
@@ -535,109 +580,116 @@ static int all_space(const char *s, size_t n)
     return 1;
 }
 
+/* A whole answer split: its content and its calls. */
+typedef struct {
+    const moon_gw_resp_meta_t *m;
+    moon_gw_buf_t              content;
+    cJSON                     *calls;
+    uint32_t                   k;
+    int                        failed;
+} whole_t;
+
+static void whole_content(void *arg, const char *text, size_t n)
+{
+    moon_gw_buf_append(&((whole_t *)arg)->content, text, n);
+}
+
+static void whole_call(void *arg, const char *name, const char *args)
+{
+    whole_t *w    = arg;
+    cJSON   *call = call_object(w->m, name, args, w->k++, 0);
+
+    if (call == NULL || !cJSON_AddItemToArray(w->calls, call)) {
+        cJSON_Delete(call);
+        w->failed = 1;
+    }
+}
+
 char *moon_gw_structured_response(const moon_gw_structured_t *s, const moon_gw_resp_meta_t *m,
                                   const char *text, const char *finish, const moon_gw_usage_t *u,
                                   size_t *len_p)
 {
-    cJSON        *calls, *o, *msg;
-    moon_gw_buf_t content;
-    const char   *p = text;
-    uint32_t      k = 0;
-    char         *body, *out;
-    size_t        len;
+    moon_gw_tool_parser_t p;
+    whole_t               w = {.m = m};
+    cJSON                *o, *msg;
+    char                 *body, *out;
+    size_t                len;
 
     if (!s->tools || text == NULL) {
         return moon_gw_format_response(m, text != NULL ? text : "", finish, u, len_p);
     }
-    calls = cJSON_CreateArray();
-    moon_gw_buf_init(&content);
-    for (;;) {
-        const char *open = strstr(p, CALL_OPEN), *close;
-        cJSON      *call;
-        close = open != NULL ? strstr(open, CALL_CLOSE) : NULL;
-        if (close == NULL) {
-            moon_gw_buf_puts(&content, p);
-            break;
-        }
-        call = tool_call_of(m, open + strlen(CALL_OPEN), (size_t)(close - open - strlen(CALL_OPEN)),
-                            k, 0);
-        if (call == NULL) { /* not a call after all: it stays text */
-            moon_gw_buf_append(&content, p, (size_t)(close + strlen(CALL_CLOSE) - p));
-        } else {
-            moon_gw_buf_append(&content, p, (size_t)(open - p));
-            cJSON_AddItemToArray(calls, call);
-            k++;
-        }
-        p = close + strlen(CALL_CLOSE);
+    w.calls = cJSON_CreateArray();
+    moon_gw_buf_init(&w.content);
+    moon_gw_tool_parser_init(&p, s->syntax, whole_content, whole_call, &w);
+    w.failed |= !moon_gw_tool_parser_feed(&p, text, strlen(text));
+    moon_gw_tool_parser_end(&p);
+    moon_gw_tool_parser_fini(&p);
+    if (w.calls == NULL || w.failed || w.content.failed) {
+        cJSON_Delete(w.calls);
+        moon_gw_buf_fini(&w.content);
+        return NULL;
     }
     body = moon_gw_format_response(
-        m, content.data != NULL ? content.data : "",
-        k > 0 && finish != NULL && strcmp(finish, "stop") == 0 ? "tool_calls" : finish, u, &len);
+        m, w.content.data != NULL ? w.content.data : "",
+        w.k > 0 && finish != NULL && strcmp(finish, "stop") == 0 ? "tool_calls" : finish, u, &len);
     o   = body != NULL ? cJSON_Parse(body) : NULL;
     msg = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "message");
-    if (msg == NULL || calls == NULL) {
+    if (msg == NULL || w.k == 0) {
         cJSON_Delete(o);
-        cJSON_Delete(calls);
-        moon_gw_buf_fini(&content);
+        cJSON_Delete(w.calls);
+        moon_gw_buf_fini(&w.content);
         if (len_p != NULL) {
             *len_p = len;
         }
         return body;
     }
     moon_free(body);
-    if (k > 0) {
-        if (content.data == NULL || all_space(content.data, content.len)) {
-            cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateNull());
-        }
-        cJSON_AddItemToObject(msg, "tool_calls", calls);
-    } else {
-        cJSON_Delete(calls);
+    if (w.content.data == NULL || all_space(w.content.data, w.content.len)) {
+        cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateNull());
     }
-    moon_gw_buf_fini(&content);
+    cJSON_AddItemToObject(msg, "tool_calls", w.calls);
+    moon_gw_buf_fini(&w.content);
     out = moon_gw_json_print_wrapped(o, "", "", len_p);
     cJSON_Delete(o);
     return out;
 }
 
-static void emit_content(const moon_gw_resp_meta_t *m, const char *text, size_t n,
-                         moon_gw_buf_t *out)
+static void emit_content(void *arg, const char *text, size_t n)
 {
-    char  *piece, *chunk;
-    size_t len;
+    moon_gw_structured_t *s = arg;
+    char                 *piece, *chunk;
+    size_t                len;
 
     if (n == 0) {
         return;
     }
     piece = moon_malloc(n + 1);
     if (piece == NULL) {
-        out->failed = 1;
+        s->sout->failed = 1;
         return;
     }
     memcpy(piece, text, n);
     piece[n] = '\0';
-    chunk    = moon_gw_format_chunk(m, 0, piece, NULL, &len);
+    chunk    = moon_gw_format_chunk(s->sm, 0, piece, NULL, &len);
     moon_free(piece);
     if (chunk == NULL) {
-        out->failed = 1;
+        s->sout->failed = 1;
         return;
     }
-    moon_gw_buf_append(out, chunk, len);
+    moon_gw_buf_append(s->sout, chunk, len);
     moon_free(chunk);
 }
 
-/* A tool_calls delta with call k (whole); 0 when json is no call. */
-static int emit_call(const moon_gw_resp_meta_t *m, const char *json, size_t n, uint32_t k,
-                     moon_gw_buf_t *out)
+/* A tool_calls delta with a call, whole. */
+static void emit_call(void *arg, const char *name, const char *args)
 {
-    cJSON *call = tool_call_of(m, json, n, k, 1), *o, *delta, *arr;
-    char  *chunk, *text;
-    size_t len;
+    moon_gw_structured_t *s    = arg;
+    cJSON                *call = call_object(s->sm, name, args, s->parser.n_calls, 1), *o, *delta;
+    char                 *chunk, *text;
+    size_t                len;
 
-    if (call == NULL) {
-        return 0;
-    }
-    chunk = moon_gw_format_chunk(m, 0, "", NULL, &len);
+    chunk = call != NULL ? moon_gw_format_chunk(s->sm, 0, "", NULL, &len) : NULL;
     /* the chunk is an SSE event: "data: {...}\n\n" */
     o     = chunk != NULL ? cJSON_Parse(chunk + 6) : NULL;
     delta = cJSON_GetObjectItemCaseSensitive(
@@ -646,81 +698,36 @@ static int emit_call(const moon_gw_resp_meta_t *m, const char *json, size_t n, u
     if (delta == NULL) {
         cJSON_Delete(call);
         cJSON_Delete(o);
-        out->failed = 1;
-        return 1;
+        s->sout->failed = 1;
+        return;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(delta, "content");
-    arr = cJSON_AddArrayToObject(delta, "tool_calls");
-    cJSON_AddItemToArray(arr, call);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"), call);
     text = moon_gw_json_print_wrapped(o, "data: ", "\n\n", &len);
     cJSON_Delete(o);
     if (text == NULL) {
-        out->failed = 1;
-        return 1;
+        s->sout->failed = 1;
+        return;
     }
-    moon_gw_buf_append(out, text, len);
+    moon_gw_buf_append(s->sout, text, len);
     moon_free(text);
-    return 1;
-}
-
-/* The length of the longest suffix of s (n) that begins tag. */
-static size_t partial_tag(const char *s, size_t n, const char *tag)
-{
-    size_t t = strlen(tag);
-
-    for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--) {
-        if (memcmp(s + n - k, tag, k) == 0) {
-            return k;
-        }
-    }
-    return 0;
 }
 
 void moon_gw_structured_stream(moon_gw_structured_t *s, const moon_gw_resp_meta_t *m,
                                const char *text, moon_gw_buf_t *out)
 {
-    moon_gw_buf_t *p = &s->pend;
-
+    s->sm   = m;
+    s->sout = out;
     if (!s->tools) {
-        emit_content(m, text, strlen(text), out);
+        emit_content(s, text, strlen(text));
         return;
     }
-    moon_gw_buf_puts(p, text);
-    while (p->len > 0 && !p->failed) {
-        const char *data = p->data;
-        size_t      used;
-        if (!s->in_call) {
-            const char *open = strstr(data, CALL_OPEN);
-            if (open == NULL) {
-                size_t keep = partial_tag(data, p->len, CALL_OPEN);
-                emit_content(m, data, p->len - keep, out);
-                used = p->len - keep;
-                if (used == 0) {
-                    break;
-                }
-            } else {
-                if (!all_space(data, (size_t)(open - data))) {
-                    emit_content(m, data, (size_t)(open - data), out);
-                }
-                used       = (size_t)(open - data) + strlen(CALL_OPEN);
-                s->in_call = 1;
-            }
-        } else {
-            const char *close = strstr(data, CALL_CLOSE);
-            if (close == NULL) {
-                break;
-            }
-            if (emit_call(m, data, (size_t)(close - data), s->n_calls, out)) {
-                s->n_calls++;
-            } else {
-                emit_content(m, CALL_OPEN, strlen(CALL_OPEN), out);
-                emit_content(m, data, (size_t)(close - data) + strlen(CALL_CLOSE), out);
-            }
-            used       = (size_t)(close - data) + strlen(CALL_CLOSE);
-            s->in_call = 0;
-        }
-        memmove(p->data, p->data + used, p->len - used + 1);
-        p->len -= used;
+    if (!s->parsing) {
+        moon_gw_tool_parser_init(&s->parser, s->syntax, emit_content, emit_call, s);
+        s->parsing = 1;
+    }
+    if (!moon_gw_tool_parser_feed(&s->parser, text, strlen(text))) {
+        out->failed = 1;
     }
 }
 
@@ -730,14 +737,13 @@ void moon_gw_structured_stream_end(moon_gw_structured_t *s, const moon_gw_resp_m
     char  *chunk;
     size_t len;
 
-    if (s->in_call) {
-        emit_content(m, CALL_OPEN, strlen(CALL_OPEN), out);
-    }
-    if (s->pend.len > 0) {
-        emit_content(m, s->pend.data, s->pend.len, out);
-    }
-    if (s->n_calls > 0 && finish != NULL && strcmp(finish, "stop") == 0) {
-        finish = "tool_calls";
+    s->sm   = m;
+    s->sout = out;
+    if (s->parsing) {
+        moon_gw_tool_parser_end(&s->parser);
+        if (s->parser.n_calls > 0 && finish != NULL && strcmp(finish, "stop") == 0) {
+            finish = "tool_calls";
+        }
     }
     chunk = moon_gw_format_chunk(m, 0, NULL, finish, &len);
     if (chunk == NULL) {

@@ -6,10 +6,14 @@
  * (required or a named function) a grammar, and the model's output is parsed
  * back into tool_calls.
  *
- * Tool syntax: models whose template has none (the bundled stories260K, the
- * chatml/llama2/zephyr templates here) get the documented default, Hermes'
- * (Qwen's) syntax: the tools listed in the system message as
- * <tools>[{...}]</tools>, a call written as
+ * Tool syntax: a model served with its own (Jinja) template gets the syntax
+ * that template uses (gw_tool_syntax.h: Hermes/Qwen, Llama 3.1's JSON calls,
+ * Mistral's [TOOL_CALLS]); the template itself shows the tools, past calls
+ * and tool results to the model, and the answer is parsed and a forced call
+ * constrained in that syntax. Models whose template has none (the bundled
+ * stories260K, the chatml/llama2/zephyr templates here) get the documented
+ * default, Hermes' (Qwen's) syntax: the tools listed in the system message
+ * as <tools>[{...}]</tools>, a call written as
  * <tool_call>{"name":N,"arguments":{...}}</tool_call> (with tool_choice
  * required and parallel_tool_calls, one or more, one a line; a named
  * function is called exactly once), a tool's answer shown to the model as a user
@@ -22,6 +26,8 @@
 #include "gw_format.h"
 #include "gw_json.h"
 #include "gw_template.h"
+#include "gw_tool_parse.h"
+#include "gw_tool_syntax.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,14 +36,18 @@
 #define MOON_GW_MAX_GRAMMAR_BYTES (256u * 1024u)
 
 typedef struct {
-    char    *grammar; /* spec for SUBMIT, NULL: unconstrained */
-    uint32_t grammar_len;
-    char    *tools_prompt; /* system text listing the tools; NULL: no tools */
-    int      tools;        /* parse tool calls out of the answer */
-    /* private: the stream's tool-call parser */
-    moon_gw_buf_t pend;
-    int           in_call;
-    uint32_t      n_calls;
+    char                        *grammar; /* spec for SUBMIT, NULL: unconstrained */
+    uint32_t                     grammar_len;
+    char                        *tools_prompt; /* system text listing the tools; NULL: no tools */
+    int                          tools;        /* parse tool calls out of the answer */
+    const moon_gw_tool_syntax_t *syntax;       /* the calls' syntax; NULL: Hermes */
+    /* private */
+    cJSON                     *forced;      /* the functions a forced call may call */
+    int                        forced_many; /* one or more calls */
+    moon_gw_tool_parser_t      parser;      /* the stream's */
+    int                        parsing;
+    const moon_gw_resp_meta_t *sm; /* the stream's, while a piece is parsed */
+    moon_gw_buf_t             *sout;
 } moon_gw_structured_t;
 
 /* Reads response_format, grammar, guided_json, guided_grammar (both routes)
@@ -49,6 +59,12 @@ typedef struct {
 moon_status_t moon_gw_structured_parse(const cJSON *root, int chat, moon_gw_structured_t *s,
                                        moon_gw_error_t *err);
 void          moon_gw_structured_fini(moon_gw_structured_t *s);
+/* The model's tool syntax (its template's; parse assumed Hermes): a forced
+ * call's grammar is built again in syn's form. Call it before the request
+ * is sent and before any answer is parsed. MOON_ERR_INVALID_PARAM (err set),
+ * MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_structured_bind(moon_gw_structured_t *s, const moon_gw_tool_syntax_t *syn,
+                                      moon_gw_error_t *err);
 
 /* 1 when chat message m (role role) is a tool turn: role "tool", or an
  * assistant turn carrying tool_calls. */

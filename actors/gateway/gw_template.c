@@ -30,6 +30,7 @@ void moon_gw_template_init(moon_gw_template_t *t, const char *jinja, size_t len,
     t->im_end     = special != NULL ? special(arg, "<|im_end|>") : -1;
     t->kind       = MOON_GW_TPL_PLAIN;
     t->recognised = 1;
+    t->tools      = moon_gw_tool_syntax_default();
     if (jinja == NULL) {
         return;
     }

@@ -26,6 +26,7 @@
 #ifndef MOON_ACTORS_GW_TEMPLATE_H
 #define MOON_ACTORS_GW_TEMPLATE_H
 
+#include "gw_tool_syntax.h"
 #include "moonlet/jinja.h"
 #include "moonlet/status.h"
 #include "moonlet/tokenizer.h"
@@ -48,6 +49,9 @@ typedef struct {
     int32_t            im_start, im_end;    /* ChatML markers' ids; -1: rendered as text */
     moon_jinja_t      *jinja;               /* JINJA: the compiled template (owned) */
     char              *bos_text, *eos_text; /* JINJA: bos_token / eos_token (owned; NULL: none) */
+    /* the tool-call syntax: JINJA the template's (gw_tool_syntax.h), the
+     * others Hermes' (their prompts carry Hermes' tools prompt) */
+    const moon_gw_tool_syntax_t *tools;
 } moon_gw_template_t;
 
 /* Id of a special token by its text, -1 if the vocabulary has none. */

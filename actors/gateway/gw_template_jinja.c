@@ -60,11 +60,12 @@ void moon_gw_template_init_jinja(moon_gw_template_t *t, const char *jinja, size_
             strcpy(err->msg, "out of memory");
         }
         moon_gw_template_fini(t);
-        t->kind = MOON_GW_TPL_PLAIN;
+        t->kind = MOON_GW_TPL_PLAIN; /* and Hermes' tool syntax */
         return;
     }
     moon_gw_prompt_fini(&p);
     t->recognised = 1;
+    t->tools      = moon_gw_tool_syntax_pick(jinja, len);
 }
 
 /* The variables a template sees, as Hugging Face passes them. */

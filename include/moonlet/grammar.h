@@ -50,10 +50,11 @@ MOON_API moon_status_t moon_grammar_schema_to_gbnf(const char *schema, size_t le
                                                    size_t err_cap);
 
 /* A grammar from a spec, the form serving messages carry: "json_object",
- * "json_schema\n<schema>", "gbnf\n<text>", or "tool_calls\n<schema>" /
+ * "json_schema\n<schema>", "gbnf\n<text>", "tool_calls\n<schema>" /
  * "tool_call\n<schema>" (one or more / exactly one
  * `<tool_call>{json}</tool_call>` whose JSON matches <schema>, separated by
- * newlines). Errors as above. */
+ * newlines: Hermes' tool calls), or "mistral_calls\n<schema>" (`[TOOL_CALLS]`
+ * then JSON matching <schema>, a list of calls: Mistral's). Errors as above. */
 MOON_API moon_status_t moon_grammar_from_spec(const char *spec, size_t len, moon_grammar_t **g_p,
                                               char *err, size_t err_cap);
 MOON_API void          moon_grammar_destroy(moon_grammar_t *g); /* NULL: no-op */

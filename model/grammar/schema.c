@@ -989,6 +989,7 @@ moon_status_t moon_grammar_from_spec(const char *spec, size_t len, moon_grammar_
         {"tool_call", "root ::= \"<tool_call>\" r0 \"</tool_call>\"\n"},
         {"tool_calls", "root ::= \"<tool_call>\" r0 \"</tool_call>\" (\"\\n<tool_call>\" r0 "
                        "\"</tool_call>\")*\n"},
+        {"mistral_calls", "root ::= \"[TOOL_CALLS]\" r0\n"},
     };
     const char   *nl   = spec != NULL ? memchr(spec, '\n', len) : NULL;
     size_t        klen = nl != NULL ? (size_t)(nl - spec) : len;

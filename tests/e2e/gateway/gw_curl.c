@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #ifndef MOON_TEST_TMP_BASE
 #error "MOON_TEST_TMP_BASE must name a folder of the build tree"
@@ -120,4 +121,20 @@ void gw_http_fini(gw_http_t *r)
 {
     free(r->body);
     r->body = NULL;
+}
+
+int gw_wait_health(unsigned port, int want)
+{
+    for (int i = 0; i < 600; i++) {
+        struct timespec nap = {0, 100000000L};
+        gw_http_t       r;
+        int             code = gw_curl(&r, port, "/health", NULL);
+
+        gw_http_fini(&r);
+        if (code == want) {
+            return 1;
+        }
+        nanosleep(&nap, NULL);
+    }
+    return 0;
 }

@@ -25,6 +25,9 @@ int  gw_curl(gw_http_t *r, unsigned port, const char *path, const char *args);
 void gw_http_fini(gw_http_t *r);
 /* A POST of a JSON body with curl. */
 int gw_post(gw_http_t *r, unsigned port, const char *path, const char *json, const char *extra);
+/* Polls /health every 100 ms until it answers want (1) or a minute has
+ * passed (0). */
+int gw_wait_health(unsigned port, int want);
 /* The body of a file of the scratch directory, malloc'd (NULL if missing). */
 char *gw_read_file(const char *path, size_t *len_p);
 

@@ -90,21 +90,6 @@ static void nap_ms(long ms)
     nanosleep(&t, NULL);
 }
 
-static int wait_health(unsigned port, int want)
-{
-    for (int i = 0; i < 600; i++) {
-        gw_http_t r;
-        int       code = gw_curl(&r, port, "/health", NULL);
-
-        gw_http_fini(&r);
-        if (code == want) {
-            return 1;
-        }
-        nap_ms(100);
-    }
-    return 0;
-}
-
 static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, uint64_t body_limit,
                                    unsigned *port_p)
 {
@@ -647,7 +632,7 @@ static void test_rejected_then_conductor_down(void)
 {
     gw_http_t r;
 
-    CU_ASSERT_FATAL(wait_health(g_port_fake, 200));
+    CU_ASSERT_FATAL(gw_wait_health(g_port_fake, 200));
     gw_post(&r, g_port_fake, "/v1/completions", "{\"prompt\":\"x\",\"stream\":true}", NULL);
     expect_error(&r, 429, "rate_limit_error");
     CU_ASSERT_PTR_NOT_NULL(strstr(r.headers, "Retry-After: 1"));
@@ -661,17 +646,17 @@ static void test_rejected_then_conductor_down(void)
     gw_http_fini(&r);
     /* no decode instance up: 503 on /health and to requests, until one is back */
     atomic_store(&g_fake_decode_up, 0);
-    CU_ASSERT_FATAL(wait_health(g_port_fake, 503));
+    CU_ASSERT_FATAL(gw_wait_health(g_port_fake, 503));
     gw_curl(&r, g_port_fake, "/health", NULL);
     expect_error(&r, 503, "server_error");
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "no decode instance"));
     gw_http_fini(&r);
     post_expect(g_port_fake, "/v1/completions", "{\"prompt\":\"x\"}", 503, "server_error");
     atomic_store(&g_fake_decode_up, 1);
-    CU_ASSERT_FATAL(wait_health(g_port_fake, 200));
+    CU_ASSERT_FATAL(gw_wait_health(g_port_fake, 200));
     /* the conductor goes: health and requests answer 503 */
     CU_ASSERT_EQUAL(moon_stop(g_rt, g_fake, MOON_OK), MOON_OK);
-    CU_ASSERT(wait_health(g_port_fake, 503));
+    CU_ASSERT(gw_wait_health(g_port_fake, 503));
     gw_post(&r, g_port_fake, "/v1/chat/completions",
             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL);
     expect_error(&r, 503, "server_error");
@@ -771,7 +756,7 @@ static int run_rank0(void)
         return 1;
     }
     g_port_fake = port;
-    if (!wait_health(g_port, 200) || !wait_health(g_port_key, 200)) {
+    if (!gw_wait_health(g_port, 200) || !gw_wait_health(g_port_key, 200)) {
         fprintf(stderr, "test_gateway: /health never said 200\n");
         return 1;
     }

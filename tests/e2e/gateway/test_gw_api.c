@@ -51,21 +51,6 @@ static void nap_ms(long ms)
     nanosleep(&t, NULL);
 }
 
-static int wait_health(unsigned port)
-{
-    for (int i = 0; i < 600; i++) {
-        gw_http_t r;
-        int       code = gw_curl(&r, port, "/health", NULL);
-
-        gw_http_fini(&r);
-        if (code == 200) {
-            return 1;
-        }
-        nap_ms(100);
-    }
-    return 0;
-}
-
 static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, const char *origins,
                                    unsigned *port_p)
 {
@@ -454,7 +439,7 @@ static void test_cors_browser(void)
     snprintf(origin, sizeof(origin), "http://127.0.0.1:%u", page);
     CU_ASSERT_EQUAL_FATAL(
         spawn_gateway(moon_serve_cluster_conductor(g_cluster), "sekret", origin, &port), MOON_OK);
-    CU_ASSERT_FATAL(wait_health(port));
+    CU_ASSERT_FATAL(gw_wait_health(port, 200));
     snprintf(
         cmd, sizeof(cmd),
         "d='%s'; cp '%s' \"$d/page.html\" && cd \"$d\" && "
@@ -888,7 +873,7 @@ int main(int argc, char **argv)
         moon_serve_client_wait_ready(g_client, 1, 1, WAIT_NS) != MOON_OK ||
         spawn_gateway(conductor, NULL, ORIGINS, &g_port) != MOON_OK ||
         spawn_gateway(conductor, "sekret", ORIGINS, &g_port_key) != MOON_OK ||
-        !wait_health(g_port) || !wait_health(g_port_key)) {
+        !gw_wait_health(g_port, 200) || !gw_wait_health(g_port_key, 200)) {
         fprintf(stderr, "test_gw_api: a gateway did not start\n");
     } else {
         rc = browser ? MOON_TEST_RUN("gw_cors_browser", NULL, NULL, test_cors_browser)

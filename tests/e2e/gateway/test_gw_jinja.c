@@ -37,12 +37,6 @@ static moon_tokenizer_t     *g_tok;
 static unsigned              g_port;
 static char                  g_model[512];
 
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
 /* The reference: text split at "<s>" / "</s>" into BOS / EOS, the rest
  * encoded with no BOS added. */
 static size_t reference_ids(const char *text, int32_t *ids, size_t cap)
@@ -168,20 +162,6 @@ static void test_prompts_match_reference(void)
     free(gold);
 }
 
-static int wait_health(unsigned port)
-{
-    for (int i = 0; i < 600; i++) {
-        gw_http_t r;
-        int       code = gw_curl(&r, port, "/health", NULL);
-        gw_http_fini(&r);
-        if (code == 200) {
-            return 1;
-        }
-        nap_ms(100);
-    }
-    return 0;
-}
-
 /* The model: llama, 64 wide, gen-model's 512-token vocabulary, the template. */
 static int write_model(void)
 {
@@ -246,7 +226,7 @@ int main(void)
     if (moon_serve_client_create(g_rt, &ccfg, &client) == MOON_OK &&
         moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
         moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, wait_health(g_port))) {
+        (g_port = port, gw_wait_health(g_port, 200))) {
         rc = MOON_TEST_RUN("gw_jinja", NULL, NULL, test_prompts_match_reference);
         moon_serve_client_destroy(client);
     } else {

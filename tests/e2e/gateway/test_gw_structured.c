@@ -34,12 +34,6 @@ static moon_runtime_t       *g_rt;
 static moon_serve_cluster_t *g_cluster;
 static unsigned              g_port;
 
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
 static cJSON *post_json(const char *path, const char *body, int want)
 {
     gw_http_t r;
@@ -334,20 +328,6 @@ static void test_npm_clients(void)
                     "run");
 }
 
-static int wait_health(unsigned port)
-{
-    for (int i = 0; i < 600; i++) {
-        gw_http_t r;
-        int       code = gw_curl(&r, port, "/health", NULL);
-        gw_http_fini(&r);
-        if (code == 200) {
-            return 1;
-        }
-        nap_ms(100);
-    }
-    return 0;
-}
-
 int main(void)
 {
     moon_runtime_config_t      rcfg;
@@ -382,7 +362,7 @@ int main(void)
     if (moon_serve_client_create(g_rt, &ccfg, &client) == MOON_OK &&
         moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
         moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, wait_health(g_port))) {
+        (g_port = port, gw_wait_health(g_port, 200))) {
         rc = MOON_TEST_RUN("gw_structured", NULL, NULL, test_json_object, test_schema_and_grammar,
                            test_unenforceable_is_400, test_tool_calls, test_tool_calls_streamed,
                            test_random_schemas, test_npm_clients);

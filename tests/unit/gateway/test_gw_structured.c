@@ -217,7 +217,6 @@ static void test_stream_parser(void)
     char                 content[256] = "";
 
     memset(&s, 0, sizeof(s));
-    moon_gw_buf_init(&s.pend);
     s.tools = 1;
     moon_gw_buf_init(&out);
     for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
@@ -246,7 +245,7 @@ static void test_stream_parser(void)
         cJSON_Delete(o);
     }
     CU_ASSERT_EQUAL(n_calls, 1);
-    CU_ASSERT_STRING_EQUAL(content, "Sure  bye <x");
+    CU_ASSERT_STRING_EQUAL(content, "Sure bye <x"); /* the space before the call dropped */
     moon_gw_buf_fini(&out);
     moon_gw_structured_fini(&s);
 }

@@ -275,6 +275,26 @@ static void test_tool_call_wrapper(void)
     moon_grammar_fsm_destroy(f);
 }
 
+/* Mistral's form: [TOOL_CALLS] then a list of calls; with maxItems 1 the
+ * document is final after one. */
+static void test_mistral_calls_wrapper(void)
+{
+    moon_grammar_fsm_t *f   = fsm_of("mistral_calls\n{\"type\":\"array\",\"items\":{\"type\":"
+                                       "\"object\",\"properties\":{\"name\":{\"const\":\"get\"},"
+                                       "\"arguments\":{\"type\":\"object\"}},\"required\":[\"name\","
+                                       "\"arguments\"]},\"minItems\":1,\"maxItems\":1}");
+    const char         *one = "[TOOL_CALLS][{\"name\":\"get\",\"arguments\":{}}]";
+    uint32_t            s;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_TRUE(moon_grammar_fsm_match(f, 0, one, strlen(one), &s));
+    CU_ASSERT_TRUE(moon_grammar_fsm_accepting(f, s));
+    CU_ASSERT_TRUE(moon_grammar_fsm_final(f, s));
+    CU_ASSERT_FALSE(moon_grammar_fsm_match(f, 0, "[TOOL_CALLS][]", 14, NULL));
+    CU_ASSERT_FALSE(moon_grammar_fsm_match(f, 0, "[{", 2, NULL));
+    moon_grammar_fsm_destroy(f);
+}
+
 static void test_unsupported_is_an_error(void)
 {
     static const char *const specs[] = {
@@ -395,5 +415,5 @@ static void test_mask_apply(void)
 
 MOON_TEST_MAIN("grammar", setup, teardown, test_gbnf_parses_and_matches, test_gbnf_errors,
                test_json_object_masks, test_schema_documents, test_tool_call_wrapper,
-               test_unsupported_is_an_error, test_recursive_ref, test_cache_reuses_automata,
-               test_state_budget, test_mask_apply)
+               test_mistral_calls_wrapper, test_unsupported_is_an_error, test_recursive_ref,
+               test_cache_reuses_automata, test_state_budget, test_mask_apply)
