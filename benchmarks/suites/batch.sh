@@ -7,8 +7,10 @@
 # --max-concurrency C. Rounds alternate anchor and measurement; one JSON
 # line: the medians, ratio = the median of the rounds' batch / bench with
 # min and max (target >= 0.95). Each side's clock starts when its cluster is
-# up (model load and start-up are left out of both). SMOKE=1: tiny counts;
-# ONLY=ttft: only the second line (interactive TTFT beside /v1/batches).
+# up (model load and start-up are left out of both). Then the serving job's
+# time from its start to its first token (job_start.sh). SMOKE=1: tiny
+# counts; ONLY=ttft: only the second line (interactive TTFT beside
+# /v1/batches); ONLY=start: only job_start.sh's lines.
 set -euo pipefail
 MOONLET=${BUILD_DIR:-build}/launch/moonlet
 M=${MODEL:-examples/models/stories260K/stories260K.gguf}
@@ -58,6 +60,9 @@ measure() { # output tok/s of moonlet batch
     sed -n 's|.* completion tokens, \([0-9.]*\) tok/s.*|\1|p' "$T/batch.log" | tail -1
 }
 
+if [ "${ONLY:-}" = start ]; then
+    exec bash "$(dirname "$0")/job_start.sh"
+fi
 if [ "${ONLY:-}" != ttft ]; then
 a=() b=()
 for _ in $(seq "$ROUNDS"); do
@@ -190,3 +195,4 @@ print(json.dumps({"bench": "batch_api_interactive_ttft", "model": "stories260K",
                   "batch_answers_per_round": done, "rounds": rounds}))
 PY
 kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=
+[ -n "${ONLY:-}" ] || bash "$(dirname "$0")/job_start.sh"
