@@ -17,22 +17,25 @@
 # moonlet:job_start_to_first_token_seconds) is reported beside the client's.
 # Rounds alternate anchor and measurement; one JSON line per model and
 # launcher: the medians, min and max of the client's figure, the anchor's
-# median and ratio = value / anchor. SMOKE=1: stories260K, one round.
+# median and ratio = value / anchor. ROUNDS (3) for stories260K, ROUNDS_110M
+# (1) for the 110M model, whose start-up takes minutes on 2 cores. SMOKE=1:
+# stories260K, one round.
 set -euo pipefail
 BUILD_DIR=${BUILD_DIR:-build}
 MOONLET=$BUILD_DIR/launch/moonlet
 MD="$BUILD_DIR/bench-models"
 ROUNDS=${ROUNDS:-3}
+ROUNDS_110M=${ROUNDS_110M:-1}
 LAUNCHERS=${LAUNCHERS:-process mpirun slurm}
 mkdir -p "$MD"
 # shellcheck source=bench_models.inc
 source "$(dirname "$0")/bench_models.inc"
-MODELS="examples/models/stories260K/stories260K.gguf"
+MODELS="examples/models/stories260K/stories260K.gguf:$ROUNDS"
 if [ "${SMOKE:-0}" = 1 ]; then
-    ROUNDS=1
+    MODELS="examples/models/stories260K/stories260K.gguf:1"
 else
     gen_llama110m >/dev/null
-    MODELS="$MODELS $MD/llama110m-f32.gguf"
+    MODELS="$MODELS $MD/llama110m-f32.gguf:$ROUNDS_110M"
 fi
 T=$(mktemp -d)
 SLURM=
@@ -55,10 +58,10 @@ if [[ " $LAUNCHERS " == *" slurm "* ]]; then
         LAUNCHERS=${LAUNCHERS/slurm/}
     fi
 fi
-python3 - "$MOONLET" "$T" "$ROUNDS" "$LAUNCHERS" $MODELS <<'PY'
+python3 - "$MOONLET" "$T" "$LAUNCHERS" $MODELS <<'PY'
 import json, os, signal, statistics, subprocess, sys, time, urllib.request
-moonlet, tmp, rounds, launchers = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
-models = sys.argv[5:]
+moonlet, tmp, launchers = sys.argv[1], sys.argv[2], sys.argv[3].split()
+models = [m.rsplit(":", 1) for m in sys.argv[4:]]  # path:rounds
 moonlet = os.path.abspath(moonlet)
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", MOON_LOG_LEVEL="warn")
@@ -153,7 +156,8 @@ def job(model, launcher):  # (client s, server s)
         p.wait(timeout=120)
 
 load1 = lambda: round(os.getloadavg()[0], 2)
-for model in models:
+for model, rounds in models:
+    rounds = int(rounds)
     name = os.path.basename(model).rsplit(".", 1)[0]
     for launcher in launchers:
         a, v, s = [], [], []

@@ -18,6 +18,9 @@
 #                                       (p50 of its turns' TTFTs), us:
 #                                       median, min, max; per filter (one
 #                                       here; target <= 5)
+# First, bench_plugin_gate: the same filter and observer measured where they
+# run (the conductor's gate, a decode step), in one process: the figures the
+# targets are about, which the machine's load barely moves.
 # AA=1: an A/A check (neither side loads the plugin: the spread the method
 # leaves on this machine). SMOKE=1: tiny counts.
 set -euo pipefail
@@ -32,6 +35,11 @@ DEPTH=${DEPTH:-8}
 NP=${NP:-1}
 if [ "${SMOKE:-0}" = 1 ]; then ROUNDS=2 SUB=2 NS=5; fi
 [ -f "$PROBE" ] || { echo "plugins.sh: $PROBE not built (MOON_BUILD_TESTS=ON)" >&2; exit 1; }
+GATE=${BENCH_BIN:-$BUILD/benchmarks}/bench_plugin_gate
+if [ "${AA:-0}" != 1 ]; then
+    MOON_LOG_LEVEL=error "$GATE" --probe="$PROBE" --rounds="${ROUNDS}" \
+        --n="$([ "${SMOKE:-0}" = 1 ] && echo 200 || echo 20000)"
+fi
 T=$(mktemp -d)
 declare -A PID URL
 trap 'for p in "${PID[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
