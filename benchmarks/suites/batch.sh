@@ -19,6 +19,9 @@ C=${C:-16}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT_LEN:-64}
 if [ "${SMOKE:-0}" = 1 ]; then N=20; ROUNDS=1; fi
+if [ "${ONLY:-}" = start ]; then
+    exec bash "$(dirname "$0")/job_start.sh"
+fi
 T=$(mktemp -d)
 SRV=
 trap '[ -z "$SRV" ] || { kill -TERM "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }; rm -rf "$T"' EXIT
@@ -60,9 +63,6 @@ measure() { # output tok/s of moonlet batch
     sed -n 's|.* completion tokens, \([0-9.]*\) tok/s.*|\1|p' "$T/batch.log" | tail -1
 }
 
-if [ "${ONLY:-}" = start ]; then
-    exec bash "$(dirname "$0")/job_start.sh"
-fi
 if [ "${ONLY:-}" != ttft ]; then
 a=() b=()
 for _ in $(seq "$ROUNDS"); do
