@@ -79,7 +79,7 @@ descendants() { # mpirun's ranks (and their helpers)
 cpu_ns() { # cpu_ns SIDE: CPU time of the side's server so far, ns (every thread of
     # every rank; schedstat: ns, where /proc's ticks are 10 ms)
     for p in "${PID[$1]}" $(descendants "${PID[$1]}"); do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
-        awk '{ s += $1 } END { printf "%d\n", s }'
+        awk '{ s += $1 } END { printf "%.0f\n", s }'
 }
 bench() { # bench SIDE CONCURRENCY N OUT: OUT.cpu gets the server's CPU ns for it
     local c0
