@@ -45,6 +45,9 @@ typedef struct {
     moon_store_stats_reply_t shard_stats[GW_MAX_SHARDS];
     int                      draining;
     atomic_int              *drained_p;
+    uint64_t                 job_start_ns;     /* 0: no start-to-first-token gauge */
+    uint64_t                 first_token_ns;   /* the first token served; 0: none yet */
+    _Atomic uint64_t        *first_token_ns_p; /* the serving process's copy (optional) */
     char                    *admin_key;
     moon_gw_admin_t         *admin; /* NULL: no admin route */
     moon_gw_weights_t        weights;
@@ -161,6 +164,9 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     st->host       = moon_strdup(args->config.host);
     st->api_key    = args->config.api_key != NULL ? moon_strdup(args->config.api_key) : NULL;
     st->wait_roles = args->wait_roles != NULL ? moon_strdup(args->wait_roles) : NULL;
+
+    st->job_start_ns     = args->job_start_ns;
+    st->first_token_ns_p = args->first_token_ns_p;
     st->allowed_origins =
         args->config.allowed_origins != NULL ? moon_strdup(args->config.allowed_origins) : NULL;
     if (st->host == NULL || (args->wait_roles != NULL && st->wait_roles == NULL) ||
@@ -374,6 +380,24 @@ static moon_gw_req_t *event_req(moon_actor_t *self, gw_state_t *st, uint64_t req
     return req;
 }
 
+/* The first token this gateway serves: how long the job took to serve one
+ * (model load, start-up and the first request), for whoever runs it as a
+ * job (gauge and *first_token_ns_p: `moonlet serve` logs it). */
+static void note_first_served(gw_state_t *st, uint64_t now)
+{
+    st->first_token_ns = now;
+    if (st->first_token_ns_p != NULL) {
+        atomic_store_explicit(st->first_token_ns_p, now, memory_order_release);
+    }
+    if (st->job_start_ns != 0 && now >= st->job_start_ns &&
+        moon_gw_metrics_declare(st->metrics, MOON_GW_M_JOB_FIRST_TOKEN, MOON_GW_GAUGE,
+                                "Seconds from the job's start to the first token served.", NULL,
+                                0) == MOON_OK) {
+        moon_gw_metrics_set_gauge(st->metrics, MOON_GW_M_JOB_FIRST_TOKEN, NULL,
+                                  secs(now - st->job_start_ns));
+    }
+}
+
 /* TTFT and end-to-end latency are observed by the HTTP side, when the
  * client's bytes leave (what the client measures); the actor keeps the
  * token times for ITL and TPOT. */
@@ -387,6 +411,9 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
     if (req == NULL || !moon_gw_bridge_note_token(req, tok->index, tok->token)) {
         return MOON_OK;
+    }
+    if (MOON_UNLIKELY(st->first_token_ns == 0)) {
+        note_first_served(st, now);
     }
     t = moon_gw_req_times_mut(req);
     if (t->first_token_ns == 0) {

@@ -110,6 +110,13 @@ typedef struct {
                                        the gateway); NULL: the admin route is off */
     moon_gw_batches_t *batches;     /* /v1/files and /v1/batches (gw_batches.h; borrowed,
                                        outlives the gateway); NULL: those routes are off */
+
+    /* A job's start-up figure: the first token served sets the gauge
+     * moonlet:job_start_to_first_token_seconds when job_start_ns (the job's
+     * start on moon_now's clock) is not 0, and *first_token_ns_p (optional;
+     * outlives the gateway) to its moon_now time, once, with release. */
+    uint64_t          job_start_ns;
+    _Atomic uint64_t *first_token_ns_p;
 } moon_gateway_args_t;
 
 /* Starts draining the gateway at addr (from any thread): new requests get

@@ -1239,9 +1239,9 @@ static enum MHD_Result on_body(conn_t *c)
     if (status != MOON_OK) {
         return fail(c, 500, NULL, "the request could not be prepared: %s", moon_status_str(status));
     }
-    for (uint32_t g = 1; g < c->n_prompts; g++) {
-        moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session),
-                              &c->more[g - 1].params);
+    for (uint32_t g = 1; g < c->n_prompts; g++) { /* the same request's: parsed once */
+        c->more[g - 1].params.key     = c->req.params.key;
+        c->more[g - 1].params.session = c->req.params.session;
     }
     /* every prompt's first choice now, the others after it (submit_rest) */
     status  = submit_choice(c, 0);

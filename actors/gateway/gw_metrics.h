@@ -61,6 +61,9 @@ typedef enum {
  * tokens whose KV came from the store. */
 #define MOON_GW_M_IN_FLIGHT "moonlet:num_requests_in_flight"
 #define MOON_GW_M_STORE_HITS "moonlet:prefix_cache_store_hits_total"
+/* Declared once it is known (the first token served of a job with a start):
+ * seconds from the job's start to that token. */
+#define MOON_GW_M_JOB_FIRST_TOKEN "moonlet:job_start_to_first_token_seconds"
 
 /* Creates an empty registry. const_labels (copied; NULL or "" for none), e.g.
  * `model_name="stories260K"`, prefix every series. MOON_ERR_NO_MEMORY. */

@@ -351,6 +351,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     uint32_t              me      = dist ? moon_dist_rank(dist) : 0;
     char                  spec[4096];
     moon_status_t         status;
+    uint64_t              t_load;
 
     if (cfg == NULL || rt == NULL || c_p == NULL || cfg->model_path == NULL ||
         cfg->block_tokens == 0 || cfg->n_prefill == 0 || cfg->n_decode == 0 ||
@@ -385,8 +386,12 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     c->rt     = rt;
     c->dist   = dist;
     c->shards = moon_calloc(cfg->n_store + 1, sizeof(*c->shards));
+    t_load    = moon_now(rt);
     status    = c->shards ? moon_model_load(cfg->model_path, &c->model) : MOON_ERR_NO_MEMORY;
     if (status == MOON_OK) {
+        /* a job's start-up figure (benchmarks/run batch: start to first token) */
+        MOON_INFO("serve: rank %u loaded %s in %.3f s", me, cfg->model_path,
+                  (double)(moon_now(rt) - t_load) * 1e-9);
         status = moon_serve_model_tag(cfg->model_path, cfg->block_tokens, &c->tag);
     }
     if (status == MOON_OK && cfg->backend == MOON_BACKEND_COST) {

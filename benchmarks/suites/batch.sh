@@ -7,8 +7,10 @@
 # --max-concurrency C. Rounds alternate anchor and measurement; one JSON
 # line: the medians, ratio = the median of the rounds' batch / bench with
 # min and max (target >= 0.95). Each side's clock starts when its cluster is
-# up (model load and start-up are left out of both). SMOKE=1: tiny counts;
-# ONLY=ttft: only the second line (interactive TTFT beside /v1/batches).
+# up (model load and start-up are left out of both). Then the serving job's
+# time from its start to its first token (job_start.sh). SMOKE=1: tiny
+# counts; ONLY=ttft: only the second line (interactive TTFT beside
+# /v1/batches); ONLY=start: only job_start.sh's lines.
 set -euo pipefail
 MOONLET=${BUILD_DIR:-build}/launch/moonlet
 M=${MODEL:-examples/models/stories260K/stories260K.gguf}
@@ -17,6 +19,9 @@ C=${C:-16}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT_LEN:-64}
 if [ "${SMOKE:-0}" = 1 ]; then N=20; ROUNDS=1; fi
+if [ "${ONLY:-}" = start ]; then
+    exec bash "$(dirname "$0")/job_start.sh"
+fi
 T=$(mktemp -d)
 SRV=
 trap '[ -z "$SRV" ] || { kill -TERM "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null; }; rm -rf "$T"' EXIT
@@ -190,3 +195,4 @@ print(json.dumps({"bench": "batch_api_interactive_ttft", "model": "stories260K",
                   "batch_answers_per_round": done, "rounds": rounds}))
 PY
 kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=
+[ -n "${ONLY:-}" ] || bash "$(dirname "$0")/job_start.sh"

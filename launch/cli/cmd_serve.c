@@ -43,6 +43,7 @@ typedef struct {
     const char *profile;
     uint32_t    drain_seconds;
     int         print_placement;
+    double      start_time;
 } serve_run_t;
 
 #define SR(_f) MOON_CONFIG_AT(serve_run_t, _f)
@@ -64,6 +65,10 @@ static const moon_config_field_t run_fields[] = {
     {"print-placement", MOON_CONFIG_BOOL, SR(print_placement), "0",
      "print where each rank's actors and threads run (rank, host, cores, device)", 0, 1, 0, 0,
      NULL},
+    {"start-time", MOON_CONFIG_DOUBLE, SR(start_time), "0",
+     "the job's start, unix seconds (0: this process's start): the first token served is "
+     "reported from it",
+     0, 0, 0, 1e12, NULL},
     MOON_CONFIG_END,
 };
 #undef SR
@@ -71,8 +76,9 @@ static const moon_config_table_t run_table = {"run", "the serving process", "MOO
                                               run_fields};
 
 static volatile sig_atomic_t g_stop;
-static atomic_int            g_stop_all; /* rank 0's STOP arrived */
-static atomic_int            g_drained;  /* the gateway drained (gateway.h drained_p) */
+static atomic_int            g_stop_all;       /* rank 0's STOP arrived */
+static atomic_int            g_drained;        /* the gateway drained (gateway.h drained_p) */
+static _Atomic uint64_t      g_first_token_ns; /* the gateway's first token (moon_now) */
 
 static void on_signal(int sig)
 {
@@ -117,12 +123,44 @@ static const moon_actor_ops_t ctl_ops = {
     .on_msg = {[MOON_MSG_SERVE_STOP] = ctl_on_stop},
 };
 
-static uint64_t mono_ms(void)
+static uint64_t clock_ns(clockid_t clock)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ms(void)
+{
+    return clock_ns(CLOCK_MONOTONIC) / 1000000u;
+}
+
+/* The job's start on the monotonic clock (moon_now's): start_time (unix
+ * seconds, a job script's start) or, when 0 or not yet come, now (this
+ * process's start: the caller's first act). */
+static uint64_t job_start_ns(double start_time)
+{
+    uint64_t mono = clock_ns(CLOCK_MONOTONIC), real = clock_ns(CLOCK_REALTIME);
+    double   ago = start_time > 0.0 ? (double)real - start_time * 1e9 : 0.0;
+
+    return ago > 0.0 && ago < (double)mono ? mono - (uint64_t)ago : mono;
+}
+
+/* Rank 0's start-up report, once: the first token served (a job's figure:
+ * start-up, model load and the first request). */
+static void report_first_token(uint64_t job_start, uint64_t cluster_ns, int *done)
+{
+    uint64_t t = atomic_load_explicit(&g_first_token_ns, memory_order_acquire);
+
+    if (*done || t == 0) {
+        return;
+    }
+    *done = 1;
+    fprintf(stderr,
+            "moonlet serve: first token served %.2f s after the job's start (the cluster, "
+            "model load included, started in %.2f s)\n",
+            t > job_start ? (double)(t - job_start) * 1e-9 : 0.0, (double)cluster_ns * 1e-9);
 }
 
 /* Rank 0: tells every other live rank's control actor to stop. */
@@ -193,20 +231,22 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
                                    const moon_serve_config_t   *scfg,
                                    const moon_gateway_config_t *gcfg,
                                    moon_weights_client_t *weights, moon_gw_batches_t *batches,
-                                   moon_addr_t *gateway_p, uint16_t *port_p)
+                                   uint64_t job_start, moon_addr_t *gateway_p, uint16_t *port_p)
 {
     moon_kv_tag_t       tag;
     char                fp[64];
     moon_gateway_args_t ga = {
-        .conductor  = moon_serve_cluster_conductor(cluster),
-        .model_path = scfg->model_path,
-        .config     = *gcfg,
-        .dist       = moon_dist_size(dist) > 1 ? dist : NULL,
-        .wait_roles = scfg->colocated ? "colocated" : NULL,
-        .port_p     = port_p,
-        .drained_p  = &g_drained,
-        .weights    = weights,
-        .batches    = batches,
+        .conductor        = moon_serve_cluster_conductor(cluster),
+        .model_path       = scfg->model_path,
+        .config           = *gcfg,
+        .dist             = moon_dist_size(dist) > 1 ? dist : NULL,
+        .wait_roles       = scfg->colocated ? "colocated" : NULL,
+        .port_p           = port_p,
+        .drained_p        = &g_drained,
+        .weights          = weights,
+        .batches          = batches,
+        .job_start_ns     = job_start,
+        .first_token_ns_p = &g_first_token_ns,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
@@ -275,7 +315,10 @@ int moon_cmd_serve(int argc, char **argv)
     moon_status_t         up = MOON_OK; /* the gateway's start, agreed by every rank */
     int                   rc = 1;
 
-    moon_weights_client_t *weights = NULL; /* the admin route's pushes */
+    moon_weights_client_t *weights    = NULL;                      /* the admin route's pushes */
+    uint64_t               start_ns   = clock_ns(CLOCK_MONOTONIC); /* this process's start */
+    uint64_t               cluster_ns = 0;                         /* its cluster's start-up */
+    int                    reported   = 0;                         /* the first token's line */
 
     moon_serve_config_default(&scfg);
     if (moon_gateway_config_default(&gcfg) != MOON_OK ||
@@ -338,10 +381,15 @@ int moon_cmd_serve(int argc, char **argv)
         fprintf(stderr, "moonlet serve: the runtime did not start\n");
         goto out;
     }
+    cluster_ns = clock_ns(CLOCK_MONOTONIC);
     if (moon_serve_cluster_start(&scfg, rt, moon_dist_size(dist) > 1 ? dist : NULL, &cluster) !=
         MOON_OK) {
         fprintf(stderr, "moonlet serve: the cluster did not start (see the log above)\n");
         goto out;
+    }
+    cluster_ns = clock_ns(CLOCK_MONOTONIC) - cluster_ns;
+    if (run.start_time > 0.0) {
+        start_ns = job_start_ns(run.start_time);
     }
     {
         moon_cli_placement_t pl = {.rank        = moon_dist_rank(dist),
@@ -379,7 +427,8 @@ int moon_cmd_serve(int argc, char **argv)
         up = open_batches(rt, cluster, &scfg, &gcfg, &bcfg, &batches);
     }
     if (moon_dist_rank(dist) == 0 && run.gateway && up == MOON_OK) {
-        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, batches, &gateway, &port);
+        up = start_gateway(rt, dist, cluster, &scfg, &gcfg, weights, batches, start_ns, &gateway,
+                           &port);
         if (up != MOON_OK) {
             fprintf(stderr,
                     "moonlet serve: the gateway did not start on %s:%u (see the log above)\n",
@@ -426,6 +475,7 @@ int moon_cmd_serve(int argc, char **argv)
                                   (moon_dist_rank(dist) == 0 || moon_dist_peer_alive(dist, 0)) &&
                                   (run.seconds == 0 || mono_ms() - t0 < run.seconds * 1000);) {
         nanosleep(&(struct timespec){0, 10000000}, NULL);
+        report_first_token(start_ns, cluster_ns, &reported);
     }
     if (moon_dist_rank(dist) == 0) {
         drain_and_stop(rt, dist, gateway, batches, run.drain_seconds);

@@ -5,8 +5,9 @@ launch/slurm/batch.sbatch` on a 50-prompt file, every answer checked (greedy
 completions equal `moonlet generate`), in one task and with 4 tasks under
 srun --mpi=pmix and under mpirun; a batch job requeued midway resumes with
 every line exactly once; launch/slurm/serve.sbatch writes its endpoint,
-answers curl, and scancel stops it cleanly. Skipped, with a message, only
-when Slurm cannot be installed or started."""
+answers curl, logs its start to its first token served, and scancel stops it
+cleanly. Skipped, with a message, only when Slurm cannot be installed or
+started."""
 import json
 import os
 import shutil
@@ -153,6 +154,7 @@ def test_serve_job():
     if os.path.exists(ep):
         os.remove(ep)
     env = dict(ENV, MOON_ENDPOINT_FILE=ep, MOON_GATEWAY_HOST="127.0.0.1")
+    t_submit = time.time()
     rc, job = sbatch("serve.sbatch", "-o", path("serve.log"), env=env, wait=False)
     assert rc == 0
     t0 = time.time()
@@ -173,6 +175,14 @@ def test_serve_job():
     assert out.returncode == 0, out.stderr
     ans = json.loads(out.stdout)
     assert ans["choices"][0]["text"] and ans["usage"]["completion_tokens"] == 8, ans
+    # the job reports its start to its first token served, once, in its log
+    t0 = time.time()
+    while "first token served" not in log_of("serve.log"):
+        assert time.time() - t0 < 30, "no first-token line in the log:\n" + log_of("serve.log")
+        time.sleep(0.2)
+    took = [float(l.split("first token served ")[1].split(" s ")[0])
+            for l in log_of("serve.log").splitlines() if "first token served" in l]
+    assert len(took) == 1 and 0 < took[0] < time.time() - t_submit, took
     subprocess.run(["scancel", job], env=ENV, check=True)
     wait_state(job, ("CANCELLED", "COMPLETED", "GONE"), 120)
     t0 = time.time()

@@ -46,6 +46,8 @@ static moon_serve_client_t  *g_client;
 static moon_addr_t           g_fake;
 static atomic_int            g_fake_decode_up = 1; /* what the fake conductor reports */
 static unsigned              g_port, g_port_key, g_port_fake;
+static uint64_t              g_job_start;      /* g_port's job start (moon_now) */
+static _Atomic uint64_t      g_first_token_ns; /* g_port's first token served */
 
 /* ---- a fake conductor: rejects everything, reports every role up ---------- */
 static moon_status_t fake_on_submit(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -108,8 +110,13 @@ static moon_status_t spawn_gateway(moon_addr_t conductor, const char *key, uint6
     args.dist                     = moon_dist_size(g_dist) > 1 ? g_dist : NULL;
     args.model_path               = MOON_TEST_MODEL;
     args.port_p                   = &port;
-    status                        = moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr);
-    *port_p                       = port;
+    if (key == NULL) { /* g_port's: a job's start-up figure */
+        g_job_start           = moon_now(g_rt);
+        args.job_start_ns     = g_job_start;
+        args.first_token_ns_p = &g_first_token_ns;
+    }
+    status  = moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr);
+    *port_p = port;
     return status;
 }
 
@@ -518,6 +525,31 @@ static double metric(const char *prefix)
     return v;
 }
 
+#define JOB_FIRST_TOKEN "moonlet:job_start_to_first_token_seconds{"
+
+/* A gateway given a job's start reports the first token it served, once:
+ * the gauge is the time from the start to that token (the moment it hands
+ * its caller); one without a start has no such gauge. Runs after g_port
+ * served completions, and g_port_key served none. */
+static void test_job_first_token(void)
+{
+    uint64_t  first = atomic_load(&g_first_token_ns);
+    double    v     = metric(JOB_FIRST_TOKEN);
+    gw_http_t r;
+
+    CU_ASSERT_TRUE_FATAL(first > g_job_start);
+    CU_ASSERT_DOUBLE_EQUAL(v, (double)(first - g_job_start) * 1e-9, 1e-6);
+    CU_ASSERT_EQUAL_FATAL(
+        gw_post(&r, g_port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", NULL),
+        200);
+    gw_http_fini(&r);
+    CU_ASSERT_EQUAL(atomic_load(&g_first_token_ns), first); /* the first only */
+    CU_ASSERT_DOUBLE_EQUAL(metric(JOB_FIRST_TOKEN), v, 1e-9);
+    CU_ASSERT_EQUAL(gw_curl(&r, g_port_key, "/metrics", NULL), 200);
+    CU_ASSERT_PTR_NULL(r.body != NULL ? strstr(r.body, "job_start_to_first_token") : "no body");
+    gw_http_fini(&r);
+}
+
 #define CANCELLED_LINE                                                                             \
     "moonlet:request_success_total{model_name=\"stories260K\",finished_reason=\"cancelled\"}"
 
@@ -761,10 +793,11 @@ static int run_rank0(void)
         return 1;
     }
     rc = MOON_TEST_RUN("gateway", NULL, NULL, test_routes, test_errors, test_api_key,
-                       test_completion_stream_and_not, test_chat, test_cancel_on_disconnect,
-                       test_cancel_on_disconnect_not_streamed, test_cancel_while_queued,
-                       test_concurrent_streams, test_rejected_then_conductor_down,
-                       test_half_sent_request_times_out, test_openai_npm, test_openai_python);
+                       test_completion_stream_and_not, test_job_first_token, test_chat,
+                       test_cancel_on_disconnect, test_cancel_on_disconnect_not_streamed,
+                       test_cancel_while_queued, test_concurrent_streams,
+                       test_rejected_then_conductor_down, test_half_sent_request_times_out,
+                       test_openai_npm, test_openai_python);
     moon_serve_client_destroy(g_client);
     return rc;
 }
