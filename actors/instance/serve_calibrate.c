@@ -10,6 +10,7 @@
 #include "moonlet/runtime.h"
 
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #define CAL_REPS 5 /* best of: a shared machine's noise only ever adds time */
@@ -84,8 +85,36 @@ static moon_status_t calibrate_prefill(moon_engine_t *e, moon_kv_cache_t *kv, co
     return n > 0 ? moon_sched_cost_fit_prefill(s, n, cost) : MOON_ERR_NO_RESOURCE;
 }
 
+/* A sequence of c tokens whose K/V are a constant: a decode step's time
+ * depends on how many positions it attends to, not on their values.
+ * Prefilling them instead (b sequences of up to ctx / 4 tokens for every
+ * batch size) made a 110M model's start-up take minutes. The bytes are
+ * written (a small finite value in F32, F16 and BF16) so the step reads
+ * memory of its own, as a real batch does, not the kernel's zero page. */
+static moon_status_t sized_seq(moon_kv_cache_t *kv, uint32_t c, uint32_t *seq_p)
+{
+    moon_status_t status = moon_kv_seq_create(kv, seq_p);
+
+    if (status == MOON_OK && (status = moon_kv_seq_reserve(kv, *seq_p, c)) != MOON_OK) {
+        moon_kv_seq_destroy(kv, *seq_p);
+    }
+    if (status != MOON_OK) {
+        return status;
+    }
+    moon_kv_seq_advance(kv, *seq_p, c);
+    for (uint32_t i = 0; i < moon_kv_seq_n_blocks(kv, *seq_p); i++) {
+        uint32_t block = moon_kv_seq_block(kv, *seq_p, i);
+        void    *data  = moon_kv_block_data(kv, block);
+        if (data != NULL) { /* NULL: a modeled cache (simulation) */
+            memset(data, 0x3c, moon_kv_block_bytes(kv));
+            moon_kv_block_mark_written(kv, block);
+        }
+    }
+    return MOON_OK;
+}
+
 static moon_status_t time_decode(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
-                                 uint32_t b, uint32_t c, uint32_t chunk, double *best_p)
+                                 uint32_t b, uint32_t c, double *best_p)
 {
     uint32_t      seqs[256];
     uint32_t      made   = 0;
@@ -93,14 +122,7 @@ static moon_status_t time_decode(moon_engine_t *e, moon_kv_cache_t *kv, const in
     moon_status_t status = MOON_OK;
 
     for (; made < b && status == MOON_OK; made++) {
-        status = moon_kv_seq_create(kv, &seqs[made]);
-        if (status == MOON_OK) {
-            status = fill_seq(e, kv, seqs[made], tok, c, chunk);
-            if (status != MOON_OK) {
-                moon_kv_seq_destroy(kv, seqs[made]);
-            }
-        }
-        if (status != MOON_OK) {
+        if ((status = sized_seq(kv, c, &seqs[made])) != MOON_OK) {
             break;
         }
     }
@@ -117,8 +139,7 @@ static moon_status_t time_decode(moon_engine_t *e, moon_kv_cache_t *kv, const in
 }
 
 static moon_status_t calibrate_decode(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
-                                      uint32_t ctx, uint32_t chunk, uint32_t max_batch,
-                                      moon_sched_cost_t *cost)
+                                      uint32_t ctx, uint32_t max_batch, moon_sched_cost_t *cost)
 {
     moon_sched_decode_sample_t s[CAL_MAX_SAMPLES];
     uint32_t                   n = 0;
@@ -128,7 +149,7 @@ static moon_status_t calibrate_decode(moon_engine_t *e, moon_kv_cache_t *kv, con
         for (uint32_t k = 0; k < 2; k++) {
             uint32_t c = cs[k];
             if (c == 0 || c + CAL_REPS + 2 >= ctx ||
-                time_decode(e, kv, tok, b, c, chunk, &s[n].seconds) != MOON_OK) {
+                time_decode(e, kv, tok, b, c, &s[n].seconds) != MOON_OK) {
                 continue;
             }
             s[n].batch      = b;
@@ -154,7 +175,7 @@ moon_status_t moon_serve_calibrate(moon_engine_t *e, moon_kv_cache_t *kv, uint32
         status = calibrate_prefill(e, kv, tok, ctx, chunk, cost);
     }
     if (status == MOON_OK && max_batch > 0) {
-        status = calibrate_decode(e, kv, tok, ctx, chunk ? chunk : 64, max_batch, cost);
+        status = calibrate_decode(e, kv, tok, ctx, max_batch, cost);
     }
     if (status == MOON_OK) {
         MOON_INFO(
