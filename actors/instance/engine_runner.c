@@ -165,6 +165,11 @@ moon_status_t moon_engine_runner_submit(moon_engine_runner_t *r, moon_actor_t *s
     return MOON_OK;
 }
 
+int moon_engine_runner_threaded(const moon_engine_runner_t *r)
+{
+    return r->threaded;
+}
+
 int moon_engine_runner_busy(const moon_engine_runner_t *r)
 {
     return r->busy;

@@ -34,6 +34,8 @@ MOON_API void moon_engine_runner_destroy(moon_engine_runner_t *runner);
  * completion follows; MOON_ERR_NO_RESOURCE: a job is already in flight. */
 MOON_API moon_status_t moon_engine_runner_submit(moon_engine_runner_t *runner, moon_actor_t *self,
                                                  moon_engine_job_fn fn, void *arg, uint64_t job);
+/* 1 when jobs run on the runner's own thread (not inline, in virtual time). */
+MOON_API int moon_engine_runner_threaded(const moon_engine_runner_t *runner);
 /* 1 while a job is in flight. */
 MOON_API int moon_engine_runner_busy(const moon_engine_runner_t *runner);
 /* Reads a completion: an ENGINE_DONE message, or an inline runner's TIMER.

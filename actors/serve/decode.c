@@ -216,7 +216,7 @@ void moon_dec_finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, m
     release_req(self, d, r);
 }
 
-static int is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
+int moon_dec_is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 {
     if (!(r->flags & MOON_SERVE_F_IGNORE_EOS) &&
         (tok == moon_tokenizer_eos(t) || tok == moon_tokenizer_bos(t))) {
@@ -238,7 +238,8 @@ static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const 
     int           hit;
     moon_status_t status;
 
-    if (is_stop_id(r, tok, d->tok) || (r->gram.fsm != NULL && tok == moon_tokenizer_eos(d->tok))) {
+    if (moon_dec_is_stop_id(r, tok, d->tok) ||
+        (r->gram.fsm != NULL && tok == moon_tokenizer_eos(d->tok))) {
         moon_dec_finish(self, d, r, MOON_FINISH_STOP, MOON_OK, NULL);
         return;
     }
@@ -864,25 +865,6 @@ static void block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon
 
 /* ---- the batch ------------------------------------------------------------ */
 
-/* One engine call per weight version in the batch (two while one drains). */
-static moon_status_t step_job(void *arg, double *duration_s_p)
-{
-    decode_t     *d      = arg;
-    moon_status_t status = MOON_OK;
-    uint32_t      from   = 0;
-    double        total = 0.0, dur = 0.0;
-
-    for (uint32_t g = 0; g < d->b_groups && status == MOON_OK; g++) {
-        status =
-            moon_engine_decode(d->b_engine[g], d->pool.kv, d->b_seq + from, d->b_tok + from,
-                               d->b_end[g] - from, d->b_logits + (size_t)from * d->vocab, &dur);
-        total += dur;
-        from = d->b_end[g];
-    }
-    *duration_s_p = total;
-    return status;
-}
-
 /* The next forward pass: a decode step of the whole batch, or (colocated) a
  * prefill chunk, taking turns while both have work. */
 void moon_dec_maybe_step(moon_actor_t *self, decode_t *d)
@@ -891,6 +873,7 @@ void moon_dec_maybe_step(moon_actor_t *self, decode_t *d)
     dreq_t       *pre;
 
     if (moon_engine_runner_busy(d->runner)) {
+        moon_dec_steps_yield(d); /* several steps in flight: the next boundary is ours */
         return;
     }
     pre    = d->cache != NULL ? moon_dec_next_prefill(d) : NULL;
@@ -928,7 +911,8 @@ void moon_dec_maybe_step(moon_actor_t *self, decode_t *d)
     }
     d->job_kind       = JOB_STEP;
     d->last_was_chunk = 0;
-    status            = moon_engine_runner_submit(d->runner, self, step_job, d, 0);
+    moon_dec_steps_prepare(d, pre != NULL);
+    status = moon_engine_runner_submit(d->runner, self, moon_dec_steps_job, d, 0);
     MOON_CHECK(status == MOON_OK);
 }
 
@@ -950,15 +934,25 @@ int moon_dec_after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_
     return 1;
 }
 
+/* The step job ended: its last step's tokens are sampled here unless the
+ * engine thread sent them (b_emitted); a request it saw end finishes here. */
 static void on_step_done(moon_actor_t *self, decode_t *d, moon_status_t status)
 {
+    d->n_tokens_out += d->b_tokens;
+    d->b_tokens     = 0;
     d->tok_batching = 1; /* the step's tokens leave together, one message per reply address */
     for (uint32_t b = 0; b < d->b_n; b++) {
         dreq_t *r = &d->reqs[d->b_slot[b]];
-        if (!moon_dec_after_pass(self, d, r, status, "decode step failed")) {
+        if (moon_dec_after_pass(self, d, r, status, "decode step failed")) {
+            continue;
+        }
+        if (!d->b_emitted) {
             moon_dec_sample_emit(self, d, r, d->b_logits + (size_t)b * d->vocab);
+        } else if (r->ended) {
+            moon_dec_finish(self, d, r, r->end_why, MOON_OK, NULL);
         }
     }
+    d->b_emitted = 0;
     moon_dec_tokens_flush(self, d);
     d->tok_batching = 0;
     d->b_n          = 0;
@@ -1002,6 +996,8 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
         r->cancel_pending = 1;
         if (!r->in_step) {
             moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+        } else {
+            moon_dec_steps_yield(d); /* it ends after the step in flight, as before */
         }
         return MOON_OK;
     }
@@ -1058,6 +1054,7 @@ static moon_status_t decode_on_weights(moon_actor_t *self, const moon_msg_hdr_t 
 {
     decode_t *d = moon_actor_state(self);
 
+    moon_dec_steps_yield(d); /* a version comes or goes: the batch regroups */
     moon_weights_set_handle(&d->weights, self, d->runner, msg);
     return MOON_OK;
 }
@@ -1102,14 +1099,18 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     d->b_tok    = moon_calloc(mb, sizeof(*d->b_tok));
     d->b_logits = moon_calloc((size_t)mb * d->vocab, sizeof(float));
     d->cap_tok  = mb;
-    d->tok_pend = moon_calloc(mb, sizeof(*d->tok_pend));
-    d->tok_text = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
+    d->rt       = moon_actor_runtime(self);
+    d->tq.pend  = moon_calloc(mb, sizeof(*d->tq.pend));
+    d->tq.text  = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
+    d->eq.pend  = moon_calloc(mb, sizeof(*d->eq.pend));
+    d->eq.text  = moon_calloc((size_t)mb * DEC_TOK_TEXT_PER_SEQ, 1);
     d->lp_row   = moon_calloc(d->vocab, sizeof(float));
     if (d->a.role == MOON_SERVE_ROLE_COLOCATED && status == MOON_OK) {
         status = moon_dec_colocated_open(d);
     }
-    if (status == MOON_OK && (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits ||
-                              !d->tok_pend || !d->tok_text || !d->lp_row)) {
+    if (status == MOON_OK &&
+        (!d->reqs || !d->b_slot || !d->b_seq || !d->b_tok || !d->b_logits || !d->tq.pend ||
+         !d->tq.text || !d->eq.pend || !d->eq.text || !d->lp_row)) {
         status = MOON_ERR_NO_MEMORY;
     }
     if (status == MOON_OK) {
@@ -1159,8 +1160,10 @@ static void decode_fini(moon_actor_t *self)
     moon_free(d->b_seq);
     moon_free(d->b_tok);
     moon_free(d->b_logits);
-    moon_free(d->tok_pend);
-    moon_free(d->tok_text);
+    moon_free(d->tq.pend);
+    moon_free(d->tq.text);
+    moon_free(d->eq.pend);
+    moon_free(d->eq.text);
     moon_free(d->lp_row);
 }
 

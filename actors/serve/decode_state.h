@@ -15,6 +15,8 @@
 #include "serve_text.h"
 #include "weights_serving.h"
 
+#include <stdatomic.h>
+
 /* A request's life on this instance: one dreq_t, one state, changed only by
  * moon_dec_enter (which refuses any move not drawn here).
  *
@@ -35,7 +37,8 @@
  * ENDED: DONE, RELEASED (and KV_DONE, once its pulls landed) are sent; the
  * slot waits there for the pulls still writing into its blocks and for the
  * forward pass that holds it (in_step). Beside the state: in_step (a pass in
- * flight holds it: PREFILLING or RUNNING) and cancel_pending (a CANCEL that
+ * flight holds it: PREFILLING or RUNNING; a step job may run several steps,
+ * decode_steps.c, and its request stays RUNNING through them) and cancel_pending (a CANCEL that
  * came during that pass: it ends the request when the pass ends). A request
  * not taken yet is no dreq_t: its KV_READY or PREFILL waits in d->waiting. */
 typedef enum {
@@ -76,8 +79,23 @@ typedef struct {
     int32_t              prefill_instance; /* who computed the prompt (DONE tells the client) */
     uint64_t             arrival_ns, queue_ns, prefill_ns, xfer_start_ns, transfer_ns, ttft_ns;
     uint64_t             version; /* its weights, from its first step to its last */
+    int                  ended;   /* multi-step: the engine thread saw it end ... */
+    uint32_t             end_why; /* ... with this finish */
     moon_serve_grammar_t gram;    /* constrained decoding (gram.fsm NULL: none) */
 } dreq_t;
+
+/* Tokens waiting for the end of a step (decode_tokens.c). */
+struct dec_tok {
+    moon_addr_t reply_to;
+    uint64_t    request_id;
+    uint32_t    index, token, text_end; /* text_end: one past its NUL in text */
+    uint64_t    version;                /* the weights that computed it */
+};
+typedef struct {
+    struct dec_tok *pend; /* (cap_tok) */
+    char           *text; /* (cap_tok * DEC_TOK_TEXT_PER_SEQ) */
+    uint32_t        n, n_text;
+} dec_tokq_t;
 
 typedef struct {
     moon_serve_instance_args_t a;
@@ -132,16 +150,20 @@ typedef struct {
     uint32_t       b_end[MOON_WEIGHTS_MAX_HELD];
     uint32_t       b_groups;
     moon_engine_t *chunk_engine; /* colocated: the chunk's version */
-    /* a step's tokens, sent at its end as one TOKENS per reply address */
-    struct dec_tok {
-        moon_addr_t reply_to;
-        uint64_t    request_id;
-        uint32_t    index, token, text_end; /* text_end: one past its NUL in tok_text */
-        uint64_t    version;                /* the weights that computed it */
-    } * tok_pend;                           /* (max_batch) */
-    char    *tok_text;                      /* (max_batch * DEC_TOK_TEXT_PER_SEQ) */
-    uint32_t n_tok_pend, n_tok_text, cap_tok;
-    int      tok_batching; /* inside on_step_done: emit queues */
+    /* a step's tokens, sent at its end as one TOKENS per reply address: the
+     * actor's queue, and the engine thread's while it runs several steps */
+    dec_tokq_t      tq, eq;
+    uint32_t        cap_tok;      /* entries of each queue (max_batch) */
+    int             tok_batching; /* inside on_step_done: emit queues */
+    moon_runtime_t *rt;           /* the engine thread sends with it */
+
+    /* multi-step (decode_steps.c): set by the actor before a step job */
+    int steps_ok; /* the job may sample and run the next steps itself */
+    /* set by the actor while a job runs: new work or a cancel waits for it */
+    _Atomic int steps_yield;
+    /* set by the engine thread, read after the completion */
+    int      b_emitted; /* the last step's tokens went out already */
+    uint64_t b_tokens;  /* tokens the job sent */
 } decode_t;
 
 /* ---- shared by decode.c (handover, batch) and colocated.c (prefill here) */
@@ -192,6 +214,26 @@ moon_status_t moon_dec_token_out(moon_actor_t *self, decode_t *d, dreq_t *r, int
 /* Sends the queued tokens: one TOKENS per reply address (a lone one as
  * TOKEN), in queue order per address. */
 void moon_dec_tokens_flush(moon_actor_t *self, decode_t *d);
+
+/* Queues r's token tok (text: n bytes) on the engine thread's queue as index
+ * r->n_gen++ (multi-step; sent by moon_dec_tokens_flush_engine). */
+void moon_dec_token_queue_engine(decode_t *d, dreq_t *r, int32_t tok, const char *text, size_t n);
+/* Sends the engine thread's queue, from the engine thread. */
+void moon_dec_tokens_flush_engine(decode_t *d);
+/* 1 when tok ends r without being streamed (EOS, BOS, a stop id). */
+int moon_dec_is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t);
+
+/* ---- decode_steps.c: several decode steps per engine job */
+
+/* Actor, a step batch built: whether its job may run the next steps on the
+ * engine thread (then each request's KV room is reserved ahead). */
+void moon_dec_steps_prepare(decode_t *d, int prefill_waits);
+/* The step job (engine thread): one step, and the next ones while
+ * moon_dec_steps_prepare allowed it and the batch stays as it is. */
+moon_status_t moon_dec_steps_job(void *arg, double *duration_s_p);
+/* Actor: a job runs, and something (new work, a cancel) wants the batch
+ * back: the job stops after its current step. */
+void moon_dec_steps_yield(decode_t *d);
 
 /* ---- colocated.c: the instance prefills too (MOON_SERVE_ROLE_COLOCATED) */
 

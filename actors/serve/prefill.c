@@ -3,15 +3,14 @@
  * leading blocks its own prefix cache holds, fetches the next cached ones
  * from the KV store straight into its pool (RDMA get into the registered
  * pool), computes the rest in chunks on its engine
- * thread, puts the new full blocks into the store (two-phase put, zero-copy
- * from the pool), and hands the sequence to the decode instance the
- * conductor chose: after every chunk a KV_READY names the blocks now final,
- * which the decode pulls from this pool while the next chunk computes; the
- * last one carries the partial block and the first sampled token.
- * A request's blocks stay until the decode says KV_DONE and the store puts
- * from them have finished; its full blocks then stay in the prefix cache
- * (least recently used ones go when the pool needs room), whose content the
- * conductor learns from CACHE_EVENTS (cache_events.h). */
+ * thread, puts the new full blocks into the store once the prompt is
+ * computed (one two-phase put, zero-copy from the pool), and hands the sequence to the decode
+ * instance the conductor chose: after every chunk a KV_READY names the blocks now final, which the
+ * decode pulls from this pool while the next chunk computes; the last one carries the partial block
+ * and the first sampled token. A request's blocks stay until the decode says KV_DONE and the store
+ * puts from them have finished; its full blocks then stay in the prefix cache (least recently used
+ * ones go when the pool needs room), whose content the conductor learns from CACHE_EVENTS
+ * (cache_events.h). */
 #include "prefill.h"
 
 #include "block_cache.h"
@@ -506,10 +505,10 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     p->n_computed_tokens += r->chunk_n;
     full = r->n_done / p->a.block_tokens;
     if (r->n_done < r->n_prompt) {
-        /* chunk k's blocks travel while chunk k + 1 computes */
+        /* chunk k's blocks travel to the decode while chunk k + 1 computes
+         * (the store gets them all at the end: one put, not one per chunk) */
         if (full > r->n_sent && send_ready(self, p, r, r->n_sent, full - r->n_sent, 0, MOON_OK, 0,
                                            0, NULL, NULL) == MOON_OK) {
-            put_new_blocks(p, r, r->n_sent, full);
             r->n_sent = full;
         }
         compute_next(self, p, r);
@@ -559,7 +558,10 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     } else {
         tok = moon_sampler_sample(&smp, p->logits);
     }
-    put_new_blocks(p, r, r->n_sent, full);
+    /* the prompt's new blocks go to the store in one put (a reserve, a grant
+     * and a commit per shard and replica for the whole prompt): no reader
+     * needs them sooner, the decode pulls from this pool */
+    put_new_blocks(p, r, 0, full);
     status = send_ready(self, p, r, r->n_sent, moon_kv_seq_n_blocks(p->pool.kv, r->seq) - r->n_sent,
                         1, MOON_OK, tok, smp.rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
     moon_sampler_fini(&smp);

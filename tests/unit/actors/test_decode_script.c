@@ -8,7 +8,10 @@
  * prefill lost while the KV moves (and its late KV_READY dropped), a CANCEL
  * mid-stream and one before the request, a weight version the instance does
  * not hold, a handover of a bad length, and (colocated) a PREFILL computed
- * here, then again from the instance's prefix cache. */
+ * here, then again from the instance's prefix cache. Two cases run in the
+ * threaded runtime with the engine on its thread, where a batch runs several
+ * steps per engine job (decode_steps.c): a second request joining a running
+ * one, and the CANCEL mid-stream. */
 #include "decode.h"
 #include "moon_test.h"
 #include "moonlet/serve_client.h"
@@ -19,6 +22,7 @@
 #include "moonlet/log.h"
 #include "moonlet/moonlet.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #define BT 16u
@@ -35,8 +39,11 @@ typedef enum {
     CASE_CANCEL,
     CASE_VERSION,
     CASE_BAD_LENGTH,
-    CASE_COLOCATED
+    CASE_COLOCATED,
+    CASE_JOIN /* threaded: request 1 comes while request 0 streams */
 } script_case_t;
+
+#define DEADLINE_STEP 99u /* the peer's timer that ends a threaded case which hangs */
 
 /* What came back, per request id (0 .. MAX_REQ - 1). */
 typedef struct {
@@ -51,6 +58,11 @@ static struct {
     moon_addr_t   decode;
     seen_t        seen[MAX_REQ];
     uint32_t      n_hello, n_other, n_cancel_sent;
+    /* threaded cases: they end when want_ends requests were released and
+     * their KV_DONEs came (a KV_DONE may come first: once the KV is in) */
+    int              threaded, sent_join;
+    uint32_t         n_kv_done, n_released, want_ends;
+    _Atomic uint64_t n_engine_done; /* the engine's completions (runtime trace) */
 } g;
 
 /* A KV_READY of request id: blocks [first, first + n) are the remote ones
@@ -145,7 +157,14 @@ static void script_step(moon_actor_t *self, uint64_t step)
     static const uint32_t b012[] = {0, 1, 2};
     uint64_t              timer;
 
+    if (step == DEADLINE_STEP) {
+        moon_runtime_shutdown(moon_actor_runtime(self), 1);
+        return;
+    }
     switch (g.c) {
+    case CASE_JOIN: /* request 1 is sent on request 0's 10th token */
+        send_kv_ready(self, 0, 0, b012, 3, 1, 40, 70, 0);
+        break;
     case CASE_HANDOVER: /* 40 tokens: 2 full blocks and 8 in a partial one */
         send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
         send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
@@ -200,6 +219,17 @@ static void on_token(moon_actor_t *self, uint64_t id, uint32_t index)
     if (g.c == CASE_CANCEL && id == 0 && s->n_tokens == 2 && g.n_cancel_sent++ == 0) {
         send_req(self, MOON_MSG_SERVE_CANCEL, 0);
     }
+    if (g.c == CASE_JOIN && id == 0 && s->n_tokens == 10 && !g.sent_join) {
+        g.sent_join = 1;
+        send_kv_ready(self, 1, 0, (const uint32_t[]){0, 1, 2}, 3, 1, 40, 40, 0);
+    }
+}
+
+static void maybe_end(moon_actor_t *self)
+{
+    if (g.threaded && g.n_released == g.want_ends && g.n_kv_done == g.want_ends) {
+        moon_runtime_shutdown(moon_actor_runtime(self), 0); /* all ended */
+    }
 }
 
 static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -238,11 +268,15 @@ static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
         break;
     case MOON_MSG_SERVE_KV_DONE:
         seen_of(kd->request_id)->n_kv_done++;
+        g.n_kv_done++;
+        maybe_end(self);
         break;
     case MOON_MSG_SERVE_RELEASED:
         s = seen_of(rl->request_id);
         s->n_released++;
         s->released_finish = rl->finish;
+        g.n_released++;
+        maybe_end(self);
         break;
     case MOON_MSG_SYS_TIMER:
         script_step(self, ((const moon_sys_timer_t *)msg)->cookie);
@@ -258,6 +292,9 @@ static moon_status_t peer_init(moon_actor_t *self, const void *args)
     uint64_t timer;
 
     (void)args;
+    if (g.threaded && moon_timer_start(self, 60000 * MS, 0, DEADLINE_STEP, &timer) != MOON_OK) {
+        return MOON_ERR_NO_MEMORY;
+    }
     return moon_timer_start(self, 10 * MS, 0, 0, &timer); /* after the decode's HELLO */
 }
 
@@ -284,7 +321,18 @@ static uint64_t slow_pull(void *arg, uint64_t now_ns, uint32_t kind, uint32_t sr
     return 5 * MS;
 }
 
-static void run_case(script_case_t c)
+static void count_engine_done(void *arg, uint64_t now_ns, const moon_msg_hdr_t *msg,
+                              moon_addr_t dst)
+{
+    (void)arg, (void)now_ns, (void)dst;
+    if (msg->type == MOON_MSG_SERVE_ENGINE_DONE) {
+        atomic_fetch_add(&g.n_engine_done, 1);
+    }
+}
+
+/* threaded: the real runtime and the engine on its thread; the case ends
+ * once want_ends requests ended (or fails at a deadline). */
+static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
 {
     moon_runtime_config_t      cfg;
     moon_runtime_t            *rt = NULL;
@@ -297,21 +345,25 @@ static void run_case(script_case_t c)
         .n_blocks     = 64,
         .max_seqs     = MAX_REQ,
         .prefill_chunk = 64,
-        .threaded      = 0,
-        .xfer_ns       = c == CASE_HANDOVER || c == CASE_CANCEL ? NULL : slow_pull,
+        .threaded      = threaded,
+        .xfer_ns = c == CASE_HANDOVER || c == CASE_CANCEL || c == CASE_JOIN ? NULL : slow_pull,
     };
 
     memset(&g, 0, sizeof(g));
-    g.c = c;
+    g.c         = c;
+    g.threaded  = threaded;
+    g.want_ends = want_ends;
     moon_runtime_config_default(&cfg);
-    cfg.deterministic = 1;
+    cfg.deterministic = !threaded;
     cfg.sim_max_ns    = 2000 * MS;
+    cfg.n_workers     = 1;
+    cfg.trace         = count_engine_done;
     CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &peer_ops, NULL, NULL, &peer), MOON_OK);
     ia.conductor = peer;
     CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_decode_ops, &ia, NULL, &g.decode), MOON_OK);
-    moon_log_set_level(MOON_LOG_ERROR); /* the error paths' warnings */
-    moon_runtime_run(rt);
+    moon_log_set_level(MOON_LOG_ERROR);       /* the error paths' warnings */
+    CU_ASSERT_EQUAL(moon_runtime_run(rt), 0); /* threaded: not the deadline */
     moon_log_set_level(MOON_LOG_WARN);
     moon_runtime_destroy(rt);
     CU_ASSERT_EQUAL(g.n_hello, 1);
@@ -321,6 +373,11 @@ static void run_case(script_case_t c)
         CU_ASSERT(g.seen[i].n_done <= 1);        /* one end at most, never two */
         CU_ASSERT_EQUAL(g.seen[i].n_tokens, g.seen[i].done_after_tokens); /* none after DONE */
     }
+}
+
+static void run_case(script_case_t c)
+{
+    run_case_mode(c, 0, 0);
 }
 
 /* Ended once: DONE (finish, status) after n tokens, RELEASED to the
@@ -399,6 +456,30 @@ static void test_colocated(void)
     CU_ASSERT_EQUAL(g.seen[1].n_cached, 2 * BT);
 }
 
+/* Threaded, several steps per engine job: request 1 joins request 0's batch
+ * mid-stream (the job in flight hands the batch back); every token leaves,
+ * in order, before its DONE, and far fewer completions than steps come. */
+static void test_join_multistep(void)
+{
+    run_case_mode(CASE_JOIN, 1, 2);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 70, 1);
+    check_end(1, MOON_FINISH_LENGTH, MOON_OK, 40, 1);
+    CU_ASSERT_EQUAL(g.seen[0].n_completion, 70);
+    /* 69 steps of request 0 (its first token came with the handover) */
+    CU_ASSERT(atomic_load(&g.n_engine_done) > 0 && atomic_load(&g.n_engine_done) < 30);
+}
+
+/* Threaded: the CANCEL reaches a job running several steps; it ends the
+ * request after the step in flight, with no token after its DONE. */
+static void test_cancel_threaded(void)
+{
+    run_case_mode(CASE_CANCEL, 1, 2);
+    CU_ASSERT_EQUAL(g.n_cancel_sent, 1);
+    CU_ASSERT(g.seen[0].n_tokens >= 2 && g.seen[0].n_tokens < 200);
+    check_end(0, MOON_FINISH_CANCELLED, MOON_OK, g.seen[0].n_tokens, 1);
+    check_end(1, MOON_FINISH_CANCELLED, MOON_OK, 0, 1);
+}
+
 static int setup(void)
 {
     moon_kv_config_t kcfg;
@@ -424,4 +505,5 @@ static int teardown(void)
 }
 
 MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_pull_fails, test_prefill_lost,
-               test_cancel, test_version_gate, test_bad_length, test_colocated)
+               test_cancel, test_version_gate, test_bad_length, test_colocated, test_join_multistep,
+               test_cancel_threaded)
