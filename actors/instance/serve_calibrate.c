@@ -24,73 +24,12 @@ static void fill_tokens(int32_t *t, uint32_t n, uint32_t vocab)
     }
 }
 
-/* Fills seq with n tokens in chunks (untimed). */
-static moon_status_t fill_seq(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
-                              const int32_t *tok, uint32_t n, uint32_t chunk)
-{
-    moon_status_t status = MOON_OK;
-
-    for (uint32_t i = 0; i < n && status == MOON_OK; i += chunk) {
-        uint32_t m = n - i < chunk ? n - i : chunk;
-        status     = moon_engine_prefill(e, kv, seq, tok + i, m, NULL, NULL);
-    }
-    return status;
-}
-
-/* Best of CAL_REPS prefills of n tokens after a prefix of p. */
-static moon_status_t time_prefill(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
-                                  uint32_t p, uint32_t n, uint32_t chunk, double *best_p)
-{
-    double best = -1.0;
-
-    for (int r = 0; r < CAL_REPS; r++) {
-        uint32_t      seq;
-        double        dur    = 0.0;
-        moon_status_t status = moon_kv_seq_create(kv, &seq);
-        if (status != MOON_OK) {
-            return status;
-        }
-        status = fill_seq(e, kv, seq, tok, p, chunk);
-        if (status == MOON_OK) {
-            status = moon_engine_prefill(e, kv, seq, tok + p, n, NULL, &dur);
-        }
-        moon_kv_seq_destroy(kv, seq);
-        if (status != MOON_OK) {
-            return status;
-        }
-        best = best < 0.0 || dur < best ? dur : best;
-    }
-    *best_p = best;
-    return MOON_OK;
-}
-
-static moon_status_t calibrate_prefill(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
-                                       uint32_t ctx, uint32_t chunk, moon_sched_cost_t *cost)
-{
-    const uint32_t              fr[][2] = {{0, 8}, {0, 4}, {0, 2}, {0, 1}, {1, 1}, {2, 1}};
-    moon_sched_prefill_sample_t s[CAL_MAX_SAMPLES];
-    uint32_t                    n = 0;
-
-    /* {prefix in chunks, new tokens as chunk / k} */
-    for (uint32_t i = 0; i < MOON_ARRAY_SIZE(fr); i++) {
-        uint32_t p = fr[i][0] * chunk, m = chunk / fr[i][1];
-        if (m == 0 || p + m >= ctx ||
-            time_prefill(e, kv, tok, p, m, chunk, &s[n].seconds) != MOON_OK) {
-            continue;
-        }
-        s[n].n_prefix = p;
-        s[n].n_new    = m;
-        n++;
-    }
-    return n > 0 ? moon_sched_cost_fit_prefill(s, n, cost) : MOON_ERR_NO_RESOURCE;
-}
-
-/* A sequence of c tokens whose K/V are a constant: a decode step's time
- * depends on how many positions it attends to, not on their values.
- * Prefilling them instead (b sequences of up to ctx / 4 tokens for every
- * batch size) made a 110M model's start-up take minutes. The bytes are
- * written (a small finite value in F32, F16 and BF16) so the step reads
- * memory of its own, as a real batch does, not the kernel's zero page. */
+/* A sequence of c tokens whose K/V are a constant: a decode step's or a
+ * prefill's time depends on how many positions it attends to, not on their
+ * values. Prefilling them instead (for decode, b sequences of up to ctx / 4
+ * tokens for every batch size) made a 110M model's start-up take minutes.
+ * The bytes are written (a small finite value in F32, F16 and BF16) so the
+ * step reads memory of its own, as a real batch does, not the zero page. */
 static moon_status_t sized_seq(moon_kv_cache_t *kv, uint32_t c, uint32_t *seq_p)
 {
     moon_status_t status = moon_kv_seq_create(kv, seq_p);
@@ -111,6 +50,50 @@ static moon_status_t sized_seq(moon_kv_cache_t *kv, uint32_t c, uint32_t *seq_p)
         }
     }
     return MOON_OK;
+}
+
+/* Best of CAL_REPS prefills of n tokens after a prefix of p. */
+static moon_status_t time_prefill(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
+                                  uint32_t p, uint32_t n, double *best_p)
+{
+    double best = -1.0;
+
+    for (int r = 0; r < CAL_REPS; r++) {
+        uint32_t      seq;
+        double        dur    = 0.0;
+        moon_status_t status = sized_seq(kv, p, &seq);
+        if (status != MOON_OK) {
+            return status;
+        }
+        status = moon_engine_prefill(e, kv, seq, tok + p, n, NULL, &dur);
+        moon_kv_seq_destroy(kv, seq);
+        if (status != MOON_OK) {
+            return status;
+        }
+        best = best < 0.0 || dur < best ? dur : best;
+    }
+    *best_p = best;
+    return MOON_OK;
+}
+
+static moon_status_t calibrate_prefill(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,
+                                       uint32_t ctx, uint32_t chunk, moon_sched_cost_t *cost)
+{
+    const uint32_t              fr[][2] = {{0, 8}, {0, 4}, {0, 2}, {0, 1}, {1, 1}, {2, 1}};
+    moon_sched_prefill_sample_t s[CAL_MAX_SAMPLES];
+    uint32_t                    n = 0;
+
+    /* {prefix in chunks, new tokens as chunk / k} */
+    for (uint32_t i = 0; i < MOON_ARRAY_SIZE(fr); i++) {
+        uint32_t p = fr[i][0] * chunk, m = chunk / fr[i][1];
+        if (m == 0 || p + m >= ctx || time_prefill(e, kv, tok, p, m, &s[n].seconds) != MOON_OK) {
+            continue;
+        }
+        s[n].n_prefix = p;
+        s[n].n_new    = m;
+        n++;
+    }
+    return n > 0 ? moon_sched_cost_fit_prefill(s, n, cost) : MOON_ERR_NO_RESOURCE;
 }
 
 static moon_status_t time_decode(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *tok,

@@ -110,9 +110,9 @@ static void test_act_quant_bounds(void)
  * reference, then the AVX2 kernel against the plain C one. */
 static void test_kernels_match_reference(void)
 {
-    static float   w[N], wf[N], x[N], xf[N], step[N];
     /* wq holds a row of any type (F32 the widest): sized for the kernels'
      * types only, GCC flagged the F32 branch of the inlined quantiser */
+    static float   w[N], wf[N], x[N], xf[N], step[N];
     static uint8_t wq[N * 4], xq[N / 32 * 40];
 #ifdef MOON_X86
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
