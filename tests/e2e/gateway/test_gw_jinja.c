@@ -11,6 +11,7 @@
  * template's message. */
 #include "gateway.h"
 #include "gw_curl.h"
+#include "gw_local.h"
 #include "moon_test.h"
 #include "moonlet/alloc.h"
 #include "moonlet/dist.h"
@@ -28,14 +29,11 @@
 #include <string.h>
 #include <time.h>
 
-#define WAIT_NS 60000000000ull
 #define DATA MOON_TEST_DATA_DIR "/jinja"
 
-static moon_runtime_t       *g_rt;
-static moon_serve_cluster_t *g_cluster;
-static moon_tokenizer_t     *g_tok;
-static unsigned              g_port;
-static char                  g_model[512];
+static moon_tokenizer_t *g_tok;
+static unsigned          g_port;
+static char              g_model[512];
 
 /* The reference: text split at "<s>" / "</s>" into BOS / EOS, the rest
  * encoded with no BOS added. */
@@ -190,52 +188,19 @@ static int write_model(void)
 
 int main(void)
 {
-    moon_runtime_config_t      rcfg;
-    moon_serve_config_t        scfg;
-    moon_serve_client_config_t ccfg = {0};
-    moon_serve_client_t       *client;
-    moon_gateway_args_t        args;
-    uint16_t                   port = 0;
-    moon_addr_t                addr;
-    int                        rc = 1;
+    gw_local_t l;
+    int        rc = 1;
 
     gw_tmp_name("gw_jinja");
     if (!write_model()) {
         fprintf(stderr, "test_gw_jinja: cannot write the model\n");
         return 1;
     }
-    moon_runtime_config_default(&rcfg);
-    rcfg.n_workers = 2;
-    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK || moon_runtime_start(g_rt) != MOON_OK) {
-        return 1;
+    if (gw_local_start(&l, "test_gw_jinja", g_model)) {
+        g_port = l.port;
+        rc     = MOON_TEST_RUN("gw_jinja", NULL, NULL, test_prompts_match_reference);
     }
-    moon_serve_config_default(&scfg);
-    scfg.model_path     = g_model;
-    scfg.store_dram_mib = 16;
-    if (moon_serve_cluster_start(&scfg, g_rt, NULL, &g_cluster) != MOON_OK) {
-        fprintf(stderr, "test_gw_jinja: the cluster did not start\n");
-        return 1;
-    }
-    ccfg.conductor = moon_serve_cluster_conductor(g_cluster);
-    memset(&args, 0, sizeof(args));
-    moon_gateway_config_default(&args.config);
-    args.config.port = 0;
-    args.conductor   = ccfg.conductor;
-    args.model_path  = g_model;
-    args.port_p      = &port;
-    if (moon_serve_client_create(g_rt, &ccfg, &client) == MOON_OK &&
-        moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
-        moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, gw_wait_health(g_port, 200))) {
-        rc = MOON_TEST_RUN("gw_jinja", NULL, NULL, test_prompts_match_reference);
-        moon_serve_client_destroy(client);
-    } else {
-        fprintf(stderr, "test_gw_jinja: the gateway did not start\n");
-    }
-    moon_serve_cluster_stop(g_cluster);
-    moon_runtime_shutdown(g_rt, 0);
-    moon_runtime_wait(g_rt);
-    moon_runtime_destroy(g_rt);
+    gw_local_stop(&l);
     moon_tokenizer_destroy(g_tok);
     remove(g_model);
     return rc;

@@ -10,6 +10,7 @@
  * structure is what is checked. */
 #include "gateway.h"
 #include "gw_curl.h"
+#include "gw_local.h"
 #include "moon_test.h"
 #include "moonlet/dist.h"
 #include "moonlet/runtime.h"
@@ -28,25 +29,11 @@
 #error "MOON_TEST_MODEL must name stories260K.gguf"
 #endif
 
-#define WAIT_NS 60000000000ull
-
-static moon_runtime_t       *g_rt;
-static moon_serve_cluster_t *g_cluster;
-static unsigned              g_port;
+static unsigned g_port;
 
 static cJSON *post_json(const char *path, const char *body, int want)
 {
-    gw_http_t r;
-    cJSON    *o;
-    int       code = gw_post(&r, g_port, path, body, NULL);
-
-    CU_ASSERT_EQUAL(code, want);
-    if (code != want) {
-        fprintf(stderr, "POST %s %s -> %d %s\n", path, body, code, r.body ? r.body : "");
-    }
-    o = cJSON_Parse(r.body != NULL ? r.body : "");
-    gw_http_fini(&r);
-    return o;
+    return gw_post_json(g_port, path, body, want);
 }
 
 /* choices[0].message (chat) */
@@ -330,49 +317,16 @@ static void test_npm_clients(void)
 
 int main(void)
 {
-    moon_runtime_config_t      rcfg;
-    moon_serve_config_t        scfg;
-    moon_serve_client_config_t ccfg = {0};
-    moon_serve_client_t       *client;
-    moon_gateway_args_t        args;
-    uint16_t                   port = 0;
-    moon_addr_t                addr;
-    int                        rc = 1;
+    gw_local_t l;
+    int        rc = 1;
 
-    moon_runtime_config_default(&rcfg);
-    rcfg.n_workers = 2;
-    if (moon_runtime_create(&rcfg, &g_rt) != MOON_OK || moon_runtime_start(g_rt) != MOON_OK) {
-        return 1;
-    }
-    moon_serve_config_default(&scfg);
-    scfg.model_path     = MOON_TEST_MODEL;
-    scfg.store_dram_mib = 16;
-    if (moon_serve_cluster_start(&scfg, g_rt, NULL, &g_cluster) != MOON_OK) {
-        fprintf(stderr, "test_gw_structured: the cluster did not start\n");
-        return 1;
-    }
     gw_tmp_name("gw_structured");
-    ccfg.conductor = moon_serve_cluster_conductor(g_cluster);
-    memset(&args, 0, sizeof(args));
-    moon_gateway_config_default(&args.config);
-    args.config.port = 0;
-    args.conductor   = ccfg.conductor;
-    args.model_path  = MOON_TEST_MODEL;
-    args.port_p      = &port;
-    if (moon_serve_client_create(g_rt, &ccfg, &client) == MOON_OK &&
-        moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
-        moon_spawn(g_rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, gw_wait_health(g_port, 200))) {
+    if (gw_local_start(&l, "test_gw_structured", MOON_TEST_MODEL)) {
+        g_port = l.port;
         rc = MOON_TEST_RUN("gw_structured", NULL, NULL, test_json_object, test_schema_and_grammar,
                            test_unenforceable_is_400, test_tool_calls, test_tool_calls_streamed,
                            test_random_schemas, test_npm_clients);
-        moon_serve_client_destroy(client);
-    } else {
-        fprintf(stderr, "test_gw_structured: the gateway did not start\n");
     }
-    moon_serve_cluster_stop(g_cluster);
-    moon_runtime_shutdown(g_rt, 0);
-    moon_runtime_wait(g_rt);
-    moon_runtime_destroy(g_rt);
+    gw_local_stop(&l);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "gateway.h"
 #include "gw_buf.h"
 #include "gw_curl.h"
+#include "gw_local.h"
 #include "moon_test.h"
 #include "moonlet/alloc.h"
 #include "moonlet/dist.h"
@@ -29,7 +30,6 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#define WAIT_NS 60000000000ull
 #define DATA MOON_TEST_DATA_DIR "/jinja"
 
 static const char *g_template; /* argv[1]: the template file */
@@ -47,17 +47,7 @@ static const char *tools =
 
 static cJSON *post(const char *path, const char *body, int want)
 {
-    gw_http_t r;
-    cJSON    *o;
-    int       code = gw_post(&r, g_port, path, body, NULL);
-
-    CU_ASSERT_EQUAL(code, want);
-    if (code != want) {
-        fprintf(stderr, "POST %s %s -> %d %s\n", path, body, code, r.body ? r.body : "");
-    }
-    o = cJSON_Parse(r.body != NULL ? r.body : "");
-    gw_http_fini(&r);
-    return o;
+    return gw_post_json(g_port, path, body, want);
 }
 
 static const cJSON *choice0(const cJSON *o)
@@ -278,17 +268,9 @@ static int write_model(const char *name)
 
 int main(int argc, char **argv)
 {
-    moon_runtime_config_t      rcfg;
-    moon_serve_config_t        scfg;
-    moon_serve_client_config_t ccfg = {0};
-    moon_serve_client_t       *client;
-    moon_serve_cluster_t      *cluster;
-    moon_runtime_t            *rt;
-    moon_gateway_args_t        args;
-    uint16_t                   port = 0;
-    moon_addr_t                addr;
-    char                       name[64];
-    int                        rc = 1;
+    gw_local_t l;
+    char       name[64];
+    int        rc = 1;
 
     if (argc != 3) {
         fprintf(stderr, "usage: test_gw_tools TEMPLATE.jinja CALL-MARKER\n");
@@ -302,39 +284,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_gw_tools: cannot write the model\n");
         return 1;
     }
-    moon_runtime_config_default(&rcfg);
-    rcfg.n_workers = 2;
-    if (moon_runtime_create(&rcfg, &rt) != MOON_OK || moon_runtime_start(rt) != MOON_OK) {
-        return 1;
+    if (gw_local_start(&l, "test_gw_tools", g_model)) {
+        g_port = l.port;
+        rc     = MOON_TEST_RUN(name, NULL, NULL, test_forced_calls, test_forced_call_streamed,
+                               test_two_turns, test_npm_openai);
     }
-    moon_serve_config_default(&scfg);
-    scfg.model_path     = g_model;
-    scfg.store_dram_mib = 16;
-    if (moon_serve_cluster_start(&scfg, rt, NULL, &cluster) != MOON_OK) {
-        fprintf(stderr, "test_gw_tools: the cluster did not start\n");
-        return 1;
-    }
-    ccfg.conductor = moon_serve_cluster_conductor(cluster);
-    memset(&args, 0, sizeof(args));
-    moon_gateway_config_default(&args.config);
-    args.config.port = 0;
-    args.conductor   = ccfg.conductor;
-    args.model_path  = g_model;
-    args.port_p      = &port;
-    if (moon_serve_client_create(rt, &ccfg, &client) == MOON_OK &&
-        moon_serve_client_wait_ready(client, 1, 1, WAIT_NS) == MOON_OK &&
-        moon_spawn(rt, &moon_gateway_ops, &args, NULL, &addr) == MOON_OK &&
-        (g_port = port, gw_wait_health(g_port, 200))) {
-        rc = MOON_TEST_RUN(name, NULL, NULL, test_forced_calls, test_forced_call_streamed,
-                           test_two_turns, test_npm_openai);
-        moon_serve_client_destroy(client);
-    } else {
-        fprintf(stderr, "test_gw_tools: the gateway did not start\n");
-    }
-    moon_serve_cluster_stop(cluster);
-    moon_runtime_shutdown(rt, 0);
-    moon_runtime_wait(rt);
-    moon_runtime_destroy(rt);
+    gw_local_stop(&l);
     remove(g_model);
     return rc;
 }
