@@ -84,8 +84,8 @@ test)
     tests/scripts/check_format.sh # the repository's .clang-format (skipped without it)
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
     [ "${QUICK:-0}" = 1 ] && exit 0
-    # Sanitizer passes: every test under ASan+UBSan; under TSan the stress tests
-    # and the two-rank runtime and store tests (label tsan).
+    # Sanitizer passes: every test under ASan+UBSan; under TSan the stress tests,
+    # the two-rank runtime and store tests and two serving clusters (label tsan).
     export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
     export LSAN_OPTIONS=suppressions=$PWD/tests/scripts/lsan.supp:print_suppressions=0
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -96,7 +96,7 @@ test)
         echo "=== sanitizer pass: $pass ($dir)"
         cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug "$opt" >/dev/null
         labels=$([ $pass = asan ] && echo "unit|mpi|kvstore|model|serve|gateway|replay" || echo "stress|tsan")
-        # TSan runs five tests: build only what they run (the whole tree took minutes)
+        # TSan runs seven tests: build only what they run (the whole tree took minutes)
         targets=$([ $pass = tsan ] && echo "--target $(tests/scripts/pass_targets.sh "$dir" "$labels")" || true)
         cmake --build "$dir" -j "$JOBS" $targets
         (cd "$dir" && ctest --output-on-failure -j "$JOBS" -L "$labels" -LE "nosan|no$pass")

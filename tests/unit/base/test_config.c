@@ -471,7 +471,7 @@ static void test_table_limit(void)
     moon_config_t      *cfg = NULL;
     moon_config_field_t rows[17][2];
     moon_config_table_t tables[17];
-    char                names[17][8];
+    char                names[17][16];
 
     CU_ASSERT_EQUAL_FATAL(moon_config_create(&cfg), MOON_OK);
     for (int i = 0; i < 17; i++) {

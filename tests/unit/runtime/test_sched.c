@@ -385,7 +385,7 @@ static void test_supervisor_restarts_named_children_across_workers(void)
 {
     moon_runtime_t        *rt    = new_rt(2, 1024);
     counter_args_t         cargs = {.expect = UINT64_MAX, .spin = 0};
-    char                   names[8][8];
+    char                   names[8][16];
     moon_child_spec_t      kids[8];
     moon_supervisor_args_t args = {.strategy     = MOON_SUP_ONE_FOR_ONE,
                                    .max_restarts = 100000,
