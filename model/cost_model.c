@@ -15,12 +15,17 @@ typedef struct {
     moon_cost_config_t cost;
 } cost_state_t;
 
+/* Eq. 1 counts heads as wide as the model (q_dim = d). Where they are not
+ * (Qwen3-0.6B: 16 heads of 128 over d = 1024) attention works over q_dim,
+ * and the Q and output projections, 2 q_dim d of the 22 d^2 weights' FLOPs
+ * per token, change by 4 d (q_dim - d); with q_dim = d this is Eq. 1. */
 double moon_cost_prefill_flops(const moon_model_config_t *s, uint64_t n_prefix, uint64_t n)
 {
     double l = s->n_layers, d = s->dim;
+    double q = s->n_heads && s->head_dim ? (double)moon_model_q_dim(s) : d;
     double a = (double)n_prefix, b = (double)(n_prefix + n);
 
-    return l * (4.0 * (b * b - a * a) * d + 22.0 * (b - a) * d * d);
+    return l * (4.0 * (b * b - a * a) * q + (b - a) * (22.0 * d * d + 4.0 * d * (q - d)));
 }
 
 double moon_cost_params(const moon_model_config_t *s)

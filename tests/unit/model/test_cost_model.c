@@ -15,6 +15,19 @@ static void test_eq1_and_kv_bytes(void)
     CU_ASSERT_EQUAL(moon_cost_kv_bytes_per_token(&c), 327680); /* 320 KiB */
     CU_ASSERT_DOUBLE_EQUAL(moon_cost_prefill_flops(&c.shape, 0, 1000),
                            l * (4 * n * n * d + 22 * n * d * d), 1.0);
+    /* heads wider than d / n_heads (Qwen3-0.6B: 16 of 128 over d = 1024):
+     * attention over q_dim, and the Q and output projections 2 q_dim d each */
+    {
+        moon_model_config_t q3 = {.n_layers = 28, .dim = 1024, .n_heads = 16, .head_dim = 128};
+        double              dq = 1024, qd = 2048;
+
+        CU_ASSERT_DOUBLE_EQUAL(moon_cost_prefill_flops(&q3, 0, 1000),
+                               28 * (4 * n * n * qd + 22 * n * dq * dq + 4 * n * dq * (qd - dq)),
+                               1.0);
+        /* that is 18 d^2 of the other weights plus 4 q_dim d for Q and O */
+        CU_ASSERT_DOUBLE_EQUAL(moon_cost_prefill_flops(&q3, 0, 1) - 28 * 4 * qd,
+                               28 * (18 * dq * dq + 4 * qd * dq), 1.0);
+    }
     /* a cached prefix only saves work: f(p + n) - f(p) */
     CU_ASSERT(moon_cost_prefill_s(&c, 4000, 1000) < moon_cost_prefill_s(&c, 0, 5000));
     CU_ASSERT(moon_cost_prefill_s(&c, 4000, 1000) > moon_cost_prefill_s(&c, 0, 1000));
