@@ -5,6 +5,7 @@
 #include "moonlet/log.h"
 #include "moonlet/tokenizer.h"
 #include "engine_runner.h"
+#include "calib_cache.h"
 #include "serve_calibrate.h"
 
 #include <stdio.h>
@@ -192,16 +193,44 @@ moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *sr
     return MOON_OK;
 }
 
+/* The fit from the calibration cache when it has this engine's, else timed
+ * now (and filed there). The cost engine's fit is computed, not timed: never
+ * cached. */
+static moon_status_t calibrate(const moon_serve_instance_args_t *a, moon_engine_t *engine,
+                               moon_kv_cache_t *kv, moon_sched_cost_t *cost)
+{
+    int              pre    = a->role != MOON_SERVE_ROLE_DECODE;
+    int              dec    = a->role != MOON_SERVE_ROLE_PREFILL;
+    moon_calib_key_t key    = {.model_id      = a->tag.model_id,
+                               .backend       = a->engine.kind,
+                               .threads       = a->engine.n_threads,
+                               .pin           = a->engine.pin,
+                               .max_batch     = dec ? a->engine.max_batch : 0,
+                               .prefill_chunk = pre ? a->prefill_chunk : 0,
+                               .ctx           = moon_kv_cache_config(kv)->max_seq_len,
+                               .prefill       = pre,
+                               .decode        = dec};
+    int              cached = a->calibration_cache != NULL && a->calibration_cache[0] != '\0' &&
+                 a->engine.kind != MOON_BACKEND_COST;
+    moon_status_t status;
+
+    if (cached && moon_calib_cache_load(a->calibration_cache, &key, cost) == MOON_OK) {
+        return MOON_OK;
+    }
+    status = moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,
+                                  key.prefill_chunk, key.max_batch, cost);
+    if (status == MOON_OK && cached) {
+        moon_calib_cache_store(a->calibration_cache, &key, cost); /* a miss next time: logged */
+    }
+    return status;
+}
+
 moon_status_t moon_serve_hello(moon_actor_t *self, const moon_serve_instance_args_t *a,
                                moon_engine_t *engine, moon_kv_cache_t *kv)
 {
-    moon_sched_cost_t   cost = {0};
-    int                 pre  = a->role != MOON_SERVE_ROLE_DECODE;
-    int                 dec  = a->role != MOON_SERVE_ROLE_PREFILL;
+    moon_sched_cost_t   cost   = {0};
+    moon_status_t       status = calibrate(a, engine, kv, &cost);
     moon_serve_hello_t *m;
-    moon_status_t       status =
-        moon_serve_calibrate(engine, kv, moon_model_config(a->model)->vocab_size,
-                             pre ? a->prefill_chunk : 0, dec ? a->engine.max_batch : 0, &cost);
 
     if (status != MOON_OK) {
         MOON_ERROR("instance %u: engine calibration failed: %s", a->instance,

@@ -49,6 +49,7 @@ typedef struct {
     double request_s; /* simulation only, prefill role: the modeled time a request costs
                          its instance outside the engine calls (a real one spends it:
                          0), charged with the request's first chunk */
+    const char *calibration_cache; /* borrowed; NULL: calibrate at every start */
 } moon_serve_instance_args_t;
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's

@@ -38,6 +38,7 @@ typedef struct {
     double              kv_link_gbps; /* KV transfer bandwidth the predictions assume */
     uint64_t            seed;
     double              weights_chunk_mib; /* weight pushes travel in chunks of this size */
+    const char         *calibration_cache; /* folder of the instances' start-up fits (NULL: none) */
 } moon_serve_config_t;
 
 /* The options of a serving deployment (`moonlet serve --help`): rows

@@ -109,6 +109,17 @@ expect 0 "cpu-isa +auto +default" "$M" config
 expect 2 "MOON_PEER_TIMEOUT_MS: '2s'" env MOON_PEER_TIMEOUT_MS=2s "$M" config
 expect 0 "^\| \`--slice-bytes\` \| \`MOON_SLICE_BYTES\`" "$M" config --markdown
 
+# --calibration-cache: the first start times its engines and files the fits
+# (one per instance: prefill and decode); the second reads them back
+C=$T/calib
+S=("$M" serve --model "$MODEL" --port 0 --seconds 1 --calibration-cache "$C")
+MOON_LOG_LEVEL=info "${S[@]}" >/dev/null 2>"$T/err" </dev/null
+grep -q "calibrated cpu" "$T/err" && [ "$(ls "$C" | wc -l)" = 2 ] ||
+    { echo "FAIL: no calibration filed in $C:"; ls -l "$C"; cat "$T/err"; fails=$((fails + 1)); }
+MOON_LOG_LEVEL=info "${S[@]}" >/dev/null 2>"$T/err" </dev/null
+[ "$(grep -c "calibration from $C/calib-" "$T/err")" = 2 ] && ! grep -q "calibrated cpu" "$T/err" ||
+    { echo "FAIL: the second start timed its engines again:"; cat "$T/err"; fails=$((fails + 1)); }
+
 if [ "$fails" -gt 0 ]; then
     echo "$fails CLI check(s) failed"
     exit 1
