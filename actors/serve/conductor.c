@@ -237,6 +237,12 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
         return "presence and frequency penalties must be in [-2, 2], repetition_penalty > 0 "
                "and min_p in [0, 1]";
     }
+    if ((m->flags & (MOON_SERVE_F_EMBED | MOON_SERVE_F_PROMPT_LOGPROBS)) && c->a.colocated) {
+        return "embeddings and prompt logprobs need prefill instances (not --colocated)";
+    }
+    if ((m->flags & MOON_SERVE_F_PROMPT_LOGPROBS) && m->logprobs == 0) {
+        return "prompt logprobs need logprobs";
+    }
     if (m->logprobs > MOON_LOGPROBS_MAX + 1) {
         return "logprobs asks for more than 20 alternatives";
     }
