@@ -82,6 +82,7 @@ typedef struct {
     const moon_tokenizer_t   *tok;     /* NULL: text prompts go to the cluster as text */
     uint32_t                  n_ctx;   /* context length; 0: unknown (not checked) */
     uint32_t                  n_vocab; /* 0: ids not checked */
+    uint32_t                  dim;     /* embedding size (/v1/embeddings); 0: unknown */
 } moon_gw_model_info_t;
 
 /* Parses len bytes of body into req (caller's memory; fini it whatever the
