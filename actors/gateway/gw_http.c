@@ -656,6 +656,27 @@ static void lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
     }
 }
 
+static moon_gw_request_t *req_of(conn_t *c, uint32_t k);
+
+/* echo with logprobs: a PROMPT_LOGPROBS of choice k into its logprobs, in
+ * position order; one a resumed request sends again is left out. */
+static void prompt_lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
+{
+    const moon_serve_prompt_logprobs_t *m  = (const void *)msg;
+    const moon_gw_request_t            *r  = req_of(c, k);
+    moon_gw_choice_t                   *ch = &c->ch[k];
+
+    if (c->want_lp == 0 || ch->echo == NULL || r->tokens == NULL ||
+        m->first != MOON_MAX(ch->prompt_next, 1u)) {
+        return;
+    }
+    if (moon_gw_logprobs_add_prompt(&ch->lp, r->tokens, r->n_tokens, msg) != MOON_OK) {
+        MOON_ERROR("gateway: the prompt logprobs of request %llu could not be gathered",
+                   (unsigned long long)moon_gw_req_id(ch->breq));
+    }
+    ch->prompt_next = m->first + m->lp.n;
+}
+
 /* A chunk of choice k carrying the logprobs gathered since its last one. */
 static char *chunk_lp(conn_t *c, uint32_t k, const char *text, const char *finish, size_t *len_p)
 {
@@ -684,8 +705,8 @@ static void stream_open(conn_t *c, uint32_t k, moon_gw_buf_t *b)
     if (c->meta.chat) {
         chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
         out_append(b, chunk, len);
-    } else if (c->ch[k].echo != NULL) {
-        chunk = moon_gw_format_chunk(&c->meta, 0, c->ch[k].echo, NULL, &len);
+    } else if (c->ch[k].echo != NULL) { /* with the prompt's logprobs, asked */
+        chunk = chunk_lp(c, k, c->ch[k].echo, NULL, &len);
         out_append(b, chunk, len);
     }
 }
@@ -741,6 +762,10 @@ static void stream_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
     size_t        len = 0;
     char         *chunk;
 
+    if (msg->type == MOON_MSG_SERVE_PROMPT_LOGPROBS) {
+        prompt_lp_add(c, k, msg); /* they go out with the echo, at the first token */
+        return;
+    }
     moon_gw_buf_init(&b);
     stream_open(c, k, &b);
     if (msg->type == MOON_MSG_SERVE_TOKEN) {
@@ -1067,6 +1092,7 @@ static enum MHD_Result on_events(conn_t *c)
             continue;
         }
         if (msg->type == MOON_MSG_SERVE_PROMPT_LOGPROBS) {
+            prompt_lp_add(c, k, msg);
             moon_msg_release(msg);
             continue;
         }

@@ -310,7 +310,9 @@ static moon_status_t check_choices(moon_gw_request_t *req, moon_gw_error_t *err)
         BAD("n", "'n' > 1 with 'tools' cannot be streamed by this server");
     }
     if (req->echo && req->params.logprobs > 0) {
-        BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
+        /* the prompt's logprobs too, computed by the prefill (every choice
+         * asks: none takes the prompt from the prefix cache) */
+        req->params.flags |= MOON_SERVE_F_PROMPT_LOGPROBS;
     }
     return MOON_OK;
 }

@@ -16,9 +16,9 @@
  * and assistant turns with tool_calls),
  * presence/frequency/repetition penalties, logit_bias, min_p, min_tokens,
  * include_stop_str_in_output, logprobs (completions: 0..20; chat: logprobs +
- * top_logprobs). echo, n > 1 and best_of > 1 are refused (400); every key is first checked
- * against the field table (gw_fields.h): unknown or unimplemented fields are
- * 400s naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
+ * top_logprobs), echo (with logprobs: the prompt's too, as vLLM's), n and best_of; every key is
+ * first checked against the field table (gw_fields.h): unknown or unimplemented fields are 400s
+ * naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
  * context for chat. Pure functions: any thread. */
 #ifndef MOON_ACTORS_GW_OPENAI_H
 #define MOON_ACTORS_GW_OPENAI_H

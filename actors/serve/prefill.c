@@ -542,6 +542,9 @@ static int rows_taken(moon_actor_t *self, prefill_t *p, preq_t *r)
     moon_status_t status;
 
     if (r->msg->flags & MOON_SERVE_F_PROMPT_LOGPROBS) {
+        if (r->decode_lost) {
+            return 0; /* ends at this chunk's end: nobody would forward them */
+        }
         status =
             moon_prefill_rows_logprobs(self, r->msg, p->rows_logits, p->vocab, start, r->chunk_n);
         if (status != MOON_OK) {

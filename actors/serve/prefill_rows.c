@@ -2,6 +2,8 @@
  * prefill's rows (prefill_rows.h). */
 #include "prefill_rows.h"
 
+#include "serve_instance.h"
+
 #include "moonlet/log.h"
 #include "moonlet/model.h"
 
@@ -25,6 +27,7 @@ moon_status_t moon_prefill_rows_logprobs(moon_actor_t *self, const moon_serve_pr
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
+    m->reply_to   = q->reply_to;
     m->request_id = q->request_id;
     m->first      = start + 1;
     m->k          = k;
@@ -48,7 +51,34 @@ moon_status_t moon_prefill_rows_logprobs(moon_actor_t *self, const moon_serve_pr
             memcpy(&top[(size_t)j * 2 * k + 2 * i + 1], &lps[i], 4);
         }
     }
-    return moon_tell(self, q->reply_to, &m->hdr);
+    return moon_tell(self, q->decode, &m->hdr);
+}
+
+moon_status_t moon_prefill_rows_forward(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    const moon_serve_prompt_logprobs_t *in = (const void *)msg;
+    moon_serve_prompt_logprobs_t       *m =
+        moon_msg_new(MOON_MSG_SERVE_PROMPT_LOGPROBS, ((size_t)in->lp.n + in->top.n) * 4 + 16);
+    moon_status_t status;
+
+    if (m == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    m->reply_to   = in->reply_to;
+    m->request_id = in->request_id;
+    m->first      = in->first;
+    m->k          = in->k;
+    m->last       = in->last;
+    m->n_prompt   = in->n_prompt;
+    status        = moon_serve_copy_span(m, &m->lp, in, in->lp, 4, 0);
+    if (status == MOON_OK) {
+        status = moon_serve_copy_span(m, &m->top, in, in->top, 4, 0);
+    }
+    if (status != MOON_OK) {
+        moon_msg_release(&m->hdr);
+        return status;
+    }
+    return moon_tell(self, in->reply_to, &m->hdr);
 }
 
 void moon_prefill_rows_embed_add(double *sum, const float *hidden, uint32_t n, uint32_t dim)

@@ -20,12 +20,16 @@ static inline int moon_prefill_rows_wanted(uint32_t flags)
     return (flags & (MOON_SERVE_F_PROMPT_LOGPROBS | MOON_SERVE_F_EMBED)) != 0;
 }
 
-/* Sends q's client the logprobs of the prompt positions that the rows of the
- * chunk [start, start + n) predict (row j: position start + j + 1, while in
- * the prompt): logits (n, vocab). MOON_ERR_NO_MEMORY, or the send's status. */
+/* Sends q's client (through q's decode instance) the logprobs of the prompt positions that the rows
+ * of the chunk [start, start + n) predict (row j: position start + j + 1, while in the prompt):
+ * logits (n, vocab). MOON_ERR_NO_MEMORY, or the send's status. */
 moon_status_t moon_prefill_rows_logprobs(moon_actor_t *self, const moon_serve_prefill_t *q,
                                          const float *logits, uint32_t vocab, uint32_t start,
                                          uint32_t n);
+
+/* The decode instance's part: a PROMPT_LOGPROBS passed on to its client
+ * (copied), ahead of the request's TOKENs on the same pair. */
+moon_status_t moon_prefill_rows_forward(moon_actor_t *self, const moon_msg_hdr_t *msg);
 
 /* sum (dim) += the chunk's hidden rows (n, dim). */
 void moon_prefill_rows_embed_add(double *sum, const float *hidden, uint32_t n, uint32_t dim);

@@ -119,14 +119,16 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64s, request_id)                                                                         \
     F(T, u32s, index)                                                                              \
     F(T, u32s, token) F(T, u32s, text_end) F(T, bytes, text) F(T, u64s, weight_version)
-/* prefill -> client (MOON_SERVE_F_PROMPT_LOGPROBS): the logprobs of prompt
+/* prefill -> decode -> client (MOON_SERVE_F_PROMPT_LOGPROBS): the logprobs of prompt
  * positions [first, first + n), n = lp.n, each of the raw logits of the
  * position before (position 0 has none: first >= 1): lp the prompt token's
  * (float bits), top k (id, float bits) pairs per position, most likely
  * first. last: the prompt's last ones (n_prompt: its length). One message per
- * computed chunk, all before the request's first TOKEN leaves its decode
- * instance, though a client on another rank may see a TOKEN first. */
+ * computed chunk; they travel through the request's decode instance (the
+ * same pair as KV_READY, which it forwards them to the client as they come),
+ * so the client has all of them before the first TOKEN. */
 #define MOON_SERVE_PROMPT_LOGPROBS_FIELDS(F, T)                                                    \
+    F(T, addr, reply_to)                                                                           \
     F(T, u64, request_id)                                                                          \
     F(T, u32, first)                                                                               \
     F(T, u32, k) F(T, u32, last) F(T, u32, n_prompt) F(T, u32s, lp) F(T, u32s, top)
