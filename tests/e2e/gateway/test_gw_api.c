@@ -805,7 +805,7 @@ static void test_prompt_list(void)
     free(c);
 }
 
-/* What n, best_of and echo cannot be. */
+/* What n and best_of cannot be. */
 static void test_choices_errors(void)
 {
     static const struct {
@@ -814,7 +814,6 @@ static void test_choices_errors(void)
         {"{\"prompt\":\"Hi\",\"n\":17}", "n"},
         {"{\"prompt\":\"Hi\",\"n\":3,\"best_of\":2}", "best_of"},
         {"{\"prompt\":\"Hi\",\"best_of\":2,\"stream\":true}", "best_of"},
-        {"{\"prompt\":\"Hi\",\"echo\":true,\"logprobs\":2}", "echo"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
