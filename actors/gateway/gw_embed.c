@@ -127,9 +127,6 @@ static moon_status_t parse_root(const cJSON *root, const moon_gw_model_info_t *i
     long long    dims = 0;
     int          many;
 
-    if (!cJSON_IsObject(root)) {
-        BAD(NULL, "the body must be a JSON object");
-    }
     cJSON_ArrayForEach(f, root)
     {
         if (!key_allowed(f->string)) {
@@ -192,16 +189,10 @@ moon_status_t moon_gw_embed_parse(const char *body, size_t len, const moon_gw_mo
                                   moon_gw_embed_req_t *req, moon_gw_error_t *err)
 {
     cJSON        *root = NULL;
-    const char   *why  = NULL;
-    char          twin[48];
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
-    status = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
-    if (status == MOON_ERR_INVALID_PARAM) {
-        moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s", why);
-        return status;
-    }
+    status = moon_gw_json_parse_body(body, len, &root, err);
     if (status != MOON_OK) {
         return status;
     }
