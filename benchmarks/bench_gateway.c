@@ -24,10 +24,16 @@
  *               the prefill instance taking one prompt at a time).
  *               Target (issue 29): the prompt computed once (96 tokens +
  *               the last block per extra choice), decode >= 0.9 x anchor.
+ *   embeddings: /v1/embeddings of one input, `depth` in flight, requests/s
+ *               vs the engine's own prefill of the same input's rows (one
+ *               engine thread, as the prefill instance has: 1 / its time),
+ *               alternating in rounds; ratio the median round's.
  * (`moonlet bench` beside /metrics: benchmarks/suites/gateway.sh.) */
 #include "bench_util.h"
 #include "gateway.h"
+#include "moonlet/kv_cache.h"
 #include "moonlet/log.h"
+#include "moonlet/model.h"
 #include "moonlet/runtime.h"
 #include "moonlet/serve_client.h"
 #include "moonlet/serve_cluster.h"
@@ -50,6 +56,7 @@ static int                  g_max_tokens;
 static int g_variant; /* api requests: 0 plain, 1 with sampling controls, 2 with logprobs 5 */
 static const char *g_prompt = "Once upon a time, there was a little girl";
 static char        g_body[1024], g_body_stream[1024]; /* the request, not streamed / streamed */
+static const char *g_path = "/v1/completions";        /* the route http_setup POSTs to */
 
 /* ---- HTTP (libcurl) ---------------------------------------------------------------- */
 typedef struct {
@@ -73,12 +80,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 
 static struct curl_slist *g_headers;
 
-/* Sets easy up for one POST /v1/completions (stream or not) into s. */
+/* Sets easy up for one POST of g_path (stream or not) into s. */
 static void http_setup(CURL *easy, int stream, sink_t *s)
 {
-    char url[64];
+    char url[96];
 
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/completions", g_port);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", g_port, g_path);
     memset(s, 0, sizeof(*s));
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, g_headers);
@@ -353,6 +360,84 @@ static void variant_line(const char *name, int variant, int n, int depth, int ro
     moon_bench_json_end(&j);
 }
 
+/* The engine's own prefill of ids (its rows' hidden states, what an
+ * embedding costs the prefill instance) n times: requests/s. */
+static double engine_embeddings(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *ids,
+                                uint32_t n_ids, float *hidden, int n)
+{
+    uint64_t t0 = moon_bench_now_ns();
+
+    for (int i = 0; i < n; i++) {
+        uint32_t seq;
+        if (moon_kv_seq_create(kv, &seq) != MOON_OK ||
+            moon_engine_prefill_rows(e, kv, seq, ids, n_ids, NULL, hidden, NULL) != MOON_OK) {
+            return 0;
+        }
+        moon_kv_seq_destroy(kv, seq);
+    }
+    return n * 1e9 / (double)(moon_bench_now_ns() - t0);
+}
+
+/* /v1/embeddings requests/s against the engine's own prefill of the input. */
+static void embed_line(const char *model, int n, int depth, int rounds)
+{
+    moon_engine_config_t ecfg = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_chunk = 128};
+    moon_bench_rounds_t  rr   = {0};
+    moon_model_t        *m    = NULL;
+    moon_engine_t       *e    = NULL;
+    moon_kv_cache_t     *kv   = NULL;
+    moon_kv_config_t     kcfg;
+    moon_bench_json_t    j;
+    int32_t              ids[128];
+    size_t               n_ids = 0;
+    float               *hidden;
+    char                 saved[sizeof(g_body)];
+
+    if (moon_model_load(model, &m) != MOON_OK || moon_engine_create(m, &ecfg, &e) != MOON_OK ||
+        moon_tokenizer_encode(moon_model_tokenizer(m), g_prompt, strlen(g_prompt), true, ids, 128,
+                              &n_ids) != MOON_OK) {
+        fprintf(stderr, "bench_gateway: no engine for the embeddings anchor\n");
+        moon_engine_destroy(e);
+        moon_model_destroy(m);
+        return;
+    }
+    kcfg   = moon_model_kv_config(moon_model_config(m), 16, 16, 1);
+    hidden = malloc(n_ids * moon_model_config(m)->dim * sizeof(float));
+    if (hidden == NULL || moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
+        fprintf(stderr, "bench_gateway: no memory for the embeddings anchor\n");
+        free(hidden);
+        moon_engine_destroy(e);
+        moon_model_destroy(m);
+        return;
+    }
+    memcpy(saved, g_body, sizeof(g_body));
+    snprintf(g_body, sizeof(g_body), "{\"input\":\"%s\"}", g_prompt);
+    for (int r = 0; r < rounds; r++) {
+        double x, y;
+        g_path = "/v1/embeddings";
+        x      = http_throughput(n, depth);
+        g_path = "/v1/completions";
+        y      = engine_embeddings(e, kv, ids, (uint32_t)n_ids, hidden, n);
+        moon_bench_rounds_add(&rr, x, y);
+    }
+    memcpy(g_body, saved, sizeof(g_body));
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", "gateway_embeddings");
+    moon_bench_json_str(&j, "model", "stories260K");
+    moon_bench_json_int(&j, "input_tokens", (int)n_ids);
+    moon_bench_json_int(&j, "n", n);
+    moon_bench_json_int(&j, "depth", depth);
+    moon_bench_json_str(&j, "metric", "requests_per_s");
+    moon_bench_json_num(&j, "value", moon_bench_rounds_mean(&rr));
+    moon_bench_json_num(&j, "anchor_engine_prefill", moon_bench_rounds_anchor_mean(&rr));
+    moon_bench_rounds_json(&rr, &j);
+    moon_bench_json_end(&j);
+    moon_kv_cache_destroy(kv);
+    free(hidden);
+    moon_engine_destroy(e);
+    moon_model_destroy(m);
+}
+
 static void line(const char *bench, const char *metric, double v, double anchor, double ratio,
                  int n, int depth)
 {
@@ -487,6 +572,7 @@ int main(int argc, char **argv)
     variant_line("penalties_bias_min_p", 1, n, depth, rounds);
     variant_line("logprobs_5", 2, n, depth, rounds);
     n8_line(rounds);
+    embed_line(model, n, depth, rounds);
     curl_easy_cleanup(easy);
     free(h_ttft);
     free(a_ttft);
