@@ -27,7 +27,8 @@
  *   embeddings: /v1/embeddings of one input, `depth` in flight, requests/s
  *               vs the engine's own prefill of the same input's rows (one
  *               engine thread, as the prefill instance has: 1 / its time),
- *               alternating in rounds; ratio the median round's.
+ *               alternating in rounds; ratio the median round's (`--only=
+ *               embeddings`: this line alone).
  * (`moonlet bench` beside /metrics: benchmarks/suites/gateway.sh.) */
 #include "bench_util.h"
 #include "gateway.h"
@@ -459,10 +460,12 @@ static void line(const char *bench, const char *metric, double v, double anchor,
 
 int main(int argc, char **argv)
 {
-    const char                *model  = moon_bench_arg_str(argc, argv, "model", NULL);
-    int                        n      = (int)moon_bench_arg_int(argc, argv, "n", 200);
-    int                        depth  = (int)moon_bench_arg_int(argc, argv, "depth", 16);
-    int                        rounds = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
+    const char                *model           = moon_bench_arg_str(argc, argv, "model", NULL);
+    int                        n               = (int)moon_bench_arg_int(argc, argv, "n", 200);
+    int                        depth           = (int)moon_bench_arg_int(argc, argv, "depth", 16);
+    int                        rounds          = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
+    const char                *only            = moon_bench_arg_str(argc, argv, "only", "");
+    int                        embeddings_only = strcmp(only, "embeddings") == 0;
     moon_runtime_config_t      rcfg;
     moon_serve_config_t        scfg;
     moon_serve_cluster_t      *cluster = NULL;
@@ -478,7 +481,7 @@ int main(int argc, char **argv)
     g_max_tokens = (int)moon_bench_arg_int(argc, argv, "max-tokens", 16);
     if (model == NULL || depth < 1 || depth > 256 || n < 1 || rounds < 1) {
         fprintf(stderr, "usage: bench_gateway --model=M.gguf [--n=200] [--depth=16] "
-                        "[--rounds=3] [--max-tokens=16]\n");
+                        "[--rounds=3] [--max-tokens=16] [--only=embeddings]\n");
         return 2;
     }
     for (int stream = 0; stream < 2; stream++) {
@@ -522,56 +525,59 @@ int main(int argc, char **argv)
         api_ttft();
         http_request(easy, 1, &s);
     }
-    ratios = calloc((size_t)rounds, sizeof(double));
-    for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < n; i++) { /* alternate: one HTTP, one API */
-            sink_t   s;
-            uint64_t t0 = moon_bench_now_ns();
-            if (http_request(easy, 1, &s) != 0 || s.n_bytes == 0) {
-                fprintf(stderr, "bench_gateway: an HTTP request failed\n");
-                return 1;
+    if (!embeddings_only) {
+        ratios = calloc((size_t)rounds, sizeof(double));
+        for (int r = 0; r < rounds; r++) {
+            for (int i = 0; i < n; i++) { /* alternate: one HTTP, one API */
+                sink_t   s;
+                uint64_t t0 = moon_bench_now_ns();
+                if (http_request(easy, 1, &s) != 0 || s.n_bytes == 0) {
+                    fprintf(stderr, "bench_gateway: an HTTP request failed\n");
+                    return 1;
+                }
+                h_ttft[r * n + i] = (double)(s.t_first_ns - t0) * 1e-6;
+                a_ttft[r * n + i] = (double)api_ttft() * 1e-6;
             }
-            h_ttft[r * n + i] = (double)(s.t_first_ns - t0) * 1e-6;
-            a_ttft[r * n + i] = (double)api_ttft() * 1e-6;
+            /* saturation, alternating too; each round's ratio, and CPU per request */
+            {
+                double h, a;
+                c0 = cpu_s();
+                h  = http_throughput(n, depth);
+                c1 = cpu_s();
+                a  = api_throughput(n, depth);
+                h_cpu += (c1 - c0) * 1e6 / n / rounds;
+                a_cpu += (cpu_s() - c1) * 1e6 / n / rounds;
+                h_tput += h / rounds;
+                a_tput += a / rounds;
+                ratios[r] = a > 0 ? h / a : 0;
+            }
         }
-        /* saturation, alternating too; each round's ratio, and CPU per request */
         {
-            double h, a;
-            c0 = cpu_s();
-            h  = http_throughput(n, depth);
-            c1 = cpu_s();
-            a  = api_throughput(n, depth);
-            h_cpu += (c1 - c0) * 1e6 / n / rounds;
-            a_cpu += (cpu_s() - c1) * 1e6 / n / rounds;
-            h_tput += h / rounds;
-            a_tput += a / rounds;
-            ratios[r] = a > 0 ? h / a : 0;
-        }
-    }
-    {
-        size_t m   = (size_t)n * rounds;
-        double h50 = moon_bench_percentile(h_ttft, m, 50);
-        double a50 = moon_bench_percentile(a_ttft, m, 50);
-        double h99 = moon_bench_percentile(h_ttft, m, 99);
-        double a99 = moon_bench_percentile(a_ttft, m, 99);
+            size_t m   = (size_t)n * rounds;
+            double h50 = moon_bench_percentile(h_ttft, m, 50);
+            double a50 = moon_bench_percentile(a_ttft, m, 50);
+            double h99 = moon_bench_percentile(h_ttft, m, 99);
+            double a99 = moon_bench_percentile(a_ttft, m, 99);
 
-        line("gateway_ttft", "ttft_p50_ms", h50, a50, h50 - a50, (int)m, 1);
-        line("gateway_ttft", "ttft_p99_ms", h99, a99, h99 - a99, (int)m, 1);
-        /* the mean over rounds of each; ratio: the median of the rounds' ratios
-         * (each round's pair ran back to back: the load they shared cancels) */
-        qsort(ratios, (size_t)rounds, sizeof(double), cmp_double);
-        line("gateway_throughput", "requests_per_s", h_tput, a_tput, ratios[rounds / 2], n, depth);
-        line("gateway_throughput", "requests_per_s_round_ratio_min", ratios[0], 1, ratios[0], n,
-             depth);
-        /* what each request costs the machine (HTTP: libcurl's side included) */
-        line("gateway_throughput", "cpu_us_per_request", h_cpu, a_cpu,
-             a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
+            line("gateway_ttft", "ttft_p50_ms", h50, a50, h50 - a50, (int)m, 1);
+            line("gateway_ttft", "ttft_p99_ms", h99, a99, h99 - a99, (int)m, 1);
+            /* the mean over rounds of each; ratio: the median of the rounds' ratios
+             * (each round's pair ran back to back: the load they shared cancels) */
+            qsort(ratios, (size_t)rounds, sizeof(double), cmp_double);
+            line("gateway_throughput", "requests_per_s", h_tput, a_tput, ratios[rounds / 2], n,
+                 depth);
+            line("gateway_throughput", "requests_per_s_round_ratio_min", ratios[0], 1, ratios[0], n,
+                 depth);
+            /* what each request costs the machine (HTTP: libcurl's side included) */
+            line("gateway_throughput", "cpu_us_per_request", h_cpu, a_cpu,
+                 a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
+        }
+        free(ratios);
+        /* per-request sampling controls and logprobs inside the batched step */
+        variant_line("penalties_bias_min_p", 1, n, depth, rounds);
+        variant_line("logprobs_5", 2, n, depth, rounds);
+        n8_line(rounds);
     }
-    free(ratios);
-    /* per-request sampling controls and logprobs inside the batched step */
-    variant_line("penalties_bias_min_p", 1, n, depth, rounds);
-    variant_line("logprobs_5", 2, n, depth, rounds);
-    n8_line(rounds);
     embed_line(model, n, depth, rounds);
     curl_easy_cleanup(easy);
     free(h_ttft);
