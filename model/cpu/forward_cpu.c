@@ -284,14 +284,14 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     return MOON_OK;
 }
 
-static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
-                                 const int32_t *tokens, uint32_t n, float *logits,
-                                 double *modeled_s_p)
+/* A prefill chunk of one sequence: the last row's logits, or with all every
+ * row's logits and hidden states (either NULL). */
+static moon_status_t prefill_chunk(cpu_state_t *s, moon_kv_cache_t *kv, uint32_t seq,
+                                   const int32_t *tokens, uint32_t n, float *logits, int all,
+                                   float *hidden)
 {
-    cpu_state_t         *s  = state;
     const moon_kv_seq_t *sq = &kv->seqs[seq];
 
-    (void)modeled_s_p;
     if (n > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -300,28 +300,24 @@ static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
         s->seq[i] = sq;
         s->pos[i] = sq->n_tokens + i;
     }
-    moon_cpu_forward_batch(s, tokens, n, logits, 0, 1, NULL);
+    moon_cpu_forward_batch(s, tokens, n, logits, all, 1, hidden);
     return MOON_OK;
+}
+
+static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                 const int32_t *tokens, uint32_t n, float *logits,
+                                 double *modeled_s_p)
+{
+    (void)modeled_s_p;
+    return prefill_chunk(state, kv, seq, tokens, n, logits, 0, NULL);
 }
 
 static moon_status_t cpu_prefill_rows(void *state, moon_kv_cache_t *kv, uint32_t seq,
                                       const int32_t *tokens, uint32_t n, float *logits,
                                       float *hidden, double *modeled_s_p)
 {
-    cpu_state_t         *s  = state;
-    const moon_kv_seq_t *sq = &kv->seqs[seq];
-
     (void)modeled_s_p;
-    if (n > s->max_b) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    s->kv = kv;
-    for (uint32_t i = 0; i < n; i++) {
-        s->seq[i] = sq;
-        s->pos[i] = sq->n_tokens + i;
-    }
-    moon_cpu_forward_batch(s, tokens, n, logits, 1, 1, hidden);
-    return MOON_OK;
+    return prefill_chunk(state, kv, seq, tokens, n, logits, 1, hidden);
 }
 
 static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
@@ -352,9 +348,9 @@ static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t
 }
 
 const moon_model_backend_ops_t moon_backend_cpu_ops = {
-    .name    = "cpu",
-    .create  = cpu_create,
-    .destroy = cpu_destroy,
+    .name         = "cpu",
+    .create       = cpu_create,
+    .destroy      = cpu_destroy,
     .prefill      = cpu_prefill,
     .decode       = cpu_decode,
     .prefill_rows = cpu_prefill_rows,

@@ -26,18 +26,30 @@ static double max_diff(const float *a, const float *b, size_t n)
     return worst;
 }
 
+/* An engine of kind, a KV cache and an empty sequence in it. */
+static void open_engine(moon_backend_kind_t kind, moon_engine_t **e, moon_kv_cache_t **kv,
+                        uint32_t *seq)
+{
+    moon_engine_config_t ecfg = {.kind = kind, .max_chunk = 64, .n_threads = 1};
+    moon_kv_config_t     kcfg = moon_model_kv_config(g_c, 8, 16, 1);
+
+    if (kind == MOON_BACKEND_COST) {
+        ecfg.cost                = moon_cost_llama3_70b();
+        ecfg.cost.shape.n_layers = 0; /* the model's own shape */
+    }
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(g_m, &ecfg, e), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, kv), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(*kv, seq), MOON_OK);
+}
+
 static void rows_of(moon_backend_kind_t kind, const int32_t *ids, uint32_t split, float *logits,
                     float *hidden)
 {
-    moon_engine_config_t ecfg = {.kind = kind, .max_chunk = 64, .n_threads = 1};
-    moon_kv_config_t     kcfg = moon_model_kv_config(g_c, 8, 16, 2);
-    moon_engine_t       *e;
-    moon_kv_cache_t     *kv;
-    uint32_t             seq;
+    moon_engine_t   *e;
+    moon_kv_cache_t *kv;
+    uint32_t         seq;
 
-    CU_ASSERT_EQUAL_FATAL(moon_engine_create(g_m, &ecfg, &e), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
+    open_engine(kind, &e, &kv, &seq);
     CU_ASSERT_EQUAL(moon_engine_prefill_rows(e, kv, seq, ids, split, logits, hidden, NULL),
                     MOON_OK);
     if (split < N) { /* the rest as a second chunk, after the first's KV */
@@ -68,15 +80,11 @@ static void test_rows(void)
     rows_of(MOON_BACKEND_REF, ids, N, NULL, hr);
     /* row i: a plain prefill of ids[0..i] */
     for (uint32_t i = 0; i < N; i += 5) {
-        moon_engine_config_t ecfg = {.kind = MOON_BACKEND_CPU, .max_chunk = 64, .n_threads = 1};
-        moon_kv_config_t     kcfg = moon_model_kv_config(g_c, 8, 16, 1);
-        moon_engine_t       *e;
-        moon_kv_cache_t     *kv;
-        uint32_t             seq;
+        moon_engine_t   *e;
+        moon_kv_cache_t *kv;
+        uint32_t         seq;
 
-        CU_ASSERT_EQUAL_FATAL(moon_engine_create(g_m, &ecfg, &e), MOON_OK);
-        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv), MOON_OK);
-        CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
+        open_engine(MOON_BACKEND_CPU, &e, &kv, &seq);
         CU_ASSERT_EQUAL(moon_engine_prefill(e, kv, seq, ids, i + 1, one, NULL), MOON_OK);
         worst = fmax(worst, max_diff(one, lg + i * V, V));
         moon_kv_cache_destroy(kv);
