@@ -236,8 +236,7 @@ static moon_status_t ref_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
 
     (void)modeled_s_p;
     for (uint32_t i = 0; i < n; i++) {
-        forward_token(state, kv, sq, tokens[i], sq->n_tokens + i, i + 1 == n ? logits : NULL,
-                      NULL);
+        forward_token(state, kv, sq, tokens[i], sq->n_tokens + i, i + 1 == n ? logits : NULL, NULL);
     }
     return MOON_OK;
 }
@@ -274,9 +273,9 @@ static moon_status_t ref_decode(void *state, moon_kv_cache_t *kv, const uint32_t
 }
 
 const moon_model_backend_ops_t moon_backend_ref_ops = {
-    .name    = "ref",
-    .create  = ref_create,
-    .destroy = ref_destroy,
+    .name         = "ref",
+    .create       = ref_create,
+    .destroy      = ref_destroy,
     .prefill      = ref_prefill,
     .decode       = ref_decode,
     .prefill_rows = ref_prefill_rows,
