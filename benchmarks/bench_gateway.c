@@ -24,10 +24,17 @@
  *               the prefill instance taking one prompt at a time).
  *               Target (issue 29): the prompt computed once (96 tokens +
  *               the last block per extra choice), decode >= 0.9 x anchor.
+ *   embeddings: /v1/embeddings of one input, `depth` in flight, requests/s
+ *               vs the engine's own prefill of the same input's rows (one
+ *               engine thread, as the prefill instance has: 1 / its time),
+ *               alternating in rounds; ratio the median round's (`--only=
+ *               embeddings`: this line alone).
  * (`moonlet bench` beside /metrics: benchmarks/suites/gateway.sh.) */
 #include "bench_util.h"
 #include "gateway.h"
+#include "moonlet/kv_cache.h"
 #include "moonlet/log.h"
+#include "moonlet/model.h"
 #include "moonlet/runtime.h"
 #include "moonlet/serve_client.h"
 #include "moonlet/serve_cluster.h"
@@ -50,6 +57,7 @@ static int                  g_max_tokens;
 static int g_variant; /* api requests: 0 plain, 1 with sampling controls, 2 with logprobs 5 */
 static const char *g_prompt = "Once upon a time, there was a little girl";
 static char        g_body[1024], g_body_stream[1024]; /* the request, not streamed / streamed */
+static const char *g_path = "/v1/completions";        /* the route http_setup POSTs to */
 
 /* ---- HTTP (libcurl) ---------------------------------------------------------------- */
 typedef struct {
@@ -73,12 +81,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 
 static struct curl_slist *g_headers;
 
-/* Sets easy up for one POST /v1/completions (stream or not) into s. */
+/* Sets easy up for one POST of g_path (stream or not) into s. */
 static void http_setup(CURL *easy, int stream, sink_t *s)
 {
-    char url[64];
+    char url[96];
 
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/completions", g_port);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", g_port, g_path);
     memset(s, 0, sizeof(*s));
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, g_headers);
@@ -353,6 +361,84 @@ static void variant_line(const char *name, int variant, int n, int depth, int ro
     moon_bench_json_end(&j);
 }
 
+/* The engine's own prefill of ids (its rows' hidden states, what an
+ * embedding costs the prefill instance) n times: requests/s. */
+static double engine_embeddings(moon_engine_t *e, moon_kv_cache_t *kv, const int32_t *ids,
+                                uint32_t n_ids, float *hidden, int n)
+{
+    uint64_t t0 = moon_bench_now_ns();
+
+    for (int i = 0; i < n; i++) {
+        uint32_t seq;
+        if (moon_kv_seq_create(kv, &seq) != MOON_OK ||
+            moon_engine_prefill_rows(e, kv, seq, ids, n_ids, NULL, hidden, NULL) != MOON_OK) {
+            return 0;
+        }
+        moon_kv_seq_destroy(kv, seq);
+    }
+    return n * 1e9 / (double)(moon_bench_now_ns() - t0);
+}
+
+/* /v1/embeddings requests/s against the engine's own prefill of the input. */
+static void embed_line(const char *model, int n, int depth, int rounds)
+{
+    moon_engine_config_t ecfg = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_chunk = 128};
+    moon_bench_rounds_t  rr   = {0};
+    moon_model_t        *m    = NULL;
+    moon_engine_t       *e    = NULL;
+    moon_kv_cache_t     *kv   = NULL;
+    moon_kv_config_t     kcfg;
+    moon_bench_json_t    j;
+    int32_t              ids[128];
+    size_t               n_ids = 0;
+    float               *hidden;
+    char                 saved[sizeof(g_body)];
+
+    if (moon_model_load(model, &m) != MOON_OK || moon_engine_create(m, &ecfg, &e) != MOON_OK ||
+        moon_tokenizer_encode(moon_model_tokenizer(m), g_prompt, strlen(g_prompt), true, ids, 128,
+                              &n_ids) != MOON_OK) {
+        fprintf(stderr, "bench_gateway: no engine for the embeddings anchor\n");
+        moon_engine_destroy(e);
+        moon_model_destroy(m);
+        return;
+    }
+    kcfg   = moon_model_kv_config(moon_model_config(m), 16, 16, 1);
+    hidden = malloc(n_ids * moon_model_config(m)->dim * sizeof(float));
+    if (hidden == NULL || moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
+        fprintf(stderr, "bench_gateway: no memory for the embeddings anchor\n");
+        free(hidden);
+        moon_engine_destroy(e);
+        moon_model_destroy(m);
+        return;
+    }
+    memcpy(saved, g_body, sizeof(g_body));
+    snprintf(g_body, sizeof(g_body), "{\"input\":\"%s\"}", g_prompt);
+    for (int r = 0; r < rounds; r++) {
+        double x, y;
+        g_path = "/v1/embeddings";
+        x      = http_throughput(n, depth);
+        g_path = "/v1/completions";
+        y      = engine_embeddings(e, kv, ids, (uint32_t)n_ids, hidden, n);
+        moon_bench_rounds_add(&rr, x, y);
+    }
+    memcpy(g_body, saved, sizeof(g_body));
+    moon_bench_json_begin(&j);
+    moon_bench_json_str(&j, "bench", "gateway_embeddings");
+    moon_bench_json_str(&j, "model", "stories260K");
+    moon_bench_json_int(&j, "input_tokens", (int)n_ids);
+    moon_bench_json_int(&j, "n", n);
+    moon_bench_json_int(&j, "depth", depth);
+    moon_bench_json_str(&j, "metric", "requests_per_s");
+    moon_bench_json_num(&j, "value", moon_bench_rounds_mean(&rr));
+    moon_bench_json_num(&j, "anchor_engine_prefill", moon_bench_rounds_anchor_mean(&rr));
+    moon_bench_rounds_json(&rr, &j);
+    moon_bench_json_end(&j);
+    moon_kv_cache_destroy(kv);
+    free(hidden);
+    moon_engine_destroy(e);
+    moon_model_destroy(m);
+}
+
 static void line(const char *bench, const char *metric, double v, double anchor, double ratio,
                  int n, int depth)
 {
@@ -374,10 +460,12 @@ static void line(const char *bench, const char *metric, double v, double anchor,
 
 int main(int argc, char **argv)
 {
-    const char                *model  = moon_bench_arg_str(argc, argv, "model", NULL);
-    int                        n      = (int)moon_bench_arg_int(argc, argv, "n", 200);
-    int                        depth  = (int)moon_bench_arg_int(argc, argv, "depth", 16);
-    int                        rounds = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
+    const char                *model           = moon_bench_arg_str(argc, argv, "model", NULL);
+    int                        n               = (int)moon_bench_arg_int(argc, argv, "n", 200);
+    int                        depth           = (int)moon_bench_arg_int(argc, argv, "depth", 16);
+    int                        rounds          = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
+    const char                *only            = moon_bench_arg_str(argc, argv, "only", "");
+    int                        embeddings_only = strcmp(only, "embeddings") == 0;
     moon_runtime_config_t      rcfg;
     moon_serve_config_t        scfg;
     moon_serve_cluster_t      *cluster = NULL;
@@ -393,7 +481,7 @@ int main(int argc, char **argv)
     g_max_tokens = (int)moon_bench_arg_int(argc, argv, "max-tokens", 16);
     if (model == NULL || depth < 1 || depth > 256 || n < 1 || rounds < 1) {
         fprintf(stderr, "usage: bench_gateway --model=M.gguf [--n=200] [--depth=16] "
-                        "[--rounds=3] [--max-tokens=16]\n");
+                        "[--rounds=3] [--max-tokens=16] [--only=embeddings]\n");
         return 2;
     }
     for (int stream = 0; stream < 2; stream++) {
@@ -437,56 +525,60 @@ int main(int argc, char **argv)
         api_ttft();
         http_request(easy, 1, &s);
     }
-    ratios = calloc((size_t)rounds, sizeof(double));
-    for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < n; i++) { /* alternate: one HTTP, one API */
-            sink_t   s;
-            uint64_t t0 = moon_bench_now_ns();
-            if (http_request(easy, 1, &s) != 0 || s.n_bytes == 0) {
-                fprintf(stderr, "bench_gateway: an HTTP request failed\n");
-                return 1;
+    if (!embeddings_only) {
+        ratios = calloc((size_t)rounds, sizeof(double));
+        for (int r = 0; r < rounds; r++) {
+            for (int i = 0; i < n; i++) { /* alternate: one HTTP, one API */
+                sink_t   s;
+                uint64_t t0 = moon_bench_now_ns();
+                if (http_request(easy, 1, &s) != 0 || s.n_bytes == 0) {
+                    fprintf(stderr, "bench_gateway: an HTTP request failed\n");
+                    return 1;
+                }
+                h_ttft[r * n + i] = (double)(s.t_first_ns - t0) * 1e-6;
+                a_ttft[r * n + i] = (double)api_ttft() * 1e-6;
             }
-            h_ttft[r * n + i] = (double)(s.t_first_ns - t0) * 1e-6;
-            a_ttft[r * n + i] = (double)api_ttft() * 1e-6;
+            /* saturation, alternating too; each round's ratio, and CPU per request */
+            {
+                double h, a;
+                c0 = cpu_s();
+                h  = http_throughput(n, depth);
+                c1 = cpu_s();
+                a  = api_throughput(n, depth);
+                h_cpu += (c1 - c0) * 1e6 / n / rounds;
+                a_cpu += (cpu_s() - c1) * 1e6 / n / rounds;
+                h_tput += h / rounds;
+                a_tput += a / rounds;
+                ratios[r] = a > 0 ? h / a : 0;
+            }
         }
-        /* saturation, alternating too; each round's ratio, and CPU per request */
         {
-            double h, a;
-            c0 = cpu_s();
-            h  = http_throughput(n, depth);
-            c1 = cpu_s();
-            a  = api_throughput(n, depth);
-            h_cpu += (c1 - c0) * 1e6 / n / rounds;
-            a_cpu += (cpu_s() - c1) * 1e6 / n / rounds;
-            h_tput += h / rounds;
-            a_tput += a / rounds;
-            ratios[r] = a > 0 ? h / a : 0;
-        }
-    }
-    {
-        size_t m   = (size_t)n * rounds;
-        double h50 = moon_bench_percentile(h_ttft, m, 50);
-        double a50 = moon_bench_percentile(a_ttft, m, 50);
-        double h99 = moon_bench_percentile(h_ttft, m, 99);
-        double a99 = moon_bench_percentile(a_ttft, m, 99);
+            size_t m   = (size_t)n * rounds;
+            double h50 = moon_bench_percentile(h_ttft, m, 50);
+            double a50 = moon_bench_percentile(a_ttft, m, 50);
+            double h99 = moon_bench_percentile(h_ttft, m, 99);
+            double a99 = moon_bench_percentile(a_ttft, m, 99);
 
-        line("gateway_ttft", "ttft_p50_ms", h50, a50, h50 - a50, (int)m, 1);
-        line("gateway_ttft", "ttft_p99_ms", h99, a99, h99 - a99, (int)m, 1);
-        /* the mean over rounds of each; ratio: the median of the rounds' ratios
-         * (each round's pair ran back to back: the load they shared cancels) */
-        qsort(ratios, (size_t)rounds, sizeof(double), cmp_double);
-        line("gateway_throughput", "requests_per_s", h_tput, a_tput, ratios[rounds / 2], n, depth);
-        line("gateway_throughput", "requests_per_s_round_ratio_min", ratios[0], 1, ratios[0], n,
-             depth);
-        /* what each request costs the machine (HTTP: libcurl's side included) */
-        line("gateway_throughput", "cpu_us_per_request", h_cpu, a_cpu,
-             a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
+            line("gateway_ttft", "ttft_p50_ms", h50, a50, h50 - a50, (int)m, 1);
+            line("gateway_ttft", "ttft_p99_ms", h99, a99, h99 - a99, (int)m, 1);
+            /* the mean over rounds of each; ratio: the median of the rounds' ratios
+             * (each round's pair ran back to back: the load they shared cancels) */
+            qsort(ratios, (size_t)rounds, sizeof(double), cmp_double);
+            line("gateway_throughput", "requests_per_s", h_tput, a_tput, ratios[rounds / 2], n,
+                 depth);
+            line("gateway_throughput", "requests_per_s_round_ratio_min", ratios[0], 1, ratios[0], n,
+                 depth);
+            /* what each request costs the machine (HTTP: libcurl's side included) */
+            line("gateway_throughput", "cpu_us_per_request", h_cpu, a_cpu,
+                 a_cpu > 0 ? h_cpu / a_cpu : 0, n, depth);
+        }
+        free(ratios);
+        /* per-request sampling controls and logprobs inside the batched step */
+        variant_line("penalties_bias_min_p", 1, n, depth, rounds);
+        variant_line("logprobs_5", 2, n, depth, rounds);
+        n8_line(rounds);
     }
-    free(ratios);
-    /* per-request sampling controls and logprobs inside the batched step */
-    variant_line("penalties_bias_min_p", 1, n, depth, rounds);
-    variant_line("logprobs_5", 2, n, depth, rounds);
-    n8_line(rounds);
+    embed_line(model, n, depth, rounds);
     curl_easy_cleanup(easy);
     free(h_ttft);
     free(a_ttft);

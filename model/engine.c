@@ -108,9 +108,11 @@ static int kv_matches(const moon_engine_t *e, const moon_kv_cache_t *kv)
            (kv->data != NULL || e->cfg.kind == MOON_BACKEND_COST); /* virtual: COST only */
 }
 
-moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
-                                  const int32_t *tokens, uint32_t n, float *logits,
-                                  double *duration_s_p)
+/* Both prefills: rows 0 runs the backend's prefill (logits: the last row's),
+ * rows 1 its prefill_rows (every row's logits and hidden states). */
+static moon_status_t prefill_any(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
+                                 const int32_t *tokens, uint32_t n, float *logits, float *hidden,
+                                 int rows, double *duration_s_p)
 {
     double        modeled = -1.0, t0;
     uint32_t      len0    = 0;
@@ -119,6 +121,9 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
     if (e == NULL || tokens == NULL || n == 0 || n > e->cfg.max_chunk ||
         (kv == NULL && e->cfg.kind != MOON_BACKEND_COST)) {
         return MOON_ERR_INVALID_PARAM;
+    }
+    if (rows && (e->ops->prefill_rows == NULL || kv == NULL)) {
+        return MOON_ERR_UNSUPPORTED;
     }
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->shape.vocab_size) {
@@ -136,7 +141,8 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
         }
     }
     t0     = now_s();
-    status = e->ops->prefill(e->state, kv, seq, tokens, n, logits, &modeled);
+    status = rows ? e->ops->prefill_rows(e->state, kv, seq, tokens, n, logits, hidden, &modeled)
+                  : e->ops->prefill(e->state, kv, seq, tokens, n, logits, &modeled);
     if (kv != NULL && !e->ops->tags_writes) {
         moon_kv_mark_host_written(kv, seq, len0, n);
     }
@@ -151,6 +157,20 @@ moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_
         *duration_s_p = modeled >= 0.0 ? modeled : now_s() - t0;
     }
     return status;
+}
+
+moon_status_t moon_engine_prefill(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
+                                  const int32_t *tokens, uint32_t n, float *logits,
+                                  double *duration_s_p)
+{
+    return prefill_any(e, kv, seq, tokens, n, logits, NULL, 0, duration_s_p);
+}
+
+moon_status_t moon_engine_prefill_rows(moon_engine_t *e, moon_kv_cache_t *kv, uint32_t seq,
+                                       const int32_t *tokens, uint32_t n, float *logits,
+                                       float *hidden, double *duration_s_p)
+{
+    return prefill_any(e, kv, seq, tokens, n, logits, hidden, 1, duration_s_p);
 }
 
 moon_status_t moon_engine_decode(moon_engine_t *e, moon_kv_cache_t *kv, const uint32_t *seqs,

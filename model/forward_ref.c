@@ -61,9 +61,10 @@ static void matvec(ref_state_t *s, float *out, const float *x, const moon_tensor
     }
 }
 
-/* One token at position pos of sequence sq; logits may be NULL. */
+/* One token at position pos of sequence sq; logits and hidden (its final
+ * normed hidden state, dim floats) may be NULL. */
 static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq_t *sq,
-                          int32_t token, uint32_t pos, float *logits)
+                          int32_t token, uint32_t pos, float *logits, float *hidden)
 {
     const moon_model_t        *m      = s->m;
     const moon_model_config_t *c      = &m->cfg;
@@ -173,8 +174,14 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
     }
 
     /* final rmsnorm and classifier */
+    if (logits == NULL && hidden == NULL) {
+        return;
+    }
+    rmsnorm(s->x, s->x, m->output_norm, dim, c->norm_eps);
+    if (hidden != NULL) {
+        memcpy(hidden, s->x, dim * sizeof(float));
+    }
     if (logits != NULL) {
-        rmsnorm(s->x, s->x, m->output_norm, dim, c->norm_eps);
         matvec(s, logits, s->x, &m->output);
     }
 }
@@ -229,7 +236,23 @@ static moon_status_t ref_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
 
     (void)modeled_s_p;
     for (uint32_t i = 0; i < n; i++) {
-        forward_token(state, kv, sq, tokens[i], sq->n_tokens + i, i + 1 == n ? logits : NULL);
+        forward_token(state, kv, sq, tokens[i], sq->n_tokens + i, i + 1 == n ? logits : NULL, NULL);
+    }
+    return MOON_OK;
+}
+
+static moon_status_t ref_prefill_rows(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                      const int32_t *tokens, uint32_t n, float *logits,
+                                      float *hidden, double *modeled_s_p)
+{
+    ref_state_t         *s  = state;
+    const moon_kv_seq_t *sq = &kv->seqs[seq];
+
+    (void)modeled_s_p;
+    for (uint32_t i = 0; i < n; i++) {
+        forward_token(s, kv, sq, tokens[i], sq->n_tokens + i,
+                      logits ? logits + (size_t)i * s->m->cfg.vocab_size : NULL,
+                      hidden ? hidden + (size_t)i * s->m->cfg.dim : NULL);
     }
     return MOON_OK;
 }
@@ -244,15 +267,16 @@ static moon_status_t ref_decode(void *state, moon_kv_cache_t *kv, const uint32_t
     for (uint32_t b = 0; b < n_seqs; b++) {
         const moon_kv_seq_t *sq = &kv->seqs[seqs[b]];
         forward_token(s, kv, sq, tokens[b], sq->n_tokens,
-                      logits ? logits + (size_t)b * s->m->cfg.vocab_size : NULL);
+                      logits ? logits + (size_t)b * s->m->cfg.vocab_size : NULL, NULL);
     }
     return MOON_OK;
 }
 
 const moon_model_backend_ops_t moon_backend_ref_ops = {
-    .name    = "ref",
-    .create  = ref_create,
-    .destroy = ref_destroy,
-    .prefill = ref_prefill,
-    .decode  = ref_decode,
+    .name         = "ref",
+    .create       = ref_create,
+    .destroy      = ref_destroy,
+    .prefill      = ref_prefill,
+    .decode       = ref_decode,
+    .prefill_rows = ref_prefill_rows,
 };

@@ -66,6 +66,12 @@ typedef struct {
                             const int32_t *tokens, uint32_t n_seqs, float *logits,
                             double *modeled_s_p);
     int tags_writes;
+    /* Optional (NULL: MOON_ERR_UNSUPPORTED): a prefill that gives back every
+     * row, logits (n, vocab) and hidden (n, dim: the final normed hidden
+     * states), either NULL. */
+    moon_status_t (*prefill_rows)(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                  const int32_t *tokens, uint32_t n, float *logits, float *hidden,
+                                  double *modeled_s_p);
 } moon_model_backend_ops_t;
 
 extern const moon_model_backend_ops_t moon_backend_ref_ops;

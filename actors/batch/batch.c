@@ -839,7 +839,7 @@ static moon_status_t setup(batch_t *b)
     char          fp[16];
 
     b->info.n_ctx = 0;
-    status        = moon_gw_model_load(b->env->model_path, &b->tok, &b->tpl, &b->info.n_ctx);
+    status = moon_gw_model_load(b->env->model_path, &b->tok, &b->tpl, &b->info.n_ctx, &b->info.dim);
     if (status != MOON_OK) {
         return status;
     }

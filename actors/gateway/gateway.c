@@ -32,6 +32,7 @@ typedef struct {
     moon_tokenizer_t     *tok;
     moon_gw_template_t    tpl;
     uint32_t              n_ctx;
+    uint32_t              dim; /* the model's embedding size (/v1/embeddings) */
     moon_gw_metrics_t    *metrics;
     int                   own_metrics;
     moon_gw_bridge_t     *bridge;
@@ -118,7 +119,7 @@ moon_status_t moon_gateway_config_default(moon_gateway_config_t *cfg)
 /* The model's tokenizer, context and chat template (gw_model.h). */
 static moon_status_t load_model(gw_state_t *st, const char *path)
 {
-    return moon_gw_model_load(path, &st->tok, &st->tpl, &st->n_ctx);
+    return moon_gw_model_load(path, &st->tok, &st->tpl, &st->n_ctx, &st->dim);
 }
 
 /* Frees what init made (the HTTP server stopped, or never started). */
@@ -239,6 +240,7 @@ static moon_status_t gw_init(moon_actor_t *self, const void *arg)
     ha.model.tpl        = &st->tpl;
     ha.model.tok        = st->tok;
     ha.model.n_ctx      = st->n_ctx;
+    ha.model.dim        = st->dim;
     ha.model.n_vocab    = st->tok != NULL ? moon_tokenizer_n_vocab(st->tok) : 0;
     ha.fingerprint      = st->fingerprint;
     ha.batches          = args->batches;
@@ -440,6 +442,22 @@ static moon_status_t gw_on_tokens(moon_actor_t *self, const moon_msg_hdr_t *msg)
         }
         gw_on_token(self, &t->hdr);
         moon_msg_release(&t->hdr);
+    }
+    return MOON_OK;
+}
+
+/* A prefill's answer for every prompt position (PROMPT_LOGPROBS, EMBEDDING:
+ * both begin with the request's id): queued for the connection like a token. */
+static moon_status_t gw_on_rows(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t    *st  = moon_actor_state(self);
+    uint64_t       id  = msg->type == MOON_MSG_SERVE_EMBEDDING
+                             ? ((const moon_serve_embedding_t *)msg)->request_id
+                             : ((const moon_serve_prompt_logprobs_t *)msg)->request_id;
+    moon_gw_req_t *req = event_req(self, st, id, "prompt rows");
+
+    if (req != NULL) {
+        moon_gw_bridge_deliver(st->bridge, req, msg);
     }
     return MOON_OK;
 }
@@ -749,15 +767,17 @@ const moon_actor_ops_t moon_gateway_ops = {
     .fini        = gw_fini,
     .on_msg =
         {
-            [MOON_MSG_GW_WAKE]             = gw_on_wake,
-            [MOON_MSG_GW_DRAIN]            = gw_on_drain,
-            [MOON_MSG_SERVE_TOKEN]         = gw_on_token,
-            [MOON_MSG_SERVE_TOKENS]        = gw_on_tokens,
-            [MOON_MSG_SERVE_DONE]          = gw_on_done,
-            [MOON_MSG_SYS_DOWN]            = gw_on_down,
-            [MOON_MSG_SYS_TIMER]           = gw_on_timer,
-            [MOON_MSG_SERVE_STATS_REPLY]   = gw_on_stats,
-            [MOON_MSG_STORE_STATS_REPLY]   = gw_on_store_stats,
-            [MOON_MSG_WEIGHTS_STATE_REPLY] = gw_on_weights_state,
+            [MOON_MSG_GW_WAKE]               = gw_on_wake,
+            [MOON_MSG_GW_DRAIN]              = gw_on_drain,
+            [MOON_MSG_SERVE_TOKEN]           = gw_on_token,
+            [MOON_MSG_SERVE_TOKENS]          = gw_on_tokens,
+            [MOON_MSG_SERVE_DONE]            = gw_on_done,
+            [MOON_MSG_SERVE_EMBEDDING]       = gw_on_rows,
+            [MOON_MSG_SERVE_PROMPT_LOGPROBS] = gw_on_rows,
+            [MOON_MSG_SYS_DOWN]              = gw_on_down,
+            [MOON_MSG_SYS_TIMER]             = gw_on_timer,
+            [MOON_MSG_SERVE_STATS_REPLY]     = gw_on_stats,
+            [MOON_MSG_STORE_STATS_REPLY]     = gw_on_store_stats,
+            [MOON_MSG_WEIGHTS_STATE_REPLY]   = gw_on_weights_state,
         },
 };

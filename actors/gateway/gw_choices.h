@@ -22,15 +22,17 @@
 #include <stdint.h>
 
 typedef struct {
-    moon_gw_req_t     *breq;      /* NULL: not submitted yet */
-    moon_gw_buf_t      acc;       /* a whole answer: its text so far */
-    moon_gw_logprobs_t lp;        /* logprobs asked: gathered since the last chunk */
-    double             sum_lp;    /* its tokens' logprobs summed (best_of's ranking) */
-    int                role_sent; /* stream: chat's role delta (or echo's prompt) is out */
-    int                got_done;  /* its DONE was read: nothing to cancel */
-    const char        *finish;    /* its DONE's finish reason (static text) */
-    moon_gw_usage_t    u;         /* its DONE's usage */
-    const char        *echo;      /* echo: its prompt's text (borrowed); NULL: none */
+    moon_gw_req_t        *breq;        /* NULL: not submitted yet */
+    moon_gw_buf_t         acc;         /* a whole answer: its text so far */
+    moon_gw_logprobs_t    lp;          /* logprobs asked: gathered since the last chunk */
+    double                sum_lp;      /* its tokens' logprobs summed (best_of's ranking) */
+    int                   role_sent;   /* stream: chat's role delta (or echo's prompt) is out */
+    int                   got_done;    /* its DONE was read: nothing to cancel */
+    const char           *finish;      /* its DONE's finish reason (static text) */
+    moon_gw_usage_t       u;           /* its DONE's usage */
+    const char           *echo;        /* echo: its prompt's text (borrowed); NULL: none */
+    const moon_msg_hdr_t *rows;        /* embeddings: its EMBEDDING (held); NULL: none yet */
+    uint32_t              prompt_next; /* echo with logprobs: the next prompt position expected */
 } moon_gw_choice_t;
 
 /* Choice i's sampler seed: the request's for choice 0, else the request's

@@ -7,6 +7,7 @@
 #include "gw_buf.h"
 #include "gw_choices.h"
 #include "gw_cors.h"
+#include "gw_embed.h"
 #include "gw_errors.h"
 #include "gw_format.h"
 #include "gw_guard.h"
@@ -49,12 +50,13 @@ typedef enum {
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
     ROUTE_VERSION,
+    ROUTE_EMBEDDINGS,
 } route_t;
 
 /* Routes answered to a POST (the others to GET and HEAD). */
 #define ROUTE_IS_POST(_r)                                                                          \
     ((_r) == ROUTE_COMPLETIONS || (_r) == ROUTE_CHAT || (_r) == ROUTE_TOKENIZE ||                  \
-     (_r) == ROUTE_DETOKENIZE)
+     (_r) == ROUTE_DETOKENIZE || (_r) == ROUTE_EMBEDDINGS)
 
 typedef enum {
     PH_BODY,   /* receiving the body */
@@ -97,8 +99,9 @@ typedef struct {
     int                      must_close; /* the answer closes the connection */
     int                      admitted;   /* counted in n_busy */
     moon_gw_request_t        req;
-    moon_gw_req_t           *breq; /* choice 0's: the leader (its id, the hang-up's poke) */
-    moon_gw_choice_t        *ch;   /* (n_ch: best_of) the choices; NULL before the body */
+    moon_gw_embed_req_t      embed; /* ROUTE_EMBEDDINGS: its inputs, one choice each */
+    moon_gw_req_t           *breq;  /* choice 0's: the leader (its id, the hang-up's poke) */
+    moon_gw_choice_t        *ch;    /* (n_ch: best_of) the choices; NULL before the body */
     uint32_t                 n_ch;
     uint32_t                 n_done;  /* choices whose DONE was read */
     uint32_t                 rr;      /* the choice read first next time (round robin) */
@@ -279,6 +282,9 @@ static route_t route_of(const char *url)
     }
     if (strcmp(url, "/v1/chat/completions") == 0) {
         return ROUTE_CHAT;
+    }
+    if (strcmp(url, "/v1/embeddings") == 0) {
+        return ROUTE_EMBEDDINGS;
     }
     if (strcmp(url, "/v1/models") == 0) {
         return ROUTE_MODELS;
@@ -560,6 +566,9 @@ static void usage_of(const conn_t *c, const moon_serve_done_t *d, moon_gw_usage_
  * version): its fingerprint is the gateway's and that version. */
 static void stamp_version(conn_t *c, const moon_msg_hdr_t *msg)
 {
+    if (msg->type != MOON_MSG_SERVE_TOKEN && msg->type != MOON_MSG_SERVE_DONE) {
+        return; /* a prefill's rows: its DONE names the version */
+    }
     uint64_t v = msg->type == MOON_MSG_SERVE_TOKEN
                      ? ((const moon_serve_token_t *)msg)->weight_version
                      : ((const moon_serve_done_t *)msg)->weight_version;
@@ -647,6 +656,27 @@ static void lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
     }
 }
 
+static moon_gw_request_t *req_of(conn_t *c, uint32_t k);
+
+/* echo with logprobs: a PROMPT_LOGPROBS of choice k into its logprobs, in
+ * position order; one a resumed request sends again is left out. */
+static void prompt_lp_add(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
+{
+    const moon_serve_prompt_logprobs_t *m  = (const void *)msg;
+    const moon_gw_request_t            *r  = req_of(c, k);
+    moon_gw_choice_t                   *ch = &c->ch[k];
+
+    if (c->want_lp == 0 || ch->echo == NULL || r->tokens == NULL ||
+        m->first != MOON_MAX(ch->prompt_next, 1u)) {
+        return;
+    }
+    if (moon_gw_logprobs_add_prompt(&ch->lp, r->tokens, r->n_tokens, msg) != MOON_OK) {
+        MOON_ERROR("gateway: the prompt logprobs of request %llu could not be gathered",
+                   (unsigned long long)moon_gw_req_id(ch->breq));
+    }
+    ch->prompt_next = m->first + m->lp.n;
+}
+
 /* A chunk of choice k carrying the logprobs gathered since its last one. */
 static char *chunk_lp(conn_t *c, uint32_t k, const char *text, const char *finish, size_t *len_p)
 {
@@ -675,8 +705,8 @@ static void stream_open(conn_t *c, uint32_t k, moon_gw_buf_t *b)
     if (c->meta.chat) {
         chunk = moon_gw_format_chunk(&c->meta, 1, NULL, NULL, &len);
         out_append(b, chunk, len);
-    } else if (c->ch[k].echo != NULL) {
-        chunk = moon_gw_format_chunk(&c->meta, 0, c->ch[k].echo, NULL, &len);
+    } else if (c->ch[k].echo != NULL) { /* with the prompt's logprobs, asked */
+        chunk = chunk_lp(c, k, c->ch[k].echo, NULL, &len);
         out_append(b, chunk, len);
     }
 }
@@ -732,6 +762,10 @@ static void stream_event(conn_t *c, uint32_t k, const moon_msg_hdr_t *msg)
     size_t        len = 0;
     char         *chunk;
 
+    if (msg->type == MOON_MSG_SERVE_PROMPT_LOGPROBS) {
+        prompt_lp_add(c, k, msg); /* they go out with the echo, at the first token */
+        return;
+    }
     moon_gw_buf_init(&b);
     stream_open(c, k, &b);
     if (msg->type == MOON_MSG_SERVE_TOKEN) {
@@ -1001,6 +1035,32 @@ static enum MHD_Result answer_whole(conn_t *c)
     return respond_json(c, 200, text, len);
 }
 
+/* Every input's EMBEDDING and DONE came: the list, in input order. */
+static enum MHD_Result answer_embed(conn_t *c)
+{
+    const uint32_t **vecs = moon_calloc(c->n_ch, sizeof(*vecs));
+    uint32_t         dim  = 0;
+    size_t           len  = 0;
+    char            *text;
+
+    for (uint32_t k = 0; vecs != NULL && k < c->n_ch; k++) {
+        const moon_serve_embedding_t *e = (const void *)c->ch[k].rows;
+        if (e == NULL || e->vec.n == 0 || (k > 0 && e->vec.n != dim)) {
+            moon_free(vecs);
+            MOON_WARN("gateway: input %u of an embeddings request got no embedding", k);
+            return fail(c, 500, NULL, "%s", "an input got no embedding back");
+        }
+        dim     = e->vec.n;
+        vecs[k] = MOON_SPAN_PTR(e, e->vec);
+    }
+    if (vecs == NULL) {
+        return respond_json(c, 200, NULL, 0);
+    }
+    text = moon_gw_embed_response(&c->embed, c->http->a.model.model_name, vecs, dim, &len);
+    moon_free(vecs);
+    return respond_json(c, 200, text, len);
+}
+
 /* Resumed (or right after submit): reads what has come. */
 static enum MHD_Result on_events(conn_t *c)
 {
@@ -1025,6 +1085,16 @@ static enum MHD_Result on_events(conn_t *c)
         if (c->sub_failed) {
             moon_msg_release(msg);
             return respond_error(c, &c->sub_err);
+        }
+        if (msg->type == MOON_MSG_SERVE_EMBEDDING) {
+            moon_msg_release(c->ch[k].rows); /* one sent before a loss */
+            c->ch[k].rows = msg;
+            continue;
+        }
+        if (msg->type == MOON_MSG_SERVE_PROMPT_LOGPROBS) {
+            prompt_lp_add(c, k, msg);
+            moon_msg_release(msg);
+            continue;
         }
         if (msg->type == MOON_MSG_SERVE_TOKEN) {
             if (c->req.stream) {
@@ -1068,7 +1138,7 @@ static enum MHD_Result on_events(conn_t *c)
             moon_gw_metrics_observe(c->http->a.metrics, MOON_GW_M_TTFT, NULL,
                                     since_start_s(c, moon_gw_req_times(c->breq)->first_token_ns));
         }
-        return answer_whole(c);
+        return c->route == ROUTE_EMBEDDINGS ? answer_embed(c) : answer_whole(c);
     }
 }
 
@@ -1191,6 +1261,82 @@ static moon_status_t make_choices(conn_t *c)
     return MOON_OK;
 }
 
+/* A choice could not be submitted: the answer says why. */
+static enum MHD_Result submit_failed(conn_t *c, moon_status_t status)
+{
+    if (status == MOON_ERR_NO_RESOURCE) {
+        MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
+                         c->http->a.cfg.max_inflight);
+        return fail(c, 429, NULL, "%s", "too many requests in flight, retry later");
+    }
+    if (status == MOON_ERR_INVALID_PARAM) {
+        return fail(c, 400, NULL, "%s", "the request's parameters were refused");
+    }
+    return fail(c, 500, NULL, "the request could not be submitted: %s", moon_status_str(status));
+}
+
+/* The request's choices are submitted: its id (prefix-...), the hang-up watch. */
+static void submitted(conn_t *c, const char *prefix)
+{
+    moon_gw_http_t *h = c->http;
+
+    if (atomic_load(&h->closing)) {
+        idle_notify(h, 1); /* submitted after quiesce: the shutdown aborts it */
+    }
+    watch_hangup(c);
+    snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", prefix,
+             (unsigned long long)(h->nonce & 0xffffffffull),
+             (unsigned long long)moon_gw_req_id(c->breq));
+}
+
+/* /v1/embeddings: each input its own request (gw_embed.h), one choice each,
+ * answered by a prefill instance; the whole list once every DONE came. */
+static enum MHD_Result embed_body(conn_t *c)
+{
+    moon_gw_http_t     *h = c->http;
+    moon_gw_error_t     err;
+    moon_serve_params_t p0;
+    moon_status_t       status;
+
+    if (!admit(c, &err) || !ready(h, &err)) {
+        return respond_error(c, &err);
+    }
+    status = moon_gw_embed_parse(c->body.data != NULL ? c->body.data : "", c->body.len, &h->a.model,
+                                 &c->embed, &err);
+    if (status == MOON_ERR_INVALID_PARAM) {
+        return respond_error(c, &err);
+    }
+    c->per       = 1;
+    c->n_prompts = c->n_ch = c->embed.n_inputs;
+    c->ch                  = status == MOON_OK ? moon_calloc(c->n_ch, sizeof(*c->ch)) : NULL;
+    if (c->ch == NULL) {
+        return fail(c, 500, NULL, "the request could not be prepared: %s",
+                    moon_status_str(status != MOON_OK ? status : MOON_ERR_NO_MEMORY));
+    }
+    moon_serve_params_default(&p0);
+    moon_gw_plugin_params(c->mc, c->body.data, c->body.len, c->session, sizeof(c->session), &p0);
+    for (uint32_t k = 0; k < c->n_ch && status == MOON_OK; k++) {
+        moon_serve_params_t p;
+        moon_gw_conn_t      conn = conn_of(c, k);
+
+        moon_gw_buf_init(&c->ch[k].acc);
+        moon_gw_embed_params(&c->embed, k, &p);
+        p.key     = p0.key;
+        p.session = p0.session;
+        status    = moon_gw_bridge_submit(h->a.bridge, &p, &conn, &c->ch[k].breq);
+    }
+    c->breq = c->ch[0].breq;
+    if (status != MOON_OK) {
+        return submit_failed(c, status);
+    }
+    submitted(c, "embd");
+    c->meta.id          = c->id;
+    c->meta.model       = h->a.model.model_name;
+    c->meta.fingerprint = h->a.fingerprint;
+    c->phase            = PH_WAIT;
+    return on_events(c);
+}
+
 /* The body is in: parse, prepare, submit. */
 static enum MHD_Result on_body(conn_t *c)
 {
@@ -1214,6 +1360,9 @@ static enum MHD_Result on_body(conn_t *c)
             return respond_error(c, &err);
         }
         return respond_json(c, 200, status == MOON_OK ? json : NULL, len);
+    }
+    if (c->route == ROUTE_EMBEDDINGS) {
+        return embed_body(c);
     }
     if (!admit(c, &err) || !ready(h, &err)) {
         return respond_error(c, &err);
@@ -1249,25 +1398,10 @@ static enum MHD_Result on_body(conn_t *c)
     for (uint32_t g = 1; g < c->n_prompts && status == MOON_OK; g++) {
         status = submit_choice(c, g * c->per);
     }
-    if (status == MOON_ERR_NO_RESOURCE) {
-        MOON_LOG_LIMITED(MOON_LOG_INFO, "gateway: %u requests on their way to the actor: 429",
-                         h->a.cfg.max_inflight);
-        return fail(c, 429, NULL, "%s", "too many requests in flight, retry later");
-    }
-    if (status == MOON_ERR_INVALID_PARAM) {
-        return fail(c, 400, NULL, "%s", "the request's parameters were refused");
-    }
     if (status != MOON_OK) {
-        return fail(c, 500, NULL, "the request could not be submitted: %s",
-                    moon_status_str(status));
+        return submit_failed(c, status);
     }
-    if (atomic_load(&h->closing)) {
-        idle_notify(h, 1); /* submitted after quiesce: the shutdown aborts it */
-    }
-    watch_hangup(c);
-    snprintf(c->id, sizeof(c->id), "%s-%llx%08llx", c->req.chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)(h->nonce & 0xffffffffull),
-             (unsigned long long)moon_gw_req_id(c->breq));
+    submitted(c, c->req.chat ? "chatcmpl" : "cmpl");
     c->meta.id            = c->id;
     c->meta.model         = h->a.model.model_name;
     c->meta.fingerprint   = h->a.fingerprint;
@@ -1483,8 +1617,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         }
         moon_gw_logprobs_fini(&c->ch[k].lp);
         moon_gw_buf_fini(&c->ch[k].acc);
+        moon_msg_release(c->ch[k].rows);
     }
     moon_free(c->ch);
+    moon_gw_embed_fini(&c->embed);
     for (uint32_t g = 0; g < c->n_prompts; g++) {
         if (c->echos != NULL) {
             moon_free(c->echos[g]);

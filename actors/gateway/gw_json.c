@@ -321,3 +321,24 @@ void moon_gw_utf8_copy(char *dst, size_t cap, const char *src)
     }
     dst[o] = '\0';
 }
+
+moon_status_t moon_gw_json_parse_body(const char *body, size_t len, cJSON **root_p,
+                                      moon_gw_error_t *err)
+{
+    const char   *why = NULL;
+    char          twin[48];
+    moon_status_t status = moon_gw_json_parse_strict(body, len, root_p, &why, twin, sizeof(twin));
+
+    if (status == MOON_ERR_INVALID_PARAM) {
+        moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s%s%s%s", why,
+                          twin[0] != '\0' ? " ('" : "", twin, twin[0] != '\0' ? "')" : "");
+        return status;
+    }
+    if (status == MOON_OK && !cJSON_IsObject(*root_p)) {
+        cJSON_Delete(*root_p);
+        *root_p = NULL;
+        moon_gw_error_set(err, 400, NULL, NULL, "the body must be a JSON object");
+        return MOON_ERR_INVALID_PARAM;
+    }
+    return status;
+}

@@ -5,6 +5,7 @@
 #ifndef MOON_ACTORS_GW_JSON_H
 #define MOON_ACTORS_GW_JSON_H
 
+#include "gw_errors.h"
 #include "moonlet/status.h"
 
 #include <cjson/cJSON.h>
@@ -31,6 +32,12 @@ char *moon_gw_json_wrap(const char *before, const char *text, size_t len, const 
  * refused; MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_json_parse_strict(const char *body, size_t len, cJSON **root_p,
                                         const char **why_p, char *param, size_t param_cap);
+
+/* A request body: moon_gw_json_parse_strict, and a JSON object. MOON_OK:
+ * *root_p (cJSON_Delete it); MOON_ERR_INVALID_PARAM with err set (400, the
+ * duplicated key as param); MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_json_parse_body(const char *body, size_t len, cJSON **root_p,
+                                      moon_gw_error_t *err);
 
 /* UTF-8: the length of the longest valid prefix of s[0..len). Overlong
  * forms, surrogates and code points past U+10FFFF are invalid. */

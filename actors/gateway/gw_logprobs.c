@@ -3,6 +3,7 @@
 
 #include "gw_json.h"
 #include "moonlet/alloc.h"
+#include "moonlet/serve_msgs.h"
 
 #include <math.h>
 #include <string.h>
@@ -139,6 +140,51 @@ moon_status_t moon_gw_logprobs_add(moon_gw_logprobs_t *lp, int32_t token, float 
     lp->prev = token;
     lp->n++;
     return MOON_OK;
+}
+
+moon_status_t moon_gw_logprobs_add_first(moon_gw_logprobs_t *lp, int32_t token)
+{
+    char        text[256];
+    const char *raw;
+    size_t      n;
+
+    if (lp->chat || ensure_root(lp) != MOON_OK) {
+        return lp->chat ? MOON_ERR_INVALID_PARAM : MOON_ERR_NO_MEMORY;
+    }
+    piece_of(lp, -1, token, text, sizeof(text), &raw, &n);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp->root, "tokens"), cJSON_CreateString(text));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp->root, "token_logprobs"), cJSON_CreateNull());
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp->root, "top_logprobs"), cJSON_CreateNull());
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp->root, "text_offset"),
+                         cJSON_CreateNumber(lp->offset));
+    lp->offset += (uint32_t)strlen(text);
+    lp->prev = token;
+    lp->n++;
+    return MOON_OK;
+}
+
+moon_status_t moon_gw_logprobs_add_prompt(moon_gw_logprobs_t *lp, const int32_t *prompt,
+                                          uint32_t n_prompt, const void *msg)
+{
+    const moon_serve_prompt_logprobs_t *m      = msg;
+    const uint32_t                     *lps    = MOON_SPAN_PTR(m, m->lp);
+    const uint32_t                     *top    = MOON_SPAN_PTR(m, m->top);
+    moon_status_t                       status = MOON_OK;
+
+    if (m->first == 1 && n_prompt > 0) {
+        status = moon_gw_logprobs_add_first(lp, prompt[0]);
+    }
+    for (uint32_t j = 0; status == MOON_OK && j < m->lp.n && m->first + j < n_prompt; j++) {
+        float v;
+
+        if (m->k > 0 && m->top.n < (size_t)(j + 1) * 2 * m->k) {
+            return MOON_ERR_INVALID_PARAM; /* malformed: fewer alternatives than k */
+        }
+        memcpy(&v, &lps[j], 4);
+        status = moon_gw_logprobs_add(lp, prompt[m->first + j], v,
+                                      m->k > 0 ? top + (size_t)j * 2 * m->k : NULL, m->k);
+    }
+    return status;
 }
 
 char *moon_gw_logprobs_take(moon_gw_logprobs_t *lp)

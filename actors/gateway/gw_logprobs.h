@@ -32,6 +32,14 @@ void moon_gw_logprobs_fini(moon_gw_logprobs_t *lp);
  * pairs, borrowed). MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_logprobs_add(moon_gw_logprobs_t *lp, int32_t token, float logprob,
                                    const uint32_t *top, uint32_t k);
+/* echo: the prompt's first token, which has no logprob (null, as OpenAI's). */
+moon_status_t moon_gw_logprobs_add_first(moon_gw_logprobs_t *lp, int32_t token);
+/* echo: a PROMPT_LOGPROBS message's positions (serve_msgs.h), the prompt's
+ * ids being prompt (n_prompt): the first message (first == 1) adds the null
+ * of position 0. Positions past n_prompt (a resumed request's) are left out.
+ * MOON_ERR_NO_MEMORY. */
+moon_status_t moon_gw_logprobs_add_prompt(moon_gw_logprobs_t *lp, const int32_t *prompt,
+                                          uint32_t n_prompt, const void *msg);
 /* The JSON of what was gathered since the last take (moon_malloc'd), and
  * lp emptied; NULL when nothing was gathered or out of memory. */
 char *moon_gw_logprobs_take(moon_gw_logprobs_t *lp);

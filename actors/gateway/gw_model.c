@@ -69,7 +69,7 @@ static char *token_text(const moon_gguf_t *gguf, int32_t id)
 }
 
 moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
-                                 moon_gw_template_t *tpl, uint32_t *n_ctx_p)
+                                 moon_gw_template_t *tpl, uint32_t *n_ctx_p, uint32_t *dim_p)
 {
     moon_gguf_t        *gguf = NULL;
     moon_tokenizer_t   *tok  = NULL;
@@ -91,6 +91,9 @@ moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
     }
     if (moon_model_config_from_gguf(gguf, &mc) == MOON_OK) {
         *n_ctx_p = mc.seq_len;
+        if (dim_p != NULL) {
+            *dim_p = mc.dim;
+        }
     }
     if (moon_gguf_get_str(gguf, "tokenizer.chat_template", &jinja, &len) != MOON_OK) {
         jinja = NULL;

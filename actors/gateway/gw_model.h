@@ -14,13 +14,14 @@
 #include <stdint.h>
 
 /* Opens the GGUF at path and reads its tokenizer (*tok_p, destroy it with
- * moon_tokenizer_destroy), the context length (*n_ctx_p, left as it is when
- * the file has no model config) and the chat template family (tpl; a
+ * moon_tokenizer_destroy), the context length (*n_ctx_p) and the embedding
+ * size (*dim_p, may be NULL; both left as they are when the file has no
+ * model config) and the chat template family (tpl; a
  * template none of the families match is logged and rendered plain).
  * MOON_ERR_NOT_FOUND/CORRUPT/IO: the file (logged); the tokenizer's status;
  * on error nothing is set. */
 moon_status_t moon_gw_model_load(const char *path, moon_tokenizer_t **tok_p,
-                                 moon_gw_template_t *tpl, uint32_t *n_ctx_p);
+                                 moon_gw_template_t *tpl, uint32_t *n_ctx_p, uint32_t *dim_p);
 
 /* The model id of a file: "dir/stories260K.gguf" -> "stories260K",
  * moon_malloc'd (NULL: out of memory). */

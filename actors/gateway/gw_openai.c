@@ -310,7 +310,9 @@ static moon_status_t check_choices(moon_gw_request_t *req, moon_gw_error_t *err)
         BAD("n", "'n' > 1 with 'tools' cannot be streamed by this server");
     }
     if (req->echo && req->params.logprobs > 0) {
-        BAD("echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
+        /* the prompt's logprobs too, computed by the prefill (every choice
+         * asks: none takes the prompt from the prefix cache) */
+        req->params.flags |= MOON_SERVE_F_PROMPT_LOGPROBS;
     }
     return MOON_OK;
 }
@@ -552,26 +554,14 @@ moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, ui
 {
     cJSON        *root  = NULL;
     const char   *model = NULL;
-    const char   *why   = NULL;
-    char          twin[48];
     moon_status_t status;
 
     memset(req, 0, sizeof(*req));
     req->chat      = chat;
     req->n_prompts = 1;
-    status         = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
-    if (status == MOON_ERR_INVALID_PARAM) {
-        moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s%s%s%s", why,
-                          twin[0] != '\0' ? " ('" : "", twin, twin[0] != '\0' ? "')" : "");
-        return MOON_ERR_INVALID_PARAM;
-    }
+    status         = moon_gw_json_parse_body(body, len, &root, err);
     if (status != MOON_OK) {
         return status;
-    }
-    if (!cJSON_IsObject(root)) {
-        moon_gw_error_set(err, 400, NULL, NULL, "the body must be a JSON object");
-        status = MOON_ERR_INVALID_PARAM;
-        goto out;
     }
     status = moon_gw_fields_check(root, chat, err);
     if (status != MOON_OK) {

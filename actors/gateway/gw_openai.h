@@ -16,9 +16,9 @@
  * and assistant turns with tool_calls),
  * presence/frequency/repetition penalties, logit_bias, min_p, min_tokens,
  * include_stop_str_in_output, logprobs (completions: 0..20; chat: logprobs +
- * top_logprobs). echo, n > 1 and best_of > 1 are refused (400); every key is first checked
- * against the field table (gw_fields.h): unknown or unimplemented fields are
- * 400s naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
+ * top_logprobs), echo (with logprobs: the prompt's too, as vLLM's), n and best_of; every key is
+ * first checked against the field table (gw_fields.h): unknown or unimplemented fields are 400s
+ * naming them, never ignored. max_tokens defaults to 16 for completions and to the rest of the
  * context for chat. Pure functions: any thread. */
 #ifndef MOON_ACTORS_GW_OPENAI_H
 #define MOON_ACTORS_GW_OPENAI_H
@@ -82,6 +82,7 @@ typedef struct {
     const moon_tokenizer_t   *tok;     /* NULL: text prompts go to the cluster as text */
     uint32_t                  n_ctx;   /* context length; 0: unknown (not checked) */
     uint32_t                  n_vocab; /* 0: ids not checked */
+    uint32_t                  dim;     /* embedding size (/v1/embeddings); 0: unknown */
 } moon_gw_model_info_t;
 
 /* Parses len bytes of body into req (caller's memory; fini it whatever the

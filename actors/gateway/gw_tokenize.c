@@ -67,26 +67,18 @@ moon_status_t moon_gw_tokenize_answer(const char *body, size_t len, int detok,
 {
     cJSON            *root = NULL, *out = NULL, *arr;
     const cJSON      *f;
-    const char       *why = NULL, *model = NULL, *prompt = NULL;
-    int32_t          *ids  = NULL;
-    size_t            n    = 0;
-    char             *text = NULL;
-    char              twin[48];
+    const char       *model = NULL, *prompt = NULL;
+    int32_t          *ids     = NULL;
+    size_t            n       = 0;
+    char             *text    = NULL;
     int               special = 1;
     moon_gw_request_t req;
     moon_status_t     status;
 
     memset(&req, 0, sizeof(req));
-    status = moon_gw_json_parse_strict(body, len, &root, &why, twin, sizeof(twin));
-    if (status == MOON_ERR_INVALID_PARAM) {
-        moon_gw_error_set(err, 400, NULL, twin[0] != '\0' ? twin : NULL, "%s", why);
-        return status;
-    }
+    status = moon_gw_json_parse_body(body, len, &root, err);
     if (status != MOON_OK) {
         return status;
-    }
-    if (!cJSON_IsObject(root)) {
-        BAD(400, NULL, "the body must be a JSON object");
     }
     cJSON_ArrayForEach(f, root)
     {

@@ -237,6 +237,12 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
         return "presence and frequency penalties must be in [-2, 2], repetition_penalty > 0 "
                "and min_p in [0, 1]";
     }
+    if ((m->flags & (MOON_SERVE_F_EMBED | MOON_SERVE_F_PROMPT_LOGPROBS)) && c->a.colocated) {
+        return "embeddings and prompt logprobs need prefill instances (not --colocated)";
+    }
+    if ((m->flags & MOON_SERVE_F_PROMPT_LOGPROBS) && m->logprobs == 0) {
+        return "prompt logprobs need logprobs";
+    }
     if (m->logprobs > MOON_LOGPROBS_MAX + 1) {
         return "logprobs asks for more than 20 alternatives";
     }
@@ -317,14 +323,16 @@ static moon_status_t place(moon_actor_t *self, conductor_t *c, const moon_serve_
                            moon_sched_request_t *req, uint32_t *local)
 {
     uint32_t n_blocks = n / c->a.block_tokens, store = 0;
-    size_t   got = n_blocks;
+    /* a request that wants every prompt position's rows computes its whole
+     * prompt: no cached block helps it, so none weighs in its placement */
+    size_t got = (m->flags & (MOON_SERVE_F_EMBED | MOON_SERVE_F_PROMPT_LOGPROBS)) ? 0 : n_blocks;
 
-    if (c->index != NULL) {
+    if (c->index != NULL && got > 0) {
         store = moon_kv_index_prefix(c->index, keys, (uint32_t)got);
     }
     memset(local, 0, c->n_inst * sizeof(*local));
     for (uint32_t i = 0; i < c->n_inst; i++) {
-        if (c->cached[i] != NULL && c->view.inst[i].alive &&
+        if (got > 0 && c->cached[i] != NULL && c->view.inst[i].alive &&
             moon_kv_index_synced(c->cached[i], 0)) {
             local[i] = moon_kv_index_prefix(c->cached[i], keys, (uint32_t)got);
         }

@@ -18,6 +18,7 @@
  * batch is taken at once, not after the batch's requests ahead of it. */
 #include "decode.h"
 #include "decode_state.h"
+#include "prefill_rows.h"
 
 #include "plugin_hooks.h"
 #include "moonlet/alloc.h"
@@ -783,6 +784,20 @@ static moon_status_t decode_on_kv_ready(moon_actor_t *self, const moon_msg_hdr_t
     return MOON_OK;
 }
 
+/* A prefill's prompt logprobs: on to the client at once, ahead of the
+ * request's first TOKEN (prefill_rows.h). */
+static moon_status_t decode_on_prompt_logprobs(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    moon_status_t status = moon_prefill_rows_forward(self, msg);
+
+    if (status != MOON_OK) {
+        MOON_WARN("decode: prompt logprobs of request %llu not passed on: %s",
+                  (unsigned long long)((const moon_serve_prompt_logprobs_t *)msg)->request_id,
+                  moon_status_str(status));
+    }
+    return MOON_OK;
+}
+
 static void try_admit_waiting(moon_actor_t *self, decode_t *d)
 {
     uint32_t c = 0;
@@ -1174,15 +1189,16 @@ const moon_actor_ops_t moon_decode_ops = {
     .fini        = decode_fini,
     .on_msg =
         {
-            [MOON_MSG_SERVE_KV_READY]    = decode_on_kv_ready,
-            [MOON_MSG_SERVE_PREFILL]     = decode_on_kv_ready,
-            [MOON_MSG_SERVE_CANCEL]      = decode_on_cancel,
-            [MOON_MSG_SERVE_LOST]        = decode_on_lost,
-            [MOON_MSG_DIST_BULK_DONE]    = decode_on_bulk_done,
-            [MOON_MSG_SERVE_ENGINE_DONE] = decode_on_timer,
-            [MOON_MSG_SYS_TIMER]         = decode_on_timer,
-            [MOON_MSG_SERVE_CACHE_SYNC]  = moon_dec_on_cache_sync,
-            [MOON_MSG_WEIGHTS_INSTALL]   = decode_on_weights,
-            [MOON_MSG_WEIGHTS_RETIRE]    = decode_on_weights,
+            [MOON_MSG_SERVE_KV_READY]        = decode_on_kv_ready,
+            [MOON_MSG_SERVE_PROMPT_LOGPROBS] = decode_on_prompt_logprobs,
+            [MOON_MSG_SERVE_PREFILL]         = decode_on_kv_ready,
+            [MOON_MSG_SERVE_CANCEL]          = decode_on_cancel,
+            [MOON_MSG_SERVE_LOST]            = decode_on_lost,
+            [MOON_MSG_DIST_BULK_DONE]        = decode_on_bulk_done,
+            [MOON_MSG_SERVE_ENGINE_DONE]     = decode_on_timer,
+            [MOON_MSG_SYS_TIMER]             = decode_on_timer,
+            [MOON_MSG_SERVE_CACHE_SYNC]      = moon_dec_on_cache_sync,
+            [MOON_MSG_WEIGHTS_INSTALL]       = decode_on_weights,
+            [MOON_MSG_WEIGHTS_RETIRE]        = decode_on_weights,
         },
 };

@@ -12,6 +12,7 @@
  * ones go when the pool needs room), whose content the conductor learns from CACHE_EVENTS
  * (cache_events.h). */
 #include "prefill.h"
+#include "prefill_rows.h"
 
 #include "block_cache.h"
 #include "cache_events.h"
@@ -51,7 +52,8 @@ typedef struct {
     uint64_t                    start_ns, compute_ns;
     uint32_t                    chunk_n;       /* tokens of the chunk in flight */
     int                         overhead_done; /* request_s charged (with its first chunk) */
-    double chunk_extra_s; /* request_s in the chunk in flight: not engine time */
+    double  chunk_extra_s; /* request_s in the chunk in flight: not engine time */
+    double *embed_sum;     /* (dim) MOON_SERVE_F_EMBED: the hidden rows summed so far */
 } preq_t;
 
 typedef struct {
@@ -71,11 +73,14 @@ typedef struct {
     int32_t                    cur;     /* slot computing, -1: none */
     int                        stalled; /* cur waits for pool blocks */
     float                     *logits;
-    moon_serve_grammars_t     *grammars; /* constrained first tokens; NULL until one comes */
+    float   *rows_logits, *rows_hidden; /* prefill_rows.h's requests: every row (lazily made) */
+    uint32_t dim;
+    moon_serve_grammars_t *grammars; /* constrained first tokens; NULL until one comes */
     /* the chunk in flight */
     moon_engine_t *job_engine; /* of the request's weight version */
     const int32_t *job_tokens;
     uint32_t       job_seq, job_n;
+    uint32_t       job_flags;   /* the request's: prefill_rows.h's give back every row */
     double         job_extra_s; /* modeled time charged with the chunk (a.request_s) */
     uint64_t       timer;
     uint64_t       n_cache_hit_tokens, n_store_hit_tokens, n_computed_tokens;
@@ -100,6 +105,9 @@ static const int32_t *tokens_of(const preq_t *r)
  * prompt's last token is computed (its logits give the first token). */
 static uint32_t fetchable_blocks(const prefill_t *p, const preq_t *r)
 {
+    if (moon_prefill_rows_wanted(r->msg->flags)) {
+        return 0; /* no cached block has its rows: the whole prompt is computed */
+    }
     return MOON_MIN(r->msg->keys.n / 2, (r->n_prompt - 1) / p->a.block_tokens);
 }
 
@@ -177,6 +185,7 @@ static void free_req(moon_actor_t *self, prefill_t *p, preq_t *r)
     moon_msg_release(&r->msg->hdr);
     moon_free(r->got);
     moon_free(r->got_ok);
+    moon_free(r->embed_sum);
     memset(r, 0, sizeof(*r));
     if (p->stalled && p->cur >= 0) {
         p->stalled = 0;
@@ -417,9 +426,22 @@ static void on_store_done(moon_actor_t *self, void *arg, const moon_store_done_t
 
 static moon_status_t chunk_job(void *arg, double *duration_s_p)
 {
-    prefill_t    *p      = arg;
-    moon_status_t status = moon_engine_prefill(p->job_engine, p->pool.kv, p->job_seq, p->job_tokens,
-                                               p->job_n, p->logits, duration_s_p);
+    prefill_t    *p = arg;
+    moon_status_t status;
+
+    if (moon_prefill_rows_wanted(p->job_flags)) {
+        int lp = (p->job_flags & MOON_SERVE_F_PROMPT_LOGPROBS) != 0;
+        status = moon_engine_prefill_rows(p->job_engine, p->pool.kv, p->job_seq, p->job_tokens,
+                                          p->job_n, lp ? p->rows_logits : NULL,
+                                          lp ? NULL : p->rows_hidden, duration_s_p);
+        if (status == MOON_OK && lp) { /* the last row gives the first token */
+            memcpy(p->logits, p->rows_logits + (size_t)(p->job_n - 1) * p->vocab,
+                   (size_t)p->vocab * sizeof(float));
+        }
+    } else {
+        status = moon_engine_prefill(p->job_engine, p->pool.kv, p->job_seq, p->job_tokens, p->job_n,
+                                     p->logits, duration_s_p);
+    }
 
     if (status == MOON_OK) {
         *duration_s_p += p->job_extra_s; /* an inline runner waits for it too */
@@ -437,6 +459,28 @@ static int others_hold_blocks(const prefill_t *p, const preq_t *r)
     return 0;
 }
 
+/* The rows buffers a request of prefill_rows.h needs (made at its first
+ * chunk, kept for the next ones); its chunk's length (logits rows are
+ * capped). MOON_ERR_NO_MEMORY. */
+static moon_status_t rows_prepare(prefill_t *p, preq_t *r, uint32_t *n_p)
+{
+    if (r->msg->flags & MOON_SERVE_F_PROMPT_LOGPROBS) {
+        *n_p = MOON_MIN(*n_p, MOON_PREFILL_ROWS_LOGITS);
+        if (p->rows_logits == NULL) {
+            p->rows_logits =
+                moon_malloc((size_t)MOON_PREFILL_ROWS_LOGITS * p->vocab * sizeof(float));
+        }
+        return p->rows_logits != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+    }
+    if (p->rows_hidden == NULL) {
+        p->rows_hidden = moon_malloc((size_t)p->a.prefill_chunk * p->dim * sizeof(float));
+    }
+    if (r->embed_sum == NULL) {
+        r->embed_sum = moon_calloc(p->dim, sizeof(double));
+    }
+    return p->rows_hidden != NULL && r->embed_sum != NULL ? MOON_OK : MOON_ERR_NO_MEMORY;
+}
+
 static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
 {
     uint32_t      n = MOON_MIN(p->a.prefill_chunk, r->n_prompt - r->n_done);
@@ -444,6 +488,11 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
 
     if (r->cancelled) {
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
+        return;
+    }
+    p->job_flags = r->msg->flags & (MOON_SERVE_F_PROMPT_LOGPROBS | MOON_SERVE_F_EMBED);
+    if (moon_prefill_rows_wanted(p->job_flags) && rows_prepare(p, r, &n) != MOON_OK) {
+        abort_req(self, p, r, MOON_ERR_NO_MEMORY, "out of memory for the prompt's rows");
         return;
     }
     p->job_engine = moon_weights_set_engine(&p->weights, r->msg->weight_version);
@@ -484,6 +533,55 @@ static void compute_next(moon_actor_t *self, prefill_t *p, preq_t *r)
     MOON_CHECK(status == MOON_OK);
 }
 
+/* The rows of the chunk just computed (prefill_rows.h): prompt logprobs go
+ * to the client, hidden rows add to the embedding, whose last chunk ends
+ * the request here. 1 when the request ended. */
+static int rows_taken(moon_actor_t *self, prefill_t *p, preq_t *r)
+{
+    uint32_t      start = r->n_done - r->chunk_n;
+    moon_status_t status;
+
+    if (r->msg->flags & MOON_SERVE_F_PROMPT_LOGPROBS) {
+        if (r->decode_lost) {
+            return 0; /* ends at this chunk's end: nobody would forward them */
+        }
+        status =
+            moon_prefill_rows_logprobs(self, r->msg, p->rows_logits, p->vocab, start, r->chunk_n);
+        if (status != MOON_OK) {
+            abort_req(self, p, r, status, "the prompt's logprobs could not be sent");
+            return 1;
+        }
+        return 0;
+    }
+    if (!(r->msg->flags & MOON_SERVE_F_EMBED)) {
+        return 0;
+    }
+    moon_prefill_rows_embed_add(r->embed_sum, p->rows_hidden, r->chunk_n, p->dim);
+    if (r->n_done < r->n_prompt) {
+        compute_next(self, p, r); /* no decode takes part: no KV_READY */
+        return 1;
+    }
+    if (r->cancelled) {
+        abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
+        return 1;
+    }
+    status = moon_prefill_rows_embed_end(self, p->a.conductor, r->msg, r->embed_sum, p->dim,
+                                         r->n_prompt, (int32_t)p->a.instance,
+                                         r->start_ns - r->msg->arrival_ns, r->compute_ns);
+    if (status != MOON_OK) {
+        abort_req(self, p, r, status, "the embedding could not be sent");
+        return 1;
+    }
+    /* nothing is kept, stored or handed over: the sequence goes now */
+    r->handed  = 1;
+    r->kv_done = 1;
+    r->state   = PREQ_HANDED;
+    p->cur     = -1;
+    free_req(self, p, r);
+    kick(self, p);
+    return 1;
+}
+
 static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_status_t status,
                           double dur)
 {
@@ -503,6 +601,9 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     r->compute_ns += (uint64_t)(fmax(0.0, dur - r->chunk_extra_s) * 1e9);
     r->chunk_extra_s = 0.0;
     p->n_computed_tokens += r->chunk_n;
+    if (rows_taken(self, p, r)) {
+        return;
+    }
     full = r->n_done / p->a.block_tokens;
     if (r->n_done < r->n_prompt) {
         /* chunk k's blocks travel to the decode while chunk k + 1 computes
@@ -821,6 +922,7 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     p->cur     = -1;
     mc         = moon_model_config(p->a.model);
     p->vocab   = mc->vocab_size;
+    p->dim     = mc->dim;
     p->seq_len = mc->seq_len;
     if (p->a.prefill_chunk == 0) {
         p->a.prefill_chunk = 128;
@@ -895,6 +997,7 @@ static void prefill_fini(moon_actor_t *self)
             moon_msg_release(&p->reqs[i].msg->hdr);
             moon_free(p->reqs[i].got);
             moon_free(p->reqs[i].got_ok);
+            moon_free(p->reqs[i].embed_sum);
         }
     }
     for (uint32_t c = 0; c < PRE_N_CLASSES; c++) {
@@ -907,6 +1010,8 @@ static void prefill_fini(moon_actor_t *self)
     moon_weights_set_fini(&p->weights);
     moon_free(p->reqs);
     moon_free(p->logits);
+    moon_free(p->rows_logits);
+    moon_free(p->rows_hidden);
 }
 
 const moon_actor_ops_t moon_prefill_ops = {

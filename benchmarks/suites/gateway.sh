@@ -9,7 +9,9 @@
 #    logit_bias, min_p) and with logprobs 5 against plain ones (anchor,
 #    alternating in rounds; ratio = the median round's, with min/max);
 #    then one request of n = 8 against 8 separate ones (decode tokens/s,
-#    target >= 0.9 x; and the prompt tokens the prefill instance computed).
+#    target >= 0.9 x; and the prompt tokens the prefill instance computed);
+#    then /v1/embeddings requests/s against the engine's own prefill of the
+#    same input (one engine thread, alternating in rounds).
 # 2. `moonlet bench` beside the server's /metrics, as a user runs both: a
 #    `moonlet serve` process, `moonlet bench random` (streamed) with 1 and
 #    8 requests in flight; the mean TTFT and E2EL it reports beside the

@@ -284,6 +284,15 @@ MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_
                                            const int32_t *tokens, uint32_t n, float *logits,
                                            double *duration_s_p);
 
+/* The same prefill giving back every row of the chunk: logits (n, vocab)
+ * and hidden (n, dim: the final hidden states after the output norm), either
+ * may be NULL. For prompt logprobs and embeddings; costs the classifier over
+ * every row when logits are asked. MOON_ERR_UNSUPPORTED: a backend without it
+ * (COST, CUDA) or kv NULL. */
+MOON_API moon_status_t moon_engine_prefill_rows(moon_engine_t *engine, moon_kv_cache_t *kv,
+                                                uint32_t seq, const int32_t *tokens, uint32_t n,
+                                                float *logits, float *hidden, double *duration_s_p);
+
 /* Decode step: one token per sequence for n_seqs distinct sequences
  * (n_seqs <= max_batch); logits (n_seqs, vocab). COST with kv == NULL models
  * a batch of empty contexts: use moon_engine_model_decode to give lengths. */

@@ -49,6 +49,16 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 #define MOON_SERVE_F_IGNORE_EOS 0x2u /* keep generating past EOS (benchmarks) */
 
 #define MOON_SERVE_F_STOP_STR_OUT 0x4u /* a stop string that ends the text is kept in it */
+/* The prompt's own logprobs (echo with logprobs): the prefill computes the
+ * logits of every prompt position (recomputing the whole prompt: no cached
+ * prefix has them) and sends PROMPT_LOGPROBS to the client, k = logprobs - 1
+ * alternatives (logprobs > 0 needed), before the first token's handover. */
+#define MOON_SERVE_F_PROMPT_LOGPROBS 0x8u
+/* An embedding: the prefill computes the prompt (no cached prefix, nothing
+ * kept or stored), sends EMBEDDING and then DONE (stop, no completion token)
+ * to the client and RELEASED to the conductor; no decode instance takes part
+ * (one is placed: it answers the request only if the prefill is lost). */
+#define MOON_SERVE_F_EMBED 0x10u
 
 /* Sampling and stopping, shared by SUBMIT, PREFILL and KV_READY. stop_strs is
  * a bytes span of NUL-terminated strings one after the other. The controls
@@ -109,6 +119,24 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64s, request_id)                                                                         \
     F(T, u32s, index)                                                                              \
     F(T, u32s, token) F(T, u32s, text_end) F(T, bytes, text) F(T, u64s, weight_version)
+/* prefill -> decode -> client (MOON_SERVE_F_PROMPT_LOGPROBS): the logprobs of prompt
+ * positions [first, first + n), n = lp.n, each of the raw logits of the
+ * position before (position 0 has none: first >= 1): lp the prompt token's
+ * (float bits), top k (id, float bits) pairs per position, most likely
+ * first. last: the prompt's last ones (n_prompt: its length). One message per
+ * computed chunk; they travel through the request's decode instance (the
+ * same pair as KV_READY, which it forwards them to the client as they come),
+ * so the client has all of them before the first TOKEN. */
+#define MOON_SERVE_PROMPT_LOGPROBS_FIELDS(F, T)                                                    \
+    F(T, addr, reply_to)                                                                           \
+    F(T, u64, request_id)                                                                          \
+    F(T, u32, first)                                                                               \
+    F(T, u32, k) F(T, u32, last) F(T, u32, n_prompt) F(T, u32s, lp) F(T, u32s, top)
+/* prefill -> client (MOON_SERVE_F_EMBED): the prompt's embedding, the mean
+ * of its final normed hidden states, L2-normalised (vec: dim float bits),
+ * then DONE follows. */
+#define MOON_SERVE_EMBEDDING_FIELDS(F, T)                                                          \
+    F(T, u64, request_id) F(T, u32, n_prompt) F(T, u32s, vec)
 /* -> client: the end. DONE with finish ERROR and a status that
  * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
  * lost: nothing runs it any more, and the client may submit it again under a
@@ -273,7 +301,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     X(MOON_MSG_SERVE_CACHE_SYNC, moon_serve_cache_sync_t, MOON_SERVE_CACHE_SYNC_FIELDS)            \
     X(MOON_MSG_SERVE_LOST, moon_serve_lost_t, MOON_SERVE_LOST_FIELDS)                              \
     X(MOON_MSG_SERVE_STOP, moon_serve_stop_t, MOON_SERVE_STOP_FIELDS)                              \
-    X(MOON_MSG_SERVE_TOKENS, moon_serve_tokens_t, MOON_SERVE_TOKENS_FIELDS)
+    X(MOON_MSG_SERVE_TOKENS, moon_serve_tokens_t, MOON_SERVE_TOKENS_FIELDS)                        \
+    X(MOON_MSG_SERVE_PROMPT_LOGPROBS, moon_serve_prompt_logprobs_t,                                \
+      MOON_SERVE_PROMPT_LOGPROBS_FIELDS)                                                           \
+    X(MOON_MSG_SERVE_EMBEDDING, moon_serve_embedding_t, MOON_SERVE_EMBEDDING_FIELDS)
 
 MOON_MSG_DECLARE_IN(MOON_SERVE_MSGS, SERVE, MOON_MSG_SERVE_END)
 _Static_assert(MOON_MSG_SERVE_END <= 112, "serving ids are 64..111");

@@ -194,7 +194,7 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth); /* a moon_tp_run
 
 /* ---- forward_cpu.c ---- */
 void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, float *logits,
-                            int all_logits, int one_seq);
+                            int all_logits, int one_seq, float *hidden);
 
 #ifdef MOON_X86
 /* ---- cpu/arch/x86/avx2.c ---- */

@@ -52,9 +52,10 @@ static void rope_neox(float *x, const float *cs, uint32_t hs)
 
 /* The whole forward pass for b batch rows whose tokens, sequences and
  * positions are set; logits of row i go to logits + i * vocab when
- * all_logits, else only the last row's to logits (NULL: none). */
+ * all_logits, else only the last row's to logits (NULL: none); all_logits
+ * with hidden (b, dim; NULL: none): every row's final normed hidden state. */
 void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, float *logits,
-                            int all_logits, int one_seq)
+                            int all_logits, int one_seq, float *hidden)
 {
     const moon_model_t        *m      = s->m;
     const moon_model_config_t *c      = &m->cfg;
@@ -148,12 +149,17 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
             s->x[i] += s->xb[i];
         }
     }
-    if (logits == NULL) {
+    if (logits == NULL && hidden == NULL) {
         return;
     }
     if (all_logits) {
         moon_cpu_par_rmsnorm(s, b, s->xb, s->x, m->output_norm);
-        moon_cpu_par_matmul(s, b, s->xb, &m->output, logits, NULL, NULL, NULL, NULL);
+        if (hidden != NULL) {
+            memcpy(hidden, s->xb, (size_t)b * dim * sizeof(float));
+        }
+        if (logits != NULL) {
+            moon_cpu_par_matmul(s, b, s->xb, &m->output, logits, NULL, NULL, NULL, NULL);
+        }
     } else {
         moon_cpu_par_rmsnorm(s, 1, s->xb, s->x + (size_t)(b - 1) * dim, m->output_norm);
         moon_cpu_par_matmul(s, 1, s->xb, &m->output, logits, NULL, NULL, NULL, NULL);
@@ -278,14 +284,14 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     return MOON_OK;
 }
 
-static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
-                                 const int32_t *tokens, uint32_t n, float *logits,
-                                 double *modeled_s_p)
+/* A prefill chunk of one sequence: the last row's logits, or with all every
+ * row's logits and hidden states (either NULL). */
+static moon_status_t prefill_chunk(cpu_state_t *s, moon_kv_cache_t *kv, uint32_t seq,
+                                   const int32_t *tokens, uint32_t n, float *logits, int all,
+                                   float *hidden)
 {
-    cpu_state_t         *s  = state;
     const moon_kv_seq_t *sq = &kv->seqs[seq];
 
-    (void)modeled_s_p;
     if (n > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -294,8 +300,24 @@ static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
         s->seq[i] = sq;
         s->pos[i] = sq->n_tokens + i;
     }
-    moon_cpu_forward_batch(s, tokens, n, logits, 0, 1);
+    moon_cpu_forward_batch(s, tokens, n, logits, all, 1, hidden);
     return MOON_OK;
+}
+
+static moon_status_t cpu_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                 const int32_t *tokens, uint32_t n, float *logits,
+                                 double *modeled_s_p)
+{
+    (void)modeled_s_p;
+    return prefill_chunk(state, kv, seq, tokens, n, logits, 0, NULL);
+}
+
+static moon_status_t cpu_prefill_rows(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                      const int32_t *tokens, uint32_t n, float *logits,
+                                      float *hidden, double *modeled_s_p)
+{
+    (void)modeled_s_p;
+    return prefill_chunk(state, kv, seq, tokens, n, logits, 1, hidden);
 }
 
 static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t *seqs,
@@ -321,14 +343,15 @@ static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t
         moon_tp_run(s->tp, moon_cpu_run_split, s);
         return MOON_OK;
     }
-    moon_cpu_forward_batch(s, tokens, n_seqs, logits, 1, 0);
+    moon_cpu_forward_batch(s, tokens, n_seqs, logits, 1, 0, NULL);
     return MOON_OK;
 }
 
 const moon_model_backend_ops_t moon_backend_cpu_ops = {
-    .name    = "cpu",
-    .create  = cpu_create,
-    .destroy = cpu_destroy,
-    .prefill = cpu_prefill,
-    .decode  = cpu_decode,
+    .name         = "cpu",
+    .create       = cpu_create,
+    .destroy      = cpu_destroy,
+    .prefill      = cpu_prefill,
+    .decode       = cpu_decode,
+    .prefill_rows = cpu_prefill_rows,
 };

@@ -165,5 +165,5 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth)
     v->par_min_macs = UINT64_MAX; /* every step inline: no nested run on the pool */
     moon_cpu_forward_batch(v, s->split_tokens + b0, n,
                            s->split_logits ? s->split_logits + (size_t)b0 * c->vocab_size : NULL, 1,
-                           0);
+                           0, NULL);
 }

@@ -1,10 +1,13 @@
 /* tests/fuzz/fuzz_gw_body.c - OpenAI request bodies: parse and prepare
  * (strict JSON, every field's checks, the chat template, tokenization
  * against stories260K) on any bytes. The first byte picks the route (bit 0:
- * chat) and the template (bit 1: chatml); the rest is the body. Checks that
+ * chat) and the template (bit 1: chatml), or (bit 2) /v1/embeddings; the
+ * rest is the body. Checks that
  * bad input is refused with a 400/404 whose error object is valid UTF-8 JSON,
- * and that an accepted request is within every cap. */
+ * and that an accepted request is within every cap (embeddings: 1..256
+ * inputs, each 1..n_ctx - 1 ids of the vocabulary). */
 #include "fuzz_target.h"
+#include "gw_embed.h"
 #include "gw_json.h"
 #include "gw_openai.h"
 #include "gw_template.h"
@@ -52,6 +55,45 @@ static void fuzz_init(void)
         }                                                                                          \
     } while (0)
 
+/* An error's answer: 400 or 404, its object valid UTF-8 JSON. */
+static void check_refusal(const moon_gw_error_t *err)
+{
+    char *json = moon_gw_error_json(err);
+
+    CHECK(err->http == 400 || err->http == 404);
+    if (json != NULL) {
+        size_t n = strlen(json);
+        CHECK(moon_gw_utf8_valid_len(json, n) == n);
+        moon_free(json);
+    }
+}
+
+static int embeddings(const uint8_t *data, size_t size, moon_gw_model_info_t *mi)
+{
+    moon_gw_embed_req_t req;
+    moon_gw_error_t     err;
+    moon_status_t       status;
+
+    mi->dim = 64;
+    memset(&err, 0, sizeof(err));
+    status = moon_gw_embed_parse((const char *)data, size, mi, &req, &err);
+    if (status == MOON_OK) {
+        CHECK(req.n_inputs >= 1 && req.n_inputs <= MOON_GW_EMBED_MAX_INPUTS);
+        for (uint32_t i = 0; i < req.n_inputs; i++) {
+            CHECK(req.n_tokens[i] >= 1 && req.n_tokens[i] < mi->n_ctx);
+            for (uint32_t j = 0; j < req.n_tokens[i]; j++) {
+                CHECK(req.tokens[i][j] >= 0 && (uint32_t)req.tokens[i][j] < mi->n_vocab);
+            }
+        }
+    } else if (status == MOON_ERR_INVALID_PARAM) {
+        check_refusal(&err);
+    } else {
+        CHECK(status == MOON_ERR_NO_MEMORY);
+    }
+    moon_gw_embed_fini(&req);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     moon_gw_request_t    req;
@@ -71,6 +113,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 .n_ctx      = 512,
                                 .n_vocab    = moon_tokenizer_n_vocab(g_tok)};
     memset(&err, 0, sizeof(err));
+    if (data[0] & 4) {
+        return embeddings(data + 1, size - 1, &mi);
+    }
     status = moon_gw_openai_parse((const char *)data + 1, size - 1, data[0] & 1, &req, &err);
     if (status == MOON_OK) {
         status = moon_gw_openai_prepare(&req, &mi, 7, &err);
@@ -82,14 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         CHECK(req.params.n_tokens < mi.n_ctx && req.params.max_tokens > 0);
     } else if (status == MOON_ERR_INVALID_PARAM) {
-        char *json = moon_gw_error_json(&err);
-
-        CHECK(err.http == 400 || err.http == 404);
-        if (json != NULL) {
-            size_t n = strlen(json);
-            CHECK(moon_gw_utf8_valid_len(json, n) == n);
-            moon_free(json);
-        }
+        check_refusal(&err);
     } else {
         CHECK(status == MOON_ERR_NO_MEMORY);
     }

@@ -5,7 +5,8 @@
 # orte_enable_recovery as the README deploys it) under a load of N
 # concurrent streamed greedy completions, every outcome checked against the
 # same requests answered before the fault:
-#   kill-prefill / kill-decode: kill -9 of rank 2 / rank 4 mid-stream (and
+#   kill-prefill / kill-decode: kill -9 of rank 2 / rank 4 mid-stream (MIX=1:
+#     with echo-with-logprobs and embeddings requests among them; and
 #     kill-colocated: -np 3 with two colocated instances, rank 1): every
 #     request completes with the text it had without the fault, or fails
 #     with a reason; none is lost (no end and no error); the gauges of
@@ -88,6 +89,9 @@ kill-colocated) NP=3 ROLES="--colocated --prefill 1 --decode 1 --store 0" ;;
 *-store) NP=7 ROLES="--prefill 2 --decode 2 --store 2 --replicas 2" PREFILL=3 DECODE=5 ;;
 esac
 LOAD_OPTS=
+# MIX=1: echo with logprobs and embeddings among the requests (serve_load.py --mix)
+MIX_OPTS=
+[ "${MIX:-0}" = 1 ] && MIX_OPTS=--mix
 # rank 0 lost: its connections are reset, which tells each client
 [ "$FAULT" = kill-rank0 ] && LOAD_OPTS=--reset-is-error
 # setsid: mpirun signals process groups; this script and its load are not ranks
@@ -119,7 +123,7 @@ done
 [ "$(health | cut -d' ' -f1)" = 200 ] || fail "/health never said 200: $(health)"
 
 # the answers without a fault
-"$PY" "$HERE/serve_load.py" "$URL" "$N" "$MAXTOK" "$T/base.json" --rounds "$ROUNDS" ||
+"$PY" "$HERE/serve_load.py" "$URL" "$N" "$MAXTOK" "$T/base.json" --rounds "$ROUNDS" $MIX_OPTS ||
     fail "baseline load failed"
 
 # the same requests, with the fault once half of them stream
@@ -141,7 +145,7 @@ term-mpirun) VICTIM=$MPI SIG=TERM ;;
 esac
 [ -n "$VICTIM" ] || fail "no pid for the victim of $FAULT"
 "$PY" "$HERE/serve_load.py" "$URL" "$N" "$MAXTOK" "$T/run.json" --rounds "$ROUNDS" \
-    --started "$T/started" $LOAD_OPTS &
+    --started "$T/started" $LOAD_OPTS $MIX_OPTS &
 LOAD=$!
 for _ in $(seq 600); do [ -e "$T/started" ] && break; sleep 0.05; done
 [ -e "$T/started" ] || fail "the load never started streaming"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/scripts/serve_load.py URL N MAX_TOKENS OUT [--started FILE] [--timeout S] [--rounds R]
-                              [--reset-is-error]
+                              [--reset-is-error] [--mix]
 
 N concurrent clients, each sending R (default 1) streamed greedy completions
 one after the other (prompt "<i>: Once upon a time", i = client * R + round,
@@ -12,7 +12,11 @@ whose stream neither finished nor failed within --timeout (default 120 s) is
 "lost"; so is one whose connection was refused, reset or closed before
 [DONE], unless --reset-is-error (the gateway itself was killed: the client
 saw its connection end, an error with a reason). --started FILE is created once half of the streams received text
-(a fault script waits for it before injecting its fault)."""
+(a fault script waits for it before injecting its fault). --mix: requests
+i % 4 == 1 ask echo with logprobs (their text then ends with the number of
+token_logprobs, "!" when the first is not null) and i % 4 == 3 are
+/v1/embeddings of the prompt (their text: the vector to 5 decimals), so
+those the prefill answers for every prompt position face the fault too."""
 import http.client
 import json
 import sys
@@ -21,17 +25,41 @@ import time
 import urllib.parse
 
 
-def one(url, i, max_tokens, timeout, res, started, reset_is_error=False):
+def embed(c, i, r, started):
+    """An embeddings request's outcome into r: its vector as text."""
+    c.request("POST", "/v1/embeddings", json.dumps({"input": "%d: Once upon a time" % i}),
+              {"content-type": "application/json"})
+    resp = c.getresponse()
+    r["status"] = resp.status
+    o = json.loads(resp.read())
+    if resp.status != 200:
+        r["error"] = o.get("error", {}).get("message", "http %d" % resp.status)
+        return
+    r["text"] = ",".join("%.5f" % x for x in o["data"][0]["embedding"])
+    r["finish"] = "stop"
+    r["done"] = True
+    started(i)
+
+
+def one(url, i, max_tokens, timeout, res, started, reset_is_error=False, mix=False):
     u = urllib.parse.urlparse(url)
     r = {"i": i, "status": 0, "text": "", "finish": None, "error": None, "done": False,
          "lost": False, "ttfb_s": None, "max_gap_s": 0.0}
-    body = json.dumps({"prompt": "%d: Once upon a time" % i, "max_tokens": max_tokens,
-                       "temperature": 0, "ignore_eos": True, "stream": True})
+    req = {"prompt": "%d: Once upon a time" % i, "max_tokens": max_tokens,
+           "temperature": 0, "ignore_eos": True, "stream": True}
+    echo = mix and i % 4 == 1
+    if echo:
+        req.update({"echo": True, "logprobs": 1})
+    body = json.dumps(req)
+    n_lp, first_null = 0, None
     r["t_start"] = time.time()  # wall clock: a fault script compares its own
     t0 = time.monotonic()
     last = t0
     try:
         c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+        if mix and i % 4 == 3:
+            embed(c, i, r, started)
+            raise StopIteration
         c.request("POST", "/v1/completions", body, {"content-type": "application/json"})
         resp = c.getresponse()
         r["status"] = resp.status
@@ -65,16 +93,24 @@ def one(url, i, max_tokens, timeout, res, started, reset_is_error=False):
                 continue
             ch = ev["choices"][0]
             r["text"] += ch.get("text") or ""
+            lps = (ch.get("logprobs") or {}).get("token_logprobs") or []
+            if first_null is None and lps:
+                first_null = lps[0] is None
+            n_lp += len(lps)
             if ch.get("finish_reason"):
                 r["finish"] = ch["finish_reason"]
             if r["text"]:
                 started(i)
+    except StopIteration:
+        pass
     except Exception as e:  # noqa: BLE001 - a timeout or a reset is the outcome
         r["exception"] = repr(e)
         if reset_is_error and not isinstance(e, TimeoutError) and r["error"] is None:
             r["error"] = "connection: %s" % type(e).__name__
     if reset_is_error and not r["done"] and r["error"] is None and "exception" not in r:
         r["error"] = "connection closed before [DONE]"
+    if echo and r["done"]:
+        r["text"] += "|%d%s" % (n_lp, "" if first_null else "!")
     if not r["done"] and r["error"] is None:
         r["lost"] = True  # no end, no error: what must never happen
     r["total_s"] = time.monotonic() - t0
@@ -88,7 +124,8 @@ def main():
     timeout = 120.0
     rounds = 1
     reset_is_error = "--reset-is-error" in sys.argv
-    args = [a for a in sys.argv[5:] if a != "--reset-is-error"]
+    mix = "--mix" in sys.argv
+    args = [a for a in sys.argv[5:] if a not in ("--reset-is-error", "--mix")]
     while args:
         if args[0] == "--started":
             started_file = args[1]
@@ -111,7 +148,7 @@ def main():
 
     def client(c):
         for k in range(rounds):
-            one(url, c * rounds + k, max_tokens, timeout, res, started, reset_is_error)
+            one(url, c * rounds + k, max_tokens, timeout, res, started, reset_is_error, mix)
 
     ts = [threading.Thread(target=client, args=(c,)) for c in range(n)]
     for t in ts:

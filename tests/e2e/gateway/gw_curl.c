@@ -1,11 +1,15 @@
 /* tests/unit/gateway/gw_curl.c - curl helper (see gw_curl.h). */
 #include "gw_curl.h"
 
+#include "moon_test.h"
+
+#include <CUnit/CUnit.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #ifndef MOON_TEST_TMP_BASE
@@ -137,4 +141,24 @@ int gw_wait_health(unsigned port, int want)
         nanosleep(&nap, NULL);
     }
     return 0;
+}
+
+void gw_run_npm_openai(const char *script, const char *as, unsigned port)
+{
+    char cmd[2048];
+    int  ret;
+
+    snprintf(cmd, sizeof(cmd),
+             "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
+             "d='%s/npm'; mkdir -p \"$d\"; cd \"$d\" && "
+             "( [ -d node_modules/openai ] || timeout 120 npm install --silent --no-audit "
+             "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
+             "cp '%s' '%s' && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node '%s'",
+             gw_tmp_dir(), script, as, port, as);
+    ret = system(cmd);
+    if (WEXITSTATUS(ret) == 77) {
+        moon_test_skip("npm or the npm registry is unreachable: the openai npm client did not run");
+        return;
+    }
+    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }

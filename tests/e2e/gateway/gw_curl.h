@@ -28,6 +28,12 @@ int gw_post(gw_http_t *r, unsigned port, const char *path, const char *json, con
 /* Polls /health every 100 ms until it answers want (1) or a minute has
  * passed (0). */
 int gw_wait_health(unsigned port, int want);
+/* Runs script (a node .mjs, copied as `as` into the scratch directory's
+ * npm/, where the npm `openai@4` package is installed once for every test
+ * of the scratch directory) with MOON_GW_URL=http://127.0.0.1:port/v1, at
+ * most 120 s: asserts (CUnit) it exits 0, or skips the test saying so
+ * (moon_test_skip) where npm, node or the npm registry cannot be reached. */
+void gw_run_npm_openai(const char *script, const char *as, unsigned port);
 /* The body of a file of the scratch directory, malloc'd (NULL if missing). */
 char *gw_read_file(const char *path, size_t *len_p);
 

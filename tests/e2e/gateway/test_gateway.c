@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,68 @@ static void test_completion_stream_and_not(void)
     free(plain);
 }
 
+/* What a prefill gives back for every prompt position (under mpirun the
+ * prefill and the decode are ranks of their own): an embedding, alone and in
+ * a batch, and echo with logprobs, whole and streamed (the prompt's
+ * logprobs pass through the decode, ahead of the first token). */
+static void test_prompt_rows(void)
+{
+    const char  *prompt = "Once upon a time";
+    char         body[512];
+    gw_http_t    r;
+    cJSON       *j, *c, *lp, *tl, *d;
+    double       norm = 0.0;
+    const cJSON *x;
+    int          n;
+
+    CU_ASSERT_EQUAL_FATAL(
+        gw_post(&r, g_port, "/v1/embeddings", "{\"input\":[\"Once upon a time\",\"Lily\"]}", NULL),
+        200);
+    j = json_of(&r);
+    d = cJSON_GetObjectItem(j, "data");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(d), 2);
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(cJSON_GetArrayItem(d, 0), "embedding"))
+    {
+        norm += x->valuedouble * x->valuedouble;
+    }
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 0), "embedding")),
+                    64);
+    CU_ASSERT(fabs(norm - 1.0) < 1e-5);
+    cJSON_Delete(j);
+    gw_http_fini(&r);
+
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"%s\",\"max_tokens\":4,\"temperature\":0,\"echo\":true,"
+             "\"logprobs\":1}",
+             prompt);
+    CU_ASSERT_EQUAL_FATAL(gw_post(&r, g_port, "/v1/completions", body, NULL), 200);
+    j  = json_of(&r);
+    c  = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    lp = cJSON_GetObjectItem(c, "logprobs");
+    tl = cJSON_GetObjectItem(lp, "token_logprobs");
+    n  = (int)cJSON_GetNumberValue(
+         cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens"));
+    CU_ASSERT(
+        strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")), prompt, strlen(prompt)) == 0);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(tl), n + 4);
+    CU_ASSERT(cJSON_IsNull(cJSON_GetArrayItem(tl, 0)));
+    for (int i = 1; i < n + 4; i++) {
+        CU_ASSERT(cJSON_GetArrayItem(tl, i)->valuedouble <= 0.0);
+    }
+    cJSON_Delete(j);
+    gw_http_fini(&r);
+
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"%s\",\"max_tokens\":4,\"temperature\":0,\"echo\":true,"
+             "\"logprobs\":1,\"stream\":true}",
+             prompt);
+    CU_ASSERT_EQUAL_FATAL(gw_post(&r, g_port, "/v1/completions", body, "-N"), 200);
+    /* the first chunk: the prompt with its logprobs, the first one null */
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"text\":\"Once upon a time\",\"logprobs\":{"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"token_logprobs\":[null,"));
+    gw_http_fini(&r);
+}
+
 static void test_chat(void)
 {
     const char *req = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
@@ -730,16 +793,7 @@ static void run_client(const char *cmd, const char *unreachable)
 
 static void test_openai_npm(void)
 {
-    char cmd[2048];
-
-    snprintf(cmd, sizeof(cmd),
-             "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
-             "d='%s/npm'; mkdir -p \"$d\"; cd \"$d\" && "
-             "( [ -d node_modules/openai ] || timeout 120 npm install --silent --no-audit "
-             "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
-             "cp '%s' client.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node client.mjs",
-             gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
-    run_client(cmd, "npm or the npm registry is unreachable: the openai client test did not run");
+    gw_run_npm_openai(MOON_TEST_NPM_SCRIPT, "client.mjs", g_port);
 }
 
 static void test_openai_python(void)
@@ -793,8 +847,8 @@ static int run_rank0(void)
         return 1;
     }
     rc = MOON_TEST_RUN("gateway", NULL, NULL, test_routes, test_errors, test_api_key,
-                       test_completion_stream_and_not, test_job_first_token, test_chat,
-                       test_cancel_on_disconnect, test_cancel_on_disconnect_not_streamed,
+                       test_completion_stream_and_not, test_prompt_rows, test_job_first_token,
+                       test_chat, test_cancel_on_disconnect, test_cancel_on_disconnect_not_streamed,
                        test_cancel_while_queued, test_concurrent_streams,
                        test_rejected_then_conductor_down, test_half_sent_request_times_out,
                        test_openai_npm, test_openai_python);

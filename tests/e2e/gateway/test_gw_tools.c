@@ -222,22 +222,7 @@ static void test_two_turns(void)
 
 static void test_npm_openai(void)
 {
-    char cmd[2048];
-    int  ret;
-
-    snprintf(cmd, sizeof(cmd),
-             "command -v npm >/dev/null && command -v node >/dev/null || exit 77; "
-             "d='%s/npm'; mkdir -p \"$d\"; cd \"$d\" && "
-             "( [ -d node_modules/openai ] || timeout 120 npm install --silent --no-audit "
-             "--no-fund openai@4 >npm.log 2>&1 ) || exit 77; "
-             "cp '%s' client.mjs && MOON_GW_URL=http://127.0.0.1:%u/v1 timeout 120 node client.mjs",
-             gw_tmp_dir(), MOON_TEST_NPM_SCRIPT, g_port);
-    ret = system(cmd);
-    if (WEXITSTATUS(ret) == 77) {
-        moon_test_skip("npm or the npm registry is unreachable: the openai client did not run");
-        return;
-    }
-    CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
+    gw_run_npm_openai(MOON_TEST_NPM_SCRIPT, "client.mjs", g_port);
 }
 
 /* stories260K's vocabulary, random weights, 2048 positions, the template. */

@@ -2,6 +2,7 @@
  * type and range errors, prompt forms, chat templates, tokenization against
  * the stories260K vocabulary and the context check; the field table (no
  * field silently ignored). */
+#include "gw_embed.h"
 #include "gw_fields.h"
 #include "gw_json.h"
 #include "gw_openai.h"
@@ -58,6 +59,98 @@ static void expect(const char *body, int chat, int http, const char *param)
         CU_ASSERT_STRING_EQUAL(err.param, param);
     }
     moon_gw_request_fini(&req);
+}
+
+/* echo with logprobs asks the prefill for the prompt's logprobs; echo alone does not. */
+static void test_echo_logprobs(void)
+{
+    moon_gw_request_t req;
+    moon_gw_error_t   err;
+
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":\"x\",\"echo\":true,\"logprobs\":2}", 0, &req, &err),
+                          200);
+    CU_ASSERT(req.params.flags & MOON_SERVE_F_PROMPT_LOGPROBS);
+    CU_ASSERT_EQUAL(req.params.logprobs, 3);
+    moon_gw_request_fini(&req);
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":\"x\",\"echo\":true}", 0, &req, &err), 200);
+    CU_ASSERT_FALSE(req.params.flags & MOON_SERVE_F_PROMPT_LOGPROBS);
+    moon_gw_request_fini(&req);
+    CU_ASSERT_EQUAL_FATAL(run("{\"prompt\":\"x\",\"logprobs\":2}", 0, &req, &err), 200);
+    CU_ASSERT_FALSE(req.params.flags & MOON_SERVE_F_PROMPT_LOGPROBS);
+    moon_gw_request_fini(&req);
+}
+
+/* /v1/embeddings' body: status and param, n inputs and their lengths when accepted. */
+static void embed_expect(const char *body, int tok, int http, const char *param, uint32_t n,
+                         uint32_t len0)
+{
+    moon_gw_model_info_t mi = info();
+    moon_gw_embed_req_t  req;
+    moon_gw_error_t      err;
+    moon_status_t        status;
+
+    mi.dim = 64;
+    mi.tok = tok ? g_tok : NULL;
+    memset(&err, 0, sizeof(err));
+    status = moon_gw_embed_parse(body, strlen(body), &mi, &req, &err);
+    if ((status == MOON_OK ? 200 : err.http) != http) {
+        fprintf(stderr, "embeddings body %s: got %d (%s), want %d\n", body, err.http, err.message,
+                http);
+    }
+    CU_ASSERT_EQUAL(status == MOON_OK ? 200 : err.http, http);
+    if (status == MOON_OK) {
+        CU_ASSERT_EQUAL(req.n_inputs, n);
+        CU_ASSERT_EQUAL(req.n_tokens[0], len0);
+    } else if (param != NULL) {
+        CU_ASSERT_STRING_EQUAL(err.param, param);
+    }
+    moon_gw_embed_fini(&req);
+}
+
+static void test_embed_bodies(void)
+{
+    static const uint32_t one_bits[2] = {0x3f800000u, 0xbf000000u}; /* 1.0f, -0.5f */
+    const uint32_t       *vecs[2]     = {one_bits, one_bits};
+    moon_gw_embed_req_t   req         = {0};
+    int32_t               ids[2]      = {1, 2};
+    int32_t              *tok[2]      = {ids, ids};
+    uint32_t              n[2]        = {2, 2};
+    size_t                len         = 0;
+    char                 *json;
+
+    embed_expect("{\"input\":[1,2,3]}", 0, 200, NULL, 1, 3);
+    embed_expect("{\"input\":[[1,2],[3]]}", 0, 200, NULL, 2, 2);
+    embed_expect("{\"input\":\"Once upon\"}", 1, 200, NULL, 1, 3); /* BOS first */
+    embed_expect("{\"input\":[\"a\",\"b\"],\"model\":\"stories260K\"}", 1, 200, NULL, 2, 2);
+    embed_expect("{\"input\":\"x\"}", 0, 501, "input", 0, 0); /* text without a tokenizer */
+    embed_expect("{\"input\":[]}", 0, 400, "input", 0, 0);
+    embed_expect("{\"input\":[[1],[]]}", 0, 400, "input", 0, 0);
+    embed_expect("{\"input\":[1.5]}", 0, 400, "input", 0, 0);
+    embed_expect("{\"input\":[512]}", 0, 400, "input", 0, 0); /* out of the vocabulary */
+    embed_expect("{\"input\":[[1],{}]}", 0, 400, "input", 0, 0);
+    embed_expect("{\"input\":{}}", 0, 400, "input", 0, 0);
+    embed_expect("{\"input\":[1],\"dimensions\":64}", 0, 200, NULL, 1, 1);
+    embed_expect("{\"input\":[1],\"dimensions\":32}", 0, 400, "dimensions", 0, 0);
+    embed_expect("{\"input\":[1],\"encoding_format\":\"hex\"}", 0, 400, "encoding_format", 0, 0);
+    embed_expect("{\"input\":[1],\"n\":2}", 0, 400, "n", 0, 0);
+    embed_expect("{\"input\":[1],\"model\":\"other\"}", 0, 404, "model", 0, 0);
+    embed_expect("{\"input\":[1],\"input\":[2]}", 0, 400, "input", 0, 0); /* a key twice */
+    /* the answer: floats, or base64 of the little-endian float32s */
+    req.n_inputs = 2;
+    req.tokens   = tok;
+    req.n_tokens = n;
+    json         = moon_gw_embed_response(&req, "m", vecs, 2, &len);
+    CU_ASSERT_STRING_EQUAL(json, "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\","
+                                 "\"index\":0,\"embedding\":[1,-0.5]},{\"object\":\"embedding\","
+                                 "\"index\":1,\"embedding\":[1,-0.5]}],\"model\":\"m\",\"usage\":"
+                                 "{\"prompt_tokens\":4,\"total_tokens\":4}}");
+    CU_ASSERT_EQUAL(len, strlen(json));
+    moon_free(json);
+    req.base64   = 1;
+    req.n_inputs = 1;
+    json         = moon_gw_embed_response(&req, "m", vecs, 2, &len);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"embedding\":\"AACAPwAAAL8=\""));
+    moon_free(json);
 }
 
 static void test_completion_fields(void)
@@ -147,7 +240,6 @@ static void test_completion_errors(void)
     expect("{\"prompt\":\"x\",\"n\":2,\"best_of\":4}", 0, 200, NULL);
     expect("{\"prompt\":\"x\",\"best_of\":3,\"stream\":true}", 0, 400, "best_of");
     expect("{\"prompt\":\"x\",\"n\":3,\"best_of\":3,\"stream\":true}", 0, 200, NULL);
-    expect("{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 0, 400, "echo");
     expect("{\"prompt\":\"x\",\"echo\":\"y\"}", 0, 400, "echo");
     expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"best_of\":2}", 1, 400,
            "best_of"); /* a completions field */
@@ -629,7 +721,8 @@ int main(void)
     rc = MOON_TEST_RUN("gw_openai", NULL, NULL, test_completion_fields, test_completion_errors,
                        test_context_check, test_chat_errors, test_templates, test_jinja_templates,
                        test_template_tokens, test_strict_json, test_caps, test_error_utf8,
-                       test_allocation_failures, test_field_table, test_sampling_controls);
+                       test_allocation_failures, test_field_table, test_sampling_controls,
+                       test_echo_logprobs, test_embed_bodies);
     moon_tokenizer_destroy(g_tok);
     return rc;
 }
