@@ -1,5 +1,6 @@
 /* model/kv_cache.c - paged KV cache: block pool with a free stack and
  * reference counts, per-sequence block tables. Single owner thread. */
+#define _GNU_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "moonlet/kv_cache.h"
 
 #include "kv_internal.h"
@@ -8,6 +9,9 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define POOL_HUGE_PAGE (2u << 20)
 
 /* A virtual cache's metadata arrays at create; they double as blocks are used. */
 #define VIRT_START_BLOCKS 64
@@ -59,6 +63,25 @@ size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
 }
 
 /* virt: no block bytes at all (kv->data NULL), the bookkeeping only. */
+/* The pool, on 2 MiB pages where the kernel gives them (transparent huge
+ * pages in madvise mode, the common default): zeroing it at creation then
+ * takes 512x fewer page faults (a 110M model's 302 MB pool spent about a
+ * second of start-up faulting 4 KiB pages on a VM), and a step's KV reads
+ * miss the TLB less. Small pools stay on ordinary pages. */
+static float *pool_alloc(size_t bytes)
+{
+    size_t align = bytes >= POOL_HUGE_PAGE ? POOL_HUGE_PAGE : 64;
+    size_t size  = (bytes + align - 1) / align * align;
+    void  *p     = moon_aligned_alloc(align, size);
+
+#ifdef MADV_HUGEPAGE
+    if (p != NULL && align == POOL_HUGE_PAGE) {
+        madvise(p, size, MADV_HUGEPAGE); /* a hint: refused, the pages stay small */
+    }
+#endif
+    return p;
+}
+
 static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int virt,
                                   moon_kv_cache_t **kv_p)
 {
@@ -77,7 +100,7 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->owns_data          = mem == NULL && !virt;
-    kv->data = mem != NULL || virt ? (float *)mem : moon_aligned_alloc(64, (bytes + 63) / 64 * 64);
+    kv->data = mem != NULL || virt ? (float *)mem : pool_alloc(bytes);
     kv->cap  = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
     kv->refcount   = moon_calloc(kv->cap, sizeof(*kv->refcount));
     kv->writer     = virt ? NULL : moon_calloc(kv->cap, sizeof(*kv->writer)); /* no mirrors */
