@@ -558,10 +558,6 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     } else {
         tok = moon_sampler_sample(&smp, p->logits);
     }
-    /* the prompt's new blocks go to the store in one put (a reserve, a grant
-     * and a commit per shard and replica for the whole prompt): no reader
-     * needs them sooner, the decode pulls from this pool */
-    put_new_blocks(p, r, 0, full);
     status = send_ready(self, p, r, r->n_sent, moon_kv_seq_n_blocks(p->pool.kv, r->seq) - r->n_sent,
                         1, MOON_OK, tok, smp.rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
     moon_sampler_fini(&smp);
@@ -569,6 +565,11 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, status, "handover to the decode instance failed");
         return;
     }
+    /* the prompt's new blocks go to the store in one put (a reserve, a grant
+     * and a commit per shard and replica for the whole prompt): no reader
+     * needs them sooner, the decode pulls from this pool; after the handover,
+     * so the first token does not queue behind the put's messages */
+    put_new_blocks(p, r, 0, full);
     r->handed = 1;
     r->state  = PREQ_HANDED;
     p->cur    = -1;
