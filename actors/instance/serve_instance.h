@@ -32,8 +32,9 @@ typedef struct {
     uint32_t             block_tokens;
     uint32_t             n_blocks; /* KV pool */
     uint32_t             max_seqs;
-    uint32_t             prefill_chunk; /* tokens per prefill call */
-    moon_dist_t         *dist;          /* borrowed; NULL: one process */
+    uint32_t             prefill_chunk;       /* tokens per prefill call */
+    uint32_t             prefill_chunk_alone; /* prefill role, no other request queued (0: same) */
+    moon_dist_t         *dist;                /* borrowed; NULL: one process */
     moon_addr_t          conductor;
     const moon_addr_t   *shards; /* store shards (copied); n_shards 0: no store */
     uint32_t             n_shards;

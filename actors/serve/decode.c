@@ -636,17 +636,28 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
         }
         return;
     }
+    /* the first token leaves before the final message's blocks move: a pull
+     * in this process is a copy on this thread (the last chunk's blocks, 37
+     * MB for 512 tokens of the 110M model), and the token needs none of them */
+    if (m->final) {
+        moon_addr_t reply_to = r->reply_to;
+        uint64_t    id       = r->request_id;
+        take_final(self, d, r, m);
+        /* ended at its first token: nothing more to pull (with no pull in
+         * flight it is freed already, and the slot may hold another) */
+        if (r->state == DREQ_ENDED || r->state == DREQ_FREE || r->reply_to != reply_to ||
+            r->request_id != id) {
+            return;
+        }
+    }
     status = take_blocks(self, d, r, m);
     if (status != MOON_OK) {
         moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status, "decode: bad handover");
         return;
     }
     if (m->final) {
-        take_final(self, d, r, m);
-        if (r->state != DREQ_ENDED) {
-            pull_partial(self, d, r);
-            progress_pull(self, d, r);
-        }
+        pull_partial(self, d, r);
+        progress_pull(self, d, r);
     }
 }
 

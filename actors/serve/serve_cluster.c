@@ -54,6 +54,10 @@ static const moon_config_field_t serve_fields[] = {
      "tokens per kv block and store key (fixed per deployment)", 1, 4096, 0, 0, NULL},
     {"prefill-chunk", MOON_CONFIG_U32, SC(prefill_chunk), "128", "tokens per prefill call", 1, 8192,
      0, 0, NULL},
+    {"prefill-chunk-alone", MOON_CONFIG_U32, SC(prefill_chunk_alone), "512",
+     "tokens per prefill call of a prefill instance with no other request queued (0: "
+     "--prefill-chunk)",
+     0, 8192, 0, 0, NULL},
     {"kv-blocks", MOON_CONFIG_U32, SC(kv_blocks), "0",
      "kv pool blocks per instance (0: four full contexts)", 0, 1u << 24, 0, 0, NULL},
     {"max-seqs", MOON_CONFIG_U32, SC(max_seqs), "64", "sequences per instance", 1, 4096, 0, 0,
@@ -327,10 +331,12 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                  * length on the runtime's clock (nothing to run on a thread) */
                 .threaded = cfg->backend != MOON_BACKEND_COST,
             };
-            moon_addr_t inst = MOON_ADDR_NONE;
-            status           = spawn_mine(
-                          c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
-                          name, 0, &inst);
+            /* the prefill raises its engine's max_chunk to it */
+            ia.prefill_chunk_alone = cfg->prefill_chunk_alone;
+            moon_addr_t inst       = MOON_ADDR_NONE;
+            status                 = spawn_mine(
+                                c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
+                                name, 0, &inst);
             if (status == MOON_OK && c->dist != NULL) {
                 /* its end of weight pushes, stopped before it */
                 moon_weights_recv_args_t wr = {

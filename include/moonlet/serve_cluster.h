@@ -14,15 +14,16 @@
 typedef struct {
     const char *model_path;
     uint32_t    n_prefill, n_decode, n_store;
-    int         colocated;     /* reserved: each instance prefills and decodes */
-    uint32_t    block_tokens;  /* tokens per KV block (and store key) */
-    uint32_t    prefill_chunk; /* tokens per prefill call */
-    uint32_t    kv_blocks;     /* per instance pool; 0: 4 full contexts */
-    uint32_t    max_seqs;      /* sequences per instance (0: 64) */
-    uint32_t    max_batch;     /* decode batch (0: 32) */
-    uint32_t    threads;       /* engine threads per instance (0: 1) */
-    int         pin;           /* bind engine threads to cores after the runtime's
-                                  workers' (which the runtime pins) */
+    int         colocated;           /* reserved: each instance prefills and decodes */
+    uint32_t    block_tokens;        /* tokens per KV block (and store key) */
+    uint32_t    prefill_chunk;       /* tokens per prefill call */
+    uint32_t    prefill_chunk_alone; /* ... of a prefill instance nothing waits at (0: same) */
+    uint32_t    kv_blocks;           /* per instance pool; 0: 4 full contexts */
+    uint32_t    max_seqs;            /* sequences per instance (0: 64) */
+    uint32_t    max_batch;           /* decode batch (0: 32) */
+    uint32_t    threads;             /* engine threads per instance (0: 1) */
+    int         pin;                 /* bind engine threads to cores after the runtime's
+                                        workers' (which the runtime pins) */
     moon_backend_kind_t backend;
     moon_cost_config_t  cost; /* backend cost: the modeled rates (a profile's); not an option */
     uint64_t            store_dram_mib; /* per shard */

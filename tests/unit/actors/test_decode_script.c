@@ -34,6 +34,7 @@ static void         *remote; /* the scripted prefill's pool: blocks at remote + 
 
 typedef enum {
     CASE_HANDOVER,
+    CASE_FIRST_ENDS,
     CASE_PULL_FAILS,
     CASE_PREFILL_LOST,
     CASE_CANCEL,
@@ -168,6 +169,18 @@ static void script_step(moon_actor_t *self, uint64_t step)
     case CASE_HANDOVER: /* 40 tokens: 2 full blocks and 8 in a partial one */
         send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
         send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
+        break;
+    case CASE_FIRST_ENDS:
+        /* request 0 ends at its first token once block 0 is in (no pull
+         * in flight: freed at once, before the final's blocks would move);
+         * request 1 then takes the slot */
+        if (step == 0) {
+            send_kv_ready(self, 0, 0, b012, 1, 0, 40, 1, 0);
+            MOON_CHECK(moon_timer_start(self, 50 * MS, 0, 1, &timer) == MOON_OK);
+        } else {
+            send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 1, 0);
+            send_kv_ready(self, 1, 0, b012, 3, 1, 40, 4, 0);
+        }
         break;
     case CASE_PULL_FAILS: /* 20 tokens: block 0's pull fails before it lands */
         send_kv_ready(self, 0, 0, b012, 2, 1, 20, 4, 0);
@@ -346,7 +359,9 @@ static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
         .max_seqs     = MAX_REQ,
         .prefill_chunk = 64,
         .threaded      = threaded,
-        .xfer_ns = c == CASE_HANDOVER || c == CASE_CANCEL || c == CASE_JOIN ? NULL : slow_pull,
+        .xfer_ns = c == CASE_HANDOVER || c == CASE_FIRST_ENDS || c == CASE_CANCEL || c == CASE_JOIN
+                       ? NULL
+                       : slow_pull,
     };
 
     memset(&g, 0, sizeof(g));
@@ -405,6 +420,16 @@ static void test_handover(void)
 }
 
 /* PULLING -> ENDED: the transfer's failure ends it; the late landing is ignored. */
+/* The first token ends request 0 (max_tokens 1) with its earlier blocks
+ * in: it is freed before the rest of its handover, whose blocks are not
+ * pulled; the slot serves the next request. */
+static void test_first_token_ends(void)
+{
+    run_case(CASE_FIRST_ENDS);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 1, 1);
+    check_end(1, MOON_FINISH_LENGTH, MOON_OK, 4, 1);
+}
+
 static void test_pull_fails(void)
 {
     run_case(CASE_PULL_FAILS);
@@ -504,6 +529,6 @@ static int teardown(void)
     return 0;
 }
 
-MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_pull_fails, test_prefill_lost,
-               test_cancel, test_version_gate, test_bad_length, test_colocated, test_join_multistep,
-               test_cancel_threaded)
+MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_token_ends,
+               test_pull_fails, test_prefill_lost, test_cancel, test_version_gate, test_bad_length,
+               test_colocated, test_join_multistep, test_cancel_threaded)
