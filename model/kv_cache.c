@@ -100,8 +100,8 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->owns_data          = mem == NULL && !virt;
-    kv->data = mem != NULL || virt ? (float *)mem : pool_alloc(bytes);
-    kv->cap  = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
+    kv->data               = mem != NULL || virt ? (float *)mem : pool_alloc(bytes);
+    kv->cap        = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
     kv->refcount   = moon_calloc(kv->cap, sizeof(*kv->refcount));
     kv->writer     = virt ? NULL : moon_calloc(kv->cap, sizeof(*kv->writer)); /* no mirrors */
     kv->free_stack = moon_malloc(kv->cap * sizeof(*kv->free_stack));
