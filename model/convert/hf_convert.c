@@ -621,18 +621,23 @@ int moon_hf_is_checkpoint(const char *path)
            join(p, sizeof(p), path, "config.json") && stat(p, &sb) == 0;
 }
 
-/* The newest modification time of dir's checkpoint files (0: none). */
-static time_t newest_input(const char *dir)
+static int mtime_after(struct timespec a, struct timespec b)
+{
+    return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+/* The newest modification time of dir's checkpoint files ({0, 0}: none). */
+static struct timespec newest_input(const char *dir)
 {
     static const char *const names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
                                         "model.safetensors", "model.safetensors.index.json"};
-    time_t                   t       = 0;
+    struct timespec          t       = {0, 0};
     char                     p[4096];
     struct stat              sb;
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (join(p, sizeof(p), dir, names[i]) && stat(p, &sb) == 0 && sb.st_mtime > t) {
-            t = sb.st_mtime;
+        if (join(p, sizeof(p), dir, names[i]) && stat(p, &sb) == 0 && mtime_after(sb.st_mtim, t)) {
+            t = sb.st_mtim;
         }
     }
     return t;
@@ -648,7 +653,10 @@ moon_status_t moon_hf_cached(const char *dir, char *path_p, size_t cap)
         snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path_p, (long)getpid()) >= (int)sizeof(tmp)) {
         return MOON_ERR_INVALID_PARAM;
     }
-    if (stat(path_p, &sb) == 0 && sb.st_mtime >= newest_input(dir)) {
+    /* strictly newer, to the nanosecond: a checkpoint edited in the second
+     * (or the clock tick) of an earlier conversion, or copied together with
+     * its converted file and then edited, is converted again */
+    if (stat(path_p, &sb) == 0 && mtime_after(sb.st_mtim, newest_input(dir))) {
         MOON_INFO("hf: %s: reusing %s", dir, path_p);
         return MOON_OK;
     }
