@@ -3,6 +3,7 @@
  * coefficients (printed exactly, %.17g). */
 #include "calib_cache.h"
 
+#include "moonlet/hash.h"
 #include "moonlet/log.h"
 
 #include <errno.h>
@@ -55,20 +56,12 @@ size_t moon_calib_key_text(const moon_calib_key_t *key, char *buf, size_t cap)
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
-/* FNV-1a: a file name, not a defence (the file holds the whole key). */
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-
-    for (; *s != '\0'; s++) {
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    }
-    return h;
-}
-
+/* The key's file: its hash names it, not a defence (the file holds the
+ * whole key, checked on reading). */
 static int file_of(const char *dir, const char *text, char *path, size_t cap)
 {
-    int n = snprintf(path, cap, "%s/calib-%016llx.txt", dir, (unsigned long long)fnv1a(text));
+    int n =
+        snprintf(path, cap, "%s/calib-%016llx.txt", dir, (unsigned long long)moon_hash_str(text));
 
     return n > 0 && (size_t)n < cap;
 }
