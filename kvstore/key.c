@@ -2,6 +2,8 @@
  * Pure functions; the hash state lives on the caller's stack. */
 #include "moonlet/kv_key.h"
 
+#include "checksum_avx2.h"
+
 #include <string.h>
 
 #define XXH_INLINE_ALL
@@ -97,5 +99,11 @@ moon_status_t moon_kv_keys_of_trace_ids(const moon_kv_tag_t *tag, const int64_t 
 
 uint64_t moon_kv_checksum(const void *bytes, size_t n_bytes)
 {
+#ifdef MOON_KV_CHECKSUM_AVX2
+    /* short inputs take XXH3's scalar paths either way */
+    if (n_bytes > 240 && __builtin_cpu_supports("avx2")) {
+        return moon_kv_checksum_avx2(bytes, n_bytes);
+    }
+#endif
     return XXH3_64bits(bytes, n_bytes);
 }

@@ -3,6 +3,7 @@
 
 #include "moon_test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Measured once on x86-64 (little-endian) with libxxhash 0.8.1. */
@@ -200,7 +201,28 @@ static void test_key_format_is_stable(void)
     CU_ASSERT_EQUAL(moon_kv_checksum("moonlet", 7), GOLDEN_SUM);
 }
 
-MOON_TEST_MAIN("kv_key", NULL, NULL, test_key_format_is_stable, test_one_key_per_full_block,
+/* Lengths past XXH3's short-input paths take the vector code (AVX2 where the
+ * CPU has it, kvstore/checksum_avx2.c): the values are XXH3's own, measured
+ * once with libxxhash 0.8.1's scalar build (XXH_VECTOR=0). */
+static void test_checksum_is_xxh3_at_every_length(void)
+{
+    static const size_t   lens[4] = {241, 1000, 4096, (1u << 20) + 3};
+    static const uint64_t want[4] = {0x44dbd3180a664e27ull, 0x2ac5b3b66d7cf18full,
+                                     0x1e0a232f4ec7fa9eull, 0x7f1144962d4e30fcull};
+    unsigned char        *buf     = malloc(lens[3]);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    for (size_t i = 0; i < lens[3]; i++) {
+        buf[i] = (unsigned char)(i * 131u + (i >> 8));
+    }
+    for (int k = 0; k < 4; k++) {
+        CU_ASSERT_EQUAL(moon_kv_checksum(buf, lens[k]), want[k]);
+    }
+    free(buf);
+}
+
+MOON_TEST_MAIN("kv_key", NULL, NULL, test_key_format_is_stable,
+               test_checksum_is_xxh3_at_every_length, test_one_key_per_full_block,
                test_keys_are_deterministic_and_distinct, test_key_covers_every_block_before_it,
                test_key_next_extends_the_chain, test_model_and_version_salt_the_key,
                test_block_size_is_configurable, test_bad_input_is_rejected,
