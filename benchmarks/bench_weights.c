@@ -17,6 +17,10 @@
  *   delta   a push where 1 % of the chunks changed (at least one; a copy of
  *           the checkpoint with one byte changed in each) against the full
  *           push of the same round: ratio delta/full (median, min, max);
+ *   delta_image   the trainer's path (weights_image.h): an image of the
+ *           checkpoint pushed whole (not timed), one small tensor of its
+ *           second half set, pushed again: the broadcaster gets only the
+ *           bytes set; against the full push of the same round;
  *   push_under_load   TTFT p50/p99 of requests streaming (4 in flight, 64
  *           prompt tokens, 8 new, the cost-model engine) whose
  *           [submit, first token] overlaps a full push, against the anchor:
@@ -40,6 +44,7 @@
 #include "moonlet/serve_cluster.h"
 #include "moonlet/weights_client.h"
 #include "moonlet/weights_msgs.h"
+#include "weights_image.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -63,21 +68,59 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* A random Llama of about mib MiB: dim 1024, ff 2816, ~51 MiB a layer. */
+/* Layers of write_model's checkpoint of about mib MiB (~51 MiB a layer). */
+static uint32_t layers_of(uint32_t mib)
+{
+    uint64_t per_layer = (4ull * 1024 * 1024 + 3ull * 1024 * 2816) * 4;
+
+    return (uint32_t)MOON_MAX(1, ((uint64_t)mib << 20) / per_layer);
+}
+
+/* A random Llama of about mib MiB: dim 1024, ff 2816. */
 static int write_model(const char *path, uint32_t mib)
 {
-    moon_model_config_t c         = {.dim        = 1024,
-                                     .hidden_dim = 2816,
-                                     .n_heads    = 16,
-                                     .n_kv_heads = 16,
-                                     .vocab_size = 512,
-                                     .seq_len    = 256,
-                                     .norm_eps   = 1e-5f,
-                                     .rope_theta = 10000.0f};
-    uint64_t            per_layer = (4ull * 1024 * 1024 + 3ull * 1024 * 2816) * 4;
+    moon_model_config_t c = {.dim        = 1024,
+                             .hidden_dim = 2816,
+                             .n_heads    = 16,
+                             .n_kv_heads = 16,
+                             .vocab_size = 512,
+                             .seq_len    = 256,
+                             .norm_eps   = 1e-5f,
+                             .rope_theta = 10000.0f};
 
-    c.n_layers = (uint32_t)MOON_MAX(1, ((uint64_t)mib << 20) / per_layer);
+    c.n_layers = layers_of(mib);
     return moon_model_write_random(&c, MOON_GGML_F32, 1, path) == MOON_OK ? 0 : -1;
+}
+
+/* A trainer's push (weights_image.h) of the checkpoint's image with one
+ * small tensor changed, after a push of the image as it was (not timed: it
+ * puts the image in the broadcaster's memory, as the trainer's previous
+ * push did; the file pushes between rounds replaced it). The seconds of
+ * the changed push (0: a push failed); *res_p its outcome. */
+static double image_delta_s(moon_weights_client_t *wc, moon_weights_image_t *img,
+                            const char *tensor, moon_weights_result_t *res_p)
+{
+    const moon_gguf_tensor_t *t = moon_weights_image_tensor(img, tensor);
+    uint8_t                   v[64 << 10];
+    uint64_t                  t0;
+    char                      why[256];
+
+    if (t == NULL || t->bytes > sizeof(v) ||
+        moon_weights_push_image(wc, img, 0, 0, 600000000000ull, res_p) != MOON_OK ||
+        res_p->status != MOON_OK) {
+        return 0;
+    }
+    memcpy(v, t->data, t->bytes);
+    v[0] ^= 0x01; /* a low mantissa bit */
+    if (moon_weights_image_set(img, tensor, v, t->bytes, why, sizeof(why)) != MOON_OK) {
+        return 0;
+    }
+    t0 = moon_bench_now_ns();
+    if (moon_weights_push_image(wc, img, 0, 0, 600000000000ull, res_p) != MOON_OK ||
+        res_p->status != MOON_OK) {
+        return 0;
+    }
+    return (double)(moon_bench_now_ns() - t0) * 1e-9;
 }
 
 static double bcast_s(void *buf, size_t n)
@@ -362,6 +405,10 @@ int main(int argc, char **argv)
         moon_serve_client_t   *sc      = NULL;
         double                 stage[64], push[64], bc[64], ratio[64], ratio_copy[64];
         double                 delta[64], dratio[64], rss[5], all_rss[25] = {0};
+        double                 idelta[64], iratio[64];
+        moon_weights_result_t  ires = {0};
+        moon_weights_image_t  *img  = NULL;
+        char                   tensor[64];
         char                   path_b[300];
         uint32_t               n_changed = 0, n_chunks = 0, n_moved = 0;
         uint64_t               total = 0;
@@ -446,6 +493,14 @@ int main(int argc, char **argv)
                      res.status == MOON_OK;
                 delta[r]  = (double)(moon_bench_now_ns() - t0) * 1e-9;
                 dratio[r] = delta[r] / push[r];
+                /* the trainer's path: one small tensor of the second half */
+                snprintf(tensor, sizeof(tensor), "blk.%u.attn_norm.weight", layers_of(mib) / 2);
+                if (img == NULL && moon_weights_image_create(dist, path, &img) != MOON_OK) {
+                    ok = 0;
+                }
+                idelta[r] = ok ? image_delta_s(wc, img, tensor, &ires) : 0;
+                iratio[r] = idelta[r] / push[r];
+                ok        = ok && idelta[r] > 0;
                 n_chunks  = res.n_chunks;
                 n_moved   = res.n_moved;
                 ok        = ok &&
@@ -514,6 +569,28 @@ int main(int argc, char **argv)
             moon_bench_json_num(&j, "ratio_max", ratio_copy[rounds - 1]);
             moon_bench_json_end(&j);
 
+            for (int r = 0; r < rounds; r++) {
+                b[r] = idelta[r];
+            }
+            memcpy(ratio_copy, iratio, sizeof(double) * (size_t)rounds);
+            qsort(ratio_copy, (size_t)rounds, sizeof(double), cmp_double);
+            moon_bench_json_begin(&j);
+            moon_bench_json_str(&j, "suite", "weights");
+            moon_bench_json_str(&j, "bench", "delta_image");
+            moon_bench_json_str(&j, "impl", "moonlet");
+            moon_bench_json_str(&j, "anchor", "full_push");
+            moon_bench_json_int(&j, "bytes", (int64_t)total);
+            moon_bench_json_int(&j, "chunks", ires.n_chunks);
+            moon_bench_json_int(&j, "chunks_moved", ires.n_moved);
+            moon_bench_json_int(&j, "read_bytes", (int64_t)ires.read_bytes);
+            moon_bench_json_int(&j, "rounds", rounds);
+            moon_bench_json_num(&j, "delta_s_p50", median(b, rounds));
+            moon_bench_json_num(&j, "full_s_p50", median(p, rounds));
+            moon_bench_json_num(&j, "ratio_p50", median(iratio, rounds));
+            moon_bench_json_num(&j, "ratio_min", ratio_copy[0]);
+            moon_bench_json_num(&j, "ratio_max", ratio_copy[rounds - 1]);
+            moon_bench_json_end(&j);
+
             {
                 double before = 0, peak = 0, pss = 0, anon = 0, shmem = 0;
                 for (int k = 1; k < 5; k++) {
@@ -545,6 +622,7 @@ int main(int argc, char **argv)
             load_phase(sc, wc, path, rounds, median(push, rounds), total);
         }
         if (rank == 0) {
+            moon_weights_image_destroy(img);
             moon_serve_client_destroy(sc);
             moon_weights_client_destroy(wc);
             unlink(path);

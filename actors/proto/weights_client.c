@@ -67,6 +67,7 @@ static moon_status_t wc_on_reply(moon_actor_t *self, const moon_msg_hdr_t *msg)
     r.total_bytes   = m->total_bytes;
     r.moved_bytes   = m->moved_bytes;
     r.skipped_bytes = m->skipped_bytes;
+    r.read_bytes    = m->read_bytes;
     r.n_chunks      = m->n_chunks;
     r.n_moved       = m->n_moved;
     r.n_instances   = m->n_instances;
@@ -199,13 +200,23 @@ moon_status_t moon_weights_push_region(moon_weights_client_t *c, const moon_dist
                                        uint64_t bytes, uint64_t version, uint32_t flags,
                                        uint64_t *req_p)
 {
+    return moon_weights_push_region_changed(c, reg, bytes, version, flags, NULL, req_p);
+}
+
+moon_status_t moon_weights_push_region_changed(moon_weights_client_t    *c,
+                                               const moon_dist_region_t *reg, uint64_t bytes,
+                                               uint64_t version, uint32_t flags,
+                                               const moon_weights_changes_t *changes,
+                                               uint64_t                     *req_p)
+{
     moon_weights_push_t *m;
     uint64_t             req;
+    uint32_t             n = changes != NULL ? changes->n : 0;
 
-    if (c == NULL || reg == NULL || bytes == 0) {
+    if (c == NULL || reg == NULL || bytes == 0 || (n > 0 && changes->ranges == NULL)) {
         return MOON_ERR_INVALID_PARAM;
     }
-    m = moon_msg_new(MOON_MSG_WEIGHTS_PUSH, moon_dist_region_desc_bytes(reg) + 16);
+    m = moon_msg_new(MOON_MSG_WEIGHTS_PUSH, moon_dist_region_desc_bytes(reg) + (size_t)n * 16 + 32);
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
@@ -214,6 +225,14 @@ moon_status_t moon_weights_push_region(moon_weights_client_t *c, const moon_dist
     m->version   = version;
     m->flags     = flags;
     m->src_bytes = bytes;
+    if (changes != NULL) {
+        m->image = changes->image;
+        m->gen   = changes->gen;
+        m->base  = changes->base;
+        if (n > 0) {
+            memcpy(moon_msg_span_alloc(m, &m->dirty, 2 * n, 8, 0), changes->ranges, (size_t)n * 16);
+        }
+    }
     if (moon_dist_region_desc(reg, m, &m->src) != MOON_OK ||
         moon_runtime_send(c->rt, c->addr, &m->hdr) != MOON_OK) {
         moon_msg_release(&m->hdr);

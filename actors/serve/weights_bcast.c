@@ -67,6 +67,16 @@ typedef struct {
     uint64_t *src_hashes;
     uint32_t  src_n;
     uint64_t  src_chunk, src_total;
+    /* src holds generation src_gen of the trainer's image src_image (0: not
+     * an image's, or not known): that image's next push can send only what
+     * changed since */
+    uint64_t src_image, src_gen;
+    /* the trainer's image being got (PH_FETCH): its name and generation,
+     * and the (offset, length) pairs got when only they changed */
+    uint64_t  image, image_gen;
+    uint64_t *dirty;
+    uint32_t  n_dirty;
+    uint64_t  read_bytes; /* of the checkpoint, this push */
     /* the file being read (PH_READ): mapped, next chunk, src's hashes usable */
     const char *map;
     uint32_t    read_next;
@@ -112,6 +122,7 @@ static void reply(moon_actor_t *self, bcast_t *b, moon_status_t status, const ch
         }
     }
     m->skipped_bytes = b->total - m->moved_bytes;
+    m->read_bytes    = b->read_bytes;
     m->n_instances   = b->n_recv;
     m->stage_s       = b->staged_ns ? (double)(b->staged_ns - b->start_ns) * 1e-9 : 0.0;
     m->switch_s      = b->staged_ns ? (double)(now - b->staged_ns) * 1e-9 : 0.0;
@@ -138,8 +149,11 @@ static void end_push(moon_actor_t *self, bcast_t *b)
     }
     moon_free(b->hashes);
     moon_free(b->travel);
+    moon_free(b->dirty);
     b->hashes     = NULL;
     b->travel     = NULL;
+    b->dirty      = NULL;
+    b->n_dirty    = 0;
     b->timer      = 0;
     b->phase      = PH_IDLE;
     b->client     = MOON_ADDR_NONE;
@@ -173,6 +187,8 @@ static void forget_source(bcast_t *b)
     moon_free(b->src_hashes);
     b->src_hashes = NULL;
     b->src_n      = 0;
+    b->src_image  = 0;
+    b->src_gen    = 0;
 }
 
 /* b->hashes describe src from now on (it holds the checkpoint offered). */
@@ -254,9 +270,10 @@ static moon_status_t open_source(bcast_t *b, const char *path, char *why, size_t
         snprintf(why, why_len, "cannot map %s: %s", path, strerror(errno));
         return MOON_ERR_IO;
     }
-    b->map      = map;
-    b->n_chunks = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
-    b->hashes   = moon_malloc((size_t)b->n_chunks * 8 + 8);
+    b->map        = map;
+    b->read_bytes = b->total;
+    b->n_chunks   = (uint32_t)((b->total + b->a.chunk_bytes - 1) / b->a.chunk_bytes);
+    b->hashes     = moon_malloc((size_t)b->n_chunks * 8 + 8);
     if (b->hashes == NULL) {
         snprintf(why, why_len, "no memory");
         return MOON_ERR_NO_MEMORY;
@@ -313,6 +330,89 @@ static void read_turn(moon_actor_t *self, bcast_t *b)
     offer(self, b);
 }
 
+/* src holds the generation of m's image that m's changes are counted from:
+ * only the changed bytes need to be got. */
+static int image_delta_applies(const bcast_t *b, const moon_weights_push_t *m)
+{
+    return m->image != 0 && m->base != 0 && b->src_image == m->image && b->src_gen == m->base &&
+           b->src_hashes != NULL && b->src_total == b->total && b->src_chunk == b->a.chunk_bytes &&
+           m->dirty.n % 2 == 0 && m->dirty.n / 2 <= MOON_DIST_IOV_MAX;
+}
+
+/* Gets the changed bytes of the trainer's image into src (the rest is
+ * there already); b->hashes start as src's and are redone for the chunks
+ * they touch when the bytes are in (bcast_on_bulk_done). */
+static moon_status_t fetch_image_changes(moon_actor_t *self, bcast_t *b,
+                                         const moon_weights_push_t *m, char *why, size_t why_len)
+{
+    const uint64_t  *d = MOON_SPAN_PTR(m, m->dirty);
+    uint32_t         n = m->dirty.n / 2;
+    moon_dist_iov_t *iov;
+    moon_status_t    status;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (d[2 * i + 1] == 0 || d[2 * i] > b->total || d[2 * i + 1] > b->total - d[2 * i]) {
+            snprintf(why, why_len, "malformed changes: bytes %llu+%llu of a %llu-byte image",
+                     (unsigned long long)d[2 * i], (unsigned long long)d[2 * i + 1],
+                     (unsigned long long)b->total);
+            return MOON_ERR_INVALID_PARAM;
+        }
+    }
+    b->n_chunks = b->src_n;
+    b->hashes   = moon_malloc((size_t)b->n_chunks * 8 + 8);
+    b->dirty    = moon_malloc((size_t)n * 16 + 16);
+    iov         = moon_malloc((size_t)n * sizeof(*iov) + 1);
+    if (b->hashes == NULL || b->dirty == NULL || iov == NULL) {
+        moon_free(iov);
+        snprintf(why, why_len, "no memory");
+        return MOON_ERR_NO_MEMORY;
+    }
+    memcpy(b->hashes, b->src_hashes, (size_t)b->n_chunks * 8);
+    memcpy(b->dirty, d, (size_t)n * 16);
+    b->n_dirty = n;
+    for (uint32_t i = 0; i < n; i++) {
+        iov[i] = (moon_dist_iov_t){
+            .local = (char *)b->src + d[2 * i], .remote_off = d[2 * i], .len = d[2 * i + 1]};
+        b->read_bytes += d[2 * i + 1];
+    }
+    forget_source(b); /* src changes from here on */
+    status = n == 0 ? MOON_OK
+                    : moon_dist_getv(b->a.dist, iov, n, b->src_reg, MOON_SPAN_PTR(m, m->src),
+                                     m->src.n, moon_actor_addr(self), b->push);
+    moon_free(iov);
+    return status;
+}
+
+static moon_status_t image_fetched(moon_actor_t *self, bcast_t *b);
+
+/* The trainer's image (m->src) into src: what changed since the generation
+ * src holds, or all of it. */
+static moon_status_t fetch_image(moon_actor_t *self, bcast_t *b, const moon_weights_push_t *m,
+                                 char *why, size_t why_len)
+{
+    moon_status_t status;
+
+    b->image     = m->image;
+    b->image_gen = m->gen;
+    b->phase     = PH_FETCH;
+    if (image_delta_applies(b, m)) {
+        status = fetch_image_changes(self, b, m, why, why_len);
+        if (status == MOON_OK && b->n_dirty == 0) {
+            return image_fetched(self, b); /* nothing changed */
+        }
+    } else {
+        forget_source(b);
+        b->read_bytes = b->total;
+        status = moon_dist_get(b->a.dist, b->src, b->src_reg, MOON_SPAN_PTR(m, m->src), m->src.n, 0,
+                               b->total, moon_actor_addr(self), b->push);
+    }
+    if (status != MOON_OK && why[0] == '\0') {
+        snprintf(why, why_len, "the trainer's image could not be read: %s",
+                 moon_status_str(status));
+    }
+    return status;
+}
+
 static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     bcast_t                   *b        = moon_actor_state(self);
@@ -346,6 +446,7 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
     b->total      = 0;
     b->n_chunks   = 0;
     b->n_travel   = 0;
+    b->read_bytes = 0;
     b->n_pushes++;
     if (b->version <= b->serving) {
         snprintf(why, sizeof(why), "version %llu is not above the serving version %llu",
@@ -363,17 +464,11 @@ static moon_status_t bcast_on_push(moon_actor_t *self, const moon_msg_hdr_t *msg
         b->total = m->src_bytes;
         status   = b->total > 0 ? reserve_source(b, why, sizeof(why)) : MOON_ERR_INVALID_PARAM;
         if (status == MOON_OK) {
-            forget_source(b);
-            status = moon_dist_get(b->a.dist, b->src, b->src_reg, MOON_SPAN_PTR(m, m->src),
-                                   m->src.n, 0, b->total, moon_actor_addr(self), b->push);
-            snprintf(why, sizeof(why), "the trainer's image could not be read: %s",
-                     moon_status_str(status));
+            status = fetch_image(self, b, m, why, sizeof(why));
         }
         if (status != MOON_OK) {
             fail(self, b, status, why[0] ? why : "empty image");
-            return MOON_OK;
         }
-        b->phase = PH_FETCH;
         return MOON_OK;
     }
     status = open_source(b, m->path.n ? MOON_SPAN_PTR(m, m->path) : "", why, sizeof(why));
@@ -398,6 +493,8 @@ static void offer(moon_actor_t *self, bcast_t *b)
                 moon_kv_checksum((char *)b->src + (uint64_t)k * b->a.chunk_bytes, chunk_len(b, k));
         }
         remember_source(b);
+        b->src_image = b->image;
+        b->src_gen   = b->image_gen;
     }
     b->travel = moon_calloc(b->n_chunks, 1);
     if (b->hashes == NULL || b->travel == NULL) {
@@ -420,8 +517,10 @@ static void offer(moon_actor_t *self, bcast_t *b)
                (size_t)b->n_chunks * 8);
         moon_tell(self, b->recv[i].addr, &o->hdr);
     }
-    MOON_INFO("weights: push of version %llu: %llu bytes in %u chunks to %u instances",
-              (unsigned long long)b->version, (unsigned long long)b->total, b->n_chunks, b->n_recv);
+    MOON_INFO("weights: push of version %llu: %llu bytes in %u chunks to %u instances (read and "
+              "checked in %.3f s)",
+              (unsigned long long)b->version, (unsigned long long)b->total, b->n_chunks, b->n_recv,
+              (double)(moon_now(moon_actor_runtime(self)) - b->start_ns) * 1e-9);
 }
 
 /* The trainer's image is here: checked like a file, then offered. */
@@ -430,7 +529,6 @@ static moon_status_t bcast_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t
     bcast_t                     *b        = moon_actor_state(self);
     const moon_dist_bulk_done_t *m        = (const void *)msg;
     char                         why[256] = "";
-    moon_status_t                status;
 
     if (b->phase != PH_FETCH || m->cookie != b->push) {
         return MOON_OK; /* a failed push's late completion */
@@ -440,6 +538,29 @@ static moon_status_t bcast_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t
                  moon_addr_rank(b->client), moon_status_str(m->status));
         fail(self, b, m->status, why);
         return MOON_OK;
+    }
+    return image_fetched(self, b);
+}
+
+/* The trainer's image is in src: the chunks its changes touched hashed
+ * again (a whole image is hashed by offer), checked like a file, offered. */
+static moon_status_t image_fetched(moon_actor_t *self, bcast_t *b)
+{
+    char          why[256] = "";
+    moon_status_t status;
+
+    if (b->dirty != NULL) {
+        for (uint32_t i = 0; i < b->n_dirty; i++) {
+            uint64_t first = b->dirty[2 * i] / b->a.chunk_bytes;
+            uint64_t last  = (b->dirty[2 * i] + b->dirty[2 * i + 1] - 1) / b->a.chunk_bytes;
+            for (uint64_t k = first; k <= last; k++) {
+                b->hashes[k] = moon_kv_checksum((char *)b->src + k * b->a.chunk_bytes,
+                                                chunk_len(b, (uint32_t)k));
+            }
+        }
+        remember_source(b);
+        b->src_image = b->image;
+        b->src_gen   = b->image_gen;
     }
     status = check_source(b, "the trainer's image", why, sizeof(why));
     if (status != MOON_OK) {
@@ -636,9 +757,11 @@ static moon_status_t bcast_on_flipped(moon_actor_t *self, const moon_msg_hdr_t *
     for (uint32_t i = 0; i < b->n_recv; i++) {
         b->recv[i].version = b->version;
     }
-    MOON_INFO("weights: version %llu serves (was %llu): %u of %u chunks moved",
+    MOON_INFO("weights: version %llu serves (was %llu): %u of %u chunks moved; staged after "
+              "%.3f s, serving after %.3f s",
               (unsigned long long)b->version, (unsigned long long)b->serving, b->n_travel,
-              b->n_chunks);
+              b->n_chunks, (double)(b->staged_ns - b->start_ns) * 1e-9,
+              (double)(moon_now(moon_actor_runtime(self)) - b->start_ns) * 1e-9);
     reply(self, b, MOON_OK, "");
     b->recent[b->n_ok % MOON_WEIGHTS_RECENT][0] = b->staged_ns - b->start_ns;
     b->recent[b->n_ok % MOON_WEIGHTS_RECENT][1] = moon_now(moon_actor_runtime(self)) - b->staged_ns;

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,7 +23,51 @@ struct moon_weights_image {
     moon_dist_region_t *reg;
     moon_gguf_t        *gguf;     /* parsed over data */
     uint64_t            push_req; /* 0: no push of it under way */
+    /* what changed since the last push (generation gen; 0: never pushed):
+     * (offset, length) pairs, so the broadcaster gets only those bytes
+     * (after one RL step of a few tensors, a small part of the image) */
+    uint64_t  id, gen;
+    uint64_t *changed;
+    uint32_t  n_changed, cap_changed;
+    int       all_changed; /* more ranges than one push can name */
 };
+
+/* Unique in the job: the rank, then a count of this process's images. */
+static uint64_t next_image_id(moon_dist_t *dist)
+{
+    static atomic_uint_fast64_t count;
+
+    return ((uint64_t)moon_dist_rank(dist) + 1) << 40 | (atomic_fetch_add(&count, 1) + 1);
+}
+
+/* Bytes [off, off + len) changed: merged into the last range when they
+ * touch it (a trainer sets tensors in file order). */
+static void note_change(moon_weights_image_t *img, uint64_t off, uint64_t len)
+{
+    uint64_t *last = img->n_changed > 0 ? &img->changed[2 * (img->n_changed - 1)] : NULL;
+
+    if (img->all_changed) {
+        return;
+    }
+    if (last != NULL && off >= last[0] && off <= last[0] + last[1]) {
+        last[1] = MOON_MAX(last[1], off + len - last[0]);
+        return;
+    }
+    if (img->n_changed == img->cap_changed) {
+        uint32_t  cap = img->cap_changed ? 2 * img->cap_changed : 16;
+        uint64_t *more =
+            cap <= MOON_DIST_IOV_MAX ? moon_realloc(img->changed, (size_t)cap * 16) : NULL;
+        if (more == NULL) {
+            img->all_changed = 1; /* the next push gets the whole image */
+            return;
+        }
+        img->changed     = more;
+        img->cap_changed = cap;
+    }
+    img->changed[2 * img->n_changed]     = off;
+    img->changed[2 * img->n_changed + 1] = len;
+    img->n_changed++;
+}
 
 moon_status_t moon_weights_image_create(moon_dist_t *dist, const char *base_path,
                                         moon_weights_image_t **img_p)
@@ -49,6 +94,7 @@ moon_status_t moon_weights_image_create(moon_dist_t *dist, const char *base_path
         goto err_close;
     }
     img->dist = dist;
+    img->id   = next_image_id(dist);
     img->len  = (size_t)st.st_size;
     status    = moon_dist_region_alloc(dist, img->len, &img->data, &img->reg);
     if (status != MOON_OK) {
@@ -93,6 +139,7 @@ void moon_weights_image_destroy(moon_weights_image_t *img)
     }
     moon_gguf_close(img->gguf);
     moon_dist_region_deregister(img->dist, img->reg);
+    moon_free(img->changed);
     moon_free(img);
 }
 
@@ -157,6 +204,7 @@ moon_status_t moon_weights_image_set(moon_weights_image_t *img, const char *name
     }
     /* t->data points into img->data: the region the broadcaster reads */
     memcpy((char *)img->data + ((const char *)t->data - (const char *)img->data), data, bytes);
+    note_change(img, (uint64_t)((const char *)t->data - (const char *)img->data), bytes);
     return MOON_OK;
 }
 
@@ -187,10 +235,25 @@ moon_status_t moon_weights_push_image(moon_weights_client_t *client, moon_weight
     if (img->push_req != 0) {
         return MOON_ERR_NO_RESOURCE;
     }
-    status = moon_weights_push_region(client, img->reg, img->len, version, flags, &img->push_req);
+    {
+        /* never pushed, or too many changes to name: the whole image */
+        int                    whole = img->gen == 0 || img->all_changed;
+        moon_weights_changes_t ch    = {.image  = img->id,
+                                        .gen    = img->gen + 1,
+                                        .base   = whole ? 0 : img->gen,
+                                        .ranges = img->changed,
+                                        .n      = whole ? 0 : img->n_changed};
+        status = moon_weights_push_region_changed(client, img->reg, img->len, version, flags, &ch,
+                                                  &img->push_req);
+    }
     if (status != MOON_OK) {
         img->push_req = 0;
         return status;
     }
+    /* sent: the next push counts changes from this one (a broadcaster that
+     * did not take this one gets the whole image then) */
+    img->gen++;
+    img->n_changed   = 0;
+    img->all_changed = 0;
     return moon_weights_image_wait(client, img, timeout_ns, res_p);
 }

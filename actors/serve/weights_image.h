@@ -39,6 +39,8 @@ MOON_API void moon_weights_image_bytes(const moon_weights_image_t *img, const vo
                                        size_t *len_p);
 /* Pushes the image as version (0: the serving one + 1) with MOON_WEIGHTS_F_*
  * flags through client and waits at most timeout_ns for its outcome. The
+ * image tells which bytes were set since its last push: a broadcaster that
+ * took that push gets only those (res_p->read_bytes says how many). The
  * image must not change meanwhile (set refuses). MOON_OK: *res_p holds the
  * outcome (res_p->status says whether the cluster runs it now);
  * MOON_ERR_TIMED_OUT: no outcome yet (the image stays locked until

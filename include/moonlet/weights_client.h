@@ -19,10 +19,12 @@ typedef struct {
     uint64_t      version;     /* serving now: the new one on success, else the old */
     uint64_t      old_version; /* serving before */
     uint64_t      total_bytes, moved_bytes, skipped_bytes;
-    uint32_t      n_chunks, n_moved, n_instances;
-    double        stage_s;      /* push to every instance holding a checked copy */
-    double        switch_s;     /* then to new requests running on it everywhere */
-    char          message[320]; /* why it failed ("" on success) */
+    uint64_t      read_bytes; /* of the checkpoint, by the broadcaster (a trainer's
+                               * image pushed again: only what changed) */
+    uint32_t n_chunks, n_moved, n_instances;
+    double   stage_s;      /* push to every instance holding a checked copy */
+    double   switch_s;     /* then to new requests running on it everywhere */
+    char     message[320]; /* why it failed ("" on success) */
 } moon_weights_result_t;
 
 #define MOON_WEIGHTS_STATE_MAX_INST 128u
@@ -59,6 +61,21 @@ MOON_API moon_status_t moon_weights_push_file(moon_weights_client_t *client, con
 MOON_API moon_status_t moon_weights_push_region(moon_weights_client_t    *client,
                                                 const moon_dist_region_t *reg, uint64_t bytes,
                                                 uint64_t version, uint32_t flags, uint64_t *req_p);
+/* What changed in a trainer's image since an earlier push of it: the
+ * image's id (not 0), the generation this push makes, the generation the
+ * changes are counted from (0: none, the whole image) and n (offset,
+ * length) pairs of changed bytes. */
+typedef struct {
+    uint64_t        image, gen, base;
+    const uint64_t *ranges; /* 2 * n entries */
+    uint32_t        n;
+} moon_weights_changes_t;
+/* moon_weights_push_region with what changed since generation base: a
+ * broadcaster that holds that generation of the image gets only those
+ * bytes (changes NULL: as moon_weights_push_region). */
+MOON_API moon_status_t moon_weights_push_region_changed(
+    moon_weights_client_t *client, const moon_dist_region_t *reg, uint64_t bytes, uint64_t version,
+    uint32_t flags, const moon_weights_changes_t *changes, uint64_t *req_p);
 /* Waits for the outcome of req (outcomes of other pushes read meanwhile are
  * dropped). MOON_ERR_TIMED_OUT. */
 MOON_API moon_status_t moon_weights_client_wait(moon_weights_client_t *client, uint64_t req,

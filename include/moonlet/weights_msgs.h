@@ -38,11 +38,20 @@
 /* client -> broadcaster. version 0: the serving one + 1. The checkpoint is
  * the file at path (on the broadcaster's rank), or, when src is not empty,
  * the src_bytes at the start of the region src describes (a trainer's
- * image, weights_image.h), got one-sided by the broadcaster. */
+ * image, weights_image.h), got one-sided by the broadcaster. A trainer's
+ * image also names itself (image, not 0) and its generation gen; dirty
+ * holds (offset, length) pairs of the bytes changed since its generation
+ * base. A broadcaster that holds generation base of that image gets only
+ * those bytes; any other gets the whole image. */
 #define MOON_WEIGHTS_PUSH_FIELDS(F, T)                                                             \
     F(T, u64, req)                                                                                 \
-    F(T, u64, version) F(T, u32, flags) F(T, str, path) F(T, u64, src_bytes) F(T, bytes, src)
-/* broadcaster -> client: the push's outcome and figures (bytes per link). */
+    F(T, u64, version)                                                                             \
+    F(T, u32, flags)                                                                               \
+    F(T, str, path)                                                                                \
+    F(T, u64, src_bytes)                                                                           \
+    F(T, bytes, src) F(T, u64, image) F(T, u64, base) F(T, u64, gen) F(T, u64s, dirty)
+/* broadcaster -> client: the push's outcome and figures (bytes per link;
+ * read_bytes: what the broadcaster read of the checkpoint). */
 #define MOON_WEIGHTS_PUSH_REPLY_FIELDS(F, T)                                                       \
     F(T, u64, req)                                                                                 \
     F(T, i32, status)                                                                              \
@@ -53,7 +62,8 @@
     F(T, u64, skipped_bytes)                                                                       \
     F(T, u32, n_chunks)                                                                            \
     F(T, u32, n_moved)                                                                             \
-    F(T, u32, n_instances) F(T, f64, stage_s) F(T, f64, switch_s) F(T, str, message)
+    F(T, u32, n_instances)                                                                         \
+    F(T, f64, stage_s) F(T, f64, switch_s) F(T, str, message) F(T, u64, read_bytes)
 /* client -> broadcaster: the state. */
 #define MOON_WEIGHTS_STATE_FIELDS(F, T) F(T, u64, req)
 /* phase: 0 idle, 1 offering, 2 streaming, 3 installing, 4 switching,

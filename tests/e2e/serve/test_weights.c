@@ -357,6 +357,46 @@ static void test_push_under_load(void)
     expect_serving(g_serving);
 }
 
+/* img holds B and was pushed last: layer 0 set back to A's by name, the
+ * broadcaster gets only those bytes (the rest of the image is the push
+ * before), A answers; pushed again unchanged, nothing is read. */
+static void image_pushes_only_changes(moon_weights_image_t *img)
+{
+    moon_gguf_t          *ga  = NULL;
+    uint64_t              set = 0;
+    moon_weights_result_t r;
+    char                  why[256];
+
+    CU_ASSERT_EQUAL_FATAL(moon_gguf_open(MODEL_A, &ga), MOON_OK);
+    for (uint64_t i = 0; i < moon_gguf_n_tensors(ga); i++) {
+        const moon_gguf_tensor_t *t = moon_gguf_tensor(ga, i);
+        if (strncmp(t->name, "blk.0.", 6) == 0) {
+            CU_ASSERT_EQUAL(
+                moon_weights_image_set(img, t->name, t->data, t->bytes, why, sizeof(why)), MOON_OK);
+            set += t->bytes;
+        }
+    }
+    moon_gguf_close(ga);
+    CU_ASSERT_EQUAL_FATAL(moon_weights_push_image(g_wc, img, 0, 0, WAIT_NS, &r), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(r.status, MOON_OK);
+    CU_ASSERT_EQUAL(r.read_bytes, set);
+    CU_ASSERT(set > 0 && set < r.total_bytes);
+    CU_ASSERT(r.n_moved > 0 && r.n_moved < r.n_chunks);
+    printf("image delta push: %llu of %llu bytes read, %u of %u chunks moved\n",
+           (unsigned long long)r.read_bytes, (unsigned long long)r.total_bytes, r.n_moved,
+           r.n_chunks);
+    g_serving             = r.version;
+    g_model_of[g_serving] = 0;
+    expect_serving(g_serving);
+    CU_ASSERT_EQUAL_FATAL(moon_weights_push_image(g_wc, img, 0, 0, WAIT_NS, &r), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(r.status, MOON_OK);
+    CU_ASSERT_EQUAL(r.read_bytes, 0);
+    CU_ASSERT_EQUAL(r.n_moved, 0);
+    g_serving             = r.version;
+    g_model_of[g_serving] = 0;
+    expect_serving(g_serving);
+}
+
 /* The trainer's C API: tensors refused by name with the reason; B's layer 0
  * written by name into an image of A; that image damaged on the way, and an
  * image of other shapes, refused by the cluster (the old version serves);
@@ -418,9 +458,12 @@ static void test_image_push(void)
     CU_ASSERT_EQUAL(r.status, MOON_OK);
     CU_ASSERT_EQUAL(r.version, g_serving + 1);
     CU_ASSERT(r.n_moved > 0 && r.n_moved < r.n_chunks);
+    /* the broadcaster held another image (arch's): this one was got whole */
+    CU_ASSERT_EQUAL(r.read_bytes, r.total_bytes);
     g_serving             = r.version;
     g_model_of[g_serving] = 1;
     expect_serving(g_serving);
+    image_pushes_only_changes(img);
     moon_weights_image_destroy(img);
 }
 
