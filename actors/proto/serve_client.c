@@ -171,7 +171,28 @@ moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t 
         ev->message                = d->message.n ? MOON_SPAN_PTR(d, d->message) : "";
         return MOON_OK;
     }
+    if (msg->type == MOON_MSG_SERVE_EMBEDDING) {
+        const moon_serve_embedding_t *e = (const void *)msg;
+        ev->kind                        = MOON_SERVE_EV_EMBEDDING;
+        ev->request_id                  = e->request_id;
+        ev->n_prompt                    = e->n_prompt;
+        ev->n_embedding                 = e->vec.n;
+        ev->embedding_bits              = e->vec.n ? MOON_SPAN_PTR(e, e->vec) : NULL;
+        return MOON_OK;
+    }
     return MOON_ERR_INVALID_PARAM;
+}
+
+uint32_t moon_serve_event_embedding(const moon_serve_event_t *ev, float *out, uint32_t cap)
+{
+    if (ev == NULL || ev->kind != MOON_SERVE_EV_EMBEDDING) {
+        return 0;
+    }
+    if (out != NULL && ev->embedding_bits != NULL) {
+        /* the wire holds the bits as u32s: copied, not cast */
+        memcpy(out, ev->embedding_bits, (size_t)MOON_MIN(cap, ev->n_embedding) * sizeof(float));
+    }
+    return ev->n_embedding;
 }
 
 uint32_t moon_serve_tokens_count(const moon_msg_hdr_t *msg)
@@ -378,6 +399,7 @@ static const moon_actor_ops_t client_ops = {
     .on_msg      = {[MOON_MSG_SERVE_TOKEN]       = client_on_event,
                     [MOON_MSG_SERVE_TOKENS]      = client_on_event,
                     [MOON_MSG_SERVE_DONE]        = client_on_event,
+                    [MOON_MSG_SERVE_EMBEDDING]   = client_on_event,
                     [MOON_MSG_SERVE_STATS]       = client_on_stats,
                     [MOON_MSG_SERVE_STATS_REPLY] = client_on_stats},
 };

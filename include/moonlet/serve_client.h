@@ -11,7 +11,8 @@
  *    actor in the runtime; submit/cancel are safe from any thread, and events
  *    come either to a callback (on a runtime worker: it must not block) or to
  *    a queue read with moon_serve_client_next() (blocking with a timeout).
- * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE.
+ * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE;
+ * an embedding request (MOON_SERVE_F_EMBED) gets one EMBEDDING, then DONE.
  * When an instance serving a request is lost, its DONE says so
  * (MOON_SERVE_RESUMABLE: finish ERROR, MOON_ERR_PEER_LOST); this client
  * passes it on (the gateway submits such a request again with its tokens so
@@ -55,7 +56,11 @@ typedef struct {
 /* Defaults: max_tokens 16, greedy, top_p 1, flags ADD_BOS. */
 MOON_API void moon_serve_params_default(moon_serve_params_t *p);
 
-typedef enum { MOON_SERVE_EV_TOKEN = 1, MOON_SERVE_EV_DONE = 2 } moon_serve_ev_kind_t;
+typedef enum {
+    MOON_SERVE_EV_TOKEN     = 1,
+    MOON_SERVE_EV_DONE      = 2,
+    MOON_SERVE_EV_EMBEDDING = 3 /* the prompt's embedding: moon_serve_event_embedding */
+} moon_serve_ev_kind_t;
 
 /* One event; text and message point into the message it was read from (or
  * into the event's own copy for moon_serve_client_next: valid until the next
@@ -77,6 +82,10 @@ typedef struct {
     uint64_t      weight_version; /* TOKEN: its weights; DONE: those of every token */
     uint32_t      http_status;    /* DONE: a request filter's status for a refusal, else 0 */
     uint32_t      retry_after_s;  /* DONE: with http_status, seconds to wait (0: none) */
+    /* EMBEDDING: its size (the model's dim) and float32 bits (read them with
+     * moon_serve_event_embedding); n_prompt is set too */
+    uint32_t        n_embedding;
+    const uint32_t *embedding_bits;
     /* private: owned copy for moon_serve_client_next */
     moon_msg_hdr_t *msg_;
 } moon_serve_event_t;
@@ -90,9 +99,13 @@ MOON_API moon_status_t moon_serve_submit(moon_actor_t *self, moon_addr_t conduct
 /* Asks the conductor to cancel (self's request request_id). */
 MOON_API moon_status_t moon_serve_cancel(moon_actor_t *self, moon_addr_t conductor,
                                          uint64_t request_id);
-/* Reads a TOKEN or DONE message into ev (pointers into msg). MOON_ERR_INVALID_PARAM:
- * another type. */
+/* Reads a TOKEN, DONE or EMBEDDING message into ev (pointers into msg).
+ * MOON_ERR_INVALID_PARAM: another type. */
 MOON_API moon_status_t moon_serve_event_of(const moon_msg_hdr_t *msg, moon_serve_event_t *ev);
+/* An EMBEDDING event's vector: min(n_embedding, cap) floats into out (L2
+ * norm 1). Returns n_embedding (0: not an EMBEDDING event). */
+MOON_API uint32_t moon_serve_event_embedding(const moon_serve_event_t *ev, float *out,
+                                             uint32_t cap);
 /* A TOKENS message (one decode step's tokens for one reply address): its
  * number of entries, 0 when msg is not a well-formed TOKENS (logged). */
 MOON_API uint32_t moon_serve_tokens_count(const moon_msg_hdr_t *msg);

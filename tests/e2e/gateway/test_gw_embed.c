@@ -30,11 +30,12 @@
 
 #define PROMPT "Once upon a time, there was a little girl named Lily."
 
-static unsigned            g_port;
-static moon_model_t       *g_model;
-static moon_engine_t      *g_ref; /* the reference backend: the cluster runs the CPU one */
-static moon_kv_cache_t    *g_kv;
-static moon_model_config_t g_cfg;
+static unsigned             g_port;
+static moon_serve_client_t *g_client; /* the cluster's thread client (gw_local) */
+static moon_model_t        *g_model;
+static moon_engine_t       *g_ref; /* the reference backend: the cluster runs the CPU one */
+static moon_kv_cache_t     *g_kv;
+static moon_model_config_t  g_cfg;
 
 static cJSON *post(const char *path, const char *body, int want)
 {
@@ -187,6 +188,47 @@ static void test_embedding_is_the_engines(void)
     CU_ASSERT_EQUAL(vector_of(o, 0, again, 1024), dim);
     CU_ASSERT(memcmp(got, again, dim * sizeof(float)) == 0);
     cJSON_Delete(o);
+}
+
+/* The C API's thread client: an embedding request gets one EMBEDDING event
+ * (the reference engine's vector), then DONE with no completion token. */
+static void test_embedding_thread_client(void)
+{
+    int32_t             ids[256];
+    uint32_t            n = prompt_ids(PROMPT, ids, 256), n_emb = 0, n_done = 0;
+    float               got[1024], want[1024];
+    moon_serve_params_t p;
+    moon_serve_event_t  ev;
+    uint64_t            id = 0;
+
+    CU_ASSERT_FATAL(n > 2 && g_cfg.dim <= 1024);
+    moon_serve_params_default(&p);
+    p.tokens     = ids; /* BOS included: no flag adds another */
+    p.n_tokens   = n;
+    p.max_tokens = 1;
+    p.flags      = MOON_SERVE_F_EMBED;
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+    while (n_done == 0 && moon_serve_client_next(g_client, 30000000000ull, &ev) == MOON_OK) {
+        if (ev.request_id == id && ev.kind == MOON_SERVE_EV_EMBEDDING) {
+            CU_ASSERT_EQUAL(moon_serve_event_embedding(&ev, got, 1024), g_cfg.dim);
+            CU_ASSERT_EQUAL(ev.n_prompt, n);
+            n_emb++;
+        } else if (ev.request_id == id && ev.kind == MOON_SERVE_EV_DONE) {
+            CU_ASSERT_EQUAL(ev.status, MOON_OK);
+            CU_ASSERT_EQUAL(ev.n_completion, 0);
+            CU_ASSERT_EQUAL(moon_serve_event_embedding(&ev, got, 1024), 0); /* not one */
+            n_done++;
+        } else {
+            CU_ASSERT_NOT_EQUAL(ev.kind, MOON_SERVE_EV_TOKEN); /* no token is generated */
+        }
+        moon_serve_event_fini(&ev);
+    }
+    CU_ASSERT_EQUAL_FATAL(n_done, 1);
+    CU_ASSERT_EQUAL_FATAL(n_emb, 1);
+    ref_embedding(ids, n, want);
+    printf("\n  thread client's embedding vs the reference engine: max diff %.2e ",
+           max_diff(got, want, g_cfg.dim));
+    CU_ASSERT(max_diff(got, want, g_cfg.dim) <= 1e-4);
 }
 
 static void test_embedding_batch_ids_base64(void)
@@ -443,11 +485,12 @@ int main(void)
         return 1;
     }
     if (gw_local_start(&l, "test_gw_embed", MOON_TEST_MODEL)) {
-        g_port = l.port;
-        rc     = MOON_TEST_RUN("gw_embed", NULL, NULL, test_embedding_is_the_engines,
-                               test_embedding_batch_ids_base64, test_embedding_errors,
-                               test_embedding_npm, test_echo_prompt_logprobs,
-                               test_echo_stream_equals_whole);
+        g_port   = l.port;
+        g_client = l.client;
+        rc       = MOON_TEST_RUN("gw_embed", NULL, NULL, test_embedding_is_the_engines,
+                                 test_embedding_thread_client, test_embedding_batch_ids_base64,
+                                 test_embedding_errors, test_embedding_npm, test_echo_prompt_logprobs,
+                                 test_echo_stream_equals_whole);
     }
     gw_local_stop(&l);
     moon_kv_cache_destroy(g_kv);
