@@ -6,6 +6,7 @@
 #include "conductor.h"
 #include "decode.h"
 #include "moonlet/alloc.h"
+#include "moonlet/launcher.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
 #include "moonlet/sched_policy.h"
@@ -17,6 +18,7 @@
 #include "weights_recv.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CLUSTER_MAX_ACTORS 256u
@@ -32,6 +34,7 @@ struct moon_serve_cluster {
     moon_addr_t        *shards;
     moon_addr_t         mine[CLUSTER_MAX_ACTORS]; /* spawned on this rank */
     uint32_t            next_core;                /* engine cores handed out on this rank */
+    uint32_t            gpu;                      /* --gpu resolved (CUDA: modulo the devices) */
     uint32_t            n_mine;
     char                spec[4096]; /* the placement */
 };
@@ -69,6 +72,10 @@ static const moon_config_field_t serve_fields[] = {
      "bind each instance's engine threads to cores of their own, after the actor workers'", 0, 1, 0,
      0, NULL},
     {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0, backend_names},
+    {"gpu", MOON_CONFIG_STRING, SC(gpu), "auto",
+     "cuda device of this rank's instances: auto (the rank's local rank on its host) or an "
+     "index; modulo the devices present",
+     0, 0, 0, 0, NULL},
     {"store-dram-mib", MOON_CONFIG_U64, SC(store_dram_mib), "64", "dram arena per store shard, mib",
      1, 1u << 20, 0, 0, NULL},
     {"store-ssd", MOON_CONFIG_STRING, SC(store_ssd), NULL,
@@ -313,6 +320,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                                       .first_core = first,
                                       .max_batch  = role == MOON_SERVE_ROLE_DECODE ? cfg->max_batch : 1,
                                       .max_chunk  = cfg->prefill_chunk,
+                                      .gpu        = c->gpu,
                                       .cost       = cfg->cost},
                 .role              = cfg->colocated ? MOON_SERVE_ROLE_COLOCATED : role,
                 .instance          = i,
@@ -354,6 +362,27 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     return agree(c, status, "the instances");
 }
 
+/* The CUDA device of this rank's instances before the modulo: "auto" (or
+ * unset) the launcher's local rank, so the ranks of a host take a device
+ * each; else the index given. MOON_ERR_INVALID_PARAM: neither. */
+static moon_status_t gpu_index(const char *spec, uint32_t *gpu)
+{
+    char         *end = NULL;
+    unsigned long v;
+
+    if (spec == NULL || strcmp(spec, "auto") == 0) {
+        *gpu = moon_launcher_local_rank();
+        return MOON_OK;
+    }
+    v = spec[0] >= '0' && spec[0] <= '9' ? strtoul(spec, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || v > 1023) {
+        MOON_ERROR("serve: --gpu %s is neither auto nor a device index (0-1023)", spec);
+        return MOON_ERR_INVALID_PARAM;
+    }
+    *gpu = (uint32_t)v;
+    return MOON_OK;
+}
+
 moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runtime_t *rt,
                                        moon_dist_t *dist, moon_serve_cluster_t **c_p)
 {
@@ -363,6 +392,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
     char                  spec[4096];
     moon_status_t         status;
     uint64_t              t_load;
+    uint32_t              gpu = 0;
 
     if (cfg == NULL || rt == NULL || c_p == NULL || cfg->model_path == NULL ||
         cfg->block_tokens == 0 || cfg->n_prefill == 0 || cfg->n_decode == 0 ||
@@ -373,7 +403,10 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
                    "store shards, 1 <= replicas <= shards, a block size)");
         return MOON_ERR_INVALID_PARAM;
     }
-    status = moon_serve_msgs_register();
+    status = gpu_index(cfg->gpu, &gpu);
+    if (status == MOON_OK) {
+        status = moon_serve_msgs_register();
+    }
     if (status == MOON_OK) {
         status = moon_weights_msgs_register();
     }
@@ -388,6 +421,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         return MOON_ERR_NO_MEMORY;
     }
     c->cfg = *cfg;
+    c->gpu = gpu;
     if (cfg->colocated) {
         /* every instance does both, with its own prefix cache: no store */
         c->cfg.n_decode  = cfg->n_prefill + cfg->n_decode;

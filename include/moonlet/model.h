@@ -255,6 +255,7 @@ typedef struct {
     uint32_t                    first_core;
     uint32_t                    max_batch; /* decode sequences per call (0: 64) */
     uint32_t                    max_chunk; /* prefill tokens per call (0: 512) */
+    uint32_t                    gpu;       /* CUDA: the device, modulo the devices present */
     moon_cost_config_t          cost;      /* COST only */
     const moon_engine_tuning_t *tuning;    /* borrowed for create; NULL: defaults and
                                             * environment (moon_engine_tuning_default) */

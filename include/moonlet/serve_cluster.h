@@ -40,6 +40,9 @@ typedef struct {
     uint64_t            seed;
     double              weights_chunk_mib; /* weight pushes travel in chunks of this size */
     const char         *calibration_cache; /* folder of the instances' start-up fits (NULL: none) */
+    /* CUDA device of this rank's instances: "auto" (NULL too: the rank's
+     * local rank on its host) or an index; modulo the devices present */
+    const char *gpu;
 } moon_serve_config_t;
 
 /* The options of a serving deployment (`moonlet serve --help`): rows

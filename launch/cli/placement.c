@@ -6,26 +6,13 @@
 
 #include "moonlet/config.h"
 #include "moonlet/cpu.h"
+#include "moonlet/launcher.h"
 #include "moonlet/log.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The launcher's number for this rank on its host (name list), or dflt. */
-static uint32_t launcher_u32(const char *const *names, size_t n, uint32_t dflt)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char   *v   = moon_config_foreign_env(names[i]);
-        char         *end = NULL;
-        unsigned long x   = v != NULL && v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
-        if (end != NULL && *end == '\0' && x <= UINT32_MAX) {
-            return (uint32_t)x;
-        }
-    }
-    return dflt;
-}
 
 static void cores_text(char *buf, size_t cap, uint32_t first, uint32_t n, uint32_t n_cores)
 {
@@ -43,11 +30,7 @@ static void cores_text(char *buf, size_t cap, uint32_t first, uint32_t n, uint32
 int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_placement_t *pl,
                               FILE *out)
 {
-    static const char *const local_size[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                             "SLURM_NTASKS_PER_NODE"};
-    static const char *const local_rank[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                             "SLURM_LOCALID"};
-    char                     actors[1024], host[256], wc[64], ec[64];
+    char      actors[1024], host[256], wc[64], ec[64], device[64];
     uint32_t  n_inst = 0, per_inst, engine, threads, host_pus, my_pus, sharing, n_local, me_local;
     uint32_t  cores  = moon_cpu_count();
     cpu_set_t set;
@@ -62,8 +45,8 @@ int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_pl
     CPU_ZERO(&set);
     my_pus   = sched_getaffinity(0, sizeof(set), &set) == 0 ? (uint32_t)CPU_COUNT(&set) : host_pus;
     my_pus   = my_pus > 0 ? my_pus : 1;
-    n_local  = launcher_u32(local_size, 3, 1);
-    me_local = launcher_u32(local_rank, 3, 0);
+    n_local  = moon_launcher_local_size();
+    me_local = moon_launcher_local_rank();
     if (pl->split_hosts > 1) {
         /* pseudo-hosts share this machine's cores all the same */
         n_local = n_local > 1 ? n_local : pl->n_ranks;
@@ -110,6 +93,16 @@ int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_pl
         if (line == NULL) {
             line = out; /* no memory for the line: in pieces, then */
         }
+        /* --gpu as serve_cluster.c resolves it */
+        if (scfg->backend != MOON_BACKEND_CUDA) {
+            snprintf(device, sizeof(device), "%s",
+                     scfg->backend == MOON_BACKEND_COST ? "none (cost model)" : "cpu");
+        } else if (scfg->gpu == NULL || strcmp(scfg->gpu, "auto") == 0) {
+            snprintf(device, sizeof(device), "cuda %u (the local rank, modulo the devices)",
+                     me_local);
+        } else {
+            snprintf(device, sizeof(device), "cuda %.24s (--gpu, modulo the devices)", scfg->gpu);
+        }
         fprintf(line, "placement: rank %u/%u host %s", pl->rank, pl->n_ranks, host);
         if (pl->split_hosts > 1) {
             fprintf(line, " (pseudo-host %u of %u)", pl->rank % pl->split_hosts, pl->split_hosts);
@@ -119,10 +112,7 @@ int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_pl
                 "%u PUs, shared by %u rank(s)%s | device %s\n",
                 me_local, n_local, actors[0] ? actors : "(no actor)", pl->workers, wc,
                 pl->pin_workers ? " (pinned)" : "", engine, ec, scfg->pin ? " (pinned)" : "",
-                my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "",
-                scfg->backend == MOON_BACKEND_CUDA   ? "cuda (the local rank's)"
-                : scfg->backend == MOON_BACKEND_COST ? "none (cost model)"
-                                                     : "cpu");
+                my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "", device);
         if (line != out) {
             if (fclose(line) == 0) {
                 fputs(text, out);

@@ -78,6 +78,9 @@ typedef struct {
     int              use_graphs;
     cudaGraphExec_t *graphs;       /* (max_b + 1) */
     uint8_t         *graph_failed; /* (max_b + 1) */
+    /* the device: CUDA's current device is per thread, and the engine is
+     * called from whichever worker runs its instance */
+    int dev;
 } cuda_state_t;
 
 #define ATT_WARPS_MAX 32 /* k_attention: warps per (row, head), at most */
@@ -308,6 +311,7 @@ static void cuda_destroy(void *state)
     if (s == NULL) {
         return;
     }
+    (void)cudaSetDevice(s->dev); /* its memory is freed there */
     MOON_DEBUG_LOG("cuda: %llu KV blocks uploaded", (unsigned long long)s->n_uploaded);
     drop_graphs(s);
     for (uint32_t l = 0; s->layers != NULL && l < s->m->cfg.n_layers; l++) {
@@ -356,6 +360,8 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev <= 0) {
         return MOON_ERR_UNSUPPORTED;
     }
+    s->dev = (int)(cfg->gpu % (uint32_t)n_dev);
+    CK(cudaSetDevice(s->dev));
     if (c->head_dim > 32 * ATT_VEC) {
         MOON_ERROR("cuda: head_dim %u is over the attention kernel's %d", c->head_dim,
                    32 * ATT_VEC);
@@ -776,6 +782,7 @@ static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq
     if (n > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
+    CK(cudaSetDevice(s->dev));
     for (uint32_t i = 0; i < n; i++) {
         s->rows[i]  = sq;
         s->h_pos[i] = (int32_t)(sq->n_tokens + i);
@@ -793,6 +800,7 @@ static moon_status_t cuda_decode(void *state, moon_kv_cache_t *kv, const uint32_
     if (n_seqs > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
+    CK(cudaSetDevice(s->dev));
     for (uint32_t i = 0; i < n_seqs; i++) {
         s->rows[i]  = &kv->seqs[seq_ids[i]];
         s->h_pos[i] = (int32_t)s->rows[i]->n_tokens;

@@ -15,6 +15,7 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/config.h"
+#include "moonlet/launcher.h"
 #include "moonlet/log.h"
 
 #include <hwloc.h>
@@ -331,22 +332,6 @@ static uint32_t host_pus(moon_workers_t *s)
 /* Ranks of this job on this host (the launcher's environment; 1 outside one):
  * with mpirun --oversubscribe several ranks share the cores unbound, and a
  * worker that spins takes them from the rank that has the work. */
-static uint32_t local_ranks(void)
-{
-    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                           "SLURM_NTASKS_PER_NODE"};
-
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char   *v   = moon_config_foreign_env(names[i]); /* the launcher's */
-        char         *end = NULL;
-        unsigned long n   = v != NULL && v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
-        if (n > 0 && n <= UINT32_MAX && *end == '\0') {
-            return (uint32_t)n;
-        }
-    }
-    return 1;
-}
-
 moon_status_t moon_workers_create(moon_runtime_t *rt, moon_workers_t **sched_p)
 {
     moon_workers_t *s = moon_calloc(1, sizeof(*s));
@@ -379,7 +364,7 @@ moon_status_t moon_workers_create(moon_runtime_t *rt, moon_workers_t **sched_p)
     /* A rank bound to part of the host has those PUs to itself (the launcher
      * binds ranks apart); an unbound one shares them with the host's ranks. */
     pus               = allowed_pus(s);
-    sharing           = pus < host_pus(s) ? 1 : local_ranks();
+    sharing           = pus < host_pus(s) ? 1 : moon_launcher_local_size();
     s->yield_spin     = n * sharing >= pus;
     s->oversubscribed = n * sharing > pus;
     MOON_DEBUG_LOG("scheduler: %u worker(s), %u of %u PUs, %u rank(s) sharing them%s%s", n, pus,

@@ -3,7 +3,8 @@
 # --print-placement`: alone, one line naming every actor on rank 0; under
 # mpirun -np 4 --split-hosts 2 on this machine's cores, one line per rank
 # (the roles where serve_cluster places them, two pseudo-hosts) and, the
-# ranks oversubscribing the cores, a warning naming the counts that fit.
+# ranks oversubscribing the cores, a warning naming the counts that fit;
+# a --gpu that is neither auto nor an index refused with its reason.
 set -u
 MPIEXEC=$1
 M=$2
@@ -29,4 +30,13 @@ if [ "$(nproc)" -lt 8 ]; then
     grep -q 'oversubscribed.*What fits: at most [0-9]* such rank(s) per host (mpirun --map-by ppr:' \
         "$T/four.log" || fail "4 ranks on $(nproc) cores but no oversubscription warning"
 fi
+# --gpu: an index or auto (each rank its local rank's device); anything else
+# is refused before the cluster starts, with the reason
+if timeout 60 "$M" serve --model "$MODEL" --port 0 --gpu first --seconds 1 >"$T/gpu.log" 2>&1; then
+    fail "moonlet serve --gpu first was accepted"
+fi
+grep -q -- '--gpu first is neither auto nor a device index' "$T/gpu.log" ||
+    fail "no reason given for --gpu first"
+timeout 60 "$M" serve --model "$MODEL" --port 0 --gpu 1 --print-placement --seconds 1 \
+    >"$T/gpu1.log" 2>&1 || fail "moonlet serve --gpu 1 (cpu backend) exited $?"
 echo "test_placement: ok"
