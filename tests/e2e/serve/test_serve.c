@@ -159,6 +159,25 @@ static void make_prompt(int32_t *t, uint32_t n, uint32_t seed)
  * them still holds them in its own prefix cache (one prefill instance: no
  * fetch from the store, only the 12 new tokens computed); a colocated
  * instance in its pool. */
+/* The conductor's counters once they hold every answer so far: they sum
+ * the instances' LOAD reports, which come after the answers (two reads
+ * 100 ms apart agree; at most 5 s). */
+static void stats_settled(moon_serve_stats_t *s)
+{
+    moon_serve_stats_t last;
+
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &last), MOON_OK);
+    for (int i = 0; i < 50; i++) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, s), MOON_OK);
+        if (s->computed_tokens == last.computed_tokens &&
+            s->store_hit_tokens == last.store_hit_tokens) {
+            return;
+        }
+        last = *s;
+    }
+}
+
 static void test_prefix_reuse(void)
 {
     int32_t             a[60], b[60];
@@ -177,10 +196,10 @@ static void test_prefix_reuse(void)
     p.flags      = 0;
     run_one(&p, r1);
     CU_ASSERT_EQUAL(r1->done.n_cached, 0);
-    /* b, cold: the store holds a's blocks only, which b shares */
-    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s0), MOON_OK);
-    /* a's puts commit after its answer: give the store time for them */
+    /* b, cold: the store holds a's blocks only, which b shares. a's puts
+     * commit after its answer: give the store time for them */
     nanosleep(&(struct timespec){0, 300000000}, NULL);
+    stats_settled(&s0);
     p.tokens = b;
     run_one(&p, r2);
     CU_ASSERT_EQUAL(r2->done.status, MOON_OK);
@@ -189,7 +208,7 @@ static void test_prefix_reuse(void)
     r3->n = moon_test_greedy(moon_serve_cluster_model(g_cluster), b, 60, 12, r3->tokens);
     CU_ASSERT_EQUAL(r2->n, r3->n);
     CU_ASSERT_EQUAL(memcmp(r2->tokens, r3->tokens, r2->n * sizeof(int32_t)), 0);
-    CU_ASSERT_EQUAL_FATAL(moon_serve_client_stats(g_client, WAIT_NS, &s1), MOON_OK);
+    stats_settled(&s1);
     if (!g_cfg.colocated && g_cfg.n_prefill == 1) {
         CU_ASSERT_EQUAL(s1.store_hit_tokens, s0.store_hit_tokens); /* not from the store */
         CU_ASSERT_EQUAL(s1.computed_tokens, s0.computed_tokens + 12);
