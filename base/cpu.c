@@ -1,10 +1,10 @@
 /* base/cpu.c - core count and thread binding over one hwloc topology, loaded
- * once for the process. */
+ * once for the process (topo.h shares it with numa.c). */
 #include "moonlet/cpu.h"
 
 #include "moonlet/log.h"
+#include "topo.h"
 
-#include <hwloc.h>
 #include <pthread.h>
 
 static pthread_once_t   g_once = PTHREAD_ONCE_INIT;
@@ -20,6 +20,12 @@ static void load(void)
             hwloc_topology_destroy(g_topo);
         }
     }
+}
+
+hwloc_topology_t moon_topo(void)
+{
+    pthread_once(&g_once, load);
+    return g_loaded ? g_topo : NULL;
 }
 
 uint32_t moon_cpu_count(void)

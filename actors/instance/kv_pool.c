@@ -5,12 +5,31 @@
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
+#include "moonlet/numa.h"
 #include "timer_kinds.h"
 
 #include <string.h>
 
+/* Binds the pool's pages before moon_kv_cache_create_in zeroes them, so
+ * they are first touched on the node they belong to. */
+static void pool_bind(const moon_kv_pool_t *pool, int32_t numa_core)
+{
+    int32_t node = -1;
+
+    if (numa_core != MOON_KV_POOL_NUMA_OFF &&
+        moon_numa_bind(pool->mem, pool->bytes, numa_core, &node) == MOON_OK) {
+        if (numa_core >= 0) {
+            MOON_INFO("kv pool: %zu MiB bound to NUMA node %d (that of the engine's core %d)",
+                      pool->bytes >> 20, node, numa_core);
+        } else {
+            MOON_INFO("kv pool: %zu MiB bound to NUMA node %d (that of the rank's cores)",
+                      pool->bytes >> 20, node);
+        }
+    }
+}
+
 moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
-                                const moon_kv_config_t *cfg, int virt)
+                                const moon_kv_config_t *cfg, int virt, int32_t numa_core)
 {
     moon_status_t status;
     size_t        bytes = moon_kv_config_pool_bytes(cfg);
@@ -34,6 +53,7 @@ moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
         MOON_ERROR("kv pool: %zu bytes: %s", pool->bytes, moon_status_str(status));
         return status;
     }
+    pool_bind(pool, numa_core);
     status = moon_kv_cache_create_in(cfg, pool->mem, pool->bytes, &pool->kv);
     if (status != MOON_OK) {
         moon_kv_pool_close(pool);

@@ -23,8 +23,13 @@ typedef struct {
  * (a simulation, dist NULL): a virtual cache, no payload memory at all
  * (moon_kv_cache_create_virtual); its blocks' data pointers are NULL, its
  * base 0, and pulls between virtual pools move nothing. */
+/* numa_core: MOON_KV_POOL_NUMA_OFF leaves the pages where the kernel puts
+ * them; >= 0 binds them to the NUMA node(s) of that core (the engine's
+ * first, when its threads are pinned), -1 to those of the process's cores
+ * (numa.h); a refused binding is logged and the pool opens all the same. */
+#define MOON_KV_POOL_NUMA_OFF INT32_MIN
 MOON_API moon_status_t moon_kv_pool_open(moon_kv_pool_t *pool, moon_dist_t *dist,
-                                         const moon_kv_config_t *cfg, int virt);
+                                         const moon_kv_config_t *cfg, int virt, int32_t numa_core);
 MOON_API void          moon_kv_pool_close(moon_kv_pool_t *pool); /* zeroed or opened */
 
 /* Writes the pool's descriptor into msg's bytes span and its address in this

@@ -6,11 +6,20 @@
 #include "moonlet/tokenizer.h"
 #include "engine_runner.h"
 #include "calib_cache.h"
+#include "kv_pool.h"
 #include "serve_calibrate.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
+
+int32_t moon_serve_numa_core(const moon_serve_instance_args_t *a)
+{
+    if (!a->numa || a->virtual_kv) {
+        return MOON_KV_POOL_NUMA_OFF;
+    }
+    return a->engine.pin ? (int32_t)a->engine.first_core : -1;
+}
 
 moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens, moon_kv_tag_t *tag_p)
 {

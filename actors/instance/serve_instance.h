@@ -51,7 +51,14 @@ typedef struct {
                          its instance outside the engine calls (a real one spends it:
                          0), charged with the request's first chunk */
     const char *calibration_cache; /* borrowed; NULL: calibrate at every start */
+    int         numa; /* the KV pool on the NUMA node(s) of the engine's cores (kv_pool.h) */
 } moon_serve_instance_args_t;
+
+/* Where an instance's KV pool goes (moon_kv_pool_open's numa_core): near
+ * the engine's first core when its threads are pinned, else near the
+ * rank's cores; MOON_KV_POOL_NUMA_OFF without --numa or with no memory to
+ * place (virtual KV). */
+MOON_API int32_t moon_serve_numa_core(const moon_serve_instance_args_t *a);
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's
  * bytes mixed with the block size and KV dtype (fp32), weight version 0 (the

@@ -1117,7 +1117,8 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
     moon_weights_set_init(&d->weights, d->a.dist, &d->a.engine, 0, d->engine);
     if (status == MOON_OK) {
-        status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv);
+        status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv,
+                                   moon_serve_numa_core(&d->a));
     }
     d->reqs     = moon_calloc(d->a.max_seqs, sizeof(*d->reqs));
     d->b_slot   = moon_calloc(mb, sizeof(*d->b_slot));

@@ -964,7 +964,8 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
     status = moon_engine_create(p->a.model, &p->a.engine, &p->engine);
     moon_weights_set_init(&p->weights, p->a.dist, &p->a.engine, 0, p->engine);
     if (status == MOON_OK) {
-        status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg, p->a.virtual_kv);
+        status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg, p->a.virtual_kv,
+                                   moon_serve_numa_core(&p->a));
     }
     p->reqs   = moon_calloc(p->a.max_seqs, sizeof(*p->reqs));
     p->logits = moon_calloc(p->vocab, sizeof(float));

@@ -71,6 +71,10 @@ static const moon_config_field_t serve_fields[] = {
     {"pin", MOON_CONFIG_BOOL, SC(pin), "1",
      "bind each instance's engine threads to cores of their own, after the actor workers'", 0, 1, 0,
      0, NULL},
+    {"numa", MOON_CONFIG_BOOL, SC(numa), "1",
+     "bind each instance's kv pool and each store shard's arena to the numa node(s) of the "
+     "cores that use them",
+     0, 1, 0, 0, NULL},
     {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0, backend_names},
     {"gpu", MOON_CONFIG_STRING, SC(gpu), "auto",
      "cuda device of this rank's instances: auto (the rank's local rank on its host) or an "
@@ -244,6 +248,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .n_slots    = (uint32_t)MOON_MAX(1, (cfg->store_dram_mib << 20) / block_bytes),
                 .dist       = c->dist,
                 .name       = name,
+                .numa       = cfg->numa,
             };
             status = spawn_mine(c, &moon_store_shard_ops, &sa, name, 0, NULL);
         }
@@ -335,6 +340,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .n_replicas        = cfg->replicas,
                 .tag               = c->tag,
                 .calibration_cache = cfg->calibration_cache,
+                .numa              = cfg->numa,
                 /* the cost engine's steps are timers of their modeled
                  * length on the runtime's clock (nothing to run on a thread) */
                 .threaded = cfg->backend != MOON_BACKEND_COST,

@@ -10,6 +10,7 @@
 #include "moonlet/htab.h"
 #include "moonlet/kv_shard.h"
 #include "moonlet/log.h"
+#include "moonlet/numa.h"
 #include "moonlet/store_msgs.h"
 
 #include <string.h>
@@ -894,8 +895,15 @@ static moon_status_t shard_init(moon_actor_t *self, const void *args)
     st->base = moon_kv_shard_arena(st->kv, &arena_bytes);
     /* Fault the arena in now: a remote write into an untouched page costs a
      * page fault in this process per 4 KiB (with CMA, in the writer's call),
-     * which would make the first fill of the store several times slower. */
+     * which would make the first fill of the store several times slower.
+     * Bound first, the pages are first touched on this rank's node. */
     if (st->base != NULL) {
+        int32_t node = -1;
+        if (a->numa && moon_numa_bind(st->base, arena_bytes, -1, &node) == MOON_OK) {
+            MOON_INFO(
+                "store shard %u: %zu MiB arena bound to NUMA node %d (that of the rank's cores)",
+                st->shard_id, arena_bytes >> 20, node);
+        }
         memset(st->base, 0, arena_bytes);
     }
     if (st->dist != NULL) {

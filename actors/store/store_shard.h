@@ -47,6 +47,7 @@ typedef struct {
     int         virtual_payload; /* a simulation (dist NULL): blocks of sizes and keys, no
                                     bytes (no arena; grants carry base 0), clients put and get
                                     with NULL buffers (store_client.h) */
+    int numa;                    /* bind the arena to the NUMA node(s) of this process's cores */
 } moon_store_shard_args_t;
 
 /* Spawn with moon_spawn(rt, &moon_store_shard_ops, &args, ...). init fails with

@@ -43,6 +43,7 @@ typedef struct {
     /* CUDA device of this rank's instances: "auto" (NULL too: the rank's
      * local rank on its host) or an index; modulo the devices present */
     const char *gpu;
+    int         numa; /* KV pools and store arenas on their cores' NUMA node(s) (numa.h) */
 } moon_serve_config_t;
 
 /* The options of a serving deployment (`moonlet serve --help`): rows

@@ -8,6 +8,7 @@
 #include "moonlet/cpu.h"
 #include "moonlet/launcher.h"
 #include "moonlet/log.h"
+#include "moonlet/numa.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ static void cores_text(char *buf, size_t cap, uint32_t first, uint32_t n, uint32
 int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_placement_t *pl,
                               FILE *out)
 {
-    char      actors[1024], host[256], wc[64], ec[64], device[64];
+    char      actors[1024], host[256], wc[64], ec[64], device[64], nodes[64];
     uint32_t  n_inst = 0, per_inst, engine, threads, host_pus, my_pus, sharing, n_local, me_local;
     uint32_t  cores  = moon_cpu_count();
     cpu_set_t set;
@@ -103,16 +104,18 @@ int moon_cli_placement_report(const moon_serve_config_t *scfg, const moon_cli_pl
         } else {
             snprintf(device, sizeof(device), "cuda %.24s (--gpu, modulo the devices)", scfg->gpu);
         }
+        moon_numa_nodes_text(nodes, sizeof(nodes));
         fprintf(line, "placement: rank %u/%u host %s", pl->rank, pl->n_ranks, host);
         if (pl->split_hosts > 1) {
             fprintf(line, " (pseudo-host %u of %u)", pl->rank % pl->split_hosts, pl->split_hosts);
         }
         fprintf(line,
                 " local rank %u/%u: %s | workers %u on %s%s | engine threads %u on %s%s | %u of "
-                "%u PUs, shared by %u rank(s)%s | device %s\n",
+                "%u PUs, shared by %u rank(s)%s | device %s | numa node %s%s\n",
                 me_local, n_local, actors[0] ? actors : "(no actor)", pl->workers, wc,
                 pl->pin_workers ? " (pinned)" : "", engine, ec, scfg->pin ? " (pinned)" : "",
-                my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "", device);
+                my_pus, host_pus, sharing, over ? ", OVERSUBSCRIBED" : "", device, nodes,
+                scfg->numa ? " (kv pools and store arenas bound to it)" : "");
         if (line != out) {
             if (fclose(line) == 0) {
                 fputs(text, out);
