@@ -289,7 +289,7 @@ MOON_API moon_status_t moon_engine_prefill(moon_engine_t *engine, moon_kv_cache_
  * and hidden (n, dim: the final hidden states after the output norm), either
  * may be NULL. For prompt logprobs and embeddings; costs the classifier over
  * every row when logits are asked. MOON_ERR_UNSUPPORTED: a backend without it
- * (COST, CUDA) or kv NULL. */
+ * (COST) or kv NULL. */
 MOON_API moon_status_t moon_engine_prefill_rows(moon_engine_t *engine, moon_kv_cache_t *kv,
                                                 uint32_t seq, const int32_t *tokens, uint32_t n,
                                                 float *logits, float *hidden, double *duration_s_p);

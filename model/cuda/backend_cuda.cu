@@ -617,12 +617,12 @@ static moon_status_t stage_to_pool(cuda_state_t *s, moon_kv_cache_t *kv, uint32_
 
 /* Enqueues the whole pass on s->stream for b rows whose tokens, positions
  * and block tables are on the device: embedding, the layers, and logits.
- * decode: the rows are b distinct sequences, each with its table, and every
- * row gets logits; else a prefill chunk of one sequence (one table), the
- * last row's logits, none without want_logits. Only launches: a decode pass
- * can be captured into a graph. */
+ * decode: the rows are b distinct sequences, each with its table; else a
+ * prefill chunk of one sequence (one table). logit_rows: the last rows that
+ * get logits (decode b, prefill 1, every row for prefill_rows, or 0). Only
+ * launches: a decode pass can be captured into a graph. */
 static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b,
-                                  int decode, int want_logits)
+                                  int decode, uint32_t logit_rows)
 {
     const moon_model_config_t *c      = &s->m->cfg;
     uint32_t                   kv_dim = c->n_kv_heads * c->head_dim;
@@ -669,11 +669,10 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
         /* the residual, then the next layer's attention norm (the output norm after the last) */
         k_add_rmsnorm<<<b, 256, 0, st>>>(s->d_x, s->d_xb, s->d_xb, next, c->dim, c->norm_eps);
     }
-    if (want_logits) {
-        uint32_t rows = decode ? b : 1;
-        float   *x_in = s->d_xb + (decode ? 0 : (size_t)(b - 1) * c->dim);
+    if (logit_rows > 0) {
+        float *x_in = s->d_xb + (size_t)(b - logit_rows) * c->dim;
         if ((status = gemm(s, s->d_out, c->vocab_size, c->dim, x_in, c->dim, s->d_logits,
-                           c->vocab_size, rows)) != MOON_OK) {
+                           c->vocab_size, logit_rows)) != MOON_OK) {
             return status;
         }
     }
@@ -685,18 +684,18 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
  * A capture that fails leaves that batch size to plain launches for the
  * engine's life (until its mirror moves). */
 static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32_t b, int decode,
-                              int want_logits)
+                              uint32_t logit_rows)
 {
     cudaGraph_t   g = NULL;
     moon_status_t status;
     cudaError_t   e;
 
-    if (!s->use_graphs || !decode || !want_logits || s->graph_failed[b]) {
-        return enqueue_pass(s, kv, b, decode, want_logits);
+    if (!s->use_graphs || !decode || logit_rows != b || s->graph_failed[b]) {
+        return enqueue_pass(s, kv, b, decode, logit_rows);
     }
     if (s->graphs[b] == NULL) {
         CK(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-        status = enqueue_pass(s, kv, b, decode, want_logits);
+        status = enqueue_pass(s, kv, b, decode, logit_rows);
         e      = cudaStreamEndCapture(s->stream, &g);
         if (status == MOON_OK && e == cudaSuccess) {
             e = cudaGraphInstantiate(&s->graphs[b], g, 0);
@@ -712,23 +711,36 @@ static moon_status_t run_pass(cuda_state_t *s, const moon_kv_cache_t *kv, uint32
             cudaGraphDestroy(g);
         }
         if (s->graphs[b] == NULL) {
-            return enqueue_pass(s, kv, b, decode, want_logits);
+            return enqueue_pass(s, kv, b, decode, logit_rows);
         }
     }
     CK(cudaGraphLaunch(s->graphs[b], s->stream));
     return MOON_OK;
 }
 
+/* What a pass gives back: logits (NULL: none) of the last row, or of every
+ * row for a decode or when every_row; hidden (NULL: none): every row's
+ * final normed hidden states (prefill_rows). */
+typedef struct {
+    float *logits;
+    float *hidden;
+    int    every_row;
+} pass_out_t;
+
 /* b rows (s->rows[], positions s->h_pos[]): see enqueue_pass for decode.
  * The new tokens' K/V reach the host pool before it returns (a prefill's
  * straight, a decode's through pinned staging); the blocks keep this
- * mirror's tag: host and device hold the same bytes. */
+ * mirror's tag: host and device hold the same bytes. Logits of up to
+ * max_batch rows come back through pinned staging, more (a prefill_rows
+ * chunk) straight into the caller's memory. */
 static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t *tokens,
-                                  uint32_t b, float *logits, int decode)
+                                  uint32_t b, const pass_out_t *out, int decode)
 {
-    const moon_model_config_t *c        = &s->m->cfg;
-    size_t                     n_logits = (size_t)(decode ? b : 1) * c->vocab_size;
-    moon_status_t              status;
+    const moon_model_config_t *c = &s->m->cfg;
+    uint32_t      logit_rows     = out->logits == NULL ? 0 : decode || out->every_row ? b : 1;
+    size_t        n_logits       = (size_t)logit_rows * c->vocab_size;
+    float        *logits_to      = logit_rows <= s->max_batch ? s->h_logits : out->logits;
+    moon_status_t status;
 
     if (decode && b > s->max_batch) {
         return MOON_ERR_INVALID_PARAM;
@@ -740,19 +752,23 @@ static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const in
     CK(cudaMemcpyAsync(s->d_tokens, s->h_tokens, b * sizeof(int32_t), cudaMemcpyHostToDevice,
                        s->stream));
     CK(cudaMemcpyAsync(s->d_pos, s->h_pos, b * sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
-    if ((status = run_pass(s, kv, b, decode, logits != NULL)) != MOON_OK) {
+    if ((status = run_pass(s, kv, b, decode, logit_rows)) != MOON_OK) {
         return status;
     }
-    if (logits != NULL) {
-        CK(cudaMemcpyAsync(s->h_logits, s->d_logits, n_logits * sizeof(float),
+    if (logit_rows > 0) {
+        CK(cudaMemcpyAsync(logits_to, s->d_logits, n_logits * sizeof(float), cudaMemcpyDeviceToHost,
+                           s->stream));
+    }
+    if (out->hidden != NULL) {
+        CK(cudaMemcpyAsync(out->hidden, s->d_xb, (size_t)b * c->dim * sizeof(float),
                            cudaMemcpyDeviceToHost, s->stream));
     }
     if ((status = for_each_run(s, kv, b, decode ? run_to_stage : run_to_pool)) != MOON_OK) {
         return status;
     }
     CK(cudaStreamSynchronize(s->stream));
-    if (logits != NULL) {
-        memcpy(logits, s->h_logits, n_logits * sizeof(float));
+    if (logit_rows > 0 && logits_to != out->logits) {
+        memcpy(out->logits, s->h_logits, n_logits * sizeof(float));
     }
     return decode ? for_each_run(s, kv, b, stage_to_pool) : MOON_OK;
 }
@@ -760,9 +776,9 @@ static moon_status_t forward_rows(cuda_state_t *s, moon_kv_cache_t *kv, const in
 /* A failed call may leave the mirror's blocks unlike the host's: a new id
  * makes the next call upload every block it reads. */
 static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t *tokens,
-                             uint32_t b, float *logits, int decode)
+                             uint32_t b, const pass_out_t *out, int decode)
 {
-    moon_status_t status = forward_rows(s, kv, tokens, b, logits, decode);
+    moon_status_t status = forward_rows(s, kv, tokens, b, out, decode);
 
     if (status != MOON_OK) {
         (void)cudaStreamSynchronize(s->stream);
@@ -771,14 +787,12 @@ static moon_status_t forward(cuda_state_t *s, moon_kv_cache_t *kv, const int32_t
     return status;
 }
 
-static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
-                                  const int32_t *tokens, uint32_t n, float *logits,
-                                  double *modeled_s_p)
+/* A prefill chunk of n tokens at the end of sequence seq. */
+static moon_status_t prefill_chunk(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t seq,
+                                   const int32_t *tokens, uint32_t n, const pass_out_t *out)
 {
-    cuda_state_t        *s  = (cuda_state_t *)state;
     const moon_kv_seq_t *sq = &kv->seqs[seq];
 
-    (void)modeled_s_p;
     if (n > s->max_b) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -787,14 +801,35 @@ static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq
         s->rows[i]  = sq;
         s->h_pos[i] = (int32_t)(sq->n_tokens + i);
     }
-    return forward(s, kv, tokens, n, logits, 0);
+    return forward(s, kv, tokens, n, out, 0);
+}
+
+static moon_status_t cuda_prefill(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                  const int32_t *tokens, uint32_t n, float *logits,
+                                  double *modeled_s_p)
+{
+    pass_out_t out = {logits, NULL, 0};
+
+    (void)modeled_s_p;
+    return prefill_chunk((cuda_state_t *)state, kv, seq, tokens, n, &out);
+}
+
+static moon_status_t cuda_prefill_rows(void *state, moon_kv_cache_t *kv, uint32_t seq,
+                                       const int32_t *tokens, uint32_t n, float *logits,
+                                       float *hidden, double *modeled_s_p)
+{
+    pass_out_t out = {logits, hidden, 1};
+
+    (void)modeled_s_p;
+    return prefill_chunk((cuda_state_t *)state, kv, seq, tokens, n, &out);
 }
 
 static moon_status_t cuda_decode(void *state, moon_kv_cache_t *kv, const uint32_t *seq_ids,
                                  const int32_t *tokens, uint32_t n_seqs, float *logits,
                                  double *modeled_s_p)
 {
-    cuda_state_t *s = (cuda_state_t *)state;
+    cuda_state_t *s   = (cuda_state_t *)state;
+    pass_out_t    out = {logits, NULL, 0};
 
     (void)modeled_s_p;
     if (n_seqs > s->max_b) {
@@ -805,9 +840,10 @@ static moon_status_t cuda_decode(void *state, moon_kv_cache_t *kv, const uint32_
         s->rows[i]  = &kv->seqs[seq_ids[i]];
         s->h_pos[i] = (int32_t)s->rows[i]->n_tokens;
     }
-    return forward(s, kv, tokens, n_seqs, logits, 1);
+    return forward(s, kv, tokens, n_seqs, &out, 1);
 }
 
 extern "C" const moon_model_backend_ops_t moon_backend_cuda_ops = {
-    "cuda", cuda_create, cuda_destroy, cuda_prefill, cuda_decode, 1 /* tags_writes */,
+    "cuda",      cuda_create,         cuda_destroy,      cuda_prefill,
+    cuda_decode, 1 /* tags_writes */, cuda_prefill_rows,
 };

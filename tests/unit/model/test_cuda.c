@@ -3,10 +3,10 @@
  * chunked prefills and batched decode steps over the paged KV cache; logits
  * within 1e-3 x max(1, max |ref|) of the reference backend (and of the fast
  * CPU backend for F32); head sizes 20 and 128, and heads not dim / n_heads
- * wide; a 1,804-token context. Also
- * the device mirror of the host cache: a cache written in turn by the CPU
- * and the GPU, prefix blocks shared by fork, blocks imported into a second
- * cache, a new cache of another block shape. Without a device every test
+ * wide; a 1,804-token context; every row's logits and hidden states
+ * (prefill_rows). Also the device mirror of the host cache: a cache written
+ * in turn by the CPU and the GPU, prefix blocks shared by fork, blocks
+ * imported into a second cache, a new cache of another block shape. Without a device every test
  * prints "skipped: no device". */
 #include "model_test_util.h"
 
@@ -140,6 +140,64 @@ static void test_cuda_head_sizes(void)
     check_model(model_shaped(&wide, path, sizeof(path)), 1, "4 heads of 128, dim 256");
     unlink(path);
     check_model(model_shaped(&narrow, path, sizeof(path)), 1, "6 heads of 16, dim 192");
+    unlink(path);
+}
+
+/* prefill_rows (prompt logprobs, embeddings): every row's logits and final
+ * hidden states as the CPU backend's, for a chunk of more rows than the
+ * decode batch (30: straight into the caller's memory) and then one of
+ * fewer (3: through the pinned staging) on the same sequence. */
+static void test_cuda_prefill_rows(void)
+{
+    char                       path[256];
+    moon_model_t              *m;
+    moon_engine_t             *e[2];
+    moon_kv_cache_t           *kv[2] = {NULL, NULL};
+    moon_kv_config_t           kcfg;
+    const moon_model_config_t *c;
+    uint32_t                   seq[2];
+    int32_t                    toks[33];
+    uint64_t                   rng = 11;
+    float                     *lg[2], *hd[2];
+
+    if (mt_no_cuda_device()) {
+        return;
+    }
+    m = model_of(MOON_GGML_F32, path, sizeof(path));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    c    = moon_model_config(m);
+    kcfg = moon_model_kv_config(c, BT, 64, 1);
+    e[0] = engine_of(m, MOON_BACKEND_CUDA);
+    e[1] = engine_of(m, MOON_BACKEND_CPU);
+    for (int i = 0; i < 33; i++) {
+        toks[i] = (int32_t)(moon_test_rand(&rng) % VOCAB);
+    }
+    for (int k = 0; k < 2; k++) {
+        lg[k] = calloc((size_t)30 * VOCAB, sizeof(float));
+        hd[k] = calloc((size_t)30 * c->dim, sizeof(float));
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kv[k]), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_seq_create(kv[k], &seq[k]), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill_rows(e[k], kv[k], seq[k], toks, 30, lg[k], hd[k], NULL),
+                        MOON_OK);
+    }
+    printf("\n  30 rows: logits %.2e, hidden %.2e ", (double)mt_rel_diff(lg[0], lg[1], 30 * VOCAB),
+           (double)mt_rel_diff(hd[0], hd[1], 30 * c->dim));
+    CU_ASSERT(mt_rel_diff(lg[0], lg[1], 30 * VOCAB) <= TOL);
+    CU_ASSERT(mt_rel_diff(hd[0], hd[1], 30 * c->dim) <= TOL);
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(
+            moon_engine_prefill_rows(e[k], kv[k], seq[k], toks + 30, 3, lg[k], hd[k], NULL),
+            MOON_OK);
+    }
+    CU_ASSERT(mt_rel_diff(lg[0], lg[1], 3 * VOCAB) <= TOL);
+    CU_ASSERT(mt_rel_diff(hd[0], hd[1], 3 * c->dim) <= TOL);
+    for (int k = 0; k < 2; k++) {
+        moon_kv_cache_destroy(kv[k]);
+        moon_engine_destroy(e[k]);
+        free(lg[k]);
+        free(hd[k]);
+    }
+    moon_model_destroy(m);
     unlink(path);
 }
 
@@ -423,5 +481,5 @@ static void test_bad_calls_change_nothing(void)
 }
 
 MOON_TEST_MAIN("cuda", NULL, NULL, test_cuda_matches_cpu, test_cuda_head_sizes,
-               test_cuda_long_context, test_mirror_follows_the_host_cache,
+               test_cuda_prefill_rows, test_cuda_long_context, test_mirror_follows_the_host_cache,
                test_new_cache_of_another_shape, test_bad_calls_change_nothing)
