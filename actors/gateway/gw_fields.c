@@ -75,7 +75,7 @@ static const moon_gw_field_t fields[] = {
     {"skip_special_tokens", B, NO, "special-token output"},
     {"spaces_between_special_tokens", B, NO, "special-token output"},
     {"truncate_prompt_tokens", B, NO, "prompt truncation"},
-    {"add_generation_prompt", H, NO, "chat-template options"},
+    {"add_generation_prompt", H, READ, NULL},
     {"continue_final_message", H, NO, "chat-template options"},
     {"add_special_tokens", B, NO, "chat-template options"},
     {"chat_template", H, NO, "chat-template options"},

@@ -549,6 +549,20 @@ moon_status_t moon_gw_openai_parse(const char *body, size_t len, int chat, moon_
     return moon_gw_openai_parse_at(body, len, chat, 0, req, err);
 }
 
+/* vLLM's add_generation_prompt (default true): false renders the
+ * conversation as it stands, the assistant's turn not opened. */
+static moon_status_t parse_template_options(const cJSON *root, moon_gw_request_t *req,
+                                            moon_gw_error_t *err)
+{
+    int open_turn = 1;
+
+    if (moon_gw_json_bool(root, "add_generation_prompt", &open_turn) < 0) {
+        BAD("add_generation_prompt", "'add_generation_prompt' must be a boolean");
+    }
+    req->no_gen_prompt = !open_turn;
+    return MOON_OK;
+}
+
 moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, uint32_t prompt_index,
                                       moon_gw_request_t *req, moon_gw_error_t *err)
 {
@@ -600,6 +614,9 @@ moon_status_t moon_gw_openai_parse_at(const char *body, size_t len, int chat, ui
         status = check_choices(req, err);
     }
     if (status == MOON_OK && chat) {
+        status = parse_template_options(root, req, err);
+    }
+    if (status == MOON_OK && chat) {
         status = moon_gw_chat_json(root, &req->msgs_json, &req->tools_json);
     }
 out:
@@ -620,11 +637,16 @@ static moon_status_t tokenize_prompt(moon_gw_request_t *req, const moon_gw_model
             moon_jinja_error_t why;
             /* the model's own template; Hermes' tools prompt is not used */
             status = moon_gw_template_render_jinja(info->tpl, req->msgs_json, req->tools_json,
-                                                   &prompt, &why);
+                                                   !req->no_gen_prompt, &prompt, &why);
             if (status == MOON_ERR_INVALID_PARAM) {
                 moon_gw_error_set(err, 400, NULL, "messages", "the chat template failed: %s",
                                   why.msg);
             }
+        } else if (req->no_gen_prompt) {
+            /* the built-in renderings always open the assistant's turn */
+            BAD("add_generation_prompt", "'add_generation_prompt': false needs the model's own "
+                                         "chat template (tokenizer.chat_template); this model "
+                                         "is served with a built-in one");
         } else {
             status = moon_gw_template_render(info->tpl, req->msgs, req->n_msgs, &prompt);
         }

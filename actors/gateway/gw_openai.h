@@ -52,13 +52,14 @@ typedef struct {
     int                 details;        /* "moonlet_details": placement and server times in usage */
     int                 has_max_tokens; /* given by the client */
     int                 has_seed;
-    int                 echo;      /* completions: the prompt's text before the answer */
-    uint32_t            n;         /* choices answered (1..MOON_GW_MAX_CHOICES) */
-    uint32_t            best_of;   /* sequences decoded (>= n): the n of highest logprob win */
-    uint32_t            n_prompts; /* completions: prompts in the list (1: one prompt) */
-    char               *model;     /* NULL: not given */
-    char               *prompt;    /* completions text; NULL with token ids */
-    int32_t            *tokens;    /* the prompt's ids: given, or set by prepare */
+    int                 echo;          /* completions: the prompt's text before the answer */
+    int                 no_gen_prompt; /* chat: add_generation_prompt false (Jinja only) */
+    uint32_t            n;             /* choices answered (1..MOON_GW_MAX_CHOICES) */
+    uint32_t            best_of;       /* sequences decoded (>= n): the n of highest logprob win */
+    uint32_t            n_prompts;     /* completions: prompts in the list (1: one prompt) */
+    char               *model;         /* NULL: not given */
+    char               *prompt;        /* completions text; NULL with token ids */
+    int32_t            *tokens;        /* the prompt's ids: given, or set by prepare */
     uint32_t            n_tokens;
     moon_gw_chat_msg_t *msgs; /* chat: n_msgs turns (strings owned) */
     uint32_t            n_msgs;

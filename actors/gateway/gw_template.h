@@ -100,12 +100,13 @@ int moon_gw_prompt_push(moon_gw_prompt_t *p, int32_t special, char *text);
 
 /* A JINJA template's rendering of msgs_json (a JSON array of OpenAI chat
  * messages, as moon_gw_chat_json makes it) and tools_json (a JSON array, or
- * NULL: no tools), with add_generation_prompt: the text split where BOS, EOS
+ * NULL: no tools), with add_generation_prompt as open_turn (vLLM's default
+ * 1: the assistant's turn opened at the end): the text split where BOS, EOS
  * and ChatML's markers stand into their control ids. MOON_ERR_INVALID_PARAM:
  * the template raised or failed (err says why), MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_template_render_jinja(const moon_gw_template_t *t, const char *msgs_json,
-                                            const char *tools_json, moon_gw_prompt_t *out,
-                                            moon_jinja_error_t *err);
+                                            const char *tools_json, int open_turn,
+                                            moon_gw_prompt_t *out, moon_jinja_error_t *err);
 
 /* The prompt as one string, specials spelled "<s>", "</s>", "<|im_start|>",
  * "<|im_end|>" (tests; servers without a tokenizer). *text_p moon_malloc'd. */

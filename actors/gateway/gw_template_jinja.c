@@ -55,7 +55,7 @@ void moon_gw_template_init_jinja(moon_gw_template_t *t, const char *jinja, size_
     t->eos_text = dup_or_null(eos_text);
     t->kind     = MOON_GW_TPL_JINJA;
     if ((bos_text != NULL && t->bos_text == NULL) || (eos_text != NULL && t->eos_text == NULL) ||
-        moon_gw_template_render_jinja(t, g_sample_msgs, g_sample_tools, &p, err) != MOON_OK) {
+        moon_gw_template_render_jinja(t, g_sample_msgs, g_sample_tools, 1, &p, err) != MOON_OK) {
         if (err->msg[0] == 0) {
             strcpy(err->msg, "out of memory");
         }
@@ -69,7 +69,8 @@ void moon_gw_template_init_jinja(moon_gw_template_t *t, const char *jinja, size_
 }
 
 /* The variables a template sees, as Hugging Face passes them. */
-static char *vars_json(const moon_gw_template_t *t, const char *msgs_json, const char *tools_json)
+static char *vars_json(const moon_gw_template_t *t, const char *msgs_json, const char *tools_json,
+                       int open_turn)
 {
     cJSON *v = cJSON_CreateObject();
     char  *s = NULL;
@@ -79,7 +80,7 @@ static char *vars_json(const moon_gw_template_t *t, const char *msgs_json, const
     }
     if (cJSON_AddRawToObject(v, "messages", msgs_json) != NULL &&
         (tools_json == NULL || cJSON_AddRawToObject(v, "tools", tools_json) != NULL) &&
-        cJSON_AddTrueToObject(v, "add_generation_prompt") != NULL &&
+        cJSON_AddBoolToObject(v, "add_generation_prompt", open_turn) != NULL &&
         (t->bos_text == NULL || cJSON_AddStringToObject(v, "bos_token", t->bos_text) != NULL) &&
         (t->eos_text == NULL || cJSON_AddStringToObject(v, "eos_token", t->eos_text) != NULL)) {
         s = cJSON_PrintUnformatted(v);
@@ -138,10 +139,10 @@ static int split_specials(const moon_gw_template_t *t, const char *text, moon_gw
 }
 
 moon_status_t moon_gw_template_render_jinja(const moon_gw_template_t *t, const char *msgs_json,
-                                            const char *tools_json, moon_gw_prompt_t *out,
-                                            moon_jinja_error_t *err)
+                                            const char *tools_json, int open_turn,
+                                            moon_gw_prompt_t *out, moon_jinja_error_t *err)
 {
-    char         *vars = vars_json(t, msgs_json, tools_json);
+    char         *vars = vars_json(t, msgs_json, tools_json, open_turn);
     char         *text = NULL;
     moon_status_t status;
 

@@ -15,7 +15,8 @@
 
 static int key_allowed(const char *k, int detok)
 {
-    static const char *tok_keys[] = {"model", "prompt", "messages", "tools", "add_special_tokens"};
+    static const char *tok_keys[] = {
+        "model", "prompt", "messages", "tools", "add_generation_prompt", "add_special_tokens"};
     static const char *detok_keys[] = {"model", "tokens"};
     const char       **keys         = detok ? detok_keys : tok_keys;
     size_t             n = detok ? MOON_ARRAY_SIZE(detok_keys) : MOON_ARRAY_SIZE(tok_keys);
@@ -28,24 +29,27 @@ static int key_allowed(const char *k, int detok)
     return 0;
 }
 
-/* The ids of the messages form: the body's model and messages through the
- * chat route's own parsing and template. */
+/* The ids of the messages form: the body's messages (and tools and
+ * add_generation_prompt where given) through the chat route's own parsing
+ * and template. */
 static moon_status_t chat_ids(const cJSON *root, const moon_gw_model_info_t *info,
                               moon_gw_request_t *req, moon_gw_error_t *err)
 {
-    cJSON        *sub = cJSON_CreateObject();
-    char         *text;
-    size_t        n = 0;
-    moon_status_t status;
+    static const char *const chat_keys[] = {"messages", "tools", "add_generation_prompt"};
+    cJSON                   *sub         = cJSON_CreateObject();
+    char                    *text;
+    size_t                   n = 0;
+    moon_status_t            status;
 
     memset(req, 0, sizeof(*req));
-    if (sub == NULL ||
-        !cJSON_AddItemReferenceToObject(sub, "messages",
-                                        cJSON_GetObjectItemCaseSensitive(root, "messages")) ||
-        (cJSON_GetObjectItemCaseSensitive(root, "tools") != NULL &&
-         !cJSON_AddItemReferenceToObject(sub, "tools",
-                                         cJSON_GetObjectItemCaseSensitive(root, "tools")))) {
-        cJSON_Delete(sub);
+    for (size_t i = 0; sub != NULL && i < MOON_ARRAY_SIZE(chat_keys); i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, chat_keys[i]);
+        if (v != NULL && !cJSON_AddItemReferenceToObject(sub, chat_keys[i], v)) {
+            cJSON_Delete(sub);
+            sub = NULL;
+        }
+    }
+    if (sub == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
     text = moon_gw_json_print(sub, &n);

@@ -317,6 +317,16 @@ static void test_chat_errors(void)
     expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
            "\"top_logprobs\":21}",
            1, 400, "top_logprobs");
+    /* vLLM's add_generation_prompt: a boolean; false needs the model's own
+     * Jinja template (test_gw_jinja serves it), the built-in ones refuse */
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":1}", 1,
+           400, "add_generation_prompt");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+           "\"add_generation_prompt\":false}",
+           1, 400, "add_generation_prompt");
+    expect("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+           "\"add_generation_prompt\":true}",
+           1, 200, NULL);
 }
 
 /* Renders msgs with tpl, specials spelled out. */
@@ -401,7 +411,7 @@ static void test_jinja_templates(void)
     CU_ASSERT_STRING_EQUAL(moon_gw_template_name(t.kind), "jinja");
     CU_ASSERT_EQUAL_FATAL(
         moon_gw_template_render_jinja(&t, "[{\"role\":\"user\",\"content\":\" Hi \"}]",
-                                      "[{\"type\":\"function\"}]", &p, &why),
+                                      "[{\"type\":\"function\"}]", 1, &p, &why),
         MOON_OK);
     /* BOS, im_start, "user\nHi", im_end, "T1", EOS */
     CU_ASSERT_EQUAL_FATAL(p.n, 6);

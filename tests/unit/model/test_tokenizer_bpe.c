@@ -10,6 +10,7 @@
  * tokenizer_xcheck.sh): test_tokenizer_bpe --xcheck VOCAB.gguf CORPUS IDS
  * encodes every case with the full converted vocabulary and compares. */
 #include "moon_test.h"
+#include "moon_test_vocab.h"
 #include "moonlet/gguf.h"
 #include "moonlet/tokenizer.h"
 
@@ -111,112 +112,6 @@ static int load_corpus(const char *path, goldens_t *gd)
     return 0;
 }
 
-static int unhex(const char *h, char *out)
-{
-    size_t n = 0;
-    for (; h[0] && h[1] && h[0] != ' ' && h[0] != '\n'; h += 2) {
-        unsigned v;
-        if (sscanf(h, "%2x", &v) != 1) {
-            return -1;
-        }
-        out[n++] = (char)v;
-    }
-    out[n] = '\0';
-    return (int)n;
-}
-
-/* Builds a GGUF vocabulary from a .vocab golden (make_goldens.mjs), with
- * options to break it; writes it to path. */
-typedef struct {
-    int         drop_merges;
-    const char *pre;   /* NULL: the file's */
-    const char *model; /* NULL: gpt2 */
-} vocab_opts_t;
-
-static int build_vocab(const char *vocab_path, const vocab_opts_t *o, const char *out_path)
-{
-    size_t              len;
-    char               *text    = moon_test_read_file(vocab_path, &len), *p, *line;
-    uint32_t            n_vocab = 0, bos = 0, eos = 0, add_bos = 0, add_eos = 0;
-    char                pre[64] = "", a[512], b[512];
-    char              **tokens = NULL, **merges = NULL;
-    int32_t            *types    = NULL;
-    size_t              n_merges = 0, cap_merges = 0;
-    moon_gguf_writer_t *w   = NULL;
-    int                 ret = -1;
-
-    if (text == NULL) {
-        return -1;
-    }
-    for (line = strtok_r(text, "\n", &p); line != NULL; line = strtok_r(NULL, "\n", &p)) {
-        unsigned id, type;
-        if (sscanf(line, "n_vocab %u", &n_vocab) == 1) {
-            tokens = calloc(n_vocab, sizeof(*tokens));
-            types  = calloc(n_vocab, sizeof(*types));
-            for (uint32_t i = 0; i < n_vocab; i++) {
-                types[i] = 5; /* UNUSED: the ids the goldens need no piece of */
-            }
-        } else if (sscanf(line, "pre %63s", pre) == 1 || sscanf(line, "bos %u", &bos) == 1 ||
-                   sscanf(line, "eos %u", &eos) == 1 || sscanf(line, "add_bos %u", &add_bos) == 1 ||
-                   sscanf(line, "add_eos %u", &add_eos) == 1) {
-            continue;
-        } else if (sscanf(line, "t %u %u %511s", &id, &type, a) == 3 && id < n_vocab) {
-            char buf[256];
-            if (unhex(a, buf) < 0) {
-                goto out;
-            }
-            tokens[id] = strdup(buf);
-            types[id]  = (int32_t)type;
-        } else if (sscanf(line, "m %511s %511s", a, b) == 2) {
-            char ba[256], bb[256];
-            if (unhex(a, ba) < 0 || unhex(b, bb) < 0) {
-                goto out;
-            }
-            if (n_merges == cap_merges) {
-                cap_merges = cap_merges ? 2 * cap_merges : 1024;
-                merges     = realloc(merges, cap_merges * sizeof(*merges));
-            }
-            merges[n_merges] = malloc(strlen(ba) + strlen(bb) + 2);
-            sprintf(merges[n_merges++], "%s %s", ba, bb);
-        }
-    }
-    for (uint32_t i = 0; i < n_vocab; i++) {
-        if (tokens[i] == NULL) {
-            tokens[i] = strdup("");
-        }
-    }
-    if (moon_gguf_writer_create(&w) != MOON_OK) {
-        goto out;
-    }
-    moon_gguf_writer_kv_str(w, "general.architecture", "llama");
-    moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", o->model ? o->model : "gpt2");
-    moon_gguf_writer_kv_str(w, "tokenizer.ggml.pre", o->pre ? o->pre : pre);
-    moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, n_vocab);
-    moon_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", MOON_GGUF_INT32, types, n_vocab);
-    if (!o->drop_merges) {
-        moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
-                                    n_merges);
-    }
-    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", bos);
-    moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", eos);
-    moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", add_bos != 0);
-    moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", add_eos != 0);
-    ret = moon_gguf_writer_write(w, out_path) == MOON_OK ? 0 : -1;
-out:
-    moon_gguf_writer_destroy(w);
-    for (uint32_t i = 0; tokens != NULL && i < n_vocab; i++) {
-        free(tokens[i]);
-    }
-    for (size_t i = 0; i < n_merges; i++) {
-        free(merges[i]);
-    }
-    free(tokens);
-    free(types);
-    free(merges);
-    free(text);
-    return ret;
-}
-
 static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
 {
     moon_gguf_t  *g;
@@ -232,13 +127,13 @@ static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
 
 static char tmp_path[64];
 
-static moon_tokenizer_t *family(const char *fam, const vocab_opts_t *o)
+static moon_tokenizer_t *family(const char *fam, const moon_test_vocab_opts_t *o)
 {
     char              path[256];
     moon_tokenizer_t *tok = NULL;
 
     snprintf(path, sizeof(path), DATA "/%s.vocab", fam);
-    CU_ASSERT_EQUAL_FATAL(build_vocab(path, o, tmp_path), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(path, o, tmp_path), 0);
     CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
     return tok;
 }
@@ -272,7 +167,7 @@ static int check_family(const moon_tokenizer_t *tok, const goldens_t *gd, const 
 static void test_goldens(const char *fam)
 {
     goldens_t        *gd  = &gold;
-    moon_tokenizer_t *tok = family(fam, &(vocab_opts_t){0});
+    moon_tokenizer_t *tok = family(fam, &(moon_test_vocab_opts_t){0});
     char              path[256];
 
     CU_ASSERT_EQUAL_FATAL(load_corpus(DATA "/corpus.txt", gd), 0);
@@ -298,7 +193,7 @@ static void test_qwen3_goldens(void)
  * nothing), whole and streamed one token at a time. */
 static void test_decode_byte_exact(void)
 {
-    moon_tokenizer_t *tok = family("llama3", &(vocab_opts_t){0});
+    moon_tokenizer_t *tok = family("llama3", &(moon_test_vocab_opts_t){0});
     int32_t           ids[MAX_IDS];
     static char       out[1 << 16], streamed[1 << 16];
 
@@ -338,7 +233,7 @@ static void test_decode_byte_exact(void)
  * character is whole. */
 static void test_stream_holds_partial_characters(void)
 {
-    moon_tokenizer_t *tok   = family("llama3", &(vocab_opts_t){0});
+    moon_tokenizer_t *tok   = family("llama3", &(moon_test_vocab_opts_t){0});
     const char       *emoji = "\xf0\x9f\xa6\x99"; /* U+1F999 llama */
     int32_t           ids[8];
     char              out[4096];
@@ -362,7 +257,7 @@ static void test_stream_holds_partial_characters(void)
 /* Qwen adds no BOS; special tokens are never split and decode to nothing. */
 static void test_qwen_specials(void)
 {
-    moon_tokenizer_t *tok  = family("qwen3", &(vocab_opts_t){0});
+    moon_tokenizer_t *tok  = family("qwen3", &(moon_test_vocab_opts_t){0});
     const char       *text = "<|im_start|>user\nhi<|im_end|>";
     int32_t           ids[64];
     char              out[256];
@@ -384,7 +279,7 @@ static void test_qwen_specials(void)
 /* Invalid UTF-8 still encodes (as byte tokens) and decodes to its bytes. */
 static void test_invalid_utf8_round_trips(void)
 {
-    moon_tokenizer_t *tok    = family("qwen3", &(vocab_opts_t){0});
+    moon_tokenizer_t *tok    = family("qwen3", &(moon_test_vocab_opts_t){0});
     const char        text[] = "a\xff\xc3(\xe2\x82 \xf0\x9f";
     int32_t           ids[64];
     char              out[256];
@@ -502,14 +397,20 @@ static void test_bad_vocabularies_are_refused(void)
 {
     moon_tokenizer_t *tok = NULL;
 
-    CU_ASSERT_EQUAL_FATAL(
-        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.drop_merges = 1}, tmp_path), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
+                                               &(moon_test_vocab_opts_t){.drop_merges = 1},
+                                               tmp_path),
+                          0);
     CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
-    CU_ASSERT_EQUAL_FATAL(
-        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.pre = "no-such-pre"}, tmp_path), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
+                                               &(moon_test_vocab_opts_t){.pre = "no-such-pre"},
+                                               tmp_path),
+                          0);
     CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
-    CU_ASSERT_EQUAL_FATAL(
-        build_vocab(DATA "/qwen3.vocab", &(vocab_opts_t){.model = "bert"}, tmp_path), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
+                                               &(moon_test_vocab_opts_t){.model = "bert"},
+                                               tmp_path),
+                          0);
     CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_PTR_NULL(tok);
 }
