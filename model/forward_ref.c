@@ -113,10 +113,10 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
          * is (2j, 2j + 1) (llama) or (j, j + hs / 2) (NeoX: qwen) */
         for (uint32_t i = 0; i < q_dim; i += hs) {
             for (uint32_t j = 0; j < hs / 2; j++) {
-                float    val = moon_model_rope_angle(m, pos, j);
-                float    fcr = cosf(val), fci = sinf(val);
+                float    fcr, fci;
                 uint32_t a = c->rope_neox ? i + j : i + 2 * j;
                 uint32_t b = c->rope_neox ? i + j + hs / 2 : i + 2 * j + 1;
+                moon_model_rope_cos_sin(m, pos, j, &fcr, &fci);
                 for (int which = 0; which < (i < kv_dim ? 2 : 1); which++) {
                     float *vec = which == 0 ? s->q : s->k;
                     float  v0 = vec[a], v1 = vec[b];

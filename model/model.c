@@ -22,21 +22,6 @@ const char *moon_model_arch_name(uint32_t arch)
     return arch < MOON_ARRAY_SIZE(arch_names) ? arch_names[arch] : "?";
 }
 
-float moon_model_rope_angle(const moon_model_t *m, uint32_t pos, uint32_t j)
-{
-    const moon_model_config_t *c = &m->cfg;
-    float freq                   = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->head_dim);
-    float val                    = (float)pos * freq;
-
-    if (c->rope_freq_scale != 1.0f) {
-        val *= c->rope_freq_scale;
-    }
-    if (m->rope_freqs != NULL) {
-        val /= m->rope_freqs[j];
-    }
-    return val;
-}
-
 static moon_status_t arch_u32(const moon_gguf_t *g, const char *arch, const char *key, int required,
                               uint32_t dflt, uint32_t *v)
 {
@@ -132,13 +117,25 @@ moon_status_t moon_model_config_from_gguf(const moon_gguf_t *g, moon_model_confi
     if (moon_gguf_get_str(g, key, &s, &len) == MOON_OK &&
         !(len == 4 && memcmp(s, "none", 4) == 0)) {
         float factor = arch_f32(g, arch, "rope.scaling.factor", 0.0f);
-        if (!(len == 6 && memcmp(s, "linear", 6) == 0) || !(factor > 0.0f)) {
+        int   yarn   = len == 4 && memcmp(s, "yarn", 4) == 0;
+        if (!((len == 6 && memcmp(s, "linear", 6) == 0) || yarn) || !(factor > 0.0f)) {
             MOON_ERROR("model: rope scaling '%.*s' (factor %g) unsupported (supported: none, "
-                       "linear; Llama 3.1 frequencies come as rope_freqs.weight)",
+                       "linear, yarn; Llama 3.1 frequencies come as rope_freqs.weight)",
                        (int)MOON_MIN(len, 32), s, (double)factor);
             return MOON_ERR_UNSUPPORTED;
         }
         c.rope_freq_scale = 1.0f / factor;
+        if (yarn) {
+            c.rope_yarn_beta_fast = arch_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
+            c.rope_yarn_beta_slow = arch_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+            if (arch_u32(g, arch, "rope.scaling.original_context_length", 1, 0,
+                         &c.rope_yarn_orig_ctx) != MOON_OK ||
+                c.rope_yarn_orig_ctx == 0) {
+                MOON_ERROR("model: yarn rope scaling needs %s.rope.scaling.original_context_length",
+                           arch);
+                return MOON_ERR_CORRUPT;
+            }
+        }
     }
     if (arch_u32(g, arch, "embedding_length", 1, 0, &c.dim) != MOON_OK ||
         arch_u32(g, arch, "block_count", 1, 0, &c.n_layers) != MOON_OK ||
@@ -431,7 +428,10 @@ static int same_config(const moon_model_config_t *a, const moon_model_config_t *
            a->head_dim == b->head_dim && a->vocab_size == b->vocab_size &&
            a->seq_len == b->seq_len && a->norm_eps == b->norm_eps &&
            a->rope_theta == b->rope_theta && a->arch == b->arch && a->rope_neox == b->rope_neox &&
-           a->rope_freq_scale == b->rope_freq_scale;
+           a->rope_freq_scale == b->rope_freq_scale &&
+           a->rope_yarn_orig_ctx == b->rope_yarn_orig_ctx &&
+           a->rope_yarn_beta_fast == b->rope_yarn_beta_fast &&
+           a->rope_yarn_beta_slow == b->rope_yarn_beta_slow;
 }
 
 moon_status_t moon_model_check_compatible(const moon_model_t *cur, const moon_model_t *next,

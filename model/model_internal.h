@@ -44,9 +44,12 @@ struct moon_model {
     const float        *rope_freqs;  /* (head_dim / 2) frequency divisors, or NULL */
 };
 
-/* The RoPE angle of pair j (0 <= j < head_dim / 2) at position pos: pos *
- * freq_scale * theta^(-2j / head_dim) / rope_freqs[j] (llama.cpp's). */
-float moon_model_rope_angle(const moon_model_t *m, uint32_t pos, uint32_t j);
+/* The rotation of pair j (0 <= j < head_dim / 2) at position pos, as the
+ * cosine and sine every backend multiplies by (rope.c): the angle pos *
+ * freq_scale * theta^(-2j / head_dim) / rope_freqs[j], or YaRN's blend of
+ * the scaled and unscaled angles with its magnitude scale (llama.cpp's). */
+void moon_model_rope_cos_sin(const moon_model_t *m, uint32_t pos, uint32_t j, float *cos_p,
+                             float *sin_p);
 
 /* Backend vtable. Every member is required. The engine has already checked
  * arguments and reserved KV room for the new tokens; the backend writes their

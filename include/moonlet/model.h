@@ -41,6 +41,12 @@ typedef struct {
     uint32_t arch;            /* moon_model_arch_t */
     uint32_t rope_neox;       /* 1: rotate (i, i + head_dim / 2), 0: (2i, 2i + 1) */
     float    rope_freq_scale; /* positions scaled by it (linear rope scaling; 1: none) */
+    /* YaRN (rope.scaling.type yarn, llama.cpp's rope_yarn): the context the
+     * model was trained at (original_context_length; 0: no YaRN) and the
+     * ramp's bounds in rotations (yarn_beta_fast 32, yarn_beta_slow 1 unless
+     * the file says); rope_freq_scale is 1 / factor */
+    uint32_t rope_yarn_orig_ctx;
+    float    rope_yarn_beta_fast, rope_yarn_beta_slow;
 } moon_model_config_t;
 
 /* The width of Q and of the attention output (wo's columns): n_heads *

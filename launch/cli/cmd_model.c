@@ -125,14 +125,17 @@ static moon_status_t read_text_file(const char *path, char **text_p)
 typedef struct {
     const char *out;
     uint32_t    dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len;
-    int         type, arch, rope_freqs, untied;
+    int         type, arch, rope_freqs, untied, rope_scaling;
     uint64_t    seed;
-    double      rope_theta;
+    double      rope_theta, rope_factor;
+    uint32_t    rope_orig_ctx;
     const char *vocab_path;
     const char *chat_template_path;
 } gen_model_opts_t;
 
 static const char *const arch_choices[] = {"llama", "qwen2", "qwen3", NULL}; /* moon_model_arch_t */
+enum { ROPE_NONE, ROPE_LINEAR, ROPE_YARN };
+static const char *const rope_scaling_choices[] = {"none", "linear", "yarn", NULL};
 
 static const char *const      type_choices[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
                                                 "q4_k", "q5_k", "q6_k", NULL};
@@ -168,6 +171,13 @@ static const moon_config_field_t gen_model_fields[] = {
      .choices = arch_choices},
     {"rope-theta", MOON_CONFIG_DOUBLE, GEN_AT(rope_theta), .dflt = "10000", .doc = "RoPE base",
      .dmin = 1.0, .dmax = 1e9},
+    {"rope-scaling", MOON_CONFIG_ENUM, GEN_AT(rope_scaling), .dflt = "none",
+     .doc     = "rope scaling: none, linear, yarn (Qwen's long contexts)",
+     .choices = rope_scaling_choices},
+    {"rope-factor", MOON_CONFIG_DOUBLE, GEN_AT(rope_factor), .dflt = "4",
+     .doc = "context extension factor of --rope-scaling", .dmin = 1.0, .dmax = 1024.0},
+    {"rope-orig-ctx", MOON_CONFIG_U32, GEN_AT(rope_orig_ctx), .dflt = "0",
+     .doc = "yarn: the context trained at (0: --seq-len / --rope-factor)", .max = 1u << 22},
     {"rope-freqs", MOON_CONFIG_BOOL, GEN_AT(rope_freqs), .dflt = "0",
      .doc = "add Llama 3.1's rope_freqs.weight (frequency factors)"},
     {"untied", MOON_CONFIG_BOOL, GEN_AT(untied), .dflt = "0",
@@ -215,6 +225,16 @@ int moon_cmd_gen_model(int argc, char **argv)
     c.norm_eps   = 1e-5f;
     c.rope_theta = (float)o.rope_theta;
     c.arch       = (uint32_t)o.arch;
+    if (o.rope_scaling != ROPE_NONE) {
+        c.rope_freq_scale = (float)(1.0 / o.rope_factor);
+    }
+    if (o.rope_scaling == ROPE_YARN) {
+        c.rope_yarn_orig_ctx  = o.rope_orig_ctx != 0
+                                    ? o.rope_orig_ctx
+                                    : MOON_MAX(1u, (uint32_t)(o.seq_len / o.rope_factor));
+        c.rope_yarn_beta_fast = 32.0f;
+        c.rope_yarn_beta_slow = 1.0f;
+    }
     if (o.chat_template_path != NULL) {
         status = read_text_file(o.chat_template_path, &chat_template);
         if (status != MOON_OK) {

@@ -59,8 +59,20 @@ static moon_status_t write_llama_keys(moon_gguf_writer_t *w, const moon_model_co
         PUT_ARCH(moon_gguf_writer_kv_u32, "attention.value_length", c->head_dim);
     }
     if (c->rope_freq_scale > 0.0f && c->rope_freq_scale != 1.0f) {
-        PUT_ARCH(moon_gguf_writer_kv_str, "rope.scaling.type", "linear");
+        PUT_ARCH(moon_gguf_writer_kv_str, "rope.scaling.type",
+                 c->rope_yarn_orig_ctx != 0 ? "yarn" : "linear");
         PUT_ARCH(moon_gguf_writer_kv_f32, "rope.scaling.factor", 1.0f / c->rope_freq_scale);
+    }
+    if (c->rope_yarn_orig_ctx != 0) {
+        /* the betas only when not llama.cpp's defaults (0: the default) */
+        float fast = c->rope_yarn_beta_fast > 0.0f ? c->rope_yarn_beta_fast : 32.0f;
+        float slow = c->rope_yarn_beta_slow > 0.0f ? c->rope_yarn_beta_slow : 1.0f;
+        PUT_ARCH(moon_gguf_writer_kv_u32, "rope.scaling.original_context_length",
+                 c->rope_yarn_orig_ctx);
+        if (fast != 32.0f || slow != 1.0f) {
+            PUT_ARCH(moon_gguf_writer_kv_f32, "rope.scaling.yarn_beta_fast", fast);
+            PUT_ARCH(moon_gguf_writer_kv_f32, "rope.scaling.yarn_beta_slow", slow);
+        }
     }
 #undef PUT_ARCH
 #undef PUT

@@ -275,9 +275,8 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     /* same float formula as the reference, so both rotate identically */
     for (uint32_t p = 0; p < c->seq_len; p++) {
         for (uint32_t i = 0; i < c->head_dim; i += 2) {
-            float val                                = moon_model_rope_angle(m, p, i / 2);
-            s->rope[(size_t)p * c->head_dim + i]     = cosf(val);
-            s->rope[(size_t)p * c->head_dim + i + 1] = sinf(val);
+            float *cs = s->rope + (size_t)p * c->head_dim + i;
+            moon_model_rope_cos_sin(m, p, i / 2, &cs[0], &cs[1]);
         }
     }
     *state_p = s;

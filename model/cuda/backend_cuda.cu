@@ -437,9 +437,8 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
         }
         for (uint32_t p = 0; p < c->seq_len; p++) {
             for (uint32_t i = 0; i < c->head_dim; i += 2) {
-                float val = moon_model_rope_angle(s->m, p, i / 2); /* rope_freqs and scaling too */
-                rope[(size_t)p * c->head_dim + i]     = cosf(val);
-                rope[(size_t)p * c->head_dim + i + 1] = sinf(val);
+                float *cs = rope + (size_t)p * c->head_dim + i; /* rope_freqs and scaling too */
+                moon_model_rope_cos_sin(s->m, p, i / 2, &cs[0], &cs[1]);
             }
         }
         status = upload_vec(rope, c->seq_len * c->head_dim, &s->d_rope);

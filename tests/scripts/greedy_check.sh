@@ -2,7 +2,9 @@
 # tests/scripts/greedy_check.sh MOONLET SRC WORK [--llamacpp] - greedy
 # continuations of random models of each architecture (llama with Llama 3.1
 # rope_freqs, qwen2 with Q/K/V biases, qwen3 with Q/K norms, qwen3_hd: qwen3
-# with 4 heads of 32 over dim 64, as Qwen 3 0.6B's heads are 2x dim / n_heads; untied
+# with 4 heads of 32 over dim 64, as Qwen 3 0.6B's heads are 2x dim / n_heads;
+# yarn: qwen2 with YaRN rope scaling, factor 16 over an 8-token original
+# context, so every position past the eighth is extended; untied
 # classifier, gen-model's 512-token vocabulary) written by `moonlet gen-model`:
 #  - always: `moonlet generate --print-ids` gives tests/data/greedy/greedy.txt
 #    (32 new tokens after "Once upon a time");
@@ -29,10 +31,11 @@ prompt="Once upon a time"
 # and quantized by `moonlet quantize --type Q4_K_M`. llama.cpp multiplies K-quants
 # by activations it rounds to 8 bits (Q8_K), so a near tie may turn the other
 # way: there the first 16 tokens must agree, the rest is reported.
-for arch in llama qwen2 qwen3 qwen3_hd q4_k_m; do
+for arch in llama qwen2 qwen3 qwen3_hd yarn q4_k_m; do
     extra="" gen_arch=$arch
     [ "$arch" = llama ] && extra=--rope-freqs
     [ "$arch" = qwen3_hd ] && gen_arch=qwen3 extra="--head-dim 32"
+    [ "$arch" = yarn ] && gen_arch=qwen2 extra="--rope-scaling yarn --rope-factor 16 --rope-orig-ctx 8"
     if [ "$arch" = q4_k_m ]; then
         "$moonlet" gen-model --out g_f32.gguf --arch qwen2 --dim 256 --hidden 512 --layers 2 \
             --heads 4 --kv-heads 2 --seq-len 128 --vocab 512 --untied --seed 7 &&

@@ -1,7 +1,7 @@
 /* tests/unit/model/test_arch.c - the architectures a GGUF may name: llama,
  * qwen2 and qwen3 load with their extra tensors (biases, Q/K norms,
  * rope_freqs, linear rope scaling), tied embeddings bind the classifier to
- * token_embd; an unknown architecture, an unsupported rope scaling, and a
+ * token_embd; YaRN's keys read; an unknown architecture, an unsupported rope scaling, and a
  * qwen2 file without its biases are refused with an error, never a crash; the
  * CUDA backend refuses what it does not run (and is absent without CUDA). */
 #include "moon_test.h"
@@ -139,10 +139,29 @@ static void test_rope_scaling(void)
     CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
     CU_ASSERT_DOUBLE_EQUAL(moon_model_config(m)->rope_freq_scale, 0.25, 1e-7);
     moon_model_destroy(m);
-    /* yarn is not supported: refused, naming what is */
-    b = renamed("linear", "yarn\0\0", &len);
+    /* a scaling type nobody supports: refused, naming those that are */
     moon_log_set_level(0);
-    CU_ASSERT_NOT_EQUAL(moon_model_load_memory(b, len, &m), MOON_OK);
+    b = renamed("linear", "longro", &len);
+    CU_ASSERT_EQUAL(moon_model_load_memory(b, len, &m), MOON_ERR_UNSUPPORTED);
+    free(b);
+    moon_log_set_level(MOON_LOG_WARN);
+    unlink(path);
+    /* yarn as gen-model writes it: factor, original context, llama.cpp's
+     * default betas (greedy_check.sh checks its tokens against llama.cpp) */
+    c.rope_yarn_orig_ctx = 16;
+    CU_ASSERT_EQUAL_FATAL(
+        moon_model_write_random_ex(&c, &(moon_model_write_opts_t){.type = MOON_GGML_F32}, path),
+        MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
+    CU_ASSERT_EQUAL(moon_model_config(m)->rope_yarn_orig_ctx, 16);
+    CU_ASSERT_DOUBLE_EQUAL(moon_model_config(m)->rope_freq_scale, 0.25, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(moon_model_config(m)->rope_yarn_beta_fast, 32.0, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(moon_model_config(m)->rope_yarn_beta_slow, 1.0, 1e-7);
+    moon_model_destroy(m);
+    /* yarn without the context it was trained at: corrupt */
+    b = renamed("original_context_length", "original_context_lengtx", &len);
+    moon_log_set_level(0);
+    CU_ASSERT_EQUAL(moon_model_load_memory(b, len, &m), MOON_ERR_CORRUPT);
     moon_log_set_level(MOON_LOG_WARN);
     free(b);
     unlink(path);
