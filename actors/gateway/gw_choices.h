@@ -35,9 +35,6 @@ typedef struct {
     uint32_t              prompt_next; /* echo with logprobs: the next prompt position expected */
 } moon_gw_choice_t;
 
-/* Choice i's sampler seed: the request's for choice 0, else the request's
- * mixed with i (distinct per choice, the same for the same request). */
-uint64_t moon_gw_choice_seed(uint64_t seed, uint32_t i);
 /* The usage of the whole request (choices in groups of per, one group per
  * prompt): each prompt counted once (its group's first choice's), every
  * choice's completion tokens summed. */

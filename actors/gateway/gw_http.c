@@ -828,7 +828,7 @@ static moon_status_t submit_choice(conn_t *c, uint32_t k)
     moon_serve_params_t p    = req_of(c, k)->params;
     moon_gw_conn_t      conn = conn_of(c, k);
 
-    p.seed = moon_gw_choice_seed(p.seed, k % c->per);
+    p.seed = moon_serve_choice_seed(p.seed, k % c->per);
     return moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
 }
 

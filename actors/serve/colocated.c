@@ -46,6 +46,7 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
                                    .max_tokens     = m->max_tokens,
                                    .slo_class      = m->slo_class,
                                    .flags          = m->flags,
+                                   .n_choices      = m->n_choices,
                                    .weight_version = m->weight_version};
     const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
     dreq_t               *r;
@@ -61,6 +62,10 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     status = moon_dec_open(self, d, &shape, DREQ_PREFILLING, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
+    }
+    if (status == MOON_ERR_UNSUPPORTED) {
+        moon_dec_answer_untaken(self, d, m->reply_to, m->request_id, m->n_choices, MOON_ADDR_NONE,
+                                status, "the pool cannot hold this many choices of the request");
     }
     if (status != MOON_OK) {
         return 1;
@@ -167,7 +172,7 @@ void moon_dec_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, 
             moon_cache_events_flush(&d->events, self);
             moon_dec_enter(r, DREQ_RUNNING);
             r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
-            moon_dec_sample_emit(self, d, r, d->c_logits);
+            moon_dec_fork_sample(self, d, r, d->c_logits); /* its choices, if several */
         }
     }
     moon_dec_maybe_step(self, d);
