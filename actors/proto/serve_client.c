@@ -34,7 +34,7 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
         (p->n_bias > 0 && (p->bias_ids == NULL || p->bias == NULL)) ||
         p->n_bias > MOON_MSG_MAX_BYTES / 16 || plen > MOON_MSG_MAX_BYTES / 2 ||
         (p->grammar != NULL && p->grammar_len > MOON_MSG_MAX_BYTES / 4) ||
-        p->n_tokens > MOON_MSG_MAX_BYTES / 8) {
+        p->n_tokens > MOON_MSG_MAX_BYTES / 8 || p->n_choices > MOON_SERVE_MAX_CHOICES) {
         return MOON_ERR_INVALID_PARAM;
     }
     for (uint32_t i = 0; i < p->n_stop; i++) {

@@ -98,10 +98,11 @@ static int32_t view_index(const conductor_t *c, uint32_t role, uint32_t instance
     return instance < c->a.n_prefill ? (int32_t)instance : -1;
 }
 
-/* A request's choices (SUBMIT n_choices): 1 for 0 or 1. */
+/* A request's choices (SUBMIT n_choices): 1 for 0 or 1; a refused request
+ * of too many is answered for the most there may be. */
 static uint32_t choices_of(uint32_t n_choices)
 {
-    return n_choices > 1 ? n_choices : 1;
+    return n_choices > 1 ? MOON_MIN(n_choices, MOON_SERVE_MAX_CHOICES) : 1;
 }
 
 /* DONE to each of the n choices of request id (ids id .. id + n - 1). */

@@ -312,8 +312,31 @@ static void test_bad_input(void)
     CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
     CU_ASSERT(strstr(r->done.message, "stop") != NULL);
 
-    /* and a good one still works */
+    /* choices: more than 16 refused by the client; with the prompt's
+     * logprobs (each choice's prefill would send them) by the conductor,
+     * every choice answered */
     p.n_stop_ids = 0;
+    p.n_choices  = MOON_SERVE_MAX_CHOICES + 1;
+    CU_ASSERT_EQUAL(moon_serve_client_submit(g_client, &p, NULL), MOON_ERR_INVALID_PARAM);
+    if (!g_cfg.colocated) {
+        result_t *two = calloc(2, sizeof(*two));
+        uint64_t  id;
+        p.n_choices = 2;
+        p.logprobs  = 1;
+        p.flags     = MOON_SERVE_F_PROMPT_LOGPROBS;
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+        collect(two, id, 2);
+        for (int i = 0; i < 2; i++) {
+            CU_ASSERT_EQUAL(two[i].done.finish, MOON_FINISH_ERROR);
+            CU_ASSERT_EQUAL(two[i].done.status, MOON_ERR_INVALID_PARAM);
+        }
+        free(two);
+        p.logprobs = 0;
+        p.flags    = 0;
+    }
+    p.n_choices = 0;
+
+    /* and a good one still works */
     run_one(&p, r);
     CU_ASSERT_EQUAL(r->done.status, MOON_OK);
     CU_ASSERT_EQUAL(r->n, 4);
