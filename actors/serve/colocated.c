@@ -53,6 +53,7 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     moon_status_t         status;
     uint32_t              hits;
     moon_serve_sampling_t sp;
+    int                   cancelled;
 
     if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
@@ -86,16 +87,19 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
     d->n_cache_hit_tokens += r->n_done;
-    sp     = MOON_SERVE_SAMPLING_OF(m);
-    status = moon_dec_setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
-                                     MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n,
-                                     MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
+    sp        = MOON_SERVE_SAMPLING_OF(m);
+    status    = moon_dec_setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
+                                        MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n,
+                                        MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
+    cancelled = status == MOON_OK && moon_dec_take_cancel(d, m->reply_to, m->request_id);
     if (status != MOON_OK) {
         moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status,
                         d->gram_err[0] ? d->gram_err : "bad sampling parameters");
-    } else if (moon_dec_take_cancel(d, m->reply_to, m->request_id)) {
+    } else if (cancelled && r->n_choices == 1) {
         moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
     } else {
+        /* choice 0 of several cancelled: it ends at the fork, the others go on */
+        r->leader_cancelled = cancelled;
         moon_dec_maybe_step(self, d);
     }
     moon_dec_report_load(self, d);

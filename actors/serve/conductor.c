@@ -45,6 +45,7 @@ typedef struct {
     uint32_t    prefill, decode; /* view indices */
     uint32_t    n_tokens;
     uint32_t    n_choices; /* its ids: request_id .. + n_choices - 1 (1: one) */
+    uint32_t    cancelled; /* bit i: choice i was cancelled */
     uint64_t    tag;
     uint64_t    version; /* the weights it runs on */
 } creq_t;
@@ -596,9 +597,8 @@ static creq_t *find_choice(conductor_t *c, moon_addr_t reply_to, uint64_t id)
     return NULL;
 }
 
-/* CANCEL of choice i > 0 goes to the decode instance alone (the others go
- * on); of choice 0 (or of a request of one choice) to the prefill too: a
- * request cancelled before its handover ends with all of its choices. */
+/* CANCEL of one choice goes to the decode instance (which ends it alone,
+ * the others go on); once every choice is cancelled, to the prefill too. */
 static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t               *c = moon_actor_state(self);
@@ -615,8 +615,10 @@ static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_
     if (r == NULL) {
         return MOON_OK; /* already over (its DONE is on its way) or never placed */
     }
-    if (m->request_id == r->request_id) {
-        forward_cancel(self, c->inst[r->prefill].addr, m);
+    r->cancelled |= 1u << (m->request_id - r->request_id);
+    if (r->cancelled == (1u << r->n_choices) - 1) {
+        moon_serve_cancel_t all = {.reply_to = m->reply_to, .request_id = r->request_id};
+        forward_cancel(self, c->inst[r->prefill].addr, &all);
     }
     forward_cancel(self, c->inst[r->decode].addr, m);
     return MOON_OK;

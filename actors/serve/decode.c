@@ -778,8 +778,11 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
         return 1;
     }
     if (moon_dec_take_cancel(d, m->reply_to, m->request_id)) {
-        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
-        return 1;
+        if (r->n_choices == 1) {
+            moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+            return 1;
+        }
+        r->leader_cancelled = 1; /* choice 0 alone: the others go on */
     }
     on_kv_ready_taken(self, d, r, m);
     return 1;
@@ -1062,6 +1065,10 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     const moon_serve_cancel_t *m = (const void *)msg;
     dreq_t                    *r = find_req(d, m->reply_to, m->request_id);
 
+    if (r != NULL && r->n_choices > 1 && !r->forked) {
+        r->leader_cancelled = 1; /* the others go on: it ends when they fork */
+        return MOON_OK;
+    }
     if (r != NULL) {
         r->cancel_pending = 1;
         if (!r->in_step) {

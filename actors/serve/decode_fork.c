@@ -175,7 +175,12 @@ void moon_dec_fork(moon_actor_t *self, decode_t *d, dreq_t *r)
         moon_now(moon_actor_runtime(self)) - r->arrival_ns; /* all first tokens leave now */
     open_choices(self, d, r, ch, m->choices.n, stride, kids);
     /* the first tokens last: one that ends its choice frees its sequence */
-    moon_dec_emit_first(self, d, r, m->token, m->first_logprob, MOON_SPAN_PTR(m, m->first_top), k);
+    if (r->leader_cancelled) {
+        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+    } else {
+        moon_dec_emit_first(self, d, r, m->token, m->first_logprob, MOON_SPAN_PTR(m, m->first_top),
+                            k);
+    }
     for (uint32_t i = 1; i < n && i < MOON_SERVE_MAX_CHOICES; i++) {
         const uint32_t *e = ch + (size_t)(i - 1) * stride;
         float           lp;
@@ -209,5 +214,9 @@ void moon_dec_fork_sample(moon_actor_t *self, decode_t *d, dreq_t *r, float *row
         }
     }
     moon_free(copy);
+    if (r->leader_cancelled) {
+        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+        return;
+    }
     moon_dec_sample_emit(self, d, r, row);
 }

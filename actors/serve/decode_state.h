@@ -88,6 +88,7 @@ typedef struct {
     uint64_t group_id;
     uint32_t n_choices;
     int      forked;
+    int      leader_cancelled; /* choice 0 alone cancelled before the fork: it ends there */
 } dreq_t;
 
 /* Tokens waiting for the end of a step (decode_tokens.c). */

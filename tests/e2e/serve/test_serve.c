@@ -490,8 +490,10 @@ static void test_choices(void)
     run_choices(b, 40, 0.0f, 3);
 }
 
-/* CANCEL of one choice ends that choice alone; the others run to their end. */
-static void test_choice_cancel(void)
+/* CANCEL of one choice ends that choice alone; the others run to their
+ * end. victim: the choice cancelled, at once (before the prompt is
+ * handed over, most likely) or at its first token. */
+static void run_choice_cancel(uint32_t victim, int at_once)
 {
     enum { N = 3 };
     int32_t             prompt[24];
@@ -501,7 +503,7 @@ static void test_choice_cancel(void)
     uint32_t            done      = 0;
     int                 cancelled = 0;
 
-    make_prompt(prompt, 24, 777);
+    make_prompt(prompt, 24, 777 + victim);
     moon_serve_params_default(&p);
     p.tokens      = prompt;
     p.n_tokens    = 24;
@@ -511,6 +513,10 @@ static void test_choice_cancel(void)
     p.seed        = 5;
     p.n_choices   = N;
     CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+    if (at_once) {
+        CU_ASSERT_EQUAL(moon_serve_client_cancel(g_client, id + victim), MOON_OK);
+        cancelled = 1;
+    }
     while (done < N) {
         moon_serve_event_t ev;
         if (moon_serve_client_next(g_client, WAIT_NS, &ev) != MOON_OK) {
@@ -520,8 +526,8 @@ static void test_choice_cancel(void)
         CU_ASSERT_FATAL(ev.request_id >= id && ev.request_id < id + N);
         if (ev.kind == MOON_SERVE_EV_TOKEN) {
             res[ev.request_id - id].n++;
-            if (ev.request_id == id + 1 && !cancelled) {
-                CU_ASSERT_EQUAL(moon_serve_client_cancel(g_client, id + 1), MOON_OK);
+            if (ev.request_id == id + victim && !cancelled) {
+                CU_ASSERT_EQUAL(moon_serve_client_cancel(g_client, id + victim), MOON_OK);
                 cancelled = 1;
             }
         } else {
@@ -531,13 +537,23 @@ static void test_choice_cancel(void)
         }
         moon_serve_event_fini(&ev);
     }
-    CU_ASSERT_EQUAL(res[1].done.finish, MOON_FINISH_CANCELLED);
-    CU_ASSERT(res[1].n < 300);
-    CU_ASSERT_EQUAL(res[0].done.finish, MOON_FINISH_LENGTH);
-    CU_ASSERT_EQUAL(res[0].n, 300);
-    CU_ASSERT_EQUAL(res[2].done.finish, MOON_FINISH_LENGTH);
-    CU_ASSERT_EQUAL(res[2].n, 300);
+    for (uint32_t i = 0; i < N; i++) {
+        if (i == victim) {
+            CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_CANCELLED);
+            CU_ASSERT(res[i].n < 300);
+        } else {
+            CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_LENGTH);
+            CU_ASSERT_EQUAL(res[i].n, 300);
+        }
+    }
     free(res);
+}
+
+static void test_choice_cancel(void)
+{
+    run_choice_cancel(1, 0);
+    run_choice_cancel(0, 1); /* choice 0's KV still serves the others */
+    run_choice_cancel(2, 1);
 }
 
 /* A batch (SLO class 2) that overfills the decode budget, then, once its

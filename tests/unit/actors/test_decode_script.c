@@ -46,7 +46,8 @@ typedef enum {
     CASE_JOIN, /* threaded: request 1 comes while request 0 streams */
     CASE_CHOICES,
     CASE_TOO_MANY_CHOICES,
-    CASE_CHOICES_LOST
+    CASE_CHOICES_LOST,
+    CASE_CHOICE0_CANCEL
 } script_case_t;
 
 #define DEADLINE_STEP 99u /* the peer's timer that ends a threaded case which hangs */
@@ -229,6 +230,12 @@ static void script_step(moon_actor_t *self, uint64_t step)
         g.n_choices = 3;
         send_req(self, MOON_MSG_SERVE_CANCEL, 2);
         send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
+        send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
+        break;
+    case CASE_CHOICE0_CANCEL: /* 3 choices; choice 0 cancelled while block 0 moves */
+        g.n_choices = 3;
+        send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
+        send_req(self, MOON_MSG_SERVE_CANCEL, 0);
         send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
         break;
     case CASE_CHOICES_LOST: /* 3 choices, the prefill lost while block 0 moves */
@@ -535,6 +542,23 @@ static void test_choices(void)
     CU_ASSERT_EQUAL(g.n_released, 1);
 }
 
+/* Choice 0 cancelled before the fork ends there alone: the others fork
+ * from its KV and run to their length. */
+static void test_choice0_cancel(void)
+{
+    run_case(CASE_CHOICE0_CANCEL);
+    CU_ASSERT_EQUAL(g.seen[0].n_done, 1);
+    CU_ASSERT_EQUAL(g.seen[0].finish, MOON_FINISH_CANCELLED);
+    CU_ASSERT_EQUAL(g.seen[0].n_tokens, 0);
+    for (uint32_t i = 1; i < 3; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_done, 1);
+        CU_ASSERT_EQUAL(g.seen[i].finish, MOON_FINISH_LENGTH);
+        CU_ASSERT_EQUAL(g.seen[i].n_tokens, 4);
+    }
+    CU_ASSERT_EQUAL(g.n_kv_done, 1);
+    CU_ASSERT_EQUAL(g.n_released, 1);
+}
+
 /* The prefill lost before the fork: every choice ends resumable (each is
  * submitted again alone), the request released once. */
 static void test_choices_lost(void)
@@ -612,5 +636,5 @@ static int teardown(void)
 
 MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_token_ends,
                test_pull_fails, test_prefill_lost, test_cancel, test_version_gate, test_bad_length,
-               test_colocated, test_choices, test_choices_lost, test_too_many_choices,
-               test_join_multistep, test_cancel_threaded)
+               test_colocated, test_choices, test_choice0_cancel, test_choices_lost,
+               test_too_many_choices, test_join_multistep, test_cancel_threaded)
