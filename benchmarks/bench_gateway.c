@@ -22,13 +22,14 @@
  *               the prefill instance computed for each (its counters; the
  *               8 separate requests share through the prefix cache too,
  *               the prefill instance taking one prompt at a time).
- *               Target (issue 29): the prompt computed once (96 tokens +
- *               the last block per extra choice), decode >= 0.9 x anchor.
+ *               Target (issue 29): the prompt computed once (96 tokens:
+ *               one SUBMIT of 8 choices, the KV forked on the decode
+ *               instance), decode >= 0.9 x anchor.
  *   embeddings: /v1/embeddings of one input, `depth` in flight, requests/s
  *               vs the engine's own prefill of the same input's rows (one
  *               engine thread, as the prefill instance has: 1 / its time),
  *               alternating in rounds; ratio the median round's (`--only=
- *               embeddings`: this line alone).
+ *               embeddings`: this line alone; `--only=n`: the n = 8 one).
  * (`moonlet bench` beside /metrics: benchmarks/suites/gateway.sh.) */
 #include "bench_util.h"
 #include "gateway.h"
@@ -466,6 +467,7 @@ int main(int argc, char **argv)
     int                        rounds          = (int)moon_bench_arg_int(argc, argv, "rounds", 3);
     const char                *only            = moon_bench_arg_str(argc, argv, "only", "");
     int                        embeddings_only = strcmp(only, "embeddings") == 0;
+    int                        n_only          = strcmp(only, "n") == 0;
     moon_runtime_config_t      rcfg;
     moon_serve_config_t        scfg;
     moon_serve_cluster_t      *cluster = NULL;
@@ -481,7 +483,7 @@ int main(int argc, char **argv)
     g_max_tokens = (int)moon_bench_arg_int(argc, argv, "max-tokens", 16);
     if (model == NULL || depth < 1 || depth > 256 || n < 1 || rounds < 1) {
         fprintf(stderr, "usage: bench_gateway --model=M.gguf [--n=200] [--depth=16] "
-                        "[--rounds=3] [--max-tokens=16] [--only=embeddings]\n");
+                        "[--rounds=3] [--max-tokens=16] [--only=embeddings|n]\n");
         return 2;
     }
     for (int stream = 0; stream < 2; stream++) {
@@ -525,7 +527,9 @@ int main(int argc, char **argv)
         api_ttft();
         http_request(easy, 1, &s);
     }
-    if (!embeddings_only) {
+    if (n_only) {
+        n8_line(rounds);
+    } else if (!embeddings_only) {
         ratios = calloc((size_t)rounds, sizeof(double));
         for (int r = 0; r < rounds; r++) {
             for (int i = 0; i < n; i++) { /* alternate: one HTTP, one API */
@@ -578,7 +582,9 @@ int main(int argc, char **argv)
         variant_line("logprobs_5", 2, n, depth, rounds);
         n8_line(rounds);
     }
-    embed_line(model, n, depth, rounds);
+    if (!n_only) {
+        embed_line(model, n, depth, rounds);
+    }
     curl_easy_cleanup(easy);
     free(h_ttft);
     free(a_ttft);

@@ -44,6 +44,8 @@ struct moon_gw_req {
     int                 first_woken; /* actor: the first TOKEN woke it (first_token_wakes) */
     atomic_int          done;        /* the actor delivered DONE */
     moon_msg_hdr_t     *submit;      /* retained: its SUBMIT, read again to resume it */
+    moon_gw_req_t      *group_next;  /* the next choice of its prompt's SUBMIT (fixed
+                                        before the ring item: the actor reads it there) */
     /* actor-owned */
     moon_gw_req_times_t times;
     moon_gw_req_t      *prev, *next; /* live list */
@@ -246,42 +248,95 @@ static bool push_item(moon_gw_bridge_t *b, moon_gw_req_t *req, uintptr_t tag)
     return ring_push(b, (void *)((uintptr_t)req | tag));
 }
 
-moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params_t *params,
-                                    const moon_gw_conn_t *conn, moon_gw_req_t **req_p)
+/* A request of id answering conn, its two references taken (the HTTP
+ * side's and the actor's); NULL without memory. */
+static moon_gw_req_t *req_new(moon_gw_bridge_t *b, uint64_t id, const moon_gw_conn_t *conn)
 {
-    moon_gw_req_t             *req = moon_calloc(1, sizeof(*req));
-    struct ck_fifo_spsc_entry *stub;
-    moon_serve_submit_t       *submit = NULL;
-    moon_status_t              status;
+    moon_gw_req_t             *req  = moon_calloc(1, sizeof(*req));
+    struct ck_fifo_spsc_entry *stub = req != NULL ? moon_malloc(sizeof(*stub)) : NULL;
 
-    if (req == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    stub = moon_malloc(sizeof(*stub));
     if (stub == NULL) {
         moon_free(req);
-        return MOON_ERR_NO_MEMORY;
+        return NULL;
     }
-    req->id      = atomic_fetch_add(&b->next_id, 1);
-    req->wire_id = req->id;
-    status       = moon_serve_submit_build(b->actor, req->id, params, &submit);
-    if (status != MOON_OK) {
-        moon_free(stub);
-        moon_free(req);
-        return status;
-    }
+    req->id      = id;
+    req->wire_id = id;
     ck_fifo_spsc_init(&req->fifo, stub);
     pthread_mutex_init(&req->wake_mu, NULL);
     req->bridge           = b;
     req->conn             = *conn;
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
     atomic_init(&req->done, 0);
-    atomic_init(&req->refs, 2);               /* the HTTP side and the actor */
-    req->submit = moon_msg_dup(&submit->hdr); /* to resume it (NULL: it cannot be) */
-    if (!push_item(b, req, ITEM_SUBMIT)) {
+    atomic_init(&req->refs, 2); /* the HTTP side and the actor */
+    return req;
+}
+
+/* Frees the requests of a group not handed to the actor yet. */
+static void drop_group(moon_gw_req_t **reqs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (reqs[i] != NULL) {
+            atomic_store(&reqs[i]->refs, 1);
+            req_unref(reqs[i]);
+            reqs[i] = NULL;
+        }
+    }
+}
+
+/* Choice i's own SUBMIT, to resume it alone: the group's with its seed
+ * and one choice. NULL without memory (then it cannot be resumed). */
+static moon_msg_hdr_t *choice_submit(const moon_serve_submit_t *group, uint32_t i)
+{
+    moon_serve_submit_t *m = (moon_serve_submit_t *)moon_msg_dup(&group->hdr);
+
+    if (m != NULL && group->n_choices > 1) {
+        m->request_id += i;
+        m->seed      = moon_serve_choice_seed(group->seed, i);
+        m->n_choices = 0;
+    }
+    return m != NULL ? &m->hdr : NULL;
+}
+
+moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params_t *params,
+                                    const moon_gw_conn_t *conn, moon_gw_req_t **req_p)
+{
+    return moon_gw_bridge_submit_choices(b, params, conn, 1, req_p);
+}
+
+moon_status_t moon_gw_bridge_submit_choices(moon_gw_bridge_t *b, const moon_serve_params_t *params,
+                                            const moon_gw_conn_t *conns, uint32_t n,
+                                            moon_gw_req_t **reqs)
+{
+    moon_serve_params_t  p      = *params;
+    moon_serve_submit_t *submit = NULL;
+    moon_status_t        status;
+    uint64_t             id;
+
+    if (n == 0 || n > MOON_SERVE_MAX_CHOICES) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    p.n_choices = n > 1 ? n : 0;
+    id          = atomic_fetch_add(&b->next_id, n); /* choice i: id + i */
+    status      = moon_serve_submit_build(b->actor, id, &p, &submit);
+    if (status != MOON_OK) {
+        return status;
+    }
+    memset(reqs, 0, (size_t)n * sizeof(*reqs));
+    for (uint32_t i = 0; i < n; i++) {
+        reqs[i] = req_new(b, id + i, &conns[i]);
+        if (reqs[i] == NULL) {
+            drop_group(reqs, n);
+            moon_msg_release(&submit->hdr);
+            return MOON_ERR_NO_MEMORY;
+        }
+        reqs[i]->submit = choice_submit(submit, i);
+        if (i > 0) {
+            reqs[i - 1]->group_next = reqs[i];
+        }
+    }
+    if (!push_item(b, reqs[0], ITEM_SUBMIT)) { /* the whole group in one item */
         moon_msg_release(&submit->hdr);
-        atomic_store(&req->refs, 1);
-        req_unref(req);
+        drop_group(reqs, n);
         return MOON_ERR_NO_RESOURCE;
     }
     /* The SUBMIT goes to the conductor from this thread, one hop shorter than
@@ -291,17 +346,20 @@ moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *b, const moon_serve_params
     if (status != MOON_OK) {
         moon_msg_release(&submit->hdr);
         MOON_WARN("gateway: submit of request %llu to the conductor failed: %s",
-                  (unsigned long long)req->id, moon_status_str(status));
-        req->send_status = status;
-        atomic_fetch_add(&req->refs, 1); /* the fail item's */
-        if (!push_item(b, req, ITEM_FAIL)) {
-            atomic_fetch_sub(&req->refs, 1);
+                  (unsigned long long)id, moon_status_str(status));
+        for (uint32_t i = 0; i < n; i++) {
+            reqs[i]->send_status = status;
+            atomic_fetch_add(&reqs[i]->refs, 1); /* the fail item's */
+        }
+        if (!push_item(b, reqs[0], ITEM_FAIL)) {
+            for (uint32_t i = 0; i < n; i++) {
+                atomic_fetch_sub(&reqs[i]->refs, 1);
+            }
             MOON_ERROR("gateway: inbound ring full: request %llu waits for its timeout",
-                       (unsigned long long)req->id);
+                       (unsigned long long)id);
         }
     }
     kick(b); /* registers it soon, events or not (the ring stays short) */
-    *req_p = req;
     return MOON_OK;
 }
 
@@ -506,6 +564,14 @@ static void fail(moon_gw_bridge_t *b, moon_gw_req_t *req, moon_status_t status, 
     moon_msg_release(&done->hdr);
 }
 
+/* An ITEM_SUBMIT: every choice of the group into the table. */
+static void put_group(moon_gw_bridge_t *b, moon_gw_req_t *req)
+{
+    for (; req != NULL; req = req->group_next) {
+        table_put(b, req);
+    }
+}
+
 void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self)
 {
     void *item;
@@ -520,7 +586,7 @@ void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self)
 
         switch ((uintptr_t)item & ITEM_TAGS) {
         case ITEM_SUBMIT:
-            table_put(b, req);
+            put_group(b, req);
             break;
         case ITEM_CANCEL: /* the request may have ended meanwhile */
             if (!atomic_load(&req->done)) {
@@ -532,11 +598,14 @@ void moon_gw_bridge_drain(moon_gw_bridge_t *b, moon_actor_t *self)
             }
             req_unref(req);
             break;
-        default: /* ITEM_FAIL: after its ITEM_SUBMIT */
-            if (!atomic_load(&req->done)) {
-                fail(b, req, req->send_status, "the conductor cannot be reached");
+        default: /* ITEM_FAIL: after its ITEM_SUBMIT; each choice holds a reference */
+            for (moon_gw_req_t *r = req, *next; r != NULL; r = next) {
+                next = r->group_next;
+                if (!atomic_load(&r->done)) {
+                    fail(b, r, r->send_status, "the conductor cannot be reached");
+                }
+                req_unref(r);
             }
-            req_unref(req);
             break;
         }
     }
@@ -551,10 +620,15 @@ void moon_gw_bridge_abort(moon_gw_bridge_t *b, moon_status_t status, const char 
     while (ring_pop(b, &item)) {
         moon_gw_req_t *req = (moon_gw_req_t *)((uintptr_t)item & ~(uintptr_t)ITEM_TAGS);
 
-        if (((uintptr_t)item & ITEM_TAGS) != ITEM_SUBMIT) {
-            req_unref(req);
+        if (((uintptr_t)item & ITEM_TAGS) == ITEM_SUBMIT) {
+            put_group(b, req);
+        } else if (((uintptr_t)item & ITEM_TAGS) == ITEM_FAIL) {
+            for (moon_gw_req_t *r = req, *next; r != NULL; r = next) {
+                next = r->group_next;
+                req_unref(r);
+            }
         } else {
-            table_put(b, req);
+            req_unref(req);
         }
     }
     moon_gw_bridge_fail_all(b, status, message);

@@ -80,6 +80,15 @@ void moon_gw_bridge_destroy(moon_gw_bridge_t *bridge);
  * SUBMIT builder; MOON_ERR_NO_MEMORY. */
 moon_status_t moon_gw_bridge_submit(moon_gw_bridge_t *bridge, const moon_serve_params_t *params,
                                     const moon_gw_conn_t *conn, moon_gw_req_t **req_p);
+/* Submits the n (1..MOON_SERVE_MAX_CHOICES) choices of one prompt as one
+ * SUBMIT (n_choices n, serve_msgs.h: one prefill, the KV forked on the
+ * decode instance): choice i is reqs[i] (id: choice 0's + i), answering
+ * conns[i], and resumes alone after a loss (its own seed). As submit
+ * otherwise; on an error nothing was submitted. */
+moon_status_t moon_gw_bridge_submit_choices(moon_gw_bridge_t          *bridge,
+                                            const moon_serve_params_t *params,
+                                            const moon_gw_conn_t *conns, uint32_t n,
+                                            moon_gw_req_t **reqs);
 uint64_t      moon_gw_req_id(const moon_gw_req_t *req);
 /* Next TOKEN or DONE message of the request (the caller owns one reference:
  * moon_msg_release it), NULL if none is queued now. The connection's thread only. */

@@ -8,19 +8,6 @@
 
 #include <string.h>
 
-uint64_t moon_gw_choice_seed(uint64_t seed, uint32_t i)
-{
-    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-
-    if (i == 0) {
-        return seed; /* n = 1 samples as before */
-    }
-    /* splitmix64's finaliser: neighbouring seeds give unrelated streams */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void moon_gw_choices_usage(const moon_gw_choice_t *ch, uint32_t n, uint32_t per, moon_gw_usage_t *u)
 {
     *u                   = ch[0].u;

@@ -3,13 +3,14 @@
  * request's, mixed with the choice's index, so a seeded request repeats),
  * and its own text, logprobs and usage gathered by the connection.
  *
- * The prompt's KV is computed once: the connection submits choice 0 alone
- * and the others once choice 0's first event has come, that is once its
- * prompt has been prefilled; its full blocks are in the prefix cache then,
- * so each other choice takes them from there (referenced, not recomputed)
- * and computes only the prompt's last, partial block - the copy its own
- * sampling writes into, which is what copy-on-write of that block would
- * have given. Pure helpers: any thread. */
+ * The prompt's KV is computed once: the connection submits a prompt's
+ * choices as one SUBMIT (n_choices, serve_msgs.h; choice i under the first
+ * id + i): one prefill samples every first token, and the decode instance
+ * forks the prompt's KV into one sequence per choice (full blocks shared,
+ * the partial block copied). Only when the prompt's own logprobs are asked
+ * (echo with logprobs: each choice's prefill sends them) do the choices
+ * fan out: choice 0 alone, the others once its first event has come, its
+ * full blocks then in the prefix cache. Pure helpers: any thread. */
 #ifndef MOON_ACTORS_GW_CHOICES_H
 #define MOON_ACTORS_GW_CHOICES_H
 
@@ -35,9 +36,6 @@ typedef struct {
     uint32_t              prompt_next; /* echo with logprobs: the next prompt position expected */
 } moon_gw_choice_t;
 
-/* Choice i's sampler seed: the request's for choice 0, else the request's
- * mixed with i (distinct per choice, the same for the same request). */
-uint64_t moon_gw_choice_seed(uint64_t seed, uint32_t i);
 /* The usage of the whole request (choices in groups of per, one group per
  * prompt): each prompt counted once (its group's first choice's), every
  * choice's completion tokens summed. */

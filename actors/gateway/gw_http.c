@@ -821,6 +821,13 @@ static moon_gw_request_t *req_of(conn_t *c, uint32_t k)
     return g == 0 ? &c->req : &c->more[g - 1];
 }
 
+/* 1 when the choices of choice k's prompt go one by one (gw_choices.h):
+ * the prompt's own logprobs are asked, which each choice's prefill sends. */
+static int fans_out(conn_t *c, uint32_t k)
+{
+    return c->per > 1 && (req_of(c, k)->params.flags & MOON_SERVE_F_PROMPT_LOGPROBS) != 0;
+}
+
 /* Submits choice k (index i in its prompt's group): its prompt's parameters
  * with its own seed. */
 static moon_status_t submit_choice(conn_t *c, uint32_t k)
@@ -828,13 +835,38 @@ static moon_status_t submit_choice(conn_t *c, uint32_t k)
     moon_serve_params_t p    = req_of(c, k)->params;
     moon_gw_conn_t      conn = conn_of(c, k);
 
-    p.seed = moon_gw_choice_seed(p.seed, k % c->per);
+    p.seed = moon_serve_choice_seed(p.seed, k % c->per);
     return moon_gw_bridge_submit(c->http->a.bridge, &p, &conn, &c->ch[k].breq);
 }
 
-/* The choices of a prompt after its first go once that one's first event
- * has come: its prompt is prefilled and its full blocks are in the prefix
- * cache (gw_choices.h). One that cannot be submitted ends the request. */
+/* Prompt g's choices: one SUBMIT of them all (one prefill, the KV forked on
+ * the decode instance), or when they fan out its first choice alone (the
+ * others follow its first event: submit_rest). */
+static moon_status_t submit_prompt(conn_t *c, uint32_t g)
+{
+    uint32_t       k = g * c->per;
+    moon_gw_conn_t conns[MOON_GW_MAX_CHOICES];
+    moon_gw_req_t *reqs[MOON_GW_MAX_CHOICES];
+    moon_status_t  status;
+
+    if (c->per == 1 || fans_out(c, k)) {
+        return submit_choice(c, k);
+    }
+    for (uint32_t i = 0; i < c->per; i++) {
+        conns[i] = conn_of(c, k + i);
+    }
+    status = moon_gw_bridge_submit_choices(c->http->a.bridge, &req_of(c, k)->params, conns, c->per,
+                                           reqs);
+    for (uint32_t i = 0; status == MOON_OK && i < c->per; i++) {
+        c->ch[k + i].breq = reqs[i];
+    }
+    return status;
+}
+
+/* Fanning out, the choices of a prompt after its first go once that one's
+ * first event has come: its prompt is prefilled and its full blocks are in
+ * the prefix cache (gw_choices.h). One that cannot be submitted ends the
+ * request. */
 static void submit_rest(conn_t *c, uint32_t leader)
 {
     for (uint32_t k = leader + 1; k < leader + c->per && !c->sub_failed; k++) {
@@ -1183,14 +1215,14 @@ static int admit(conn_t *c, moon_gw_error_t *err)
 
 /* Choice k's connection hooks: a stream wakes at every event; a whole
  * answer at its DONE (the watcher notices a client that leaves before),
- * except the leader of several choices, whose first token also wakes it (the
- * others are submitted then: gw_choices.h). */
+ * except the leader of choices that fan out, whose first token also wakes
+ * it (the others are submitted then). */
 static moon_gw_conn_t conn_of(conn_t *c, uint32_t k)
 {
     moon_gw_conn_t conn = {.park = conn_park, .wake = conn_wake, .arg = c};
 
     conn.token_wake_ns     = c->req.stream ? 0 : UINT64_MAX;
-    conn.first_token_wakes = !c->req.stream && k % c->per == 0 && c->per > 1;
+    conn.first_token_wakes = !c->req.stream && k % c->per == 0 && fans_out(c, k);
     conn.arrival_ns        = c->t_start_ns; /* latencies count from the request's first byte */
     return conn;
 }
@@ -1392,11 +1424,11 @@ static enum MHD_Result on_body(conn_t *c)
         c->more[g - 1].params.key     = c->req.params.key;
         c->more[g - 1].params.session = c->req.params.session;
     }
-    /* every prompt's first choice now, the others after it (submit_rest) */
-    status  = submit_choice(c, 0);
+    /* every prompt's choices now (or its first, fanning out: submit_rest) */
+    status  = submit_prompt(c, 0);
     c->breq = c->ch[0].breq;
     for (uint32_t g = 1; g < c->n_prompts && status == MOON_OK; g++) {
-        status = submit_choice(c, g * c->per);
+        status = submit_prompt(c, g);
     }
     if (status != MOON_OK) {
         return submit_failed(c, status);

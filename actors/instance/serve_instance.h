@@ -119,6 +119,7 @@ MOON_API void moon_serve_report_load(moon_actor_t *self, const moon_serve_instan
         (_dst)->min_p              = (_src)->min_p;                                                \
         (_dst)->min_tokens         = (_src)->min_tokens;                                           \
         (_dst)->logprobs           = (_src)->logprobs;                                             \
+        (_dst)->n_choices          = (_src)->n_choices;                                            \
     } while (0)
 
 /* A request's sampling, from any message of the sampling family (borrowed

@@ -34,7 +34,7 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
         (p->n_bias > 0 && (p->bias_ids == NULL || p->bias == NULL)) ||
         p->n_bias > MOON_MSG_MAX_BYTES / 16 || plen > MOON_MSG_MAX_BYTES / 2 ||
         (p->grammar != NULL && p->grammar_len > MOON_MSG_MAX_BYTES / 4) ||
-        p->n_tokens > MOON_MSG_MAX_BYTES / 8) {
+        p->n_tokens > MOON_MSG_MAX_BYTES / 8 || p->n_choices > MOON_SERVE_MAX_CHOICES) {
         return MOON_ERR_INVALID_PARAM;
     }
     for (uint32_t i = 0; i < p->n_stop; i++) {
@@ -67,6 +67,7 @@ moon_status_t moon_serve_submit_build(moon_addr_t reply_to, uint64_t request_id,
     m->min_p              = p->min_p;
     m->min_tokens         = p->min_tokens;
     m->logprobs           = p->logprobs;
+    m->n_choices          = p->n_choices;
     moon_msg_set_str(m, &m->prompt, p->n_tokens > 0 ? "" : p->prompt);
     if (p->n_bias > 0) {
         uint32_t *b = moon_msg_span_alloc(m, &m->logit_bias, 2 * p->n_bias, 4, 0);
@@ -459,7 +460,8 @@ void moon_serve_client_destroy(moon_serve_client_t *c)
 moon_status_t moon_serve_client_submit(moon_serve_client_t *c, const moon_serve_params_t *params,
                                        uint64_t *request_id_p)
 {
-    uint64_t             id = atomic_fetch_add(&c->next_id, 1);
+    /* choice i's events carry id + i */
+    uint64_t id = atomic_fetch_add(&c->next_id, params->n_choices > 1 ? params->n_choices : 1);
     moon_serve_submit_t *m;
     moon_status_t        status = moon_serve_submit_build(c->addr, id, params, &m);
 

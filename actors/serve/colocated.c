@@ -46,12 +46,14 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
                                    .max_tokens     = m->max_tokens,
                                    .slo_class      = m->slo_class,
                                    .flags          = m->flags,
+                                   .n_choices      = m->n_choices,
                                    .weight_version = m->weight_version};
     const uint32_t       *tok   = MOON_SPAN_PTR(m, m->tokens);
     dreq_t               *r;
     moon_status_t         status;
     uint32_t              hits;
     moon_serve_sampling_t sp;
+    int                   cancelled;
 
     if (m->tokens.n == 0 || m->tokens.n >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("instance %u: request %llu with %u tokens refused", d->a.instance,
@@ -61,6 +63,10 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     status = moon_dec_open(self, d, &shape, DREQ_PREFILLING, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
+    }
+    if (status == MOON_ERR_UNSUPPORTED) {
+        moon_dec_answer_untaken(self, d, m->reply_to, m->request_id, m->n_choices, MOON_ADDR_NONE,
+                                status, "the pool cannot hold this many choices of the request");
     }
     if (status != MOON_OK) {
         return 1;
@@ -81,16 +87,19 @@ int moon_dec_take_prefill(moon_actor_t *self, decode_t *d, const moon_serve_pref
     r->n_cached   = r->n_done;
     r->n_appended = r->n_full; /* nothing to pull */
     d->n_cache_hit_tokens += r->n_done;
-    sp     = MOON_SERVE_SAMPLING_OF(m);
-    status = moon_dec_setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
-                                     MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n,
-                                     MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
+    sp        = MOON_SERVE_SAMPLING_OF(m);
+    status    = moon_dec_setup_sampling(d, r, &sp, tok, m->tokens.n, m->n_resumed,
+                                        MOON_SPAN_PTR(m, m->stop_strs), m->stop_strs.n,
+                                        MOON_SPAN_PTR(m, m->grammar), m->grammar.n);
+    cancelled = status == MOON_OK && moon_dec_take_cancel(d, m->reply_to, m->request_id);
     if (status != MOON_OK) {
         moon_dec_finish(self, d, r, MOON_FINISH_ERROR, status,
                         d->gram_err[0] ? d->gram_err : "bad sampling parameters");
-    } else if (moon_dec_take_cancel(d, m->reply_to, m->request_id)) {
+    } else if (cancelled && r->n_choices == 1) {
         moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
     } else {
+        /* choice 0 of several cancelled: it ends at the fork, the others go on */
+        r->leader_cancelled = cancelled;
         moon_dec_maybe_step(self, d);
     }
     moon_dec_report_load(self, d);
@@ -167,7 +176,7 @@ void moon_dec_chunk_done(moon_actor_t *self, decode_t *d, moon_status_t status, 
             moon_cache_events_flush(&d->events, self);
             moon_dec_enter(r, DREQ_RUNNING);
             r->ttft_ns = moon_now(moon_actor_runtime(self)) - r->arrival_ns;
-            moon_dec_sample_emit(self, d, r, d->c_logits);
+            moon_dec_fork_sample(self, d, r, d->c_logits); /* its choices, if several */
         }
     }
     moon_dec_maybe_step(self, d);

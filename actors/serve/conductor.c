@@ -44,6 +44,8 @@ typedef struct {
     uint64_t    request_id;
     uint32_t    prefill, decode; /* view indices */
     uint32_t    n_tokens;
+    uint32_t    n_choices; /* its ids: request_id .. + n_choices - 1 (1: one) */
+    uint32_t    cancelled; /* bit i: choice i was cancelled */
     uint64_t    tag;
     uint64_t    version; /* the weights it runs on */
 } creq_t;
@@ -97,23 +99,33 @@ static int32_t view_index(const conductor_t *c, uint32_t role, uint32_t instance
     return instance < c->a.n_prefill ? (int32_t)instance : -1;
 }
 
-static void answer(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t finish,
+/* A request's choices (SUBMIT n_choices): 1 for 0 or 1; a refused request
+ * of too many is answered for the most there may be. */
+static uint32_t choices_of(uint32_t n_choices)
+{
+    return n_choices > 1 ? MOON_MIN(n_choices, MOON_SERVE_MAX_CHOICES) : 1;
+}
+
+/* DONE to each of the n choices of request id (ids id .. id + n - 1). */
+static void answer(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t n, uint32_t finish,
                    moon_status_t status, uint32_t n_prompt, const char *why)
 {
-    moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(why) + 2);
+    for (uint32_t i = 0; i < choices_of(n); i++) {
+        moon_serve_done_t *m = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(why) + 2);
 
-    if (m == NULL) {
-        return;
+        if (m == NULL) {
+            return;
+        }
+        m->request_id       = id + i;
+        m->finish           = finish;
+        m->status           = status;
+        m->n_prompt         = n_prompt;
+        m->prefill_instance = -1; /* never placed */
+        m->decode_instance  = -1;
+        moon_msg_set_str(m, &m->text, "");
+        moon_msg_set_str(m, &m->message, why);
+        moon_tell(self, to, &m->hdr);
     }
-    m->request_id       = id;
-    m->finish           = finish;
-    m->status           = status;
-    m->n_prompt         = n_prompt;
-    m->prefill_instance = -1; /* never placed */
-    m->decode_instance  = -1;
-    moon_msg_set_str(m, &m->text, "");
-    moon_msg_set_str(m, &m->message, why);
-    moon_tell(self, to, &m->hdr);
 }
 
 static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t *m,
@@ -123,7 +135,7 @@ static void reject(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t
     MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu refused: %s",
                      (unsigned long long)m->request_id, why);
     c->stats.n_errors++;
-    answer(self, m->reply_to, m->request_id, MOON_FINISH_ERROR, status, 0, why);
+    answer(self, m->reply_to, m->request_id, m->n_choices, MOON_FINISH_ERROR, status, 0, why);
     moon_plugin_gate_rejected(c->plugins, self, m, 0, status, 0, why);
 }
 
@@ -245,6 +257,13 @@ static const char *check_params(const conductor_t *c, const moon_serve_submit_t 
     }
     if (m->logprobs > MOON_LOGPROBS_MAX + 1) {
         return "logprobs asks for more than 20 alternatives";
+    }
+    if (m->n_choices > MOON_SERVE_MAX_CHOICES) {
+        return "n_choices is more than 16";
+    }
+    if (m->n_choices > 1 &&
+        (m->resume.n > 0 || (m->flags & (MOON_SERVE_F_EMBED | MOON_SERVE_F_PROMPT_LOGPROBS)))) {
+        return "several choices cannot be resumed, embedded or ask for prompt logprobs";
     }
     if (m->logit_bias.n % 2 != 0) {
         return "logit_bias must hold (id, bias) pairs";
@@ -429,8 +448,8 @@ static void admit(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t 
     }
     if (r == NULL) {
         c->stats.n_rejected++;
-        answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED, MOON_ERR_NO_RESOURCE, n,
-               "too many requests in flight");
+        answer(self, m->reply_to, m->request_id, m->n_choices, MOON_FINISH_REJECTED,
+               MOON_ERR_NO_RESOURCE, n, "too many requests in flight");
         moon_plugin_gate_rejected(c->plugins, self, m, n, MOON_ERR_NO_RESOURCE, 429,
                                   "too many requests in flight");
         moon_free(ids);
@@ -454,7 +473,7 @@ static void admit(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t 
         c->stats.n_rejected++;
         MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu rejected: %s",
                          (unsigned long long)m->request_id, w);
-        answer(self, m->reply_to, m->request_id, MOON_FINISH_REJECTED,
+        answer(self, m->reply_to, m->request_id, m->n_choices, MOON_FINISH_REJECTED,
                status != MOON_OK ? status : MOON_ERR_NO_RESOURCE, n, w);
         moon_plugin_gate_rejected(c->plugins, self, m, n, MOON_ERR_NO_RESOURCE, 429, w);
         moon_free(bkeys);
@@ -475,8 +494,14 @@ static void admit(moon_actor_t *self, conductor_t *c, const moon_serve_submit_t 
         return;
     }
     moon_sched_view_commit(&c->view, &req, &d);
-    *r = (creq_t){
-        1, m->reply_to, m->request_id, (uint32_t)d.prefill, (uint32_t)d.decode, n, req.tag, 0};
+    *r = (creq_t){.used       = 1,
+                  .reply_to   = m->reply_to,
+                  .request_id = m->request_id,
+                  .prefill    = (uint32_t)d.prefill,
+                  .decode     = (uint32_t)d.decode,
+                  .n_tokens   = n,
+                  .n_choices  = choices_of(m->n_choices),
+                  .tag        = req.tag};
     {
         req_key_t k = {m->reply_to, m->request_id, (uint32_t)(r - c->reqs)};
         /* absent (checked above) in a table fixed at max_requests: cannot fail */
@@ -505,9 +530,12 @@ static void filtered(moon_actor_t *self, conductor_t *c, moon_plugin_outcome_t *
     c->stats.n_rejected++;
     MOON_LOG_LIMITED(MOON_LOG_INFO, "conductor: request %llu refused by a filter (%u): %s",
                      (unsigned long long)m->request_id, o->http_status, o->message);
-    d = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(o->message) + 2);
-    if (d != NULL) {
-        d->request_id       = m->request_id;
+    for (uint32_t i = 0; i < choices_of(m->n_choices); i++) {
+        d = moon_msg_new(MOON_MSG_SERVE_DONE, strlen(o->message) + 2);
+        if (d == NULL) {
+            break;
+        }
+        d->request_id       = m->request_id + i;
         d->finish           = MOON_FINISH_REJECTED;
         d->status           = MOON_ERR_PEER_REJECTED;
         d->n_prompt         = o->n;
@@ -557,23 +585,41 @@ static void forward_cancel(moon_actor_t *self, moon_addr_t to, const moon_serve_
     }
 }
 
+/* The request whose choice id is (choice i: request_id + i), NULL if none. */
+static creq_t *find_choice(conductor_t *c, moon_addr_t reply_to, uint64_t id)
+{
+    for (uint32_t i = 0; i < MOON_SERVE_MAX_CHOICES && i <= id; i++) {
+        creq_t *r = find_req(c, reply_to, id - i);
+        if (r != NULL) {
+            return r->n_choices > i ? r : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* CANCEL of one choice goes to the decode instance (which ends it alone,
+ * the others go on); once every choice is cancelled, to the prefill too. */
 static moon_status_t conductor_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     conductor_t               *c = moon_actor_state(self);
     const moon_serve_cancel_t *m = (const void *)msg;
-    creq_t                    *r = find_req(c, m->reply_to, m->request_id);
+    creq_t                    *r = find_choice(c, m->reply_to, m->request_id);
     uint32_t                   n = 0;
 
     if (r == NULL &&
         moon_plugin_gate_cancel(c->plugins, self, m->reply_to, m->request_id, &n) == MOON_OK) {
-        answer(self, m->reply_to, m->request_id, MOON_FINISH_CANCELLED, MOON_ERR_CANCELED, n,
+        answer(self, m->reply_to, m->request_id, 1, MOON_FINISH_CANCELLED, MOON_ERR_CANCELED, n,
                "cancelled while request filters decided");
         return MOON_OK;
     }
     if (r == NULL) {
         return MOON_OK; /* already over (its DONE is on its way) or never placed */
     }
-    forward_cancel(self, c->inst[r->prefill].addr, m);
+    r->cancelled |= 1u << (m->request_id - r->request_id);
+    if (r->cancelled == (1u << r->n_choices) - 1) {
+        moon_serve_cancel_t all = {.reply_to = m->reply_to, .request_id = r->request_id};
+        forward_cancel(self, c->inst[r->prefill].addr, &all);
+    }
     forward_cancel(self, c->inst[r->decode].addr, m);
     return MOON_OK;
 }
@@ -841,6 +887,7 @@ static void tell_lost(moon_actor_t *self, conductor_t *c, const creq_t *r, uint3
     m->reply_to   = r->reply_to;
     m->request_id = r->request_id;
     m->lost       = lost;
+    m->n_choices  = r->n_choices;
     moon_tell(self, c->inst[to].addr, &m->hdr);
 }
 
@@ -877,8 +924,10 @@ static moon_status_t conductor_on_down(moon_actor_t *self, const moon_msg_hdr_t 
                 continue;
             }
             if (r->decode == i) {
-                answer(self, r->reply_to, r->request_id, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST,
-                       r->n_tokens, "the decode instance serving the request was lost");
+                /* every choice: the conductor does not know which ended */
+                answer(self, r->reply_to, r->request_id, r->n_choices, MOON_FINISH_ERROR,
+                       MOON_ERR_PEER_LOST, r->n_tokens,
+                       "the decode instance serving the request was lost");
                 if (r->prefill != i) {
                     tell_lost(self, c, r, r->prefill, m->actor);
                 }

@@ -85,6 +85,11 @@ static uint32_t blocks_for(const decode_t *d, uint64_t n_tokens)
     return (uint32_t)((n + d->a.block_tokens - 1) / d->a.block_tokens);
 }
 
+uint32_t moon_dec_choice_blocks(const decode_t *d, uint32_t n_prompt, uint32_t max_tokens)
+{
+    return blocks_for(d, (uint64_t)n_prompt % d->a.block_tokens + max_tokens);
+}
+
 void moon_dec_report_load(moon_actor_t *self, decode_t *d)
 {
     uint32_t running = 0, queued = d->n_waiting, queued_tokens = 0;
@@ -102,7 +107,7 @@ void moon_dec_report_load(moon_actor_t *self, decode_t *d)
                            moon_kv_n_free_blocks(d->pool.kv) + cache_idle(d), counters);
 }
 
-static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finish,
+static void send_done(moon_actor_t *self, decode_t *d, const dreq_t *r, uint32_t finish,
                       moon_status_t status, const char *text, const char *why)
 {
     size_t             tl = text ? strlen(text) : 0, wl = why ? strlen(why) : 0;
@@ -131,6 +136,16 @@ static void send_done(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t finis
     moon_msg_set_str(m, &m->text, text ? text : "");
     moon_msg_set_str(m, &m->message, why ? why : "");
     moon_tell(self, r->reply_to, &m->hdr);
+}
+
+void moon_dec_done_choice(moon_actor_t *self, decode_t *d, const dreq_t *r, uint64_t id,
+                          uint32_t finish, moon_status_t status, const char *why)
+{
+    dreq_t tmp = *r;
+
+    tmp.request_id = id;
+    tmp.n_gen      = 0;
+    send_done(self, d, &tmp, finish, status, "", why);
 }
 
 static void send_kv_done(moon_actor_t *self, dreq_t *r, moon_status_t status)
@@ -206,10 +221,19 @@ void moon_dec_finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, m
                   moon_status_str(status));
     }
     send_done(self, d, r, why, status, tail, message);
-    rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
+    if (r->n_choices > 1 && !r->forked) {
+        /* ended before its choices forked: they end alike (resumable too) */
+        for (uint32_t i = 1; i < r->n_choices; i++) {
+            moon_dec_done_choice(self, d, r, r->group_id + i, why, status, message);
+        }
+        d->reserved -= r->n_choices - 1;
+        r->n_choices = 1;
+    }
+    /* the conductor's entry is the whole request's: its last choice ends it */
+    rel = moon_dec_group_alive(d, r) ? NULL : moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
     if (rel != NULL) {
         rel->reply_to     = r->reply_to;
-        rel->request_id   = r->request_id;
+        rel->request_id   = r->group_id;
         rel->finish       = why;
         rel->n_completion = r->n_gen;
         moon_tell(self, d->a.conductor, &rel->hdr);
@@ -232,7 +256,8 @@ int moon_dec_is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 }
 
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
-static void emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok, const moon_serve_lp_t *lp)
+void moon_dec_emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok,
+                   const moon_serve_lp_t *lp)
 {
     const char   *text = "";
     size_t        n    = 0;
@@ -285,14 +310,14 @@ void moon_dec_sample_emit(moon_actor_t *self, decode_t *d, dreq_t *r, float *row
         return;
     }
     if (r->logprobs == 0) {
-        emit(self, d, r, moon_sampler_sample(&r->smp, row), NULL);
+        moon_dec_emit(self, d, r, moon_sampler_sample(&r->smp, row), NULL);
         return;
     }
     memcpy(d->lp_row, row, (size_t)d->vocab * sizeof(float));
     tok  = moon_sampler_sample(&r->smp, row);
     lp.k = MOON_MIN(r->logprobs - 1, MOON_LOGPROBS_MAX);
     moon_logprobs(d->lp_row, d->vocab, tok, lp.k, &lp.lp, lp.ids, lp.lps);
-    emit(self, d, r, tok, &lp);
+    moon_dec_emit(self, d, r, tok, &lp);
 }
 
 /* Computes the masks the next step's constrained requests will need while
@@ -333,6 +358,9 @@ static void progress_pull(moon_actor_t *self, decode_t *d, dreq_t *r)
     r->transfer_ns = moon_now(moon_actor_runtime(self)) - r->xfer_start_ns;
     if (r->state == DREQ_PULLING) {
         moon_dec_enter(r, DREQ_RUNNING);
+        if (r->n_choices > 1 && !r->forked) {
+            moon_dec_fork(self, d, r); /* the other choices, and every first token */
+        }
         moon_dec_maybe_step(self, d);
         moon_dec_report_load(self, d);
     }
@@ -457,9 +485,22 @@ static int budget_allows(moon_actor_t *self, decode_t *d, uint32_t need, uint32_
 moon_status_t moon_dec_open(moon_actor_t *self, decode_t *d, const moon_serve_kv_ready_t *m,
                             dreq_state_t first, dreq_t **r_p)
 {
-    uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens);
-    dreq_t  *r    = NULL;
+    uint32_t n_ch = m->n_choices > 1 ? m->n_choices : 1;
+    /* the other choices: the partial block's copy and their own tokens */
+    uint32_t need = blocks_for(d, (uint64_t)m->n_tokens + m->max_tokens) +
+                    (n_ch - 1) * moon_dec_choice_blocks(d, m->n_tokens, m->max_tokens);
+    uint32_t n_free = 0;
+    dreq_t  *r      = NULL;
 
+    if (n_ch > 1 && (need > d->a.n_blocks || n_ch > d->a.max_seqs)) {
+        return MOON_ERR_UNSUPPORTED; /* would wait for ever */
+    }
+    for (uint32_t i = 0; i < d->a.max_seqs; i++) {
+        n_free += d->reqs[i].state == DREQ_FREE;
+    }
+    if (n_free < d->reserved + n_ch) {
+        return MOON_ERR_NO_RESOURCE; /* the slots left are promised to forks */
+    }
     if (!budget_allows(self, d, need, m->slo_class)) {
         return MOON_ERR_NO_RESOURCE;
     }
@@ -492,8 +533,11 @@ moon_status_t moon_dec_open(moon_actor_t *self, decode_t *d, const moon_serve_kv
         r->local[i] = MOON_KV_NO_BLOCK;
     }
     moon_dec_enter(r, first);
-    r->reply_to         = m->reply_to;
-    r->request_id       = m->request_id;
+    r->reply_to   = m->reply_to;
+    r->request_id = m->request_id;
+    r->group_id   = m->request_id;
+    r->n_choices  = n_ch;
+    d->reserved += n_ch - 1;
     r->prefill          = m->prefill;
     r->prefill_instance = (int32_t)m->prefill_instance;
     r->max_tokens       = m->max_tokens;
@@ -574,18 +618,11 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
         return;
     }
     (void)rem;
-    if (r->logprobs > 0) {
-        const uint32_t *top = MOON_SPAN_PTR(m, m->first_top);
-        moon_serve_lp_t lp  = {.lp = m->first_logprob,
-                               .k  = MOON_MIN(m->first_top.n / 2, MOON_LOGPROBS_MAX)};
-        for (uint32_t i = 0; i < lp.k; i++) {
-            lp.ids[i] = (int32_t)top[2 * i];
-            memcpy(&lp.lps[i], &top[2 * i + 1], 4);
-        }
-        emit(self, d, r, (int32_t)m->token, &lp);
-        return;
+    if (r->n_choices > 1) {
+        return; /* its first token leaves with the others' once the KV is in (fork) */
     }
-    emit(self, d, r, (int32_t)m->token, NULL);
+    moon_dec_emit_first(self, d, r, m->token, m->first_logprob, MOON_SPAN_PTR(m, m->first_top),
+                        m->first_top.n / 2);
 }
 
 /* The partial last block is pulled into the sequence's own last block, which
@@ -666,8 +703,9 @@ static void on_kv_ready_taken(moon_actor_t *self, decode_t *d, dreq_t *r,
 /* A request that is not taken here ends: DONE error to its client, RELEASED
  * to the conductor (its entry ends), KV_DONE to its prefill instance (if
  * any: it frees the sequence), so nobody waits for it. */
-static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to, uint64_t id,
-                           moon_addr_t prefill, moon_status_t status, const char *why)
+void moon_dec_answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to, uint64_t id,
+                             uint32_t n_choices, moon_addr_t prefill, moon_status_t status,
+                             const char *why)
 {
     moon_serve_released_t *rel;
     dreq_t                 tmp;
@@ -679,6 +717,9 @@ static void answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to
     tmp.prefill_instance = -1;
     tmp.state            = DREQ_ENDED; /* nothing of it runs here */
     send_done(self, d, &tmp, MOON_FINISH_ERROR, status, "", why);
+    for (uint32_t i = 1; i < n_choices; i++) {
+        moon_dec_done_choice(self, d, &tmp, id + i, MOON_FINISH_ERROR, status, why);
+    }
     send_kv_done(self, &tmp, status);
     rel = moon_msg_new(MOON_MSG_SERVE_RELEASED, 0);
     if (rel != NULL) {
@@ -715,17 +756,20 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
     if (m->n_tokens == 0 || m->n_tokens >= d->seq_len || m->max_tokens == 0) {
         MOON_WARN("decode %u: handover of request %llu with %u tokens refused", d->a.instance,
                   (unsigned long long)m->request_id, m->n_tokens);
-        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, MOON_ERR_INVALID_PARAM,
-                       "decode: handover refused (bad length)");
+        moon_dec_answer_untaken(self, d, m->reply_to, m->request_id, m->n_choices, m->prefill,
+                                MOON_ERR_INVALID_PARAM, "decode: handover refused (bad length)");
         return 1;
     }
     status = moon_dec_open(self, d, m, DREQ_PULLING, &r);
     if (status == MOON_ERR_NO_RESOURCE) {
         return 0;
     }
-    if (status != MOON_OK) { /* out of memory (logged by the allocator) */
-        answer_untaken(self, d, m->reply_to, m->request_id, m->prefill, status,
-                       "decode: out of memory taking the request");
+    if (status != MOON_OK) { /* out of memory (logged by the allocator), or too many choices */
+        moon_dec_answer_untaken(
+            self, d, m->reply_to, m->request_id, m->n_choices, m->prefill, status,
+            status == MOON_ERR_UNSUPPORTED
+                ? "decode: the pool cannot hold this many choices of the request"
+                : "decode: out of memory taking the request");
         return 1;
     }
     if (moon_weights_set_engine(&d->weights, r->version) == NULL) {
@@ -734,8 +778,11 @@ static int handle_kv_ready(moon_actor_t *self, decode_t *d, const moon_serve_kv_
         return 1;
     }
     if (moon_dec_take_cancel(d, m->reply_to, m->request_id)) {
-        moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
-        return 1;
+        if (r->n_choices == 1) {
+            moon_dec_finish(self, d, r, MOON_FINISH_CANCELLED, MOON_OK, NULL);
+            return 1;
+        }
+        r->leader_cancelled = 1; /* choice 0 alone: the others go on */
     }
     on_kv_ready_taken(self, d, r, m);
     return 1;
@@ -1018,6 +1065,10 @@ static moon_status_t decode_on_cancel(moon_actor_t *self, const moon_msg_hdr_t *
     const moon_serve_cancel_t *m = (const void *)msg;
     dreq_t                    *r = find_req(d, m->reply_to, m->request_id);
 
+    if (r != NULL && r->n_choices > 1 && !r->forked) {
+        r->leader_cancelled = 1; /* the others go on: it ends when they fork */
+        return MOON_OK;
+    }
     if (r != NULL) {
         r->cancel_pending = 1;
         if (!r->in_step) {
@@ -1053,6 +1104,13 @@ static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *ms
         d->lost[d->n_lost++ % DEC_LOST_RING] = m->lost;
     }
     r = find_req(d, m->reply_to, m->request_id);
+    if (r == NULL) {
+        /* its leader ended, forked choices run on (all of their KV is in) */
+        dreq_t tmp = {.reply_to = m->reply_to, .group_id = m->request_id};
+        if (moon_dec_group_alive(d, &tmp)) {
+            return MOON_OK;
+        }
+    }
     if (r != NULL) {
         if (r->state == DREQ_PULLING && r->prefill == m->lost) {
             moon_dec_finish(self, d, r, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, why);
@@ -1071,7 +1129,8 @@ static moon_status_t decode_on_lost(moon_actor_t *self, const moon_msg_hdr_t *ms
         }
     }
     /* not taken here: answer for it (nothing of it runs here) */
-    answer_untaken(self, d, m->reply_to, m->request_id, MOON_ADDR_NONE, MOON_ERR_PEER_LOST, why);
+    moon_dec_answer_untaken(self, d, m->reply_to, m->request_id, m->n_choices, MOON_ADDR_NONE,
+                            MOON_ERR_PEER_LOST, why);
     moon_dec_report_load(self, d);
     return MOON_OK;
 }

@@ -82,6 +82,13 @@ typedef struct {
     int                  ended;   /* multi-step: the engine thread saw it end ... */
     uint32_t             end_why; /* ... with this finish */
     moon_serve_grammar_t gram;    /* constrained decoding (gram.fsm NULL: none) */
+    /* choices (SUBMIT n_choices, decode_fork.c): choice i is request_id =
+     * group_id + i; choice 0 (the leader) pulls the KV, n_choices > 1 on it
+     * until it forked the others (forked), 1 on every forked choice */
+    uint64_t group_id;
+    uint32_t n_choices;
+    int      forked;
+    int      leader_cancelled; /* choice 0 alone cancelled before the fork: it ends there */
 } dreq_t;
 
 /* Tokens waiting for the end of a step (decode_tokens.c). */
@@ -108,6 +115,7 @@ typedef struct {
     uint32_t                   vocab, seq_len;
     dreq_t                    *reqs;      /* (max_seqs) */
     uint32_t                   committed; /* blocks promised to taken requests */
+    uint32_t                   reserved;  /* slots promised to choices not forked yet */
     /* KV_READY messages of requests not yet taken, in arrival order */
     moon_msg_hdr_t **waiting;
     uint32_t         n_waiting;
@@ -203,6 +211,41 @@ int moon_dec_after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_
 void moon_dec_report_load(moon_actor_t *self, decode_t *d);
 /* Grammar masks of the running constrained requests, while a pass runs. */
 void moon_dec_prefetch_masks(decode_t *d);
+/* Streams r's sampled token tok (lp: its logprobs or NULL); r then goes on
+ * or ends (a stop, its length). */
+void moon_dec_emit(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok,
+                   const moon_serve_lp_t *lp);
+/* DONE of r's choice id (r's figures, no completion tokens) to r's client. */
+void moon_dec_done_choice(moon_actor_t *self, decode_t *d, const dreq_t *r, uint64_t id,
+                          uint32_t finish, moon_status_t status, const char *why);
+/* The blocks one forked choice needs: its copy of the prompt's partial
+ * block and room for max_tokens. */
+uint32_t moon_dec_choice_blocks(const decode_t *d, uint32_t n_prompt, uint32_t max_tokens);
+
+/* ---- decode_fork.c: the choices of one prompt (SUBMIT n_choices) */
+
+/* Streams the first token tok a prefill sampled for r (its logprob lp and
+ * k (id, float bits) pairs top when r asked for logprobs). */
+void moon_dec_emit_first(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t tok, float lp,
+                         const uint32_t *top, uint32_t k);
+/* The leader r (choice 0, RUNNING, all of the prompt's KV in) forks its
+ * other choices: one sequence each sharing the prompt's full blocks (its
+ * partial block copied), sampled with its own state, the first tokens the
+ * final KV_READY brought streamed, r's first. A choice that cannot fork, or
+ * was cancelled before, ends alone (DONE) and the others go on. */
+void moon_dec_fork(moon_actor_t *self, decode_t *d, dreq_t *r);
+/* Colocated: the leader r, its prompt computed here (row: its last logits,
+ * changed), forks its other choices (seeds moon_serve_choice_seed) and
+ * every choice samples its first token from row, r's last. */
+void moon_dec_fork_sample(moon_actor_t *self, decode_t *d, dreq_t *r, float *row);
+/* Ends a request not taken here: DONE (error status, why) to each of its
+ * n_choices, KV_DONE to its prefill (if any), RELEASED to the conductor. */
+void moon_dec_answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_to, uint64_t id,
+                             uint32_t n_choices, moon_addr_t prefill, moon_status_t status,
+                             const char *why);
+/* 1 when another choice of r's request still runs here (so RELEASED,
+ * which ends the conductor's entry, waits for the last). */
+int moon_dec_group_alive(const decode_t *d, const dreq_t *r);
 
 /* ---- decode_tokens.c: the tokens to the clients */
 

@@ -67,14 +67,17 @@ typedef struct {
     moon_block_cache_t        *cache;  /* the prompts' full blocks, kept for reuse */
     moon_cache_events_t        events; /* its changes, told to the conductor */
     uint32_t                   vocab, seq_len;
-    preq_t                    *reqs;                 /* (max_seqs) */
-    uint32_t                  *queue[PRE_N_CLASSES]; /* slots waiting, per class, FIFO */
-    uint32_t                   n_queued[PRE_N_CLASSES];
-    int32_t                    cur;     /* slot computing, -1: none */
-    int                        stalled; /* cur waits for pool blocks */
-    float                     *logits;
-    float   *rows_logits, *rows_hidden; /* prefill_rows.h's requests: every row (lazily made) */
-    uint32_t dim;
+    preq_t                    *reqs; /* (max_seqs) */
+    /* the final KV_READY's other choices (KV_READY choices), while it is built */
+    uint32_t *ch_buf;
+    uint32_t  ch_n;
+    uint32_t *queue[PRE_N_CLASSES]; /* slots waiting, per class, FIFO */
+    uint32_t  n_queued[PRE_N_CLASSES];
+    int32_t   cur;     /* slot computing, -1: none */
+    int       stalled; /* cur waits for pool blocks */
+    float    *logits;
+    float    *rows_logits, *rows_hidden; /* prefill_rows.h's requests: every row (lazily made) */
+    uint32_t  dim;
     moon_serve_grammars_t *grammars; /* constrained first tokens; NULL until one comes */
     /* the chunk in flight */
     moon_engine_t *job_engine; /* of the request's weight version */
@@ -207,7 +210,8 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
 
     if (final) {
         tail += (size_t)q->stop_ids.n * 4 + q->stop_strs.n + (size_t)q->tokens.n * 4 +
-                (size_t)q->logit_bias.n * 4 + 8 * MOON_LOGPROBS_MAX + 8 + q->grammar.n;
+                (size_t)q->logit_bias.n * 4 + 8 * MOON_LOGPROBS_MAX + 8 + q->grammar.n +
+                (size_t)p->ch_n * 4 + 8;
     }
     m = moon_msg_new(MOON_MSG_SERVE_KV_READY, tail);
     if (m == NULL) {
@@ -255,6 +259,13 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
         if (st == MOON_OK && lp != NULL) {
             m->first_logprob = lp->lp;
             st               = moon_serve_lp_put(m, &m->first_top, lp);
+        }
+        if (st == MOON_OK && p->ch_n > 0) {
+            uint32_t *c = moon_msg_span_alloc(m, &m->choices, p->ch_n, 4, 0);
+            st          = c != NULL ? MOON_OK : MOON_ERR_NO_RESOURCE;
+            if (c != NULL) {
+                memcpy(c, p->ch_buf, (size_t)p->ch_n * 4);
+            }
         }
     }
     if (st == MOON_OK) {
@@ -603,16 +614,100 @@ static int rows_taken(moon_actor_t *self, prefill_t *p, preq_t *r)
     return 1;
 }
 
+/* Choice i's first token from base (the prompt's last logits, masked),
+ * sampled in row: *tok_p, its sampler's state after it and its logprobs
+ * (when asked). */
+static moon_status_t sample_choice(prefill_t *p, preq_t *r, uint32_t i, const float *base,
+                                   float *row, int32_t *tok_p, uint64_t *rng_p, moon_serve_lp_t *lp)
+{
+    moon_serve_sampling_t sp = MOON_SERVE_SAMPLING_OF(r->msg);
+    moon_sampler_t        smp;
+    moon_status_t         status;
+
+    sp.seed = moon_serve_choice_seed(sp.seed, i);
+    status  = moon_serve_sampler_open(&smp, p->vocab, moon_model_tokenizer(p->a.model), &sp,
+                                      MOON_SPAN_PTR(r->msg, r->msg->tokens), r->msg->tokens.n,
+                                      r->msg->n_resumed);
+    if (status != MOON_OK) {
+        return status;
+    }
+    if (row != base) {
+        memcpy(row, base, (size_t)p->vocab * sizeof(float)); /* sampling changes it */
+    }
+    *tok_p = moon_sampler_sample(&smp, row);
+    *rng_p = smp.rng;
+    moon_sampler_fini(&smp);
+    if (r->msg->logprobs > 0) {
+        lp->k = MOON_MIN(r->msg->logprobs - 1, MOON_LOGPROBS_MAX);
+        moon_logprobs(base, p->vocab, *tok_p, lp->k, &lp->lp, lp->ids, lp->lps);
+    }
+    return MOON_OK;
+}
+
+/* Every choice's first token from p->logits (masked; changed): choice 0's
+ * into *tok_p, *rng_p and *lp, the others' packed into p->ch_buf (KV_READY
+ * choices). */
+static moon_status_t sample_first(prefill_t *p, preq_t *r, int32_t *tok_p, uint64_t *rng_p,
+                                  moon_serve_lp_t *lp)
+{
+    uint32_t      n = MOON_MAX(r->msg->n_choices, 1u);
+    uint32_t      k = r->msg->logprobs > 0 ? MOON_MIN(r->msg->logprobs - 1, MOON_LOGPROBS_MAX) : 0;
+    uint32_t      w = MOON_SERVE_CHOICE_U32S(k);
+    int           copy = n > 1 || r->msg->logprobs > 0; /* logprobs: of the unsampled row */
+    float        *base = copy ? moon_malloc((size_t)p->vocab * sizeof(float)) : p->logits;
+    moon_status_t status;
+
+    p->ch_n   = 0;
+    p->ch_buf = n > 1 ? moon_malloc((size_t)(n - 1) * w * 4) : NULL;
+    if (base == NULL || (n > 1 && p->ch_buf == NULL)) {
+        if (copy) {
+            moon_free(base);
+        }
+        moon_free(p->ch_buf);
+        p->ch_buf = NULL;
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (copy) {
+        memcpy(base, p->logits, (size_t)p->vocab * sizeof(float));
+    }
+    status = sample_choice(p, r, 0, base, p->logits, tok_p, rng_p, lp);
+    for (uint32_t i = 1; i < n && status == MOON_OK; i++) {
+        uint32_t       *e = p->ch_buf + (size_t)(i - 1) * w;
+        moon_serve_lp_t l = {0};
+        int32_t         tok;
+        uint64_t        rng;
+
+        status = sample_choice(p, r, i, base, p->logits, &tok, &rng, &l);
+        e[0]   = (uint32_t)tok;
+        e[1]   = (uint32_t)rng;
+        e[2]   = (uint32_t)(rng >> 32);
+        memcpy(&e[3], &l.lp, 4);
+        for (uint32_t j = 0; j < k; j++) {
+            e[4 + 2 * j] = (uint32_t)(j < l.k ? l.ids[j] : 0);
+            memcpy(&e[5 + 2 * j], j < l.k ? &l.lps[j] : &l.lp, 4);
+        }
+        p->ch_n += w;
+    }
+    if (copy) {
+        moon_free(base);
+    }
+    if (status != MOON_OK) {
+        moon_free(p->ch_buf);
+        p->ch_buf = NULL;
+        p->ch_n   = 0;
+    }
+    return status;
+}
+
 static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_status_t status,
                           double dur)
 {
-    uint32_t              full;
-    moon_sampler_t        smp;
-    moon_serve_sampling_t sp;
-    moon_serve_lp_t       lp = {0};
-    int32_t               tok;
-    moon_serve_grammar_t  gram;
-    char                  err[MOON_GRAMMAR_ERR_MAX + 32];
+    uint32_t             full;
+    uint64_t             rng = 0;
+    moon_serve_lp_t      lp  = {0};
+    int32_t              tok = 0;
+    moon_serve_grammar_t gram;
+    char                 err[MOON_GRAMMAR_ERR_MAX + 32];
 
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "prefill failed");
@@ -640,14 +735,6 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, MOON_ERR_CANCELED, "cancelled");
         return;
     }
-    sp     = MOON_SERVE_SAMPLING_OF(r->msg);
-    status = moon_serve_sampler_open(&smp, p->vocab, moon_model_tokenizer(p->a.model), &sp,
-                                     MOON_SPAN_PTR(r->msg, r->msg->tokens), r->msg->tokens.n,
-                                     r->msg->n_resumed);
-    if (status != MOON_OK) {
-        abort_req(self, p, r, status, "bad sampling parameters");
-        return;
-    }
     err[0] = '\0';
     /* a constrained request's first token: masked by its grammar, from the
      * state after the tokens a resumed request already produced */
@@ -660,29 +747,19 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
     }
     moon_serve_grammar_end(p->grammars, &gram);
     if (status != MOON_OK) {
-        moon_sampler_fini(&smp);
         abort_req(self, p, r, status, err[0] ? err : "grammar failed");
         return;
     }
-    if (r->msg->logprobs > 0) {
-        /* of the raw logits: sampling changes them in place */
-        float *raw = moon_malloc((size_t)p->vocab * sizeof(float));
-        if (raw == NULL) {
-            moon_sampler_fini(&smp);
-            abort_req(self, p, r, MOON_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        memcpy(raw, p->logits, (size_t)p->vocab * sizeof(float));
-        tok  = moon_sampler_sample(&smp, p->logits);
-        lp.k = MOON_MIN(r->msg->logprobs - 1, MOON_LOGPROBS_MAX);
-        moon_logprobs(raw, p->vocab, tok, lp.k, &lp.lp, lp.ids, lp.lps);
-        moon_free(raw);
-    } else {
-        tok = moon_sampler_sample(&smp, p->logits);
+    status = sample_first(p, r, &tok, &rng, &lp);
+    if (status != MOON_OK) {
+        abort_req(self, p, r, status, "bad sampling parameters");
+        return;
     }
     status = send_ready(self, p, r, r->n_sent, moon_kv_seq_n_blocks(p->pool.kv, r->seq) - r->n_sent,
-                        1, MOON_OK, tok, smp.rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
-    moon_sampler_fini(&smp);
+                        1, MOON_OK, tok, rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
+    moon_free(p->ch_buf);
+    p->ch_buf = NULL;
+    p->ch_n   = 0;
     if (status != MOON_OK) {
         abort_req(self, p, r, status, "handover to the decode instance failed");
         return;

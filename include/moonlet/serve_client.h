@@ -51,6 +51,9 @@ typedef struct {
     const char    *session; /* its session field, for filters and policies (NULL: none) */
     const char    *grammar; /* constrained decoding spec (serve_msgs.h), NULL: none */
     uint32_t       grammar_len;
+    /* choices of the prompt (0, 1: one), ids request_id .. + n_choices - 1
+     * (serve_msgs.h): keep them free; each gets its own TOKENs and DONE */
+    uint32_t n_choices;
 } moon_serve_params_t;
 
 /* Defaults: max_tokens 16, greedy, top_p 1, flags ADD_BOS. */
@@ -142,7 +145,8 @@ MOON_API moon_status_t moon_serve_client_create(moon_runtime_t                  
                                                 moon_serve_client_t             **client_p);
 /* Stops the client actor (requests still running are cancelled) and frees. */
 MOON_API void moon_serve_client_destroy(moon_serve_client_t *client);
-/* Submits; *request_id_p gets the id its events carry. Any thread. */
+/* Submits; *request_id_p gets the id its events carry (choice i's: + i).
+ * Any thread. */
 MOON_API moon_status_t moon_serve_client_submit(moon_serve_client_t       *client,
                                                 const moon_serve_params_t *params,
                                                 uint64_t                  *request_id_p);

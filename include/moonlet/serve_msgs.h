@@ -39,6 +39,13 @@ typedef enum {
 /* "stop", "length", "cancelled", "rejected", "error"; "?" for others. */
 MOON_API const char *moon_finish_str(uint32_t finish);
 
+/* n_choices' bound (the sampling fields' comment). */
+#define MOON_SERVE_MAX_CHOICES 16u
+/* Choice i's sampler seed: seed for choice 0, else seed mixed with i
+ * (distinct per choice, the same for the same request: a seeded request
+ * with n > 1 repeats). The gateway and the instances sample with it. */
+MOON_API uint64_t moon_serve_choice_seed(uint64_t seed, uint32_t i);
+
 /* 1 when a DONE of (finish, status) says an instance serving the request was
  * lost and the request may be submitted again with resume (see SUBMIT). */
 #define MOON_SERVE_RESUMABLE(_finish, _status)                                                     \
@@ -68,7 +75,12 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * each TOKEN carries its log-probability and the k most likely (k <= 20).
  * grammar: empty, or a constrained-decoding spec (moon_grammar_from_spec:
  * "json_schema\n{...}", "gbnf\n...", ...), compiled and cached by the
- * instances that sample. */
+ * instances that sample. n_choices (0 or 1: one; at most MOON_SERVE_MAX_CHOICES):
+ * choices of the one prompt (OpenAI n / best_of), choice i named request_id + i
+ * (the client keeps those ids free) and sampled with moon_serve_choice_seed(seed,
+ * i): one prefill, one handover, and the decode instance forks the prompt's KV
+ * (full blocks shared, the partial block copied) into one sequence per choice,
+ * each streaming TOKEN and DONE under its own id. */
 #define MOON_SERVE_SAMPLING_FIELDS(F, T)                                                           \
     F(T, u32, max_tokens)                                                                          \
     F(T, f32, temperature)                                                                         \
@@ -81,8 +93,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, f32, repetition_penalty)                                                                  \
     F(T, f32, min_p)                                                                               \
     F(T, u32, min_tokens)                                                                          \
-    F(T, u32, logprobs) F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs) \
-        F(T, bytes, grammar)
+    F(T, u32, logprobs)                                                                            \
+    F(T, u32, n_choices)                                                                           \
+    F(T, u32s, logit_bias) F(T, u32s, stop_ids) F(T, bytes, stop_strs) F(T, bytes, grammar)
 /* What names a request everywhere. */
 #define MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, reply_to) F(T, u64, request_id)
 
@@ -135,8 +148,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 /* prefill -> client (MOON_SERVE_F_EMBED): the prompt's embedding, the mean
  * of its final normed hidden states, L2-normalised (vec: dim float bits),
  * then DONE follows. */
-#define MOON_SERVE_EMBEDDING_FIELDS(F, T)                                                          \
-    F(T, u64, request_id) F(T, u32, n_prompt) F(T, u32s, vec)
+#define MOON_SERVE_EMBEDDING_FIELDS(F, T) F(T, u64, request_id) F(T, u32, n_prompt) F(T, u32s, vec)
 /* -> client: the end. DONE with finish ERROR and a status that
  * MOON_SERVE_RESUMABLE accepts means an instance serving the request was
  * lost: nothing runs it any more, and the client may submit it again under a
@@ -159,8 +171,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u64, prefill_ns)                                                                          \
     F(T, u64, transfer_ns)                                                                         \
     F(T, u64, ttft_ns)                                                                             \
-    F(T, str, text) F(T, str, message) F(T, u64, weight_version) F(T, u32, http_status)            \
-        F(T, u32, retry_after_s)
+    F(T, str, text)                                                                                \
+    F(T, str, message) F(T, u64, weight_version) F(T, u32, http_status) F(T, u32, retry_after_s)
 
 /* weight_version (PREFILL, KV_READY, TOKEN, DONE): the weights the request runs on
  * from its first step to its last, stamped by the conductor (weights_msgs.h). */
@@ -188,8 +200,11 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * desc) hold prompt tokens [first_block * block_tokens, ...). final: the prompt is done; then
  * n_tokens = prompt length, token = the first sampled token, and the sampling fields and tokens are
  * set (the decode instance's sequence state; first_logprob and first_top: the
- * first token's, as TOKEN's, when logprobs are asked). desc: the prefill pool's region descriptor
- * (empty in one process: base then holds the pool's address). */
+ * first token's, as TOKEN's, when logprobs are asked). n_choices > 1: token,
+ * seed (its sampler's state) and first_* are choice 0's; choices holds the
+ * others' in order, MOON_SERVE_CHOICE_U32S(k) u32 each (k: first_top's pairs):
+ * token, sampler state lo, hi, logprob's float bits, then k (id, float bits). desc: the prefill
+ * pool's region descriptor (empty in one process: base then holds the pool's address). */
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
@@ -210,7 +225,9 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32s, blocks)                                                                             \
     F(T, bytes, desc)                                                                              \
     F(T, u32s, tokens)                                                                             \
-    F(T, str, message) F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top)
+    F(T, str, message)                                                                             \
+    F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top) F(T, u32s, choices)
+#define MOON_SERVE_CHOICE_U32S(_k) (4u + 2u * (_k))
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)
@@ -249,8 +266,10 @@ MOON_API const char *moon_finish_str(uint32_t finish);
 /* conductor -> an instance of the request: the instance `lost` that served
  * it with this one is gone. A decode instance ends the request (DONE
  * resumable, RELEASED) unless all of its KV is in (then it goes on); a
- * prefill instance drops the request's sequence (nobody will pull it). */
-#define MOON_SERVE_LOST_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, lost)
+ * prefill instance drops the request's sequence (nobody will pull it).
+ * n_choices: the request's (SUBMIT's, at least 1). */
+#define MOON_SERVE_LOST_FIELDS(F, T)                                                               \
+    MOON_SERVE_REQ_FIELDS(F, T) F(T, addr, lost) F(T, u32, n_choices)
 /* `moonlet serve`'s rank 0 -> every rank's control actor: the deployment
  * stops (rank 0 drained its gateway, or gave up after drain_ms); another
  * rank -> rank 0's: that rank got a signal (the deployment drains and

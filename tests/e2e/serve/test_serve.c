@@ -312,8 +312,31 @@ static void test_bad_input(void)
     CU_ASSERT_EQUAL(r->done.finish, MOON_FINISH_ERROR);
     CU_ASSERT(strstr(r->done.message, "stop") != NULL);
 
-    /* and a good one still works */
+    /* choices: more than 16 refused by the client; with the prompt's
+     * logprobs (each choice's prefill would send them) by the conductor,
+     * every choice answered */
     p.n_stop_ids = 0;
+    p.n_choices  = MOON_SERVE_MAX_CHOICES + 1;
+    CU_ASSERT_EQUAL(moon_serve_client_submit(g_client, &p, NULL), MOON_ERR_INVALID_PARAM);
+    if (!g_cfg.colocated) {
+        result_t *two = calloc(2, sizeof(*two));
+        uint64_t  id;
+        p.n_choices = 2;
+        p.logprobs  = 1;
+        p.flags     = MOON_SERVE_F_PROMPT_LOGPROBS;
+        CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+        collect(two, id, 2);
+        for (int i = 0; i < 2; i++) {
+            CU_ASSERT_EQUAL(two[i].done.finish, MOON_FINISH_ERROR);
+            CU_ASSERT_EQUAL(two[i].done.status, MOON_ERR_INVALID_PARAM);
+        }
+        free(two);
+        p.logprobs = 0;
+        p.flags    = 0;
+    }
+    p.n_choices = 0;
+
+    /* and a good one still works */
     run_one(&p, r);
     CU_ASSERT_EQUAL(r->done.status, MOON_OK);
     CU_ASSERT_EQUAL(r->n, 4);
@@ -405,6 +428,132 @@ static void test_concurrent_with_cancels(void)
     CU_ASSERT(s.n_finished[MOON_FINISH_CANCELLED] > 0 || s.n_finished[MOON_FINISH_LENGTH] > 0);
     free(solo);
     free(res);
+}
+
+/* n choices of a prompt (SUBMIT n_choices) share one prefill: the prompt
+ * is computed once (a fan-out of n requests would compute the last,
+ * partial block n times even with the prefix cache), and choice i streams
+ * under id + i exactly the tokens the prompt alone gives with choice i's
+ * seed (greedy: all alike), so a seeded request with n > 1 repeats. */
+static void run_choices(int32_t *prompt, uint32_t n_prompt, float temperature, uint32_t n)
+{
+    moon_serve_params_t p;
+    moon_serve_stats_t  s0, s1;
+    result_t           *res = calloc(n, sizeof(*res)), *solo = calloc(1, sizeof(*solo));
+    uint64_t            id;
+
+    moon_serve_params_default(&p);
+    p.tokens      = prompt;
+    p.n_tokens    = n_prompt;
+    p.max_tokens  = 12;
+    p.flags       = MOON_SERVE_F_IGNORE_EOS;
+    p.temperature = temperature;
+    p.seed        = 1234;
+    p.n_choices   = n;
+    stats_settled(&s0);
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+    collect(res, id, n);
+    stats_settled(&s1);
+    if (s1.computed_tokens - s0.computed_tokens != n_prompt) {
+        fprintf(stderr, "n = %u: %llu prompt tokens computed, %llu from the store, %u expected\n",
+                n, (unsigned long long)(s1.computed_tokens - s0.computed_tokens),
+                (unsigned long long)(s1.store_hit_tokens - s0.store_hit_tokens), n_prompt);
+    }
+    CU_ASSERT_EQUAL(s1.computed_tokens - s0.computed_tokens, n_prompt); /* one prefill */
+    for (uint32_t i = 0; i < n; i++) {
+        CU_ASSERT_EQUAL(res[i].done.status, MOON_OK);
+        CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_LENGTH);
+        CU_ASSERT_EQUAL(res[i].done.n_prompt, n_prompt);
+        CU_ASSERT_FALSE(res[i].out_of_order);
+        CU_ASSERT_EQUAL(res[i].n, 12);
+        p.n_choices = 1;
+        p.seed      = moon_serve_choice_seed(1234, i);
+        run_one(&p, solo);
+        CU_ASSERT_EQUAL(solo->n, res[i].n);
+        CU_ASSERT_EQUAL(memcmp(solo->tokens, res[i].tokens, solo->n * sizeof(int32_t)), 0);
+    }
+    if (temperature > 0.0f && n > 2) {
+        /* the seeds differ: so (almost surely, at 0.9 on this model) do the texts */
+        CU_ASSERT_NOT_EQUAL(memcmp(res[1].tokens, res[2].tokens, 12 * sizeof(int32_t)), 0);
+    }
+    free(res);
+    free(solo);
+}
+
+static void test_choices(void)
+{
+    int32_t a[40], b[40];
+
+    make_prompt(a, 40, 5151); /* 2 full blocks and a partial one of 8; no other test's */
+    make_prompt(b, 40, 5252);
+    run_choices(a, 40, 0.9f, 4);
+    run_choices(b, 40, 0.0f, 3);
+}
+
+/* CANCEL of one choice ends that choice alone; the others run to their
+ * end. victim: the choice cancelled, at once (before the prompt is
+ * handed over, most likely) or at its first token. */
+static void run_choice_cancel(uint32_t victim, int at_once)
+{
+    enum { N = 3 };
+    int32_t             prompt[24];
+    moon_serve_params_t p;
+    result_t           *res = calloc(N, sizeof(*res));
+    uint64_t            id;
+    uint32_t            done      = 0;
+    int                 cancelled = 0;
+
+    make_prompt(prompt, 24, 777 + victim);
+    moon_serve_params_default(&p);
+    p.tokens      = prompt;
+    p.n_tokens    = 24;
+    p.max_tokens  = 300;
+    p.flags       = MOON_SERVE_F_IGNORE_EOS;
+    p.temperature = 0.8f;
+    p.seed        = 5;
+    p.n_choices   = N;
+    CU_ASSERT_EQUAL_FATAL(moon_serve_client_submit(g_client, &p, &id), MOON_OK);
+    if (at_once) {
+        CU_ASSERT_EQUAL(moon_serve_client_cancel(g_client, id + victim), MOON_OK);
+        cancelled = 1;
+    }
+    while (done < N) {
+        moon_serve_event_t ev;
+        if (moon_serve_client_next(g_client, WAIT_NS, &ev) != MOON_OK) {
+            CU_FAIL("no event within a minute");
+            break;
+        }
+        CU_ASSERT_FATAL(ev.request_id >= id && ev.request_id < id + N);
+        if (ev.kind == MOON_SERVE_EV_TOKEN) {
+            res[ev.request_id - id].n++;
+            if (ev.request_id == id + victim && !cancelled) {
+                CU_ASSERT_EQUAL(moon_serve_client_cancel(g_client, id + victim), MOON_OK);
+                cancelled = 1;
+            }
+        } else {
+            res[ev.request_id - id].done      = ev;
+            res[ev.request_id - id].done.msg_ = NULL;
+            done++;
+        }
+        moon_serve_event_fini(&ev);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        if (i == victim) {
+            CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_CANCELLED);
+            CU_ASSERT(res[i].n < 300);
+        } else {
+            CU_ASSERT_EQUAL(res[i].done.finish, MOON_FINISH_LENGTH);
+            CU_ASSERT_EQUAL(res[i].n, 300);
+        }
+    }
+    free(res);
+}
+
+static void test_choice_cancel(void)
+{
+    run_choice_cancel(1, 0);
+    run_choice_cancel(0, 1); /* choice 0's KV still serves the others */
+    run_choice_cancel(2, 1);
 }
 
 /* A batch (SLO class 2) that overfills the decode budget, then, once its
@@ -541,7 +690,8 @@ int main(int argc, char **argv)
                  ? MOON_TEST_RUN("serve_slo", NULL, NULL, test_early_rejection)
                  : MOON_TEST_RUN("serve", NULL, NULL, test_golden_greedy, test_stop_string,
                                  test_prefix_reuse, test_evicted_prefix_recomputes, test_bad_input,
-                                 test_concurrent_with_cancels, test_interactive_passes_batch);
+                                 test_concurrent_with_cancels, test_interactive_passes_batch,
+                                 test_choices, test_choice_cancel);
         moon_serve_client_destroy(g_client);
     }
     if (moon_dist_size(g_dist) > 1) {

@@ -8,7 +8,9 @@
  * prefill lost while the KV moves (and its late KV_READY dropped), a CANCEL
  * mid-stream and one before the request, a weight version the instance does
  * not hold, a handover of a bad length, and (colocated) a PREFILL computed
- * here, then again from the instance's prefix cache. Two cases run in the
+ * here, then again from the instance's prefix cache, the choices of one
+ * prompt forked (one pull, one release) and too many of them refused. Two
+ * cases run in the
  * threaded runtime with the engine on its thread, where a batch runs several
  * steps per engine job (decode_steps.c): a second request joining a running
  * one, and the CANCEL mid-stream. */
@@ -41,7 +43,11 @@ typedef enum {
     CASE_VERSION,
     CASE_BAD_LENGTH,
     CASE_COLOCATED,
-    CASE_JOIN /* threaded: request 1 comes while request 0 streams */
+    CASE_JOIN, /* threaded: request 1 comes while request 0 streams */
+    CASE_CHOICES,
+    CASE_TOO_MANY_CHOICES,
+    CASE_CHOICES_LOST,
+    CASE_CHOICE0_CANCEL
 } script_case_t;
 
 #define DEADLINE_STEP 99u /* the peer's timer that ends a threaded case which hangs */
@@ -59,6 +65,7 @@ static struct {
     moon_addr_t   decode;
     seen_t        seen[MAX_REQ];
     uint32_t      n_hello, n_other, n_cancel_sent;
+    uint32_t      n_choices; /* the KV_READYs' (SUBMIT n_choices) */
     /* threaded cases: they end when want_ends requests were released and
      * their KV_DONEs came (a KV_DONE may come first: once the KV is in) */
     int              threaded, sent_join;
@@ -73,8 +80,10 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
                           uint64_t version)
 {
     uint32_t               n_tok = final ? n_prompt : 0;
-    moon_serve_kv_ready_t *m = moon_msg_new(MOON_MSG_SERVE_KV_READY, (size_t)(n + n_tok) * 4 + 64);
-    uint32_t              *tok;
+    uint32_t               n_ch  = final && g.n_choices > 1 ? g.n_choices - 1 : 0;
+    moon_serve_kv_ready_t *m =
+        moon_msg_new(MOON_MSG_SERVE_KV_READY, (size_t)(n + n_tok + 4 * n_ch) * 4 + 64);
+    uint32_t *tok;
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     m->reply_to         = moon_actor_addr(self);
@@ -90,6 +99,16 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
     m->top_p            = 1.0f;
     m->flags            = MOON_SERVE_F_IGNORE_EOS;
     m->weight_version   = version;
+    m->n_choices        = g.n_choices;
+    if (n_ch > 0) { /* choice i: first token 5 + i, its sampler's state i */
+        uint32_t *c = moon_msg_span_alloc(m, &m->choices, 4 * n_ch, 4, 0);
+        for (uint32_t i = 0; i < n_ch; i++) {
+            c[4 * i]     = 6 + i;
+            c[4 * i + 1] = i + 1;
+            c[4 * i + 2] = 0;
+            c[4 * i + 3] = 0;
+        }
+    }
     if (n > 0) {
         memcpy(moon_msg_span_alloc(m, &m->blocks, n, 4, 0), blocks, (size_t)n * 4);
     }
@@ -206,6 +225,27 @@ static void script_step(moon_actor_t *self, uint64_t step)
         break;
     case CASE_BAD_LENGTH: /* stories260K's context is 512 tokens */
         send_kv_ready(self, 0, 0, b012, 3, 1, 512, 4, 0);
+        break;
+    case CASE_CHOICES: /* 3 choices of 40 tokens; choice 2 cancelled before them */
+        g.n_choices = 3;
+        send_req(self, MOON_MSG_SERVE_CANCEL, 2);
+        send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
+        send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
+        break;
+    case CASE_CHOICE0_CANCEL: /* 3 choices; choice 0 cancelled while block 0 moves */
+        g.n_choices = 3;
+        send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
+        send_req(self, MOON_MSG_SERVE_CANCEL, 0);
+        send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
+        break;
+    case CASE_CHOICES_LOST: /* 3 choices, the prefill lost while block 0 moves */
+        g.n_choices = 3;
+        send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
+        send_req(self, MOON_MSG_SERVE_LOST, 0);
+        break;
+    case CASE_TOO_MANY_CHOICES: /* 5 choices: more than the instance's 4 slots */
+        g.n_choices = 5;
+        send_kv_ready(self, 0, 0, b012, 3, 1, 40, 4, 0);
         break;
     case CASE_COLOCATED: /* its own prompt, then again from its prefix cache */
         send_prefill(self, step == 0 ? 0 : 1);
@@ -481,6 +521,71 @@ static void test_colocated(void)
     CU_ASSERT_EQUAL(g.seen[1].n_cached, 2 * BT);
 }
 
+/* n choices: the KV pulled once (one KV_DONE), one sequence forked per
+ * choice, each streaming under its own id (request id + i) and ending
+ * once; choice 2, cancelled before the fork, ends alone; one RELEASED,
+ * once the last choice ended. */
+static void test_choices(void)
+{
+    run_case(CASE_CHOICES);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 4, 1);
+    for (uint32_t i = 1; i < 3; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_done, 1);
+        CU_ASSERT_EQUAL(g.seen[i].n_released, 0);
+        CU_ASSERT_EQUAL(g.seen[i].n_kv_done, 0);
+    }
+    CU_ASSERT_EQUAL(g.seen[1].finish, MOON_FINISH_LENGTH);
+    CU_ASSERT_EQUAL(g.seen[1].n_tokens, 4);
+    CU_ASSERT_EQUAL(g.seen[2].finish, MOON_FINISH_CANCELLED);
+    CU_ASSERT_EQUAL(g.seen[2].n_tokens, 0);
+    CU_ASSERT_EQUAL(g.n_kv_done, 1);
+    CU_ASSERT_EQUAL(g.n_released, 1);
+}
+
+/* Choice 0 cancelled before the fork ends there alone: the others fork
+ * from its KV and run to their length. */
+static void test_choice0_cancel(void)
+{
+    run_case(CASE_CHOICE0_CANCEL);
+    CU_ASSERT_EQUAL(g.seen[0].n_done, 1);
+    CU_ASSERT_EQUAL(g.seen[0].finish, MOON_FINISH_CANCELLED);
+    CU_ASSERT_EQUAL(g.seen[0].n_tokens, 0);
+    for (uint32_t i = 1; i < 3; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_done, 1);
+        CU_ASSERT_EQUAL(g.seen[i].finish, MOON_FINISH_LENGTH);
+        CU_ASSERT_EQUAL(g.seen[i].n_tokens, 4);
+    }
+    CU_ASSERT_EQUAL(g.n_kv_done, 1);
+    CU_ASSERT_EQUAL(g.n_released, 1);
+}
+
+/* The prefill lost before the fork: every choice ends resumable (each is
+ * submitted again alone), the request released once. */
+static void test_choices_lost(void)
+{
+    run_case(CASE_CHOICES_LOST);
+    check_end(0, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, 0, 1);
+    for (uint32_t i = 1; i < 3; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_done, 1);
+        CU_ASSERT(MOON_SERVE_RESUMABLE(g.seen[i].finish, g.seen[i].status));
+    }
+    CU_ASSERT_EQUAL(g.n_released, 1);
+}
+
+/* More choices than the instance has slots: every choice ends with an
+ * error at once (waiting would be for ever), the request released once. */
+static void test_too_many_choices(void)
+{
+    run_case(CASE_TOO_MANY_CHOICES);
+    check_end(0, MOON_FINISH_ERROR, MOON_ERR_UNSUPPORTED, 0, 1);
+    for (uint32_t i = 1; i < MAX_REQ; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_done, 1);
+        CU_ASSERT_EQUAL(g.seen[i].finish, MOON_FINISH_ERROR);
+        CU_ASSERT_EQUAL(g.seen[i].n_released, 0);
+    }
+    CU_ASSERT_EQUAL(g.n_released, 1);
+}
+
 /* Threaded, several steps per engine job: request 1 joins request 0's batch
  * mid-stream (the job in flight hands the batch back); every token leaves,
  * in order, before its DONE, and far fewer completions than steps come. */
@@ -531,4 +636,5 @@ static int teardown(void)
 
 MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_token_ends,
                test_pull_fails, test_prefill_lost, test_cancel, test_version_gate, test_bad_length,
-               test_colocated, test_join_multistep, test_cancel_threaded)
+               test_colocated, test_choices, test_choice0_cancel, test_choices_lost,
+               test_too_many_choices, test_join_multistep, test_cancel_threaded)

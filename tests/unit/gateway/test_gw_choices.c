@@ -11,11 +11,11 @@
 
 static void test_seeds(void)
 {
-    CU_ASSERT_EQUAL(moon_gw_choice_seed(42, 0), 42); /* n = 1 as before */
-    CU_ASSERT_EQUAL(moon_gw_choice_seed(42, 3), moon_gw_choice_seed(42, 3));
-    CU_ASSERT_NOT_EQUAL(moon_gw_choice_seed(42, 1), moon_gw_choice_seed(42, 2));
-    CU_ASSERT_NOT_EQUAL(moon_gw_choice_seed(42, 1), moon_gw_choice_seed(43, 1));
-    CU_ASSERT_NOT_EQUAL(moon_gw_choice_seed(42, 1), 43);
+    CU_ASSERT_EQUAL(moon_serve_choice_seed(42, 0), 42); /* n = 1 as before */
+    CU_ASSERT_EQUAL(moon_serve_choice_seed(42, 3), moon_serve_choice_seed(42, 3));
+    CU_ASSERT_NOT_EQUAL(moon_serve_choice_seed(42, 1), moon_serve_choice_seed(42, 2));
+    CU_ASSERT_NOT_EQUAL(moon_serve_choice_seed(42, 1), moon_serve_choice_seed(43, 1));
+    CU_ASSERT_NOT_EQUAL(moon_serve_choice_seed(42, 1), 43);
 }
 
 static void test_rank_and_usage(void)
