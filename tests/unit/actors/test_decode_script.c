@@ -11,11 +11,12 @@
  * here, then again from the instance's prefix cache. Two cases run in the
  * threaded runtime with the engine on its thread, where a batch runs several
  * steps per engine job (decode_steps.c): a second request joining a running
- * one, and the CANCEL mid-stream. */
+ * one, and the CANCEL mid-stream. The runtime and the instance are set up by
+ * tests/support/moon_test_script. */
 #include "decode.h"
 #include "moon_test.h"
+#include "moon_test_script.h"
 #include "moonlet/serve_client.h"
-#include "serve_instance.h"
 #include "moonlet/serve_msgs.h"
 
 #include "moonlet/alloc.h"
@@ -253,13 +254,10 @@ static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_serve_event_t           ev;
     seen_t                      *s;
 
+    if (moon_test_script_report(msg, &g.n_hello)) {
+        return MOON_OK;
+    }
     switch (msg->type) {
-    case MOON_MSG_SERVE_HELLO:
-        g.n_hello++;
-        break;
-    case MOON_MSG_SERVE_LOAD:
-    case MOON_MSG_SERVE_CACHE_EVENTS:
-        break;
     case MOON_MSG_SERVE_TOKEN:
         on_token(self, ((const moon_serve_token_t *)msg)->request_id,
                  ((const moon_serve_token_t *)msg)->index);
@@ -347,9 +345,6 @@ static void count_engine_done(void *arg, uint64_t now_ns, const moon_msg_hdr_t *
  * once want_ends requests ended (or fails at a deadline). */
 static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
 {
-    moon_runtime_config_t      cfg;
-    moon_runtime_t            *rt = NULL;
-    moon_addr_t                peer;
     moon_serve_instance_args_t ia = {
         .model        = model,
         .engine       = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 4, .max_chunk = 64},
@@ -368,19 +363,9 @@ static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
     g.c         = c;
     g.threaded  = threaded;
     g.want_ends = want_ends;
-    moon_runtime_config_default(&cfg);
-    cfg.deterministic = !threaded;
-    cfg.sim_max_ns    = 2000 * MS;
-    cfg.n_workers     = 1;
-    cfg.trace         = count_engine_done;
-    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &peer_ops, NULL, NULL, &peer), MOON_OK);
-    ia.conductor = peer;
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_decode_ops, &ia, NULL, &g.decode), MOON_OK);
-    moon_log_set_level(MOON_LOG_ERROR);       /* the error paths' warnings */
-    CU_ASSERT_EQUAL(moon_runtime_run(rt), 0); /* threaded: not the deadline */
-    moon_log_set_level(MOON_LOG_WARN);
-    moon_runtime_destroy(rt);
+    CU_ASSERT_EQUAL(moon_test_script_run(&peer_ops, &moon_decode_ops, &ia, threaded,
+                                         count_engine_done, &g.decode),
+                    0); /* threaded: not the deadline */
     CU_ASSERT_EQUAL(g.n_hello, 1);
     CU_ASSERT_EQUAL(g.n_other, 0);
     for (uint32_t i = 0; i < MAX_REQ; i++) {
@@ -509,11 +494,7 @@ static int setup(void)
 {
     moon_kv_config_t kcfg;
 
-    moon_log_set_level(MOON_LOG_WARN);
-    /* pulls complete as DIST_BULK_DONE, also in one process */
-    if (moon_serve_msgs_register() != MOON_OK ||
-        moon_msg_register(moon_dist_msg_descs) != MOON_OK ||
-        moon_model_load(MOON_STORIES, &model) != MOON_OK) {
+    if (moon_test_script_setup(MOON_STORIES, &model) != 0) {
         return -1;
     }
     kcfg   = moon_model_kv_config(moon_model_config(model), BT, 64, 1);

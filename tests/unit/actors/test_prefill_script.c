@@ -7,13 +7,13 @@
  * in chunks (one KV_READY per chunk, the last final with the first token),
  * and again after KV_DONE from the prefix cache; a CANCEL mid-prompt; the
  * decode lost mid-prompt (nothing more told to it); a weight version not
- * held; a prompt as long as the context. */
+ * held; a prompt as long as the context. The runtime and the instance are
+ * set up by tests/support/moon_test_script. */
 #include "moon_test.h"
+#include "moon_test_script.h"
 #include "prefill.h"
-#include "serve_instance.h"
 #include "moonlet/serve_msgs.h"
 
-#include "moonlet/log.h"
 #include "moonlet/moonlet.h"
 
 #include <string.h>
@@ -132,13 +132,10 @@ static void on_ready(moon_actor_t *self, const moon_serve_kv_ready_t *m)
 
 static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
+    if (moon_test_script_report(msg, &g.n_hello)) {
+        return MOON_OK;
+    }
     switch (msg->type) {
-    case MOON_MSG_SERVE_HELLO:
-        g.n_hello++;
-        break;
-    case MOON_MSG_SERVE_LOAD:
-    case MOON_MSG_SERVE_CACHE_EVENTS:
-        break;
     case MOON_MSG_SERVE_KV_READY:
         on_ready(self, (const void *)msg);
         break;
@@ -173,9 +170,6 @@ static const moon_actor_ops_t peer_ops = {
 
 static void run_case(script_case_t c)
 {
-    moon_runtime_config_t      cfg;
-    moon_runtime_t            *rt = NULL;
-    moon_addr_t                peer;
     moon_serve_instance_args_t ia = {
         .model        = model,
         .engine       = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 1, .max_chunk = BT},
@@ -189,17 +183,7 @@ static void run_case(script_case_t c)
 
     memset(&g, 0, sizeof(g));
     g.c = c;
-    moon_runtime_config_default(&cfg);
-    cfg.deterministic = 1;
-    cfg.sim_max_ns    = 2000 * MS;
-    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &peer_ops, NULL, NULL, &peer), MOON_OK);
-    ia.conductor = peer;
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_prefill_ops, &ia, NULL, &g.prefill), MOON_OK);
-    moon_log_set_level(MOON_LOG_ERROR); /* the error paths' warnings */
-    moon_runtime_run(rt);
-    moon_log_set_level(MOON_LOG_WARN);
-    moon_runtime_destroy(rt);
+    moon_test_script_run(&peer_ops, &moon_prefill_ops, &ia, 0, NULL, &g.prefill);
     CU_ASSERT_EQUAL(g.n_hello, 1);
     CU_ASSERT_EQUAL(g.n_other, 0);
     for (uint32_t i = 0; i < 2; i++) {
@@ -265,10 +249,7 @@ static void test_bad_length(void)
 
 static int setup(void)
 {
-    moon_log_set_level(MOON_LOG_WARN);
-    return moon_serve_msgs_register() == MOON_OK && moon_model_load(MOON_STORIES, &model) == MOON_OK
-               ? 0
-               : -1;
+    return moon_test_script_setup(MOON_STORIES, &model);
 }
 
 static int teardown(void)
