@@ -51,6 +51,9 @@ typedef struct {
                          its instance outside the engine calls (a real one spends it:
                          0), charged with the request's first chunk */
     const char *calibration_cache; /* borrowed; NULL: calibrate at every start */
+    int first_via_decode; /* prefill role: a request's first token goes to its client through
+                             the decode instance (0: straight from here when it may,
+                             prefill_first.h) */
 } moon_serve_instance_args_t;
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's
@@ -158,6 +161,12 @@ typedef struct {
 /* Writes lp's alternatives as (id, float bits) pairs into span of msg (room
  * reserved: 8 k bytes). MOON_ERR_NO_RESOURCE: no room. */
 MOON_API moon_status_t moon_serve_lp_put(void *msg, moon_span_t *span, const moon_serve_lp_t *lp);
+
+/* A TOKEN message (the caller's): text (NUL-terminated, n long) and lp (NULL: none). NULL
+ * without memory. The decode's tokens and the prefill's first one alike. */
+MOON_API moon_serve_token_t *moon_serve_token_new(uint64_t request_id, uint32_t index,
+                                                  uint32_t token, const char *text, size_t n,
+                                                  uint64_t version, const moon_serve_lp_t *lp);
 
 /* Copies a span of src into the same-kind span of dst (room reserved by the
  * caller). MOON_ERR_NO_RESOURCE: no room. */

@@ -9,10 +9,16 @@
  *      rest in chunks, put new full blocks to the store;
  *   p --KV_READY--> d after each chunk (pool block ids now valid; d pulls them
  *      with a one-sided get straight from p's pool while p computes on);
+ *   p --TOKEN(index 0)--> client (reply_to), when it may (first_sent below),
  *   p --KV_READY(final: first token, partial block)--> d
  *   d --KV_DONE--> p (p frees the sequence), d admits the sequence into its
- *      batch, streams TOKEN... then DONE to the client (reply_to), and
+ *      batch, streams TOKEN... (from index 0 when p did not send it, else
+ *      from 1) then DONE to the client, and
  *   d --RELEASED--> conductor (the request's entry and load accounting end).
+ * Token 0 and the rest come from different senders: a client may receive
+ * token 1 or DONE before token 0. Clients put the stream back in order
+ * (moon_serve_order_t, serve_order.h): tokens by index, DONE after its
+ * n_completion tokens, each wait with a deadline.
  * p keeps the prompt's full blocks in its own prefix cache (LRU over its
  * pool) and tells the conductor what enters and leaves it (CACHE_EVENTS).
  * Colocated: the conductor sends PREFILL with decode == the instance itself,
@@ -100,7 +106,7 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, str, prompt) F(T, u32s, tokens) F(T, u32s, resume) F(T, str, key) F(T, str, session)
 /* client -> conductor, conductor -> instances. */
 #define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
-/* decode (or conductor, prefill on failure) -> client: one per token. text is
+/* decode (the first: prefill; or conductor, prefill on failure) -> client: one per token. text is
  * the token's printable piece: stop strings never appear in it (text that
  * could start one is held back until it cannot). Asked for logprobs: logprob
  * (of the raw logits) and top: pairs (id, logprob's float bits), most likely
@@ -189,7 +195,11 @@ MOON_API const char *moon_finish_str(uint32_t finish);
  * n_tokens = prompt length, token = the first sampled token, and the sampling fields and tokens are
  * set (the decode instance's sequence state; first_logprob and first_top: the
  * first token's, as TOKEN's, when logprobs are asked). desc: the prefill pool's region descriptor
- * (empty in one process: base then holds the pool's address). */
+ * (empty in one process: base then holds the pool's address). first_sent (final): the prefill
+ * sent the first token to reply_to itself (index n_resumed, its text and logprobs, the request's
+ * weight_version): the decode feeds it to its state but does not send it again; first_ns: then
+ * arrival to that send (the request's TTFT). The prefill sends it unless the token ends the
+ * request (EOS, a stop id or string) or prompt logprobs must come first: then the decode does. */
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
@@ -210,7 +220,8 @@ MOON_API const char *moon_finish_str(uint32_t finish);
     F(T, u32s, blocks)                                                                             \
     F(T, bytes, desc)                                                                              \
     F(T, u32s, tokens)                                                                             \
-    F(T, str, message) F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top)
+    F(T, str, message) F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top) \
+        F(T, u32, first_sent) F(T, u64, first_ns)
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */
 #define MOON_SERVE_KV_DONE_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T) F(T, i32, status)

@@ -4,7 +4,8 @@
  * actor plays its conductor, the prefill instance and the client at once
  * (reply_to, prefill and conductor are all its address). Each case sends
  * messages from a script and checks what comes back: the handover in two
- * KV_READYs (tokens, DONE, KV_DONE, RELEASED), a KV pull that fails, the
+ * KV_READYs (tokens, DONE, KV_DONE, RELEASED), again with the first token
+ * sent by the prefill (not sent again), a KV pull that fails, the
  * prefill lost while the KV moves (and its late KV_READY dropped), a CANCEL
  * mid-stream and one before the request, a weight version the instance does
  * not hold, a handover of a bad length, and (colocated) a PREFILL computed
@@ -35,6 +36,7 @@ static void         *remote; /* the scripted prefill's pool: blocks at remote + 
 
 typedef enum {
     CASE_HANDOVER,
+    CASE_FIRST_SENT, /* the prefill sent the first token itself */
     CASE_FIRST_ENDS,
     CASE_PULL_FAILS,
     CASE_PREFILL_LOST,
@@ -91,6 +93,7 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
     m->top_p            = 1.0f;
     m->flags            = MOON_SERVE_F_IGNORE_EOS;
     m->weight_version   = version;
+    m->first_sent       = final && g.c == CASE_FIRST_SENT;
     if (n > 0) {
         memcpy(moon_msg_span_alloc(m, &m->blocks, n, 4, 0), blocks, (size_t)n * 4);
     }
@@ -167,6 +170,9 @@ static void script_step(moon_actor_t *self, uint64_t step)
     case CASE_JOIN: /* request 1 is sent on request 0's 10th token */
         send_kv_ready(self, 0, 0, b012, 3, 1, 40, 70, 0);
         break;
+    case CASE_FIRST_SENT: /* as CASE_HANDOVER; index 0 came from the prefill */
+        g.seen[0].next_index = 1;
+        /* fall through */
     case CASE_HANDOVER: /* 40 tokens: 2 full blocks and 8 in a partial one */
         send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
         send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
@@ -354,9 +360,10 @@ static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
         .max_seqs     = MAX_REQ,
         .prefill_chunk = 64,
         .threaded      = threaded,
-        .xfer_ns = c == CASE_HANDOVER || c == CASE_FIRST_ENDS || c == CASE_CANCEL || c == CASE_JOIN
-                       ? NULL
-                       : slow_pull,
+        .xfer_ns       = c == CASE_HANDOVER || c == CASE_FIRST_SENT || c == CASE_FIRST_ENDS ||
+                           c == CASE_CANCEL || c == CASE_JOIN
+                             ? NULL
+                             : slow_pull,
     };
 
     memset(&g, 0, sizeof(g));
@@ -401,6 +408,15 @@ static void test_handover(void)
 {
     run_case(CASE_HANDOVER);
     check_end(0, MOON_FINISH_LENGTH, MOON_OK, 4, 1);
+    CU_ASSERT_EQUAL(g.seen[0].n_completion, 4);
+}
+
+/* The final KV_READY says first_sent: the decode streams from index 1 on
+ * (on_token checks the indices), never token 0 again, and counts it. */
+static void test_first_sent(void)
+{
+    run_case(CASE_FIRST_SENT);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 3, 1);
     CU_ASSERT_EQUAL(g.seen[0].n_completion, 4);
 }
 
@@ -510,6 +526,7 @@ static int teardown(void)
     return 0;
 }
 
-MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_token_ends,
-               test_pull_fails, test_prefill_lost, test_cancel, test_version_gate, test_bad_length,
-               test_colocated, test_join_multistep, test_cancel_threaded)
+MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_sent,
+               test_first_token_ends, test_pull_fails, test_prefill_lost, test_cancel,
+               test_version_gate, test_bad_length, test_colocated, test_join_multistep,
+               test_cancel_threaded)
