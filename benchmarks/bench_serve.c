@@ -11,7 +11,9 @@
  *                   prefill of that prompt in one call plus one decode step
  *                   (target <= 1.05 from 2,048 tokens, else 1.10), with the
  *                   engine's time in calls of --prefill-chunk tokens and the
- *                   served request's queue, compute and TTFT beside it;
+ *                   served request's queue, compute and TTFT beside it
+ *                   (--first-via-decode=1: the first token through the
+ *                   decode instance, as before issue 26);
  *   decode          tokens/s of 32 concurrent greedy requests on one decode
  *                   instance over the engine's batch-32 decode with the same
  *                   threads (target >= 0.85);
@@ -470,6 +472,7 @@ static void bench_handover(moon_serve_config_t *cfg, const char *path, const cha
         moon_bench_json_int(&j, "prompt_tokens", n);
         moon_bench_json_int(&j, "block_tokens", cfg->block_tokens);
         moon_bench_json_int(&j, "prefill_chunk", cfg->prefill_chunk);
+        moon_bench_json_int(&j, "first_via_decode", (uint32_t)cfg->first_via_decode);
         moon_bench_json_num(&j, "ttft_ms", median(ttft, iters) * 1e3);
         moon_bench_json_num(&j, "engine_prefill_plus_step_ms", median(anc, iters) * 1e3);
         moon_bench_json_num(&j, "engine_prefill_ms", median(pre_s, iters) * 1e3);
@@ -825,6 +828,8 @@ int main(int argc, char **argv)
     /* --prefill-chunk-alone=0: every chunk of --prefill-chunk's 128 tokens */
     cfg.prefill_chunk_alone =
         (uint32_t)moon_bench_arg_int(argc, argv, "prefill-chunk-alone", cfg.prefill_chunk_alone);
+    /* --first-via-decode=1: the first token through the decode instance (the before of 26) */
+    cfg.first_via_decode = (int)moon_bench_arg_int(argc, argv, "first-via-decode", 0);
     if (strcmp(bench, "prefix_reuse") == 0) {
         uint32_t n = (uint32_t)moon_bench_arg_int(argc, argv, "prompt", 2048);
         /* the new turn after the cached history: 64 tokens unless told */

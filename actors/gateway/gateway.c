@@ -403,16 +403,15 @@ static void note_first_served(gw_state_t *st, uint64_t now)
 /* TTFT and end-to-end latency are observed by the HTTP side, when the
  * client's bytes leave (what the client measures); the actor keeps the
  * token times for ITL and TPOT. */
-static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
+static void gw_token_in_order(moon_actor_t *self, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
 {
     gw_state_t               *st  = moon_actor_state(self);
     const moon_serve_token_t *tok = (const moon_serve_token_t *)msg;
-    moon_gw_req_t            *req = event_req(self, st, tok->request_id, "token");
     moon_gw_req_times_t      *t;
     uint64_t                  now = moon_now(moon_actor_runtime(self));
 
-    if (req == NULL || !moon_gw_bridge_note_token(req, tok->index, tok->token)) {
-        return MOON_OK;
+    if (!moon_gw_bridge_note_token(req, tok->index, tok->token)) {
+        return;
     }
     if (MOON_UNLIKELY(st->first_token_ns == 0)) {
         note_first_served(st, now);
@@ -426,6 +425,29 @@ static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
     t->last_token_ns = now;
     t->n_tokens++;
     moon_gw_bridge_deliver(st->bridge, req, msg);
+}
+
+static void gw_done_in_order(moon_actor_t *self, moon_gw_req_t *req, const moon_msg_hdr_t *msg);
+
+/* A request's TOKEN or DONE, in order (moon_gw_bridge_order). */
+static void gw_in_order(void *arg, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
+{
+    if (msg->type == MOON_MSG_SERVE_TOKEN) {
+        gw_token_in_order(arg, req, msg);
+    } else {
+        gw_done_in_order(arg, req, msg);
+    }
+}
+
+static moon_status_t gw_on_token(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    gw_state_t    *st = moon_actor_state(self);
+    moon_gw_req_t *req =
+        event_req(self, st, ((const moon_serve_token_t *)msg)->request_id, "token");
+
+    if (req != NULL) {
+        moon_gw_bridge_order(req, msg, moon_now(moon_actor_runtime(self)), gw_in_order, self);
+    }
     return MOON_OK;
 }
 
@@ -464,20 +486,27 @@ static moon_status_t gw_on_rows(moon_actor_t *self, const moon_msg_hdr_t *msg)
 
 static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    gw_state_t                *st  = moon_actor_state(self);
-    const moon_serve_done_t   *d   = (const moon_serve_done_t *)msg;
-    moon_gw_req_t             *req = event_req(self, st, d->request_id, "done");
-    moon_gw_metrics_t         *m   = st->metrics;
+    gw_state_t    *st  = moon_actor_state(self);
+    moon_gw_req_t *req = event_req(self, st, ((const moon_serve_done_t *)msg)->request_id, "done");
+
+    if (req != NULL) {
+        moon_gw_bridge_order(req, msg, moon_now(moon_actor_runtime(self)), gw_in_order, self);
+    }
+    return MOON_OK;
+}
+
+static void gw_done_in_order(moon_actor_t *self, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
+{
+    gw_state_t                *st = moon_actor_state(self);
+    const moon_serve_done_t   *d  = (const moon_serve_done_t *)msg;
+    moon_gw_metrics_t         *m  = st->metrics;
     const moon_gw_req_times_t *t;
     char                       labels[48];
 
-    if (req == NULL) {
-        return MOON_OK;
-    }
     if (MOON_SERVE_RESUMABLE(d->finish, d->status) &&
         moon_gw_bridge_resume(st->bridge, self, req, st->cfg.max_resumes) == MOON_OK) {
         moon_gw_metrics_add(m, MOON_GW_M_SUCCESS, "finished_reason=\"resumed\"", 1);
-        return MOON_OK; /* its stream goes on under the new id */
+        return; /* its stream goes on under the new id */
     }
     t = moon_gw_req_times_mut(req);
     snprintf(labels, sizeof(labels), "finished_reason=\"%s\"", moon_finish_str(d->finish));
@@ -503,7 +532,6 @@ static moon_status_t gw_on_done(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_gw_metrics_add(m, MOON_GW_M_CACHE_HITS, NULL, d->n_cached);
     moon_gw_bridge_deliver(st->bridge, req, msg);
     check_drained(st);
-    return MOON_OK;
 }
 
 static moon_status_t gw_on_down(moon_actor_t *self, const moon_msg_hdr_t *msg)
@@ -584,6 +612,12 @@ static moon_status_t gw_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
     (void)msg;
     poll_store(self, st);
     moon_gw_weights_poll(&st->weights, self);
+    n = moon_gw_bridge_order_expire(st->bridge, self, moon_now(moon_actor_runtime(self)),
+                                    gw_in_order, self);
+    if (n > 0) {
+        MOON_WARN("gateway: %u streams waited past %.1f s for a token: they end resumable", n,
+                  MOON_SERVE_ORDER_WAIT_NS * 1e-9);
+    }
     n = moon_gw_bridge_expire(st->bridge, self, moon_now(moon_actor_runtime(self)),
                               (uint64_t)st->cfg.request_deadline_s * 1000000000ull);
     if (n > 0) {

@@ -51,9 +51,10 @@ struct moon_gw_req {
     moon_gw_req_t      *prev, *next; /* live list */
     uint64_t            wire_id;     /* the id its messages carry now (a resumed request
                                         runs under a new one); the table's key */
-    uint32_t *toks;                  /* (cap_toks) token ids received, by TOKEN index */
-    uint32_t  n_toks, cap_toks;
-    uint32_t  n_resumes;
+    uint32_t          *toks;         /* (cap_toks) token ids received, by TOKEN index */
+    uint32_t           n_toks, cap_toks;
+    uint32_t           n_resumes;
+    moon_serve_order_t order; /* its stream put in order; from n_toks after a resume */
 };
 
 struct moon_gw_bridge {
@@ -201,6 +202,7 @@ static void req_unref(moon_gw_req_t *req)
     ck_fifo_spsc_deinit(&req->fifo, &garbage);
     moon_msg_release(req->submit);
     moon_free(req->toks);
+    moon_serve_order_fini(&req->order);
     while (garbage != NULL) {
         struct ck_fifo_spsc_entry *next = garbage->next;
         moon_free(garbage);
@@ -263,6 +265,7 @@ static moon_gw_req_t *req_new(moon_gw_bridge_t *b, uint64_t id, const moon_gw_co
     req->wire_id = id;
     ck_fifo_spsc_init(&req->fifo, stub);
     pthread_mutex_init(&req->wake_mu, NULL);
+    moon_serve_order_init(&req->order, 0);
     req->bridge           = b;
     req->conn             = *conn;
     req->times.arrival_ns = conn->arrival_ns != 0 ? conn->arrival_ns : moon_now(b->rt);
@@ -770,7 +773,55 @@ moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *b, moon_actor_t *self, moo
     req->wire_id = m->request_id;
     req->n_resumes++;
     table_put(b, req);
+    moon_serve_order_fini(&req->order); /* the new stream goes on at index n_toks */
+    moon_serve_order_init(&req->order, req->n_toks);
     return MOON_OK;
+}
+
+/* The order's callback takes one pointer: the request and the gateway's own. */
+typedef struct {
+    moon_gw_event_fn fn;
+    void            *arg;
+    moon_gw_req_t   *req;
+} order_call_t;
+
+static void order_out(void *arg, const moon_msg_hdr_t *msg)
+{
+    order_call_t *c = arg;
+
+    c->fn(c->arg, c->req, msg);
+}
+
+void moon_gw_bridge_order(moon_gw_req_t *req, const moon_msg_hdr_t *msg, uint64_t now_ns,
+                          moon_gw_event_fn fn, void *arg)
+{
+    order_call_t c = {fn, arg, req};
+
+    moon_serve_order_feed(&req->order, msg, now_ns, order_out, &c);
+}
+
+uint32_t moon_gw_bridge_order_expire(moon_gw_bridge_t *b, moon_actor_t *self, uint64_t now_ns,
+                                     moon_gw_event_fn fn, void *arg)
+{
+    moon_gw_req_t *req = b->live, *next;
+    uint32_t       n   = 0;
+
+    for (; req != NULL; req = next) {
+        order_call_t c       = {fn, arg, req};
+        uint64_t     wire_id = req->wire_id; /* a resume in fn changes it */
+        int          r;
+
+        next = req->next; /* fn may end it (off the list) */
+        if (!moon_serve_order_waiting(&req->order)) {
+            continue;
+        }
+        r = moon_serve_order_expire(&req->order, now_ns, MOON_SERVE_ORDER_WAIT_NS, order_out, &c);
+        if (r == 2) {
+            moon_serve_cancel(self, b->conductor, wire_id);
+        }
+        n += r != 0;
+    }
+    return n;
 }
 
 uint32_t moon_gw_bridge_expire(moon_gw_bridge_t *b, moon_actor_t *self, uint64_t now_ns,

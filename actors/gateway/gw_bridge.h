@@ -22,6 +22,7 @@
 
 #include "moonlet/actor.h"
 #include "moonlet/serve_client.h"
+#include "moonlet/serve_order.h"
 
 /* The gateway's own message (id 120, a free range): "the inbound ring has
  * items". Registered by moon_gw_bridge_create. */
@@ -144,6 +145,19 @@ int moon_gw_bridge_note_token(moon_gw_req_t *req, uint32_t index, uint32_t token
  * DONE instead. */
 moon_status_t moon_gw_bridge_resume(moon_gw_bridge_t *bridge, moon_actor_t *self,
                                     moon_gw_req_t *req, uint32_t max_resumes);
+/* Receives a request's TOKENs and its DONE in order (moon_gw_bridge_order). */
+typedef void (*moon_gw_event_fn)(void *arg, moon_gw_req_t *req, const moon_msg_hdr_t *msg);
+/* A TOKEN or DONE of req: its first token comes from the prefill instance,
+ * the rest from the decode (serve_msgs.h), so they are put back in order
+ * (serve_order.h) first: what is now in order goes to fn, in order. */
+void moon_gw_bridge_order(moon_gw_req_t *req, const moon_msg_hdr_t *msg, uint64_t now_ns,
+                          moon_gw_event_fn fn, void *arg);
+/* Ends the streams that waited MOON_SERVE_ORDER_WAIT_NS for a token that
+ * never came with a resumable DONE to fn (so they resume from the tokens
+ * their clients have); those whose DONE had not come are cancelled in the
+ * cluster. Returns how many. */
+uint32_t moon_gw_bridge_order_expire(moon_gw_bridge_t *bridge, moon_actor_t *self, uint64_t now_ns,
+                                     moon_gw_event_fn fn, void *arg);
 /* Ends every live request that arrived deadline_ns or more before now_ns
  * with a DONE error (MOON_ERR_TIMED_OUT) and cancels it in the cluster;
  * returns how many. deadline_ns 0: none. */

@@ -186,6 +186,28 @@ moon_status_t moon_serve_lp_put(void *msg, moon_span_t *span, const moon_serve_l
     return MOON_OK;
 }
 
+moon_serve_token_t *moon_serve_token_new(uint64_t request_id, uint32_t index, uint32_t token,
+                                         const char *text, size_t n, uint64_t version,
+                                         const moon_serve_lp_t *lp)
+{
+    moon_serve_token_t *m =
+        moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1 + (lp != NULL ? 8 * lp->k + 8 : 0));
+
+    if (m == NULL) {
+        return NULL;
+    }
+    if (lp != NULL) {
+        m->logprob = lp->lp;
+        moon_serve_lp_put(m, &m->top, lp); /* room reserved above */
+    }
+    m->request_id = request_id;
+    m->index      = index;
+    m->token      = token;
+    moon_msg_set_str(m, &m->text, text); /* room reserved above */
+    m->weight_version = version;
+    return m;
+}
+
 moon_status_t moon_serve_copy_span(void *dst, moon_span_t *dspan, const void *src,
                                    moon_span_t sspan, uint32_t elem_bytes, int is_str)
 {

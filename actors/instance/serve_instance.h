@@ -52,6 +52,9 @@ typedef struct {
                          0), charged with the request's first chunk */
     const char *calibration_cache; /* borrowed; NULL: calibrate at every start */
     int         numa; /* the KV pool on the NUMA node(s) of the engine's cores (kv_pool.h) */
+    int first_via_decode; /* prefill role: a request's first token goes to its client through
+                             the decode instance (0: straight from here when it may,
+                             prefill_first.h) */
 } moon_serve_instance_args_t;
 
 /* Where an instance's KV pool goes (moon_kv_pool_open's numa_core): near
@@ -166,6 +169,12 @@ typedef struct {
 /* Writes lp's alternatives as (id, float bits) pairs into span of msg (room
  * reserved: 8 k bytes). MOON_ERR_NO_RESOURCE: no room. */
 MOON_API moon_status_t moon_serve_lp_put(void *msg, moon_span_t *span, const moon_serve_lp_t *lp);
+
+/* A TOKEN message (the caller's): text (NUL-terminated, n long) and lp (NULL: none). NULL
+ * without memory. The decode's tokens and the prefill's first one alike. */
+MOON_API moon_serve_token_t *moon_serve_token_new(uint64_t request_id, uint32_t index,
+                                                  uint32_t token, const char *text, size_t n,
+                                                  uint64_t version, const moon_serve_lp_t *lp);
 
 /* Copies a span of src into the same-kind span of dst (room reserved by the
  * caller). MOON_ERR_NO_RESOURCE: no room. */

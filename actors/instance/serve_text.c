@@ -2,6 +2,7 @@
 #include "serve_text.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/serve_msgs.h"
 
 #include <string.h>
 
@@ -114,4 +115,19 @@ void moon_serve_text_flush(moon_serve_text_t *t, const char **out_p, size_t *len
     moon_tok_stream_flush(&t->st, t->held + t->n_held, t->cap - t->n_held, &n);
     t->n_held += n;
     release(t, t->n_held, 0, out_p, len_p);
+}
+
+int moon_serve_is_stop_id(uint32_t flags, const uint32_t *stop_ids, uint32_t n_stop_ids,
+                          int32_t tok, const moon_tokenizer_t *t)
+{
+    if (!(flags & MOON_SERVE_F_IGNORE_EOS) &&
+        (tok == moon_tokenizer_eos(t) || tok == moon_tokenizer_bos(t))) {
+        return 1; /* BOS ends a sample too, as in `moonlet generate` (llama2.c) */
+    }
+    for (uint32_t i = 0; i < n_stop_ids; i++) {
+        if ((uint32_t)tok == stop_ids[i]) {
+            return 1;
+        }
+    }
+    return 0;
 }

@@ -34,4 +34,9 @@ MOON_API int moon_serve_text_push(moon_serve_text_t *t, int32_t id, const char *
 /* At the end (no stop string): releases what is held. */
 MOON_API void moon_serve_text_flush(moon_serve_text_t *t, const char **out_p, size_t *len_p);
 
+/* 1 when tok ends a request without being streamed: EOS or BOS (unless
+ * flags has MOON_SERVE_F_IGNORE_EOS), or one of its stop ids. */
+MOON_API int moon_serve_is_stop_id(uint32_t flags, const uint32_t *stop_ids, uint32_t n_stop_ids,
+                                   int32_t tok, const moon_tokenizer_t *t);
+
 #endif /* MOON_ACTORS_SERVE_TEXT_H */

@@ -1,11 +1,14 @@
 /* actors/proto/serve_client.c - the client API: SUBMIT/CANCEL builders for actors,
  * and for plain threads a small client actor whose events go to a callback or
- * to a queue under a mutex (the reader blocks on it with a timeout). */
+ * to a queue under a mutex (the reader blocks on it with a timeout), each
+ * request's stream put in order first (serve_order.h). */
 #include "moonlet/serve_client.h"
 
 #include "moonlet/alloc.h"
+#include "moonlet/htab.h"
 #include "moonlet/log.h"
 #include "moonlet/runtime.h"
+#include "moonlet/serve_order.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -316,45 +319,74 @@ struct moon_serve_client {
     uint64_t                   stats_seq;   /* replies received (under lock) */
 };
 
+/* A request's stream on its way to the user: put in order (its first token
+ * may come after later ones, serve_msgs.h). ended_ns: when it ended (its
+ * DONE went out); the entry stays a while so that a straggler (a first
+ * token after a DONE that did not count it) is dropped, not taken for a
+ * new stream. */
+typedef struct {
+    uint64_t           request_id;
+    moon_serve_order_t order;
+    uint64_t           ended_ns;
+} client_stream_t;
+
+/* A stream's entry outlives its end by this much. */
+#define CLIENT_STREAM_LINGER_NS (5 * MOON_SERVE_ORDER_WAIT_NS)
+/* How often waits and lingering entries are looked at. */
+#define CLIENT_SWEEP_NS 250000000ull
+
+static void stream_free(void *elem, void *arg)
+{
+    (void)arg;
+    moon_serve_order_fini(&((client_stream_t *)elem)->order);
+}
+
+static const moon_htab_type_t stream_type = {
+    .elem_bytes = sizeof(client_stream_t),
+    .key_bytes  = sizeof(uint64_t),
+    .elem_free  = stream_free,
+};
+
 typedef struct {
     moon_serve_client_t *c;
+    moon_htab_t         *streams; /* request id -> client_stream_t (the actor's thread only) */
+    uint64_t             sweep_timer;
 } client_actor_t;
 
 static moon_status_t client_init(moon_actor_t *self, const void *args)
 {
-    ((client_actor_t *)moon_actor_state(self))->c = (moon_serve_client_t *)args;
-    return MOON_OK;
+    client_actor_t *a = moon_actor_state(self);
+    moon_status_t   status;
+
+    a->c   = (moon_serve_client_t *)args;
+    status = moon_htab_create(&stream_type, NULL, 0, 0, &a->streams);
+    if (status == MOON_OK) {
+        status = moon_timer_start(self, CLIENT_SWEEP_NS, CLIENT_SWEEP_NS, 0, &a->sweep_timer);
+    }
+    return status;
 }
 
-static moon_status_t client_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
+static void client_fini(moon_actor_t *self)
 {
-    moon_serve_client_t *c = ((client_actor_t *)moon_actor_state(self))->c;
+    moon_htab_destroy(((client_actor_t *)moon_actor_state(self))->streams);
+}
+
+/* One message in order (TOKEN, DONE, EMBEDDING) to the user. */
+static void client_deliver(void *arg, const moon_msg_hdr_t *msg)
+{
+    moon_serve_client_t *c = arg;
     qnode_t             *q;
 
-    if (msg->type == MOON_MSG_SERVE_TOKENS) { /* one event (queued: one TOKEN) per entry */
-        uint32_t n = moon_serve_tokens_count(msg);
-        for (uint32_t i = 0; i < n; i++) {
-            moon_serve_event_t  ev;
-            moon_serve_token_t *t;
-            if (c->cfg.on_event != NULL) {
-                moon_serve_tokens_event(msg, i, &ev);
-                c->cfg.on_event(c->cfg.arg, &ev);
-            } else if ((t = moon_serve_tokens_split(msg, i)) != NULL) {
-                client_on_event(self, &t->hdr);
-                moon_msg_release(&t->hdr);
-            }
-        }
-        return MOON_OK;
-    }
     if (c->cfg.on_event != NULL) {
         moon_serve_event_t ev;
         moon_serve_event_of(msg, &ev);
         c->cfg.on_event(c->cfg.arg, &ev);
-        return MOON_OK;
+        return;
     }
     q = moon_malloc(sizeof(*q));
     if (q == NULL) {
-        return MOON_ERR_NO_MEMORY;
+        MOON_ERROR("serve_client: no memory to queue an event: dropped");
+        return;
     }
     moon_msg_retain(msg);
     q->msg  = (moon_msg_hdr_t *)msg;
@@ -368,6 +400,88 @@ static moon_status_t client_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
     c->tail = q;
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
+}
+
+/* Feeds a TOKEN or DONE of request id to its stream (made at its first
+ * message: a thread client's streams start at index 0). */
+static void client_feed(moon_actor_t *self, uint64_t id, const moon_msg_hdr_t *msg)
+{
+    client_actor_t  *a   = moon_actor_state(self);
+    uint64_t         now = moon_now(moon_actor_runtime(self));
+    client_stream_t *s   = moon_htab_find(a->streams, &id);
+    client_stream_t  fresh;
+
+    if (s == NULL) {
+        fresh.request_id = id;
+        fresh.ended_ns   = 0;
+        moon_serve_order_init(&fresh.order, 0);
+        if (moon_htab_insert(a->streams, &id, &fresh, (void **)&s) != MOON_OK) {
+            MOON_WARN("serve_client: no memory to order request %llu: passed on as it comes",
+                      (unsigned long long)id);
+            client_deliver(a->c, msg);
+            return;
+        }
+    }
+    if (s->ended_ns == 0 && moon_serve_order_feed(&s->order, msg, now, client_deliver, a->c)) {
+        s->ended_ns = now;
+    }
+}
+
+static moon_status_t client_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    client_actor_t *a = moon_actor_state(self);
+
+    switch (msg->type) {
+    case MOON_MSG_SERVE_TOKENS: /* entries of several requests: each its own TOKEN */
+        for (uint32_t i = 0, n = moon_serve_tokens_count(msg); i < n; i++) {
+            moon_serve_token_t *t = moon_serve_tokens_split(msg, i);
+            if (t == NULL) {
+                MOON_WARN("serve_client: no memory for a token of a step's batch");
+                continue; /* its stream's deadline ends it */
+            }
+            client_feed(self, t->request_id, &t->hdr);
+            moon_msg_release(&t->hdr);
+        }
+        break;
+    case MOON_MSG_SERVE_TOKEN:
+        client_feed(self, ((const moon_serve_token_t *)(const void *)msg)->request_id, msg);
+        break;
+    case MOON_MSG_SERVE_DONE:
+        client_feed(self, ((const moon_serve_done_t *)(const void *)msg)->request_id, msg);
+        break;
+    default:
+        client_deliver(a->c, msg); /* EMBEDDING: before its DONE, from the same sender */
+        break;
+    }
+    return MOON_OK;
+}
+
+/* The periodic sweep: waits past their deadline end their streams (one
+ * that never had its DONE is cancelled: it may still run), and ended
+ * streams' entries go once they lingered. */
+static moon_status_t client_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    client_actor_t  *a   = moon_actor_state(self);
+    uint64_t         now = moon_now(moon_actor_runtime(self));
+    size_t           pos = 0;
+    client_stream_t *s;
+
+    (void)msg;
+    while ((s = moon_htab_next(a->streams, &pos)) != NULL) {
+        if (s->ended_ns != 0) {
+            if (now - s->ended_ns > CLIENT_STREAM_LINGER_NS) {
+                moon_htab_remove_at(a->streams, s);
+                pos = 0; /* removal shifts entries back: start over (few) */
+            }
+            continue;
+        }
+        int r =
+            moon_serve_order_expire(&s->order, now, MOON_SERVE_ORDER_WAIT_NS, client_deliver, a->c);
+        if (r == 2) {
+            moon_serve_cancel(self, a->c->cfg.conductor, s->request_id);
+        }
+        s->ended_ns = r != 0 ? now : 0;
+    }
     return MOON_OK;
 }
 
@@ -397,7 +511,9 @@ static const moon_actor_ops_t client_ops = {
     .name        = "serve_client",
     .state_bytes = sizeof(client_actor_t),
     .init        = client_init,
-    .on_msg      = {[MOON_MSG_SERVE_TOKEN]       = client_on_event,
+    .fini        = client_fini,
+    .on_msg      = {[MOON_MSG_SYS_TIMER]         = client_on_timer,
+                    [MOON_MSG_SERVE_TOKEN]       = client_on_event,
                     [MOON_MSG_SERVE_TOKENS]      = client_on_event,
                     [MOON_MSG_SERVE_DONE]        = client_on_event,
                     [MOON_MSG_SERVE_EMBEDDING]   = client_on_event,

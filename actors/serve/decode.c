@@ -2,8 +2,9 @@
  * instances (KV_READY), pulls their KV blocks straight from the prefill's pool
  * into its own while the prefill still computes, admits each sequence into
  * its continuous batch once its KV has arrived, steps the whole batch on its
- * engine thread, samples per request, streams every token to the client and
- * stops on EOS, stop ids, stop strings, max tokens or the context's end.
+ * engine thread, samples per request, streams every token to the client (the
+ * first one unless the prefill sent it: KV_READY first_sent) and stops on
+ * EOS, stop ids, stop strings, max tokens or the context's end.
  *
  * Colocated mode (the instance prefills its own requests too) is in
  * colocated.c; the state both share, and the request's state diagram, in
@@ -243,16 +244,7 @@ void moon_dec_finish(moon_actor_t *self, decode_t *d, dreq_t *r, uint32_t why, m
 
 int moon_dec_is_stop_id(const dreq_t *r, int32_t tok, const moon_tokenizer_t *t)
 {
-    if (!(r->flags & MOON_SERVE_F_IGNORE_EOS) &&
-        (tok == moon_tokenizer_eos(t) || tok == moon_tokenizer_bos(t))) {
-        return 1; /* BOS ends a sample too, as in `moonlet generate` (llama2.c) */
-    }
-    for (uint32_t i = 0; i < r->n_stop_ids; i++) {
-        if ((uint32_t)tok == r->stop_ids[i]) {
-            return 1;
-        }
-    }
-    return 0;
+    return moon_serve_is_stop_id(r->flags, r->stop_ids, r->n_stop_ids, tok, t);
 }
 
 /* A sampled token: streamed (unless it stops), then the request goes on or ends. */
@@ -605,8 +597,9 @@ static void take_final(moon_actor_t *self, decode_t *d, dreq_t *r, const moon_se
     r->arrival_ns = m->arrival_ns;
     r->queue_ns   = m->queue_ns;
     r->prefill_ns = m->prefill_ns;
-    r->ttft_ns    = moon_now(moon_actor_runtime(self)) - m->arrival_ns;
-    r->stop_ids   = MOON_SPAN_PTR(m, m->stop_ids);
+    r->first_sent = m->first_sent != 0;
+    r->ttft_ns  = m->first_sent ? m->first_ns : moon_now(moon_actor_runtime(self)) - m->arrival_ns;
+    r->stop_ids = MOON_SPAN_PTR(m, m->stop_ids);
     r->n_stop_ids = m->stop_ids.n;
     sp            = MOON_SERVE_SAMPLING_OF(m);
     status        = moon_dec_setup_sampling(d, r, &sp, toks, m->tokens.n, m->n_resumed,

@@ -67,6 +67,7 @@ typedef struct {
     uint32_t        n_issued, n_arrived, n_appended;
     uint32_t        budget;
     int             final, partial_issued, in_step, cancel_pending, kv_done_sent;
+    int             first_sent; /* the prefill sent the first token: not sent again */
     moon_msg_hdr_t *final_msg; /* retained: stop ids, strings (and a colocated prompt) live in it */
     const uint32_t *stop_ids;
     uint32_t        n_stop_ids;
@@ -251,7 +252,8 @@ int moon_dec_group_alive(const decode_t *d, const dreq_t *r);
 
 /* Streams r's token tok (text: its printable piece, n bytes; lp: its
  * logprobs or NULL) as index r->n_gen++: queued while a step ends
- * (tok_batching), else sent now. MOON_ERR_NO_MEMORY. */
+ * (tok_batching), else sent now; not at all when the prefill sent it
+ * (first_sent). MOON_ERR_NO_MEMORY. */
 moon_status_t moon_dec_token_out(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok,
                                  const char *text, size_t n, const moon_serve_lp_t *lp);
 /* Sends the queued tokens: one TOKENS per reply address (a lone one as

@@ -26,21 +26,11 @@ static moon_status_t send_token(moon_actor_t *self, moon_runtime_t *rt, moon_add
                                 uint64_t request_id, uint32_t index, uint32_t tok, const char *text,
                                 size_t n, uint64_t version, const moon_serve_lp_t *lp)
 {
-    moon_serve_token_t *m =
-        moon_msg_new(MOON_MSG_SERVE_TOKEN, n + 1 + (lp != NULL ? 8 * lp->k + 8 : 0));
+    moon_serve_token_t *m = moon_serve_token_new(request_id, index, tok, text, n, version, lp);
 
     if (m == NULL) {
         return MOON_ERR_NO_MEMORY;
     }
-    if (lp != NULL) {
-        m->logprob = lp->lp;
-        moon_serve_lp_put(m, &m->top, lp); /* room reserved above */
-    }
-    m->request_id = request_id;
-    m->index      = index;
-    m->token      = tok;
-    moon_msg_set_str(m, &m->text, text);
-    m->weight_version = version;
     send_msg(self, rt, to, &m->hdr);
     return MOON_OK;
 }
@@ -159,6 +149,13 @@ void moon_dec_token_queue_engine(decode_t *d, dreq_t *r, int32_t tok, const char
 moon_status_t moon_dec_token_out(moon_actor_t *self, decode_t *d, dreq_t *r, int32_t tok,
                                  const char *text, size_t n, const moon_serve_lp_t *lp)
 {
+    if (r->first_sent) {
+        /* the prefill sent it to the client already (KV_READY first_sent):
+         * the same token, text and logprobs, from the same state */
+        r->first_sent = 0;
+        r->n_gen++;
+        return MOON_OK;
+    }
     if (lp != NULL) {
         /* a token with logprobs goes alone, as a TOKEN (TOKENS carry none) */
         return send_token(self, NULL, r->reply_to, r->request_id, r->n_gen++, (uint32_t)tok, text,

@@ -7,11 +7,13 @@
  * computed (one two-phase put, zero-copy from the pool), and hands the sequence to the decode
  * instance the conductor chose: after every chunk a KV_READY names the blocks now final, which the
  * decode pulls from this pool while the next chunk computes; the last one carries the partial block
- * and the first sampled token. A request's blocks stay until the decode says KV_DONE and the store
+ * and the first sampled token, which goes to the client from here first when it may
+ * (prefill_first.h). A request's blocks stay until the decode says KV_DONE and the store
  * puts from them have finished; its full blocks then stay in the prefix cache (least recently used
  * ones go when the pool needs room), whose content the conductor learns from CACHE_EVENTS
  * (cache_events.h). */
 #include "prefill.h"
+#include "prefill_first.h"
 #include "prefill_rows.h"
 
 #include "block_cache.h"
@@ -49,7 +51,8 @@ typedef struct {
     uint8_t                    *got_ok;
     int                         kv_done, cancelled, handed;
     int                         decode_lost; /* its decode instance is gone: tell it nothing */
-    uint64_t                    start_ns, compute_ns;
+    int                         first_sent;  /* its first token went to the client from here */
+    uint64_t                    start_ns, compute_ns, first_ns;
     uint32_t                    chunk_n;       /* tokens of the chunk in flight */
     int                         overhead_done; /* request_s charged (with its first chunk) */
     double  chunk_extra_s; /* request_s in the chunk in flight: not engine time */
@@ -267,6 +270,8 @@ static moon_status_t send_ready(moon_actor_t *self, prefill_t *p, preq_t *r, uin
                 memcpy(c, p->ch_buf, (size_t)p->ch_n * 4);
             }
         }
+        m->first_sent = (uint32_t)r->first_sent;
+        m->first_ns   = r->first_ns;
     }
     if (st == MOON_OK) {
         st = moon_msg_set_str(m, &m->message, why ? why : "");
@@ -755,6 +760,13 @@ static void on_chunk_done(moon_actor_t *self, prefill_t *p, preq_t *r, moon_stat
         abort_req(self, p, r, status, "bad sampling parameters");
         return;
     }
+    /* the first token to the client before the handover: it does not wait
+     * for the KV_READY's hop and the decode instance's turn (several
+     * choices: the decode sends each choice's first when it forks them) */
+    r->first_sent = !p->a.first_via_decode && r->msg->n_choices <= 1 &&
+                    moon_prefill_first_send(self, moon_model_tokenizer(p->a.model), r->msg, tok,
+                                            r->msg->logprobs > 0 ? &lp : NULL);
+    r->first_ns = moon_now(moon_actor_runtime(self)) - r->msg->arrival_ns;
     status = send_ready(self, p, r, r->n_sent, moon_kv_seq_n_blocks(p->pool.kv, r->seq) - r->n_sent,
                         1, MOON_OK, tok, rng, r->msg->logprobs > 0 ? &lp : NULL, NULL);
     moon_free(p->ch_buf);

@@ -115,6 +115,10 @@ static const moon_config_field_t serve_fields[] = {
      "folder keeping each instance's start-up calibration by model, engine and machine, so a "
      "restarted deployment skips it (unset: calibrate at every start)",
      0, 0, 0, 0, NULL},
+    {"first-via-decode", MOON_CONFIG_BOOL, SC(first_via_decode), "0",
+     "a request's first token reaches its client through the decode instance, as the other "
+     "tokens (0: straight from the prefill instance unless it ends the request)",
+     0, 1, 0, 0, NULL},
     {"client-ranks", MOON_CONFIG_U32, SC(client_ranks), "0",
      "ranks at the end left to client programs (no serving role)", 0, 1u << 20, 0, 0, NULL},
     MOON_CONFIG_END,
@@ -347,6 +351,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             };
             /* the prefill raises its engine's max_chunk to it */
             ia.prefill_chunk_alone = cfg->prefill_chunk_alone;
+            ia.first_via_decode    = cfg->first_via_decode;
             moon_addr_t inst       = MOON_ADDR_NONE;
             status                 = spawn_mine(
                                 c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,

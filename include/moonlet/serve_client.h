@@ -11,7 +11,10 @@
  *    actor in the runtime; submit/cancel are safe from any thread, and events
  *    come either to a callback (on a runtime worker: it must not block) or to
  *    a queue read with moon_serve_client_next() (blocking with a timeout).
- * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE;
+ * Events of one request arrive in order: TOKEN index 0, 1, ... then one DONE
+ * (the first token comes from another instance than the rest: the thread
+ * client puts each stream in order, moonlet/serve_order.h; an actor of one's
+ * own does the same with it);
  * an embedding request (MOON_SERVE_F_EMBED) gets one EMBEDDING, then DONE.
  * When an instance serving a request is lost, its DONE says so
  * (MOON_SERVE_RESUMABLE: finish ERROR, MOON_ERR_PEER_LOST); this client

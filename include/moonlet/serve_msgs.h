@@ -9,10 +9,16 @@
  *      rest in chunks, put new full blocks to the store;
  *   p --KV_READY--> d after each chunk (pool block ids now valid; d pulls them
  *      with a one-sided get straight from p's pool while p computes on);
+ *   p --TOKEN(index 0)--> client (reply_to), when it may (first_sent below),
  *   p --KV_READY(final: first token, partial block)--> d
  *   d --KV_DONE--> p (p frees the sequence), d admits the sequence into its
- *      batch, streams TOKEN... then DONE to the client (reply_to), and
+ *      batch, streams TOKEN... (from index 0 when p did not send it, else
+ *      from 1) then DONE to the client, and
  *   d --RELEASED--> conductor (the request's entry and load accounting end).
+ * Token 0 and the rest come from different senders: a client may receive
+ * token 1 or DONE before token 0. Clients put the stream back in order
+ * (moon_serve_order_t, serve_order.h): tokens by index, DONE after its
+ * n_completion tokens, each wait with a deadline.
  * p keeps the prompt's full blocks in its own prefix cache (LRU over its
  * pool) and tells the conductor what enters and leaves it (CACHE_EVENTS).
  * Colocated: the conductor sends PREFILL with decode == the instance itself,
@@ -113,7 +119,7 @@ MOON_API uint64_t moon_serve_choice_seed(uint64_t seed, uint32_t i);
     F(T, str, prompt) F(T, u32s, tokens) F(T, u32s, resume) F(T, str, key) F(T, str, session)
 /* client -> conductor, conductor -> instances. */
 #define MOON_SERVE_CANCEL_FIELDS(F, T) MOON_SERVE_REQ_FIELDS(F, T)
-/* decode (or conductor, prefill on failure) -> client: one per token. text is
+/* decode (the first: prefill; or conductor, prefill on failure) -> client: one per token. text is
  * the token's printable piece: stop strings never appear in it (text that
  * could start one is held back until it cannot). Asked for logprobs: logprob
  * (of the raw logits) and top: pairs (id, logprob's float bits), most likely
@@ -204,7 +210,13 @@ MOON_API uint64_t moon_serve_choice_seed(uint64_t seed, uint32_t i);
  * seed (its sampler's state) and first_* are choice 0's; choices holds the
  * others' in order, MOON_SERVE_CHOICE_U32S(k) u32 each (k: first_top's pairs):
  * token, sampler state lo, hi, logprob's float bits, then k (id, float bits). desc: the prefill
- * pool's region descriptor (empty in one process: base then holds the pool's address). */
+ * pool's region descriptor (empty in one process: base then holds the pool's address).
+ * first_sent (final): the prefill sent the first token to reply_to itself (index n_resumed, its
+ * text and logprobs, the request's weight_version): the decode feeds it to its state but does
+ * not send it again; first_ns: then arrival to that send (the request's TTFT). The prefill
+ * sends it unless the token ends the request (EOS, a stop id or string), prompt logprobs must
+ * come first, or the request has several choices (the decode sends each choice's first): then
+ * the decode does. */
 #define MOON_SERVE_KV_READY_FIELDS(F, T)                                                           \
     MOON_SERVE_REQ_FIELDS(F, T)                                                                    \
     F(T, addr, prefill)                                                                            \
@@ -226,7 +238,8 @@ MOON_API uint64_t moon_serve_choice_seed(uint64_t seed, uint32_t i);
     F(T, bytes, desc)                                                                              \
     F(T, u32s, tokens)                                                                             \
     F(T, str, message)                                                                             \
-    F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top) F(T, u32s, choices)
+    F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top) F(T, u32s, choices)   \
+        F(T, u32, first_sent) F(T, u64, first_ns)
 #define MOON_SERVE_CHOICE_U32S(_k) (4u + 2u * (_k))
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */

@@ -1,8 +1,11 @@
 /* launch/sim/sim_driver.c - the replay client actor (sim_driver.h): one timer at
- * a time, for the next arrival; events go straight into the records. */
+ * a time, for the next arrival; each request's events put in order (its
+ * first token comes from the prefill, the rest from the decode: a fault's
+ * delay or loss can reorder them, serve_order.h), then into the records. */
 #include "sim_driver.h"
 
 #include "moonlet/serve_client.h"
+#include "moonlet/serve_order.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
@@ -14,7 +17,12 @@ typedef struct {
     size_t                 next;  /* next request to submit */
     size_t                 n_done;
     int32_t               *tokens; /* (max input_length) prompt scratch */
+    moon_serve_order_t    *order;  /* (n_reqs) each request's stream */
 } driver_t;
+
+/* A timer's cookie with this bit: request (cookie & ~bit)'s stream waits
+ * for a token; else the next arrival's. */
+#define DRIVER_WAIT_TIMER (1ull << 63)
 
 static moon_status_t arm(moon_actor_t *self, driver_t *d)
 {
@@ -42,8 +50,14 @@ static moon_status_t driver_init(moon_actor_t *self, const void *args)
         max_in = a->trace->reqs[i].input_length > max_in ? a->trace->reqs[i].input_length : max_in;
     }
     d->tokens = moon_malloc((size_t)max_in * sizeof(int32_t));
-    if (d->tokens == NULL) {
+    d->order  = moon_calloc(a->trace->n_reqs + 1, sizeof(*d->order));
+    if (d->tokens == NULL || d->order == NULL) {
+        moon_free(d->tokens);
+        moon_free(d->order);
         return MOON_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < a->trace->n_reqs; i++) {
+        moon_serve_order_init(&d->order[i], 0);
     }
     d->a     = *a;
     d->t0_ns = moon_now(moon_actor_runtime(self)) + a->start_ns;
@@ -54,6 +68,10 @@ static void driver_fini(moon_actor_t *self)
 {
     driver_t *d = moon_actor_state(self);
 
+    for (size_t i = 0; d->order != NULL && i < d->a.trace->n_reqs; i++) {
+        moon_serve_order_fini(&d->order[i]);
+    }
+    moon_free(d->order);
     moon_free(d->tokens);
 }
 
@@ -100,12 +118,23 @@ static moon_status_t submit(moon_actor_t *self, driver_t *d, size_t i, uint64_t 
     return MOON_OK;
 }
 
+static void driver_in_order(void *arg, const moon_msg_hdr_t *msg);
+
 static moon_status_t driver_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
-    driver_t *d   = moon_actor_state(self);
-    uint64_t  now = moon_now(moon_actor_runtime(self));
+    driver_t *d      = moon_actor_state(self);
+    uint64_t  now    = moon_now(moon_actor_runtime(self));
+    uint64_t  cookie = ((const moon_sys_timer_t *)(const void *)msg)->cookie;
 
-    (void)msg;
+    if (cookie & DRIVER_WAIT_TIMER) { /* a stream's wait for a token that may never come */
+        uint64_t id = cookie & ~DRIVER_WAIT_TIMER;
+        if (id < d->a.trace->n_reqs &&
+            moon_serve_order_expire(&d->order[id], now, MOON_SERVE_ORDER_WAIT_NS - 1,
+                                    driver_in_order, self) == 2) {
+            moon_serve_cancel(self, d->a.conductor, id);
+        }
+        return MOON_OK;
+    }
     /* every request due by now (equal timestamps go together, in trace order) */
     while (d->next < d->a.trace->n_reqs &&
            d->t0_ns + moon_trace_arrival_ns(&d->a.trace->reqs[d->next], d->a.time_scale) <= now) {
@@ -128,32 +157,23 @@ static moon_sim_req_status_t status_of(uint32_t finish)
     }
 }
 
-static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
+/* A request's event in order (the order's callback; arg: the actor). */
+static void driver_in_order(void *arg, const moon_msg_hdr_t *msg)
 {
-    driver_t          *d   = moon_actor_state(self);
-    uint64_t           now = moon_now(moon_actor_runtime(self)) - d->t0_ns;
+    moon_actor_t      *self = arg;
+    driver_t          *d    = moon_actor_state(self);
+    uint64_t           now  = moon_now(moon_actor_runtime(self)) - d->t0_ns;
     moon_serve_event_t ev;
     moon_sim_record_t *x;
     uint32_t           id;
 
-    if (msg->type == MOON_MSG_SERVE_TOKENS) { /* a decode step's tokens */
-        uint32_t n = moon_serve_tokens_count(msg);
-        for (uint32_t i = 0; i < n; i++) {
-            if (moon_serve_tokens_event(msg, i, &ev) == MOON_OK &&
-                ev.request_id < d->a.trace->n_reqs) {
-                moon_sim_records_token(d->a.recs, (uint32_t)ev.request_id, now);
-            }
-        }
-        return MOON_OK;
-    }
     if (moon_serve_event_of(msg, &ev) != MOON_OK || ev.request_id >= d->a.trace->n_reqs) {
-        MOON_ERROR("replay driver: an event for no request of the trace");
-        return MOON_ERR_CORRUPT;
+        return;
     }
     id = (uint32_t)ev.request_id;
     if (ev.kind == MOON_SERVE_EV_TOKEN) {
         moon_sim_records_token(d->a.recs, id, now);
-        return MOON_OK;
+        return;
     }
     x = &d->a.recs->recs[id];
     /* the instances were noted at placement (sim_run.c reads them off PREFILL) */
@@ -167,6 +187,45 @@ static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *m
     }
     moon_sim_records_finish(d->a.recs, id, now, status_of(ev.finish));
     ended(self, d);
+}
+
+/* Feeds a TOKEN or DONE of request id to its stream; a wait that begins
+ * gets its deadline's timer. */
+static void driver_feed(moon_actor_t *self, driver_t *d, uint64_t id, const moon_msg_hdr_t *msg)
+{
+    moon_serve_order_t *o = &d->order[id];
+    int                 waited;
+    uint64_t            timer;
+
+    waited = moon_serve_order_waiting(o);
+    moon_serve_order_feed(o, msg, moon_now(moon_actor_runtime(self)), driver_in_order, self);
+    if (!waited && moon_serve_order_waiting(o) &&
+        moon_timer_start(self, MOON_SERVE_ORDER_WAIT_NS, 0, DRIVER_WAIT_TIMER | id, &timer) !=
+            MOON_OK) {
+        MOON_WARN("replay driver: no timer for request %llu's wait", (unsigned long long)id);
+    }
+}
+
+static moon_status_t driver_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    driver_t          *d = moon_actor_state(self);
+    moon_serve_event_t ev;
+
+    if (msg->type == MOON_MSG_SERVE_TOKENS) { /* a decode step's tokens */
+        for (uint32_t i = 0, n = moon_serve_tokens_count(msg); i < n; i++) {
+            moon_serve_token_t *t = moon_serve_tokens_split(msg, i);
+            if (t != NULL && t->request_id < d->a.trace->n_reqs) {
+                driver_feed(self, d, t->request_id, &t->hdr);
+            }
+            moon_msg_release(t != NULL ? &t->hdr : NULL);
+        }
+        return MOON_OK;
+    }
+    if (moon_serve_event_of(msg, &ev) != MOON_OK || ev.request_id >= d->a.trace->n_reqs) {
+        MOON_ERROR("replay driver: an event for no request of the trace");
+        return MOON_ERR_CORRUPT;
+    }
+    driver_feed(self, d, ev.request_id, msg);
     return MOON_OK;
 }
 

@@ -44,6 +44,7 @@ static moon_status_t fake_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
 {
     const moon_serve_submit_t *s = (const moon_serve_submit_t *)msg;
     moon_serve_done_t         *d;
+    uint32_t                   n_sent = 0;
 
     if (s->max_tokens == HOLD_TOKENS) {
         return MOON_OK; /* held: its client leaves, or the gateway stops */
@@ -60,7 +61,7 @@ static moon_status_t fake_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
             t->request_id = s->request_id;
             t->index      = i;
             moon_msg_set_str(t, &t->text, text);
-            (void)moon_tell(self, s->reply_to, &t->hdr);
+            n_sent += moon_tell(self, s->reply_to, &t->hdr) == MOON_OK;
         }
     }
     d = moon_msg_new(MOON_MSG_SERVE_DONE, 64);
@@ -69,7 +70,7 @@ static moon_status_t fake_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
     }
     d->request_id   = s->request_id;
     d->finish       = MOON_FINISH_STOP;
-    d->n_completion = 1;
+    d->n_completion = n_sent; /* the tokens sent: a client waits for as many before DONE */
     moon_msg_set_str(d, &d->text, "ok");
     moon_msg_set_str(d, &d->message, "");
     /* a gateway that stopped meanwhile is no error of the fake's (an error

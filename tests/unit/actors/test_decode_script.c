@@ -4,7 +4,8 @@
  * actor plays its conductor, the prefill instance and the client at once
  * (reply_to, prefill and conductor are all its address). Each case sends
  * messages from a script and checks what comes back: the handover in two
- * KV_READYs (tokens, DONE, KV_DONE, RELEASED), a KV pull that fails, the
+ * KV_READYs (tokens, DONE, KV_DONE, RELEASED), again with the first token
+ * sent by the prefill (not sent again), a KV pull that fails, the
  * prefill lost while the KV moves (and its late KV_READY dropped), a CANCEL
  * mid-stream and one before the request, a weight version the instance does
  * not hold, a handover of a bad length, and (colocated) a PREFILL computed
@@ -13,11 +14,12 @@
  * cases run in the
  * threaded runtime with the engine on its thread, where a batch runs several
  * steps per engine job (decode_steps.c): a second request joining a running
- * one, and the CANCEL mid-stream. */
+ * one, and the CANCEL mid-stream. The runtime and the instance are set up by
+ * tests/support/moon_test_script. */
 #include "decode.h"
 #include "moon_test.h"
+#include "moon_test_script.h"
 #include "moonlet/serve_client.h"
-#include "serve_instance.h"
 #include "moonlet/serve_msgs.h"
 
 #include "moonlet/alloc.h"
@@ -36,6 +38,7 @@ static void         *remote; /* the scripted prefill's pool: blocks at remote + 
 
 typedef enum {
     CASE_HANDOVER,
+    CASE_FIRST_SENT, /* the prefill sent the first token itself */
     CASE_FIRST_ENDS,
     CASE_PULL_FAILS,
     CASE_PREFILL_LOST,
@@ -109,6 +112,7 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
             c[4 * i + 3] = 0;
         }
     }
+    m->first_sent       = final && g.c == CASE_FIRST_SENT;
     if (n > 0) {
         memcpy(moon_msg_span_alloc(m, &m->blocks, n, 4, 0), blocks, (size_t)n * 4);
     }
@@ -185,6 +189,9 @@ static void script_step(moon_actor_t *self, uint64_t step)
     case CASE_JOIN: /* request 1 is sent on request 0's 10th token */
         send_kv_ready(self, 0, 0, b012, 3, 1, 40, 70, 0);
         break;
+    case CASE_FIRST_SENT: /* as CASE_HANDOVER; index 0 came from the prefill */
+        g.seen[0].next_index = 1;
+        /* fall through */
     case CASE_HANDOVER: /* 40 tokens: 2 full blocks and 8 in a partial one */
         send_kv_ready(self, 0, 0, b012, 1, 0, 40, 4, 0);
         send_kv_ready(self, 0, 1, b012 + 1, 2, 1, 40, 4, 0);
@@ -293,13 +300,10 @@ static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
     moon_serve_event_t           ev;
     seen_t                      *s;
 
+    if (moon_test_script_report(msg, &g.n_hello)) {
+        return MOON_OK;
+    }
     switch (msg->type) {
-    case MOON_MSG_SERVE_HELLO:
-        g.n_hello++;
-        break;
-    case MOON_MSG_SERVE_LOAD:
-    case MOON_MSG_SERVE_CACHE_EVENTS:
-        break;
     case MOON_MSG_SERVE_TOKEN:
         on_token(self, ((const moon_serve_token_t *)msg)->request_id,
                  ((const moon_serve_token_t *)msg)->index);
@@ -387,9 +391,6 @@ static void count_engine_done(void *arg, uint64_t now_ns, const moon_msg_hdr_t *
  * once want_ends requests ended (or fails at a deadline). */
 static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
 {
-    moon_runtime_config_t      cfg;
-    moon_runtime_t            *rt = NULL;
-    moon_addr_t                peer;
     moon_serve_instance_args_t ia = {
         .model        = model,
         .engine       = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 4, .max_chunk = 64},
@@ -399,28 +400,19 @@ static void run_case_mode(script_case_t c, int threaded, uint32_t want_ends)
         .max_seqs     = MAX_REQ,
         .prefill_chunk = 64,
         .threaded      = threaded,
-        .xfer_ns = c == CASE_HANDOVER || c == CASE_FIRST_ENDS || c == CASE_CANCEL || c == CASE_JOIN
-                       ? NULL
-                       : slow_pull,
+        .xfer_ns       = c == CASE_HANDOVER || c == CASE_FIRST_SENT || c == CASE_FIRST_ENDS ||
+                           c == CASE_CANCEL || c == CASE_JOIN
+                             ? NULL
+                             : slow_pull,
     };
 
     memset(&g, 0, sizeof(g));
     g.c         = c;
     g.threaded  = threaded;
     g.want_ends = want_ends;
-    moon_runtime_config_default(&cfg);
-    cfg.deterministic = !threaded;
-    cfg.sim_max_ns    = 2000 * MS;
-    cfg.n_workers     = 1;
-    cfg.trace         = count_engine_done;
-    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &peer_ops, NULL, NULL, &peer), MOON_OK);
-    ia.conductor = peer;
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_decode_ops, &ia, NULL, &g.decode), MOON_OK);
-    moon_log_set_level(MOON_LOG_ERROR);       /* the error paths' warnings */
-    CU_ASSERT_EQUAL(moon_runtime_run(rt), 0); /* threaded: not the deadline */
-    moon_log_set_level(MOON_LOG_WARN);
-    moon_runtime_destroy(rt);
+    CU_ASSERT_EQUAL(moon_test_script_run(&peer_ops, &moon_decode_ops, &ia, threaded,
+                                         count_engine_done, &g.decode),
+                    0); /* threaded: not the deadline */
     CU_ASSERT_EQUAL(g.n_hello, 1);
     CU_ASSERT_EQUAL(g.n_other, 0);
     for (uint32_t i = 0; i < MAX_REQ; i++) {
@@ -456,6 +448,15 @@ static void test_handover(void)
 {
     run_case(CASE_HANDOVER);
     check_end(0, MOON_FINISH_LENGTH, MOON_OK, 4, 1);
+    CU_ASSERT_EQUAL(g.seen[0].n_completion, 4);
+}
+
+/* The final KV_READY says first_sent: the decode streams from index 1 on
+ * (on_token checks the indices), never token 0 again, and counts it. */
+static void test_first_sent(void)
+{
+    run_case(CASE_FIRST_SENT);
+    check_end(0, MOON_FINISH_LENGTH, MOON_OK, 3, 1);
     CU_ASSERT_EQUAL(g.seen[0].n_completion, 4);
 }
 
@@ -614,11 +615,7 @@ static int setup(void)
 {
     moon_kv_config_t kcfg;
 
-    moon_log_set_level(MOON_LOG_WARN);
-    /* pulls complete as DIST_BULK_DONE, also in one process */
-    if (moon_serve_msgs_register() != MOON_OK ||
-        moon_msg_register(moon_dist_msg_descs) != MOON_OK ||
-        moon_model_load(MOON_STORIES, &model) != MOON_OK) {
+    if (moon_test_script_setup(MOON_STORIES, &model) != 0) {
         return -1;
     }
     kcfg   = moon_model_kv_config(moon_model_config(model), BT, 64, 1);
@@ -634,7 +631,7 @@ static int teardown(void)
     return 0;
 }
 
-MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_token_ends,
-               test_pull_fails, test_prefill_lost, test_cancel, test_version_gate, test_bad_length,
-               test_colocated, test_choices, test_choice0_cancel, test_choices_lost,
-               test_too_many_choices, test_join_multistep, test_cancel_threaded)
+MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_sent,
+               test_first_token_ends, test_pull_fails, test_prefill_lost, test_cancel,
+               test_version_gate, test_bad_length, test_colocated, test_choices, test_choice0_cancel,
+               test_choices_lost, test_too_many_choices, test_join_multistep, test_cancel_threaded)

@@ -4,16 +4,17 @@
  * no store, and one scripted actor plays its conductor, the decode instance
  * and the client at once. Each case sends PREFILL (and CANCEL, LOST,
  * KV_DONE) from a script and checks the KV_READYs that come back: a prompt
- * in chunks (one KV_READY per chunk, the last final with the first token),
+ * in chunks (one KV_READY per chunk, the last final with the first token,
+ * which went to the client first unless it ends the request),
  * and again after KV_DONE from the prefix cache; a CANCEL mid-prompt; the
  * decode lost mid-prompt (nothing more told to it); a weight version not
- * held; a prompt as long as the context. */
+ * held; a prompt as long as the context. The runtime and the instance are
+ * set up by tests/support/moon_test_script. */
 #include "moon_test.h"
+#include "moon_test_script.h"
 #include "prefill.h"
-#include "serve_instance.h"
 #include "moonlet/serve_msgs.h"
 
-#include "moonlet/log.h"
 #include "moonlet/moonlet.h"
 
 #include <string.h>
@@ -29,7 +30,9 @@ typedef enum {
     CASE_CANCEL,
     CASE_DECODE_LOST,
     CASE_VERSION,
-    CASE_BAD_LENGTH
+    CASE_BAD_LENGTH,
+    CASE_FIRST_STOPS,     /* every id a stop id: the first token ends the request */
+    CASE_FIRST_VIA_DECODE /* the instance told to leave the first token to the decode */
 } script_case_t;
 
 /* What came back, per request id (0 or 1). */
@@ -37,6 +40,11 @@ typedef struct {
     uint32_t n_ready, n_final, n_blocks, next_block, bad_order;
     int32_t  final_status;
     uint32_t final_n_tokens, final_n_cached, first_ready_blocks;
+    /* the first token as a TOKEN to reply_to (before the final KV_READY) and
+     * as the final KV_READY says it */
+    uint32_t n_first, first_index, first_token, first_before_final, final_first_sent;
+    uint32_t final_token;
+    uint64_t first_version;
 } seen_t;
 
 static struct {
@@ -49,7 +57,8 @@ static struct {
 static void send_prefill(moon_actor_t *self, uint64_t id, uint32_t n_tokens, uint64_t version)
 {
     moon_serve_prefill_t *m =
-        moon_msg_new(MOON_MSG_SERVE_PREFILL, (size_t)n_tokens * 5 + 128); /* tokens, keys */
+        moon_msg_new(MOON_MSG_SERVE_PREFILL, (size_t)n_tokens * 5 + 512 * 4 + 128); /* tokens, keys,
+                                                                                       stop ids */
     uint32_t *tok = NULL;
     uint64_t *key;
 
@@ -63,6 +72,13 @@ static void send_prefill(moon_actor_t *self, uint64_t id, uint32_t n_tokens, uin
     tok               = moon_msg_span_alloc(m, &m->tokens, n_tokens, 4, 0);
     key               = moon_msg_span_alloc(m, &m->keys, 2 * (n_tokens / BT), 8, 0);
     CU_ASSERT_FATAL(tok != NULL && key != NULL);
+    if (g.c == CASE_FIRST_STOPS) {
+        uint32_t *stop = moon_msg_span_alloc(m, &m->stop_ids, 512, 4, 0);
+        CU_ASSERT_FATAL(stop != NULL);
+        for (uint32_t i = 0; i < 512; i++) {
+            stop[i] = i; /* stories260K's vocabulary */
+        }
+    }
     for (uint32_t i = 0; i < n_tokens; i++) {
         tok[i] = 3 + (i * 7) % 250;
     }
@@ -91,6 +107,8 @@ static void script_start(moon_actor_t *self)
     case CASE_CHUNKS:
     case CASE_CANCEL:
     case CASE_DECODE_LOST:
+    case CASE_FIRST_STOPS:
+    case CASE_FIRST_VIA_DECODE:
         send_prefill(self, 0, N_PROMPT, 0);
         break;
     case CASE_VERSION:
@@ -116,9 +134,11 @@ static void on_ready(moon_actor_t *self, const moon_serve_kv_ready_t *m)
     CU_ASSERT(m->blocks.n == 0 || m->base != 0); /* one process: its pool's address */
     if (m->final) {
         s->n_final++;
-        s->final_status   = m->status;
-        s->final_n_tokens = m->n_tokens;
-        s->final_n_cached = m->n_cached;
+        s->final_status     = m->status;
+        s->final_n_tokens   = m->n_tokens;
+        s->final_n_cached   = m->n_cached;
+        s->final_token      = m->token;
+        s->final_first_sent = m->first_sent;
     }
     if (g.c == CASE_CHUNKS && m->final && m->request_id == 0) {
         send_req(self, MOON_MSG_SERVE_KV_DONE, 0); /* pulled: its blocks go to the cache */
@@ -130,14 +150,27 @@ static void on_ready(moon_actor_t *self, const moon_serve_kv_ready_t *m)
     }
 }
 
+/* A TOKEN from the prefill: only a request's first, before its final KV_READY. */
+static void on_first(const moon_msg_hdr_t *msg)
+{
+    const moon_serve_token_t *t = (const void *)msg;
+    seen_t                   *s = &g.seen[t->request_id < 2 ? t->request_id : 1];
+
+    s->n_first++;
+    s->first_index        = t->index;
+    s->first_token        = t->token;
+    s->first_version      = t->weight_version;
+    s->first_before_final = s->n_final == 0;
+}
+
 static moon_status_t peer_on_msg(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
+    if (moon_test_script_report(msg, &g.n_hello)) {
+        return MOON_OK;
+    }
     switch (msg->type) {
-    case MOON_MSG_SERVE_HELLO:
-        g.n_hello++;
-        break;
-    case MOON_MSG_SERVE_LOAD:
-    case MOON_MSG_SERVE_CACHE_EVENTS:
+    case MOON_MSG_SERVE_TOKEN:
+        on_first(msg);
         break;
     case MOON_MSG_SERVE_KV_READY:
         on_ready(self, (const void *)msg);
@@ -167,15 +200,13 @@ static const moon_actor_ops_t peer_ops = {
                     [MOON_MSG_SERVE_LOAD]         = peer_on_msg,
                     [MOON_MSG_SERVE_CACHE_EVENTS] = peer_on_msg,
                     [MOON_MSG_SERVE_KV_READY]     = peer_on_msg,
+                    [MOON_MSG_SERVE_TOKEN]        = peer_on_msg,
                     [MOON_MSG_SERVE_DONE]         = peer_on_msg,
                     [MOON_MSG_SYS_TIMER]          = peer_on_msg},
 };
 
 static void run_case(script_case_t c)
 {
-    moon_runtime_config_t      cfg;
-    moon_runtime_t            *rt = NULL;
-    moon_addr_t                peer;
     moon_serve_instance_args_t ia = {
         .model        = model,
         .engine       = {.kind = MOON_BACKEND_CPU, .n_threads = 1, .max_batch = 1, .max_chunk = BT},
@@ -183,23 +214,14 @@ static void run_case(script_case_t c)
         .block_tokens = BT,
         .n_blocks     = 64,
         .max_seqs     = 4,
-        .prefill_chunk = BT,
-        .threaded      = 0,
+        .prefill_chunk    = BT,
+        .threaded         = 0,
+        .first_via_decode = c == CASE_FIRST_VIA_DECODE,
     };
 
     memset(&g, 0, sizeof(g));
     g.c = c;
-    moon_runtime_config_default(&cfg);
-    cfg.deterministic = 1;
-    cfg.sim_max_ns    = 2000 * MS;
-    CU_ASSERT_EQUAL_FATAL(moon_runtime_create(&cfg, &rt), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &peer_ops, NULL, NULL, &peer), MOON_OK);
-    ia.conductor = peer;
-    CU_ASSERT_EQUAL_FATAL(moon_spawn(rt, &moon_prefill_ops, &ia, NULL, &g.prefill), MOON_OK);
-    moon_log_set_level(MOON_LOG_ERROR); /* the error paths' warnings */
-    moon_runtime_run(rt);
-    moon_log_set_level(MOON_LOG_WARN);
-    moon_runtime_destroy(rt);
+    moon_test_script_run(&peer_ops, &moon_prefill_ops, &ia, 0, NULL, &g.prefill);
     CU_ASSERT_EQUAL(g.n_hello, 1);
     CU_ASSERT_EQUAL(g.n_other, 0);
     for (uint32_t i = 0; i < 2; i++) {
@@ -225,6 +247,35 @@ static void test_chunks_then_cache(void)
     CU_ASSERT_EQUAL(g.seen[1].final_n_cached, 2 * BT);
     CU_ASSERT_EQUAL(g.seen[1].first_ready_blocks, 2);
     CU_ASSERT_EQUAL(g.seen[1].n_blocks, 3);
+}
+
+/* The first token goes to reply_to straight from the prefill, before the
+ * final KV_READY, which says so and carries the same token; the cached
+ * prompt's request (1) alike. */
+static void test_first_sent(void)
+{
+    run_case(CASE_CHUNKS);
+    for (uint32_t i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(g.seen[i].n_first, 1);
+        CU_ASSERT_EQUAL(g.seen[i].first_before_final, 1);
+        CU_ASSERT_EQUAL(g.seen[i].first_index, 0);
+        CU_ASSERT_EQUAL(g.seen[i].first_token, g.seen[i].final_token);
+        CU_ASSERT_EQUAL(g.seen[i].first_version, 0);
+        CU_ASSERT_EQUAL(g.seen[i].final_first_sent, 1);
+    }
+}
+
+/* A first token that ends the request (a stop id), or an instance told to
+ * leave it to the decode: no TOKEN from here, and the KV_READY says so. */
+static void test_first_left_to_decode(void)
+{
+    for (script_case_t c = CASE_FIRST_STOPS; c <= CASE_FIRST_VIA_DECODE; c++) {
+        run_case(c);
+        CU_ASSERT_EQUAL(g.seen[0].n_final, 1);
+        CU_ASSERT_EQUAL(g.seen[0].final_status, MOON_OK);
+        CU_ASSERT_EQUAL(g.seen[0].n_first, 0);
+        CU_ASSERT_EQUAL(g.seen[0].final_first_sent, 0);
+    }
 }
 
 /* COMPUTING -> HANDED on CANCEL: at the chunk's end, a final KV_READY says so. */
@@ -265,10 +316,7 @@ static void test_bad_length(void)
 
 static int setup(void)
 {
-    moon_log_set_level(MOON_LOG_WARN);
-    return moon_serve_msgs_register() == MOON_OK && moon_model_load(MOON_STORIES, &model) == MOON_OK
-               ? 0
-               : -1;
+    return moon_test_script_setup(MOON_STORIES, &model);
 }
 
 static int teardown(void)
@@ -278,5 +326,6 @@ static int teardown(void)
     return 0;
 }
 
-MOON_TEST_MAIN("prefill_script", setup, teardown, test_chunks_then_cache, test_cancel,
-               test_decode_lost, test_version_gate, test_bad_length)
+MOON_TEST_MAIN("prefill_script", setup, teardown, test_chunks_then_cache, test_first_sent,
+               test_first_left_to_decode, test_cancel, test_decode_lost, test_version_gate,
+               test_bad_length)

@@ -1,10 +1,12 @@
 /* tests/unit/gateway/test_gw_resume.c - what the bridge does when an
  * instance serving a request is lost, and the request deadline. A fake
- * conductor streams two tokens, then answers the loss (DONE error
- * MOON_ERR_PEER_LOST); the owner (a minimal gateway) resumes the request,
- * whose new SUBMIT must carry the two tokens as resume; the fake conductor
- * then sends token 1 again (as a resumed decode may after a late message)
- * and token 2, and ends it. The client must read tokens 0, 1, 2 once each
+ * conductor streams two tokens (1 before 0: the first token comes from
+ * another instance than the rest), then answers the loss (DONE error
+ * MOON_ERR_PEER_LOST); the owner (a minimal gateway, putting each stream in
+ * order as gateway.c does) resumes the request, whose new SUBMIT must carry
+ * the two tokens as resume; the fake conductor then ends it (DONE of 3
+ * tokens) before it sends token 1 again (as a resumed decode may after a
+ * late message) and token 2. The client must read tokens 0, 1, 2 once each
  * and a normal DONE. With resumes off it reads the loss as an error; a
  * request nobody answers ends at its deadline with MOON_ERR_TIMED_OUT and a
  * CANCEL reaches the conductor. */
@@ -38,14 +40,15 @@ static void send_token(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t
 }
 
 static void send_done(moon_actor_t *self, moon_addr_t to, uint64_t id, uint32_t finish,
-                      moon_status_t status)
+                      moon_status_t status, uint32_t n_completion)
 {
     moon_serve_done_t *d = moon_msg_new(MOON_MSG_SERVE_DONE, 16);
 
     if (d != NULL) {
-        d->request_id = id;
-        d->finish     = finish;
-        d->status     = status;
+        d->request_id   = id;
+        d->finish       = finish;
+        d->status       = status;
+        d->n_completion = n_completion;
         moon_msg_set_str(d, &d->text, "");
         moon_msg_set_str(d, &d->message, "lost");
         moon_tell(self, to, &d->hdr);
@@ -63,9 +66,9 @@ static moon_status_t cond_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
         return MOON_OK;
     }
     if (s->resume.n == 0) {
-        send_token(self, s->reply_to, s->request_id, 0);
         send_token(self, s->reply_to, s->request_id, 1);
-        send_done(self, s->reply_to, s->request_id, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST);
+        send_token(self, s->reply_to, s->request_id, 0);
+        send_done(self, s->reply_to, s->request_id, MOON_FINISH_ERROR, MOON_ERR_PEER_LOST, 2);
         return MOON_OK;
     }
     if (s->resume.n == 2 && r[0] == 100 && r[1] == 101 && s->max_tokens == 8 &&
@@ -74,9 +77,9 @@ static moon_status_t cond_on_submit(moon_actor_t *self, const moon_msg_hdr_t *ms
     } else {
         atomic_fetch_add(&g_resumed_bad, 1);
     }
+    send_done(self, s->reply_to, s->request_id, MOON_FINISH_LENGTH, MOON_OK, 3); /* held */
     send_token(self, s->reply_to, s->request_id, 1); /* a duplicate: dropped */
     send_token(self, s->reply_to, s->request_id, 2);
-    send_done(self, s->reply_to, s->request_id, MOON_FINISH_LENGTH, MOON_OK);
     return MOON_OK;
 }
 
@@ -124,6 +127,26 @@ static moon_status_t owner_on_wake(moon_actor_t *self, const moon_msg_hdr_t *msg
     return MOON_OK;
 }
 
+/* A TOKEN or DONE in order (moon_gw_bridge_order). */
+static void owner_in_order(void *arg, moon_gw_req_t *req, const moon_msg_hdr_t *msg)
+{
+    moon_actor_t            *self = arg;
+    owner_t                 *o    = moon_actor_state(self);
+    const moon_serve_done_t *d    = (const moon_serve_done_t *)msg;
+
+    if (msg->type == MOON_MSG_SERVE_TOKEN) {
+        const moon_serve_token_t *t = (const moon_serve_token_t *)msg;
+        if (!moon_gw_bridge_note_token(req, t->index, t->token)) {
+            return;
+        }
+    } else if (MOON_SERVE_RESUMABLE(d->finish, d->status) &&
+               moon_gw_bridge_resume(o->bridge, self, req, atomic_load(&g_max_resumes)) ==
+                   MOON_OK) {
+        return;
+    }
+    moon_gw_bridge_deliver(o->bridge, req, msg);
+}
+
 static moon_status_t owner_on_event(moon_actor_t *self, const moon_msg_hdr_t *msg)
 {
     owner_t                 *o = moon_actor_state(self);
@@ -132,20 +155,9 @@ static moon_status_t owner_on_event(moon_actor_t *self, const moon_msg_hdr_t *ms
                                                     : d->request_id;
     moon_gw_req_t *req = moon_gw_bridge_find(o->bridge, self, id);
 
-    if (req == NULL) {
-        return MOON_OK;
+    if (req != NULL) {
+        moon_gw_bridge_order(req, msg, moon_now(moon_actor_runtime(self)), owner_in_order, self);
     }
-    if (msg->type == MOON_MSG_SERVE_TOKEN) {
-        const moon_serve_token_t *t = (const moon_serve_token_t *)msg;
-        if (!moon_gw_bridge_note_token(req, t->index, t->token)) {
-            return MOON_OK;
-        }
-    } else if (MOON_SERVE_RESUMABLE(d->finish, d->status) &&
-               moon_gw_bridge_resume(o->bridge, self, req, atomic_load(&g_max_resumes)) ==
-                   MOON_OK) {
-        return MOON_OK;
-    }
-    moon_gw_bridge_deliver(o->bridge, req, msg);
     return MOON_OK;
 }
 

@@ -64,15 +64,15 @@ static int priced(uint64_t t, uint64_t base, uint64_t min_bytes, uint32_t n)
  * apart, nothing else books them): the first token leaves with the
  * handover, so the first decode step waits for the pull of the prompt's
  * blocks from the prefill node (one move striped over the NICs, then the
- * link latency).
+ * link latency), after the final KV_READY's hop.
  * Messages between nodes take one hop (the network latency, plus their
  * bytes at a NIC's rate: the PREFILL carries the prompt's token ids, 4 bytes
  * each): the driver and the conductor share the front node, so a request
  * reaches the prefill instance one hop after its arrival (its queue time),
- * and its first token reaches the driver two hops after the prefill ends
- * (with the handover to the decode instance, which forwards it). Token gaps
- * are between two tokens that travel the same way, of the same size: no
- * hop. */
+ * and its first token reaches the driver one hop after the prefill ends
+ * (sent by the prefill itself). The first gap is from that token to the
+ * decode's first: the handover's hop, the pull and a step; the others are
+ * between two tokens that travel the same way, of the same size: no hop. */
 static void test_hand_checked_trace(void)
 {
     static const char *text =
@@ -105,17 +105,17 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL(x->output_tokens, 3);
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 0);
     CU_ASSERT(priced(x->prefill_start_ns, hop(), 4 * 1024, 1));
-    /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms, and three hops of 20 us */
+    /* Eq. 1 over 1.248 PFLOP/s: 99.1 ms, and two hops of 20 us */
     CU_ASSERT(priced(x->first_token_ns - x->arrival_ns,
-                     3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)), 4 * 1024 + 2 * 24, 3));
-    CU_ASSERT(priced(x->first_token_ns - x->arrival_ns, 99114629 + 60000, 4 * 1024, 3));
-    /* gaps: the pull then the step over 1025 tokens, the step over 1026;
-     * TBT = the slower */
-    CU_ASSERT_EQUAL(x->tbt_ns, pull2 + ns(moon_cost_decode_s(&cost, 1, 1025)));
+                     2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024)), 4 * 1024 + 24, 2));
+    CU_ASSERT(priced(x->first_token_ns - x->arrival_ns, 99114629 + 40000, 4 * 1024, 2));
+    /* gaps: the handover's hop (its prompt ids), the pull and the step over
+     * 1025 tokens; the step over 1026; TBT = the slower */
+    CU_ASSERT(
+        priced(x->tbt_ns, hop() + pull2 + ns(moon_cost_decode_s(&cost, 1, 1025)), 4 * 1024, 1));
     /* the end is the DONE's arrival: a message of another size than a token's */
-    end =
-        (int64_t)(x->finish_ns - x->first_token_ns - pull2 -
-                  ns(moon_cost_decode_s(&cost, 1, 1025)) - ns(moon_cost_decode_s(&cost, 1, 1026)));
+    end = (int64_t)(x->finish_ns - x->first_token_ns - x->tbt_ns -
+                    ns(moon_cost_decode_s(&cost, 1, 1026)));
     CU_ASSERT(end >= -(int64_t)wire_ns(16384) && end <= (int64_t)wire_ns(16384));
     x = &r.recs[1];
     CU_ASSERT_EQUAL(x->status, MOON_SIM_REQ_OK);
@@ -123,8 +123,9 @@ static void test_hand_checked_trace(void)
     CU_ASSERT_EQUAL(x->prefix_hit_tokens, 1024);
     CU_ASSERT(priced(x->prefill_start_ns - x->arrival_ns, hop(), 4 * 1536, 1));
     CU_ASSERT(priced(x->first_token_ns - x->arrival_ns,
-                     3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512)), 4 * 1536 + 2 * 24, 3));
-    CU_ASSERT_EQUAL(x->tbt_ns, pull1 + ns(moon_cost_decode_s(&cost, 1, 1537)));
+                     2 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512)), 4 * 1536 + 24, 2));
+    CU_ASSERT(
+        priced(x->tbt_ns, hop() + pull1 + ns(moon_cost_decode_s(&cost, 1, 1537)), 4 * 1536, 1));
     moon_sim_records_fini(&r);
     moon_trace_destroy(t);
 }
@@ -154,9 +155,9 @@ static void test_request_overhead_adds_to_ttft(void)
     CU_ASSERT_EQUAL(moon_replay_sim_run(&c, &r), MOON_OK);
     profile = plain;
     CU_ASSERT(priced(r.recs[0].first_token_ns - r.recs[0].arrival_ns,
-                     3 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024) + 0.002), 4 * 1024, 3));
+                     2 * hop() + ns(moon_cost_prefill_s(&cost, 0, 1024) + 0.002), 4 * 1024, 2));
     CU_ASSERT(priced(r.recs[1].first_token_ns - r.recs[1].arrival_ns,
-                     3 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512) + 0.002), 4 * 1536, 3));
+                     2 * hop() + ns(moon_cost_prefill_s(&cost, 1024, 512) + 0.002), 4 * 1536, 2));
     for (int i = 0; i < 2; i++) {
         uint64_t d = (r.recs[i].first_token_ns - r.recs[i].arrival_ns) -
                      (base.recs[i].first_token_ns - base.recs[i].arrival_ns);
