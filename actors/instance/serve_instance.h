@@ -51,7 +51,7 @@ typedef struct {
                          its instance outside the engine calls (a real one spends it:
                          0), charged with the request's first chunk */
     const char *calibration_cache; /* borrowed; NULL: calibrate at every start */
-    int         numa; /* the KV pool on the NUMA node(s) of the engine's cores (kv_pool.h) */
+    int         numa;     /* the KV pool on the NUMA node(s) of the engine's cores (kv_pool.h) */
     int first_via_decode; /* prefill role: a request's first token goes to its client through
                              the decode instance (0: straight from here when it may,
                              prefill_first.h) */

@@ -238,8 +238,9 @@ MOON_API uint64_t moon_serve_choice_seed(uint64_t seed, uint32_t i);
     F(T, bytes, desc)                                                                              \
     F(T, u32s, tokens)                                                                             \
     F(T, str, message)                                                                             \
-    F(T, u64, weight_version) F(T, f32, first_logprob) F(T, u32s, first_top) F(T, u32s, choices)   \
-        F(T, u32, first_sent) F(T, u64, first_ns)
+    F(T, u64, weight_version)                                                                      \
+    F(T, f32, first_logprob)                                                                       \
+    F(T, u32s, first_top) F(T, u32s, choices) F(T, u32, first_sent) F(T, u64, first_ns)
 #define MOON_SERVE_CHOICE_U32S(_k) (4u + 2u * (_k))
 /* decode -> prefill: the request's blocks were pulled (or the request ended):
  * the prefill instance may free its sequence. status != 0: the decode gave up. */

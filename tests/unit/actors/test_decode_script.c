@@ -112,7 +112,7 @@ static void send_kv_ready(moon_actor_t *self, uint64_t id, uint32_t first, const
             c[4 * i + 3] = 0;
         }
     }
-    m->first_sent       = final && g.c == CASE_FIRST_SENT;
+    m->first_sent = final && g.c == CASE_FIRST_SENT;
     if (n > 0) {
         memcpy(moon_msg_span_alloc(m, &m->blocks, n, 4, 0), blocks, (size_t)n * 4);
     }
@@ -633,5 +633,6 @@ static int teardown(void)
 
 MOON_TEST_MAIN("decode_script", setup, teardown, test_handover, test_first_sent,
                test_first_token_ends, test_pull_fails, test_prefill_lost, test_cancel,
-               test_version_gate, test_bad_length, test_colocated, test_choices, test_choice0_cancel,
-               test_choices_lost, test_too_many_choices, test_join_multistep, test_cancel_threaded)
+               test_version_gate, test_bad_length, test_colocated, test_choices,
+               test_choice0_cancel, test_choices_lost, test_too_many_choices, test_join_multistep,
+               test_cancel_threaded)
