@@ -19,12 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #ifndef MOON_TEST_MODEL
 #error "MOON_TEST_MODEL must name stories260K.gguf"
@@ -400,20 +396,35 @@ static void test_promtool(void)
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
 }
 
-/* A free loopback TCP port (0 if none). */
-static unsigned free_port(void)
+/* Starts the browser test's page server (python http.server) in DIR on a
+ * port the kernel picks (port 0: asking for a free port first and binding it
+ * later raced with other tests, "Address already in use"), waits until it
+ * serves page.html, and returns its port (0 if it never came up; its log is
+ * printed). */
+static unsigned start_page_server(const char *dir)
 {
-    struct sockaddr_in a    = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t          n    = sizeof(a);
-    int                fd   = socket(AF_INET, SOCK_STREAM, 0);
-    unsigned           port = 0;
+    char     cmd[1536], path[512];
+    char    *text;
+    unsigned port = 0;
+    int      ret;
 
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &n) == 0) {
-        port = ntohs(a.sin_port);
+    snprintf(cmd, sizeof(cmd),
+             "d='%s'; cp '%s' \"$d/page.html\" && cd \"$d\" && "
+             "{ timeout 120 python3 -u -m http.server 0 --bind 127.0.0.1 >http.log 2>&1 & "
+             "echo $! >http.pid; } && "
+             "for i in $(seq 100); do p=$(sed -n 's/.* port \\([0-9]*\\) .*/\\1/p' http.log); "
+             "test -n \"$p\" && curl -sf -o /dev/null \"http://127.0.0.1:$p/page.html\" && "
+             "echo \"$p\" >http.port && exit 0; sleep 0.1; done; cat http.log >&2; exit 1",
+             dir, MOON_TEST_CORS_PAGE);
+    ret = system(cmd);
+    if (WEXITSTATUS(ret) != 0) {
+        return 0;
     }
-    if (fd >= 0) {
-        close(fd);
+    snprintf(path, sizeof(path), "%s/http.port", dir);
+    text = gw_read_file(path, NULL);
+    if (text != NULL) {
+        port = (unsigned)strtoul(text, NULL, 10);
+        free(text);
     }
     return port;
 }
@@ -429,7 +440,7 @@ static void test_cors_browser(void)
 {
     char        cmd[2048], origin[64], path[512];
     const char *want = "RESULT allowed=200:text denied=blocked badkey=401:error";
-    unsigned    page = free_port(), port = 0;
+    unsigned    page, port = 0;
     char       *out;
     int         ret;
 
@@ -438,26 +449,22 @@ static void test_cors_browser(void)
                        "CORS test did not run (curl-level preflights are checked in test_gw_api)");
         return;
     }
+    page = start_page_server(gw_tmp_dir());
     CU_ASSERT_FATAL(page != 0);
     snprintf(origin, sizeof(origin), "http://127.0.0.1:%u", page);
     CU_ASSERT_EQUAL_FATAL(
         spawn_gateway(moon_serve_cluster_conductor(g_cluster), "sekret", origin, &port), MOON_OK);
     CU_ASSERT_FATAL(gw_wait_health(port, 200));
-    snprintf(
-        cmd, sizeof(cmd),
-        "d='%s'; cp '%s' \"$d/page.html\" && cd \"$d\" && "
-        "{ timeout 120 python3 -m http.server %u --bind 127.0.0.1 >http.log 2>&1 & "
-        "echo $! >http.pid; } && "
-        "for i in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:%u/page.html && break; "
-        "sleep 0.1; done; "
-        "for try in 1 2 3; do rm -rf \"$d/chrome\"; "
-        "timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-        "--user-data-dir=\"$d/chrome\" --virtual-time-budget=5000 --dump-dom "
-        "'http://127.0.0.1:%u/page.html?allowed=%u&denied=%u' >dom.txt 2>chrome.log; "
-        "echo \"chromium exit $? (try $try)\" >>chrome.log; test -s dom.txt && break; "
-        "grep -v dbus chrome.log | tail -n 5 >&2; done; "
-        "kill $(cat http.pid) 2>/dev/null; true",
-        gw_tmp_dir(), MOON_TEST_CORS_PAGE, page, page, page, port, g_port);
+    snprintf(cmd, sizeof(cmd),
+             "d='%s'; cd \"$d\" && "
+             "for try in 1 2 3; do rm -rf \"$d/chrome\"; "
+             "timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+             "--user-data-dir=\"$d/chrome\" --virtual-time-budget=5000 --dump-dom "
+             "'http://127.0.0.1:%u/page.html?allowed=%u&denied=%u' >dom.txt 2>chrome.log; "
+             "echo \"chromium exit $? (try $try)\" >>chrome.log; test -s dom.txt && break; "
+             "grep -v dbus chrome.log | tail -n 5 >&2; done; "
+             "kill $(cat http.pid) 2>/dev/null; true",
+             gw_tmp_dir(), page, port, g_port);
     ret = system(cmd);
     CU_ASSERT_EQUAL(WEXITSTATUS(ret), 0);
     snprintf(path, sizeof(path), "%s/dom.txt", gw_tmp_dir());
