@@ -78,6 +78,9 @@ void moon_serve_report_load(moon_actor_t *self, const moon_serve_instance_args_t
                                   0};
     moon_serve_load_t     *m;
 
+    if (a->busy_ns != NULL && queued_reqs + running > 0) {
+        atomic_store_explicit(a->busy_ns, moon_now(moon_actor_runtime(self)), memory_order_relaxed);
+    }
     if (!load_memo_update(memo, moon_now(moon_actor_runtime(self)), &cur)) {
         return;
     }

@@ -11,6 +11,8 @@
 #include "moonlet/model.h"
 #include "moonlet/serve_msgs.h"
 
+#include <stdatomic.h>
+
 #define MOON_SERVE_ROLE_PREFILL 0u
 #define MOON_SERVE_ROLE_DECODE 1u
 #define MOON_SERVE_ROLE_COLOCATED 2u
@@ -55,6 +57,11 @@ typedef struct {
     int first_via_decode; /* prefill role: a request's first token goes to its client through
                              the decode instance (0: straight from here when it may,
                              prefill_first.h) */
+    /* where the instance publishes, at each load report (after every change
+     * and periodically), the last time (moon_now) it held requests, for its
+     * weight receiver, which slows a push while that is recent (NULL: not
+     * published) */
+    _Atomic uint64_t *busy_ns;
 } moon_serve_instance_args_t;
 
 /* Where an instance's KV pool goes (moon_kv_pool_open's numa_core): near

@@ -398,6 +398,10 @@ static moon_status_t conductor_on_submit(moon_actor_t *self, const moon_msg_hdr_
     moon_status_t              status;
 
     c->stats.n_submitted++;
+    if (c->a.busy_ns != NULL) {
+        atomic_store_explicit(c->a.busy_ns, moon_now(moon_actor_runtime(self)),
+                              memory_order_relaxed);
+    }
     if (m->reply_to == MOON_ADDR_NONE) {
         return MOON_OK; /* nobody to answer */
     }

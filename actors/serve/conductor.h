@@ -10,6 +10,8 @@
 #include "moonlet/model.h"
 #include "moonlet/serve_client.h"
 
+#include <stdatomic.h>
+
 typedef struct {
     const moon_model_t *model;               /* borrowed (tokenizer, context): outlives the actor */
     moon_kv_tag_t       tag;                 /* the deployment's store tag (moon_serve_model_tag) */
@@ -29,6 +31,10 @@ typedef struct {
     uint64_t    kv_block_bytes;         /* KV bytes a block moves (0: the model's; a simulation
                                            gives its modeled model's) */
     uint64_t seed;
+    /* where the conductor publishes when the last request arrived (moon_now),
+     * for the weight broadcaster beside it, which slows its reading of a
+     * checkpoint while that is recent (NULL: not published) */
+    _Atomic uint64_t *busy_ns;
 } moon_conductor_args_t;
 
 MOON_API extern const moon_actor_ops_t moon_conductor_ops;

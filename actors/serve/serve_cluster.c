@@ -36,7 +36,12 @@ struct moon_serve_cluster {
     uint32_t            next_core;                /* engine cores handed out on this rank */
     uint32_t            gpu;                      /* --gpu resolved (CUDA: modulo the devices) */
     uint32_t            n_mine;
-    char                spec[4096]; /* the placement */
+    /* when each of this rank's instances last held requests, for its weight
+     * receiver */
+    _Atomic uint64_t busy[CLUSTER_MAX_ACTORS];
+    uint32_t         n_busy;
+    _Atomic uint64_t conductor_busy; /* the last request's arrival, for the broadcaster */
+    char             spec[4096];     /* the placement */
 };
 
 static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
@@ -111,6 +116,11 @@ static const moon_config_field_t serve_fields[] = {
      "a weight push travels in chunks of this many mib (each with its xxh3; a delta push sends "
      "the chunks that changed)",
      0, 0, 1.0 / 1024, 1024, NULL},
+    {"weights-busy-share", MOON_CONFIG_DOUBLE, SC(weights_busy_share), "0.125",
+     "while an instance holds requests, its end of a weight push copies at most this share of "
+     "the time (a chunk at a time, resting between chunks) so serving keeps the cores; 1: full "
+     "speed always",
+     0, 0, 0.01, 1, NULL},
     {"calibration-cache", MOON_CONFIG_STRING, SC(calibration_cache), NULL,
      "folder keeping each instance's start-up calibration by model, engine and machine, so a "
      "restarted deployment skips it (unset: calibrate at every start)",
@@ -280,6 +290,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             .shed_share          = cfg->shed_share,
             .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
             .seed                = cfg->seed,
+            .busy_ns             = &c->conductor_busy,
         };
         status =
             spawn_mine(c, &moon_conductor_ops, &ca, "conductor", MOON_SPAWN_CONTROL, &c->conductor);
@@ -293,6 +304,8 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .model       = c->model,
                 .n_receivers = cfg->n_prefill + cfg->n_decode,
                 .chunk_bytes = (uint64_t)(cfg->weights_chunk_mib * (1 << 20)),
+                .busy_ns     = &c->conductor_busy,
+                .busy_share  = cfg->weights_busy_share,
             };
             status = spawn_mine(c, &moon_weights_bcast_ops, &wa, "weights", 0, &c->weights);
             if (status == MOON_OK) {
@@ -352,6 +365,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             /* the prefill raises its engine's max_chunk to it */
             ia.prefill_chunk_alone = cfg->prefill_chunk_alone;
             ia.first_via_decode    = cfg->first_via_decode;
+            ia.busy_ns             = c->n_busy < CLUSTER_MAX_ACTORS ? &c->busy[c->n_busy++] : NULL;
             moon_addr_t inst       = MOON_ADDR_NONE;
             status                 = spawn_mine(
                                 c, role == MOON_SERVE_ROLE_PREFILL ? &moon_prefill_ops : &moon_decode_ops, &ia,
@@ -359,12 +373,14 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             if (status == MOON_OK && c->dist != NULL) {
                 /* its end of weight pushes, stopped before it */
                 moon_weights_recv_args_t wr = {
-                    .dist     = c->dist,
-                    .bcast    = c->weights,
-                    .instance = inst,
-                    .role     = role,
-                    .index    = i,
-                    .model    = c->model,
+                    .dist       = c->dist,
+                    .bcast      = c->weights,
+                    .instance   = inst,
+                    .role       = role,
+                    .index      = i,
+                    .model      = c->model,
+                    .busy_ns    = ia.busy_ns,
+                    .busy_share = cfg->weights_busy_share,
                 };
                 status = spawn_mine(c, &moon_weights_recv_ops, &wr, "weights-recv", 0, NULL);
             }

@@ -10,6 +10,8 @@
 #define _GNU_SOURCE /* MAP_POPULATE */
 #include "weights_bcast.h"
 
+#include "weights_pace.h"
+
 #include "moonlet/alloc.h"
 #include "moonlet/kv_key.h"
 #include "moonlet/log.h"
@@ -78,20 +80,21 @@ typedef struct {
     uint32_t  n_dirty;
     uint64_t  read_bytes; /* of the checkpoint, this push */
     /* the file being read (PH_READ): mapped, next chunk, src's hashes usable */
-    const char *map;
-    uint32_t    read_next;
-    int         read_known;
-    char        path[512];
-    uint64_t    total;
-    uint32_t    n_chunks, n_travel;
-    uint64_t   *hashes;
-    uint8_t    *travel;
-    uint32_t    n_answered, n_staged, n_installed;
-    uint64_t    start_ns, staged_ns, timer;
-    uint32_t    n_pushes, n_failed;
-    char        last_error[256];
-    uint32_t    n_ok;                           /* pushes that went through */
-    uint64_t    recent[MOON_WEIGHTS_RECENT][2]; /* by n_ok: stage, switch ns */
+    const char         *map;
+    uint32_t            read_next;
+    int                 read_known;
+    char                path[512];
+    uint64_t            total;
+    uint32_t            n_chunks, n_travel;
+    uint64_t           *hashes;
+    uint8_t            *travel;
+    uint32_t            n_answered, n_staged, n_installed;
+    uint64_t            start_ns, staged_ns, timer;
+    uint32_t            n_pushes, n_failed;
+    char                last_error[256];
+    uint32_t            n_ok;                           /* pushes that went through */
+    uint64_t            recent[MOON_WEIGHTS_RECENT][2]; /* by n_ok: stage, switch ns */
+    moon_weights_pace_t pace;                           /* reading while the cluster serves */
 } bcast_t;
 
 static uint64_t chunk_len(const bcast_t *b, uint32_t k)
@@ -294,8 +297,8 @@ static void offer(moon_actor_t *self, bcast_t *b);
  * actors of the rank run between). The last checks it and offers it. */
 static void read_turn(moon_actor_t *self, bcast_t *b)
 {
-    uint64_t      done = 0;
-    uint32_t      n    = 0;
+    uint64_t      done = 0, t0 = moon_now(moon_actor_runtime(self)), now;
+    uint32_t      n = 0;
     char          why[256];
     moon_status_t status;
 
@@ -314,7 +317,9 @@ static void read_turn(moon_actor_t *self, bcast_t *b)
     }
     if (b->read_next < b->n_chunks) {
         uint64_t timer;
-        if (moon_timer_start(self, 0, 0, BCAST_READ_COOKIE | b->push, &timer) != MOON_OK) {
+        now = moon_now(moon_actor_runtime(self));
+        if (moon_timer_start(self, moon_weights_pace_rest(&b->pace, now, now - t0), 0,
+                             BCAST_READ_COOKIE | b->push, &timer) != MOON_OK) {
             fail(self, b, MOON_ERR_NO_RESOURCE, "no timer to go on reading the checkpoint");
         }
         return;
@@ -886,6 +891,7 @@ static moon_status_t bcast_init(moon_actor_t *self, const void *args)
     bcast_t *b = moon_actor_state(self);
 
     b->a = *(const moon_weights_bcast_args_t *)args;
+    moon_weights_pace_init(&b->pace, b->a.busy_ns, b->a.busy_share);
     if (b->a.dist == NULL || b->a.model == NULL || b->a.n_receivers > BCAST_MAX_RECV) {
         return MOON_ERR_INVALID_PARAM;
     }

@@ -1,11 +1,14 @@
 /* actors/weights_recv.c - the receiving end of a weight push
  * (weights_recv.h). One push at a time. The chunks that travel are got
- * one-sided from the predecessor's region, at most RECV_WINDOW at once, in
- * the order their CHUNK notices came; each is checked against the offer's
- * XXH3 before it is passed on. The staging region becomes the memory of the
+ * one-sided from the predecessor's region, at most RECV_WINDOW at once (one,
+ * with rests between, while the instance serves: weights_pace.h), in the
+ * order their CHUNK notices came; each is checked against the offer's XXH3
+ * before it is passed on. The staging region becomes the memory of the
  * new model: on COMMIT both go to the instance, which frees them when the
  * version retires. */
 #include "weights_recv.h"
+
+#include "weights_pace.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/kv_key.h"
@@ -65,12 +68,13 @@ typedef struct {
     uint64_t            committed_push; /* the last push installed */
     /* a region to stage the next push in (a failed push's, or a retired
      * version's handed back): its pages are in, the next ranks map it */
-    held_t   spare;
-    held_t   handed[RECV_HANDED];
-    uint64_t kept_bytes;                /* this push's chunks the staging region held already */
-    uint32_t flags;                     /* the push's MOON_WEIGHTS_F_* */
-    uint64_t stage_len;                 /* bytes of the staging region (>= total) */
-    uint64_t offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
+    held_t              spare;
+    held_t              handed[RECV_HANDED];
+    uint64_t            kept_bytes; /* this push's chunks the staging region held already */
+    uint32_t            flags;      /* the push's MOON_WEIGHTS_F_* */
+    uint64_t            stage_len;  /* bytes of the staging region (>= total) */
+    uint64_t            offer_ns, plan_ns, got_ns; /* this push's steps, for the log */
+    moon_weights_pace_t pace;
 } recv_t;
 
 enum { CH_LOCAL = 0, CH_TRAVEL, CH_READY, CH_GETTING, CH_HAVE };
@@ -140,6 +144,7 @@ static void end_push(recv_t *r)
     r->planned = r->failed = r->staged = 0;
     r->n_ready = r->next_ready = r->in_flight = r->n_travel = r->n_got = 0;
     r->got_bytes = r->copied_bytes = r->kept_bytes = 0;
+    moon_weights_pace_reset(&r->pace);
 }
 
 static void send_staged(moon_actor_t *self, recv_t *r, moon_status_t status, const char *why)
@@ -185,12 +190,14 @@ static void finish_staging(moon_actor_t *self, recv_t *r)
     }
     r->staged = 1;
     MOON_INFO("weights %s/%u: version %llu staged: plan after %.3f s, chunks after %.3f s, "
-              "checked after %.3f s (%llu bytes got, %llu copied, %llu kept in place)",
+              "checked after %.3f s (%llu bytes got, %llu copied, %llu kept in place; %llu rests "
+              "of %.3f s in all while the instance served)",
               r->a.role ? "decode" : "prefill", r->a.index, (unsigned long long)r->version,
               (double)(r->plan_ns - r->offer_ns) * 1e-9, (double)(r->got_ns - r->offer_ns) * 1e-9,
               (double)(moon_now(moon_actor_runtime(self)) - r->offer_ns) * 1e-9,
               (unsigned long long)r->got_bytes, (unsigned long long)r->copied_bytes,
-              (unsigned long long)r->kept_bytes);
+              (unsigned long long)r->kept_bytes, (unsigned long long)r->pace.n_rests,
+              (double)r->pace.rest_ns * 1e-9);
     send_staged(self, r, MOON_OK, "");
 }
 
@@ -205,7 +212,10 @@ static void maybe_done(moon_actor_t *self, recv_t *r)
 /* Issues gets for the chunks announced, up to the window. */
 static void pump(moon_actor_t *self, recv_t *r)
 {
-    while (r->planned && !r->failed && r->in_flight < RECV_WINDOW && r->next_ready < r->n_ready) {
+    uint32_t window =
+        moon_weights_pace_window(&r->pace, self, moon_now(moon_actor_runtime(self)), RECV_WINDOW);
+
+    while (r->planned && !r->failed && r->in_flight < window && r->next_ready < r->n_ready) {
         uint32_t      k   = r->ready[r->next_ready++];
         uint64_t      off = (uint64_t)k * r->chunk_bytes;
         moon_status_t status;
@@ -221,6 +231,7 @@ static void pump(moon_actor_t *self, recv_t *r)
         }
         r->state[k] = CH_GETTING;
         r->in_flight++;
+        moon_weights_pace_issued(&r->pace, moon_now(moon_actor_runtime(self)));
     }
 }
 
@@ -437,6 +448,7 @@ static moon_status_t recv_on_bulk_done(moon_actor_t *self, const moon_msg_hdr_t 
     }
     r->state[k] = CH_HAVE;
     r->n_got++;
+    moon_weights_pace_done(&r->pace, moon_now(moon_actor_runtime(self)));
     r->got_bytes += len;
     if ((r->flags & MOON_WEIGHTS_F_TEST_KILL_LAST) && r->next == MOON_ADDR_NONE) {
         MOON_WARN("weights %s/%u: test hook: this rank kills itself midway through the push",
@@ -557,6 +569,17 @@ static moon_status_t recv_on_recycle(moon_actor_t *self, const moon_msg_hdr_t *m
     return MOON_OK;
 }
 
+/* A rest ended: the next chunks go. */
+static moon_status_t recv_on_timer(moon_actor_t *self, const moon_msg_hdr_t *msg)
+{
+    recv_t *r = moon_actor_state(self);
+
+    if (moon_weights_pace_on_timer(&r->pace, msg)) {
+        pump(self, r);
+    }
+    return MOON_OK;
+}
+
 static moon_status_t recv_init(moon_actor_t *self, const void *args)
 {
     recv_t               *r = moon_actor_state(self);
@@ -564,6 +587,7 @@ static moon_status_t recv_init(moon_actor_t *self, const void *args)
 
     r->a         = *(const moon_weights_recv_args_t *)args;
     r->cur_model = r->a.model;
+    moon_weights_pace_init(&r->pace, r->a.busy_ns, r->a.busy_share);
     if (r->a.dist == NULL || r->a.model == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
@@ -603,5 +627,6 @@ const moon_actor_ops_t moon_weights_recv_ops = {
             [MOON_MSG_WEIGHTS_COMMIT] = recv_on_commit,
             [MOON_MSG_WEIGHTS_RETIRE] = recv_on_recycle,
             [MOON_MSG_DIST_BULK_DONE] = recv_on_bulk_done,
+            [MOON_MSG_SYS_TIMER]      = recv_on_timer,
         },
 };

@@ -12,6 +12,8 @@
 #include "moonlet/dist.h"
 #include "moonlet/model.h"
 
+#include <stdatomic.h>
+
 typedef struct {
     moon_dist_t        *dist;     /* borrowed: outlives the actor */
     moon_addr_t         bcast;    /* the broadcaster (HELLO at start) */
@@ -19,6 +21,11 @@ typedef struct {
     uint32_t            role;     /* MOON_SERVE_ROLE_* of the instance */
     uint32_t            index;    /* the instance's index within its role */
     const moon_model_t *model;    /* the deployment's weights (version 0); borrowed */
+    /* when its instance last held requests (serve_instance.h's busy_ns;
+     * NULL: never) and the share of the time the receiver copies while that
+     * is recent (0 or >= 1: full speed always): see weights_pace.h */
+    const _Atomic uint64_t *busy_ns;
+    double                  busy_share;
 } moon_weights_recv_args_t;
 
 MOON_API extern const moon_actor_ops_t moon_weights_recv_ops;

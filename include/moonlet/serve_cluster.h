@@ -39,7 +39,8 @@ typedef struct {
     double              kv_link_gbps; /* KV transfer bandwidth the predictions assume */
     uint64_t            seed;
     double              weights_chunk_mib; /* weight pushes travel in chunks of this size */
-    const char         *calibration_cache; /* folder of the instances' start-up fits (NULL: none) */
+    double weights_busy_share; /* a receiver's share of copying time while its instance serves */
+    const char *calibration_cache; /* folder of the instances' start-up fits (NULL: none) */
     int first_via_decode; /* the first token through the decode instance (0: from the prefill) */
     /* CUDA device of this rank's instances: "auto" (NULL too: the rank's
      * local rank on its host) or an index; modulo the devices present */
