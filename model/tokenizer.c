@@ -1,5 +1,6 @@
 /* model/tokenizer.c - the vocabulary from GGUF and SentencePiece BPE
- * (llama2.c's algorithm); byte-level BPE is tokenizer_bpe.c. Pieces are kept
+ * (llama.cpp's: scores pick the merges; added tokens matched first, in
+ * tokenizer_added.c); byte-level BPE is tokenizer_bpe.c. Pieces are kept
  * as the bytes they stand for (SentencePiece: U+2581 replaced by a space;
  * GPT-2: the byte map undone), sorted once for binary-search lookup.
  * Immutable after create. */
@@ -80,6 +81,7 @@ void moon_tokenizer_destroy(moon_tokenizer_t *t)
     moon_free(t->type);
     moon_free(t->byte_value);
     moon_free(t->sorted);
+    moon_free(t->added);
     moon_tok_bpe_destroy(t->bpe);
     moon_free(t);
 }
@@ -228,6 +230,10 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
         status = MOON_ERR_CORRUPT;
         goto err;
     }
+    status = moon_tok_added_load(t);
+    if (status != MOON_OK) {
+        goto err;
+    }
     if (gpt2) {
         status = moon_tok_bpe_create(t, g, &t->bpe);
         if (status != MOON_OK) {
@@ -268,44 +274,23 @@ size_t moon_tokenizer_max_piece(const moon_tokenizer_t *t)
     return t->max_piece;
 }
 
-moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text, size_t len,
-                                    bool add_bos, int32_t *ids, size_t max_ids, size_t *n_p)
+/* SentencePiece BPE of one fragment (text between added tokens) into w
+ * (room for len + 1 ids): the space prefix when asked (llama.cpp's
+ * add_space_prefix: at the start and after an added token), one token per
+ * UTF-8 character (bytes for a character outside the vocabulary), then the
+ * adjacent pair whose joined piece scores best merges, leftmost on ties,
+ * until no pair joins into a piece. Returns the ids written. */
+static size_t spm_fragment(const moon_tokenizer_t *t, const char *text, size_t len, bool prefix,
+                           char *buf, int32_t *w)
 {
-    int32_t *w;
-    char    *buf;
-    size_t   n = 0;
+    size_t n = 0;
 
-    if (t == NULL || (text == NULL && len != 0) || (ids == NULL && max_ids != 0) || n_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
-    }
-    w   = moon_malloc((len + 3) * sizeof(*w));
-    buf = moon_malloc(2 * t->max_piece + 8);
-    if (w == NULL || buf == NULL) {
-        moon_free(w);
-        moon_free(buf);
-        return MOON_ERR_NO_MEMORY;
-    }
-    if (add_bos && t->add_bos) {
-        w[n++] = t->bos;
-    }
-    if (t->bpe != NULL) {
-        size_t        n_text = 0;
-        moon_status_t status = moon_tok_bpe_encode(t, text, len, w + n, &n_text);
-        if (status != MOON_OK) {
-            moon_free(w);
-            moon_free(buf);
-            return status;
-        }
-        n += n_text;
-        goto done;
-    }
-    if (len > 0) {
+    if (prefix) {
         int32_t dummy = moon_tok_lookup(t, " ", 1);
         if (dummy >= 0) {
             w[n++] = dummy;
         }
     }
-    /* one token per UTF-8 character (a lead byte and up to 3 continuations) */
     for (size_t i = 0; i < len;) {
         size_t  clen = 1;
         int32_t id;
@@ -324,14 +309,17 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
         }
         i += clen;
     }
-    /* merge the best-scoring adjacent pair until none merges */
     for (;;) {
         float   best_score = -1e30f;
         int32_t best_id    = -1;
         size_t  best_i     = 0;
-        for (size_t i = (add_bos && t->add_bos ? 1 : 0); i + 1 < n; i++) {
+        for (size_t i = 0; i + 1 < n; i++) {
             size_t  l1 = t->len[w[i]], l2 = t->len[w[i + 1]];
             int32_t id;
+            /* byte fallback tokens never merge (their text is "<0xXX>") */
+            if (t->byte_value[w[i]] >= 0 || t->byte_value[w[i + 1]] >= 0) {
+                continue;
+            }
             memcpy(buf, t->arena + t->off[w[i]], l1);
             memcpy(buf + l1, t->arena + t->off[w[i + 1]], l2);
             id = moon_tok_lookup(t, buf, l1 + l2);
@@ -342,13 +330,80 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
             }
         }
         if (best_id < 0) {
-            break;
+            return n;
         }
         w[best_i] = best_id;
         memmove(w + best_i + 1, w + best_i + 2, (n - best_i - 2) * sizeof(*w));
         n--;
     }
-done:
+}
+
+/* SentencePiece: added tokens matched first, as they are; each fragment
+ * between them encoded on its own (tokenizers' legacy Llama/Mistral
+ * normalizer and llama.cpp agree: every fragment gets the space prefix). */
+static size_t spm_encode(const moon_tokenizer_t *t, const char *text, size_t len, char *buf,
+                         int32_t *w)
+{
+    size_t n = 0, frag = 0;
+    bool   prefix = true;
+
+    for (size_t i = 0; i <= len;) {
+        /* at character starts only, as the byte-level path does */
+        int32_t id = i < len && ((uint8_t)text[i] & 0xc0) != 0x80
+                         ? moon_tok_match_added(t, text, i, len)
+                         : -1;
+        if (i < len && id < 0) {
+            i++;
+            continue;
+        }
+        if (i > frag) {
+            n += spm_fragment(t, text + frag, i - frag, prefix, buf, w + n);
+            prefix = false;
+        }
+        if (id < 0) {
+            break;
+        }
+        w[n++] = id;
+        prefix = true;
+        i += t->len[id];
+        frag = i;
+    }
+    return n;
+}
+
+moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text, size_t len,
+                                    bool add_bos, int32_t *ids, size_t max_ids, size_t *n_p)
+{
+    int32_t *w;
+    char    *buf;
+    size_t   n = 0;
+
+    if (t == NULL || (text == NULL && len != 0) || (ids == NULL && max_ids != 0) || n_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* SentencePiece: a prefix per fragment, at most one fragment per byte */
+    w   = moon_malloc((2 * len + 3) * sizeof(*w));
+    buf = moon_malloc(2 * t->max_piece + 8);
+    if (w == NULL || buf == NULL) {
+        moon_free(w);
+        moon_free(buf);
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (add_bos && t->add_bos) {
+        w[n++] = t->bos;
+    }
+    if (t->bpe != NULL) {
+        size_t        n_text = 0;
+        moon_status_t status = moon_tok_bpe_encode(t, text, len, w + n, &n_text);
+        if (status != MOON_OK) {
+            moon_free(w);
+            moon_free(buf);
+            return status;
+        }
+        n += n_text;
+    } else {
+        n += spm_encode(t, text, len, buf, w + n);
+    }
     if (add_bos && t->add_eos) {
         w[n++] = t->eos;
     }

@@ -43,9 +43,6 @@ struct moon_tok_bpe {
     merge_t   *merges;        /* (mask + 1) open addressing */
     uint64_t   mask;
     int32_t    byte_tok[256]; /* the token of each single byte */
-    uint32_t  *added;         /* (n_added) CONTROL and USER ids, by first byte, longest first */
-    uint32_t   n_added;
-    uint32_t   added_first[257]; /* added[added_first[b]..added_first[b+1]) start with b */
 };
 
 /* ---- the GPT-2 byte map ---------------------------------------------------- */
@@ -191,68 +188,6 @@ static moon_status_t load_merges(moon_tok_bpe_t *bpe, const moon_tokenizer_t *t,
     return MOON_OK;
 }
 
-/* ---- added tokens ------------------------------------------------------------ */
-
-static const moon_tokenizer_t *added_ctx; /* qsort has no context argument */
-
-static int cmp_added(const void *x, const void *y)
-{
-    const moon_tokenizer_t *t = added_ctx;
-    uint32_t                a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    uint8_t                 fa = (uint8_t)t->arena[t->off[a]], fb = (uint8_t)t->arena[t->off[b]];
-
-    if (fa != fb) {
-        return fa < fb ? -1 : 1;
-    }
-    if (t->len[a] != t->len[b]) {
-        return t->len[a] > t->len[b] ? -1 : 1; /* longest first */
-    }
-    return a < b ? -1 : a > b;
-}
-
-static moon_status_t load_added(moon_tok_bpe_t *bpe, const moon_tokenizer_t *t)
-{
-    uint32_t n = 0;
-
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        n += (t->type[i] == MOON_TOK_CONTROL || t->type[i] == MOON_TOK_USER) && t->len[i] > 0;
-    }
-    bpe->added = moon_malloc((n + 1) * sizeof(*bpe->added));
-    if (bpe->added == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        if ((t->type[i] == MOON_TOK_CONTROL || t->type[i] == MOON_TOK_USER) && t->len[i] > 0) {
-            bpe->added[bpe->n_added++] = i;
-        }
-    }
-    added_ctx = t;
-    qsort(bpe->added, bpe->n_added, sizeof(*bpe->added), cmp_added);
-    added_ctx = NULL;
-    for (uint32_t b = 0, k = 0; b <= 256; b++) {
-        while (k < bpe->n_added && (uint8_t)t->arena[t->off[bpe->added[k]]] < b) {
-            k++;
-        }
-        bpe->added_first[b] = b == 256 ? bpe->n_added : k;
-    }
-    return MOON_OK;
-}
-
-/* The added token at text[i..len) (the longest), or -1. */
-static int32_t match_added(const moon_tokenizer_t *t, const char *text, size_t i, size_t len)
-{
-    const moon_tok_bpe_t *bpe = t->bpe;
-    uint8_t               b   = (uint8_t)text[i];
-
-    for (uint32_t k = bpe->added_first[b]; k < bpe->added_first[b + 1]; k++) {
-        uint32_t id = bpe->added[k];
-        if (t->len[id] <= len - i && memcmp(text + i, t->arena + t->off[id], t->len[id]) == 0) {
-            return (int32_t)id;
-        }
-    }
-    return -1;
-}
-
 /* ---- create -------------------------------------------------------------------- */
 
 void moon_tok_bpe_destroy(moon_tok_bpe_t *bpe)
@@ -261,7 +196,6 @@ void moon_tok_bpe_destroy(moon_tok_bpe_t *bpe)
         return;
     }
     moon_free(bpe->merges);
-    moon_free(bpe->added);
     moon_free(bpe);
 }
 
@@ -312,9 +246,6 @@ moon_status_t moon_tok_bpe_create(const moon_tokenizer_t *t, const moon_gguf_t *
         }
     }
     status = load_merges(bpe, t, g);
-    if (status == MOON_OK) {
-        status = load_added(bpe, t);
-    }
     if (status != MOON_OK) {
         goto err;
     }
@@ -637,7 +568,7 @@ moon_status_t moon_tok_bpe_encode(const moon_tokenizer_t *t, const char *text, s
     /* added tokens first (at code point boundaries); the text between them
      * goes through the pre-tokenizer */
     for (size_t i = 0; i < len;) {
-        int32_t id = match_added(t, text, i, len);
+        int32_t id = moon_tok_match_added(t, text, i, len);
         if (id >= 0) {
             tc.off[n_cp] = i;
             n += encode_fragment(t, &s, &tc, text, frag, n_cp, w + n);

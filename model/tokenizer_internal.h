@@ -33,12 +33,21 @@ struct moon_tokenizer {
     int32_t         bos, eos, unk;
     bool            add_bos, add_eos; /* what encode's add_bos adds */
     size_t          max_piece;
-    moon_tok_bpe_t *bpe; /* owned; NULL: SentencePiece */
+    uint32_t       *added; /* (n_added) ids matched before splitting (tokenizer_added.c) */
+    uint32_t        n_added;
+    uint32_t        added_first[257]; /* added[added_first[b]..added_first[b+1]) start with b */
+    moon_tok_bpe_t *bpe;              /* owned; NULL: SentencePiece */
 };
 
 /* Id of the NORMAL or USER piece equal to s[0..n) (lowest id among equal
  * pieces), or -1. */
 int32_t moon_tok_lookup(const moon_tokenizer_t *t, const char *s, size_t n);
+
+/* Builds t's table of added tokens (CONTROL, USER and UNKNOWN pieces),
+ * pieces already loaded. MOON_ERR_NO_MEMORY only. */
+moon_status_t moon_tok_added_load(moon_tokenizer_t *t);
+/* The added token at text[i..len) (the longest), or -1. */
+int32_t moon_tok_match_added(const moon_tokenizer_t *t, const char *text, size_t i, size_t len);
 
 /* Byte-level BPE (tokenizer.ggml.model = gpt2). */
 
