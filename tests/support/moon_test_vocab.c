@@ -111,6 +111,19 @@ out:
 
 /* ---- tokenizer goldens ---------------------------------------------------- */
 
+moon_status_t moon_test_open_tokenizer(const char *gguf_path, moon_tokenizer_t **tok_p)
+{
+    moon_gguf_t  *g;
+    moon_status_t status = moon_gguf_open(gguf_path, &g);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = moon_tokenizer_create(g, tok_p);
+    moon_gguf_close(g); /* the tokenizer copies what it needs */
+    return status;
+}
+
 /* Splits corpus text (cases separated by "\n%%\n") in place. */
 static size_t split_cases(char *text, size_t len, char **cases, size_t *lens)
 {

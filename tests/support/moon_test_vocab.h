@@ -38,6 +38,9 @@ typedef struct {
     size_t   n_want[MOON_TEST_MAX_CASES];
 } moon_test_goldens_t;
 
+/* The tokenizer of the GGUF at gguf_path; moon_gguf_open's and
+ * moon_tokenizer_create's statuses. */
+moon_status_t moon_test_open_tokenizer(const char *gguf_path, moon_tokenizer_t **tok_p);
 /* Reads the cases of path, then of more (NULL: none), as one corpus; 0 or -1. */
 int moon_test_goldens_corpus(moon_test_goldens_t *gd, const char *path, const char *more);
 /* Reads the ids of the cases already read; 0 or -1. */

@@ -29,26 +29,13 @@
 static moon_test_goldens_t gold;
 static char                tmp_dir[64], out_path[128];
 
-static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
-{
-    moon_gguf_t  *g;
-    moon_status_t status = moon_gguf_open(gguf_path, &g);
-
-    if (status != MOON_OK) {
-        return status;
-    }
-    status = moon_tokenizer_create(g, tok_p);
-    moon_gguf_close(g);
-    return status;
-}
-
 static void test_goldens(void)
 {
     moon_tokenizer_t *tok = NULL;
     int               bad;
 
     CU_ASSERT_EQUAL_FATAL(moon_hf_vocab_convert(DATA "/llama2", out_path), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(open_tok(out_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(out_path, &tok), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(
         moon_test_goldens_corpus(&gold, DATA "/corpus.txt", DATA "/corpus_spm.txt"), 0);
     CU_ASSERT_EQUAL_FATAL(moon_test_goldens_ids(&gold, DATA "/llama2.ids"), 0);
@@ -73,7 +60,7 @@ static void test_encode_decode(void)
     char               out[512];
 
     CU_ASSERT_EQUAL_FATAL(moon_hf_vocab_convert(DATA "/llama2", out_path), MOON_OK);
-    CU_ASSERT_EQUAL_FATAL(open_tok(out_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(out_path, &tok), MOON_OK);
     for (size_t i = 0; i < MOON_ARRAY_SIZE(texts); i++) {
         CU_ASSERT_EQUAL_FATAL(
             moon_tokenizer_encode(tok, texts[i], strlen(texts[i]), true, ids, 256, &n), MOON_OK);
@@ -263,7 +250,8 @@ static int xcheck(const char *dir, const char *corpus, const char *ids)
     int               bad;
 
     if (setup() != 0 || moon_hf_vocab_convert(dir, out_path) != MOON_OK ||
-        open_tok(out_path, &tok) != MOON_OK || moon_test_goldens_corpus(&gold, corpus, NULL) != 0 ||
+        moon_test_open_tokenizer(out_path, &tok) != MOON_OK ||
+        moon_test_goldens_corpus(&gold, corpus, NULL) != 0 ||
         moon_test_goldens_ids(&gold, ids) != 0) {
         fprintf(stderr, "xcheck: cannot convert %s or load %s or %s\n", dir, corpus, ids);
         teardown();

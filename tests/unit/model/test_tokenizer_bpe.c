@@ -24,19 +24,6 @@
 
 static moon_test_goldens_t gold;
 
-static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
-{
-    moon_gguf_t  *g;
-    moon_status_t status = moon_gguf_open(gguf_path, &g);
-
-    if (status != MOON_OK) {
-        return status;
-    }
-    status = moon_tokenizer_create(g, tok_p);
-    moon_gguf_close(g); /* the tokenizer copies what it needs */
-    return status;
-}
-
 static char tmp_path[64];
 
 static moon_tokenizer_t *family(const char *fam, const moon_test_vocab_opts_t *o)
@@ -46,7 +33,7 @@ static moon_tokenizer_t *family(const char *fam, const moon_test_vocab_opts_t *o
 
     snprintf(path, sizeof(path), DATA "/%s.vocab", fam);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(path, o, tmp_path), 0);
-    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_OK);
     return tok;
 }
 
@@ -221,7 +208,7 @@ static moon_tokenizer_t *synthetic(const char *pre)
     moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 0);
     CU_ASSERT_EQUAL_FATAL(moon_gguf_writer_write(w, tmp_path), MOON_OK);
     moon_gguf_writer_destroy(w);
-    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_OK);
     return tok;
 }
 
@@ -287,17 +274,17 @@ static void test_bad_vocabularies_are_refused(void)
                                                &(moon_test_vocab_opts_t){.drop_merges = 1},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
                                                &(moon_test_vocab_opts_t){.pre = "no-such-pre"},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
                                                &(moon_test_vocab_opts_t){.model = "bert"},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_PTR_NULL(tok);
 }
 
@@ -326,7 +313,8 @@ static int xcheck(const char *vocab, const char *corpus, const char *ids)
     moon_tokenizer_t *tok = NULL;
     int               bad;
 
-    if (open_tok(vocab, &tok) != MOON_OK || moon_test_goldens_corpus(&gold, corpus, NULL) != 0 ||
+    if (moon_test_open_tokenizer(vocab, &tok) != MOON_OK ||
+        moon_test_goldens_corpus(&gold, corpus, NULL) != 0 ||
         moon_test_goldens_ids(&gold, ids) != 0) {
         fprintf(stderr, "xcheck: cannot load %s, %s or %s\n", vocab, corpus, ids);
         return 1;
