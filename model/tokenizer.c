@@ -1,5 +1,7 @@
 /* model/tokenizer.c - the vocabulary from GGUF and SentencePiece BPE
- * (llama2.c's algorithm); byte-level BPE is tokenizer_bpe.c. Pieces are kept
+ * (llama.cpp's: scores pick the merges, in tokenizer_merge.c's heap; added
+ * tokens matched first, in tokenizer_added.c); byte-level BPE is
+ * tokenizer_bpe.c. Pieces are kept
  * as the bytes they stand for (SentencePiece: U+2581 replaced by a space;
  * GPT-2: the byte map undone), sorted once for binary-search lookup.
  * Immutable after create. */
@@ -9,6 +11,7 @@
 #include "tokenizer_internal.h"
 #include "moonlet/log.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +83,7 @@ void moon_tokenizer_destroy(moon_tokenizer_t *t)
     moon_free(t->type);
     moon_free(t->byte_value);
     moon_free(t->sorted);
+    moon_free(t->added);
     moon_tok_bpe_destroy(t->bpe);
     moon_free(t);
 }
@@ -228,6 +232,10 @@ moon_status_t moon_tokenizer_create(const moon_gguf_t *g, moon_tokenizer_t **tok
         status = MOON_ERR_CORRUPT;
         goto err;
     }
+    status = moon_tok_added_load(t);
+    if (status != MOON_OK) {
+        goto err;
+    }
     if (gpt2) {
         status = moon_tok_bpe_create(t, g, &t->bpe);
         if (status != MOON_OK) {
@@ -268,44 +276,47 @@ size_t moon_tokenizer_max_piece(const moon_tokenizer_t *t)
     return t->max_piece;
 }
 
-moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text, size_t len,
-                                    bool add_bos, int32_t *ids, size_t max_ids, size_t *n_p)
-{
-    int32_t *w;
-    char    *buf;
-    size_t   n = 0;
+typedef struct {
+    const moon_tokenizer_t *t;
+    char                   *buf; /* 2 max_piece */
+} spm_ctx_t;
 
-    if (t == NULL || (text == NULL && len != 0) || (ids == NULL && max_ids != 0) || n_p == NULL) {
-        return MOON_ERR_INVALID_PARAM;
+/* A pair merges when its joined text is a piece; the best score first.
+ * Byte fallback tokens never merge (their text is "<0xXX>"). */
+static int spm_pair(const void *ctx, int32_t l, int32_t r, double *key, int32_t *id)
+{
+    const spm_ctx_t        *c  = ctx;
+    const moon_tokenizer_t *t  = c->t;
+    size_t                  l1 = t->len[l], l2 = t->len[r];
+
+    if (t->byte_value[l] >= 0 || t->byte_value[r] >= 0) {
+        return 0;
     }
-    w   = moon_malloc((len + 3) * sizeof(*w));
-    buf = moon_malloc(2 * t->max_piece + 8);
-    if (w == NULL || buf == NULL) {
-        moon_free(w);
-        moon_free(buf);
-        return MOON_ERR_NO_MEMORY;
-    }
-    if (add_bos && t->add_bos) {
-        w[n++] = t->bos;
-    }
-    if (t->bpe != NULL) {
-        size_t        n_text = 0;
-        moon_status_t status = moon_tok_bpe_encode(t, text, len, w + n, &n_text);
-        if (status != MOON_OK) {
-            moon_free(w);
-            moon_free(buf);
-            return status;
-        }
-        n += n_text;
-        goto done;
-    }
-    if (len > 0) {
+    memcpy(c->buf, t->arena + t->off[l], l1);
+    memcpy(c->buf + l1, t->arena + t->off[r], l2);
+    *id  = moon_tok_lookup(t, c->buf, l1 + l2);
+    *key = *id >= 0 ? -(double)t->scores[*id] : 0.0;
+    return *id >= 0;
+}
+
+/* SentencePiece BPE of one fragment (text between added tokens) into w
+ * (room for len + 1 ids): the space prefix when asked (llama.cpp's
+ * add_space_prefix: at the start and after an added token), one token per
+ * UTF-8 character (bytes for a character outside the vocabulary), then the
+ * adjacent pair whose joined piece scores best merges, leftmost on ties,
+ * until no pair joins into a piece. Returns the ids written. */
+static size_t spm_fragment(const spm_ctx_t *c, moon_tok_merge_t *s, const char *text, size_t len,
+                           bool prefix, int32_t *w)
+{
+    const moon_tokenizer_t *t = c->t;
+    size_t                  n = 0;
+
+    if (prefix) {
         int32_t dummy = moon_tok_lookup(t, " ", 1);
         if (dummy >= 0) {
-            w[n++] = dummy;
+            s->sym[n++] = dummy;
         }
     }
-    /* one token per UTF-8 character (a lead byte and up to 3 continuations) */
     for (size_t i = 0; i < len;) {
         size_t  clen = 1;
         int32_t id;
@@ -315,44 +326,95 @@ moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text,
         }
         id = moon_tok_lookup(t, text + i, clen);
         if (id >= 0) {
-            w[n++] = id;
+            s->sym[n++] = id;
         } else {
             for (size_t j = 0; j < clen; j++) {
-                int32_t b = t->byte_id[(uint8_t)text[i + j]];
-                w[n++]    = b >= 0 ? b : t->unk;
+                int32_t b   = t->byte_id[(uint8_t)text[i + j]];
+                s->sym[n++] = b >= 0 ? b : t->unk;
             }
         }
         i += clen;
     }
-    /* merge the best-scoring adjacent pair until none merges */
-    for (;;) {
-        float   best_score = -1e30f;
-        int32_t best_id    = -1;
-        size_t  best_i     = 0;
-        for (size_t i = (add_bos && t->add_bos ? 1 : 0); i + 1 < n; i++) {
-            size_t  l1 = t->len[w[i]], l2 = t->len[w[i + 1]];
-            int32_t id;
-            memcpy(buf, t->arena + t->off[w[i]], l1);
-            memcpy(buf + l1, t->arena + t->off[w[i + 1]], l2);
-            id = moon_tok_lookup(t, buf, l1 + l2);
-            if (id >= 0 && t->scores[id] > best_score) {
-                best_score = t->scores[id];
-                best_id    = id;
-                best_i     = i;
-            }
+    return moon_tok_merge(s, n, spm_pair, c, w);
+}
+
+/* SentencePiece: added tokens matched first, as they are; each fragment
+ * between them encoded on its own (tokenizers' legacy Llama/Mistral
+ * normalizer and llama.cpp agree: every fragment gets the space prefix).
+ * MOON_ERR_NO_MEMORY only. */
+static moon_status_t spm_encode(const moon_tokenizer_t *t, const char *text, size_t len, int32_t *w,
+                                size_t *n_p)
+{
+    spm_ctx_t        c = {t, moon_malloc(2 * t->max_piece + 8)};
+    moon_tok_merge_t s = {0};
+    size_t           n = 0, frag = 0;
+    bool             prefix = true;
+
+    s.sym  = moon_malloc((len + 1) * sizeof(*s.sym));
+    s.prev = moon_malloc((len + 1) * sizeof(*s.prev));
+    s.next = moon_malloc((len + 1) * sizeof(*s.next));
+    s.heap = moon_malloc(3 * (len + 1) * sizeof(*s.heap));
+    if (c.buf == NULL || !s.sym || !s.prev || !s.next || !s.heap) {
+        n = SIZE_MAX;
+    }
+    for (size_t i = 0; n != SIZE_MAX && i <= len;) {
+        /* at character starts only, as the byte-level path does */
+        int32_t id = i < len && ((uint8_t)text[i] & 0xc0) != 0x80
+                         ? moon_tok_match_added(t, text, i, len)
+                         : -1;
+        if (i < len && id < 0) {
+            i++;
+            continue;
         }
-        if (best_id < 0) {
+        if (i > frag) {
+            n += spm_fragment(&c, &s, text + frag, i - frag, prefix, w + n);
+            prefix = false;
+        }
+        if (id < 0) {
             break;
         }
-        w[best_i] = best_id;
-        memmove(w + best_i + 1, w + best_i + 2, (n - best_i - 2) * sizeof(*w));
-        n--;
+        w[n++] = id;
+        prefix = true;
+        i += t->len[id];
+        frag = i;
     }
-done:
+    moon_free(c.buf);
+    moon_free(s.sym);
+    moon_free(s.prev);
+    moon_free(s.next);
+    moon_free(s.heap);
+    *n_p = n;
+    return n == SIZE_MAX ? MOON_ERR_NO_MEMORY : MOON_OK;
+}
+
+moon_status_t moon_tokenizer_encode(const moon_tokenizer_t *t, const char *text, size_t len,
+                                    bool add_bos, int32_t *ids, size_t max_ids, size_t *n_p)
+{
+    int32_t      *w;
+    size_t        n = 0, n_text = 0;
+    moon_status_t status;
+
+    if (t == NULL || (text == NULL && len != 0) || (ids == NULL && max_ids != 0) || n_p == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    /* SentencePiece: a prefix per fragment, at most one fragment per byte */
+    w = moon_malloc((2 * len + 3) * sizeof(*w));
+    if (w == NULL) {
+        return MOON_ERR_NO_MEMORY;
+    }
+    if (add_bos && t->add_bos) {
+        w[n++] = t->bos;
+    }
+    status = t->bpe != NULL ? moon_tok_bpe_encode(t, text, len, w + n, &n_text)
+                            : spm_encode(t, text, len, w + n, &n_text);
+    if (status != MOON_OK) {
+        moon_free(w);
+        return status;
+    }
+    n += n_text;
     if (add_bos && t->add_eos) {
         w[n++] = t->eos;
     }
-    moon_free(buf);
     if (n > max_ids) {
         if (max_ids > 0) {
             memcpy(ids, w, max_ids * sizeof(*w));

@@ -43,9 +43,6 @@ struct moon_tok_bpe {
     merge_t   *merges;        /* (mask + 1) open addressing */
     uint64_t   mask;
     int32_t    byte_tok[256]; /* the token of each single byte */
-    uint32_t  *added;         /* (n_added) CONTROL and USER ids, by first byte, longest first */
-    uint32_t   n_added;
-    uint32_t   added_first[257]; /* added[added_first[b]..added_first[b+1]) start with b */
 };
 
 /* ---- the GPT-2 byte map ---------------------------------------------------- */
@@ -191,68 +188,6 @@ static moon_status_t load_merges(moon_tok_bpe_t *bpe, const moon_tokenizer_t *t,
     return MOON_OK;
 }
 
-/* ---- added tokens ------------------------------------------------------------ */
-
-static const moon_tokenizer_t *added_ctx; /* qsort has no context argument */
-
-static int cmp_added(const void *x, const void *y)
-{
-    const moon_tokenizer_t *t = added_ctx;
-    uint32_t                a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    uint8_t                 fa = (uint8_t)t->arena[t->off[a]], fb = (uint8_t)t->arena[t->off[b]];
-
-    if (fa != fb) {
-        return fa < fb ? -1 : 1;
-    }
-    if (t->len[a] != t->len[b]) {
-        return t->len[a] > t->len[b] ? -1 : 1; /* longest first */
-    }
-    return a < b ? -1 : a > b;
-}
-
-static moon_status_t load_added(moon_tok_bpe_t *bpe, const moon_tokenizer_t *t)
-{
-    uint32_t n = 0;
-
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        n += (t->type[i] == MOON_TOK_CONTROL || t->type[i] == MOON_TOK_USER) && t->len[i] > 0;
-    }
-    bpe->added = moon_malloc((n + 1) * sizeof(*bpe->added));
-    if (bpe->added == NULL) {
-        return MOON_ERR_NO_MEMORY;
-    }
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        if ((t->type[i] == MOON_TOK_CONTROL || t->type[i] == MOON_TOK_USER) && t->len[i] > 0) {
-            bpe->added[bpe->n_added++] = i;
-        }
-    }
-    added_ctx = t;
-    qsort(bpe->added, bpe->n_added, sizeof(*bpe->added), cmp_added);
-    added_ctx = NULL;
-    for (uint32_t b = 0, k = 0; b <= 256; b++) {
-        while (k < bpe->n_added && (uint8_t)t->arena[t->off[bpe->added[k]]] < b) {
-            k++;
-        }
-        bpe->added_first[b] = b == 256 ? bpe->n_added : k;
-    }
-    return MOON_OK;
-}
-
-/* The added token at text[i..len) (the longest), or -1. */
-static int32_t match_added(const moon_tokenizer_t *t, const char *text, size_t i, size_t len)
-{
-    const moon_tok_bpe_t *bpe = t->bpe;
-    uint8_t               b   = (uint8_t)text[i];
-
-    for (uint32_t k = bpe->added_first[b]; k < bpe->added_first[b + 1]; k++) {
-        uint32_t id = bpe->added[k];
-        if (t->len[id] <= len - i && memcmp(text + i, t->arena + t->off[id], t->len[id]) == 0) {
-            return (int32_t)id;
-        }
-    }
-    return -1;
-}
-
 /* ---- create -------------------------------------------------------------------- */
 
 void moon_tok_bpe_destroy(moon_tok_bpe_t *bpe)
@@ -261,7 +196,6 @@ void moon_tok_bpe_destroy(moon_tok_bpe_t *bpe)
         return;
     }
     moon_free(bpe->merges);
-    moon_free(bpe->added);
     moon_free(bpe);
 }
 
@@ -312,9 +246,6 @@ moon_status_t moon_tok_bpe_create(const moon_tokenizer_t *t, const moon_gguf_t *
         }
     }
     status = load_merges(bpe, t, g);
-    if (status == MOON_OK) {
-        status = load_added(bpe, t);
-    }
     if (status != MOON_OK) {
         goto err;
     }
@@ -457,72 +388,18 @@ static size_t match_gpt2(const cps_t *p, size_t i, size_t end)
 
 /* ---- merging ------------------------------------------------------------------------ */
 
-typedef struct {
-    uint32_t rank;
-    uint32_t left, right; /* symbol indices */
-    int32_t  id_left, id_right;
-} cand_t;
+typedef moon_tok_merge_t bpe_scratch_t;
 
-typedef struct {
-    int32_t *sym;  /* (n) symbol token, -1: merged away */
-    int32_t *prev; /* (n) */
-    int32_t *next; /* (n) */
-    cand_t  *heap; /* (3 n) */
-    size_t   n_heap;
-} bpe_scratch_t;
-
-static int cand_less(const cand_t *a, const cand_t *b)
+static int bpe_pair(const void *ctx, int32_t l, int32_t r, double *key, int32_t *id)
 {
-    return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
-}
+    const merge_t *m = merge_find(ctx, l, r);
 
-static void heap_push(bpe_scratch_t *s, cand_t c)
-{
-    size_t i = s->n_heap++;
-
-    while (i > 0 && cand_less(&c, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i          = (i - 1) / 2;
+    if (m == NULL) {
+        return 0;
     }
-    s->heap[i] = c;
-}
-
-static cand_t heap_pop(bpe_scratch_t *s)
-{
-    cand_t top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0;
-
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->n_heap) {
-            break;
-        }
-        if (c + 1 < s->n_heap && cand_less(&s->heap[c + 1], &s->heap[c])) {
-            c++;
-        }
-        if (!cand_less(&s->heap[c], &last)) {
-            break;
-        }
-        s->heap[i] = s->heap[c];
-        i          = c;
-    }
-    if (s->n_heap > 0) {
-        s->heap[i] = last;
-    }
-    return top;
-}
-
-static void push_pair(const moon_tok_bpe_t *bpe, bpe_scratch_t *s, int32_t l, int32_t r)
-{
-    const merge_t *m;
-
-    if (l < 0 || r < 0) {
-        return;
-    }
-    m = merge_find(bpe, s->sym[l], s->sym[r]);
-    if (m != NULL) {
-        heap_push(s, (cand_t){m->rank, (uint32_t)l, (uint32_t)r, s->sym[l], s->sym[r]});
-    }
+    *key = m->rank;
+    *id  = m->id;
+    return 1;
 }
 
 /* Appends the tokens of one piece w[0..n) to out. */
@@ -530,7 +407,6 @@ static size_t bpe_piece(const moon_tokenizer_t *t, bpe_scratch_t *s, const char 
                         int32_t *out)
 {
     const moon_tok_bpe_t *bpe = t->bpe;
-    size_t                k   = 0;
 
     if (bpe->ignore_merges && n > 1) {
         int32_t id = moon_tok_lookup(t, w, n);
@@ -540,36 +416,9 @@ static size_t bpe_piece(const moon_tokenizer_t *t, bpe_scratch_t *s, const char 
         }
     }
     for (size_t i = 0; i < n; i++) {
-        s->sym[i]  = bpe->byte_tok[(uint8_t)w[i]];
-        s->prev[i] = (int32_t)i - 1;
-        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        s->sym[i] = bpe->byte_tok[(uint8_t)w[i]];
     }
-    s->n_heap = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        push_pair(bpe, s, (int32_t)i, (int32_t)i + 1);
-    }
-    while (s->n_heap > 0) {
-        cand_t         c = heap_pop(s);
-        const merge_t *m;
-        /* stale when either side has merged since it was pushed */
-        if (s->sym[c.left] != c.id_left || s->sym[c.right] != c.id_right ||
-            s->next[c.left] != (int32_t)c.right) {
-            continue;
-        }
-        m               = merge_find(bpe, c.id_left, c.id_right);
-        s->sym[c.left]  = m->id;
-        s->sym[c.right] = -1;
-        s->next[c.left] = s->next[c.right];
-        if (s->next[c.right] >= 0) {
-            s->prev[s->next[c.right]] = (int32_t)c.left;
-        }
-        push_pair(bpe, s, s->prev[c.left], (int32_t)c.left);
-        push_pair(bpe, s, (int32_t)c.left, s->next[c.left]);
-    }
-    for (int32_t i = 0; i >= 0; i = s->next[i]) {
-        out[k++] = s->sym[i];
-    }
-    return k;
+    return moon_tok_merge(s, n, bpe_pair, bpe, out);
 }
 
 typedef struct {
@@ -637,7 +486,7 @@ moon_status_t moon_tok_bpe_encode(const moon_tokenizer_t *t, const char *text, s
     /* added tokens first (at code point boundaries); the text between them
      * goes through the pre-tokenizer */
     for (size_t i = 0; i < len;) {
-        int32_t id = match_added(t, text, i, len);
+        int32_t id = moon_tok_match_added(t, text, i, len);
         if (id >= 0) {
             tc.off[n_cp] = i;
             n += encode_fragment(t, &s, &tc, text, frag, n_cp, w + n);

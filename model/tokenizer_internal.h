@@ -33,12 +33,47 @@ struct moon_tokenizer {
     int32_t         bos, eos, unk;
     bool            add_bos, add_eos; /* what encode's add_bos adds */
     size_t          max_piece;
-    moon_tok_bpe_t *bpe; /* owned; NULL: SentencePiece */
+    uint32_t       *added; /* (n_added) ids matched before splitting (tokenizer_added.c) */
+    uint32_t        n_added;
+    uint32_t        added_first[257]; /* added[added_first[b]..added_first[b+1]) start with b */
+    moon_tok_bpe_t *bpe;              /* owned; NULL: SentencePiece */
 };
 
 /* Id of the NORMAL or USER piece equal to s[0..n) (lowest id among equal
  * pieces), or -1. */
 int32_t moon_tok_lookup(const moon_tokenizer_t *t, const char *s, size_t n);
+
+/* Builds t's table of added tokens (CONTROL, USER and UNKNOWN pieces),
+ * pieces already loaded. MOON_ERR_NO_MEMORY only. */
+moon_status_t moon_tok_added_load(moon_tokenizer_t *t);
+/* The added token at text[i..len) (the longest), or -1. */
+int32_t moon_tok_match_added(const moon_tokenizer_t *t, const char *text, size_t i, size_t len);
+
+/* The merge loop (tokenizer_merge.c). */
+typedef struct {
+    double   key;         /* lower merges first */
+    uint32_t left, right; /* symbol indices */
+    int32_t  id_left, id_right;
+    int32_t  id; /* the merged token */
+} moon_tok_cand_t;
+
+typedef struct {
+    int32_t         *sym;  /* (n) symbol token, -1: merged away; the caller fills it */
+    int32_t         *prev; /* (n) */
+    int32_t         *next; /* (n) */
+    moon_tok_cand_t *heap; /* (3 n): n - 1 first pairs, then 2 per merge */
+    size_t           n_heap;
+} moon_tok_merge_t;
+
+/* Whether tokens left and right merge, into *id, in the order of *key. */
+typedef int (*moon_tok_pair_fn)(const void *ctx, int32_t left, int32_t right, double *key,
+                                int32_t *id);
+
+/* Merges s->sym[0..n) pair by pair, lowest key first (leftmost on ties),
+ * until no adjacent pair merges; writes the tokens left to out, returns
+ * their count. */
+size_t moon_tok_merge(moon_tok_merge_t *s, size_t n, moon_tok_pair_fn pair, const void *ctx,
+                      int32_t *out);
 
 /* Byte-level BPE (tokenizer.ggml.model = gpt2). */
 

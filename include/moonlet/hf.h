@@ -54,12 +54,18 @@ MOON_API const moon_st_tensor_t *moon_st_find(const moon_st_t *st, const char *n
  * biases and rope_freqs stay F32, as llama.cpp writes them.
  * MOON_ERR_NOT_FOUND: dir lacks config.json, tokenizer.json or weights;
  * MOON_ERR_UNSUPPORTED: an architecture outside MOON_HF_ARCHS (logged with
- * the list), a tokenizer other than byte-level BPE, a rope scaling other
+ * the list), a tokenizer other than a byte-level BPE or a SentencePiece-style
+ * BPE (byte_fallback, with merges; Unigram is refused), a rope scaling other
  * than linear/llama3; MOON_ERR_CORRUPT: malformed JSON, safetensors, or
  * shapes that disagree with config.json; MOON_ERR_INVALID_PARAM: bad
  * type_name; MOON_ERR_IO. Nothing is left at out_path on failure. */
 MOON_API moon_status_t moon_hf_convert(const char *dir, const char *out_path,
                                        const char *type_name);
+
+/* The vocabulary alone: dir's tokenizer.json (+ tokenizer_config.json) as a
+ * GGUF with no tensors (general.type vocab), the keys moon_hf_convert writes
+ * (the C twin of model/convert/hf_tokenizer.mjs). Its statuses. */
+MOON_API moon_status_t moon_hf_vocab_convert(const char *dir, const char *out_path);
 
 /* 1 when path is a folder holding a config.json (a checkpoint to convert). */
 MOON_API int moon_hf_is_checkpoint(const char *path);

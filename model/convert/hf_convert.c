@@ -612,6 +612,42 @@ moon_status_t moon_hf_convert(const char *dir, const char *out_path, const char 
     return status;
 }
 
+moon_status_t moon_hf_vocab_convert(const char *dir, const char *out_path)
+{
+    cJSON              *tj = NULL, *tc = NULL;
+    moon_gguf_writer_t *w        = NULL;
+    uint32_t            n_tokens = 0;
+    moon_status_t       status;
+
+    if (dir == NULL || out_path == NULL) {
+        return MOON_ERR_INVALID_PARAM;
+    }
+    status = read_json(dir, "tokenizer.json", 1, &tj);
+    if (status == MOON_OK) {
+        status = read_json(dir, "tokenizer_config.json", 0, &tc);
+        status = status == MOON_ERR_NOT_FOUND ? MOON_OK : status;
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_create(&w);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_str(w, "general.architecture", "llama");
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_kv_str(w, "general.type", "vocab");
+    }
+    if (status == MOON_OK) {
+        status = moon_hf_vocab_write(tj, tc, 0, w, &n_tokens);
+    }
+    if (status == MOON_OK) {
+        status = moon_gguf_writer_write(w, out_path);
+    }
+    moon_gguf_writer_destroy(w);
+    cJSON_Delete(tj);
+    cJSON_Delete(tc);
+    return status;
+}
+
 int moon_hf_is_checkpoint(const char *path)
 {
     struct stat sb;

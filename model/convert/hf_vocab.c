@@ -1,16 +1,21 @@
-/* model/convert/hf_vocab.c - tokenizer.json to GGUF vocabulary keys. Mirrors
- * model/convert/hf_tokenizer.mjs key for key (the tests compare both). */
+/* model/convert/hf_vocab.c - tokenizer.json to GGUF vocabulary keys: a
+ * byte-level BPE (Llama 3, Qwen) as tokenizer.ggml.model gpt2, a
+ * SentencePiece-style BPE (byte_fallback: Llama 2, Mistral 7B v0.1,
+ * TinyLlama) as llama with scores. Mirrors model/convert/hf_tokenizer.mjs key
+ * for key (the tests compare both). */
 #include "hf_vocab.h"
 
 #include "moonlet/alloc.h"
 #include "moonlet/log.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define VOCAB_MAX (1u << 22)
 
-enum { T_NORMAL = 1, T_CONTROL = 3, T_USER = 4, T_UNUSED = 5 };
+enum { T_NORMAL = 1, T_UNKNOWN = 2, T_CONTROL = 3, T_USER = 4, T_UNUSED = 5, T_BYTE = 6 };
 
 /* The pre-tokenizer regexes of the families llama.cpp names (tokenizer.ggml.pre). */
 static const char LLAMA3_RE[] =
@@ -250,6 +255,150 @@ static const char *chat_template(const cJSON *tc)
     return NULL;
 }
 
+/* ---- SentencePiece-style BPE ------------------------------------------------------ */
+
+/* Whether the text gets SentencePiece's "▁" prefix and spaces as "▁", the
+ * only shape llama.cpp's llama vocabulary encodes: the legacy normalizer
+ * (Prepend "▁", Replace " " -> "▁") or a Metaspace pre-tokenizer that
+ * prepends. */
+static int spm_shape_ok(const cJSON *tj)
+{
+    static const char sp[]    = "\xe2\x96\x81";
+    const cJSON      *norm    = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    const cJSON      *pre     = cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"), *e;
+    int               prepend = 0, replace = 0;
+
+    if (is_type(pre, "Metaspace") && (cJSON_IsNull(norm) || norm == NULL)) {
+        const cJSON *r  = cJSON_GetObjectItemCaseSensitive(pre, "replacement");
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(pre, "prepend_scheme");
+        return cJSON_IsString(r) && strcmp(r->valuestring, sp) == 0 &&
+               (!cJSON_IsString(ps) || strcmp(ps->valuestring, "never") != 0) &&
+               !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"));
+    }
+    if (!is_type(norm, "Sequence") || !(pre == NULL || cJSON_IsNull(pre))) {
+        return 0;
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(norm, "normalizers"))
+    {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "prepend");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(e, "pattern"), "String");
+        if (is_type(e, "Prepend") && cJSON_IsString(v) && strcmp(v->valuestring, sp) == 0) {
+            prepend = 1;
+        } else if (is_type(e, "Replace") && cJSON_IsString(f) && strcmp(f->valuestring, " ") == 0 &&
+                   cJSON_IsString(c) && strcmp(c->valuestring, sp) == 0) {
+            replace = 1;
+        } else {
+            return 0;
+        }
+    }
+    return prepend && replace;
+}
+
+/* <0xXX>: a byte fallback piece (llama.cpp's converter: the same regex) */
+static int is_byte_piece(const char *s)
+{
+    return strlen(s) == 6 && memcmp(s, "<0x", 3) == 0 && isxdigit((unsigned char)s[3]) &&
+           isxdigit((unsigned char)s[4]) && s[5] == '>';
+}
+
+static const char *const *sort_tokens; /* qsort has no context argument */
+
+static int cmp_token_ids(const void *a, const void *b)
+{
+    return strcmp(sort_tokens[*(const uint32_t *)a], sort_tokens[*(const uint32_t *)b]);
+}
+
+/* The id of piece s among tokens (by[] sorted by piece), or -1. */
+static int64_t find_piece(const char *const *tokens, const uint32_t *by, uint32_t n, const char *s)
+{
+    uint32_t lo = 0, hi = n;
+
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int      c   = strcmp(tokens[by[mid]], s);
+        if (c == 0) {
+            return by[mid];
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return -1;
+}
+
+/* llama.cpp's SentencePiece encoder merges the adjacent pair whose joined
+ * piece scores best; tokenizers' BPE merges the pair of lowest rank. The
+ * two agree when a piece scores minus the rank of the first merge that makes
+ * it (SentencePiece's own scores rank pieces the same way; Llama 2's "▁▁" is
+ * made last, which its id alone would not say). Pieces no merge makes
+ * (characters) score below every merge, by id; the others 0. types[] gets
+ * BYTE for <0xXX> and UNKNOWN for unk. */
+static moon_status_t spm_scores(char **merges, uint32_t n_merges, const char **tokens,
+                                int32_t *types, uint32_t n, int64_t unk, float *scores)
+{
+    uint32_t *by  = moon_malloc((size_t)n * sizeof(*by));
+    uint8_t  *set = moon_calloc(n, 1);
+    char     *buf = NULL;
+    size_t    cap = 0;
+
+    if (by == NULL || set == NULL) {
+        moon_free(by);
+        moon_free(set);
+        return MOON_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        by[i] = i;
+        if (types[i] == T_NORMAL && is_byte_piece(tokens[i])) {
+            types[i] = T_BYTE;
+        }
+    }
+    if (unk >= 0 && unk < n) {
+        types[unk] = T_UNKNOWN;
+    }
+    sort_tokens = tokens;
+    qsort(by, n, sizeof(*by), cmp_token_ids);
+    sort_tokens = NULL;
+    for (uint32_t r = 0; r < n_merges; r++) {
+        size_t  len = strlen(merges[r]);
+        char   *sp  = strchr(merges[r], ' ');
+        int64_t id;
+        if (len + 1 > cap) {
+            char *nb = moon_realloc(buf, len + 1);
+            if (nb == NULL) {
+                moon_free(buf);
+                moon_free(by);
+                moon_free(set);
+                return MOON_ERR_NO_MEMORY;
+            }
+            buf = nb;
+            cap = len + 1;
+        }
+        if (sp == NULL) {
+            continue;
+        }
+        memcpy(buf, merges[r], (size_t)(sp - merges[r]));
+        memcpy(buf + (sp - merges[r]), sp + 1, len - (size_t)(sp - merges[r]));
+        id = find_piece(tokens, by, n, buf);
+        if (id >= 0 && !set[id]) {
+            scores[id] = -(float)r;
+            set[id]    = 1;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (!set[i]) {
+            scores[i] = types[i] == T_NORMAL ? -(float)n_merges - (float)i : 0.0f;
+        }
+    }
+    moon_free(buf);
+    moon_free(by);
+    moon_free(set);
+    return MOON_OK;
+}
+
 moon_status_t moon_hf_vocab_write(const cJSON *tj, const cJSON *tc, uint32_t min_tokens,
                                   moon_gguf_writer_t *w, uint32_t *n_tokens_p)
 {
@@ -257,26 +406,37 @@ moon_status_t moon_hf_vocab_write(const cJSON *tj, const cJSON *tc, uint32_t min
     const cJSON  *vocab    = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON  *added    = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
     const cJSON  *merges_j = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON  *mtype    = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const int     spm      = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
     const char  **tokens   = NULL;
     int32_t      *types    = NULL;
+    float        *scores   = NULL;
     char         *pads = NULL, **merges = NULL;
     uint32_t      n = 0, n_merges = 0;
     const char   *pre, *tpl;
-    int64_t       bos, eos, pad;
+    int64_t       bos, eos, pad, unk = -1;
     const cJSON  *add_bos;
     moon_status_t status;
 
-    if (!is_type(model, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges_j)) {
-        MOON_ERROR("hf: tokenizer.json: model is not a BPE with vocab and merges (supported: "
-                   "byte-level BPE)");
+    if (!is_type(model, "BPE")) {
+        MOON_ERROR("hf: tokenizer.json: model type %s is not supported (supported: BPE, "
+                   "byte-level or SentencePiece-style with byte_fallback)",
+                   cJSON_IsString(mtype) ? mtype->valuestring : "(none)");
         return MOON_ERR_UNSUPPORTED;
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
-        MOON_ERROR("hf: tokenizer.json: a SentencePiece-style BPE (byte_fallback) is not supported "
-                   "(supported: byte-level BPE); convert its tokenizer.model with llama.cpp");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges_j) || cJSON_GetArraySize(merges_j) == 0) {
+        MOON_ERROR("hf: tokenizer.json: the BPE model has no vocab or no merges (%s)",
+                   spm ? "a SentencePiece-style BPE's scores come from its merges"
+                       : "byte-level BPE merges by them");
         return MOON_ERR_UNSUPPORTED;
     }
-    pre = detect_pre(tj);
+    if (spm && !spm_shape_ok(tj)) {
+        MOON_ERROR("hf: tokenizer.json: a SentencePiece-style BPE whose normalizer is not "
+                   "Prepend \"\xe2\x96\x81\" + Replace \" \" (nor a Metaspace pre-tokenizer that "
+                   "prepends) is not supported");
+        return MOON_ERR_UNSUPPORTED;
+    }
+    pre = spm ? "default" : detect_pre(tj);
     if (pre == NULL) {
         MOON_ERROR("hf: tokenizer.json: unknown pre-tokenizer (supported: llama-bpe, qwen2, "
                    "smollm, gpt2)");
@@ -292,6 +452,16 @@ moon_status_t moon_hf_vocab_write(const cJSON *tj, const cJSON *tc, uint32_t min
     bos     = bos >= 0 ? bos : eos;
     add_bos = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
     tpl     = chat_template(tc);
+    if (spm) {
+        unk = id_of(vocab, added, cJSON_GetObjectItemCaseSensitive(tc, "unk_token"));
+        unk = unk >= 0 ? unk
+                       : id_of(vocab, added, cJSON_GetObjectItemCaseSensitive(model, "unk_token"));
+    }
+    if (status == MOON_OK && spm) {
+        scores = moon_malloc((size_t)n * sizeof(*scores));
+        status = scores == NULL ? MOON_ERR_NO_MEMORY
+                                : spm_scores(merges, n_merges, tokens, types, n, unk, scores);
+    }
 
 #define PUT(_call)                                                                                 \
     do {                                                                                           \
@@ -299,24 +469,32 @@ moon_status_t moon_hf_vocab_write(const cJSON *tj, const cJSON *tc, uint32_t min
             status = (_call);                                                                      \
         }                                                                                          \
     } while (0)
-    PUT(moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2"));
+    PUT(moon_gguf_writer_kv_str(w, "tokenizer.ggml.model", spm ? "llama" : "gpt2"));
     PUT(moon_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre));
     PUT(moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", tokens, n));
+    if (spm) {
+        PUT(moon_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", MOON_GGUF_FLOAT32, scores, n));
+    }
     PUT(moon_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", MOON_GGUF_INT32, types, n));
-    PUT(moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
-                                    n_merges));
+    if (!spm) { /* llama.cpp's llama vocabulary merges by score, and has none */
+        PUT(moon_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
+                                        n_merges));
+    }
     if (bos >= 0 && bos < n) {
         PUT(moon_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos));
     }
     if (eos >= 0 && eos < n) {
         PUT(moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
     }
+    if (unk >= 0 && unk < n) {
+        PUT(moon_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)unk));
+    }
     if (pad >= 0 && pad < n) {
         PUT(moon_gguf_writer_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad));
     }
     PUT(moon_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token",
                                  cJSON_IsBool(add_bos) ? cJSON_IsTrue(add_bos)
-                                                       : post_processor_templates(tj) ||
+                                                       : spm || post_processor_templates(tj) ||
                                                              strcmp(pre, "llama-bpe") == 0));
     PUT(moon_gguf_writer_kv_bool(
         w, "tokenizer.ggml.add_eos_token",
@@ -331,6 +509,7 @@ moon_status_t moon_hf_vocab_write(const cJSON *tj, const cJSON *tc, uint32_t min
     moon_free(merges);
     moon_free(tokens);
     moon_free(types);
+    moon_free(scores);
     moon_free(pads);
     if (status == MOON_OK) {
         *n_tokens_p = n;

