@@ -20,3 +20,5 @@ for m in ${mib//,/ }; do
     mpirun -np 5 "$BENCH_BIN/bench_weights" --mib="$m" --rounds="$rounds" \
         --chunk_mib="${WEIGHTS_CHUNK_MIB:-4}" </dev/null
 done
+# the GPU path on one device (a skip line without CUDA or a device)
+"$BENCH_BIN/bench_gpu_stage" --mib="${WEIGHTS_GPU_MIB:-1024}" --rounds="${WEIGHTS_ROUNDS:-5}"
