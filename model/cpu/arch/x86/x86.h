@@ -1,5 +1,5 @@
 /* model/cpu/arch/x86/x86.h - inline helpers the x86 kernels share: BF16
- * widening and in-register 16 x 16 transposes (AVX-512). */
+ * and F16 widening and in-register 16 x 16 transposes (AVX-512). */
 #ifndef MOON_MODEL_CPU_X86_H
 #define MOON_MODEL_CPU_X86_H
 
@@ -12,6 +12,12 @@ __attribute__((target("avx512f"))) static inline __m512 moon_cpu_bf16x16(const u
 {
     __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+/* 16 F16 weights widened to floats (vcvtph2ps, exact). */
+__attribute__((target("avx512f"))) static inline __m512 moon_cpu_f16x16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
 /* Transposes a 16 x 16 block of floats in registers: r[i] lane k becomes
