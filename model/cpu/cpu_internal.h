@@ -8,7 +8,8 @@
  *   cpu/quant_dot.c      activations to Q8, quantised-weight dots in plain C
  *   cpu/arch/x86/        AVX2 and AVX-512 kernels: vec (dot, axpy, SwiGLU, softmax,
  *                        batched NT), op (outer-product GEMM), bt (batch in lanes),
- *                        attn (decode attention head), avx2_quant (quantised dots)
+ *                        attn (decode attention head), avx2_quant and
+ *                        avx512_quant (quantised dots)
  * Kernels run on any thread, on the buffers they are given; the state belongs
  * to the engine's thread (and the pool's threads during a step). */
 #ifndef MOON_MODEL_CPU_INTERNAL_H
@@ -217,6 +218,9 @@ float moon_cpu_qdot_q4_0_avx2(const void *w, const void *xq, uint32_t n);
 float moon_cpu_qdot_q4_k_avx2(const void *w, const void *xq, uint32_t n);
 float moon_cpu_qdot_q5_k_avx2(const void *w, const void *xq, uint32_t n);
 float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n);
+
+/* ---- cpu/arch/x86/avx512_quant.c (AVX-512 BW, F16C) ---- */
+float moon_cpu_qdot_q4_k_avx512(const void *w, const void *xq, uint32_t n);
 
 /* ---- cpu/arch/x86/avx512_vec.c ---- */
 float moon_cpu_dot_f32_avx512(const void *w, const float *x, uint32_t n);

@@ -112,6 +112,10 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
         s->qdot[MOON_GGML_Q5_K] = moon_cpu_qdot_q5_k_avx2;
         s->qdot[MOON_GGML_Q6_K] = moon_cpu_qdot_q6_k_avx2;
     }
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c") &&
+        isa != MOON_CPU_ISA_AVX2) {
+        s->qdot[MOON_GGML_Q4_K] = moon_cpu_qdot_q4_k_avx512;
+    }
     if (__builtin_cpu_supports("avx512f") && isa != MOON_CPU_ISA_AVX2) {
         s->dot_f32             = moon_cpu_dot_f32_avx512;
         s->dot[MOON_GGML_F32]  = moon_cpu_dot_f32_avx512;

@@ -67,35 +67,6 @@ AVX2_Q float moon_cpu_qdot_q4_0_avx2(const void *w, const void *xq, uint32_t n)
     return hsum8(acc);
 }
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K block (12 bytes of 6-bit fields,
- * moon_cpu_scale_min_k4's layout) as bytes, in word arithmetic (ggml's
- * utmp): u[0..1] the scales, u[2..3] the mins. */
-static inline void unpack_k4(const uint8_t *scales, uint32_t u[4])
-{
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    uint32_t       lo;
-
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
-    lo   = u[1] & m6;
-    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
-    u[2] = lo;
-    u[0] &= m6;
-}
-
-/* sum over sub-blocks of m[j] * (sum of y in sub-block j of 32), m the 8
- * mins widened to 16 bits */
-AVX2_Q static inline int min_sum(__m128i mm, const moon_q8k_t *y)
-{
-    __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-    __m128i s32 =
-        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); /* 8 sums */
-    __m128i pr = _mm_madd_epi16(mm, s32);
-    pr         = _mm_add_epi32(pr, _mm_shuffle_epi32(pr, _MM_SHUFFLE(1, 0, 3, 2)));
-    pr         = _mm_add_epi32(pr, _mm_shuffle_epi32(pr, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(pr);
-}
-
 /* Q4_K (five 0) and Q5_K (five 1). */
 AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_t n, int five)
 {
@@ -104,7 +75,7 @@ AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_
     const __m256i     m4   = _mm256_set1_epi8(0xf);
     const size_t      bb   = five ? 176 : 144;
     __m256            acc  = _mm256_setzero_ps();
-    float             msum = 0.0f;
+    __m128            accm = _mm_setzero_ps(); /* the mins' part */
 
     for (uint32_t i = 0; i < n / MOON_GGML_QK_K; i++, p += bb, y++) {
         const uint8_t *q  = p + (five ? 48 : 16);
@@ -113,12 +84,14 @@ AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_
         __m256i        sumi = _mm256_setzero_si256();
         __m256i        hbits =
             five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        unpack_k4(p + 4, u);
+        moon_cpu_unpack_k4(p + 4, u);
         /* 16-bit scales, each broadcast to its 16-bit lanes by a shuffle */
         __m256i sc16 = _mm256_broadcastsi128_si256(
             _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
-        msum += y->d * half_at(p + 2) *
-                (float)min_sum(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2])), y);
+        accm = _mm_fmadd_ps(_mm_set1_ps(y->d * half_at(p + 2)),
+                            _mm_cvtepi32_ps(moon_cpu_k4_min_prod(
+                                _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2])), y)),
+                            accm);
         for (int j = 0; j < 4; j++, q += 32, q8 += 64) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)q);
             __m256i lo   = _mm256_and_si256(bits, m4);
@@ -140,7 +113,7 @@ AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * half_at(p)), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum8(acc) - msum;
+    return hsum8(acc) - moon_cpu_hsum4(accm);
 }
 
 AVX2_Q float moon_cpu_qdot_q4_k_avx2(const void *w, const void *xq, uint32_t n)

@@ -7,6 +7,7 @@
 
 #ifdef MOON_X86
 #include <immintrin.h>
+#include <string.h>
 
 __attribute__((target("avx512f"))) static inline __m512 moon_cpu_bf16x16(const uint16_t *p)
 {
@@ -59,6 +60,41 @@ __attribute__((target("avx512f"))) static inline void moon_cpu_op_tr16(__m512 r[
     for (int k = 0; k < 16; k++) {
         _mm512_store_ps(dst + (size_t)k * ldd, r[k]);
     }
+}
+
+static inline float moon_cpu_hsum4(__m128 v)
+{
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+    return _mm_cvtss_f32(v);
+}
+
+/* The 8 scales and 8 mins of a Q4_K/Q5_K block (12 bytes of 6-bit fields,
+ * moon_cpu_scale_min_k4's layout) as bytes, in word arithmetic (ggml's
+ * utmp): u[0..1] the scales, u[2..3] the mins. */
+static inline void moon_cpu_unpack_k4(const uint8_t *scales, uint32_t u[4])
+{
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    uint32_t       lo;
+
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    lo   = u[1] & m6;
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    u[2] = lo;
+    u[0] &= m6;
+}
+
+/* m[j] * (sum of y in sub-block j of 32) over the 8 sub-blocks, in 4 int32
+ * partial sums (m the 8 mins widened to 16 bits): the kernels accumulate
+ * them in floats and reduce once per row */
+__attribute__((target("avx2"))) static inline __m128i moon_cpu_k4_min_prod(__m128i           mm,
+                                                                           const moon_q8k_t *y)
+{
+    __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    __m128i s32 =
+        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); /* 8 sums */
+    return _mm_madd_epi16(mm, s32);
 }
 
 /* The batched NT kernel body (see avx512_vec.c): Y[j][i] = W[i] . X[j] for
