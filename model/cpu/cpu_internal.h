@@ -8,7 +8,8 @@
  *   cpu/quant_dot.c      activations to Q8, quantised-weight dots in plain C
  *   cpu/arch/x86/        AVX2 and AVX-512 kernels: vec (dot, axpy, SwiGLU, softmax,
  *                        batched NT), op (outer-product GEMM), bt (batch in lanes),
- *                        attn (decode attention head), avx2_quant (quantised dots)
+ *                        attn (decode attention head), avx2_quant and
+ *                        avx512_quant (quantised dots)
  * Kernels run on any thread, on the buffers they are given; the state belongs
  * to the engine's thread (and the pool's threads during a step). */
 #ifndef MOON_MODEL_CPU_INTERNAL_H
@@ -80,6 +81,7 @@ struct cpu_state {
     swiglu_fn           swiglu;
     softmax_exp_fn      softmax_exp;
     int                 nt_isa;   /* batched NT kernels: 512, 2 (AVX2) or 0 (none) */
+    int                 f16c;     /* AVX2 path: the CPU has F16C (F16 weights widened) */
     uint32_t            op_min_b; /* outer-product matmuls from this batch on (AVX-512) */
     float              *x;        /* (max_b, dim) residual stream */
     float              *xb;       /* (max_b, dim) */
@@ -153,6 +155,7 @@ typedef struct {
 /* ---- cpu/vec.c ---- */
 float moon_cpu_dot_f32_scalar(const void *w, const float *x, uint32_t n);
 float moon_cpu_dot_bf16_scalar(const void *w, const float *x, uint32_t n);
+float moon_cpu_dot_f16_scalar(const void *w, const float *x, uint32_t n);
 void  moon_cpu_axpy_scalar(float *y, float a, const float *x, uint32_t n);
 void  moon_cpu_swiglu_scalar(float *h, const float *h3, size_t n);
 float moon_cpu_softmax_exp_scalar(float *a, uint32_t n);
@@ -200,11 +203,14 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
 /* ---- cpu/arch/x86/avx2.c ---- */
 float moon_cpu_dot_f32_avx2(const void *w, const float *x, uint32_t n);
 float moon_cpu_dot_bf16_avx2(const void *w, const float *x, uint32_t n);
+float moon_cpu_dot_f16_avx2(const void *w, const float *x, uint32_t n); /* + F16C */
 void  moon_cpu_axpy_avx2(float *y, float a, const float *x, uint32_t n);
 void  moon_cpu_nt_3x4_f32_avx2(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
                                float *y, uint32_t ldy);
 void  moon_cpu_nt_3x4_bf16_avx2(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
                                 float *y, uint32_t ldy);
+void  moon_cpu_nt_3x4_f16_avx2(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K,
+                               float *y, uint32_t ldy); /* + F16C */
 
 /* ---- cpu/arch/x86/avx2_quant.c (AVX2, FMA, F16C) ---- */
 float moon_cpu_qdot_q8_0_avx2(const void *w, const void *xq, uint32_t n);
@@ -213,9 +219,13 @@ float moon_cpu_qdot_q4_k_avx2(const void *w, const void *xq, uint32_t n);
 float moon_cpu_qdot_q5_k_avx2(const void *w, const void *xq, uint32_t n);
 float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n);
 
+/* ---- cpu/arch/x86/avx512_quant.c (AVX-512 BW, F16C) ---- */
+float moon_cpu_qdot_q4_k_avx512(const void *w, const void *xq, uint32_t n);
+
 /* ---- cpu/arch/x86/avx512_vec.c ---- */
 float moon_cpu_dot_f32_avx512(const void *w, const float *x, uint32_t n);
 float moon_cpu_dot_bf16_avx512(const void *w, const float *x, uint32_t n);
+float moon_cpu_dot_f16_avx512(const void *w, const float *x, uint32_t n);
 void  moon_cpu_axpy_avx512(float *y, float a, const float *x, uint32_t n);
 void  moon_cpu_swiglu_avx512(float *h, const float *h3, size_t n);
 float moon_cpu_softmax_exp_avx512(float *a, uint32_t n);
@@ -223,6 +233,8 @@ void  moon_cpu_nt_4x6_f32(const uint8_t *w, size_t row_bytes, const float *x, ui
                           uint32_t ldy);
 void  moon_cpu_nt_4x6_bf16(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y,
                            uint32_t ldy);
+void  moon_cpu_nt_4x6_f16(const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y,
+                          uint32_t ldy);
 
 /* ---- cpu/arch/x86/avx512_op.c ---- */
 void moon_cpu_matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,

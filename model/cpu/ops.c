@@ -83,16 +83,21 @@ void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w,
         return;
     }
 #ifdef MOON_X86
+    /* F16 prefill batches stay on the dequantised tiles through sgemm: 110M,
+     * 1 thread, loaded machine: prefill 512 274-378 tok/s vs 239-264 here */
     if (s->nt_isa == 512 && b >= s->op_min_b &&
-        (w->type == MOON_GGML_F32 || w->type == MOON_GGML_BF16)) {
+        (w->type == MOON_GGML_F32 || w->type == MOON_GGML_BF16 ||
+         (w->type == MOON_GGML_F16 && (b <= 64 || !MOON_SGEMM)))) {
         moon_cpu_matmul_op(s, ith, w, y, x, b, r0, r1);
         return;
     }
 #endif
     /* Large batches of quantised weights run faster as dequantised tiles
-     * through sgemm: 110M, 2 threads, loaded machine: prefill 512 Q8_0 80-89
-     * tok/s vs 49-59 with the one-row integer kernels; decode b32 Q8_0 ties,
-     * Q4_K_M 16-19 vs 13; b1 wins 2-12x. Between 1 and 32 untuned (16). */
+     * through sgemm: 110M, 1 thread, loaded machine: prefill 512 Q4_K_M
+     * 324-446 tok/s vs 246-341 with the one-row integer kernels, Q8_0
+     * 288-301 vs 215-225; decode b32 is faster on the integer kernels
+     * (Q4_K_M 166 vs 113, Q8_0 165 vs 125), b1 2-12x. Between 32 and 512
+     * untuned (32). */
     if (s->qdot[w->type] != NULL && !s->exact_quant && (b <= s->q8_max_b || !MOON_SGEMM)) {
         matmul_q(s, ith, w, y, x, b, r0, r1);
         return;

@@ -33,8 +33,9 @@ size_t moon_cpu_act_row_bytes(int wtype, uint32_t n)
 static float block_scale(const float *x, uint32_t n, float *id)
 {
     float amax = 0.0f;
-    for (uint32_t i = 0; i < n; i++) {
-        amax = fmaxf(amax, fabsf(x[i]));
+    for (uint32_t i = 0; i < n; i++) { /* not fmaxf: a libm call per value here */
+        float a = fabsf(x[i]);
+        amax    = a > amax ? a : amax;
     }
     *id = amax > 0.0f ? 127.0f / amax : 0.0f;
     return amax / 127.0f;

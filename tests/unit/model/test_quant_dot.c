@@ -3,8 +3,8 @@
  * blocks: activations quantised to Q8 stay within half a step of the input;
  * each plain C dot equals the F32 dot of the dequantised weights and
  * dequantised activations (integer parts exact, float rounding only) and is
- * within the activation quantisation's bound of the F32 dot; each AVX2 dot
- * equals the plain C one where the CPU has AVX2. */
+ * within the activation quantisation's bound of the F32 dot; each AVX2 and
+ * AVX-512 dot equals the plain C one where the CPU has them. */
 #include "cpu/cpu_internal.h"
 #include "moon_test.h"
 #include "moonlet/gguf.h"
@@ -18,22 +18,23 @@
 typedef struct {
     moon_ggml_type_t type;
     qdot_fn          scalar;
-    qdot_fn          avx2; /* NULL off x86 */
+    qdot_fn          avx2;   /* NULL off x86 */
+    qdot_fn          avx512; /* NULL where there is none */
 } kern_t;
 
 static const kern_t kerns[] = {
 #ifdef MOON_X86
-    {MOON_GGML_Q8_0, moon_cpu_qdot_q8_0_scalar, moon_cpu_qdot_q8_0_avx2},
-    {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, moon_cpu_qdot_q4_0_avx2},
-    {MOON_GGML_Q4_K, moon_cpu_qdot_q4_k_scalar, moon_cpu_qdot_q4_k_avx2},
-    {MOON_GGML_Q5_K, moon_cpu_qdot_q5_k_scalar, moon_cpu_qdot_q5_k_avx2},
-    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, moon_cpu_qdot_q6_k_avx2},
+    {MOON_GGML_Q8_0, moon_cpu_qdot_q8_0_scalar, moon_cpu_qdot_q8_0_avx2, NULL},
+    {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, moon_cpu_qdot_q4_0_avx2, NULL},
+    {MOON_GGML_Q4_K, moon_cpu_qdot_q4_k_scalar, moon_cpu_qdot_q4_k_avx2, moon_cpu_qdot_q4_k_avx512},
+    {MOON_GGML_Q5_K, moon_cpu_qdot_q5_k_scalar, moon_cpu_qdot_q5_k_avx2, NULL},
+    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, moon_cpu_qdot_q6_k_avx2, NULL},
 #else
-    {MOON_GGML_Q8_0, moon_cpu_qdot_q8_0_scalar, NULL},
-    {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, NULL},
-    {MOON_GGML_Q4_K, moon_cpu_qdot_q4_k_scalar, NULL},
-    {MOON_GGML_Q5_K, moon_cpu_qdot_q5_k_scalar, NULL},
-    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, NULL},
+    {MOON_GGML_Q8_0, moon_cpu_qdot_q8_0_scalar, NULL, NULL},
+    {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, NULL, NULL},
+    {MOON_GGML_Q4_K, moon_cpu_qdot_q4_k_scalar, NULL, NULL},
+    {MOON_GGML_Q5_K, moon_cpu_qdot_q5_k_scalar, NULL, NULL},
+    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, NULL, NULL},
 #endif
 };
 
@@ -117,12 +118,13 @@ static void test_kernels_match_reference(void)
 #ifdef MOON_X86
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512bw");
 #else
-    int avx2 = 0;
+    int avx2 = 0, avx512 = 0;
 #endif
 
     for (size_t k = 0; k < sizeof(kerns) / sizeof(kerns[0]); k++) {
-        int bad_exact = 0, bad_bound = 0, bad_isa = 0;
+        int bad_exact = 0, bad_bound = 0, bad_isa = 0, bad_wide = 0;
         for (int trial = 0; trial < 40; trial++) {
             double exact = 0.0, f32 = 0.0, bound = 0.0, mag = 0.0;
             float  got;
@@ -146,14 +148,21 @@ static void test_kernels_match_reference(void)
                 float v = kerns[k].avx2(wq, xq, N);
                 bad_isa += fabs(v - got) > 1e-5 * mag + 1e-6;
             }
+            if (avx512 && kerns[k].avx512 != NULL) {
+                float v = kerns[k].avx512(wq, xq, N);
+                bad_wide += fabs(v - got) > 1e-5 * mag + 1e-6;
+            }
         }
-        if (bad_exact + bad_bound + bad_isa) {
-            fprintf(stderr, "%s: %d off the exact dot, %d past the bound, %d avx2 != scalar\n",
-                    moon_ggml_type_name(kerns[k].type), bad_exact, bad_bound, bad_isa);
+        if (bad_exact + bad_bound + bad_isa + bad_wide) {
+            fprintf(stderr,
+                    "%s: %d off the exact dot, %d past the bound, %d avx2 != scalar, "
+                    "%d avx512 != scalar\n",
+                    moon_ggml_type_name(kerns[k].type), bad_exact, bad_bound, bad_isa, bad_wide);
         }
         CU_ASSERT_EQUAL(bad_exact, 0);
         CU_ASSERT_EQUAL(bad_bound, 0);
         CU_ASSERT_EQUAL(bad_isa, 0);
+        CU_ASSERT_EQUAL(bad_wide, 0);
     }
 }
 

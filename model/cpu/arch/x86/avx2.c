@@ -1,5 +1,5 @@
-/* model/cpu/arch/x86/avx2.c - AVX2 + FMA kernels: dot products (F32, BF16),
- * axpy and the batched NT matmul kernel (3 weight rows x 4 batch rows). */
+/* model/cpu/arch/x86/avx2.c - AVX2 + FMA kernels: dot products (F32, BF16,
+ * F16), axpy and the batched NT matmul kernel (3 weight rows x 4 batch rows). */
 #include "cpu/arch/x86/x86.h"
 
 #ifdef MOON_X86
@@ -34,28 +34,47 @@ __attribute__((target("avx2,fma"))) float moon_cpu_dot_f32_avx2(const void *w, c
     return r;
 }
 
-__attribute__((target("avx2,fma"))) float moon_cpu_dot_bf16_avx2(const void *w, const float *x,
-                                                                 uint32_t n)
+/* 8 weights from element k of a row, as floats: F32, or BF16/F16 widened */
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_f32(const uint8_t *row,
+                                                                      uint32_t       k)
 {
-    const uint16_t *a  = w;
-    __m256          s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    uint32_t        i = 0;
-    float           r;
-
-    for (; i + 16 <= n; i += 16) {
-        __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
-        __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i + 8)));
-        s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_loadu_ps(x + i),
-                             s0);
-        s1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)),
-                             _mm256_loadu_ps(x + i + 8), s1);
-    }
-    r = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) {
-        r += moon_bf16_to_f32(a[i]) * x[i];
-    }
-    return r;
+    return _mm256_loadu_ps((const float *)row + k);
 }
+__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_bf16(const uint8_t *row,
+                                                                       uint32_t       k)
+{
+    __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 nt2_load_f16(const uint8_t *row,
+                                                                           uint32_t       k)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+}
+
+/* w . x for a row of 16-bit weights widened by _load, _elem one weight as a
+ * float: two accumulators of 8 lanes */
+#define DOT16_FN(_name, _load, _elem, _target)                                                     \
+    __attribute__((target(_target))) float _name(const void *w, const float *x, uint32_t n)        \
+    {                                                                                              \
+        const uint16_t *a  = w;                                                                    \
+        __m256          s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                        \
+        uint32_t        i = 0;                                                                     \
+        float           r;                                                                         \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            s0 = _mm256_fmadd_ps(_load(w, i), _mm256_loadu_ps(x + i), s0);                         \
+            s1 = _mm256_fmadd_ps(_load(w, i + 8), _mm256_loadu_ps(x + i + 8), s1);                 \
+        }                                                                                          \
+        r = hsum256(_mm256_add_ps(s0, s1));                                                        \
+        for (; i < n; i++) {                                                                       \
+            r += _elem(a[i]) * x[i];                                                               \
+        }                                                                                          \
+        return r;                                                                                  \
+    }
+
+DOT16_FN(moon_cpu_dot_bf16_avx2, nt2_load_bf16, moon_bf16_to_f32, "avx2,fma")
+DOT16_FN(moon_cpu_dot_f16_avx2, nt2_load_f16, moon_fp16_to_f32, "avx2,fma,f16c")
 
 __attribute__((target("avx2,fma"))) void moon_cpu_axpy_avx2(float *y, float a, const float *x,
                                                             uint32_t n)
@@ -72,25 +91,14 @@ __attribute__((target("avx2,fma"))) void moon_cpu_axpy_avx2(float *y, float a, c
 }
 
 /* AVX2 twin: 3 weight rows x 4 batch rows (12 ymm accumulators). */
-#define NT2_KERNEL(_name, _load)                                                                   \
-    __attribute__((target("avx2,fma"))) void _name(                                                \
+#define NT2_KERNEL(_name, _load, _target)                                                          \
+    __attribute__((target(_target))) void _name(                                                   \
         const uint8_t *w, size_t row_bytes, const float *x, uint32_t K, float *y, uint32_t ldy)    \
         MOON_CPU_NT_BODY(__m256, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum256,     \
                          _load, NT2_MR, NT2_NB, 8)
 
-__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_f32(const uint8_t *row,
-                                                                      uint32_t       k)
-{
-    return _mm256_loadu_ps((const float *)row + k);
-}
-__attribute__((target("avx2,fma"))) static inline __m256 nt2_load_bf16(const uint8_t *row,
-                                                                       uint32_t       k)
-{
-    __m256i v =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-NT2_KERNEL(moon_cpu_nt_3x4_f32_avx2, nt2_load_f32)
-NT2_KERNEL(moon_cpu_nt_3x4_bf16_avx2, nt2_load_bf16)
+NT2_KERNEL(moon_cpu_nt_3x4_f32_avx2, nt2_load_f32, "avx2,fma")
+NT2_KERNEL(moon_cpu_nt_3x4_bf16_avx2, nt2_load_bf16, "avx2,fma")
+NT2_KERNEL(moon_cpu_nt_3x4_f16_avx2, nt2_load_f16, "avx2,fma,f16c")
 
 #endif /* MOON_X86 */

@@ -67,27 +67,6 @@ AVX2_Q float moon_cpu_qdot_q4_0_avx2(const void *w, const void *xq, uint32_t n)
     return hsum8(acc);
 }
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K block as bytes: sc[0..8), m[0..8). */
-static inline void unpack_k4(const uint8_t *scales, uint8_t sc[8], uint8_t m[8])
-{
-    for (int j = 0; j < 8; j++) {
-        moon_cpu_scale_min_k4(j, scales, &sc[j], &m[j]);
-    }
-}
-
-/* sum over sub-blocks of m[j] * (sum of y in sub-block j of 32) */
-AVX2_Q static inline int min_sum(const uint8_t m[8], const moon_q8k_t *y)
-{
-    __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-    __m128i s32 =
-        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); /* 8 sums */
-    __m128i mm = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m));
-    __m128i pr = _mm_madd_epi16(mm, s32);
-    pr         = _mm_add_epi32(pr, _mm_shuffle_epi32(pr, _MM_SHUFFLE(1, 0, 3, 2)));
-    pr         = _mm_add_epi32(pr, _mm_shuffle_epi32(pr, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(pr);
-}
-
 /* Q4_K (five 0) and Q5_K (five 1). */
 AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_t n, int five)
 {
@@ -96,17 +75,23 @@ AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_
     const __m256i     m4   = _mm256_set1_epi8(0xf);
     const size_t      bb   = five ? 176 : 144;
     __m256            acc  = _mm256_setzero_ps();
-    float             msum = 0.0f;
+    __m128            accm = _mm_setzero_ps(); /* the mins' part */
 
     for (uint32_t i = 0; i < n / MOON_GGML_QK_K; i++, p += bb, y++) {
         const uint8_t *q  = p + (five ? 48 : 16);
         const int8_t  *q8 = y->qs;
-        uint8_t        sc[8], m[8];
+        uint32_t       u[4];
         __m256i        sumi = _mm256_setzero_si256();
         __m256i        hbits =
             five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        unpack_k4(p + 4, sc, m);
-        msum += y->d * half_at(p + 2) * (float)min_sum(m, y);
+        moon_cpu_unpack_k4(p + 4, u);
+        /* 16-bit scales, each broadcast to its 16-bit lanes by a shuffle */
+        __m256i sc16 = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
+        accm = _mm_fmadd_ps(_mm_set1_ps(y->d * half_at(p + 2)),
+                            _mm_cvtepi32_ps(moon_cpu_k4_min_prod(
+                                _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2])), y)),
+                            accm);
         for (int j = 0; j < 4; j++, q += 32, q8 += 64) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)q);
             __m256i lo   = _mm256_and_si256(bits, m4);
@@ -120,13 +105,15 @@ AVX2_Q static inline float qdot_q45k_avx2(const void *w, const void *xq, uint32_
             }
             __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
             __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            pl         = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), pl);
-            ph         = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), ph);
-            sumi       = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            pl         = _mm256_madd_epi16(
+                        _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j))), pl);
+            ph = _mm256_madd_epi16(
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j))), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * half_at(p)), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum8(acc) - msum;
+    return hsum8(acc) - moon_cpu_hsum4(accm);
 }
 
 AVX2_Q float moon_cpu_qdot_q4_k_avx2(const void *w, const void *xq, uint32_t n)
@@ -139,26 +126,35 @@ AVX2_Q float moon_cpu_qdot_q5_k_avx2(const void *w, const void *xq, uint32_t n)
     return qdot_q45k_avx2(w, xq, n, 1);
 }
 
-/* Q6_K: the unsigned 6-bit q times y by maddubs, minus 32 sum(y) (maddubs of
- * 32s), each 16-value half-lane scaled by its sub-block's int8 scale. */
+/* Q6_K: the unsigned 6-bit q times y by maddubs, each 16-value half-lane
+ * scaled by its sub-block's int8 scale; the -32 offset once per block from
+ * the activation's sums over the same 16 values (32 sum(sc bsums)). */
 AVX2_Q float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n)
 {
     const uint8_t    *p   = w;
     const moon_q8k_t *y   = xq;
     const __m256i     m4  = _mm256_set1_epi8(0xf);
     const __m256i     m2  = _mm256_set1_epi8(3);
-    const __m256i     m32 = _mm256_set1_epi8(32);
     __m256            acc = _mm256_setzero_ps();
 
     for (uint32_t i = 0; i < n / MOON_GGML_QK_K; i++, p += 210, y++) {
         const uint8_t *ql = p, *qh = p + 128;
-        const int8_t  *sc   = (const int8_t *)(p + 192);
-        const int8_t  *q8   = y->qs;
-        __m256i        sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, ql += 64, qh += 32, sc += 8, q8 += 128) {
-            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        const int8_t  *sc = (const int8_t *)(p + 192);
+        const int8_t  *q8 = y->qs;
+        /* the 16 scales as 16-bit words: lane h holds sub-blocks 8h..8h+7 */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sumi = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)), 5));
+        /* each half's 8 scales in both lanes */
+        __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                          _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+        for (int j = 0; j < 2; j++, ql += 64, qh += 32, q8 += 128) {
+            __m256i scj = sch[j];
+            __m256i hb  = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i l1  = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l2  = _mm256_loadu_si256((const __m256i *)(ql + 32));
             __m256i q[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
                                    _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
@@ -172,11 +168,12 @@ AVX2_Q float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n)
                 _mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
             for (int k = 0; k < 4; k++) {
-                __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
-                __m256i p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y8), _mm256_maddubs_epi16(m32, y8));
-                __m256i s =
-                    _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k]), _mm_set1_epi16(sc[2 * k + 1]));
+                __m256i y8  = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+                __m256i p16 = _mm256_maddubs_epi16(q[k], y8);
+                /* lane 0 the scale of values 0-15, lane 1 of 16-31 */
+                __m256i s = _mm256_shuffle_epi8(
+                    scj, _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0404 * k)),
+                                           _mm_set1_epi16((short)(0x0302 + 0x0404 * k))));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p16));
             }
         }

@@ -8,7 +8,7 @@
 
 /* Batched matmul in outer-product form (AVX-512, batches of s->op_min_b rows or
  * more): each thread packs a panel of 16 or 32 weight rows, OP_KC columns at
- * a time, transposed into its L1-sized scratch (k-major: P[k][r], BF16 widened
+ * a time, transposed into its L1-sized scratch (k-major: P[k][r], BF16 or F16 widened
  * to F32 once here), then every batch row block runs over it with a
  * broadcast of X[bi][k] times P[k][0..31] into 16-lane accumulators that hold
  * y[bi][r..r+31] (no horizontal sums; a k chunk's partial sums go through y).
@@ -51,6 +51,7 @@
     }
 OP_PACK_FN(op_pack_f32, float, _mm512_loadu_ps)
 OP_PACK_FN(op_pack_bf16, uint16_t, moon_cpu_bf16x16)
+OP_PACK_FN(op_pack_f16, uint16_t, moon_cpu_f16x16)
 
 /* y[j][0 .. 16 pv) (+)= sum over k < kc of x[j][k] * P[k][..], j < nb; first:
  * start from zero, else from y. Prefetches pf_lines lines from pf (the next
@@ -121,7 +122,7 @@ static const op_block_fn op_blocks[OP_PV][4] = {
 };
 
 /* Y[bi][r] = W[r] . X[bi] for rows [r0, r1) and all b batch rows by the
- * outer-product kernels (w F32 or BF16, any cols): panels of 32 (then
+ * outer-product kernels (w F32, BF16 or F16, any cols): panels of 32 (then
  * 16) rows, the last r1 - r0 < 16 rows by dots. */
 void moon_cpu_matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                         const float *x, uint32_t b, uint32_t r0, uint32_t r1)
@@ -131,7 +132,9 @@ void moon_cpu_matmul_op(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, fl
     uint32_t       K    = w->cols;
     uint32_t       ldy  = w->rows;
     void (*pack)(const uint8_t *, size_t, uint32_t, uint32_t, uint32_t, float *) =
-        w->type == MOON_GGML_BF16 ? op_pack_bf16 : op_pack_f32;
+        w->type == MOON_GGML_BF16  ? op_pack_bf16
+        : w->type == MOON_GGML_F16 ? op_pack_f16
+                                   : op_pack_f32;
     uint32_t n_blocks = b / OP_NB + (uint32_t)__builtin_popcount(b % OP_NB);
     uint32_t n_calls  = (K + OP_KC - 1) / OP_KC * n_blocks; /* kernel calls per panel */
     uint32_t r        = r0;

@@ -1,5 +1,5 @@
 /* model/cpu/arch/x86/avx512_vec.c - AVX-512 vector kernels: dot products
- * (F32, BF16), axpy, SwiGLU and softmax with a vector exp, and the batched NT
+ * (F32, BF16, F16), axpy, SwiGLU and softmax with a vector exp, and the batched NT
  * matmul kernel (4 weight rows x 6 batch rows). */
 #include "cpu/arch/x86/x86.h"
 
@@ -7,21 +7,27 @@
 
 #ifdef MOON_X86
 
-/* 16 weights from element i of a row, as floats: F32, or BF16 widened. */
+enum { W_F32, W_BF16, W_F16 }; /* the weight types of the float kernels */
+
+/* 16 weights from element i of a row, as floats: F32, or BF16/F16 widened. */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
-load16(const void *w, uint32_t i, const int bf16)
+load16(const void *w, uint32_t i, const int wt)
 {
-    return bf16 ? moon_cpu_bf16x16((const uint16_t *)w + i) : _mm512_loadu_ps((const float *)w + i);
+    return wt == W_BF16  ? moon_cpu_bf16x16((const uint16_t *)w + i)
+           : wt == W_F16 ? moon_cpu_f16x16((const uint16_t *)w + i)
+                         : _mm512_loadu_ps((const float *)w + i);
 }
 
-__attribute__((always_inline)) static inline float elem(const void *w, uint32_t i, const int bf16)
+__attribute__((always_inline)) static inline float elem(const void *w, uint32_t i, const int wt)
 {
-    return bf16 ? moon_bf16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
+    return wt == W_BF16  ? moon_bf16_to_f32(((const uint16_t *)w)[i])
+           : wt == W_F16 ? moon_fp16_to_f32(((const uint16_t *)w)[i])
+                         : ((const float *)w)[i];
 }
 
 /* w . x over n elements, 4 accumulators of 16 lanes; inlined once per type. */
 __attribute__((target("avx512f"), always_inline)) static inline float
-dot_avx512(const void *w, const float *x, uint32_t n, const int bf16)
+dot_avx512(const void *w, const float *x, uint32_t n, const int wt)
 {
     __m512   s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     __m512   s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
@@ -29,17 +35,17 @@ dot_avx512(const void *w, const float *x, uint32_t n, const int bf16)
     float    r;
 
     for (; i + 64 <= n; i += 64) {
-        s0 = _mm512_fmadd_ps(load16(w, i, bf16), _mm512_loadu_ps(x + i), s0);
-        s1 = _mm512_fmadd_ps(load16(w, i + 16, bf16), _mm512_loadu_ps(x + i + 16), s1);
-        s2 = _mm512_fmadd_ps(load16(w, i + 32, bf16), _mm512_loadu_ps(x + i + 32), s2);
-        s3 = _mm512_fmadd_ps(load16(w, i + 48, bf16), _mm512_loadu_ps(x + i + 48), s3);
+        s0 = _mm512_fmadd_ps(load16(w, i, wt), _mm512_loadu_ps(x + i), s0);
+        s1 = _mm512_fmadd_ps(load16(w, i + 16, wt), _mm512_loadu_ps(x + i + 16), s1);
+        s2 = _mm512_fmadd_ps(load16(w, i + 32, wt), _mm512_loadu_ps(x + i + 32), s2);
+        s3 = _mm512_fmadd_ps(load16(w, i + 48, wt), _mm512_loadu_ps(x + i + 48), s3);
     }
     for (; i + 16 <= n; i += 16) {
-        s0 = _mm512_fmadd_ps(load16(w, i, bf16), _mm512_loadu_ps(x + i), s0);
+        s0 = _mm512_fmadd_ps(load16(w, i, wt), _mm512_loadu_ps(x + i), s0);
     }
     r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
     for (; i < n; i++) {
-        r += elem(w, i, bf16) * x[i];
+        r += elem(w, i, wt) * x[i];
     }
     return r;
 }
@@ -47,13 +53,19 @@ dot_avx512(const void *w, const float *x, uint32_t n, const int bf16)
 __attribute__((target("avx512f"))) float moon_cpu_dot_f32_avx512(const void *w, const float *x,
                                                                  uint32_t n)
 {
-    return dot_avx512(w, x, n, 0);
+    return dot_avx512(w, x, n, W_F32);
 }
 
 __attribute__((target("avx512f"))) float moon_cpu_dot_bf16_avx512(const void *w, const float *x,
                                                                   uint32_t n)
 {
-    return dot_avx512(w, x, n, 1);
+    return dot_avx512(w, x, n, W_BF16);
+}
+
+__attribute__((target("avx512f"))) float moon_cpu_dot_f16_avx512(const void *w, const float *x,
+                                                                 uint32_t n)
+{
+    return dot_avx512(w, x, n, W_F16);
 }
 
 __attribute__((target("avx512f"))) void moon_cpu_axpy_avx512(float *y, float a, const float *x,
@@ -142,6 +154,11 @@ __attribute__((target("avx512f"))) static inline __m512 nt_load_bf16(const uint8
     return moon_cpu_bf16x16((const uint16_t *)row + k);
 }
 NT_KERNEL(moon_cpu_nt_4x6_f32, nt_load_f32)
+__attribute__((target("avx512f"))) static inline __m512 nt_load_f16(const uint8_t *row, uint32_t k)
+{
+    return moon_cpu_f16x16((const uint16_t *)row + k);
+}
 NT_KERNEL(moon_cpu_nt_4x6_bf16, nt_load_bf16)
+NT_KERNEL(moon_cpu_nt_4x6_f16, nt_load_f16)
 
 #endif /* MOON_X86 */
