@@ -71,14 +71,8 @@ perf_iters() { # size -> iterations
     local n=$(( perf_bytes / $1 ))
     echo $(( n > perf_n ? n : perf_n ))
 }
-perf_pair() { # port size -> prints MB/s (overall)
-    ucx_perftest -p "$1" >/dev/null 2>&1 &
-    local srv=$!
-    sleep 0.3
-    timeout 120 ucx_perftest 127.0.0.1 -p "$1" -t ucp_put_bw -s "$2" -n "$(perf_iters "$2")" \
-        2>/dev/null | awk '/^Final:/ {print $7}'
-    wait "$srv" 2>/dev/null || true
-}
+# shellcheck source=ucx_perftest.inc
+source "$(dirname "$0")/ucx_perftest.inc"
 if [ "$small_only" = 1 ]; then
     : # no bandwidth anchor
 elif command -v ucx_perftest >/dev/null; then
@@ -86,7 +80,7 @@ elif command -v ucx_perftest >/dev/null; then
         for n in 1 2 4; do
             tmp=$(mktemp -d)
             for rep in 1 2 3; do # median of three runs of n concurrent pairs
-                for i in $(seq 1 $n); do perf_pair $((24000 + i)) "$size" >"$tmp/$rep.$i" & done
+                for i in $(seq 1 $n); do perf_pair $((24000 + i)) "$size" "$(perf_iters "$size")" >"$tmp/$rep.$i" & done
                 wait
                 cat "$tmp/$rep".* | awk '{ s += $1; k++ } END { print k, s }' >>"$tmp/sums"
             done
