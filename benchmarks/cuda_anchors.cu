@@ -26,13 +26,37 @@ __global__ static void k_read(const float4 *p, size_t n, float *sink)
     }
 }
 
-extern "C" double moon_bench_cuda_read_bw(size_t bytes, int iters)
+/* Bytes per second of the best of iters timed calls of pass (CUDA events
+ * around each), after one untimed warm-up call. */
+template <typename Pass> static double best_rate(size_t bytes, int iters, Pass pass)
 {
-    float      *buf = NULL, *sink = NULL;
     cudaEvent_t e0, e1;
     double      best = 0.0;
-    int         sms  = 0;
-    size_t      n    = bytes / sizeof(float4);
+
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int it = 0; it < iters + 1; it++) { /* the first pass warms up */
+        float ms = 0.0f;
+        cudaEventRecord(e0);
+        pass();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (it > 0 && ms > 0.0f && (double)bytes / (ms * 1e-3) > best) {
+            best = (double)bytes / (ms * 1e-3);
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
+extern "C" double moon_bench_cuda_read_bw(size_t bytes, int iters)
+{
+    float *buf = NULL, *sink = NULL;
+    double best = 0.0;
+    int    sms  = 0;
+    size_t n    = bytes / sizeof(float4);
 
     if (!have_device() || cudaMalloc(&buf, n * sizeof(float4)) != cudaSuccess ||
         cudaMalloc(&sink, sizeof(float)) != cudaSuccess) {
@@ -45,21 +69,7 @@ extern "C" double moon_bench_cuda_read_bw(size_t bytes, int iters)
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     }
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int it = 0; it < iters + 1; it++) { /* the first pass warms up */
-        float ms = 0.0f;
-        cudaEventRecord(e0);
-        k_read<<<sms * 8, 512>>>((const float4 *)buf, n, sink);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (it > 0 && ms > 0.0f && (double)bytes / (ms * 1e-3) > best) {
-            best = (double)bytes / (ms * 1e-3);
-        }
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    best = best_rate(bytes, iters, [&] { k_read<<<sms * 8, 512>>>((const float4 *)buf, n, sink); });
     cudaFree(buf);
     cudaFree(sink);
     return best;
@@ -121,9 +131,8 @@ out:
 
 extern "C" double moon_bench_cuda_h2d_pinned_bw(size_t bytes, int iters)
 {
-    void       *host = NULL, *dev = NULL;
-    cudaEvent_t e0, e1;
-    double      best = 0.0;
+    void  *host = NULL, *dev = NULL;
+    double best = 0.0;
 
     if (!have_device() || cudaMallocHost(&host, bytes) != cudaSuccess ||
         cudaMalloc(&dev, bytes) != cudaSuccess) {
@@ -131,21 +140,7 @@ extern "C" double moon_bench_cuda_h2d_pinned_bw(size_t bytes, int iters)
         return 0.0;
     }
     memset(host, 0x5a, bytes);
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int it = 0; it < iters + 1; it++) { /* the first pass warms up */
-        float ms = 0.0f;
-        cudaEventRecord(e0);
-        cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (it > 0 && ms > 0.0f && (double)bytes / (ms * 1e-3) > best) {
-            best = (double)bytes / (ms * 1e-3);
-        }
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    best = best_rate(bytes, iters, [&] { cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice); });
     cudaFree(dev);
     cudaFreeHost(host);
     return best;
