@@ -243,6 +243,7 @@ typedef struct {
     int      cpu_bf16_dp;        /* BF16 products in batch-in-lanes steps (AVX512_BF16) */
     int      cpu_q8_act;         /* quantised weights x Q8 activations (0: F32 activations) */
     uint32_t cpu_q8_max_b;       /* above: dequantised tiles through sgemm (OpenBLAS builds) */
+    uint32_t cpu_qgemm_min_b;    /* from this batch: the integer GEMM (AVX-512 VNNI) */
     int      cpu_nt;             /* batched NT kernels (0: through sgemm) */
     int      cuda_graphs;        /* CUDA decode steps replayed as graphs */
 } moon_engine_tuning_t;

@@ -6,10 +6,12 @@
  *   cpu/ops.c            one thread's share of a step: matmul slices, attention rows
  *   cpu/vec.c            plain C kernels, and the choice of kernels at create
  *   cpu/quant_dot.c      activations to Q8, quantised-weight dots in plain C
+ *   cpu/qgemm.c          quantised weights x a batch as an integer GEMM: panels, plain C tile
  *   cpu/arch/x86/        AVX2 and AVX-512 kernels: vec (dot, axpy, SwiGLU, softmax,
  *                        batched NT), op (outer-product GEMM), bt (batch in lanes),
  *                        attn (decode attention head), avx2_quant and
- *                        avx512_quant (quantised dots)
+ *                        avx512_quant (quantised dots), avx512_qgemm (the
+ *                        integer GEMM's VNNI tile)
  * Kernels run on any thread, on the buffers they are given; the state belongs
  * to the engine's thread (and the pool's threads during a step). */
 #ifndef MOON_MODEL_CPU_INTERNAL_H
@@ -42,6 +44,38 @@ typedef struct {
     int8_t  qs[MOON_GGML_QK_K];
     int16_t bsums[MOON_GGML_QK_K / 16];
 } moon_q8k_t;
+
+/* The integer GEMM's operands (cpu/qgemm.c). */
+#define QG_ROWS 16 /* weight rows per panel: one 512-bit vector of int32 lanes */
+#define QG_NB 8    /* activation rows per register block of the ISA tile */
+
+/* QG_ROWS weight rows unpacked: w = s v + o per block of bs values. */
+typedef struct {
+    uint32_t bs;   /* 32, or 16 (Q6_K) */
+    uint32_t nblk; /* K / bs */
+    uint8_t *q;    /* [K / 4][QG_ROWS][4]: values k..k+3 of row r in lane r */
+    float   *s;    /* [nblk][QG_ROWS] */
+    float   *o;    /* [nblk][QG_ROWS] */
+} moon_qg_panel_t;
+
+/* Activation rows quantised per block of bs: x ~ d q. */
+typedef struct {
+    uint32_t bs, nblk, K;
+    int8_t  *q;  /* [b][K] */
+    float   *ds; /* [b][nblk][2]: d, d sum(q) */
+} moon_qg_act_t;
+
+/* rows [x0, x0 + nx) (nx <= QG_NB) times the panel's first nr rows:
+ * y[j ldy + r] */
+typedef void (*qg_tile_fn)(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
+                           uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
+
+/* rows: QG_ROWS rows of K values, row-major; values k0.. go to the panel's q */
+typedef void (*qg_interleave_fn)(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
+/* b rows of K floats quantised per block of bs into buf (moon_cpu_qg_act_bytes) */
+typedef void (*qg_quantize_fn)(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
+                               moon_qg_act_t *a);
+
 typedef void (*axpy_fn)(float *y, float a, const float *x, uint32_t n);
 typedef void (*swiglu_fn)(float *h, const float *h3, size_t n);
 typedef float (*softmax_exp_fn)(float *a, uint32_t n);
@@ -76,6 +110,10 @@ struct cpu_state {
     qdot_fn             qdot[31];    /* by ggml type: quantised weights x Q8 activations */
     int                 exact_quant; /* cpu-q8-act off: dequantised rows x F32 activations */
     uint32_t            q8_max_b;    /* cpu-q8-max-b: larger batches (prefill) through sgemm */
+    qg_tile_fn          qg_tile;     /* the integer GEMM's tile, or NULL (no AVX-512 VNNI) */
+    qg_quantize_fn      qg_quantize; /* and its activation quantiser and panel interleave */
+    qg_interleave_fn    qg_interleave;
+    uint32_t            qg_min_b; /* cpu-qgemm-min-b: batches from here take it */
     dot_fn              dot_f32;
     axpy_fn             axpy;
     swiglu_fn           swiglu;
@@ -175,6 +213,19 @@ float  moon_cpu_qdot_q4_k_scalar(const void *w, const void *xq, uint32_t n);
 float  moon_cpu_qdot_q5_k_scalar(const void *w, const void *xq, uint32_t n);
 float  moon_cpu_qdot_q6_k_scalar(const void *w, const void *xq, uint32_t n);
 
+/* ---- cpu/qgemm.c: quantised weights x a batch as an integer GEMM ---- */
+uint32_t moon_cpu_qg_block(int wtype); /* bs, or 0: no integer GEMM for the type */
+size_t   moon_cpu_qg_act_bytes(uint32_t b, uint32_t K);
+size_t   moon_cpu_qg_panel_bytes(uint32_t K);
+void     moon_cpu_qg_quantize(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
+                              moon_qg_act_t *a);
+/* rows r0..r0+nr of w, zero rows to QG_ROWS, into buf (moon_cpu_qg_panel_bytes) */
+void moon_cpu_qg_pack(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
+                      moon_qg_panel_t *p, qg_interleave_fn interleave);
+void moon_cpu_qg_interleave(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
+void moon_cpu_qg_tile_scalar(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
+                             uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
+
 /* ---- cpu/ops.c: one thread's share of a step ---- */
 void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                            const float *x, uint32_t b, uint32_t r0, uint32_t r1);
@@ -221,6 +272,13 @@ float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n);
 
 /* ---- cpu/arch/x86/avx512_quant.c (AVX-512 BW, F16C) ---- */
 float moon_cpu_qdot_q4_k_avx512(const void *w, const void *xq, uint32_t n);
+
+/* ---- cpu/arch/x86/avx512_qgemm.c (AVX-512 VNNI) ---- */
+void moon_cpu_qg_tile_vnni(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
+                           uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
+void moon_cpu_qg_quantize_avx512(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
+                                 moon_qg_act_t *a);
+void moon_cpu_qg_interleave_avx512(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
 
 /* ---- cpu/arch/x86/avx512_vec.c ---- */
 float moon_cpu_dot_f32_avx512(const void *w, const float *x, uint32_t n);

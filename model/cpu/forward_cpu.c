@@ -205,6 +205,7 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     moon_cpu_pick_kernels(s, t->cpu_isa);
     s->exact_quant    = !t->cpu_q8_act;
     s->q8_max_b       = t->cpu_q8_max_b;
+    s->qg_min_b       = t->cpu_qgemm_min_b;
     s->op_min_b       = t->cpu_op_min_b;
     s->bt_min_b       = t->cpu_bt_min_b;
     s->par_min_macs   = t->cpu_par_min_macs;
@@ -250,7 +251,10 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
     s->att   = moon_malloc((size_t)s->nth * c->seq_len * sizeof(float));
     s->wtile = moon_aligned_alloc(64, (size_t)s->nth * TILE_ROWS * s->max_cols * sizeof(float));
     /* Q8 activations: at most 36 bytes per 32 values (moon_q8b_t), 292 per 256 */
-    s->xq_stride = (B * s->max_cols / MOON_GGML_QK * 40 + 63) & ~(size_t)63;
+    s->xq_stride =
+        (MOON_MAX(B * s->max_cols / MOON_GGML_QK * 40, moon_cpu_qg_act_bytes(B, s->max_cols)) +
+         63) &
+        ~(size_t)63;
     s->xq        = moon_aligned_alloc(64, (size_t)s->nth * s->xq_stride);
     s->pack      = moon_aligned_alloc(64, (size_t)s->nth * OP_KC * 16 * OP_PV * sizeof(float));
     s->xt        = moon_aligned_alloc(64, (size_t)s->nth * s->max_cols * BT_MAX_B * sizeof(float));

@@ -71,6 +71,29 @@ static void matmul_q(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float
     }
 }
 
+/* Quantised weights times a batch as an integer GEMM (cpu/qgemm.c): the
+ * batch quantised once, each panel of QG_ROWS weight rows unpacked once and
+ * multiplied by every batch row. The panel lives in the thread's wtile. */
+static void matmul_qg(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
+                      const float *x, uint32_t b, uint32_t r0, uint32_t r1)
+{
+    uint32_t        K = w->cols;
+    moon_qg_act_t   a;
+    moon_qg_panel_t p;
+    void           *panel = s->wtile + (size_t)ith * TILE_ROWS * s->max_cols;
+
+    s->qg_quantize(x, b, K, moon_cpu_qg_block((int)w->type), s->xq + (size_t)ith * s->xq_stride,
+                   &a);
+    for (uint32_t r = r0; r < r1; r += QG_ROWS) {
+        uint32_t nr = MOON_MIN(QG_ROWS, r1 - r);
+        moon_cpu_qg_pack(w, r, nr, panel, &p, s->qg_interleave);
+        for (uint32_t x0 = 0; x0 < b; x0 += QG_NB) {
+            s->qg_tile(&p, &a, x0, MOON_MIN(QG_NB, b - x0), y + (size_t)x0 * w->rows + r, w->rows,
+                       nr);
+        }
+    }
+}
+
 /* y[bi][r] for rows [r0, r1) of w, all batch rows. */
 void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, float *y,
                            const float *x, uint32_t b, uint32_t r0, uint32_t r1)
@@ -92,12 +115,18 @@ void moon_cpu_matmul_slice(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w,
         return;
     }
 #endif
-    /* Large batches of quantised weights run faster as dequantised tiles
-     * through sgemm: 110M, 1 thread, loaded machine: prefill 512 Q4_K_M
-     * 324-446 tok/s vs 246-341 with the one-row integer kernels, Q8_0
-     * 288-301 vs 215-225; decode b32 is faster on the integer kernels
-     * (Q4_K_M 166 vs 113, Q8_0 165 vs 125), b1 2-12x. Between 32 and 512
-     * untuned (32). */
+    /* quantised weights times batches from cpu-qgemm-min-b (8) on: the
+     * integer GEMM where the CPU has AVX-512 VNNI (engine_tuning.c: figures) */
+    if (s->qg_tile != NULL && b >= s->qg_min_b && !s->exact_quant &&
+        moon_cpu_qg_block((int)w->type) != 0) {
+        matmul_qg(s, ith, w, y, x, b, r0, r1);
+        return;
+    }
+    /* Without the integer GEMM (no AVX-512 VNNI), large batches of quantised
+     * weights run faster as dequantised tiles through sgemm: 110M, 1 thread,
+     * loaded machine: prefill 512 Q4_K_M 324-446 tok/s vs 246-341 with the one-row integer kernels,
+     * Q8_0 288-301 vs 215-225; decode b32 is faster on the integer kernels (Q4_K_M 166 vs 113, Q8_0
+     * 165 vs 125), b1 2-12x. Between 32 and 512 untuned (32). */
     if (s->qdot[w->type] != NULL && !s->exact_quant && (b <= s->q8_max_b || !MOON_SGEMM)) {
         matmul_q(s, ith, w, y, x, b, r0, r1);
         return;

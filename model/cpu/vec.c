@@ -93,6 +93,7 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
     s->swiglu               = moon_cpu_swiglu_scalar;
     s->softmax_exp          = moon_cpu_softmax_exp_scalar;
     s->nt_isa               = 0;
+    s->qg_tile              = NULL;
     s->f16c                 = 0;
     s->qdot[MOON_GGML_Q8_0] = moon_cpu_qdot_q8_0_scalar;
     s->qdot[MOON_GGML_Q4_0] = moon_cpu_qdot_q4_0_scalar;
@@ -115,6 +116,12 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c") &&
         isa != MOON_CPU_ISA_AVX2) {
         s->qdot[MOON_GGML_Q4_K] = moon_cpu_qdot_q4_k_avx512;
+    }
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+        isa != MOON_CPU_ISA_AVX2) {
+        s->qg_tile       = moon_cpu_qg_tile_vnni;
+        s->qg_quantize   = moon_cpu_qg_quantize_avx512;
+        s->qg_interleave = moon_cpu_qg_interleave_avx512;
     }
     if (__builtin_cpu_supports("avx512f") && isa != MOON_CPU_ISA_AVX2) {
         s->dot_f32             = moon_cpu_dot_f32_avx512;

@@ -23,7 +23,8 @@ __attribute__((target("avx512f"))) static inline __m512 moon_cpu_f16x16(const ui
 
 /* Transposes a 16 x 16 block of floats in registers: r[i] lane k becomes
  * r[k] lane i. */
-__attribute__((target("avx512f"))) static inline void moon_cpu_tr16_regs(__m512 r[16])
+__attribute__((target("avx512f"), always_inline)) static inline void
+moon_cpu_tr16_regs(__m512 r[16])
 {
     __m512 t[16];
 
