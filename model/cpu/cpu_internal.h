@@ -272,6 +272,7 @@ float moon_cpu_qdot_q6_k_avx2(const void *w, const void *xq, uint32_t n);
 
 /* ---- cpu/arch/x86/avx512_quant.c (AVX-512 BW, F16C) ---- */
 float moon_cpu_qdot_q4_k_avx512(const void *w, const void *xq, uint32_t n);
+float moon_cpu_qdot_q6_k_avx512(const void *w, const void *xq, uint32_t n);
 
 /* ---- cpu/arch/x86/avx512_qgemm.c (AVX-512 VNNI) ---- */
 void moon_cpu_qg_tile_vnni(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,

@@ -116,6 +116,7 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c") &&
         isa != MOON_CPU_ISA_AVX2) {
         s->qdot[MOON_GGML_Q4_K] = moon_cpu_qdot_q4_k_avx512;
+        s->qdot[MOON_GGML_Q6_K] = moon_cpu_qdot_q6_k_avx512;
     }
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
         isa != MOON_CPU_ISA_AVX2) {

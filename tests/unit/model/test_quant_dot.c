@@ -28,7 +28,7 @@ static const kern_t kerns[] = {
     {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, moon_cpu_qdot_q4_0_avx2, NULL},
     {MOON_GGML_Q4_K, moon_cpu_qdot_q4_k_scalar, moon_cpu_qdot_q4_k_avx2, moon_cpu_qdot_q4_k_avx512},
     {MOON_GGML_Q5_K, moon_cpu_qdot_q5_k_scalar, moon_cpu_qdot_q5_k_avx2, NULL},
-    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, moon_cpu_qdot_q6_k_avx2, NULL},
+    {MOON_GGML_Q6_K, moon_cpu_qdot_q6_k_scalar, moon_cpu_qdot_q6_k_avx2, moon_cpu_qdot_q6_k_avx512},
 #else
     {MOON_GGML_Q8_0, moon_cpu_qdot_q8_0_scalar, NULL, NULL},
     {MOON_GGML_Q4_0, moon_cpu_qdot_q4_0_scalar, NULL, NULL},
