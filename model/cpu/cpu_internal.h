@@ -70,8 +70,10 @@ typedef struct {
 typedef void (*qg_tile_fn)(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
                            uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
 
-/* rows: QG_ROWS rows of K values, row-major; values k0.. go to the panel's q */
-typedef void (*qg_interleave_fn)(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
+/* rows r0..r0+nr of w (nr <= QG_ROWS; zero rows after them) into buf
+ * (moon_cpu_qg_panel_bytes), and p describing it */
+typedef void (*qg_pack_fn)(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
+                           moon_qg_panel_t *p);
 /* b rows of K floats quantised per block of bs into buf (moon_cpu_qg_act_bytes) */
 typedef void (*qg_quantize_fn)(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
                                moon_qg_act_t *a);
@@ -111,8 +113,8 @@ struct cpu_state {
     int                 exact_quant; /* cpu-q8-act off: dequantised rows x F32 activations */
     uint32_t            q8_max_b;    /* cpu-q8-max-b: larger batches (prefill) through sgemm */
     qg_tile_fn          qg_tile;     /* the integer GEMM's tile, or NULL (no AVX-512 VNNI) */
-    qg_quantize_fn      qg_quantize; /* and its activation quantiser and panel interleave */
-    qg_interleave_fn    qg_interleave;
+    qg_quantize_fn      qg_quantize; /* and its activation quantiser and panel pack */
+    qg_pack_fn          qg_pack;
     uint32_t            qg_min_b; /* cpu-qgemm-min-b: batches from here take it */
     dot_fn              dot_f32;
     axpy_fn             axpy;
@@ -219,9 +221,9 @@ size_t   moon_cpu_qg_act_bytes(uint32_t b, uint32_t K);
 size_t   moon_cpu_qg_panel_bytes(uint32_t K);
 void     moon_cpu_qg_quantize(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
                               moon_qg_act_t *a);
-/* rows r0..r0+nr of w, zero rows to QG_ROWS, into buf (moon_cpu_qg_panel_bytes) */
-void moon_cpu_qg_pack(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
-                      moon_qg_panel_t *p, qg_interleave_fn interleave);
+void     moon_cpu_qg_pack(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
+                          moon_qg_panel_t *p); /* a qg_pack_fn */
+/* rows: QG_ROWS rows of K values, row-major; values k0.. into the panel's q */
 void moon_cpu_qg_interleave(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
 void moon_cpu_qg_tile_scalar(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
                              uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
@@ -279,7 +281,8 @@ void moon_cpu_qg_tile_vnni(const moon_qg_panel_t *p, const moon_qg_act_t *a, uin
                            uint32_t nx, float *y, uint32_t ldy, uint32_t nr);
 void moon_cpu_qg_quantize_avx512(const float *x, uint32_t b, uint32_t K, uint32_t bs, void *buf,
                                  moon_qg_act_t *a);
-void moon_cpu_qg_interleave_avx512(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q);
+void moon_cpu_qg_pack_avx512(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
+                             moon_qg_panel_t *p);
 
 /* ---- cpu/arch/x86/avx512_vec.c ---- */
 float moon_cpu_dot_f32_avx512(const void *w, const float *x, uint32_t n);

@@ -86,7 +86,7 @@ static void matmul_qg(cpu_state_t *s, uint32_t ith, const moon_tensor_t *w, floa
                    &a);
     for (uint32_t r = r0; r < r1; r += QG_ROWS) {
         uint32_t nr = MOON_MIN(QG_ROWS, r1 - r);
-        moon_cpu_qg_pack(w, r, nr, panel, &p, s->qg_interleave);
+        s->qg_pack(w, r, nr, panel, &p);
         for (uint32_t x0 = 0; x0 < b; x0 += QG_NB) {
             s->qg_tile(&p, &a, x0, MOON_MIN(QG_NB, b - x0), y + (size_t)x0 * w->rows + r, w->rows,
                        nr);

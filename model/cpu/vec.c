@@ -120,9 +120,9 @@ void moon_cpu_pick_kernels(cpu_state_t *s, int isa)
     }
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
         isa != MOON_CPU_ISA_AVX2) {
-        s->qg_tile       = moon_cpu_qg_tile_vnni;
-        s->qg_quantize   = moon_cpu_qg_quantize_avx512;
-        s->qg_interleave = moon_cpu_qg_interleave_avx512;
+        s->qg_tile     = moon_cpu_qg_tile_vnni;
+        s->qg_quantize = moon_cpu_qg_quantize_avx512;
+        s->qg_pack     = moon_cpu_qg_pack_avx512;
     }
     if (__builtin_cpu_supports("avx512f") && isa != MOON_CPU_ISA_AVX2) {
         s->dot_f32             = moon_cpu_dot_f32_avx512;

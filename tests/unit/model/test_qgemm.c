@@ -6,7 +6,7 @@
  * dequantised weights and dequantised activations (integer parts exact,
  * float rounding only) and is within the activation quantisation's bound of
  * the F32 product; the activations stay within half a step; each AVX-512
- * piece (quantiser, interleave, VNNI tile) equals the plain C one bit for
+ * piece (quantiser, pack, VNNI tile) equals the plain C one bit for
  * bit where the CPU has it. */
 #include "cpu/cpu_internal.h"
 #include "moon_test.h"
@@ -47,7 +47,7 @@ static int have_vnni(void)
 
 /* y (B x ROWS) through panels of QG_ROWS with the given pieces */
 static void gemm(const moon_tensor_t *w, const float *x, float *y, void *abuf, void *pbuf,
-                 qg_quantize_fn quant, qg_interleave_fn ilv, qg_tile_fn tile)
+                 qg_quantize_fn quant, qg_pack_fn pack, qg_tile_fn tile)
 {
     moon_qg_act_t   a;
     moon_qg_panel_t p;
@@ -55,7 +55,7 @@ static void gemm(const moon_tensor_t *w, const float *x, float *y, void *abuf, v
     quant(x, B, w->cols, moon_cpu_qg_block((int)w->type), abuf, &a);
     for (uint32_t r = 0; r < w->rows; r += QG_ROWS) {
         uint32_t nr = MOON_MIN(QG_ROWS, w->rows - r);
-        moon_cpu_qg_pack(w, r, nr, pbuf, &p, ilv);
+        pack(w, r, nr, pbuf, &p);
         for (uint32_t x0 = 0; x0 < B; x0 += QG_NB) {
             tile(&p, &a, x0, MOON_MIN(QG_NB, B - x0), y + (size_t)x0 * w->rows + r, w->rows, nr);
         }
@@ -86,8 +86,7 @@ static void check_type(moon_ggml_type_t type, uint32_t K)
     }
     moon_tensor_t w = {.type = type, .rows = ROWS, .cols = K, .row_bytes = rb, .data = wq};
 
-    gemm(&w, x, y, abuf, pbuf, moon_cpu_qg_quantize, moon_cpu_qg_interleave,
-         moon_cpu_qg_tile_scalar);
+    gemm(&w, x, y, abuf, pbuf, moon_cpu_qg_quantize, moon_cpu_qg_pack, moon_cpu_qg_tile_scalar);
     {
         moon_qg_act_t a;
         moon_cpu_qg_quantize(x, B, K, bs, abuf, &a);
@@ -131,7 +130,7 @@ static void check_type(moon_ggml_type_t type, uint32_t K)
         CU_ASSERT(memcmp(abuf, av,
                          moon_cpu_qg_act_bytes(B, K) -
                              (size_t)B * (K / 16 - K / bs) * 2 * sizeof(float)) == 0);
-        gemm(&w, x, yv, av, pbuf, moon_cpu_qg_quantize_avx512, moon_cpu_qg_interleave_avx512,
+        gemm(&w, x, yv, av, pbuf, moon_cpu_qg_quantize_avx512, moon_cpu_qg_pack_avx512,
              moon_cpu_qg_tile_vnni);
         CU_ASSERT(memcmp(y, yv, (size_t)B * ROWS * sizeof(float)) == 0);
     } else {

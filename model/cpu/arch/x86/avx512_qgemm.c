@@ -8,6 +8,7 @@
  * and each activation word QG_ROWS times, where the one-row dots use each
  * byte once. Equals moon_cpu_qg_tile_scalar bit for bit. */
 #include "cpu/arch/x86/x86.h"
+#include "cpu/qgemm_unpack.h"
 
 #ifdef MOON_X86
 
@@ -96,9 +97,9 @@ VNNI void moon_cpu_qg_quantize_avx512(const float *x, uint32_t b, uint32_t K, ui
 
 /* moon_cpu_qg_interleave, 16 four-byte groups of the 16 rows at a time: a
  * 16 x 16 transpose of 32-bit words in registers. */
-VNNI void moon_cpu_qg_interleave_avx512(const uint8_t *rows, uint32_t K, uint32_t k0, uint8_t *q)
+VNNI static void interleave(const uint8_t *rows, uint32_t K, uint8_t *q)
 {
-    uint32_t k = k0;
+    uint32_t k = 0;
 
     for (; k + 64 <= K; k += 64) {
         __m512 r[QG_ROWS];
@@ -111,6 +112,15 @@ VNNI void moon_cpu_qg_interleave_avx512(const uint8_t *rows, uint32_t K, uint32_
         }
     }
     moon_cpu_qg_interleave(rows, K, k, q);
+    /* the last values, under 64 */ /* the last values, under 64 */
+}
+
+/* moon_cpu_qg_pack with the unpack loops vectorised for AVX-512 */
+VNNI void moon_cpu_qg_pack_avx512(const moon_tensor_t *w, uint32_t r0, uint32_t nr, void *buf,
+                                  moon_qg_panel_t *p)
+{
+    moon_cpu_qg_unpack_rows(w, r0, nr, buf, p);
+    interleave(moon_cpu_qg_rows(buf, w->cols), w->cols, p->q);
 }
 
 VNNI void moon_cpu_qg_tile_vnni(const moon_qg_panel_t *p, const moon_qg_act_t *a, uint32_t x0,
