@@ -1,9 +1,10 @@
 /* model/cuda/backend_cuda.cu - the CUDA backend behind moon_model_backend_ops_t
  * (built with MOON_WITH_CUDA). Weights live on the device as F32 (dequantized
  * at create; wq/wk/wv and w1/w3 stacked so each group is one GEMM); matmuls
- * are cuBLAS sgemm; RMSNorm (fused with the residual add), RoPE, SwiGLU and
- * attention over the paged KV cache are kernels, each with a CPU twin in
- * forward_ref.c. Decode steps replay a CUDA graph per batch size. The host
+ * are cuBLAS sgemm; RMSNorm (fused with the residual add), RoPE (adjacent
+ * pairs, or NeoX's halves), qwen2's Q/K/V biases and qwen3's per-head Q/K
+ * norms, SwiGLU and attention over the paged KV cache are kernels, each
+ * with a CPU twin in forward_ref.c. Decode steps replay a CUDA graph per batch size. The host
  * KV cache stays authoritative: the backend keeps a device mirror of the
  * block pool, uploads the blocks a call reads that someone else wrote since
  * (kv->writer tags), and writes the new tokens' K/V back to the host, so
@@ -47,6 +48,8 @@ typedef struct {
     float *wo;                   /* (dim, q_dim) */
     float *w13;                  /* (2 hidden, dim): w1 (gate) over w3 (up), one GEMM */
     float *w2;                   /* (dim, hidden) */
+    float *bqkv;                 /* (q_dim + 2 kv_dim) Q/K/V biases (qwen2), or NULL */
+    float *qk_norm; /* (2 head_dim) per-head Q then K RMSNorm weights (qwen3), or NULL */
 } d_layer_t;
 
 typedef struct {
@@ -127,13 +130,49 @@ __global__ void k_add_rmsnorm(float *x, const float *y, float *o, const float *w
     }
 }
 
+/* Row b of qkv before RoPE, as the CPU path does it: the Q/K/V biases
+ * (qwen2; NULL: none), then each Q and K head RMS-normed with the per-head
+ * weights (qwen3; NULL: none), a warp per head. */
+__global__ void k_qkv_prep(float *qkv, uint32_t stride, const float *bias, const float *qk_norm,
+                           uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t hs, float eps)
+{
+    float   *row  = qkv + (size_t)blockIdx.x * stride;
+    uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+
+    if (bias != NULL) {
+        for (uint32_t i = threadIdx.x; i < (n_q_heads + 2 * n_kv_heads) * hs; i += blockDim.x) {
+            row[i] += bias[i];
+        }
+        __syncthreads();
+    }
+    if (qk_norm == NULL) {
+        return;
+    }
+    for (uint32_t h = warp; h < n_q_heads + n_kv_heads; h += n_warps) {
+        float       *x  = row + (size_t)h * hs; /* K heads follow the Q heads */
+        const float *w  = qk_norm + (h < n_q_heads ? 0 : hs);
+        float        ss = 0.0f;
+        for (uint32_t j = lane; j < hs; j += 32) {
+            ss += x[j] * x[j];
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        }
+        ss = rsqrtf(ss / (float)hs + eps);
+        for (uint32_t j = lane; j < hs; j += 32) {
+            x[j] = w[j] * (ss * x[j]);
+        }
+    }
+}
+
 /* Row b of qkv (stride floats apart: q (q_dim = n_heads * hs), k, v
  * (kv_dim)): RoPE on q in place and on k at pos[b]; the rotated k and v into
- * the cache. */
+ * the cache. Pairs are adjacent values, or with neox (qwen2, qwen3) values j
+ * and j + hs / 2 of each head, by the angle of pair j either way. */
 __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, const int32_t *pos,
                              const uint32_t *tables, uint32_t tstride, float *kv, uint32_t q_dim,
                              uint32_t kv_dim, uint32_t hs, uint32_t bt, size_t block_floats,
-                             size_t layer_floats, uint32_t layer)
+                             size_t layer_floats, uint32_t layer, int neox)
 {
     uint32_t     b   = blockIdx.x;
     int32_t      p   = pos[b];
@@ -146,6 +185,24 @@ __global__ void k_rope_store(float *qkv, uint32_t stride, const float *rope, con
     const float *kk = qq + q_dim;
     const float *vv = kk + kv_dim;
 
+    if (neox) {
+        for (uint32_t t = threadIdx.x; t < q_dim / 2; t += blockDim.x) {
+            uint32_t j = t % (hs / 2), i0 = t / (hs / 2) * hs + j, i1 = i0 + hs / 2;
+            float    fcr = cs[2 * j], fci = cs[2 * j + 1];
+            float    q0 = qq[i0], q1 = qq[i1];
+            qq[i0] = q0 * fcr - q1 * fci;
+            qq[i1] = q0 * fci + q1 * fcr;
+            if (i0 < kv_dim) {
+                float k0 = kk[i0], k1 = kk[i1];
+                kd[i0] = k0 * fcr - k1 * fci;
+                kd[i1] = k0 * fci + k1 * fcr;
+            }
+        }
+        for (uint32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+            vd[i] = vv[i];
+        }
+        return;
+    }
     for (uint32_t i = 2 * threadIdx.x; i < q_dim; i += 2 * blockDim.x) {
         float fcr = cs[i % hs], fci = cs[i % hs + 1];
         float q0 = qq[i], q1 = qq[i + 1];
@@ -293,6 +350,38 @@ static moon_status_t upload_vec(const float *h, uint32_t n, float **d_p)
     return MOON_OK;
 }
 
+/* A layer's Q/K/V biases as one vector in qkv's layout, and its per-head
+ * Q and K norm weights side by side, where the architecture has them. */
+static moon_status_t upload_qkv_extras(const moon_model_config_t *c, const moon_layer_t *L,
+                                       d_layer_t *D)
+{
+    uint32_t      q_dim = moon_model_q_dim(c), kv_dim = c->n_kv_heads * c->head_dim;
+    moon_status_t status = MOON_OK;
+
+    if (L->bq != NULL) {
+        float *h = (float *)moon_malloc((size_t)(q_dim + 2 * kv_dim) * sizeof(float));
+        if (h == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        memcpy(h, L->bq, q_dim * sizeof(float));
+        memcpy(h + q_dim, L->bk, kv_dim * sizeof(float));
+        memcpy(h + q_dim + kv_dim, L->bv, kv_dim * sizeof(float));
+        status = upload_vec(h, q_dim + 2 * kv_dim, &D->bqkv);
+        moon_free(h);
+    }
+    if (status == MOON_OK && L->q_norm != NULL) {
+        float *h = (float *)moon_malloc(2 * (size_t)c->head_dim * sizeof(float));
+        if (h == NULL) {
+            return MOON_ERR_NO_MEMORY;
+        }
+        memcpy(h, L->q_norm, c->head_dim * sizeof(float));
+        memcpy(h + c->head_dim, L->k_norm, c->head_dim * sizeof(float));
+        status = upload_vec(h, 2 * c->head_dim, &D->qk_norm);
+        moon_free(h);
+    }
+    return status;
+}
+
 static void drop_graphs(cuda_state_t *s)
 {
     for (uint32_t b = 0; s->graphs != NULL && s->graph_failed != NULL && b <= s->max_b; b++) {
@@ -315,8 +404,8 @@ static void cuda_destroy(void *state)
     MOON_DEBUG_LOG("cuda: %llu KV blocks uploaded", (unsigned long long)s->n_uploaded);
     drop_graphs(s);
     for (uint32_t l = 0; s->layers != NULL && l < s->m->cfg.n_layers; l++) {
-        d_layer_t *L   = &s->layers[l];
-        void      *w[] = {L->attn_norm, L->ffn_norm, L->wqkv, L->wo, L->w13, L->w2};
+        d_layer_t *L = &s->layers[l];
+        void *w[] = {L->attn_norm, L->ffn_norm, L->wqkv, L->wo, L->w13, L->w2, L->bqkv, L->qk_norm};
 
         for (void *d : w) {
             cudaFree(d);
@@ -418,7 +507,8 @@ static moon_status_t cuda_create_inner(cuda_state_t *s, const moon_engine_config
             (status = upload_stacked(qkv, 3, &D->wqkv)) != MOON_OK ||
             (status = upload_stacked(wo, 1, &D->wo)) != MOON_OK ||
             (status = upload_stacked(w13, 2, &D->w13)) != MOON_OK ||
-            (status = upload_stacked(w2, 1, &D->w2)) != MOON_OK) {
+            (status = upload_stacked(w2, 1, &D->w2)) != MOON_OK ||
+            (status = upload_qkv_extras(c, L, D)) != MOON_OK) {
             return status;
         }
     }
@@ -455,14 +545,6 @@ static moon_status_t cuda_create(const moon_model_t *m, const moon_engine_config
 
     if (s == NULL) {
         return MOON_ERR_NO_MEMORY;
-    }
-    /* TODO(#28): Q/K/V biases, Q/K norms and NeoX RoPE on the device */
-    if (m->cfg.arch != MOON_ARCH_LLAMA || m->layers[0].bq != NULL) {
-        MOON_ERROR("cuda: architecture %s (biases, Q/K norms or NeoX RoPE) is not on the CUDA "
-                   "backend yet; use the CPU backend (--backend cpu)",
-                   moon_model_arch_name(m->cfg.arch));
-        moon_free(s);
-        return MOON_ERR_UNSUPPORTED;
     }
     s->m   = m;
     status = cuda_create_inner(s, cfg);
@@ -644,9 +726,13 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
             MOON_OK) {
             return status;
         }
+        if (L->bqkv != NULL || L->qk_norm != NULL) {
+            k_qkv_prep<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, L->bqkv, L->qk_norm, c->n_heads,
+                                          c->n_kv_heads, c->head_dim, c->norm_eps);
+        }
         k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables, tstride,
                                         s->d_kv, q_dim, kv_dim, c->head_dim, kv->cfg.block_tokens,
-                                        kv->block_floats, kv->layer_floats, l);
+                                        kv->block_floats, kv->layer_floats, l, (int)c->rope_neox);
         k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
             s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, tstride, c->n_heads,
             c->n_heads / c->n_kv_heads, c->head_dim, q_dim, kv_dim, kv->cfg.block_tokens,

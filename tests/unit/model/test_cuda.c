@@ -3,7 +3,7 @@
  * chunked prefills and batched decode steps over the paged KV cache; logits
  * within 1e-3 x max(1, max |ref|) of the reference backend (and of the fast
  * CPU backend for F32); head sizes 20 and 128, and heads not dim / n_heads
- * wide; a 1,804-token context; every row's logits and hidden states
+ * wide; qwen2 and qwen3 models; a 1,804-token context; every row's logits and hidden states
  * (prefill_rows). Also the device mirror of the host cache: a cache written
  * in turn by the CPU and the GPU, prefix blocks shared by fork, blocks
  * imported into a second cache, a new cache of another block shape. Without a device every test
@@ -141,6 +141,27 @@ static void test_cuda_head_sizes(void)
     unlink(path);
     check_model(model_shaped(&narrow, path, sizeof(path)), 1, "6 heads of 16, dim 192");
     unlink(path);
+}
+
+/* qwen2 (Q/K/V biases, NeoX RoPE) and qwen3 (per-head Q/K RMSNorm, NeoX
+ * RoPE): the device kernels for what llama lacks. */
+static void test_cuda_archs(void)
+{
+    static const struct {
+        uint32_t    arch;
+        const char *name;
+    } archs[] = {{MOON_ARCH_QWEN2, "qwen2"}, {MOON_ARCH_QWEN3, "qwen3"}};
+    char path[256];
+
+    if (mt_no_cuda_device()) {
+        return;
+    }
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        moon_model_config_t shape = mt_shape(128, 256, 2, 4, 2, VOCAB, 128);
+        shape.arch                = archs[i].arch;
+        check_model(model_shaped(&shape, path, sizeof(path)), 1, archs[i].name);
+        unlink(path);
+    }
 }
 
 /* prefill_rows (prompt logprobs, embeddings): every row's logits and final
@@ -480,6 +501,6 @@ static void test_bad_calls_change_nothing(void)
     free(lg);
 }
 
-MOON_TEST_MAIN("cuda", NULL, NULL, test_cuda_matches_cpu, test_cuda_head_sizes,
+MOON_TEST_MAIN("cuda", NULL, NULL, test_cuda_matches_cpu, test_cuda_head_sizes, test_cuda_archs,
                test_cuda_prefill_rows, test_cuda_long_context, test_mirror_follows_the_host_cache,
                test_new_cache_of_another_shape, test_bad_calls_change_nothing)
