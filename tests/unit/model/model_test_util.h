@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 static inline moon_model_config_t mt_shape(uint32_t dim, uint32_t hidden, uint32_t layers,
@@ -41,6 +42,25 @@ static inline moon_model_t *mt_random_model(const moon_model_config_t *c, moon_g
         return NULL;
     }
     return m;
+}
+
+/* Uniform in [-1, 1) from the generator state *seed. */
+static inline float mt_frand(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return (float)((*seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* x: random in [-scale, scale), an outlier (8x) every 97 values, and the 32
+ * values from zero_at all zero (a block with d = 0): what the quantised
+ * kernels' tests feed them. */
+static inline void mt_fill_quant_input(float *x, size_t n, float scale, size_t zero_at,
+                                       unsigned *seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        x[i] = mt_frand(seed) * scale * (i % 97 == 5 ? 8.0f : 1.0f);
+    }
+    memset(x + zero_at, 0, 32 * sizeof(float));
 }
 
 /* Largest |a - b| over n, relative to max(1, max |b|). */

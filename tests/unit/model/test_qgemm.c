@@ -9,7 +9,7 @@
  * piece (quantiser, pack, VNNI tile) equals the plain C one bit for
  * bit where the CPU has it. */
 #include "cpu/cpu_internal.h"
-#include "moon_test.h"
+#include "model_test_util.h"
 #include "moonlet/gguf.h"
 
 #include <math.h>
@@ -21,19 +21,9 @@
 
 static unsigned seed = 11;
 
-static float frand(void) /* uniform in [-1, 1) */
-{
-    seed = seed * 1103515245u + 12345u;
-    return (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-/* random values, an outlier every 97, and one all-zero block of 32 */
 static void fill(float *x, size_t n, float scale)
 {
-    for (size_t i = 0; i < n; i++) {
-        x[i] = frand() * scale * (i % 97 == 5 ? 8.0f : 1.0f);
-    }
-    memset(x + 32, 0, 32 * sizeof(float));
+    mt_fill_quant_input(x, n, scale, 32, &seed);
 }
 
 static int have_vnni(void)

@@ -6,7 +6,7 @@
  * within the activation quantisation's bound of the F32 dot; each AVX2 and
  * AVX-512 dot equals the plain C one where the CPU has them. */
 #include "cpu/cpu_internal.h"
-#include "moon_test.h"
+#include "model_test_util.h"
 #include "moonlet/gguf.h"
 
 #include <math.h>
@@ -40,19 +40,9 @@ static const kern_t kerns[] = {
 
 static unsigned seed = 7;
 
-static float frand(void) /* uniform in [-1, 1) */
-{
-    seed = seed * 1103515245u + 12345u;
-    return (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-/* x: random with the occasional outlier and an all-zero block (d = 0) */
 static void fill(float *x, uint32_t n, float scale)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        x[i] = frand() * scale * (i % 97 == 5 ? 8.0f : 1.0f);
-    }
-    memset(x + 64, 0, 32 * sizeof(float));
+    mt_fill_quant_input(x, n, scale, 64, &seed);
 }
 
 /* xf[i] = d q[i]: the activation the integer kernels see */
