@@ -1,10 +1,12 @@
 /* base/alloc.c - heap wrappers with fault injection (moonlet/alloc.h).
  * The disarmed fast path is one relaxed load. */
+#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "moonlet/alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static _Atomic uint64_t   fault_at;     /* 0: disarmed; else fail from this count on */
 static _Atomic uint64_t   fault_count;  /* allocations since arming */
@@ -77,6 +79,50 @@ void *moon_aligned_alloc(size_t alignment, size_t bytes)
         return NULL;
     }
     return ptr;
+}
+
+/* The mapping's length: whole pages, whole huge pages from MOON_PAGES_HUGE on. */
+static size_t pages_len(size_t bytes)
+{
+    size_t unit = bytes >= MOON_PAGES_HUGE ? MOON_PAGES_HUGE : 4096;
+    return (bytes + unit - 1) / unit * unit;
+}
+
+void *moon_pages_alloc(size_t bytes)
+{
+    size_t   len   = pages_len(bytes);
+    size_t   extra = len >= MOON_PAGES_HUGE ? MOON_PAGES_HUGE : 0; /* room to align */
+    uint8_t *p, *a;
+
+    if (bytes == 0 || len < bytes || fault_hit()) {
+        return NULL;
+    }
+    p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        return NULL;
+    }
+    if (extra == 0) {
+        return p;
+    }
+    /* keep the aligned len bytes, give back the head and the tail */
+    a = (uint8_t *)(((uintptr_t)p + MOON_PAGES_HUGE - 1) & ~(uintptr_t)(MOON_PAGES_HUGE - 1));
+    if (a > p) {
+        munmap(p, (size_t)(a - p));
+    }
+    if (a + len < p + len + extra) {
+        munmap(a + len, (size_t)(p + len + extra - (a + len)));
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(a, len, MADV_HUGEPAGE); /* a hint: refused, the pages stay small */
+#endif
+    return a;
+}
+
+void moon_pages_free(void *ptr, size_t bytes)
+{
+    if (ptr != NULL) {
+        munmap(ptr, pages_len(bytes));
+    }
 }
 
 char *moon_strdup(const char *s)

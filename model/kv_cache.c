@@ -1,6 +1,5 @@
 /* model/kv_cache.c - paged KV cache: block pool with a free stack and
  * reference counts, per-sequence block tables. Single owner thread. */
-#define _GNU_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "moonlet/kv_cache.h"
 
 #include "kv_internal.h"
@@ -9,9 +8,6 @@
 
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
-
-#define POOL_HUGE_PAGE (2u << 20)
 
 /* A virtual cache's metadata arrays at create; they double as blocks are used. */
 #define VIRT_START_BLOCKS 64
@@ -63,25 +59,6 @@ size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
 }
 
 /* virt: no block bytes at all (kv->data NULL), the bookkeeping only. */
-/* The pool, on 2 MiB pages where the kernel gives them (transparent huge
- * pages in madvise mode, the common default): zeroing it at creation then
- * takes 512x fewer page faults (a 110M model's 302 MB pool spent about a
- * second of start-up faulting 4 KiB pages on a VM), and a step's KV reads
- * miss the TLB less. Small pools stay on ordinary pages. */
-static float *pool_alloc(size_t bytes)
-{
-    size_t align = bytes >= POOL_HUGE_PAGE ? POOL_HUGE_PAGE : 64;
-    size_t size  = (bytes + align - 1) / align * align;
-    void  *p     = moon_aligned_alloc(align, size);
-
-#ifdef MADV_HUGEPAGE
-    if (p != NULL && align == POOL_HUGE_PAGE) {
-        madvise(p, size, MADV_HUGEPAGE); /* a hint: refused, the pages stay small */
-    }
-#endif
-    return p;
-}
-
 static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int virt,
                                   moon_kv_cache_t **kv_p)
 {
@@ -100,7 +77,11 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
     kv->block_floats       = kv->layer_floats * cfg->n_layers;
     bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
     kv->owns_data          = mem == NULL && !virt;
-    kv->data               = mem != NULL || virt ? (float *)mem : pool_alloc(bytes);
+    /* An own pool: zero pages backed as blocks are first written, so the
+     * memory follows the tokens cached, not the capacity (a pool sized for
+     * full contexts), and start-up pays no zeroing; on 2 MiB pages where
+     * the kernel gives them (a step's KV reads miss the TLB less). */
+    kv->data       = mem != NULL || virt ? (float *)mem : moon_pages_alloc(bytes);
     kv->cap        = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
     kv->refcount   = moon_calloc(kv->cap, sizeof(*kv->refcount));
     kv->writer     = virt ? NULL : moon_calloc(kv->cap, sizeof(*kv->writer)); /* no mirrors */
@@ -112,10 +93,8 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
         moon_kv_cache_destroy(kv);
         return MOON_ERR_NO_MEMORY;
     }
-    if (kv->data != NULL) {
-        memset(kv->data, 0, bytes);
-    }
-    kv->n_free = cfg->n_blocks; /* all untouched: block 0 comes out first */
+    kv->zero_fresh = mem != NULL;   /* the caller's bytes: zeroed block by block */
+    kv->n_free     = cfg->n_blocks; /* all untouched: block 0 comes out first */
     for (uint32_t s = 0; s < cfg->max_seqs; s++) {
         kv->seqs[s].blocks = kv->table_mem + (size_t)s * kv->max_blocks_per_seq;
     }
@@ -155,7 +134,7 @@ void moon_kv_cache_destroy(moon_kv_cache_t *kv)
         return;
     }
     if (kv->owns_data) {
-        moon_free(kv->data);
+        moon_pages_free(kv->data, moon_kv_pool_bytes(kv));
     }
     moon_free(kv->refcount);
     moon_free(kv->writer);
@@ -232,6 +211,9 @@ moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p)
             return MOON_ERR_NO_MEMORY;
         }
         b = kv->n_touched++;
+        if (kv->zero_fresh) {
+            memset(kv->data + (size_t)b * kv->block_floats, 0, moon_kv_block_bytes(kv));
+        }
     }
     kv->n_free--;
     kv->refcount[b] = 1;

@@ -21,10 +21,14 @@ struct moon_kv_cache {
     size_t           layer_floats; /* 2 * block_tokens * kv_dim */
     float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
     int              owns_data;    /* 0: the caller's memory (moon_kv_cache_create_in) */
+    /* 1: a block is zeroed when first handed out (the caller's memory, not
+     * known to be zero; zeroing it all at create would make the whole pool
+     * resident); an own pool's fresh pages read as zero already */
+    int zero_fresh;
     /* Block metadata grows on use: blocks [0, n_touched) have been handed out
      * at least once, the rest are free and untouched, and the arrays below
      * hold cap >= n_touched entries. A real pool starts with cap = n_blocks
-     * (its bytes are allocated anyway: nothing allocates after create); a
+     * (its bytes are reserved anyway: nothing allocates after create); a
      * virtual one starts small, so a simulation's memory follows the blocks
      * its trace uses, not the modeled capacity. */
     uint32_t  cap;

@@ -10,8 +10,9 @@
 
 #include <string.h>
 
-/* Binds the pool's pages before moon_kv_cache_create_in zeroes them, so
- * they are first touched on the node they belong to. */
+/* Binds the pool's pages before any is touched (the cache zeroes each block
+ * as it first hands it out), so they are first touched on the node they
+ * belong to. */
 static void pool_bind(const moon_kv_pool_t *pool, int32_t numa_core)
 {
     int32_t node = -1;

@@ -27,12 +27,16 @@ typedef struct moon_kv_cache moon_kv_cache_t;
 
 #define MOON_KV_NO_BLOCK UINT32_MAX
 
-/* Allocates the whole pool up front. MOON_ERR_INVALID_PARAM for a zero field. */
+/* Reserves the whole pool up front, zero pages backed as blocks are first
+ * written (resident memory follows the tokens cached). MOON_ERR_INVALID_PARAM
+ * for a zero field. */
 MOON_API moon_status_t moon_kv_cache_create(const moon_kv_config_t *cfg, moon_kv_cache_t **kv_p);
 /* The same over caller memory (BORROWED: mem must outlive the cache and be
  * 64-byte aligned, at least moon_kv_config_pool_bytes(cfg) long): a serving
  * instance puts its pool in a region registered for RDMA, so store gets and
- * peers' pulls land in (and read from) the pool itself. mem is zeroed. */
+ * peers' pulls land in (and read from) the pool itself. mem is zeroed block
+ * by block as the cache first hands each block out, so its untouched pages
+ * stay unbacked there too. */
 MOON_API moon_status_t moon_kv_cache_create_in(const moon_kv_config_t *cfg, void *mem,
                                                size_t mem_bytes, moon_kv_cache_t **kv_p);
 /* The bookkeeping without the bytes (a simulation's virtual KV: sizes and

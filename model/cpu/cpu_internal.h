@@ -152,10 +152,11 @@ struct cpu_state {
     const int32_t *split_tokens; /* split decode: the step's tokens and logits */
     float         *split_logits;
     uint32_t       split_b;
-    float         *rope; /* (seq_len, head_dim / 2, 2) cos, sin */
-    float         *kc;   /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
-    float         *vc;   /* (nth, seq_len, head_dim) one head's V */
-    float         *sc;   /* (nth, ATTN_QCHUNK, seq_len) attention scores of a prefill chunk */
+    float         *rope;      /* (seq_len, head_dim / 2, 2) cos, sin */
+    uint32_t       rope_rows; /* positions [0, rope_rows) of rope filled */
+    float         *kc;        /* (nth, seq_len, head_dim) one head's K gathered from the blocks */
+    float         *vc;        /* (nth, seq_len, head_dim) one head's V */
+    float         *sc;        /* (nth, ATTN_QCHUNK, seq_len) attention scores of a prefill chunk */
     uint32_t       max_chunk;
     /* per call */
     moon_kv_cache_t      *kv;

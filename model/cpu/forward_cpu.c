@@ -276,15 +276,25 @@ static moon_status_t cpu_create(const moon_model_t *m, const moon_engine_config_
         cpu_destroy(s);
         return MOON_ERR_NO_MEMORY;
     }
-    /* same float formula as the reference, so both rotate identically */
-    for (uint32_t p = 0; p < c->seq_len; p++) {
-        for (uint32_t i = 0; i < c->head_dim; i += 2) {
-            float *cs = s->rope + (size_t)p * c->head_dim + i;
-            moon_model_rope_cos_sin(m, p, i / 2, &cs[0], &cs[1]);
-        }
-    }
     *state_p = s;
     return MOON_OK;
+}
+
+/* Fills the RoPE table up to position n (exclusive) on first use, so its
+ * memory follows the longest context run, not the model's seq_len (a
+ * 128K-context model's table is 64 MiB at head_dim 128). The same float
+ * formula as the reference, so both rotate identically. Engine thread, before
+ * any step of the call. */
+static void rope_fill(cpu_state_t *s, uint32_t n)
+{
+    uint32_t hs = s->m->cfg.head_dim;
+
+    for (; s->rope_rows < n; s->rope_rows++) {
+        for (uint32_t i = 0; i < hs; i += 2) {
+            float *cs = s->rope + (size_t)s->rope_rows * hs + i;
+            moon_model_rope_cos_sin(s->m, s->rope_rows, i / 2, &cs[0], &cs[1]);
+        }
+    }
 }
 
 /* A prefill chunk of one sequence: the last row's logits, or with all every
@@ -303,6 +313,7 @@ static moon_status_t prefill_chunk(cpu_state_t *s, moon_kv_cache_t *kv, uint32_t
         s->seq[i] = sq;
         s->pos[i] = sq->n_tokens + i;
     }
+    rope_fill(s, sq->n_tokens + n);
     moon_cpu_forward_batch(s, tokens, n, logits, all, 1, hidden);
     return MOON_OK;
 }
@@ -337,6 +348,7 @@ static moon_status_t cpu_decode(void *state, moon_kv_cache_t *kv, const uint32_t
     for (uint32_t i = 0; i < n_seqs; i++) {
         s->seq[i] = &kv->seqs[seqs[i]];
         s->pos[i] = kv->seqs[seqs[i]].n_tokens;
+        rope_fill(s, s->pos[i] + 1);
     }
     if (s->nth > 1 && n_seqs >= s->nth && (uint64_t)n_seqs * s->row_max_macs < s->split_max_macs) {
         /* small steps: one dispatch per decode step instead of one per matmul */

@@ -1,10 +1,12 @@
 /* tests/support/moon_test.c - CUnit driver shared by every test executable. */
+#define _DEFAULT_SOURCE /* mincore */
 #include "moon_test.h"
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,21 @@ size_t moon_test_rss_bytes(void)
     }
     fclose(f);
     return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+size_t moon_test_resident_bytes(const void *p, size_t n)
+{
+    size_t         page  = (size_t)sysconf(_SC_PAGESIZE);
+    size_t         pages = (n + page - 1) / page, count = 0;
+    unsigned char *vec = malloc(pages > 0 ? pages : 1);
+
+    if (vec != NULL && mincore((void *)p, n, vec) == 0) {
+        for (size_t i = 0; i < pages; i++) {
+            count += vec[i] & 1;
+        }
+    }
+    free(vec);
+    return count * page;
 }
 
 char *moon_test_read_file(const char *path, size_t *len_p)

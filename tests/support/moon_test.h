@@ -62,6 +62,11 @@ double moon_test_now_s(void);
  * for "this allocates next to nothing" checks, in bytes, never in time. */
 size_t moon_test_rss_bytes(void);
 
+/* How many of the bytes [p, p + n) sit on resident pages (mincore; p page
+ * aligned): whether a buffer is backed where it was written and nowhere
+ * else. 0 where mincore fails. */
+size_t moon_test_resident_bytes(const void *p, size_t n);
+
 /* A whole file, NUL-terminated, in a malloc'd buffer (free it); *len_p
  * (optional) gets its length. NULL: cannot open or read it. */
 char *moon_test_read_file(const char *path, size_t *len_p);

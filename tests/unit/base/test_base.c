@@ -104,6 +104,41 @@ static void test_fault_injection_fails_nth_allocation(void)
     moon_free(c);
 }
 
+/* moon_pages_alloc: zero pages, none resident until written, huge-page
+ * aligned from MOON_PAGES_HUGE on; counted by fault injection. */
+static void test_pages_alloc_zero_and_lazy(void)
+{
+    size_t   big = 3 * MOON_PAGES_HUGE + 100, small = 5000;
+    uint8_t *a       = moon_pages_alloc(big);
+    uint8_t *b       = moon_pages_alloc(small);
+    size_t   nonzero = 0;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL((uintptr_t)a % MOON_PAGES_HUGE, 0);
+    CU_ASSERT_EQUAL((uintptr_t)b % 4096, 0);
+    CU_ASSERT_EQUAL(moon_test_resident_bytes(a, big), 0); /* reserved, not backed */
+    memset(a + MOON_PAGES_HUGE, 7, 4096);                 /* one page of the second huge page */
+    CU_ASSERT(moon_test_resident_bytes(a, big) >= 4096);
+    CU_ASSERT(moon_test_resident_bytes(a, big) <= MOON_PAGES_HUGE);
+    CU_ASSERT_EQUAL(moon_test_resident_bytes(a, MOON_PAGES_HUGE), 0);
+    for (size_t i = 0; i < big; i += 997) { /* reads of untouched pages: zero */
+        nonzero += a[i] != 0 && (i < MOON_PAGES_HUGE || i >= MOON_PAGES_HUGE + 4096);
+    }
+    CU_ASSERT_EQUAL(nonzero, 0);
+    a[big - 1]   = 1; /* the last byte asked for is there */
+    b[small - 1] = 1;
+    CU_ASSERT_EQUAL(b[0], 0);
+    moon_pages_free(a, big);
+    moon_pages_free(b, small);
+    moon_pages_free(NULL, small); /* a no-op */
+    CU_ASSERT_PTR_NULL(moon_pages_alloc(0));
+    moon_fault_fail_after(1);
+    CU_ASSERT_PTR_NULL(moon_pages_alloc(small));
+    CU_ASSERT_EQUAL(moon_fault_count(), 1);
+    moon_fault_reset();
+}
+
 static void *alloc_one(void *arg)
 {
     void *p = moon_malloc(8);
@@ -218,6 +253,6 @@ static void test_grow_tables_double_to_limit(void)
 
 MOON_TEST_MAIN("base", NULL, NULL, test_status_str_never_null, test_log_parse_level,
                test_log_prefix_and_threshold, test_log_arguments_not_evaluated_below_threshold,
-               test_fault_injection_fails_nth_allocation,
+               test_fault_injection_fails_nth_allocation, test_pages_alloc_zero_and_lazy,
                test_fault_injection_here_spares_other_threads, test_copy_stream_copies_exactly,
                test_grow_tables_double_to_limit)

@@ -232,6 +232,92 @@ static void test_alloc_failures_unwind(void)
     CU_ASSERT(done);
 }
 
+/* ---- resident memory follows the blocks used ---- */
+
+/* 256 blocks of 512 KiB (8 layers, 4 KV heads of 64, 32-token blocks). */
+static moon_kv_config_t big_config(void)
+{
+    return (moon_kv_config_t){.n_layers     = 8,
+                              .n_kv_heads   = 4,
+                              .head_dim     = 64,
+                              .block_tokens = 32,
+                              .n_blocks     = 256,
+                              .max_seqs     = 2,
+                              .max_seq_len  = 4096};
+}
+
+/* An own pool is reserved, not backed: nothing of it is resident after
+ * create, the blocks a sequence writes are (to the 2 MiB page), and fresh
+ * blocks read as zero. */
+static void test_pool_resident_follows_blocks_written(void)
+{
+    moon_kv_config_t cfg = big_config();
+    moon_kv_cache_t *kv  = NULL;
+    size_t           pool, bb, zero = 1;
+    uint32_t         a;
+    const float     *f;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    pool = moon_kv_pool_bytes(kv);
+    bb   = moon_kv_block_bytes(kv);
+    CU_ASSERT_EQUAL(bb, 512u << 10);
+    CU_ASSERT_EQUAL(moon_test_resident_bytes(moon_kv_pool_data(kv), pool), 0);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 8 * 32), MOON_OK); /* blocks 0..7: 4 MiB */
+    for (uint32_t i = 0; i < 8; i++) {
+        f = moon_kv_block_data(kv, moon_kv_seq_block(kv, a, i));
+        for (size_t j = 0; j < bb / sizeof(float); j += 61) {
+            zero &= f[j] == 0.0f;
+        }
+        memset((void *)f, 1, bb);
+    }
+    CU_ASSERT(zero);
+    CU_ASSERT(moon_test_resident_bytes(moon_kv_pool_data(kv), pool) >= 8 * bb);
+    CU_ASSERT(moon_test_resident_bytes(moon_kv_pool_data(kv), pool) <= 8 * bb + (2u << 20));
+    moon_kv_cache_destroy(kv);
+}
+
+/* Over the caller's memory (garbage in it): create writes none of it, each
+ * block is zeroed when first handed out, and a block handed out again keeps
+ * what was written in it (no zeroing past the first time). */
+static void test_create_in_zeroes_blocks_as_handed_out(void)
+{
+    moon_kv_config_t cfg   = big_config();
+    size_t           bytes = moon_kv_config_pool_bytes(&cfg), bb, junk = 0, zero = 1;
+    uint8_t         *mem = moon_pages_alloc(bytes);
+    moon_kv_cache_t *kv  = NULL;
+    uint32_t         a, b0;
+    uint8_t         *d;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mem);
+    memset(mem, 0xab, 4u << 20); /* blocks 0..7 hold junk, the rest untouched */
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create_in(&cfg, mem, bytes, &kv), MOON_OK);
+    bb = moon_kv_block_bytes(kv);
+    CU_ASSERT(moon_test_resident_bytes(mem, bytes) <= (4u << 20) + (2u << 20));
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 32), MOON_OK); /* one block */
+    b0 = moon_kv_seq_block(kv, a, 0);
+    d  = moon_kv_block_data(kv, b0);
+    CU_ASSERT_PTR_EQUAL(d, mem + (size_t)b0 * bb);
+    for (size_t j = 0; j < bb; j++) {
+        zero &= d[j] == 0;
+    }
+    for (size_t j = 0; j < (4u << 20); j++) { /* the other junk blocks: untouched */
+        junk += (j < (size_t)b0 * bb || j >= (size_t)(b0 + 1) * bb) && mem[j] == 0xab;
+    }
+    CU_ASSERT(zero);
+    CU_ASSERT_EQUAL(junk, (4u << 20) - bb);
+    memset(d, 5, bb);
+    moon_kv_seq_destroy(kv, a);
+    CU_ASSERT_EQUAL(moon_kv_seq_create(kv, &a), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_reserve(kv, a, 32), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_seq_block(kv, a, 0), b0); /* the freed block again, */
+    CU_ASSERT_EQUAL(d[0], 5);                         /* as it was left */
+    CU_ASSERT_EQUAL(d[bb - 1], 5);
+    moon_kv_cache_destroy(kv);
+    moon_pages_free(mem, bytes);
+}
+
 /* ---- virtual caches: metadata that grows on use ---- */
 
 static moon_kv_config_t virt_config(uint32_t n_blocks)
@@ -453,4 +539,6 @@ MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_
                test_engine_rejects_and_rolls_back, test_virtual_hands_out_what_real_does,
                test_virtual_huge_pool_costs_what_it_uses,
                test_virtual_growth_failure_changes_nothing,
-               test_virtual_reserve_meta_makes_alloc_infallible)
+               test_virtual_reserve_meta_makes_alloc_infallible,
+               test_pool_resident_follows_blocks_written,
+               test_create_in_zeroes_blocks_as_handed_out)
