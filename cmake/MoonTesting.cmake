@@ -51,10 +51,12 @@ function(moon_add_test name)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}")
 endfunction()
 
-# moon_add_mpi_test(NAME NP n SOURCES... LIBS... LABELS... [ARGS...] [ENV...])
+# moon_add_mpi_test(NAME NP n SOURCES... LIBS... LABELS... [ARGS...] [ENV...] [COST s])
 # Runs under mpirun exactly as users launch it (as root on CI: env vars below).
+# COST: its seconds in its slowest CI pass; CTest -j starts the highest first
+# (a fresh build tree, as CI's, has no timings of its own to order by).
 function(moon_add_mpi_test name)
-  cmake_parse_arguments(T "" "NP;TIMEOUT;TARGET" "SOURCES;LIBS;LABELS;ARGS;ENV;MPIARGS" ${ARGN})
+  cmake_parse_arguments(T "" "NP;TIMEOUT;TARGET;COST" "SOURCES;LIBS;LABELS;ARGS;ENV;MPIARGS" ${ARGN})
   if(NOT T_TARGET)
     set(T_TARGET ${name})
     add_executable(${name} ${T_SOURCES})
@@ -71,4 +73,7 @@ function(moon_add_mpi_test name)
   list(REMOVE_DUPLICATES labels)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${labels}"
     ENVIRONMENT "${MOON_MPI_TEST_ENV};${T_ENV}")
+  if(T_COST)
+    set_tests_properties(${name} PROPERTIES COST ${T_COST})
+  endif()
 endfunction()

@@ -31,7 +31,7 @@
  *      |             | cancel  | bad handover, version         | error, cancel
  *      |             v         v   not held                    |
  *      +------------------- ENDED <----------------------------+
- *        release_req: no pull in flight,
+ *        moon_dec_release_req: no pull in flight,
  *        no pass holding it
  *
  * ENDED: DONE, RELEASED (and KV_DONE, once its pulls landed) are sent; the
@@ -210,6 +210,11 @@ int moon_dec_after_pass(moon_actor_t *self, decode_t *d, dreq_t *r, moon_status_
                         const char *what);
 /* The instance's LOAD to the conductor. */
 void moon_dec_report_load(moon_actor_t *self, decode_t *d);
+/* KV_DONE (status) to r's prefill, once: it may free the sequence. */
+void moon_dec_send_kv_done(moon_actor_t *self, dreq_t *r, moon_status_t status);
+/* Frees what the ENDED r holds once no pull writes into its blocks and no
+ * pass holds it (else a later landing or pass end calls again). */
+void moon_dec_release_req(moon_actor_t *self, decode_t *d, dreq_t *r);
 /* Grammar masks of the running constrained requests, while a pass runs. */
 void moon_dec_prefetch_masks(decode_t *d);
 /* Streams r's sampled token tok (lp: its logprobs or NULL); r then goes on
@@ -247,6 +252,16 @@ void moon_dec_answer_untaken(moon_actor_t *self, decode_t *d, moon_addr_t reply_
 /* 1 when another choice of r's request still runs here (so RELEASED,
  * which ends the conductor's entry, waits for the last). */
 int moon_dec_group_alive(const decode_t *d, const dreq_t *r);
+
+/* ---- decode_pull.c: the handover, KV blocks pulled from the prefill */
+
+/* A KV_READY m of the taken request r: its blocks pulled (the final one:
+ * sampling state and first token too); r runs once all of its KV is in. */
+void moon_dec_take_kv_ready(moon_actor_t *self, decode_t *d, dreq_t *r,
+                            const moon_serve_kv_ready_t *m);
+/* A pull (cookie: slot and block, or a run of blocks) landed (st MOON_OK)
+ * or its transfer failed. */
+void moon_dec_block_arrived(moon_actor_t *self, decode_t *d, uint64_t cookie, moon_status_t st);
 
 /* ---- decode_tokens.c: the tokens to the clients */
 

@@ -38,7 +38,7 @@ class Gguf:
         magic, self.version, n_t, n_kv = struct.unpack_from("<4sIQQ", self.buf, 0)
         assert magic == b"GGUF", path
         self.pos = 24
-        self.kv = {}     # key -> (type, raw bytes, value)
+        self.kv = {}     # key -> (type, raw bytes, value; a string array: its count)
         for _ in range(n_kv):
             key = self.string()
             t = self.u32()
@@ -58,13 +58,14 @@ class Gguf:
         data = (self.pos + align - 1) // align * align
         self.tensors = {}
         self.order = []
+        view = memoryview(self.buf)
         for name, t, ne, off in infos:
             n = 1
             for d in ne:
                 n *= d
             blk, size = TYPE_SIZE[t]
             nbytes = n // blk * size
-            self.tensors[name] = (t, ne, self.buf[data + off:data + off + nbytes])
+            self.tensors[name] = (t, ne, view[data + off:data + off + nbytes])  # no copy
             self.order.append(name)
 
     def u32(self):
@@ -78,6 +79,15 @@ class Gguf:
         self.pos += 8 + n
         return s
 
+    def skip_strings(self, n):
+        """Steps over n strings; their count stands for them (kv's raw bytes
+        are what compare reads, and nothing reads a string array's items)."""
+        buf, pos = self.buf, self.pos
+        for _ in range(n):
+            pos += 8 + int.from_bytes(buf[pos:pos + 8], "little")
+        self.pos = pos
+        return n
+
     def value(self, t):
         if t == 8:
             return self.string()
@@ -85,6 +95,13 @@ class Gguf:
             et = self.u32()
             n = struct.unpack_from("<Q", self.buf, self.pos)[0]
             self.pos += 8
+            if et in SCALAR and et != 7:  # numbers: one unpack (bools stay per item)
+                fmt = "<%d%s" % (n, SCALAR[et][1])
+                v = list(struct.unpack_from(fmt, self.buf, self.pos))
+                self.pos += struct.calcsize(fmt)
+                return v
+            if et == 8:  # strings: a real tokenizer's 400k, compared by their bytes
+                return self.skip_strings(n)
             return [self.value(et) for _ in range(n)]
         fmt = SCALAR[t]
         v = struct.unpack_from(fmt, self.buf, self.pos)[0]

@@ -57,10 +57,15 @@ run_case() {
     else
         $py vocab "$d" --pre "$pre" || { fail "$name: vocab failed"; return; }
     fi
-    node "$src/model/convert/hf_tokenizer.mjs" "$d/tokenizer.json" "$d/tokenizer_config.json" \
-        --out "v_$name.gguf" 2>/dev/null || { fail "$name: hf_tokenizer.mjs failed"; return; }
+    # one GGUF vocabulary per tokenizer (cases share them; a real one took
+    # hf_tokenizer.mjs 2 s), named by its files' contents
+    local v
+    v=v_$(cat "$d/tokenizer.json" "$d/tokenizer_config.json" | md5sum | cut -c1-16).gguf
+    [ -s "$v" ] || node "$src/model/convert/hf_tokenizer.mjs" "$d/tokenizer.json" \
+        "$d/tokenizer_config.json" --out "$v" 2>/dev/null ||
+        { rm -f "$v"; fail "$name: hf_tokenizer.mjs failed"; return; }
     "$moonlet" gen-model --out "s_$name.gguf" --arch "$arch" --dim 64 --hidden 128 --layers 2 \
-        --heads 4 --kv-heads 2 --seq-len 128 --vocab-file "v_$name.gguf" --type "$type" --seed 7 \
+        --heads 4 --kv-heads 2 --seq-len 128 --vocab-file "$v" --type "$type" --seed 7 \
         $extra || { fail "$name: gen-model failed"; return; }
     $py export "s_$name.gguf" "$d" --shards "$shards" || { fail "$name: export failed"; return; }
     "$moonlet" convert --hf "$d" --out "c_$name.gguf" 2>"c_$name.err" ||
@@ -77,19 +82,10 @@ run_case() {
         fail "$name: greedy ids DIFFER: source $(cat "gs_$name.txt"), converted $(cat "gc_$name.txt")"
     fi
     [ -n "$llamacpp" ] || return
-    local ids
-    ids=$(sed -n 's/.*prompt ids: //p' "gc_$name.err")
-    timeout 240 node llamacpp_greedy.mjs "$PWD/c_$name.gguf" "$ids" 32 >"l_$name.json" \
-        2>"l_$name.err" || { tail -5 "l_$name.err"; fail "$name: llama.cpp failed to load"; return; }
-    local got want
-    got=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")
-        .trim().split("\n").pop()); console.log(r.tokens.join(" "))' "l_$name.json")
-    want=$(tr -s ' \n' ' ' <"gc_$name.txt" | sed 's/ $//')
-    if [ "$got" = "$want" ]; then
-        echo "$name: llama.cpp loads the converted file and agrees on 32 greedy tokens"
-    else
-        fail "$name: llama.cpp greedy DIFFER: moonlet $want, llama.cpp $got"
-    fi
+    # llama.cpp's greedy run: queued, all cases in one process (llamacpp_check)
+    printf '%s\t%s\t32\t\n' "$PWD/c_$name.gguf" "$(sed -n 's/.*prompt ids: //p' "gc_$name.err")" \
+        >>l_jobs.tsv
+    l_names+=("$name")
     [ "$pre" = spm ] || return
     local td="$src/tests/data/tokenizer" agree
     timeout 240 node llamacpp_tokenize.mjs "$PWD/c_$name.gguf" "$td/corpus.txt" \
@@ -103,6 +99,34 @@ run_case() {
     fi
 }
 
+# llama.cpp's greedy tokens for each queued case against Moonlet's on the
+# converted file (gc_NAME.txt)
+llamacpp_check() {
+    local k=0 name got want
+    [ ${#l_names[@]} -gt 0 ] || return # every case failed before (said above)
+    # the 240 s each case had when each was a run of its own
+    timeout $((240 * ${#l_names[@]})) node llamacpp_greedy.mjs --jobs l_jobs.tsv >l_all.json \
+        2>l_all.err ||
+        tail -5 l_all.err
+    for name in "${l_names[@]}"; do
+        k=$((k + 1))
+        got=$(sed -n "${k}p" l_all.json | node -e 'let s = "";
+            process.stdin.on("data", (c) => (s += c)).on("end", () => {
+                const r = s.trim() ? JSON.parse(s) : { error: "no answer (see l_all.err)" };
+                console.log(r.tokens ? r.tokens.join(" ") : "ERROR " + r.error); });')
+        want=$(tr -s ' \n' ' ' <"gc_$name.txt" | sed 's/ $//')
+        if [ "${got#ERROR }" != "$got" ]; then
+            fail "$name: llama.cpp failed to load: ${got#ERROR }"
+        elif [ "$got" = "$want" ]; then
+            echo "$name: llama.cpp loads the converted file and agrees on 32 greedy tokens"
+        else
+            fail "$name: llama.cpp greedy DIFFER: moonlet $want, llama.cpp $got"
+        fi
+    done
+}
+
+rm -f l_jobs.tsv v_*.gguf # this run's vocabularies, not a previous run's
+l_names=()
 run_case llama llama llama-bpe f32 "--rope-freqs --untied" 1
 run_case qwen2 qwen2 qwen2 f16 "" 3
 run_case qwen3 qwen3 qwen2 f32 "--untied" 2
@@ -111,7 +135,10 @@ run_case qwen3_hd qwen3 qwen2 f32 "--head-dim 32" 1
 run_case llama_hd llama llama-bpe f32 "--head-dim 8 --untied" 1
 # SentencePiece-style tokenizer.json (byte_fallback): a llama vocabulary with scores
 run_case llama_spm llama spm f16 "--untied" 2
-[ -n "$llamacpp" ] && exit $rc
+if [ -n "$llamacpp" ]; then
+    llamacpp_check
+    exit $rc
+fi
 
 # --type: a quantized output loads
 if "$moonlet" convert --hf hf_qwen2 --out q8.gguf --type Q8_0 2>q8.err &&

@@ -54,10 +54,14 @@ T=$(mktemp -d)
 MPI=
 cleanup() {
     if [ -n "$MPI" ] && kill -0 "$MPI" 2>/dev/null; then
-        kill -TERM "$MPI" 2>/dev/null
+        # SIGTERM to the ranks, not to mpirun: idle, they drain at once and
+        # exit, and mpirun with them; mpirun itself would hold the signal for
+        # KILL_WAIT s (above), which this wait then spent in full each run
+        local ranks
+        ranks=$(rank_pids)
+        kill -TERM $ranks 2>/dev/null
         for _ in $(seq 100); do kill -0 "$MPI" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$MPI" 2>/dev/null
-        for p in $(rank_pids); do kill -KILL "$p" 2>/dev/null; done
+        kill -KILL "$MPI" $ranks 2>/dev/null
     fi
     wait 2>/dev/null
     rm -rf "$T"

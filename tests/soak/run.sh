@@ -8,7 +8,7 @@
 # (default 3). Prints JSON lines (RSS samples per rank, kills) and a summary:
 # completed, failed with their reasons, lost (no answer and no error by the
 # deadline), RSS per rank. Exits 1 when a request was lost. soak.py has the
-# details; CTest runs it for a minute (test_soak, label faults).
+# details; CTest runs it for half a minute (test_soak, label faults).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -74,6 +74,14 @@ def rank_pids(mpirun_pid):
     return out
 
 
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass  # exited meanwhile
+
+
 def rss_kib(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -262,12 +270,15 @@ def main():
 
     def stop_cluster():
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
+            # SIGTERM to the ranks, not to mpirun: idle, they drain at once and
+            # exit, and mpirun with them; mpirun itself holds the signal for its
+            # odls_base_sigkill_timeout (15 s) before it passes it on
+            ranks = list(rank_pids(proc.pid).values())
+            signal_all(ranks, signal.SIGTERM)
             try:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
-                for pid in rank_pids(proc.pid).values():
-                    os.kill(pid, signal.SIGKILL)
+                signal_all(ranks, signal.SIGKILL)
                 proc.kill()
                 proc.wait()
 
