@@ -18,7 +18,9 @@
  * iters/R steps, each followed by a streaming-read pass; the line then also
  * carries roofline_tokens_per_s measured beside it (best of each).
  * --rounds=R (decode, no interleave): the best of R rounds of iters/R steps
- * (a shared machine: one slow round does not sink the figure). */
+ * (a shared machine: one slow round does not sink the figure).
+ * --kv=f16|f32|auto: the KV cache's elements (auto: f16 where the backend
+ * reads it, as `moonlet serve` and llama.cpp by default). */
 #define _GNU_SOURCE
 #include "bench_util.h"
 #include "moonlet/model.h"
@@ -366,6 +368,7 @@ int main(int argc, char **argv)
     int64_t                    ctx        = moon_bench_arg_int(argc, argv, "ctx", 64);
     int64_t                    interleave = moon_bench_arg_int(argc, argv, "interleave", 0);
     int64_t                    n_rounds   = moon_bench_arg_int(argc, argv, "rounds", 1);
+    const char                *kv_arg     = moon_bench_arg_str(argc, argv, "kv", "auto");
     moon_model_t              *m          = NULL;
     const moon_model_config_t *c;
     moon_engine_config_t       ecfg = {0};
@@ -488,7 +491,12 @@ int main(int argc, char **argv)
         uint32_t per_seq = (uint32_t)((need + 15) / 16);
         kcfg = moon_model_kv_config(c, 16, per_seq * (uint32_t)batch + 2, (uint32_t)batch);
     }
-    if (moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
+    if (moon_backend_kv_type(ecfg.kind,
+                             strcmp(kv_arg, "f32") == 0   ? MOON_KV_F32
+                             : strcmp(kv_arg, "f16") == 0 ? MOON_KV_F16
+                                                          : MOON_KV_AUTO,
+                             &kcfg.elem_type) != MOON_OK ||
+        moon_kv_cache_create(&kcfg, &kv) != MOON_OK) {
         fprintf(stderr, "bench_model: KV cache create failed\n");
         return 1;
     }

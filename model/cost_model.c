@@ -201,4 +201,5 @@ const moon_model_backend_ops_t moon_backend_cost_ops = {
     .destroy = cost_destroy,
     .prefill = cost_prefill,
     .decode  = cost_decode,
+    .kv_f16  = 1,
 };

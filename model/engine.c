@@ -23,6 +23,44 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The backend of kind, NULL when unknown or not built in (CUDA). */
+static const moon_model_backend_ops_t *backend_ops(moon_backend_kind_t kind)
+{
+    switch (kind) {
+    case MOON_BACKEND_REF:
+        return &moon_backend_ref_ops;
+    case MOON_BACKEND_CPU:
+        return &moon_backend_cpu_ops;
+    case MOON_BACKEND_COST:
+        return &moon_backend_cost_ops;
+#ifdef MOON_WITH_CUDA
+    case MOON_BACKEND_CUDA:
+        return &moon_backend_cuda_ops;
+#endif
+    default:
+        return NULL;
+    }
+}
+
+moon_status_t moon_backend_kv_type(moon_backend_kind_t kind, moon_kv_type_t want,
+                                   moon_kv_type_t *type_p)
+{
+    const moon_model_backend_ops_t *ops = backend_ops(kind);
+    /* not built in (CUDA): what it reads once built; F32 today */
+    int f16 = ops != NULL ? ops->kv_f16 : 0;
+
+    if (want == MOON_KV_AUTO) {
+        want = f16 ? MOON_KV_F16 : MOON_KV_F32;
+    }
+    if (moon_kv_type_bytes(want) == 0 || (want == MOON_KV_F16 && !f16)) {
+        MOON_ERROR("engine: the %s backend has no %s kv cache (it reads f32)",
+                   ops != NULL ? ops->name : "cuda", want == MOON_KV_F16 ? "f16" : "such");
+        return MOON_ERR_UNSUPPORTED;
+    }
+    *type_p = want;
+    return MOON_OK;
+}
+
 moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_config_t *cfg,
                                  moon_engine_t **engine_p)
 {
@@ -55,27 +93,10 @@ moon_status_t moon_engine_create(const moon_model_t *model, const moon_engine_co
     if (cfg->cost.shape.n_layers == 0) {
         e->cfg.cost.shape = e->shape; /* COST models the loaded model's own shape */
     }
-    switch (cfg->kind) {
-    case MOON_BACKEND_REF:
-        e->ops = &moon_backend_ref_ops;
-        break;
-    case MOON_BACKEND_CPU:
-        e->ops = &moon_backend_cpu_ops;
-        break;
-    case MOON_BACKEND_COST:
-        e->ops = &moon_backend_cost_ops;
-        break;
-    case MOON_BACKEND_CUDA:
-#ifdef MOON_WITH_CUDA
-        e->ops = &moon_backend_cuda_ops;
-        break;
-#else
+    e->ops = backend_ops(cfg->kind);
+    if (e->ops == NULL) {
         moon_free(e);
-        return MOON_ERR_UNSUPPORTED;
-#endif
-    default:
-        moon_free(e);
-        return MOON_ERR_INVALID_PARAM;
+        return cfg->kind == MOON_BACKEND_CUDA ? MOON_ERR_UNSUPPORTED : MOON_ERR_INVALID_PARAM;
     }
     status = e->ops->create(model, &e->cfg, &e->state);
     if (status != MOON_OK) {
@@ -105,6 +126,7 @@ static int kv_matches(const moon_engine_t *e, const moon_kv_cache_t *kv)
     const moon_kv_config_t *k = &kv->cfg;
     return k->n_layers == e->shape.n_layers && k->n_kv_heads == e->shape.n_kv_heads &&
            k->head_dim == e->shape.head_dim && k->max_seq_len <= e->shape.seq_len &&
+           (k->elem_type == MOON_KV_F32 || e->ops->kv_f16) &&
            (kv->data != NULL || e->cfg.kind == MOON_BACKEND_COST); /* virtual: COST only */
 }
 

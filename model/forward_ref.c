@@ -127,8 +127,8 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
         }
 
         /* save k, v into this position's slot of the paged cache */
-        memcpy(moon_kv_vec(kv, sq, l, 0, pos), s->k, kv_dim * sizeof(float));
-        memcpy(moon_kv_vec(kv, sq, l, 1, pos), s->v, kv_dim * sizeof(float));
+        moon_kv_store(kv, sq, l, 0, pos, s->k);
+        moon_kv_store(kv, sq, l, 1, pos, s->v);
 
         /* multihead attention over positions 0..pos */
         for (uint32_t h = 0; h < c->n_heads; h++) {
@@ -136,7 +136,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
             float       *xb  = s->xb + h * hs;
             uint32_t     kvh = h / kv_mul;
             for (uint32_t t = 0; t <= pos; t++) {
-                const float *k     = moon_kv_vec(kv, sq, l, 0, t) + kvh * hs;
+                const float *k     = moon_kv_load(kv, sq, l, 0, t, kvh * hs, hs, s->row);
                 float        score = 0.0f;
                 for (uint32_t i = 0; i < hs; i++) {
                     score += q[i] * k[i];
@@ -146,7 +146,7 @@ static void forward_token(ref_state_t *s, moon_kv_cache_t *kv, const moon_kv_seq
             softmax(s->att, pos + 1);
             memset(xb, 0, hs * sizeof(float));
             for (uint32_t t = 0; t <= pos; t++) {
-                const float *v = moon_kv_vec(kv, sq, l, 1, t) + kvh * hs;
+                const float *v = moon_kv_load(kv, sq, l, 1, t, kvh * hs, hs, s->row);
                 for (uint32_t i = 0; i < hs; i++) {
                     xb[i] += s->att[t] * v[i];
                 }
@@ -279,4 +279,5 @@ const moon_model_backend_ops_t moon_backend_ref_ops = {
     .prefill      = ref_prefill,
     .decode       = ref_decode,
     .prefill_rows = ref_prefill_rows,
+    .kv_f16       = 1,
 };

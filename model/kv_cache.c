@@ -46,7 +46,13 @@ static int config_ok(const moon_kv_config_t *cfg)
 {
     return cfg != NULL && cfg->n_layers != 0 && cfg->n_kv_heads != 0 && cfg->head_dim != 0 &&
            cfg->block_tokens != 0 && cfg->n_blocks != 0 && cfg->max_seqs != 0 &&
-           cfg->max_seq_len != 0 && cfg->n_blocks != MOON_KV_NO_BLOCK;
+           cfg->max_seq_len != 0 && cfg->n_blocks != MOON_KV_NO_BLOCK &&
+           moon_kv_type_bytes(cfg->elem_type) != 0;
+}
+
+uint32_t moon_kv_type_bytes(moon_kv_type_t type)
+{
+    return type == MOON_KV_F32 ? 4 : type == MOON_KV_F16 ? 2 : 0;
 }
 
 size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
@@ -55,7 +61,7 @@ size_t moon_kv_config_pool_bytes(const moon_kv_config_t *cfg)
         return 0;
     }
     return 2 * (size_t)cfg->block_tokens * cfg->n_kv_heads * cfg->head_dim * cfg->n_layers *
-           sizeof(float) * cfg->n_blocks;
+           moon_kv_type_bytes(cfg->elem_type) * cfg->n_blocks;
 }
 
 /* virt: no block bytes at all (kv->data NULL), the bookkeeping only. */
@@ -73,15 +79,16 @@ static moon_status_t cache_create(const moon_kv_config_t *cfg, void *mem, int vi
     kv->cfg                = *cfg;
     kv->kv_dim             = cfg->n_kv_heads * cfg->head_dim;
     kv->max_blocks_per_seq = (cfg->max_seq_len + cfg->block_tokens - 1) / cfg->block_tokens;
-    kv->layer_floats       = 2 * (size_t)cfg->block_tokens * kv->kv_dim;
-    kv->block_floats       = kv->layer_floats * cfg->n_layers;
-    bytes                  = kv->block_floats * sizeof(float) * cfg->n_blocks;
+    kv->elem_bytes         = moon_kv_type_bytes(cfg->elem_type);
+    kv->layer_elems        = 2 * (size_t)cfg->block_tokens * kv->kv_dim;
+    kv->block_elems        = kv->layer_elems * cfg->n_layers;
+    bytes                  = moon_kv_config_pool_bytes(cfg);
     kv->owns_data          = mem == NULL && !virt;
     /* An own pool: zero pages backed as blocks are first written, so the
      * memory follows the tokens cached, not the capacity (a pool sized for
      * full contexts), and start-up pays no zeroing; on 2 MiB pages where
      * the kernel gives them (a step's KV reads miss the TLB less). */
-    kv->data       = mem != NULL || virt ? (float *)mem : moon_pages_alloc(bytes);
+    kv->data       = mem != NULL || virt ? mem : moon_pages_alloc(bytes);
     kv->cap        = virt ? (uint32_t)MOON_MIN(cfg->n_blocks, VIRT_START_BLOCKS) : cfg->n_blocks;
     kv->refcount   = moon_calloc(kv->cap, sizeof(*kv->refcount));
     kv->writer     = virt ? NULL : moon_calloc(kv->cap, sizeof(*kv->writer)); /* no mirrors */
@@ -150,11 +157,11 @@ const moon_kv_config_t *moon_kv_cache_config(const moon_kv_cache_t *kv)
 }
 size_t moon_kv_block_bytes(const moon_kv_cache_t *kv)
 {
-    return kv->block_floats * sizeof(float);
+    return kv->block_elems * kv->elem_bytes;
 }
 size_t moon_kv_block_layer_bytes(const moon_kv_cache_t *kv)
 {
-    return kv->layer_floats * sizeof(float);
+    return kv->layer_elems * kv->elem_bytes;
 }
 uint32_t moon_kv_n_free_blocks(const moon_kv_cache_t *kv)
 {
@@ -173,7 +180,7 @@ void *moon_kv_pool_data(moon_kv_cache_t *kv)
 void *moon_kv_block_data(moon_kv_cache_t *kv, uint32_t block)
 {
     MOON_CHECK(block_live(kv, block));
-    return kv->data != NULL ? kv->data + (size_t)block * kv->block_floats : NULL;
+    return kv->data != NULL ? moon_kv_block_at(kv, block) : NULL;
 }
 
 void moon_kv_block_mark_written(moon_kv_cache_t *kv, uint32_t block)
@@ -212,7 +219,7 @@ moon_status_t moon_kv_block_alloc(moon_kv_cache_t *kv, uint32_t *block_p)
         }
         b = kv->n_touched++;
         if (kv->zero_fresh) {
-            memset(kv->data + (size_t)b * kv->block_floats, 0, moon_kv_block_bytes(kv));
+            memset(moon_kv_block_at(kv, b), 0, moon_kv_block_bytes(kv));
         }
     }
     kv->n_free--;
@@ -376,9 +383,8 @@ moon_status_t moon_kv_seq_fork(moon_kv_cache_t *kv, uint32_t src, uint32_t n_tok
         uint32_t b;
         moon_kv_block_alloc(kv, &b); /* cannot fail: checked and made room above */
         if (kv->data != NULL) {
-            memcpy(kv->data + (size_t)b * kv->block_floats,
-                   kv->data + (size_t)s->blocks[n_full] * kv->block_floats,
-                   kv->block_floats * sizeof(float));
+            memcpy(moon_kv_block_at(kv, b), moon_kv_block_at(kv, s->blocks[n_full]),
+                   moon_kv_block_bytes(kv));
         }
         if (kv->writer != NULL) {
             kv->writer[b] = 0;
@@ -416,12 +422,12 @@ static moon_status_t block_span(const moon_kv_cache_t *kv, uint32_t block, int32
         if (bytes != moon_kv_block_bytes(kv)) {
             return MOON_ERR_INVALID_PARAM;
         }
-        *off_p = (size_t)block * kv->block_floats;
+        *off_p = (size_t)block * moon_kv_block_bytes(kv);
     } else {
         if (bytes != moon_kv_block_layer_bytes(kv)) {
             return MOON_ERR_INVALID_PARAM;
         }
-        *off_p = (size_t)block * kv->block_floats + (size_t)layer * kv->layer_floats;
+        *off_p = (size_t)block * moon_kv_block_bytes(kv) + (size_t)layer * bytes;
     }
     return MOON_OK;
 }
@@ -435,7 +441,7 @@ moon_status_t moon_kv_block_export(const moon_kv_cache_t *kv, uint32_t block, in
     if (status != MOON_OK || buf == NULL) {
         return MOON_ERR_INVALID_PARAM;
     }
-    memcpy(buf, kv->data + off, bytes);
+    memcpy(buf, (const uint8_t *)kv->data + off, bytes);
     return MOON_OK;
 }
 
@@ -448,7 +454,7 @@ moon_status_t moon_kv_block_import(moon_kv_cache_t *kv, uint32_t block, int32_t 
     if (status != MOON_OK || buf == NULL || kv->refcount[block] > 1) {
         return MOON_ERR_INVALID_PARAM;
     }
-    memcpy(kv->data + off, buf, bytes);
+    memcpy((uint8_t *)kv->data + off, buf, bytes);
     if (kv->writer != NULL) {
         kv->writer[block] = 0;
     }

@@ -5,6 +5,8 @@
 
 #include "moonlet/kv_cache.h"
 
+#include <string.h>
+
 typedef struct {
     int       used;
     uint32_t  n_tokens;
@@ -17,10 +19,11 @@ struct moon_kv_cache {
     moon_kv_config_t cfg;
     uint32_t         kv_dim;
     uint32_t         max_blocks_per_seq;
-    size_t           block_floats;
-    size_t           layer_floats; /* 2 * block_tokens * kv_dim */
-    float           *data;         /* (n_blocks, n_layers, 2, block_tokens, kv_dim) */
-    int              owns_data;    /* 0: the caller's memory (moon_kv_cache_create_in) */
+    uint32_t         elem_bytes;  /* 4 (F32) or 2 (F16) */
+    size_t           block_elems; /* n_layers * layer_elems */
+    size_t           layer_elems; /* 2 * block_tokens * kv_dim */
+    void            *data;        /* (n_blocks, n_layers, 2, block_tokens, kv_dim) elements */
+    int              owns_data;   /* 0: the caller's memory (moon_kv_cache_create_in) */
     /* 1: a block is zeroed when first handed out (the caller's memory, not
      * known to be zero; zeroing it all at create would make the whole pool
      * resident); an own pool's fresh pages read as zero already */
@@ -46,15 +49,53 @@ struct moon_kv_cache {
     uint32_t      *table_mem; /* (max_seqs, max_blocks_per_seq) */
 };
 
-/* K (or V with which = 1) vector of layer at position pos of seq; pos must be
- * within the reserved blocks. */
-static inline float *moon_kv_vec(const moon_kv_cache_t *kv, const moon_kv_seq_t *s, uint32_t layer,
-                                 uint32_t which, uint32_t pos)
+/* Block b's bytes. */
+static inline uint8_t *moon_kv_block_at(const moon_kv_cache_t *kv, uint32_t b)
 {
-    uint32_t bt  = kv->cfg.block_tokens;
-    uint32_t blk = s->blocks[pos / bt];
-    return kv->data + (size_t)blk * kv->block_floats + (size_t)layer * kv->layer_floats +
-           ((size_t)which * bt + pos % bt) * kv->kv_dim;
+    return (uint8_t *)kv->data + (size_t)b * kv->block_elems * kv->elem_bytes;
+}
+
+/* K (or V with which = 1) vector of layer at position pos of seq, in the
+ * cache's element type; pos must be within the reserved blocks. */
+static inline void *moon_kv_ptr(const moon_kv_cache_t *kv, const moon_kv_seq_t *s, uint32_t layer,
+                                uint32_t which, uint32_t pos)
+{
+    uint32_t bt = kv->cfg.block_tokens;
+    return moon_kv_block_at(kv, s->blocks[pos / bt]) +
+           ((size_t)layer * kv->layer_elems + ((size_t)which * bt + pos % bt) * kv->kv_dim) *
+               kv->elem_bytes;
+}
+
+/* fp16 <-> fp32 rows as the cache stores and reads them (kv_f16.c): round to
+ * nearest even, the same bits on every path (F16C where the CPU has it, else
+ * moon_f32_to_fp16's), so backends that share a cache agree. */
+void moon_kv_f16_from_f32(uint16_t *dst, const float *src, size_t n);
+void moon_kv_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+
+/* Writes the kv_dim floats of src as the K (which 0) or V vector of pos. */
+static inline void moon_kv_store(const moon_kv_cache_t *kv, const moon_kv_seq_t *s, uint32_t layer,
+                                 uint32_t which, uint32_t pos, const float *src)
+{
+    void *d = moon_kv_ptr(kv, s, layer, which, pos);
+    if (kv->elem_bytes == 2) {
+        moon_kv_f16_from_f32((uint16_t *)d, src, kv->kv_dim);
+    } else {
+        memcpy(d, src, kv->kv_dim * sizeof(float));
+    }
+}
+
+/* Floats [off, off + n) of the K (which 0) or V vector of pos: a pointer into
+ * an F32 cache, else those of an F16 cache converted into tmp (n floats). */
+static inline const float *moon_kv_load(const moon_kv_cache_t *kv, const moon_kv_seq_t *s,
+                                        uint32_t layer, uint32_t which, uint32_t pos, uint32_t off,
+                                        uint32_t n, float *tmp)
+{
+    const void *p = moon_kv_ptr(kv, s, layer, which, pos);
+    if (kv->elem_bytes == 2) {
+        moon_kv_f16_to_f32(tmp, (const uint16_t *)p + off, n);
+        return tmp;
+    }
+    return (const float *)p + off;
 }
 
 /* Tags the blocks holding positions [pos0, pos0 + n) of seq as written on the

@@ -75,6 +75,7 @@ typedef struct {
     moon_status_t (*prefill_rows)(void *state, moon_kv_cache_t *kv, uint32_t seq,
                                   const int32_t *tokens, uint32_t n, float *logits, float *hidden,
                                   double *modeled_s_p);
+    int kv_f16; /* reads and writes an F16 KV cache (all do F32) */
 } moon_model_backend_ops_t;
 
 extern const moon_model_backend_ops_t moon_backend_ref_ops;

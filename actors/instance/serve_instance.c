@@ -21,13 +21,14 @@ int32_t moon_serve_numa_core(const moon_serve_instance_args_t *a)
     return a->engine.pin ? (int32_t)a->engine.first_core : -1;
 }
 
-moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens, moon_kv_tag_t *tag_p)
+moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens, moon_kv_type_t kv_type,
+                                   moon_kv_tag_t *tag_p)
 {
     XXH3_state_t *st = XXH3_createState();
     FILE         *f  = fopen(path, "rb");
     char          buf[1 << 16];
     size_t        n;
-    uint64_t      salt[2] = {block_tokens, 4 /* fp32 KV */};
+    uint64_t      salt[2] = {block_tokens, moon_kv_type_bytes(kv_type)};
 
     if (st == NULL || f == NULL) {
         MOON_ERROR("model tag: cannot read %s", path);

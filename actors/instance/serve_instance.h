@@ -33,6 +33,7 @@ typedef struct {
     uint32_t             instance; /* index among the instances of its role */
     uint32_t             block_tokens;
     uint32_t             n_blocks; /* KV pool */
+    moon_kv_type_t       kv_type;  /* its elements (resolved: F32 or F16) */
     uint32_t             max_seqs;
     uint32_t             prefill_chunk;       /* tokens per prefill call */
     uint32_t             prefill_chunk_alone; /* prefill role, no other request queued (0: same) */
@@ -71,10 +72,11 @@ typedef struct {
 MOON_API int32_t moon_serve_numa_core(const moon_serve_instance_args_t *a);
 
 /* The tag of a deployment's store keys: model id = XXH3 of the model file's
- * bytes mixed with the block size and KV dtype (fp32), weight version 0 (the
- * weight-sync step bumps it). MOON_ERR_IO / NOT_FOUND reading path. */
+ * bytes mixed with the block size and the KV cache type (a block's bytes
+ * differ with either), weight version 0 (the weight-sync step bumps it).
+ * MOON_ERR_IO / NOT_FOUND reading path. */
 MOON_API moon_status_t moon_serve_model_tag(const char *path, uint32_t block_tokens,
-                                            moon_kv_tag_t *tag_p);
+                                            moon_kv_type_t kv_type, moon_kv_tag_t *tag_p);
 
 /* Times the engine (moon_serve_calibrate) and sends HELLO with the fit to
  * the conductor: prefill instances fit prefill, decode instances decode. */

@@ -886,8 +886,9 @@ static moon_status_t decode_init(moon_actor_t *self, const void *args)
     }
     mb                    = d->a.engine.max_batch ? d->a.engine.max_batch : 64;
     d->a.engine.max_batch = mb;
-    kcfg   = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
-    status = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
+    kcfg           = moon_model_kv_config(mc, d->a.block_tokens, d->a.n_blocks, d->a.max_seqs);
+    kcfg.elem_type = d->a.kv_type;
+    status         = moon_engine_create(d->a.model, &d->a.engine, &d->engine);
     moon_weights_set_init(&d->weights, d->a.dist, &d->a.engine, 0, d->engine);
     if (status == MOON_OK) {
         status = moon_kv_pool_open(&d->pool, d->a.dist, &kcfg, d->a.virtual_kv,

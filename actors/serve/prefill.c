@@ -1049,8 +1049,9 @@ static moon_status_t prefill_init(moon_actor_t *self, const void *args)
         MOON_ERROR("prefill: a block size and a pool of at least one full context are needed");
         return MOON_ERR_INVALID_PARAM;
     }
-    kcfg   = moon_model_kv_config(mc, p->a.block_tokens, p->a.n_blocks, p->a.max_seqs);
-    status = moon_engine_create(p->a.model, &p->a.engine, &p->engine);
+    kcfg           = moon_model_kv_config(mc, p->a.block_tokens, p->a.n_blocks, p->a.max_seqs);
+    kcfg.elem_type = p->a.kv_type;
+    status         = moon_engine_create(p->a.model, &p->a.engine, &p->engine);
     moon_weights_set_init(&p->weights, p->a.dist, &p->a.engine, 0, p->engine);
     if (status == MOON_OK) {
         status = moon_kv_pool_open(&p->pool, p->a.dist, &kcfg, p->a.virtual_kv,

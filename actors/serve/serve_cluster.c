@@ -29,6 +29,7 @@ struct moon_serve_cluster {
     moon_dist_t        *dist;
     moon_model_t       *model;
     moon_kv_tag_t       tag;
+    moon_kv_type_t      kv_type; /* the instances' KV caches (cfg's, resolved) */
     moon_addr_t         conductor;
     moon_addr_t         weights; /* the broadcaster; NONE without dist */
     moon_addr_t        *shards;
@@ -45,6 +46,8 @@ struct moon_serve_cluster {
 };
 
 static const char *const backend_names[] = {"ref", "cpu", "cuda", "cost", NULL};
+/* in moon_kv_type_t's order */
+static const char *const kv_type_names[] = {"f32", "f16", "auto", NULL};
 
 #define SC(_f) MOON_CONFIG_AT(moon_serve_config_t, _f)
 static const moon_config_field_t serve_fields[] = {
@@ -81,6 +84,10 @@ static const moon_config_field_t serve_fields[] = {
      "cores that use them",
      0, 1, 0, 0, NULL},
     {"backend", MOON_CONFIG_ENUM, SC(backend), "cpu", "engine backend", 0, 0, 0, 0, backend_names},
+    {"kv-cache-type", MOON_CONFIG_ENUM, SC(kv_type), "auto",
+     "the kv cache's elements: f16 (half the memory and bytes moved, llama.cpp's default), f32, "
+     "or auto: f16 where the backend reads it (ref, cpu), else f32 (cuda)",
+     0, 0, 0, 0, kv_type_names},
     {"gpu", MOON_CONFIG_STRING, SC(gpu), "auto",
      "cuda device of this rank's instances: auto (the rank's local rank on its host) or an "
      "index; modulo the devices present",
@@ -146,6 +153,21 @@ void moon_serve_config_default(moon_serve_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     MOON_CHECK(moon_config_defaults(&moon_serve_config_table, cfg) == MOON_OK);
+}
+
+moon_status_t moon_serve_config_kv(const moon_serve_config_t *cfg, moon_kv_type_t *kv_type_p,
+                                   moon_kv_tag_t *tag_p)
+{
+    moon_kv_type_t type;
+    moon_status_t  status = moon_backend_kv_type(cfg->backend, cfg->kv_type, &type);
+
+    if (status == MOON_OK && tag_p != NULL) {
+        status = moon_serve_model_tag(cfg->model_path, cfg->block_tokens, type, tag_p);
+    }
+    if (status == MOON_OK && kv_type_p != NULL) {
+        *kv_type_p = type;
+    }
+    return status;
 }
 
 /* "conductor=0; store*=a,b; prefill*=...; decode*=..." over ranks 1..n-1-clients. */
@@ -348,6 +370,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
                 .instance          = i,
                 .block_tokens      = cfg->block_tokens,
                 .n_blocks          = cfg->kv_blocks,
+                .kv_type           = c->kv_type,
                 .max_seqs          = cfg->max_seqs,
                 .prefill_chunk     = cfg->prefill_chunk,
                 .dist              = c->dist,
@@ -464,7 +487,7 @@ moon_status_t moon_serve_cluster_start(const moon_serve_config_t *cfg, moon_runt
         /* a job's start-up figure (benchmarks/run batch: start to first token) */
         MOON_INFO("serve: rank %u loaded %s in %.3f s", me, cfg->model_path,
                   (double)(moon_now(rt) - t_load) * 1e-9);
-        status = moon_serve_model_tag(cfg->model_path, cfg->block_tokens, &c->tag);
+        status = moon_serve_config_kv(cfg, &c->kv_type, &c->tag);
     }
     if (status == MOON_OK && cfg->backend == MOON_BACKEND_COST) {
         moon_cost_config_t cost = cfg->cost;

@@ -1,7 +1,8 @@
 /* moonlet/kv_cache.h - paged KV cache: a pool of fixed-size token blocks, a
  * block table per sequence, and prefix blocks shared between sequences by
  * reference count. A block holds, for every layer, the K then the V vectors of
- * block_tokens consecutive positions (fp32):
+ * block_tokens consecutive positions, in the cache's element type (fp32, or
+ * IEEE fp16 as llama.cpp's default cache: half the bytes kept and moved):
  *     block = (layer, {K,V}, block_tokens, kv_dim)
  * so a block exports whole, or one layer at a time, as one contiguous copy:
  * that is the unit the KV store keeps and transfers move.
@@ -13,19 +14,32 @@
 #include "moonlet/defs.h"
 #include "moonlet/status.h"
 
+/* The KV elements. MOON_KV_AUTO is a request only (moon_backend_kv_type
+ * resolves it); a cache holds F32 or F16. Zero: F32, so a config built field
+ * by field keeps the fp32 cache. */
+typedef enum {
+    MOON_KV_F32  = 0,
+    MOON_KV_F16  = 1,
+    MOON_KV_AUTO = 2, /* F16 where the backend reads it, else F32 */
+} moon_kv_type_t;
+
 typedef struct {
-    uint32_t n_layers;
-    uint32_t n_kv_heads;
-    uint32_t head_dim;
-    uint32_t block_tokens; /* tokens per block (e.g. 16) */
-    uint32_t n_blocks;     /* blocks in the pool */
-    uint32_t max_seqs;     /* sequences alive at once */
-    uint32_t max_seq_len;  /* tokens per sequence (the model's context) */
+    uint32_t       n_layers;
+    uint32_t       n_kv_heads;
+    uint32_t       head_dim;
+    uint32_t       block_tokens; /* tokens per block (e.g. 16) */
+    uint32_t       n_blocks;     /* blocks in the pool */
+    uint32_t       max_seqs;     /* sequences alive at once */
+    uint32_t       max_seq_len;  /* tokens per sequence (the model's context) */
+    moon_kv_type_t elem_type;    /* MOON_KV_F32 or MOON_KV_F16 */
 } moon_kv_config_t;
 
 typedef struct moon_kv_cache moon_kv_cache_t;
 
 #define MOON_KV_NO_BLOCK UINT32_MAX
+
+/* Bytes per element of a cache type (0: not a cache type). */
+MOON_API uint32_t moon_kv_type_bytes(moon_kv_type_t type);
 
 /* Reserves the whole pool up front, zero pages backed as blocks are first
  * written (resident memory follows the tokens cached). MOON_ERR_INVALID_PARAM

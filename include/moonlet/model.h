@@ -280,6 +280,11 @@ MOON_API moon_status_t moon_engine_create(const moon_model_t         *model,
                                           const moon_engine_config_t *cfg,
                                           moon_engine_t             **engine_p);
 MOON_API void          moon_engine_destroy(moon_engine_t *engine); /* NULL: no-op */
+/* The KV cache type engines of kind read for a request (MOON_KV_AUTO: F16
+ * where the backend reads it, as llama.cpp's default cache, else F32).
+ * MOON_ERR_UNSUPPORTED (logged): that backend does not read want. */
+MOON_API moon_status_t moon_backend_kv_type(moon_backend_kind_t kind, moon_kv_type_t want,
+                                            moon_kv_type_t *type_p);
 MOON_API const char   *moon_engine_name(const moon_engine_t *engine);
 
 /* Prefill: runs tokens[0..n) at the end of sequence seq (n <= max_chunk),

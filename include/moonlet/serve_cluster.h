@@ -9,6 +9,7 @@
 #define MOON_ACTORS_SERVE_CLUSTER_H
 
 #include "moonlet/dist.h"
+#include "moonlet/kv_key.h"
 #include "moonlet/model.h"
 
 typedef struct {
@@ -25,7 +26,8 @@ typedef struct {
     int         pin;                 /* bind engine threads to cores after the runtime's
                                         workers' (which the runtime pins) */
     moon_backend_kind_t backend;
-    moon_cost_config_t  cost; /* backend cost: the modeled rates (a profile's); not an option */
+    moon_kv_type_t      kv_type; /* the instances' KV caches (MOON_KV_AUTO: per backend) */
+    moon_cost_config_t  cost;    /* backend cost: the modeled rates (a profile's); not an option */
     uint64_t            store_dram_mib; /* per shard */
     const char         *store_ssd;      /* a folder for each shard's SSD tier file (NULL: none) */
     uint64_t            store_ssd_mib;  /* per shard */
@@ -55,6 +57,13 @@ MOON_API extern const moon_config_table_t moon_serve_config_table;
 
 /* The defaults: 1 prefill, 1 decode, 1 store, block 16, chunk 128, CPU. */
 MOON_API void moon_serve_config_default(moon_serve_config_t *cfg);
+
+/* The KV cache type cfg's instances hold (cfg->kv_type resolved for its
+ * backend: moon_backend_kv_type) and the tag of its store keys
+ * (moon_serve_model_tag of the model file); either pointer may be NULL.
+ * MOON_ERR_UNSUPPORTED: the backend has no such cache (logged). */
+MOON_API moon_status_t moon_serve_config_kv(const moon_serve_config_t *cfg,
+                                            moon_kv_type_t *kv_type_p, moon_kv_tag_t *tag_p);
 
 typedef struct moon_serve_cluster moon_serve_cluster_t;
 

@@ -157,7 +157,7 @@ static moon_status_t run_batch(moon_runtime_t *rt, const moon_serve_cluster_t *c
     fprintf(stderr, "moonlet batch: cluster up %.1f s after start (%u prefill, %u decode)\n",
             (double)ts.tv_sec + ts.tv_nsec * 1e-9 - t_start_s, scfg->n_prefill, scfg->n_decode);
     /* the gateway's system_fingerprint for the same deployment (cmd_serve.c) */
-    if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
+    if (moon_serve_config_kv(scfg, NULL, &tag) == MOON_OK) {
         snprintf(fp, sizeof(fp), "fp_%016llx_v%llu", (unsigned long long)tag.model_id,
                  (unsigned long long)tag.weight_version);
         env.fingerprint = fp;

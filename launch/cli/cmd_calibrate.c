@@ -95,6 +95,9 @@ static moon_status_t fit_engine(const moon_model_t *m, const moon_engine_config_
     moon_status_t     status = moon_engine_create(m, ecfg, &eng);
 
     memset(&cost, 0, sizeof(cost));
+    if (status == MOON_OK) { /* the cache a serving instance of this backend holds */
+        status = moon_backend_kv_type(ecfg->kind, MOON_KV_AUTO, &kc.elem_type);
+    }
     if (status == MOON_OK) {
         status = moon_kv_cache_create(&kc, &kv);
     }
@@ -248,7 +251,11 @@ int moon_cmd_calibrate(int argc, char **argv)
     }
     p.shape                  = *moon_model_config(m);
     p.weight_bytes_per_param = (double)moon_model_weight_bytes(m) / moon_cost_params(&p.shape);
-    p.kv_bytes_per_elem      = 4; /* the engines' KV caches are fp32 */
+    {
+        moon_kv_type_t kvt = MOON_KV_F32; /* the serving instances' cache (auto) */
+        moon_backend_kv_type(ecfg.kind, MOON_KV_AUTO, &kvt);
+        p.kv_bytes_per_elem = moon_kv_type_bytes(kvt);
+    }
     snprintf(source, sizeof(source),
              "moonlet calibrate: %s backend, %u threads, chunk %u, batch %u%s", backends[o.backend],
              o.threads, o.max_chunk, o.max_batch, o.trace ? ", in service" : "");

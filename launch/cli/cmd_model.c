@@ -488,7 +488,10 @@ static int gen_setup(gen_t *g, const generate_opts_t *o, const moon_engine_tunin
         return 1;
     }
     kcfg   = moon_model_kv_config(g->c, 16, (g->c->seq_len + 15) / 16, 1);
-    status = moon_kv_cache_create(&kcfg, &g->kv);
+    status = moon_backend_kv_type(ecfg.kind, MOON_KV_AUTO, &kcfg.elem_type); /* as serve's */
+    if (status == MOON_OK) {
+        status = moon_kv_cache_create(&kcfg, &g->kv);
+    }
     if (status == MOON_OK) {
         status = moon_kv_seq_create(g->kv, &g->seq);
     }

@@ -250,7 +250,7 @@ static moon_status_t start_gateway(moon_runtime_t *rt, moon_dist_t *dist,
     };
     moon_spawn_opts_t opts = {.name = "gateway"};
 
-    if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
+    if (moon_serve_config_kv(scfg, NULL, &tag) == MOON_OK) {
         /* the gateway appends each answer's weight version: "_v<version>" */
         snprintf(fp, sizeof(fp), "fp_%016llx", (unsigned long long)tag.model_id);
         ga.fingerprint = fp;
@@ -278,7 +278,7 @@ static moon_status_t open_batches(moon_runtime_t *rt, const moon_serve_cluster_t
     };
     moon_status_t status;
 
-    if (moon_serve_model_tag(scfg->model_path, scfg->block_tokens, &tag) == MOON_OK) {
+    if (moon_serve_config_kv(scfg, NULL, &tag) == MOON_OK) {
         snprintf(fp, sizeof(fp), "fp_%016llx_v%llu", (unsigned long long)tag.model_id,
                  (unsigned long long)tag.weight_version);
         a.fingerprint = fp;

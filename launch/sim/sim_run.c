@@ -123,7 +123,7 @@ static moon_status_t load_tiny_model(sim_t *s, const moon_sim_run_config_t *cfg)
         status = moon_model_load(path, &s->model);
     }
     if (status == MOON_OK) {
-        status = moon_serve_model_tag(path, cfg->block_tokens, &s->tag);
+        status = moon_serve_model_tag(path, cfg->block_tokens, MOON_KV_F32, &s->tag);
     }
     unlink(path); /* the mapping stays */
     if (status != MOON_OK) {

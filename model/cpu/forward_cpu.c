@@ -118,9 +118,8 @@ void moon_cpu_forward_batch(cpu_state_t *s, const int32_t *tokens, uint32_t b, f
                     }
                 }
             }
-            memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 0, s->pos[bi]), k, kv_dim * sizeof(float));
-            memcpy(moon_kv_vec(s->kv, s->seq[bi], l, 1, s->pos[bi]), s->v + (size_t)bi * kv_dim,
-                   kv_dim * sizeof(float));
+            moon_kv_store(s->kv, s->seq[bi], l, 0, s->pos[bi], k);
+            moon_kv_store(s->kv, s->seq[bi], l, 1, s->pos[bi], s->v + (size_t)bi * kv_dim);
         }
         s->job.kind = JOB_ATTN;
 #ifdef MOON_HAVE_OPENBLAS
@@ -369,4 +368,5 @@ const moon_model_backend_ops_t moon_backend_cpu_ops = {
     .prefill      = cpu_prefill,
     .decode       = cpu_decode,
     .prefill_rows = cpu_prefill_rows,
+    .kv_f16       = 1,
 };

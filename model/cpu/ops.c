@@ -182,6 +182,7 @@ void moon_cpu_attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
     uint32_t                   total  = s->job.b * c->n_heads;
     uint32_t                   p0 = total * ith / nth, p1 = total * (ith + 1) / nth;
     float                     *att   = s->att + (size_t)ith * c->seq_len;
+    float                     *tmp   = s->kc + (size_t)ith * c->seq_len * hs; /* an F16 row */
     float                      scale = 1.0f / sqrtf((float)hs);
     uint32_t                   l     = s->job.layer;
 
@@ -194,24 +195,34 @@ void moon_cpu_attn_rows(cpu_state_t *s, uint32_t ith, uint32_t nth)
         float                sum;
 
 #ifdef MOON_X86
-        if (s->nt_isa == 512 && hs <= 128) {
+        if (s->nt_isa == 512 && hs <= 128 && (s->kv->elem_bytes == 4 || hs % 16 == 0)) {
             moon_cpu_attn_head_avx512(s, sq, l, kvh * hs, pos + 1, q, o, att, scale);
             continue;
         }
 #endif
         for (uint32_t t = 0; t <= pos; t++) {
-            const float *k = moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs;
+            const float *k = moon_kv_load(s->kv, sq, l, 0, t, kvh * hs, hs, tmp);
             att[t]         = s->dot_f32(k, q, hs) * scale;
         }
         sum = s->softmax_exp(att, pos + 1);
         memset(o, 0, hs * sizeof(float));
         for (uint32_t t = 0; t <= pos; t++) {
-            s->axpy(o, att[t] / sum, moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs, hs);
+            s->axpy(o, att[t] / sum, moon_kv_load(s->kv, sq, l, 1, t, kvh * hs, hs, tmp), hs);
         }
     }
 }
 
 #ifdef MOON_HAVE_OPENBLAS
+/* Floats [off, off + n) of a K or V vector copied (converted) into dst. */
+static void kv_gather(const moon_kv_cache_t *kv, const moon_kv_seq_t *sq, uint32_t l,
+                      uint32_t which, uint32_t t, uint32_t off, uint32_t n, float *dst)
+{
+    const float *src = moon_kv_load(kv, sq, l, which, t, off, n, dst);
+    if (src != dst) {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
 /* Prefill attention as two GEMMs per head: rows 0..b of one sequence at
  * consecutive positions pos[0].., each head's K/V gathered from the paged
  * cache into a contiguous scratch. Heads are split across threads. */
@@ -234,10 +245,8 @@ void moon_cpu_attn_gemm_heads(cpu_state_t *s, uint32_t ith, uint32_t nth)
         uint32_t kvh = h / kv_mul;
         if (kvh != last_kvh) {
             for (uint32_t t = 0; t < ctx; t++) {
-                memcpy(kc + (size_t)t * hs, moon_kv_vec(s->kv, sq, l, 0, t) + kvh * hs,
-                       hs * sizeof(float));
-                memcpy(vc + (size_t)t * hs, moon_kv_vec(s->kv, sq, l, 1, t) + kvh * hs,
-                       hs * sizeof(float));
+                kv_gather(s->kv, sq, l, 0, t, kvh * hs, hs, kc + (size_t)t * hs);
+                kv_gather(s->kv, sq, l, 1, t, kvh * hs, hs, vc + (size_t)t * hs);
             }
             last_kvh = kvh;
         }

@@ -156,6 +156,8 @@ void moon_cpu_run_split(void *arg, uint32_t ith, uint32_t nth)
     v->seq          = s->seq + b0;
     v->pos          = s->pos + b0;
     v->att          = s->att + (size_t)ith * c->seq_len;
+    v->kc           = s->kc + (size_t)ith * c->seq_len * c->head_dim; /* an F16 cache's rows */
+    v->vc           = s->vc + (size_t)ith * c->seq_len * c->head_dim;
     v->wtile        = s->wtile + (size_t)ith * TILE_ROWS * wc;
     v->xq           = s->xq + (size_t)ith * s->xq_stride;
     v->pack         = s->pack + (size_t)ith * OP_KC * 16 * OP_PV;

@@ -583,7 +583,7 @@ static uint64_t next_mirror_id(void)
 static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
                                 const moon_kv_seq_t *const *seqs, uint32_t n_tables)
 {
-    size_t floats = kv->block_floats * kv->cfg.n_blocks;
+    size_t floats = kv->block_elems * kv->cfg.n_blocks;
 
     if (s->kv_id != kv->id) {
         drop_graphs(s); /* they hold the old mirror's pointers and geometry */
@@ -610,12 +610,12 @@ static moon_status_t sync_kv_in(cuda_state_t *s, moon_kv_cache_t *kv,
                sq->n_blocks * sizeof(uint32_t));
         for (uint32_t k = 0; k < sq->n_blocks; k++) {
             uint32_t blk = sq->blocks[k];
-            size_t   off = (size_t)blk * kv->block_floats;
+            size_t   off = (size_t)blk * kv->block_elems;
             if (kv->writer[blk] == s->mirror_id) {
                 continue;
             }
-            CK(cudaMemcpyAsync(s->d_kv + off, kv->data + off, kv->block_floats * sizeof(float),
-                               cudaMemcpyHostToDevice, s->stream));
+            CK(cudaMemcpyAsync(s->d_kv + off, (float *)kv->data + off,
+                               kv->block_elems * sizeof(float), cudaMemcpyHostToDevice, s->stream));
             kv->writer[blk] = s->mirror_id;
             s->n_uploaded++;
         }
@@ -645,7 +645,7 @@ static moon_status_t for_each_run(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t
             n++;
         }
         status = fn(s, kv, i, n,
-                    (size_t)s->rows[i]->blocks[p / bt] * kv->block_floats +
+                    (size_t)s->rows[i]->blocks[p / bt] * kv->block_elems +
                         (size_t)(p % bt) * kv->kv_dim);
         if (status != MOON_OK) {
             return status;
@@ -662,7 +662,7 @@ static moon_status_t run_to_pool(cuda_state_t *s, moon_kv_cache_t *kv, uint32_t 
     size_t pitch = (size_t)kv->cfg.block_tokens * kv->kv_dim * sizeof(float);
 
     (void)i;
-    CK(cudaMemcpy2DAsync(kv->data + off, pitch, s->d_kv + off, pitch,
+    CK(cudaMemcpy2DAsync((float *)kv->data + off, pitch, s->d_kv + off, pitch,
                          (size_t)n * kv->kv_dim * sizeof(float), 2 * kv->cfg.n_layers,
                          cudaMemcpyDeviceToHost, s->stream));
     return MOON_OK;
@@ -690,8 +690,8 @@ static moon_status_t stage_to_pool(cuda_state_t *s, moon_kv_cache_t *kv, uint32_
 
     (void)n;
     for (size_t r = 0; r < rows; r++) {
-        memcpy(kv->data + off + r * kv->cfg.block_tokens * kv->kv_dim, src + r * kv->kv_dim,
-               kv->kv_dim * sizeof(float));
+        memcpy((float *)kv->data + off + r * kv->cfg.block_tokens * kv->kv_dim,
+               src + r * kv->kv_dim, kv->kv_dim * sizeof(float));
     }
     return MOON_OK;
 }
@@ -732,11 +732,11 @@ static moon_status_t enqueue_pass(cuda_state_t *s, const moon_kv_cache_t *kv, ui
         }
         k_rope_store<<<b, 128, 0, st>>>(s->d_qkv, qkv_n, s->d_rope, s->d_pos, s->d_tables, tstride,
                                         s->d_kv, q_dim, kv_dim, c->head_dim, kv->cfg.block_tokens,
-                                        kv->block_floats, kv->layer_floats, l, (int)c->rope_neox);
+                                        kv->block_elems, kv->layer_elems, l, (int)c->rope_neox);
         k_attention<<<b * c->n_heads, 32 * att_w, 0, st>>>(
             s->d_ao, s->d_qkv, qkv_n, s->d_kv, s->d_pos, s->d_tables, tstride, c->n_heads,
             c->n_heads / c->n_kv_heads, c->head_dim, q_dim, kv_dim, kv->cfg.block_tokens,
-            kv->block_floats, kv->layer_floats, l);
+            kv->block_elems, kv->layer_elems, l);
         if ((status = gemm(s, L->wo, c->dim, q_dim, s->d_ao, q_dim, s->d_xb, c->dim, b)) !=
             MOON_OK) {
             return status;

@@ -5,6 +5,16 @@
 
 #include <stdlib.h>
 
+moon_kv_type_t moon_test_cluster_kv_type(void)
+{
+    moon_kv_type_t t = MOON_KV_F32;
+
+    /* cannot fail for the CPU backend; no CUnit assertion: callers' setups
+     * run outside a suite */
+    (void)moon_backend_kv_type(MOON_BACKEND_CPU, MOON_KV_AUTO, &t);
+    return t;
+}
+
 uint32_t moon_test_greedy(const moon_model_t *m, const int32_t *prompt, uint32_t n,
                           uint32_t max_new, int32_t *out)
 {
@@ -18,6 +28,7 @@ uint32_t moon_test_greedy(const moon_model_t *m, const int32_t *prompt, uint32_t
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ec, &e), MOON_OK);
+    kc.elem_type = moon_test_cluster_kv_type();
     CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kc, &kv), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_seq_create(kv, &seq), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_engine_prefill(e, kv, seq, prompt, n, logits, NULL), MOON_OK);

@@ -12,6 +12,7 @@
 #include "gw_curl.h"
 #include "gw_local.h"
 #include "moon_test.h"
+#include "moon_test_greedy.h"
 
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
@@ -465,8 +466,9 @@ static int setup(void)
     if (moon_model_load(MOON_TEST_MODEL, &g_model) != MOON_OK) {
         return 1;
     }
-    g_cfg = *moon_model_config(g_model);
-    kcfg  = moon_model_kv_config(&g_cfg, 16, (g_cfg.seq_len + 15) / 16 + 1, 1);
+    g_cfg          = *moon_model_config(g_model);
+    kcfg           = moon_model_kv_config(&g_cfg, 16, (g_cfg.seq_len + 15) / 16 + 1, 1);
+    kcfg.elem_type = moon_test_cluster_kv_type(); /* the served logits' cache */
     if (moon_engine_create(g_model, &ecfg, &g_ref) != MOON_OK ||
         moon_kv_cache_create(&kcfg, &g_kv) != MOON_OK) {
         return 1;

@@ -278,7 +278,7 @@ static int setup(void)
 
     moon_log_set_level(MOON_LOG_WARN);
     if (moon_serve_msgs_register() != MOON_OK || moon_model_load(path, &model) != MOON_OK ||
-        moon_serve_model_tag(path, BT, &tag) != MOON_OK) {
+        moon_serve_model_tag(path, BT, MOON_KV_F32, &tag) != MOON_OK) {
         return -1;
     }
     for (uint32_t i = 0; i < N_TOK; i++) {

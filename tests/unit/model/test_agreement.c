@@ -26,6 +26,9 @@ typedef struct {
     int                 rope_freqs; /* Llama 3.1's rope_freqs.weight */
 } agree_case_t;
 
+/* The KV cache type of both engines' caches (test_kv_f16 sets F16). */
+static moon_kv_type_t agree_kv_type = MOON_KV_F32;
+
 /* Returns the largest relative difference seen. */
 static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
 {
@@ -53,10 +56,11 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
                               path),
                           MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_model_load(path, &m), MOON_OK);
-    c    = moon_model_config(m);
-    kcfg = moon_model_kv_config(c, 4, 64, 3); /* 4-token blocks: paging crosses blocks */
-    lr   = malloc(4 * (size_t)c->vocab_size * sizeof(float));
-    lc   = malloc(4 * (size_t)c->vocab_size * sizeof(float));
+    c              = moon_model_config(m);
+    kcfg           = moon_model_kv_config(c, 4, 64, 3); /* 4-token blocks: paging crosses blocks */
+    kcfg.elem_type = agree_kv_type;
+    lr             = malloc(4 * (size_t)c->vocab_size * sizeof(float));
+    lc             = malloc(4 * (size_t)c->vocab_size * sizeof(float));
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg_ref, &ref), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &ecfg_cpu, &cpu), MOON_OK);
     CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg, &kr), MOON_OK);
@@ -104,8 +108,9 @@ static float check_model(const agree_case_t *ac, uint64_t seed, float tol)
         CU_ASSERT_EQUAL(moon_engine_decode(cpu, kc, &sc[1], &toks[1][step], 1, lc, NULL), MOON_OK);
         worst = fmaxf(worst, mt_rel_diff(lc, lr, c->vocab_size));
     }
-    printf("\n  %s dim %u heads %u/%u of %u %s: max rel diff %.2e ", moon_model_arch_name(c->arch),
-           c->dim, c->n_heads, c->n_kv_heads, c->head_dim, moon_ggml_type_name(ac->type),
+    printf("\n  %s dim %u heads %u/%u of %u %s%s: max rel diff %.2e ",
+           moon_model_arch_name(c->arch), c->dim, c->n_heads, c->n_kv_heads, c->head_dim,
+           moon_ggml_type_name(ac->type), agree_kv_type == MOON_KV_F16 ? " f16 kv" : "",
            (double)worst);
     CU_ASSERT(worst <= tol);
     moon_kv_cache_destroy(kr);
@@ -244,6 +249,69 @@ static void test_head_dim(void)
     }
 }
 
+/* An F16 KV cache on both sides: the CPU path's F16 attention (the AVX-512
+ * head kernel for head_dim % 16 == 0, the generic one for a masked head, the
+ * prefill GEMM's gather) against the reference's, which rounds the same K/V
+ * to the same fp16 bits, so only the summation order differs: TOL. */
+static void test_kv_f16(void)
+{
+    agree_case_t cases[] = {
+        {mt_shape(64, 128, 2, 4, 4, 300, 64), MOON_GGML_F32, 0}, /* head_dim 16 */
+        {mt_shape(64, 96, 2, 8, 2, 320, 64), MOON_GGML_F32, 0},  /* GQA, head_dim 8 */
+        {mt_shape(80, 172, 2, 4, 2, 300, 64), MOON_GGML_F32, 0}, /* head_dim 20 */
+        {with_head_dim(mt_shape(256, 512, 1, 4, 2, 600, 64), MOON_ARCH_QWEN3, 128), MOON_GGML_F32,
+         0},
+        {with_arch(mt_shape(256, 512, 2, 4, 2, 300, 64), MOON_ARCH_LLAMA, 1.0f), MOON_GGML_Q4_K, 0},
+    };
+    agree_kv_type = MOON_KV_F16;
+    for (size_t i = 0; i < MOON_ARRAY_SIZE(cases); i++) {
+        check_any(&cases[i], 61 + i, TOL);
+    }
+    agree_kv_type = MOON_KV_F32;
+}
+
+/* The reference over an F16 and an F32 cache: the logits differ (the cache
+ * really holds fp16) by about fp16's rounding of K and V, no more. */
+static void test_kv_f16_rounding(void)
+{
+    moon_model_config_t  shape = mt_shape(64, 128, 2, 4, 2, 300, 64);
+    char                 path[256];
+    moon_model_t        *m  = mt_random_model(&shape, MOON_GGML_F32, 5, path, sizeof(path));
+    moon_engine_config_t er = {.kind = MOON_BACKEND_REF, .max_batch = 1, .max_chunk = 64};
+    moon_kv_config_t     kcfg[2];
+    moon_engine_t       *ref;
+    moon_kv_cache_t     *kv[2];
+    uint32_t             seq[2];
+    int32_t              toks[40];
+    float                lg[2][300], d;
+    uint64_t             rng = 3;
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL_FATAL(moon_engine_create(m, &er, &ref), MOON_OK);
+    for (int i = 0; i < 40; i++) {
+        toks[i] = (int32_t)(moon_test_rand(&rng) % 300);
+    }
+    for (int k = 0; k < 2; k++) {
+        kcfg[k]           = moon_model_kv_config(moon_model_config(m), 16, 8, 1);
+        kcfg[k].elem_type = k ? MOON_KV_F16 : MOON_KV_F32;
+        CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&kcfg[k], &kv[k]), MOON_OK);
+        CU_ASSERT_EQUAL(moon_kv_seq_create(kv[k], &seq[k]), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_prefill(ref, kv[k], seq[k], toks, 39, NULL, NULL), MOON_OK);
+        CU_ASSERT_EQUAL(moon_engine_decode(ref, kv[k], &seq[k], toks + 39, 1, lg[k], NULL),
+                        MOON_OK);
+    }
+    CU_ASSERT_EQUAL(moon_kv_block_bytes(kv[1]) * 2, moon_kv_block_bytes(kv[0]));
+    d = mt_rel_diff(lg[1], lg[0], 300);
+    printf("\n  f16 against f32 kv cache: max rel diff %.2e ", (double)d);
+    CU_ASSERT(d > 1e-7f && d < 1e-2f);
+    for (int k = 0; k < 2; k++) {
+        moon_kv_cache_destroy(kv[k]);
+    }
+    moon_engine_destroy(ref);
+    moon_model_destroy(m);
+    unlink(path);
+}
+
 static void test_weight_types(void)
 {
     agree_case_t cases[] = {
@@ -371,4 +439,5 @@ static void test_long_prefill_chunk(void)
 }
 
 MOON_TEST_MAIN("agreement", NULL, NULL, test_architectures, test_head_dim, test_long_prefill_chunk,
-               test_forward_never_allocates, test_shapes_f32, test_weight_types, test_bf16_products)
+               test_forward_never_allocates, test_shapes_f32, test_weight_types, test_bf16_products,
+               test_kv_f16, test_kv_f16_rounding)

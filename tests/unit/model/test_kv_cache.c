@@ -2,8 +2,10 @@
  * prefix sharing by reference count (fork), export/import whole and per
  * layer, and that a sequence rebuilt from imported blocks (or a forked
  * prefix) decodes exactly like the original. */
+#include "kv_internal.h"
 #include "model_test_util.h"
 #include "moonlet/alloc.h"
+#include "moonlet/gguf.h"
 #include "moonlet/kv_cache.h"
 
 #include <stdlib.h>
@@ -534,6 +536,68 @@ static void test_virtual_reserve_meta_makes_alloc_infallible(void)
     moon_kv_cache_destroy(kv);
 }
 
+/* An F16 cache: half an F32 cache's bytes per block, layer and pool; a type
+ * that is not a cache type (AUTO, or past the enum) refused. */
+static void test_f16_sizes(void)
+{
+    moon_kv_config_t cfg = {.n_layers     = 2,
+                            .n_kv_heads   = 2,
+                            .head_dim     = 4,
+                            .block_tokens = 4,
+                            .n_blocks     = 5,
+                            .max_seqs     = 2,
+                            .max_seq_len  = 16,
+                            .elem_type    = MOON_KV_F16};
+    moon_kv_cache_t *kv  = NULL;
+
+    CU_ASSERT_EQUAL_FATAL(moon_kv_cache_create(&cfg, &kv), MOON_OK);
+    CU_ASSERT_EQUAL(moon_kv_block_bytes(kv), 2 * 2 * 4 * 8 * sizeof(uint16_t));
+    CU_ASSERT_EQUAL(moon_kv_block_layer_bytes(kv), 2 * 4 * 8 * sizeof(uint16_t));
+    CU_ASSERT_EQUAL(moon_kv_pool_bytes(kv), 5 * moon_kv_block_bytes(kv));
+    CU_ASSERT_EQUAL(moon_kv_config_pool_bytes(&cfg), moon_kv_pool_bytes(kv));
+    moon_kv_cache_destroy(kv);
+    cfg.elem_type = MOON_KV_AUTO;
+    CU_ASSERT_EQUAL(moon_kv_cache_create(&cfg, &kv), MOON_ERR_INVALID_PARAM);
+    cfg.elem_type = (moon_kv_type_t)7;
+    CU_ASSERT_EQUAL(moon_kv_config_pool_bytes(&cfg), 0);
+    CU_ASSERT_EQUAL(moon_kv_type_bytes(MOON_KV_F32), 4);
+    CU_ASSERT_EQUAL(moon_kv_type_bytes(MOON_KV_F16), 2);
+}
+
+/* The cache's row conversions (F16C where the CPU has it) give the scalar
+ * moon_f32_to_fp16's bits for every kind of finite float: normal, ties,
+ * subnormal, past fp16's range; and widen back exactly. */
+static void test_f16_rows_match_scalar(void)
+{
+    enum { N = 4099 }; /* not a multiple of the vector width: the scalar tail runs too */
+    static float    src[N], back[N];
+    static uint16_t h[N];
+    unsigned        seed = 7;
+    int             bad = 0, bad_back = 0;
+
+    for (int i = 0; i < N; i++) {
+        float e = (float)(i % 48) - 30.0f; /* 2^-30 .. 2^17: subnormal to overflow */
+        src[i]  = mt_frand(&seed) * ldexpf(1.0f, (int)e);
+    }
+    src[0] = 1.0f + ldexpf(1.0f, -11); /* a tie: rounds to even (1.0) */
+    src[1] = 65519.0f;                 /* just under the overflow threshold */
+    src[2] = 65520.0f;                 /* rounds to inf */
+    src[3] = -0.0f;
+    moon_kv_f16_from_f32(h, src, N);
+    for (int i = 0; i < N; i++) {
+        bad += h[i] != moon_f32_to_fp16(src[i]);
+    }
+    moon_kv_f16_to_f32(back, h, N);
+    for (int i = 0; i < N; i++) {
+        float want = moon_fp16_to_f32(h[i]);
+        bad_back += memcmp(&back[i], &want, sizeof(float)) != 0;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bad_back, 0);
+    CU_ASSERT_EQUAL(h[0], 0x3c00);
+    CU_ASSERT_EQUAL(h[2], 0x7c00);
+}
+
 MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
                test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
                test_engine_rejects_and_rolls_back, test_virtual_hands_out_what_real_does,
@@ -541,4 +605,5 @@ MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_
                test_virtual_growth_failure_changes_nothing,
                test_virtual_reserve_meta_makes_alloc_infallible,
                test_pool_resident_follows_blocks_written,
-               test_create_in_zeroes_blocks_as_handed_out)
+               test_create_in_zeroes_blocks_as_handed_out, test_f16_sizes,
+               test_f16_rows_match_scalar)

@@ -30,38 +30,47 @@ __attribute__((target("avx512f"))) static inline __m512 hsum16x16(const __m512 d
 }
 
 /* One (row, head) of decode attention over positions [0, n), head_dim <= 128
- * (a head_dim that is not a multiple of 16 ends in a masked vector): q in
- * registers, 16 positions' dot products reduced together, softmax with the
- * vector exp, the output accumulated in registers (the reference's order
- * over positions). K/V rows are walked block by block of the paged cache (no
- * division per position). */
-/* Vector i of a head: the last (i == lv) masked by lm when tail is set. */
+ * (a head_dim that is not a multiple of 16 ends in a masked vector; an F16
+ * cache needs a multiple of 16): q in registers, 16 positions' dot products
+ * reduced together, softmax with the vector exp, the output accumulated in
+ * registers (the reference's order over positions). K/V rows are walked
+ * block by block of the paged cache (no division per position); an F16
+ * cache's rows widen to F32 as they load (vcvtph2ps: exact). */
+/* Vector i of a head at p: the last (i == lv) masked by lm when tail is set;
+ * f16: p holds fp16 elements (never with tail). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
-head_load(const float *p, uint32_t i, uint32_t lv, __mmask16 lm, const int tail)
+head_load(const uint8_t *p, uint32_t i, uint32_t lv, __mmask16 lm, const int tail, const int f16)
 {
-    return tail && i == lv ? _mm512_maskz_loadu_ps(lm, p + 16 * i) : _mm512_loadu_ps(p + 16 * i);
+    if (f16) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * i)));
+    }
+    return tail && i == lv ? _mm512_maskz_loadu_ps(lm, p + 64 * i) : _mm512_loadu_ps(p + 64 * i);
 }
 
-/* Inlined twice: tail 0 (head_dim % 16 == 0, plain loads) and tail 1. */
+/* Inlined three times: F32 with tail 0 (head_dim % 16 == 0, plain loads) and
+ * tail 1, and F16 (tail 0). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 attn_head_body(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off, uint32_t n,
-               const float *q, float *o, float *att, float scale, const int tail)
+               const float *q, float *o, float *att, float scale, const int tail, const int f16)
 {
     const moon_kv_cache_t *kv = s->kv;
     uint32_t               hs = s->m->cfg.head_dim, bt = kv->cfg.block_tokens;
     uint32_t               nv = (hs + 15) / 16, lv = nv - 1; /* lv: the last, maybe partial */
     __mmask16              lm = (__mmask16)(hs % 16 ? (1u << (hs % 16)) - 1 : 0xffffu);
-    size_t                 ld = kv->kv_dim;
+    size_t                 es = f16 ? 2 : 4;
+    size_t                 ld = kv->kv_dim * es; /* bytes from one position to the next */
+    size_t                 ob = off * es;
     __m512                 qv[8], ov[8];
     float                  inv;
 
     for (uint32_t i = 0; i < nv; i++) {
-        qv[i] = head_load(q, i, lv, lm, tail);
+        qv[i] =
+            tail && i == lv ? _mm512_maskz_loadu_ps(lm, q + 16 * i) : _mm512_loadu_ps(q + 16 * i);
         ov[i] = _mm512_setzero_ps();
     }
     {
-        const float *k  = moon_kv_vec(kv, sq, l, 0, 0) + off; /* position t */
-        uint32_t     tb = 0;                                  /* t % bt */
+        const uint8_t *k  = (const uint8_t *)moon_kv_ptr(kv, sq, l, 0, 0) + ob; /* position t */
+        uint32_t       tb = 0;                                                  /* t % bt */
         for (uint32_t t0 = 0; t0 < n; t0 += 16) {
             uint32_t m = MOON_MIN(16, n - t0);
             __m512   d[16], sc;
@@ -69,14 +78,15 @@ attn_head_body(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32
                 d[op_hsum_idx[j]] = _mm512_setzero_ps();
             }
             for (uint32_t j = 0; j < m; j++) {
-                __m512 acc = _mm512_mul_ps(head_load(k, 0, lv, lm, tail), qv[0]);
+                __m512 acc = _mm512_mul_ps(head_load(k, 0, lv, lm, tail, f16), qv[0]);
                 for (uint32_t i = 1; i < nv; i++) {
-                    acc = _mm512_fmadd_ps(head_load(k, i, lv, lm, tail), qv[i], acc);
+                    acc = _mm512_fmadd_ps(head_load(k, i, lv, lm, tail, f16), qv[i], acc);
                 }
                 d[op_hsum_idx[j]] = acc;
                 if (++tb == bt) {
                     tb = 0;
-                    k  = t0 + j + 1 < n ? moon_kv_vec(kv, sq, l, 0, t0 + j + 1) + off : k;
+                    k = t0 + j + 1 < n ? (const uint8_t *)moon_kv_ptr(kv, sq, l, 0, t0 + j + 1) + ob
+                                       : k;
                 } else {
                     k += ld;
                 }
@@ -91,21 +101,21 @@ attn_head_body(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32
          * each other's latency (small heads; stories260K's are 8 floats) */
         __m512 o1 = _mm512_setzero_ps(), o2 = _mm512_setzero_ps(), o3 = _mm512_setzero_ps();
         for (uint32_t t0 = 0; t0 < n; t0 += bt) {
-            const float *v  = moon_kv_vec(kv, sq, l, 1, t0) + off;
-            uint32_t     t1 = MOON_MIN(n, t0 + bt), t = t0;
+            const uint8_t *v  = (const uint8_t *)moon_kv_ptr(kv, sq, l, 1, t0) + ob;
+            uint32_t       t1 = MOON_MIN(n, t0 + bt), t = t0;
             for (; t + 4 <= t1; t += 4, v += 4 * ld) {
-                ov[0] =
-                    _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail), ov[0]);
-                o1 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]), head_load(v + ld, 0, 0, lm, tail),
-                                     o1);
-                o2 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 2]),
-                                     head_load(v + 2 * ld, 0, 0, lm, tail), o2);
-                o3 = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 3]),
-                                     head_load(v + 3 * ld, 0, 0, lm, tail), o3);
+                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail, f16),
+                                        ov[0]);
+                o1    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 1]),
+                                        head_load(v + ld, 0, 0, lm, tail, f16), o1);
+                o2    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 2]),
+                                        head_load(v + 2 * ld, 0, 0, lm, tail, f16), o2);
+                o3    = _mm512_fmadd_ps(_mm512_set1_ps(att[t + 3]),
+                                        head_load(v + 3 * ld, 0, 0, lm, tail, f16), o3);
             }
             for (; t < t1; t++, v += ld) {
-                ov[0] =
-                    _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail), ov[0]);
+                ov[0] = _mm512_fmadd_ps(_mm512_set1_ps(att[t]), head_load(v, 0, 0, lm, tail, f16),
+                                        ov[0]);
             }
         }
         ov[0] = _mm512_add_ps(_mm512_add_ps(ov[0], o1), _mm512_add_ps(o2, o3));
@@ -113,11 +123,11 @@ attn_head_body(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32
         return;
     }
     for (uint32_t t0 = 0; t0 < n; t0 += bt) {
-        const float *v = moon_kv_vec(kv, sq, l, 1, t0) + off;
+        const uint8_t *v = (const uint8_t *)moon_kv_ptr(kv, sq, l, 1, t0) + ob;
         for (uint32_t t = t0; t < MOON_MIN(n, t0 + bt); t++, v += ld) {
             __m512 a = _mm512_set1_ps(att[t] * inv);
             for (uint32_t i = 0; i < nv; i++) {
-                ov[i] = _mm512_fmadd_ps(a, head_load(v, i, lv, lm, tail), ov[i]);
+                ov[i] = _mm512_fmadd_ps(a, head_load(v, i, lv, lm, tail, f16), ov[i]);
             }
         }
     }
@@ -130,10 +140,12 @@ __attribute__((target("avx512f"))) void
 moon_cpu_attn_head_avx512(const cpu_state_t *s, const moon_kv_seq_t *sq, uint32_t l, uint32_t off,
                           uint32_t n, const float *q, float *o, float *att, float scale)
 {
-    if (s->m->cfg.head_dim % 16 == 0) {
-        attn_head_body(s, sq, l, off, n, q, o, att, scale, 0);
+    if (s->kv->elem_bytes == 2) {
+        attn_head_body(s, sq, l, off, n, q, o, att, scale, 0, 1);
+    } else if (s->m->cfg.head_dim % 16 == 0) {
+        attn_head_body(s, sq, l, off, n, q, o, att, scale, 0, 0);
     } else {
-        attn_head_body(s, sq, l, off, n, q, o, att, scale, 1);
+        attn_head_body(s, sq, l, off, n, q, o, att, scale, 1, 0);
     }
 }
 
