@@ -10,7 +10,7 @@
 #include <immintrin.h>
 
 __attribute__((target("avx,f16c"))) static size_t to_f16_f16c(uint16_t *dst, const float *src,
-                                                               size_t n)
+                                                              size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -21,7 +21,7 @@ __attribute__((target("avx,f16c"))) static size_t to_f16_f16c(uint16_t *dst, con
 }
 
 __attribute__((target("avx,f16c"))) static size_t to_f32_f16c(float *dst, const uint16_t *src,
-                                                               size_t n)
+                                                              size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {

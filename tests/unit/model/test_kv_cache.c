@@ -598,6 +598,30 @@ static void test_f16_rows_match_scalar(void)
     CU_ASSERT_EQUAL(h[2], 0x7c00);
 }
 
+/* What each backend's caches hold: auto is F16 where the backend reads it
+ * (reference, CPU, cost), F32 on CUDA, which refuses F16 (a clear error,
+ * not a cache its kernels would misread). */
+static void test_backend_kv_types(void)
+{
+    moon_kv_type_t t = MOON_KV_AUTO;
+
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_CPU, MOON_KV_AUTO, &t), MOON_OK);
+    CU_ASSERT_EQUAL(t, MOON_KV_F16);
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_REF, MOON_KV_AUTO, &t), MOON_OK);
+    CU_ASSERT_EQUAL(t, MOON_KV_F16);
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_COST, MOON_KV_AUTO, &t), MOON_OK);
+    CU_ASSERT_EQUAL(t, MOON_KV_F16);
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_CPU, MOON_KV_F32, &t), MOON_OK);
+    CU_ASSERT_EQUAL(t, MOON_KV_F32);
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_CUDA, MOON_KV_AUTO, &t), MOON_OK);
+    CU_ASSERT_EQUAL(t, MOON_KV_F32);
+    t = MOON_KV_AUTO;
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_CUDA, MOON_KV_F16, &t), MOON_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(t, MOON_KV_AUTO); /* untouched */
+    CU_ASSERT_EQUAL(moon_backend_kv_type(MOON_BACKEND_CPU, (moon_kv_type_t)9, &t),
+                    MOON_ERR_UNSUPPORTED);
+}
+
 MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_and_release,
                test_fork_shares_full_blocks, test_export_import_and_fork_decode_identically,
                test_engine_rejects_and_rolls_back, test_virtual_hands_out_what_real_does,
@@ -606,4 +630,4 @@ MOON_TEST_MAIN("kv_cache", NULL, NULL, test_alloc_failures_unwind, test_reserve_
                test_virtual_reserve_meta_makes_alloc_infallible,
                test_pool_resident_follows_blocks_written,
                test_create_in_zeroes_blocks_as_handed_out, test_f16_sizes,
-               test_f16_rows_match_scalar)
+               test_f16_rows_match_scalar, test_backend_kv_types)
