@@ -28,8 +28,9 @@ typedef struct {
     double      balance_threshold;      /* mooncake's pull threshold (0: default) */
     double      shed_after, shed_share; /* moonlet's shedding by cost (0: defaults) */
     double      kv_link_bytes_per_s;    /* prefill <- store / decode <- prefill (0: 10 GB/s) */
-    uint64_t    kv_block_bytes;         /* KV bytes a block moves (0: the model's; a simulation
-                                           gives its modeled model's) */
+    uint64_t    kv_block_bytes;         /* KV bytes a block moves (0: the model's in fp32; a
+                                           cluster gives its cache type's, a simulation its
+                                           modeled model's) */
     uint64_t seed;
     /* where the conductor publishes when the last request arrived (moon_now),
      * for the weight broadcaster beside it, which slows its reading of a

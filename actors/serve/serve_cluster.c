@@ -295,6 +295,9 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
         status = resolve(c, name, &c->shards[i]);
     }
     if (status == MOON_OK && rank_of(spec, "conductor", n_ranks) == me) {
+        moon_kv_config_t kc =
+            moon_model_kv_config(moon_model_config(c->model), cfg->block_tokens, 1, 1);
+        kc.elem_type             = c->kv_type;
         moon_conductor_args_t ca = {
             .model               = c->model,
             .tag                 = c->tag,
@@ -311,6 +314,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             .shed_after          = cfg->shed_after,
             .shed_share          = cfg->shed_share,
             .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
+            .kv_block_bytes      = moon_kv_config_pool_bytes(&kc), /* one block's */
             .seed                = cfg->seed,
             .busy_ns             = &c->conductor_busy,
         };
