@@ -49,12 +49,20 @@ moon_status_t moon_backend_kv_type(moon_backend_kind_t kind, moon_kv_type_t want
     /* not built in (CUDA): what it reads once built; F32 today */
     int f16 = ops != NULL ? ops->kv_f16 : 0;
 
+    if (ops == NULL && kind != MOON_BACKEND_CUDA) {
+        MOON_ERROR("engine: no backend of kind %d", (int)kind);
+        return MOON_ERR_INVALID_PARAM;
+    }
     if (want == MOON_KV_AUTO) {
         want = f16 ? MOON_KV_F16 : MOON_KV_F32;
     }
-    if (moon_kv_type_bytes(want) == 0 || (want == MOON_KV_F16 && !f16)) {
-        MOON_ERROR("engine: the %s backend has no %s kv cache (it reads f32)",
-                   ops != NULL ? ops->name : "cuda", want == MOON_KV_F16 ? "f16" : "such");
+    if (moon_kv_type_bytes(want) == 0) {
+        MOON_ERROR("engine: kv cache type %d is neither f32 nor f16", (int)want);
+        return MOON_ERR_UNSUPPORTED;
+    }
+    if (want == MOON_KV_F16 && !f16) {
+        MOON_ERROR("engine: the %s backend reads an f32 kv cache only",
+                   ops != NULL ? ops->name : "cuda");
         return MOON_ERR_UNSUPPORTED;
     }
     *type_p = want;
