@@ -266,10 +266,11 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
     size_t                     block_bytes = 0;
     char                       name[64];
 
-    if (status == MOON_OK) {
-        const moon_model_config_t *mc = moon_model_config(c->model);
-        block_bytes =
-            2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * cfg->block_tokens * sizeof(float);
+    if (status == MOON_OK) { /* one block of the instances' caches: a store slot, a KV move */
+        moon_kv_config_t kc =
+            moon_model_kv_config(moon_model_config(c->model), cfg->block_tokens, 1, 1);
+        kc.elem_type = c->kv_type;
+        block_bytes  = moon_kv_config_pool_bytes(&kc);
     }
     for (uint32_t i = 0; status == MOON_OK && i < cfg->n_store; i++) {
         snprintf(name, sizeof(name), "store/%u", i);
@@ -295,9 +296,6 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
         status = resolve(c, name, &c->shards[i]);
     }
     if (status == MOON_OK && rank_of(spec, "conductor", n_ranks) == me) {
-        moon_kv_config_t kc =
-            moon_model_kv_config(moon_model_config(c->model), cfg->block_tokens, 1, 1);
-        kc.elem_type             = c->kv_type;
         moon_conductor_args_t ca = {
             .model               = c->model,
             .tag                 = c->tag,
@@ -314,7 +312,7 @@ static moon_status_t spawn_roles(moon_serve_cluster_t *c, const char *spec, uint
             .shed_after          = cfg->shed_after,
             .shed_share          = cfg->shed_share,
             .kv_link_bytes_per_s = cfg->kv_link_gbps * 1e9 / 8,
-            .kv_block_bytes      = moon_kv_config_pool_bytes(&kc), /* one block's */
+            .kv_block_bytes      = block_bytes,
             .seed                = cfg->seed,
             .busy_ns             = &c->conductor_busy,
         };

@@ -224,14 +224,17 @@ static void test_prefix_reuse(void)
  * fetched. */
 static void test_evicted_prefix_recomputes(void)
 {
-    const moon_model_config_t *mc   = moon_model_config(moon_serve_cluster_model(g_cluster));
-    uint64_t            block_bytes = 2ull * mc->n_layers * mc->n_kv_heads * mc->head_dim * 16 * 4;
-    uint64_t            capacity    = (g_cfg.store_dram_mib << 20) / block_bytes;
+    moon_kv_config_t kc =
+        moon_model_kv_config(moon_model_config(moon_serve_cluster_model(g_cluster)), 16, 1,
+                             1); /* one block of the instances' caches */
+    uint64_t            capacity;
     int32_t             a[60], other[60];
     moon_serve_params_t p;
     result_t           *r1 = calloc(1, sizeof(*r1)), *r2 = calloc(1, sizeof(*r2));
     result_t           *ref = calloc(1, sizeof(*ref)), *tmp = calloc(1, sizeof(*tmp));
 
+    CU_ASSERT_EQUAL_FATAL(moon_serve_config_kv(&g_cfg, &kc.elem_type, NULL), MOON_OK);
+    capacity = (g_cfg.store_dram_mib << 20) / moon_kv_config_pool_bytes(&kc);
     if (g_cfg.colocated || g_cfg.n_store == 0 || capacity > 400 || g_cfg.block_tokens != 16) {
         printf("skipped: needs a store of at most 400 blocks (--store-dram-mib 1) ");
         goto out;
